@@ -1,0 +1,210 @@
+import { z } from 'zod';
+
+/**
+ * The controller's configuration file (`spark.config.json`), validated with zod.
+ * Durations are whole seconds. Every field has a default so an empty object is the
+ * two-Spark fleet from DESIGN.md.
+ */
+
+const hostId = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'host ids are lower-case letters, digits and dashes, e.g. "spark-2"');
+
+export const HostConfigSchema = z
+  .object({
+    id: hostId,
+    pool: z.string().min(1).default('spark').describe('Pool the host belongs to; pairs never span pools.'),
+    gpus: z.number().int().positive().default(1).describe('GPUs on the host, counted against budgets.'),
+    homeService: z
+      .string()
+      .min(1)
+      .nullable()
+      .default(null)
+      .describe('Long-running service this host serves when not lent (e.g. "deckard" on spark-1).'),
+  })
+  .strict();
+
+export const PoolConfigSchema = z
+  .object({
+    runnerLabel: z.string().min(1).describe('Label every JIT runner of this pool carries.'),
+  })
+  .strict();
+
+const prioritiesSchema = z
+  .object({
+    development: z.number().int().default(100),
+    deckard: z.number().int().default(90),
+    manual: z.number().int().default(80),
+    merge: z.number().int().default(70),
+    benchmark: z.number().int().default(50),
+    background: z.number().int().default(20),
+  })
+  .strict();
+
+const budgetsSchema = z
+  .object({
+    maxPrs: z.number().int().positive().default(2).describe('Distinct PRs with admitted work at once.'),
+    maxGpusPerPr: z.number().int().positive().default(4).describe('GPUs one PR may hold at once.'),
+    maxGpus: z.number().int().positive().default(8).describe('GPUs held by all admitted work at once.'),
+  })
+  .strict();
+
+const timingsSchema = z
+  .object({
+    heartbeatIntervalS: z.number().int().positive().default(10),
+    offlineAfterS: z.number().int().positive().default(40),
+    runnerPickupTimeoutS: z.number().int().positive().default(600),
+    runnerRetries: z.number().int().min(0).default(3),
+    queueTimeoutS: z.number().int().positive().default(6 * 3600),
+    ciLeaseTtlS: z.number().int().positive().default(300).describe('CI lease TTL, renewed by heartbeats.'),
+    devLeaseDefaultTtlS: z.number().int().positive().default(4 * 3600),
+    devLeaseMaxTtlS: z.number().int().positive().default(24 * 3600),
+    restoreRetries: z.number().int().min(0).default(3),
+    restoreBackoffS: z.number().int().positive().default(30),
+    restoreHealthTimeoutS: z.number().int().positive().default(600),
+  })
+  .strict();
+
+const githubSchema = z
+  .object({
+    apiUrl: z.url().default('https://api.github.com').describe('GitHub REST base URL (GHES: https://HOST/api/v3).'),
+    appId: z.union([z.number().int().positive(), z.string().regex(/^\d+$/)]).nullable().default(null),
+    workflow: z.string().min(1).default('spark-pr-test.yml'),
+    labels: z
+      .object({
+        test: z.string().min(1).default('spark-test'),
+        long: z.string().min(1).default('spark-test-long'),
+        pair: z.string().min(1).default('spark-pair-test'),
+      })
+      .strict()
+      .prefault({}),
+    requiredPermission: z
+      .array(z.enum(['admin', 'maintain', 'write', 'triage', 'read']))
+      .min(1)
+      .default(['maintain', 'admin'])
+      .describe('Roles (role_name) a sender needs for labels and commands.'),
+    permissionCacheS: z.number().int().min(0).default(60),
+    runnerScope: z.enum(['org', 'repo']).default('repo'),
+    runnerGroupId: z.number().int().positive().default(1),
+    checkName: z.string().min(1).default('Spark test'),
+  })
+  .strict();
+
+const scheduleSchema = z
+  .object({
+    repo: z.string().regex(/^[^/\s]+\/[^/\s]+$/, 'expected "owner/name"'),
+    cron: z.string().min(1).describe('Cron expression (5 or 6 fields), evaluated in UTC.'),
+    kind: z.enum(['benchmark', 'background']).default('benchmark'),
+    suite: z.enum(['smoke', 'performance']).default('performance'),
+    topology: z.enum(['single', 'pair']).default('single'),
+  })
+  .strict();
+
+export const DEFAULT_HOSTS = [
+  { id: 'spark-1', pool: 'spark', gpus: 1, homeService: 'deckard' },
+  { id: 'spark-2', pool: 'spark', gpus: 1, homeService: null },
+] as const;
+
+export const ConfigSchema = z
+  .object({
+    $schema: z.string().optional(),
+    listen: z
+      .object({
+        host: z.string().min(1).default('127.0.0.1'),
+        port: z.number().int().min(0).max(65535).default(8787),
+      })
+      .strict()
+      .prefault({}),
+    ledgerUrl: z
+      .string()
+      .refine((u) => /^(file:|libsql:|https?:|wss?:)/.test(u), {
+        message: 'expected a file:, libsql:, http(s): or ws(s): URL',
+      })
+      .default('file:./data/spark.db'),
+    hosts: z
+      .array(HostConfigSchema)
+      .min(1)
+      .default(DEFAULT_HOSTS.map((h) => ({ ...h }))),
+    pools: z.record(z.string(), PoolConfigSchema).default({ spark: { runnerLabel: 'spark' } }),
+    preferHosts: z
+      .array(hostId)
+      .default(['spark-2'])
+      .describe('Hosts tried first for single work, so service hosts stay with their service.'),
+    priorities: prioritiesSchema.prefault({}),
+    budgets: budgetsSchema.prefault({}),
+    timings: timingsSchema.prefault({}),
+    github: githubSchema.prefault({}),
+    schedules: z.array(scheduleSchema).default([]),
+  })
+  .strict()
+  .superRefine((cfg, ctx) => {
+    const seen = new Set<string>();
+    cfg.hosts.forEach((h, i) => {
+      if (seen.has(h.id)) {
+        ctx.addIssue({ code: 'custom', path: ['hosts', i, 'id'], message: `duplicate host id "${h.id}"` });
+      }
+      seen.add(h.id);
+      if (!cfg.pools[h.pool]) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['hosts', i, 'pool'],
+          message: `pool "${h.pool}" is not defined under "pools" (defined: ${Object.keys(cfg.pools).join(', ') || 'none'})`,
+        });
+      }
+    });
+    cfg.preferHosts.forEach((id, i) => {
+      if (!seen.has(id)) {
+        ctx.addIssue({ code: 'custom', path: ['preferHosts', i], message: `preferHosts names unknown host "${id}"` });
+      }
+    });
+    if (cfg.timings.offlineAfterS <= cfg.timings.heartbeatIntervalS) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['timings', 'offlineAfterS'],
+        message: 'offlineAfterS must be longer than heartbeatIntervalS, or every host flaps offline',
+      });
+    }
+  });
+
+export type SparkConfig = z.output<typeof ConfigSchema>;
+export type SparkConfigInput = z.input<typeof ConfigSchema>;
+export type HostConfig = z.output<typeof HostConfigSchema>;
+
+/** A config error whose message lists every problem as `path: what to fix`. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+  constructor(
+    readonly source: string,
+    readonly problems: string[],
+  ) {
+    super(`Invalid configuration in ${source}:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+  }
+}
+
+/** Validates a parsed config object; throws {@link ConfigError} naming each bad field. */
+export function parseConfig(input: unknown, source = 'config'): SparkConfig {
+  const result = ConfigSchema.safeParse(input ?? {});
+  if (!result.success) {
+    throw new ConfigError(
+      source,
+      result.error.issues.map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`),
+    );
+  }
+  return result.data;
+}
+
+/** Parses config file text (JSON); a syntax error is a ConfigError too. */
+export function parseConfigText(text: string, source: string): SparkConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    throw new ConfigError(source, [`not valid JSON: ${(e as Error).message}`]);
+  }
+  return parseConfig(raw, source);
+}
+
+/** The built-in default config: two Sparks, spark-1 homes Deckard. */
+export function defaultConfig(): SparkConfig {
+  return parseConfig({}, 'defaults');
+}

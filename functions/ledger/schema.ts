@@ -1,0 +1,184 @@
+import { sql } from 'drizzle-orm';
+import { index, integer, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+
+/**
+ * The reservation ledger (DESIGN.md: "Every decision lives in one ledger"). Times are epoch ms.
+ * Migrations are generated from this file by drizzle-kit (`npm run db:generate`).
+ */
+
+export const hosts = sqliteTable('hosts', {
+  id: text('id').primaryKey(),
+  pool: text('pool').notNull(),
+  gpus: integer('gpus').notNull().default(1),
+  homeService: text('home_service'),
+  managed: integer('managed', { mode: 'boolean' }).notNull().default(false),
+  phase: text('phase').notNull().default('idle'),
+  lastHeartbeatAt: integer('last_heartbeat_at'),
+  factsJson: text('facts_json'),
+  /** Last fencing token issued for this host; the next grant uses this + 1. */
+  fencingToken: integer('fencing_token').notNull().default(0),
+  restoreAttempts: integer('restore_attempts').notNull().default(0),
+  /** When the next restore attempt may start (backoff after a failed restore). */
+  restoreNotBefore: integer('restore_not_before'),
+  note: text('note'),
+  updatedAt: integer('updated_at').notNull(),
+});
+
+export const reservations = sqliteTable(
+  'reservations',
+  {
+    id: text('id').primaryKey(),
+    seq: integer('seq').notNull(),
+    kind: text('kind').notNull(),
+    priority: integer('priority').notNull(),
+    topology: text('topology').notNull(),
+    pool: text('pool').notNull(),
+    targetHost: text('target_host'),
+    repo: text('repo'),
+    pr: integer('pr'),
+    headSha: text('head_sha'),
+    suite: text('suite'),
+    requester: text('requester').notNull(),
+    status: text('status').notNull(),
+    /** Why it waits (queued) or how it ended (terminal), in words. */
+    reason: text('reason'),
+    position: integer('position'),
+    outcome: text('outcome'),
+    createdAt: integer('created_at').notNull(),
+    updatedAt: integer('updated_at').notNull(),
+    queueDeadline: integer('queue_deadline').notNull(),
+    grantedAt: integer('granted_at'),
+    endedAt: integer('ended_at'),
+    ttlS: integer('ttl_s'),
+    /** Runner start attempts (JIT runner not picked up → retried with backoff). */
+    attempt: integer('attempt').notNull().default(0),
+    retryNotBefore: integer('retry_not_before'),
+    checkRunId: integer('check_run_id'),
+    receiptJson: text('receipt_json'),
+    /** Free-form data owned by the GitHub integration (delivery ids, label, installation). */
+    metaJson: text('meta_json'),
+  },
+  (t) => [
+    uniqueIndex('reservations_seq').on(t.seq),
+    index('reservations_status').on(t.status, t.priority, t.seq),
+    index('reservations_pr').on(t.repo, t.pr),
+  ],
+);
+
+export const leases = sqliteTable(
+  'leases',
+  {
+    id: text('id').primaryKey(),
+    reservationId: text('reservation_id')
+      .notNull()
+      .references(() => reservations.id),
+    hostId: text('host_id')
+      .notNull()
+      .references(() => hosts.id),
+    fencingToken: integer('fencing_token').notNull(),
+    status: text('status').notNull(),
+    lend: integer('lend', { mode: 'boolean' }).notNull().default(false),
+    grantedAt: integer('granted_at').notNull(),
+    expiresAt: integer('expires_at').notNull(),
+    releasedAt: integer('released_at'),
+    /** SHA-256 of the short-lived per-lease token the runner uses for preflight and receipts. */
+    jobTokenHash: text('job_token_hash'),
+  },
+  (t) => [
+    uniqueIndex('leases_host_token').on(t.hostId, t.fencingToken),
+    // Rule 2 enforced by the database itself: at most one binding lease per host, whichever
+    // process writes it.
+    uniqueIndex('leases_one_binding_per_host')
+      .on(t.hostId)
+      .where(sql`status in ('active', 'expired', 'releasing')`),
+    index('leases_reservation').on(t.reservationId),
+  ],
+);
+
+/** Append-only history: every transition with its cause. Never updated or deleted. */
+export const events = sqliteTable(
+  'events',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    at: integer('at').notNull(),
+    subjectType: text('subject_type').notNull(),
+    subjectId: text('subject_id').notNull(),
+    type: text('type').notNull(),
+    fromState: text('from_state'),
+    toState: text('to_state'),
+    cause: text('cause').notNull(),
+    actor: text('actor').notNull(),
+    dataJson: text('data_json'),
+  },
+  (t) => [index('events_subject').on(t.subjectType, t.subjectId, t.id)],
+);
+
+export const webhookDeliveries = sqliteTable('webhook_deliveries', {
+  deliveryId: text('delivery_id').primaryKey(),
+  event: text('event').notNull(),
+  action: text('action'),
+  receivedAt: integer('received_at').notNull(),
+  result: text('result').notNull(),
+});
+
+export const outbox = sqliteTable(
+  'outbox',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    kind: text('kind').notNull(),
+    /** Same key = same side effect; a second enqueue is ignored. */
+    idempotencyKey: text('idempotency_key').notNull(),
+    reservationId: text('reservation_id'),
+    payloadJson: text('payload_json').notNull(),
+    status: text('status').notNull().default('pending'),
+    attempts: integer('attempts').notNull().default(0),
+    nextAttemptAt: integer('next_attempt_at').notNull(),
+    /** Claim token + expiry so two controller processes never send the same item at once. */
+    claimedBy: text('claimed_by'),
+    claimedUntil: integer('claimed_until'),
+    lastError: text('last_error'),
+    resultJson: text('result_json'),
+    createdAt: integer('created_at').notNull(),
+    sentAt: integer('sent_at'),
+  },
+  (t) => [uniqueIndex('outbox_key').on(t.idempotencyKey), index('outbox_due').on(t.status, t.nextAttemptAt)],
+);
+
+export const agentTokens = sqliteTable('agent_tokens', {
+  id: text('id').primaryKey(),
+  hostId: text('host_id')
+    .notNull()
+    .references(() => hosts.id),
+  tokenHash: text('token_hash').notNull().unique(),
+  createdAt: integer('created_at').notNull(),
+  revokedAt: integer('revoked_at'),
+  lastUsedAt: integer('last_used_at'),
+});
+
+export const apiTokens = sqliteTable('api_tokens', {
+  id: text('id').primaryKey(),
+  name: text('name').notNull(),
+  /** Comma-separated scopes: develop, operate, emergency. */
+  scopes: text('scopes').notNull(),
+  tokenHash: text('token_hash').notNull().unique(),
+  createdAt: integer('created_at').notNull(),
+  revokedAt: integer('revoked_at'),
+  lastUsedAt: integer('last_used_at'),
+});
+
+/** Repositories an operator enabled (DESIGN.md: enabling is explicit). */
+export const repositories = sqliteTable('repositories', {
+  fullName: text('full_name').primaryKey(),
+  installationId: integer('installation_id'),
+  defaultBranch: text('default_branch').notNull().default('main'),
+  pairEnabled: integer('pair_enabled', { mode: 'boolean' }).notNull().default(false),
+  workflow: text('workflow'),
+  enabledAt: integer('enabled_at').notNull(),
+  disabledAt: integer('disabled_at'),
+});
+
+/** Small key/value state (sequence counters, cron last-run marks). */
+export const meta = sqliteTable('meta', {
+  key: text('key').primaryKey(),
+  value: text('value').notNull(),
+});

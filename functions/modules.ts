@@ -1,0 +1,7 @@
+import type { AppModule } from './app.ts';
+
+/**
+ * The controller's parts, mounted in this order by both entries (Node and Workers).
+ * Each module lives in its own folder under functions/ and registers itself here with one line.
+ */
+export const appModules: AppModule[] = [];

@@ -1,0 +1,120 @@
+import { mkdirSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { serve } from '@hono/node-server';
+import { createClient } from '@libsql/client';
+import { type AdmissionLoop, startAdmissionLoop } from './admission-loop.ts';
+import { type App, type AppContext, type AppModule, createApp } from './app.ts';
+import { openLedgerDb } from './ledger/db.ts';
+import { type Clock, Ledger } from './ledger/ledger.ts';
+import { applyMigrations } from './ledger/migrate.ts';
+import { loadMigrations } from './ledger/migrations-fs.ts';
+import { createLogger, type Logger } from './log.ts';
+import { appModules } from './modules.ts';
+import type { Settings } from './settings.ts';
+
+export interface RunningController {
+  url: string;
+  port: number;
+  app: App;
+  ctx: AppContext;
+  ledger: Ledger;
+  loop: AdmissionLoop;
+  close(): Promise<void>;
+}
+
+export interface StartOptions {
+  settings: Settings;
+  modules?: readonly AppModule[];
+  log?: Logger;
+  clock?: Clock;
+  fetch?: typeof fetch;
+  /** Module tick period (outbox, sweeps). */
+  tickMs?: number;
+  admissionIntervalMs?: number;
+  /** Do not listen on a port (tests using app.request()). */
+  noListen?: boolean;
+}
+
+/** Opens (and migrates) a ledger for Node: embedded file or remote libSQL through one code path. */
+export async function openNodeLedger(settings: Settings, opts: { clock?: Clock; log?: Logger } = {}) {
+  const url = settings.ledgerUrl;
+  if (url.startsWith('file:')) {
+    const path = url.slice('file:'.length).replace(/^\/\/(?=\/)/, '');
+    if (path && !path.startsWith(':memory:')) mkdirSync(dirname(resolve(path)), { recursive: true });
+  }
+  const store = await openLedgerDb({ url, authToken: settings.ledgerAuthToken, createClient });
+  const applied = await applyMigrations(store, loadMigrations());
+  if (applied.length) opts.log?.info('ledger migrated', { applied });
+  const ledger = new Ledger(store, { config: settings.config, ...(opts.clock ? { clock: opts.clock } : {}) });
+  await ledger.syncHosts();
+  return ledger;
+}
+
+/** Starts the controller on Node with its embedded (or remote) ledger. */
+export async function startController(opts: StartOptions): Promise<RunningController> {
+  const log = opts.log ?? createLogger(opts.settings.logLevel);
+  const modules = opts.modules ?? appModules;
+  const ledger = await openNodeLedger(opts.settings, { log, ...(opts.clock ? { clock: opts.clock } : {}) });
+  const base = { ledger, settings: opts.settings, log, fetch: opts.fetch ?? fetch, runtime: 'node' as const };
+  for (const m of modules) for (const h of m.hooks?.(base) ?? []) ledger.addHook(h);
+  const loop = startAdmissionLoop(ledger, {
+    intervalMs: opts.admissionIntervalMs ?? 2000,
+    onError: (e) => log.error('admission pass failed', { error: String(e) }),
+  });
+  const ctx: AppContext = { ...base, loop };
+  const app = createApp(ctx, modules);
+
+  let ticking = false;
+  const tick = async () => {
+    if (ticking) return;
+    ticking = true;
+    try {
+      for (const m of modules) {
+        try {
+          await m.tick?.(ctx);
+        } catch (e) {
+          log.error('module tick failed', { module: m.name, error: String(e) });
+        }
+      }
+    } finally {
+      ticking = false;
+    }
+  };
+  const tickTimer = setInterval(() => void tick(), opts.tickMs ?? 1000);
+  tickTimer.unref();
+  void loop.runNow();
+
+  let server: ReturnType<typeof serve> | null = null;
+  let port = 0;
+  if (!opts.noListen) {
+    const { host, port: wanted } = opts.settings.config.listen;
+    server = await new Promise<ReturnType<typeof serve>>((res, rej) => {
+      const s = serve({ fetch: app.fetch, hostname: host, port: wanted }, () => res(s));
+      s.once('error', rej);
+    });
+    port = (server.address() as AddressInfo).port;
+  }
+  const url = `http://${opts.settings.config.listen.host}:${port}`;
+  return {
+    url,
+    port,
+    app,
+    ctx,
+    ledger,
+    loop,
+    async close() {
+      clearInterval(tickTimer);
+      await loop.stop();
+      if (server) {
+        const s = server;
+        (s as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+        await new Promise<void>((r) => s.close(() => r()));
+      }
+      ledger.store.close();
+    },
+  };
+}
+
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');

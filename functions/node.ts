@@ -1,0 +1,46 @@
+#!/usr/bin/env -S npx tsx
+/**
+ * `npm start`: the controller on Node with the embedded libSQL ledger (./data/spark.db).
+ * Reads SPARK_CONFIG (default ./spark.config.json when present) and SPARK_* variables.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { ConfigError } from '../core/config.ts';
+import { createLogger } from './log.ts';
+import { startController } from './node-server.ts';
+import { settingsFromEnv } from './settings.ts';
+
+async function main() {
+  const configPath = process.env.SPARK_CONFIG ?? (existsSync('spark.config.json') ? 'spark.config.json' : null);
+  let configText: { text: string; source: string } | null = null;
+  if (configPath) {
+    const abs = resolve(configPath);
+    if (!existsSync(abs)) throw new ConfigError(configPath, [`file not found (SPARK_CONFIG=${configPath})`]);
+    configText = { text: readFileSync(abs, 'utf8'), source: configPath };
+  }
+  const settings = settingsFromEnv(process.env, configText);
+  const log = createLogger(settings.logLevel);
+  const c = await startController({ settings, log });
+  log.info('controller listening', {
+    url: c.url,
+    ledger: settings.ledgerUrl.startsWith('file:') ? settings.ledgerUrl : settings.ledgerUrl.replace(/\/\/.*@/, '//'),
+    config: configPath ?? 'built-in defaults',
+  });
+  console.log(`Spark controller listening on ${c.url} (dashboard ${c.url}/, health ${c.url}/healthz)`);
+  const shutdown = async (signal: string) => {
+    log.info('shutting down', { signal });
+    await c.close();
+    process.exit(0);
+  };
+  process.once('SIGINT', () => void shutdown('SIGINT'));
+  process.once('SIGTERM', () => void shutdown('SIGTERM'));
+}
+
+main().catch((e) => {
+  if (e instanceof ConfigError) {
+    console.error(e.message);
+    process.exit(2);
+  }
+  console.error(`spark controller failed to start: ${(e as Error)?.message ?? e}`);
+  process.exit(1);
+});

@@ -1,0 +1,82 @@
+import { z } from 'zod';
+import { ConfigError, parseConfig, parseConfigText, type SparkConfig } from '../core/config.ts';
+
+/**
+ * The controller's boundary: the only place that reads environment variables / Worker bindings.
+ * Secrets come from the environment (never the config file); everything else from the config.
+ */
+
+const ledgerUrl = z.string().superRefine((u, ctx) => {
+  if (!/^(file:|libsql:|https?:|wss?:)/.test(u)) {
+    ctx.addIssue({ code: 'custom', message: `Invalid SPARK_LEDGER_URL '${u}': expected file:, libsql:, http(s): or ws(s):` });
+  }
+});
+
+export const EnvSchema = z.object({
+  SPARK_CONFIG: z.string().optional().describe('Path to spark.config.json (Node).'),
+  SPARK_CONFIG_JSON: z.string().optional().describe('The config itself as JSON (Workers var).'),
+  SPARK_LEDGER_URL: ledgerUrl.optional(),
+  SPARK_LEDGER_AUTH_TOKEN: z.string().optional(),
+  SPARK_HOST: z.string().optional(),
+  SPARK_PORT: z
+    .string()
+    .regex(/^\d+$/, 'SPARK_PORT must be a port number')
+    .optional(),
+  SPARK_WEBHOOK_SECRET: z.string().optional(),
+  SPARK_GITHUB_APP_ID: z.string().optional(),
+  SPARK_GITHUB_PRIVATE_KEY: z.string().optional(),
+  SPARK_GITHUB_API_URL: z.url().optional(),
+  SPARK_PUBLIC_URL: z.url().optional(),
+  SPARK_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).optional(),
+});
+
+export interface Settings {
+  config: SparkConfig;
+  ledgerUrl: string;
+  ledgerAuthToken: string | undefined;
+  webhookSecret: string | undefined;
+  githubAppId: string | undefined;
+  githubPrivateKey: string | undefined;
+  /** URL agents and runners use to reach this controller. */
+  publicUrl: string | undefined;
+  logLevel: 'debug' | 'info' | 'warn' | 'error';
+}
+
+/** Builds settings from env-like key/values plus config text (already read by the caller). */
+export function settingsFromEnv(
+  env: Record<string, string | undefined>,
+  configText: { text: string; source: string } | null,
+): Settings {
+  const parsed = EnvSchema.safeParse(env);
+  if (!parsed.success) {
+    throw new ConfigError(
+      'environment',
+      parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`),
+    );
+  }
+  const e = parsed.data;
+  let config = configText
+    ? parseConfigText(configText.text, configText.source)
+    : e.SPARK_CONFIG_JSON
+      ? parseConfigText(e.SPARK_CONFIG_JSON, 'SPARK_CONFIG_JSON')
+      : parseConfig({}, 'defaults');
+  const overrides: Record<string, unknown> = {};
+  if (e.SPARK_HOST || e.SPARK_PORT) {
+    overrides.listen = {
+      host: e.SPARK_HOST ?? config.listen.host,
+      port: e.SPARK_PORT ? Number(e.SPARK_PORT) : config.listen.port,
+    };
+  }
+  if (e.SPARK_GITHUB_API_URL) overrides.github = { ...config.github, apiUrl: e.SPARK_GITHUB_API_URL };
+  if (Object.keys(overrides).length) config = parseConfig({ ...config, ...overrides }, 'environment overrides');
+  return {
+    config,
+    ledgerUrl: e.SPARK_LEDGER_URL ?? config.ledgerUrl,
+    ledgerAuthToken: e.SPARK_LEDGER_AUTH_TOKEN,
+    webhookSecret: e.SPARK_WEBHOOK_SECRET,
+    githubAppId: e.SPARK_GITHUB_APP_ID ?? (config.github.appId != null ? String(config.github.appId) : undefined),
+    githubPrivateKey: e.SPARK_GITHUB_PRIVATE_KEY,
+    publicUrl: e.SPARK_PUBLIC_URL,
+    logLevel: e.SPARK_LOG_LEVEL ?? 'info',
+  };
+}

@@ -1,0 +1,160 @@
+import { planAdmission } from '../core/admission.ts';
+import type { HostState, ReservationKind, ReservationStatus, Suite, Topology } from '../core/model.ts';
+import type { Ledger } from './ledger/ledger.ts';
+import { toHostRecord, toLeaseRecord, toReservationRecord } from './ledger/ledger.ts';
+
+/**
+ * Sanitized, public views of the ledger (DESIGN.md "Observability"). These types are the only
+ * thing the dashboard, the public JSON APIs and /metrics render from: they have no field for
+ * host addresses, usernames, commands, environment values, model paths, credentials, raw logs
+ * or fencing tokens, so none can leak by accident.
+ */
+
+export interface HostView {
+  id: string;
+  pool: string;
+  gpus: number;
+  state: HostState;
+  managed: boolean;
+  homeService: string | null;
+  /** Health of the home service in words a person reads: serving, stopped, restoring, failed. */
+  serviceHealth: 'serving' | 'stopped' | 'starting' | 'draining' | 'failed' | 'none' | 'unknown';
+  lastHeartbeatAgeS: number | null;
+  gpuProcessCount: number | null;
+  reservation: { id: string; kind: ReservationKind; topology: Topology; status: ReservationStatus } | null;
+  /** For held/draining hosts: which request it is kept for. */
+  keptFor: string | null;
+  note: string | null;
+}
+
+export interface QueueItemView {
+  id: string;
+  position: number | null;
+  kind: ReservationKind;
+  priority: number;
+  topology: Topology;
+  status: ReservationStatus;
+  suite: Suite | null;
+  repo: string | null;
+  pr: number | null;
+  prUrl: string | null;
+  headSha: string | null;
+  hosts: string[];
+  reason: string | null;
+  ageS: number;
+}
+
+export interface FleetView {
+  generatedAt: string;
+  /** True only when every configured host is adopted and heartbeating. */
+  managed: boolean;
+  hosts: HostView[];
+}
+
+export interface QueueView {
+  generatedAt: string;
+  queued: QueueItemView[];
+  active: QueueItemView[];
+}
+
+const SHA = /^[0-9a-f]{7,64}$/i;
+const REPO = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;
+
+function prUrl(webBase: string, repo: string | null, pr: number | null): string | null {
+  if (!repo || pr == null || !REPO.test(repo)) return null;
+  return `${webBase}/${repo}/pull/${pr}`;
+}
+
+/** github.com for api.github.com, https://HOST for a GHES https://HOST/api/v3. */
+export function githubWebBase(apiUrl: string): string {
+  const u = new URL(apiUrl);
+  if (u.hostname === 'api.github.com') return 'https://github.com';
+  return `${u.protocol}//${u.host}`;
+}
+
+export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; queue: QueueView }> {
+  const now = ledger.clock();
+  const { hostRows, leaseRows, resvRows } = await ledger.loadAdmissionInput(undefined);
+  const plan = planAdmission({
+    now,
+    config: ledger.config,
+    hosts: hostRows.map(toHostRecord),
+    leases: leaseRows.map(toLeaseRecord),
+    reservations: resvRows.map(toReservationRecord),
+  });
+  const web = githubWebBase(ledger.config.github.apiUrl);
+  const resvById = new Map(resvRows.map((r) => [r.id, r]));
+  const hostsOf = new Map<string, string[]>();
+  for (const l of leaseRows) hostsOf.set(l.reservationId, [...(hostsOf.get(l.reservationId) ?? []), l.hostId]);
+  const kept = new Map<string, string>();
+  for (const h of plan.holds) kept.set(h.hostId, h.reservationId);
+  for (const d of plan.draining) kept.set(d.hostId, d.reservationId);
+  const positions = new Map(plan.waits.map((w) => [w.reservationId, w]));
+
+  const hosts: HostView[] = hostRows
+    .map((h) => {
+      const rec = toHostRecord(h);
+      const lease = leaseRows.find((l) => l.hostId === h.id);
+      const r = lease ? resvById.get(lease.reservationId) : undefined;
+      return {
+        id: h.id,
+        pool: h.pool,
+        gpus: h.gpus,
+        state: plan.hostStates[h.id] ?? 'unknown',
+        managed: h.managed,
+        homeService: h.homeService,
+        serviceHealth: h.homeService
+          ? h.phase === 'restoring'
+            ? 'starting'
+            : (rec.facts?.serviceState ?? 'unknown')
+          : 'none',
+        lastHeartbeatAgeS: h.lastHeartbeatAt == null ? null : Math.max(0, Math.round((now - h.lastHeartbeatAt) / 1000)),
+        gpuProcessCount: rec.facts?.gpuProcesses?.length ?? null,
+        reservation: r
+          ? {
+              id: r.id,
+              kind: r.kind as ReservationKind,
+              topology: r.topology as Topology,
+              status: r.status as ReservationStatus,
+            }
+          : null,
+        keptFor: kept.get(h.id) ?? null,
+        note: plan.hostNotes[h.id] ?? (h.phase === 'quarantined' ? 'quarantined: restore failed; operator must clear' : null),
+      } satisfies HostView;
+    })
+    .sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
+
+  const item = (r: (typeof resvRows)[number]): QueueItemView => {
+    const w = positions.get(r.id);
+    return {
+      id: r.id,
+      position: r.status === 'queued' ? (w?.position ?? r.position ?? null) : null,
+      kind: r.kind as ReservationKind,
+      priority: r.priority,
+      topology: r.topology as Topology,
+      status: r.status as ReservationStatus,
+      suite: r.suite as Suite | null,
+      repo: r.repo && REPO.test(r.repo) ? r.repo : null,
+      pr: r.pr,
+      prUrl: prUrl(web, r.repo, r.pr),
+      headSha: r.headSha && SHA.test(r.headSha) ? r.headSha : null,
+      hosts: hostsOf.get(r.id) ?? [],
+      reason: r.status === 'queued' ? (w?.reason ?? r.reason) : null,
+      ageS: Math.max(0, Math.round((now - r.createdAt) / 1000)),
+    };
+  };
+  const queued = resvRows
+    .filter((r) => r.status === 'queued')
+    .map(item)
+    .sort((a, b) => (a.position ?? 1e9) - (b.position ?? 1e9));
+  const active = resvRows.filter((r) => r.status !== 'queued').map(item);
+  const generatedAt = new Date(now).toISOString();
+  return {
+    fleet: {
+      generatedAt,
+      managed: hosts.length > 0 && hosts.every((h) => h.managed && h.state !== 'offline' && h.state !== 'unknown'),
+      hosts,
+    },
+    queue: { generatedAt, queued, active },
+  };
+}

@@ -1,0 +1,12 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    // Integration and e2e tests start real processes and share 2 cores; keep the pool small.
+    maxWorkers: 2,
+    reporters: ['default'],
+  },
+});
