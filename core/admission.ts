@@ -83,7 +83,11 @@ type Base =
   | { kind: 'free'; state: 'idle' | 'service' };
 
 /** Whether a host's last heartbeat is recent enough; a host never heard from is offline (rule 8). */
-export function isHeartbeatFresh(host: Pick<HostRecord, 'lastHeartbeatAt'>, now: number, offlineAfterS: number) {
+export function isHeartbeatFresh(
+  host: Pick<HostRecord, 'lastHeartbeatAt'>,
+  now: number,
+  offlineAfterS: number,
+) {
   return host.lastHeartbeatAt != null && now - host.lastHeartbeatAt <= offlineAfterS * 1000;
 }
 
@@ -97,16 +101,28 @@ function classify(host: HostRecord, bound: LeaseRecord | undefined, now: number,
     case 'quarantined':
       return { kind: 'out', state: 'quarantined', why: `${host.id} quarantined until an operator clears it` };
     case 'release-required':
-      return { kind: 'out', state: 'release-required', why: `${host.id} needs release: processes outlived the lease` };
+      return {
+        kind: 'out',
+        state: 'release-required',
+        why: `${host.id} needs release: processes outlived the lease`,
+      };
     case 'cleaning':
       return { kind: 'busy', state: 'cleaning', why: `${host.id} cleaning up` };
     case 'restoring':
-      return { kind: 'busy', state: 'restoring', why: `${host.id} restoring ${host.homeService ?? 'service'}` };
+      return {
+        kind: 'busy',
+        state: 'restoring',
+        why: `${host.id} restoring ${host.homeService ?? 'service'}`,
+      };
     default:
       break;
   }
   if (bound || host.phase === 'allocated') {
-    return { kind: 'busy', state: 'allocated', why: `${host.id} allocated${bound ? ` to ${bound.reservationId}` : ''}` };
+    return {
+      kind: 'busy',
+      state: 'allocated',
+      why: `${host.id} allocated${bound ? ` to ${bound.reservationId}` : ''}`,
+    };
   }
   const facts = host.facts;
   if (!facts || facts.gpuProcesses == null) {
@@ -193,7 +209,9 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     }
   }
   for (const list of freeByPool.values()) {
-    list.sort((a, b) => rank.get(a.id)! - rank.get(b.id)! || a.id.localeCompare(b.id, 'en', { numeric: true }));
+    list.sort(
+      (a, b) => rank.get(a.id)! - rank.get(b.id)! || a.id.localeCompare(b.id, 'en', { numeric: true }),
+    );
   }
 
   // Budgets (rule 6): count from grant until termination is confirmed.
@@ -306,7 +324,9 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
         const by = held.get(target.id);
         wait(
           by ? 'held-for-pair' : 'hosts-busy',
-          by ? `${target.id} held for ${by}` : `${target.id} draining: ${b.kind === 'busy' ? b.why : ''}; active job finishing`,
+          by
+            ? `${target.id} held for ${by}`
+            : `${target.id} draining: ${b.kind === 'busy' ? b.why : ''}; active job finishing`,
         );
         continue;
       }
@@ -388,7 +408,8 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
       lend: lend.map((h) => h.id),
       gpus: g,
     });
-    for (const h of candidates) base.set(h.id, { kind: 'busy', state: 'allocated', why: `${h.id} allocated to ${r.id}` });
+    for (const h of candidates)
+      base.set(h.id, { kind: 'busy', state: 'allocated', why: `${h.id} allocated to ${r.id}` });
   }
 
   for (const [hostId, reservationId] of draining) plan.draining.push({ hostId, reservationId });

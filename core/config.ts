@@ -55,10 +55,22 @@ const timingsSchema = z
     offlineAfterS: z.number().int().positive().default(40),
     runnerPickupTimeoutS: z.number().int().positive().default(600),
     runnerRetries: z.number().int().min(0).default(3),
-    queueTimeoutS: z.number().int().positive().default(6 * 3600),
+    queueTimeoutS: z
+      .number()
+      .int()
+      .positive()
+      .default(6 * 3600),
     ciLeaseTtlS: z.number().int().positive().default(300).describe('CI lease TTL, renewed by heartbeats.'),
-    devLeaseDefaultTtlS: z.number().int().positive().default(4 * 3600),
-    devLeaseMaxTtlS: z.number().int().positive().default(24 * 3600),
+    devLeaseDefaultTtlS: z
+      .number()
+      .int()
+      .positive()
+      .default(4 * 3600),
+    devLeaseMaxTtlS: z
+      .number()
+      .int()
+      .positive()
+      .default(24 * 3600),
     restoreRetries: z.number().int().min(0).default(3),
     restoreBackoffS: z.number().int().positive().default(30),
     restoreHealthTimeoutS: z.number().int().positive().default(600),
@@ -67,8 +79,14 @@ const timingsSchema = z
 
 const githubSchema = z
   .object({
-    apiUrl: z.url().default('https://api.github.com').describe('GitHub REST base URL (GHES: https://HOST/api/v3).'),
-    appId: z.union([z.number().int().positive(), z.string().regex(/^\d+$/)]).nullable().default(null),
+    apiUrl: z
+      .url()
+      .default('https://api.github.com')
+      .describe('GitHub REST base URL (GHES: https://HOST/api/v3).'),
+    appId: z
+      .union([z.number().int().positive(), z.string().regex(/^\d+$/)])
+      .nullable()
+      .default(null),
     workflow: z.string().min(1).default('spark-pr-test.yml'),
     labels: z
       .object({
@@ -154,7 +172,11 @@ export const ConfigSchema = z
     });
     cfg.preferHosts.forEach((id, i) => {
       if (!seen.has(id)) {
-        ctx.addIssue({ code: 'custom', path: ['preferHosts', i], message: `preferHosts names unknown host "${id}"` });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['preferHosts', i],
+          message: `preferHosts names unknown host "${id}"`,
+        });
       }
     });
     if (cfg.timings.offlineAfterS <= cfg.timings.heartbeatIntervalS) {

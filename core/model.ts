@@ -3,7 +3,14 @@
  * Times are epoch milliseconds.
  */
 
-export const RESERVATION_KINDS = ['development', 'deckard', 'manual', 'merge', 'benchmark', 'background'] as const;
+export const RESERVATION_KINDS = [
+  'development',
+  'deckard',
+  'manual',
+  'merge',
+  'benchmark',
+  'background',
+] as const;
 export type ReservationKind = (typeof RESERVATION_KINDS)[number];
 
 export const TOPOLOGIES = ['single', 'pair'] as const;
@@ -26,7 +33,12 @@ export const RESERVATION_STATUSES = [
 export type ReservationStatus = (typeof RESERVATION_STATUSES)[number];
 
 /** Statuses in which a reservation holds hosts (granted until termination is confirmed). */
-export const ACTIVE_STATUSES: readonly ReservationStatus[] = ['allocated', 'preparing', 'running', 'releasing'];
+export const ACTIVE_STATUSES: readonly ReservationStatus[] = [
+  'allocated',
+  'preparing',
+  'running',
+  'releasing',
+];
 export const TERMINAL_STATUSES: readonly ReservationStatus[] = ['done', 'cancelled', 'superseded', 'failed'];
 
 export function isActiveStatus(s: ReservationStatus): boolean {

@@ -50,12 +50,17 @@ export class IllegalTransitionError extends Error {
   }
 }
 
-export function canTransition<S extends string>(table: Readonly<Record<S, readonly S[]>>, from: S, to: S): boolean {
+export function canTransition<S extends string>(
+  table: Readonly<Record<S, readonly S[]>>,
+  from: S,
+  to: S,
+): boolean {
   return table[from]?.includes(to) ?? false;
 }
 
 export function assertReservationTransition(from: ReservationStatus, to: ReservationStatus): void {
-  if (!canTransition(RESERVATION_TRANSITIONS, from, to)) throw new IllegalTransitionError('reservation', from, to);
+  if (!canTransition(RESERVATION_TRANSITIONS, from, to))
+    throw new IllegalTransitionError('reservation', from, to);
 }
 export function assertLeaseTransition(from: LeaseStatus, to: LeaseStatus): void {
   if (!canTransition(LEASE_TRANSITIONS, from, to)) throw new IllegalTransitionError('lease', from, to);

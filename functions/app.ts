@@ -52,14 +52,21 @@ export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
     if (err instanceof HTTPException) {
       const status = err.status;
       return c.json(
-        { error: { code: status === 413 ? 'payload_too_large' : 'http_error', message: err.message || 'request failed' } },
+        {
+          error: {
+            code: status === 413 ? 'payload_too_large' : 'http_error',
+            message: err.message || 'request failed',
+          },
+        },
         status,
       );
     }
     ctx.log.error('unhandled error', { path: c.req.path, error: String((err as Error)?.stack ?? err) });
     return c.json({ error: { code: 'internal', message: 'internal error' } }, 500);
   });
-  app.notFound((c) => c.json({ error: { code: 'not_found', message: `no route for ${c.req.method} ${c.req.path}` } }, 404));
+  app.notFound((c) =>
+    c.json({ error: { code: 'not_found', message: `no route for ${c.req.method} ${c.req.path}` } }, 404),
+  );
 
   app.get('/healthz', async (c) => {
     try {

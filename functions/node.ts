@@ -11,7 +11,8 @@ import { startController } from './node-server.ts';
 import { settingsFromEnv } from './settings.ts';
 
 async function main() {
-  const configPath = process.env.SPARK_CONFIG ?? (existsSync('spark.config.json') ? 'spark.config.json' : null);
+  const configPath =
+    process.env.SPARK_CONFIG ?? (existsSync('spark.config.json') ? 'spark.config.json' : null);
   let configText: { text: string; source: string } | null = null;
   if (configPath) {
     const abs = resolve(configPath);
@@ -23,7 +24,9 @@ async function main() {
   const c = await startController({ settings, log });
   log.info('controller listening', {
     url: c.url,
-    ledger: settings.ledgerUrl.startsWith('file:') ? settings.ledgerUrl : settings.ledgerUrl.replace(/\/\/.*@/, '//'),
+    ledger: settings.ledgerUrl.startsWith('file:')
+      ? settings.ledgerUrl
+      : settings.ledgerUrl.replace(/\/\/.*@/, '//'),
     config: configPath ?? 'built-in defaults',
   });
   console.log(`Spark controller listening on ${c.url} (dashboard ${c.url}/, health ${c.url}/healthz)`);

@@ -8,7 +8,10 @@ import { ConfigError, parseConfig, parseConfigText, type SparkConfig } from '../
 
 const ledgerUrl = z.string().superRefine((u, ctx) => {
   if (!/^(file:|libsql:|https?:|wss?:)/.test(u)) {
-    ctx.addIssue({ code: 'custom', message: `Invalid SPARK_LEDGER_URL '${u}': expected file:, libsql:, http(s): or ws(s):` });
+    ctx.addIssue({
+      code: 'custom',
+      message: `Invalid SPARK_LEDGER_URL '${u}': expected file:, libsql:, http(s): or ws(s):`,
+    });
   }
 });
 
@@ -18,10 +21,7 @@ export const EnvSchema = z.object({
   SPARK_LEDGER_URL: ledgerUrl.optional(),
   SPARK_LEDGER_AUTH_TOKEN: z.string().optional(),
   SPARK_HOST: z.string().optional(),
-  SPARK_PORT: z
-    .string()
-    .regex(/^\d+$/, 'SPARK_PORT must be a port number')
-    .optional(),
+  SPARK_PORT: z.string().regex(/^\d+$/, 'SPARK_PORT must be a port number').optional(),
   SPARK_WEBHOOK_SECRET: z.string().optional(),
   SPARK_GITHUB_APP_ID: z.string().optional(),
   SPARK_GITHUB_PRIVATE_KEY: z.string().optional(),
@@ -68,13 +68,15 @@ export function settingsFromEnv(
     };
   }
   if (e.SPARK_GITHUB_API_URL) overrides.github = { ...config.github, apiUrl: e.SPARK_GITHUB_API_URL };
-  if (Object.keys(overrides).length) config = parseConfig({ ...config, ...overrides }, 'environment overrides');
+  if (Object.keys(overrides).length)
+    config = parseConfig({ ...config, ...overrides }, 'environment overrides');
   return {
     config,
     ledgerUrl: e.SPARK_LEDGER_URL ?? config.ledgerUrl,
     ledgerAuthToken: e.SPARK_LEDGER_AUTH_TOKEN,
     webhookSecret: e.SPARK_WEBHOOK_SECRET,
-    githubAppId: e.SPARK_GITHUB_APP_ID ?? (config.github.appId != null ? String(config.github.appId) : undefined),
+    githubAppId:
+      e.SPARK_GITHUB_APP_ID ?? (config.github.appId != null ? String(config.github.appId) : undefined),
     githubPrivateKey: e.SPARK_GITHUB_PRIVATE_KEY,
     publicUrl: e.SPARK_PUBLIC_URL,
     logLevel: e.SPARK_LOG_LEVEL ?? 'info',

@@ -85,7 +85,8 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
   const web = githubWebBase(ledger.config.github.apiUrl);
   const resvById = new Map(resvRows.map((r) => [r.id, r]));
   const hostsOf = new Map<string, string[]>();
-  for (const l of leaseRows) hostsOf.set(l.reservationId, [...(hostsOf.get(l.reservationId) ?? []), l.hostId]);
+  for (const l of leaseRows)
+    hostsOf.set(l.reservationId, [...(hostsOf.get(l.reservationId) ?? []), l.hostId]);
   const kept = new Map<string, string>();
   for (const h of plan.holds) kept.set(h.hostId, h.reservationId);
   for (const d of plan.draining) kept.set(d.hostId, d.reservationId);
@@ -108,7 +109,8 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
             ? 'starting'
             : (rec.facts?.serviceState ?? 'unknown')
           : 'none',
-        lastHeartbeatAgeS: h.lastHeartbeatAt == null ? null : Math.max(0, Math.round((now - h.lastHeartbeatAt) / 1000)),
+        lastHeartbeatAgeS:
+          h.lastHeartbeatAt == null ? null : Math.max(0, Math.round((now - h.lastHeartbeatAt) / 1000)),
         gpuProcessCount: rec.facts?.gpuProcesses?.length ?? null,
         reservation: r
           ? {
@@ -119,7 +121,9 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
             }
           : null,
         keptFor: kept.get(h.id) ?? null,
-        note: plan.hostNotes[h.id] ?? (h.phase === 'quarantined' ? 'quarantined: restore failed; operator must clear' : null),
+        note:
+          plan.hostNotes[h.id] ??
+          (h.phase === 'quarantined' ? 'quarantined: restore failed; operator must clear' : null),
       } satisfies HostView;
     })
     .sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
@@ -152,7 +156,8 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
   return {
     fleet: {
       generatedAt,
-      managed: hosts.length > 0 && hosts.every((h) => h.managed && h.state !== 'offline' && h.state !== 'unknown'),
+      managed:
+        hosts.length > 0 && hosts.every((h) => h.managed && h.state !== 'offline' && h.state !== 'unknown'),
       hosts,
     },
     queue: { generatedAt, queued, active },

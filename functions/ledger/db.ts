@@ -58,7 +58,9 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
           return await db.transaction(fn);
         } catch (e) {
           if (!isBusy(e) || attempt >= 50) throw e;
-          await new Promise((r) => setTimeout(r, Math.min(200, 5 * 2 ** Math.min(attempt, 5)) * Math.random() + 1));
+          await new Promise((r) =>
+            setTimeout(r, Math.min(200, 5 * 2 ** Math.min(attempt, 5)) * Math.random() + 1),
+          );
         }
       }
     };

@@ -15,7 +15,11 @@ import {
   type Suite,
   type Topology,
 } from '../../core/model.ts';
-import { assertHostTransition, assertLeaseTransition, assertReservationTransition } from '../../core/state-machines.ts';
+import {
+  assertHostTransition,
+  assertLeaseTransition,
+  assertReservationTransition,
+} from '../../core/state-machines.ts';
 import { ApiError, conflict, notFound, staleFencingToken } from '../errors.ts';
 import type { LedgerDb, Tx } from './db.ts';
 import * as t from './schema.ts';
@@ -280,7 +284,8 @@ export class Ledger {
       const host = await this.getHost(tx, hostId);
       if (!host) throw notFound(`host ${hostId}`);
       const wasFresh =
-        host.lastHeartbeatAt != null && now - host.lastHeartbeatAt <= this.config.timings.offlineAfterS * 1000;
+        host.lastHeartbeatAt != null &&
+        now - host.lastHeartbeatAt <= this.config.timings.offlineAfterS * 1000;
       await tx
         .update(t.hosts)
         .set({ factsJson: JSON.stringify(facts), lastHeartbeatAt: now, updatedAt: now })
@@ -298,8 +303,18 @@ export class Ledger {
       if (host.homeService) {
         if (host.phase === 'idle' && facts.serviceState === 'serving') {
           await this.setHostPhase(tx, now, host, 'service', `${host.homeService} reported serving`, actor);
-        } else if (host.phase === 'service' && (facts.serviceState === 'stopped' || facts.serviceState === 'failed')) {
-          await this.setHostPhase(tx, now, host, 'idle', `${host.homeService} reported ${facts.serviceState}`, actor);
+        } else if (
+          host.phase === 'service' &&
+          (facts.serviceState === 'stopped' || facts.serviceState === 'failed')
+        ) {
+          await this.setHostPhase(
+            tx,
+            now,
+            host,
+            'idle',
+            `${host.homeService} reported ${facts.serviceState}`,
+            actor,
+          );
         }
       }
       const ttl = this.config.timings.ciLeaseTtlS * 1000;
@@ -572,7 +587,10 @@ export class Ledger {
         // the agent may report termination on its own (runner exited); start the release first
         if (['allocated', 'preparing', 'running'].includes(r.status)) {
           await this.beginRelease(r.id, r.outcome ?? 'released', 'agent reported termination', actor, tx);
-          Object.assign(lease, (await this.leasesOf(tx, r.id)).find((l) => l.id === lease.id));
+          Object.assign(
+            lease,
+            (await this.leasesOf(tx, r.id)).find((l) => l.id === lease.id),
+          );
           Object.assign(r, await this.getReservation(tx, r.id));
           Object.assign(host, await this.getHost(tx, hostId));
         } else {
@@ -583,7 +601,8 @@ export class Ledger {
       if (host.phase === 'release-required') {
         await this.setHostPhase(tx, now, host, 'cleaning', 'processes gone', actor);
       }
-      if (host.phase === 'allocated') await this.setHostPhase(tx, now, host, 'cleaning', 'cleanup confirmed', actor);
+      if (host.phase === 'allocated')
+        await this.setHostPhase(tx, now, host, 'cleaning', 'cleanup confirmed', actor);
       await this.setHostPhase(
         tx,
         now,
@@ -621,14 +640,27 @@ export class Ledger {
       }
       changed.add(`host:${hostId}`).add('reservation');
       if (ok) {
-        await tx.update(t.hosts).set({ restoreAttempts: 0, restoreNotBefore: null }).where(eq(t.hosts.id, hostId));
-        await this.setHostPhase(tx, now, host, 'service', `${host.homeService} model-ready health passed`, actor);
+        await tx
+          .update(t.hosts)
+          .set({ restoreAttempts: 0, restoreNotBefore: null })
+          .where(eq(t.hosts.id, hostId));
+        await this.setHostPhase(
+          tx,
+          now,
+          host,
+          'service',
+          `${host.homeService} model-ready health passed`,
+          actor,
+        );
         return host;
       }
       const attempts = host.restoreAttempts + 1;
       const { restoreRetries, restoreBackoffS } = this.config.timings;
       if (attempts > restoreRetries) {
-        await tx.update(t.hosts).set({ restoreAttempts: attempts, note: detail }).where(eq(t.hosts.id, hostId));
+        await tx
+          .update(t.hosts)
+          .set({ restoreAttempts: attempts, note: detail })
+          .where(eq(t.hosts.id, hostId));
         await this.setHostPhase(
           tx,
           now,
@@ -672,8 +704,18 @@ export class Ledger {
       const host = await this.getHost(tx, hostId);
       if (!host) throw notFound(`host ${hostId}`);
       if (host.phase !== 'quarantined') throw conflict('not_quarantined', `host ${hostId} is ${host.phase}`);
-      await tx.update(t.hosts).set({ restoreAttempts: 0, restoreNotBefore: null, note: null }).where(eq(t.hosts.id, hostId));
-      await this.setHostPhase(tx, now, host, host.homeService ? 'restoring' : 'idle', 'operator cleared quarantine', actor);
+      await tx
+        .update(t.hosts)
+        .set({ restoreAttempts: 0, restoreNotBefore: null, note: null })
+        .where(eq(t.hosts.id, hostId));
+      await this.setHostPhase(
+        tx,
+        now,
+        host,
+        host.homeService ? 'restoring' : 'idle',
+        'operator cleared quarantine',
+        actor,
+      );
       changed.add(`host:${hostId}`).add('reservation');
       return host;
     });
@@ -762,7 +804,13 @@ export class Ledger {
         } else {
           const r = resvById.get(ex.reservationId);
           if (r && ['allocated', 'preparing', 'running'].includes(r.status)) {
-            await this.beginRelease(r.id, 'expired', 'lease expired; agent asked to confirm termination', actor, tx);
+            await this.beginRelease(
+              r.id,
+              'expired',
+              'lease expired; agent asked to confirm termination',
+              actor,
+              tx,
+            );
           }
         }
         changed.add(`host:${ex.hostId}`).add('reservation');
@@ -770,7 +818,11 @@ export class Ledger {
 
       for (const g of plan.grants) {
         const r = resvById.get(g.reservationId)!;
-        const ttlS = r.ttlS ?? (r.kind === 'development' ? this.config.timings.devLeaseDefaultTtlS : this.config.timings.ciLeaseTtlS);
+        const ttlS =
+          r.ttlS ??
+          (r.kind === 'development'
+            ? this.config.timings.devLeaseDefaultTtlS
+            : this.config.timings.ciLeaseTtlS);
         const leases: PassResult['granted'][number]['leases'] = [];
         await this.transitionReservation(
           tx,

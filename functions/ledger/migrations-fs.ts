@@ -4,7 +4,9 @@ import { fileURLToPath } from 'node:url';
 import { type Migration, splitMigration } from './migrate.ts';
 
 /** Node only: reads drizzle-kit's committed migrations (journal order) from disk. */
-export function loadMigrations(dir = join(dirname(fileURLToPath(import.meta.url)), 'migrations')): Migration[] {
+export function loadMigrations(
+  dir = join(dirname(fileURLToPath(import.meta.url)), 'migrations'),
+): Migration[] {
   const journal = JSON.parse(readFileSync(join(dir, 'meta', '_journal.json'), 'utf8')) as {
     entries: { idx: number; tag: string }[];
   };

@@ -83,6 +83,13 @@ export const leases = sqliteTable(
     releasedAt: integer('released_at'),
     /** SHA-256 of the short-lived per-lease token the runner uses for preflight and receipts. */
     jobTokenHash: text('job_token_hash'),
+    /** Agent progress on this lease (each set once, by a report carrying the current token). */
+    preparedAt: integer('prepared_at'),
+    runnerStartedAt: integer('runner_started_at'),
+    runnerExitedAt: integer('runner_exited_at'),
+    exitCode: integer('exit_code'),
+    /** Compact evidence kept for the report: exit status, last log lines (never secrets). */
+    evidenceJson: text('evidence_json'),
   },
   (t) => [
     uniqueIndex('leases_host_token').on(t.hostId, t.fencingToken),
@@ -181,4 +188,24 @@ export const repositories = sqliteTable('repositories', {
 export const meta = sqliteTable('meta', {
   key: text('key').primaryKey(),
   value: text('value').notNull(),
+});
+
+/**
+ * JIT runner configs waiting to be handed to an agent. The config is written by the GitHub
+ * outbox when the host is prepared and is nulled in the same transaction that hands it over, so
+ * it is given exactly once and never rendered anywhere (DESIGN.md "Relay agent protocol").
+ */
+export const jitHandoffs = sqliteTable('jit_handoffs', {
+  leaseId: text('lease_id')
+    .primaryKey()
+    .references(() => leases.id),
+  reservationId: text('reservation_id').notNull(),
+  hostId: text('host_id').notNull(),
+  runnerName: text('runner_name').notNull(),
+  runnerId: integer('runner_id'),
+  jitConfig: text('jit_config'),
+  createdAt: integer('created_at').notNull(),
+  consumedAt: integer('consumed_at'),
+  /** Set when the runner was deregistered on GitHub after release. */
+  deletedAt: integer('deleted_at'),
 });

@@ -50,6 +50,19 @@ CREATE TABLE `hosts` (
 	`updated_at` integer NOT NULL
 );
 --> statement-breakpoint
+CREATE TABLE `jit_handoffs` (
+	`lease_id` text PRIMARY KEY NOT NULL,
+	`reservation_id` text NOT NULL,
+	`host_id` text NOT NULL,
+	`runner_name` text NOT NULL,
+	`runner_id` integer,
+	`jit_config` text,
+	`created_at` integer NOT NULL,
+	`consumed_at` integer,
+	`deleted_at` integer,
+	FOREIGN KEY (`lease_id`) REFERENCES `leases`(`id`) ON UPDATE no action ON DELETE no action
+);
+--> statement-breakpoint
 CREATE TABLE `leases` (
 	`id` text PRIMARY KEY NOT NULL,
 	`reservation_id` text NOT NULL,
@@ -61,6 +74,11 @@ CREATE TABLE `leases` (
 	`expires_at` integer NOT NULL,
 	`released_at` integer,
 	`job_token_hash` text,
+	`prepared_at` integer,
+	`runner_started_at` integer,
+	`runner_exited_at` integer,
+	`exit_code` integer,
+	`evidence_json` text,
 	FOREIGN KEY (`reservation_id`) REFERENCES `reservations`(`id`) ON UPDATE no action ON DELETE no action,
 	FOREIGN KEY (`host_id`) REFERENCES `hosts`(`id`) ON UPDATE no action ON DELETE no action
 );

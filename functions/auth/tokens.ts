@@ -1,0 +1,208 @@
+import { and, eq, isNull } from 'drizzle-orm';
+import type { MiddlewareHandler } from 'hono';
+import type { AppEnv } from '../app.ts';
+import { ApiError, notFound } from '../errors.ts';
+import type { Ledger } from '../ledger/ledger.ts';
+import * as t from '../ledger/schema.ts';
+
+/**
+ * Bearer tokens: API tokens (scopes develop / operate / emergency) and per-host agent tokens.
+ * A token is shown once at creation; the ledger keeps only its SHA-256.
+ */
+
+export const SCOPES = ['develop', 'operate', 'emergency'] as const;
+export type Scope = (typeof SCOPES)[number];
+
+export interface ApiPrincipal {
+  kind: 'api';
+  tokenId: string;
+  name: string;
+  scopes: Scope[];
+}
+export interface AgentPrincipal {
+  kind: 'agent';
+  tokenId: string;
+  hostId: string;
+}
+
+export async function sha256Hex(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text));
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** 32 random bytes, base64url, with a readable prefix (`spk_api_…`, `spk_agent_…`). */
+export function generateToken(prefix: string): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(32));
+  const b64 = btoa(String.fromCharCode(...bytes))
+    .replace(/\+/g, '-')
+    .replace(/\//g, '_')
+    .replace(/=+$/, '');
+  return `${prefix}_${b64}`;
+}
+
+function shortId(prefix: string): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(6));
+  return `${prefix}-${[...bytes].map((b) => b.toString(16).padStart(2, '0')).join('')}`;
+}
+
+/** Creates an API token; the plaintext is returned once and never stored. */
+export async function createApiToken(
+  ledger: Ledger,
+  input: { name: string; scopes: Scope[] },
+  actor: string,
+): Promise<{ id: string; token: string; name: string; scopes: Scope[] }> {
+  if (input.scopes.length === 0)
+    throw new ApiError(400, 'invalid_request', 'a token needs at least one scope');
+  const bad = input.scopes.filter((s) => !SCOPES.includes(s));
+  if (bad.length)
+    throw new ApiError(
+      400,
+      'invalid_request',
+      `unknown scope(s) ${bad.join(', ')}; expected ${SCOPES.join(', ')}`,
+    );
+  const token = generateToken('spk_api');
+  const id = shortId('tok');
+  const tokenHash = await sha256Hex(token);
+  await ledger.write(async (tx, now) => {
+    await tx
+      .insert(t.apiTokens)
+      .values({ id, name: input.name, scopes: input.scopes.join(','), tokenHash, createdAt: now });
+    await ledger.record(tx, now, {
+      subjectType: 'token',
+      subjectId: id,
+      type: 'token.created',
+      cause: `API token "${input.name}" created with scopes ${input.scopes.join(', ')}`,
+      actor,
+      data: { scopes: input.scopes },
+    });
+  });
+  return { id, token, name: input.name, scopes: input.scopes };
+}
+
+export async function revokeApiToken(ledger: Ledger, id: string, actor: string): Promise<void> {
+  await ledger.write(async (tx, now) => {
+    const rows = await tx.select().from(t.apiTokens).where(eq(t.apiTokens.id, id));
+    const row = rows[0];
+    if (!row) throw notFound(`token ${id}`);
+    if (row.revokedAt != null) return;
+    await tx.update(t.apiTokens).set({ revokedAt: now }).where(eq(t.apiTokens.id, id));
+    await ledger.record(tx, now, {
+      subjectType: 'token',
+      subjectId: id,
+      type: 'token.revoked',
+      cause: `API token "${row.name}" revoked`,
+      actor,
+    });
+  });
+}
+
+/** Creates a per-host agent token bound to one host. */
+export async function createAgentToken(
+  ledger: Ledger,
+  hostId: string,
+  actor: string,
+): Promise<{ id: string; token: string; hostId: string }> {
+  if (!ledger.config.hosts.some((h) => h.id === hostId)) throw notFound(`host ${hostId}`);
+  const token = generateToken('spk_agent');
+  const id = shortId('agt');
+  const tokenHash = await sha256Hex(token);
+  await ledger.write(async (tx, now) => {
+    await tx.insert(t.agentTokens).values({ id, hostId, tokenHash, createdAt: now });
+    await ledger.record(tx, now, {
+      subjectType: 'token',
+      subjectId: id,
+      type: 'agent_token.created',
+      cause: `agent token created for ${hostId}`,
+      actor,
+      data: { hostId },
+    });
+  });
+  return { id, token, hostId };
+}
+
+export async function revokeAgentToken(ledger: Ledger, id: string, actor: string): Promise<void> {
+  await ledger.write(async (tx, now) => {
+    const row = (await tx.select().from(t.agentTokens).where(eq(t.agentTokens.id, id)))[0];
+    if (!row) throw notFound(`agent token ${id}`);
+    if (row.revokedAt != null) return;
+    await tx.update(t.agentTokens).set({ revokedAt: now }).where(eq(t.agentTokens.id, id));
+    await ledger.record(tx, now, {
+      subjectType: 'token',
+      subjectId: id,
+      type: 'agent_token.revoked',
+      cause: `agent token for ${row.hostId} revoked`,
+      actor,
+    });
+  });
+}
+
+function bearer(header: string | undefined): string | null {
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
+  return m ? m[1]! : null;
+}
+
+/** Resolves an API bearer token, or null when unknown or revoked. */
+export async function authenticateApiToken(ledger: Ledger, token: string): Promise<ApiPrincipal | null> {
+  const hash = await sha256Hex(token);
+  const row = (
+    await ledger.db
+      .select()
+      .from(t.apiTokens)
+      .where(and(eq(t.apiTokens.tokenHash, hash), isNull(t.apiTokens.revokedAt)))
+  )[0];
+  if (!row) return null;
+  return { kind: 'api', tokenId: row.id, name: row.name, scopes: row.scopes.split(',') as Scope[] };
+}
+
+/** Resolves an agent bearer token, or null when unknown or revoked. */
+export async function authenticateAgentToken(ledger: Ledger, token: string): Promise<AgentPrincipal | null> {
+  const hash = await sha256Hex(token);
+  const row = (
+    await ledger.db
+      .select()
+      .from(t.agentTokens)
+      .where(and(eq(t.agentTokens.tokenHash, hash), isNull(t.agentTokens.revokedAt)))
+  )[0];
+  if (!row) return null;
+  return { kind: 'agent', tokenId: row.id, hostId: row.hostId };
+}
+
+export type AuthEnv = AppEnv & { Variables: AppEnv['Variables'] & { principal: ApiPrincipal } };
+export type AgentAuthEnv = AppEnv & { Variables: AppEnv['Variables'] & { agent: AgentPrincipal } };
+
+const unauthorized = (message: string) =>
+  new ApiError(401, 'unauthorized', message, { 'WWW-Authenticate': 'Bearer realm="spark"' });
+
+/**
+ * Requires an API token holding `scope`. `emergency` is never implied by `operate`; `operate`
+ * implies `develop`.
+ */
+export function requireScope(scope: Scope): MiddlewareHandler<AuthEnv> {
+  return async (c, next) => {
+    const token = bearer(c.req.header('authorization'));
+    if (!token) throw unauthorized('missing bearer token (Authorization: Bearer spk_api_…)');
+    const p = await authenticateApiToken(c.get('ctx').ledger, token);
+    if (!p) throw unauthorized('unknown or revoked API token');
+    const ok = p.scopes.includes(scope) || (scope === 'develop' && p.scopes.includes('operate'));
+    if (!ok)
+      throw new ApiError(
+        403,
+        'forbidden',
+        `this token lacks the "${scope}" scope (has: ${p.scopes.join(', ')})`,
+      );
+    c.set('principal', p);
+    await next();
+  };
+}
+
+/** Requires a per-host agent token; the host it is bound to is in `c.get('agent')`. */
+export function requireAgent(): MiddlewareHandler<AgentAuthEnv> {
+  return async (c, next) => {
+    const token = bearer(c.req.header('authorization'));
+    if (!token) throw unauthorized('missing agent bearer token');
+    const p = await authenticateAgentToken(c.get('ctx').ledger, token);
+    if (!p) throw unauthorized('unknown or revoked agent token');
+    c.set('agent', p);
+    await next();
+  };
+}

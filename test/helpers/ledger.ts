@@ -1,0 +1,89 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createClient } from '@libsql/client';
+import { parseConfig, type SparkConfig, type SparkConfigInput } from '../../core/config.ts';
+import type { HostFacts } from '../../core/model.ts';
+import { openLedgerDb } from '../../functions/ledger/db.ts';
+import { type Clock, Ledger, type TransitionHook } from '../../functions/ledger/ledger.ts';
+import { applyMigrations } from '../../functions/ledger/migrate.ts';
+import { loadMigrations } from '../../functions/ledger/migrations-fs.ts';
+
+/** A temp directory removed by the returned cleanup. */
+export function tempDir(prefix = 'spark-test-'): { dir: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** A settable clock for tests. */
+export function testClock(start = Date.UTC(2026, 10, 30, 8, 0, 0)) {
+  let now = start;
+  const clock: Clock & { set(ms: number): void; advance(ms: number): void } = Object.assign(() => now, {
+    set(ms: number) {
+      now = ms;
+    },
+    advance(ms: number) {
+      now += ms;
+    },
+  });
+  return clock;
+}
+
+export interface TestLedger {
+  ledger: Ledger;
+  url: string;
+  dir: string;
+  config: SparkConfig;
+  close(): void;
+}
+
+/** A real libSQL file ledger in a temp dir, migrated, with hosts synced from the config. */
+export async function makeTestLedger(
+  opts: { config?: SparkConfigInput; clock?: Clock; hooks?: TransitionHook[]; url?: string } = {},
+): Promise<TestLedger> {
+  const { dir, cleanup } = tempDir();
+  const url = opts.url ?? `file:${join(dir, 'spark.db')}`;
+  const config = parseConfig(opts.config ?? {}, 'test');
+  const store = await openLedgerDb({ url, createClient });
+  await applyMigrations(store, loadMigrations());
+  const ledger = new Ledger(store, {
+    config,
+    ...(opts.clock ? { clock: opts.clock } : {}),
+    hooks: opts.hooks ?? [],
+  });
+  await ledger.syncHosts();
+  return {
+    ledger,
+    url,
+    dir,
+    config,
+    close() {
+      store.close();
+      cleanup();
+    },
+  };
+}
+
+export const idleFacts = (over: Partial<HostFacts> = {}): HostFacts => ({
+  gpuProcesses: [],
+  freeDiskBytes: 500e9,
+  serviceState: 'none',
+  runnerState: 'none',
+  interconnectOk: true,
+  ...over,
+});
+
+export const servingFacts = (over: Partial<HostFacts> = {}): HostFacts =>
+  idleFacts({
+    serviceState: 'serving',
+    gpuProcesses: [{ pid: 4242, name: 'deckard-server', usedMemoryMiB: 90000 }],
+    ...over,
+  });
+
+/** Adopts every configured host and sends one heartbeat (spark-1 style hosts report serving). */
+export async function adoptAll(ledger: Ledger): Promise<void> {
+  for (const h of ledger.config.hosts) {
+    await ledger.setManaged(h.id, true, 'test');
+    await ledger.recordHeartbeat(h.id, h.homeService ? servingFacts() : idleFacts());
+  }
+}
