@@ -195,17 +195,24 @@ export const meta = sqliteTable('meta', {
  * outbox when the host is prepared and is nulled in the same transaction that hands it over, so
  * it is given exactly once and never rendered anywhere (DESIGN.md "Relay agent protocol").
  */
-export const jitHandoffs = sqliteTable('jit_handoffs', {
-  leaseId: text('lease_id')
-    .primaryKey()
-    .references(() => leases.id),
-  reservationId: text('reservation_id').notNull(),
-  hostId: text('host_id').notNull(),
-  runnerName: text('runner_name').notNull(),
-  runnerId: integer('runner_id'),
-  jitConfig: text('jit_config'),
-  createdAt: integer('created_at').notNull(),
-  consumedAt: integer('consumed_at'),
-  /** Set when the runner was deregistered on GitHub after release. */
-  deletedAt: integer('deleted_at'),
-});
+export const jitHandoffs = sqliteTable(
+  'jit_handoffs',
+  {
+    /** The runner name registered on GitHub (unique per attempt). */
+    runnerName: text('runner_name').primaryKey(),
+    leaseId: text('lease_id')
+      .notNull()
+      .references(() => leases.id),
+    reservationId: text('reservation_id').notNull(),
+    hostId: text('host_id').notNull(),
+    /** Runner start attempt (a runner not picked up in time is replaced, up to the retry limit). */
+    attempt: integer('attempt').notNull().default(0),
+    runnerId: integer('runner_id'),
+    jitConfig: text('jit_config'),
+    createdAt: integer('created_at').notNull(),
+    consumedAt: integer('consumed_at'),
+    /** Set when the runner was deregistered on GitHub (release or pickup timeout). */
+    deletedAt: integer('deleted_at'),
+  },
+  (t) => [index('jit_handoffs_lease').on(t.leaseId, t.attempt)],
+);

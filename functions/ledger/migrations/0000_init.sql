@@ -51,10 +51,11 @@ CREATE TABLE `hosts` (
 );
 --> statement-breakpoint
 CREATE TABLE `jit_handoffs` (
-	`lease_id` text PRIMARY KEY NOT NULL,
+	`runner_name` text PRIMARY KEY NOT NULL,
+	`lease_id` text NOT NULL,
 	`reservation_id` text NOT NULL,
 	`host_id` text NOT NULL,
-	`runner_name` text NOT NULL,
+	`attempt` integer DEFAULT 0 NOT NULL,
 	`runner_id` integer,
 	`jit_config` text,
 	`created_at` integer NOT NULL,
@@ -63,6 +64,7 @@ CREATE TABLE `jit_handoffs` (
 	FOREIGN KEY (`lease_id`) REFERENCES `leases`(`id`) ON UPDATE no action ON DELETE no action
 );
 --> statement-breakpoint
+CREATE INDEX `jit_handoffs_lease` ON `jit_handoffs` (`lease_id`,`attempt`);--> statement-breakpoint
 CREATE TABLE `leases` (
 	`id` text PRIMARY KEY NOT NULL,
 	`reservation_id` text NOT NULL,
