@@ -1,0 +1,58 @@
+/**
+ * The one esbuild script: bundles every single-file deployable (agent, sparkctl, action entry points).
+ * `npm run build` builds all; `npm run build -- agent` builds the named targets.
+ * Output is deterministic so a test can rebuild committed bundles and diff them.
+ */
+import { type BuildOptions, build } from 'esbuild';
+
+export interface Target {
+  name: string;
+  entry: string;
+  outfile: string;
+  /** Extra esbuild options (e.g. banner for a shebang). */
+  options?: BuildOptions;
+}
+
+/** Every bundle. Each part registers its targets here with one entry. */
+export const targets: Target[] = [];
+
+export async function buildTarget(t: Target, outfile = t.outfile): Promise<void> {
+  await build({
+    entryPoints: [t.entry],
+    outfile,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    legalComments: 'none',
+    logLevel: 'warning',
+    // createRequire lets bundled CommonJS dependencies require Node built-ins from ESM
+    banner: {
+      js: "import { createRequire as __spark_createRequire } from 'node:module'; const require = __spark_createRequire(import.meta.url);",
+    },
+    ...t.options,
+  });
+}
+
+async function main() {
+  const wanted = process.argv.slice(2);
+  const chosen = wanted.length ? targets.filter((t) => wanted.includes(t.name)) : targets;
+  const unknown = wanted.filter((w) => !targets.some((t) => t.name === w));
+  if (unknown.length) {
+    console.error(
+      `unknown build target(s): ${unknown.join(', ')}; known: ${targets.map((t) => t.name).join(', ')}`,
+    );
+    process.exit(2);
+  }
+  for (const t of chosen) {
+    await buildTarget(t);
+    console.log(`built ${t.name} → ${t.outfile}`);
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  main().catch((e) => {
+    console.error(e);
+    process.exit(1);
+  });
+}
