@@ -468,6 +468,37 @@ export class Ledger {
     return this.write((tx, now, changed) => run(tx, now, changed));
   }
 
+  /**
+   * A new head SHA for a PR: queued requests for an older SHA are superseded; active work keeps
+   * the SHA it actually tests (DESIGN.md "GitHub integration"). Returns the superseded rows.
+   */
+  async supersedeQueued(
+    repo: string,
+    pr: number,
+    newSha: string,
+    actor: string,
+    tx?: Tx,
+  ): Promise<ReservationRow[]> {
+    const run = async (tx: Tx, now: number, changed?: Set<string>) => {
+      const rows = await tx
+        .select()
+        .from(t.reservations)
+        .where(and(eq(t.reservations.repo, repo), eq(t.reservations.pr, pr), eq(t.reservations.status, 'queued')));
+      const out: ReservationRow[] = [];
+      for (const r of rows) {
+        if (r.headSha === newSha) continue;
+        await this.transitionReservation(tx, now, r, 'superseded', `new head ${newSha.slice(0, 7)} pushed`, actor, {
+          outcome: 'superseded',
+        });
+        out.push(r);
+      }
+      if (out.length) changed?.add('reservation');
+      return out;
+    };
+    if (tx) return run(tx, this.clock());
+    return this.write((tx, now, changed) => run(tx, now, changed));
+  }
+
   /** Active reservations and binding leases of a reservation. */
   async leasesOf(tx: Tx | undefined, reservationId: string): Promise<LeaseRow[]> {
     return (tx ?? this.db)
