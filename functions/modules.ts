@@ -1,7 +1,8 @@
 import type { AppModule } from './app.ts';
+import { leasesApiModule } from './leases-api/index.ts';
 
 /**
  * The controller's parts, mounted in this order by both entries (Node and Workers).
  * Each module lives in its own folder under functions/ and registers itself here with one line.
  */
-export const appModules: AppModule[] = [];
+export const appModules: AppModule[] = [leasesApiModule];

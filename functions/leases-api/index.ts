@@ -1,0 +1,204 @@
+import { eq } from 'drizzle-orm';
+import type { Context } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import type { z } from 'zod';
+import {
+  describeIssues,
+  LeaseVerifyRequestSchema,
+  type LeaseVerifyResponse,
+  MAX_RECEIPT_BYTES,
+  overallResult,
+  parseStoredReceipts,
+  type Receipt,
+  ReceiptSchema,
+  type StoredReceipts,
+} from '../../core/protocol/receipt.ts';
+import type { AppEnv, AppModule } from '../app.ts';
+import { ApiError, badRequest, conflict, notFound, staleFencingToken } from '../errors.ts';
+import * as t from '../ledger/schema.ts';
+import { leaseForJobToken, requireBearer } from './job-token.ts';
+
+/**
+ * The in-job lease endpoints (issue 5, cross-part contract step 5). The admitted runner calls
+ * them with its per-lease job token: `verify` before any PR code runs (lease preflight), and
+ * `receipt` with the compact evidence at the end. Neither ever echoes a token back.
+ */
+
+const VERIFY_MAX_BYTES = 4 * 1024;
+const RUNNABLE = ['allocated', 'preparing', 'running'];
+/** A receipt may still land while the release has begun (the job's last step races the exit). */
+const RECEIPT_OK = [...RUNNABLE, 'releasing'];
+
+const limit = (maxSize: number) =>
+  bodyLimit({
+    maxSize,
+    onError: () => {
+      throw new ApiError(413, 'payload_too_large', `request body is larger than ${maxSize} bytes`);
+    },
+  });
+
+async function readBody<S extends z.ZodType>(c: Context<AppEnv>, schema: S): Promise<z.output<S>> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(await c.req.text());
+  } catch {
+    throw badRequest('request body is not valid JSON', 'invalid_json');
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) throw badRequest(`invalid body: ${describeIssues(parsed.error)}`);
+  return parsed.data;
+}
+
+/** Canonical JSON (sorted keys) so a retried POST of the same receipt is recognised. */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object') {
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
+
+export const leasesApiModule: AppModule = {
+  name: 'leases-api',
+  routes(app, ctx) {
+    app.post('/api/v1/leases/:reservationId/verify', limit(VERIFY_MAX_BYTES), async (c) => {
+      const reservationId = c.req.param('reservationId');
+      const token = requireBearer(c.req.header('authorization'));
+      const body = await readBody(c, LeaseVerifyRequestSchema);
+      const { ledger } = ctx;
+      const lease = await leaseForJobToken(ledger, undefined, token, reservationId, body.hostId);
+      const current = await ledger.requireCurrentLease(undefined, body.hostId, body.fencingToken);
+      if (current.id !== lease.id) {
+        throw staleFencingToken(body.hostId, body.fencingToken, current.fencingToken);
+      }
+      if (lease.status !== 'active') {
+        throw conflict(
+          'lease_not_active',
+          `lease on ${lease.hostId} is ${lease.status}; no new work may start under it`,
+        );
+      }
+      if (lease.expiresAt <= ledger.clock()) {
+        throw conflict('lease_expired', `lease on ${lease.hostId} expired; no new work may start under it`);
+      }
+      const r = await ledger.getReservation(undefined, reservationId);
+      if (!r) throw notFound(`reservation ${reservationId}`);
+      if (!RUNNABLE.includes(r.status)) {
+        throw conflict(
+          'reservation_not_active',
+          `reservation ${reservationId} is ${r.status}; no new work may start under it`,
+        );
+      }
+      const answer: LeaseVerifyResponse = {
+        ok: true,
+        reservation: {
+          id: r.id,
+          headSha: r.headSha,
+          topology: r.topology as LeaseVerifyResponse['reservation']['topology'],
+          suite: r.suite as LeaseVerifyResponse['reservation']['suite'],
+          kind: r.kind,
+        },
+        lease: {
+          hostId: lease.hostId,
+          fencingToken: lease.fencingToken,
+          expiresAt: lease.expiresAt,
+          lend: lease.lend,
+        },
+      };
+      return c.json(answer);
+    });
+
+    app.post('/api/v1/leases/:reservationId/receipt', limit(MAX_RECEIPT_BYTES), async (c) => {
+      const reservationId = c.req.param('reservationId');
+      const token = requireBearer(c.req.header('authorization'));
+      const receipt = await readBody(c, ReceiptSchema);
+      if (receipt.reservationId !== reservationId) {
+        throw badRequest(
+          `receipt is for ${receipt.reservationId} but was posted to ${reservationId}`,
+          'reservation_mismatch',
+        );
+      }
+      const { ledger } = ctx;
+      return ledger.write(async (tx, now, changed) => {
+        const lease = await leaseForJobToken(ledger, tx, token, reservationId, receipt.hostId);
+        const current = await ledger.requireCurrentLease(tx, receipt.hostId, receipt.fencingToken);
+        if (current.id !== lease.id) {
+          throw staleFencingToken(receipt.hostId, receipt.fencingToken, current.fencingToken);
+        }
+        const r = await ledger.getReservation(tx, reservationId);
+        if (!r) throw notFound(`reservation ${reservationId}`);
+        if (!RECEIPT_OK.includes(r.status)) {
+          throw conflict(
+            'reservation_not_active',
+            `reservation ${reservationId} is ${r.status}; a receipt is accepted only while it is active`,
+          );
+        }
+        const mismatches = [
+          r.headSha && r.headSha !== receipt.headSha
+            ? `headSha ${receipt.headSha} ≠ admitted ${r.headSha}`
+            : null,
+          r.topology !== receipt.topology ? `topology ${receipt.topology} ≠ admitted ${r.topology}` : null,
+          r.suite && r.suite !== receipt.suite ? `suite ${receipt.suite} ≠ admitted ${r.suite}` : null,
+        ].filter((m): m is string => m != null);
+        if (mismatches.length) {
+          throw conflict(
+            'receipt_mismatch',
+            `receipt does not match reservation ${reservationId}: ${mismatches.join('; ')}`,
+          );
+        }
+        const stored: StoredReceipts = parseStoredReceipts(r.receiptJson) ?? { byHost: {} };
+        const expected = (await ledger.leasesOf(tx, reservationId)).length;
+        const prior = stored.byHost[receipt.hostId];
+        if (prior) {
+          if (canonical(prior) !== canonical(receipt)) {
+            throw conflict(
+              'receipt_already_recorded',
+              `a different receipt from ${receipt.hostId} is already recorded for ${reservationId}`,
+            );
+          }
+          return c.json(summary(stored, expected, true));
+        }
+        stored.byHost[receipt.hostId] = receipt;
+        await tx
+          .update(t.reservations)
+          .set({ receiptJson: JSON.stringify(stored), updatedAt: now })
+          .where(eq(t.reservations.id, reservationId));
+        const s = summary(stored, expected, false);
+        await ledger.record(tx, now, {
+          subjectType: 'reservation',
+          subjectId: reservationId,
+          type: 'reservation.receipt',
+          cause: `evidence receipt from ${receipt.hostId}: ${receipt.result} (${receipt.suite}, ${receipt.topology})`,
+          actor: `job:${receipt.hostId}`,
+          // no log lines, no tokens: the history is rendered in public views
+          data: {
+            result: receipt.result,
+            headSha: receipt.headSha,
+            hostId: receipt.hostId,
+            suite: receipt.suite,
+            topology: receipt.topology,
+            hostsReported: s.hostsReported,
+            hostsExpected: s.hostsExpected,
+            overall: s.overall,
+          },
+        });
+        changed.add('reservation');
+        return c.json(s, 201);
+      });
+    });
+  },
+};
+
+function summary(stored: StoredReceipts, expected: number, duplicate: boolean) {
+  const receipts: Receipt[] = Object.values(stored.byHost);
+  return {
+    ok: true as const,
+    duplicate,
+    hostsReported: receipts.length,
+    hostsExpected: expected,
+    /** null until every leased host has reported. */
+    overall: receipts.length >= expected ? overallResult(receipts) : null,
+  };
+}

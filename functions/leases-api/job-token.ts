@@ -1,0 +1,44 @@
+import { eq } from 'drizzle-orm';
+import { sha256Hex } from '../auth/tokens.ts';
+import { ApiError } from '../errors.ts';
+import type { Tx } from '../ledger/db.ts';
+import type { LeaseRow, Ledger } from '../ledger/ledger.ts';
+import * as t from '../ledger/schema.ts';
+
+const unauthorized = (message: string) =>
+  new ApiError(401, 'unauthorized', message, { 'WWW-Authenticate': 'Bearer realm="spark-lease"' });
+
+/** The bearer job token of a request, or a 401 saying what is missing. */
+export function requireBearer(header: string | undefined): string {
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
+  if (!m) throw unauthorized('missing bearer job token (Authorization: Bearer $SPARK_LEASE_TOKEN)');
+  return m[1]!;
+}
+
+/**
+ * Resolves the per-lease job token (issued by the agent API, stored as SHA-256 in
+ * leases.job_token_hash) to its lease, checking that it belongs to `reservationId` and `hostId`.
+ * Unknown token → 401; a token of another reservation or host → 403.
+ */
+export async function leaseForJobToken(
+  ledger: Ledger,
+  tx: Tx | undefined,
+  token: string,
+  reservationId: string,
+  hostId: string,
+): Promise<LeaseRow> {
+  const hash = await sha256Hex(token);
+  const lease = (await (tx ?? ledger.db).select().from(t.leases).where(eq(t.leases.jobTokenHash, hash)))[0];
+  if (!lease) throw unauthorized('unknown job token: it was never issued or belongs to a finished lease');
+  if (lease.reservationId !== reservationId) {
+    throw new ApiError(
+      403,
+      'forbidden',
+      `this job token belongs to another reservation, not ${reservationId}`,
+    );
+  }
+  if (lease.hostId !== hostId) {
+    throw new ApiError(403, 'forbidden', `this job token was issued for another host, not ${hostId}`);
+  }
+  return lease;
+}
