@@ -28,6 +28,15 @@ export const EnvSchema = z.object({
   SPARK_GITHUB_API_URL: z.url().optional(),
   SPARK_PUBLIC_URL: z.url().optional(),
   SPARK_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).optional(),
+  SPARK_AGENT_LONG_POLL_S: z
+    .string()
+    .regex(/^\d+$/, 'SPARK_AGENT_LONG_POLL_S must be whole seconds, e.g. 25')
+    .optional()
+    .describe('Longest an agent poll is held open on Node (default 25).'),
+  SPARK_AGENT_RATE_LIMIT: z
+    .string()
+    .regex(/^\d+$/, 'SPARK_AGENT_RATE_LIMIT must be requests per minute per agent token, e.g. 600')
+    .optional(),
 });
 
 export interface Settings {
@@ -40,6 +49,10 @@ export interface Settings {
   /** URL agents and runners use to reach this controller. */
   publicUrl: string | undefined;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
+  /** Longest an agent long-poll is held on Node, seconds (Workers answer at once). */
+  agentLongPollS: number;
+  /** Agent API requests per minute per agent token before 429. */
+  agentRateLimitPerMin: number;
 }
 
 /** Builds settings from env-like key/values plus config text (already read by the caller). */
@@ -80,5 +93,7 @@ export function settingsFromEnv(
     githubPrivateKey: e.SPARK_GITHUB_PRIVATE_KEY,
     publicUrl: e.SPARK_PUBLIC_URL,
     logLevel: e.SPARK_LOG_LEVEL ?? 'info',
+    agentLongPollS: e.SPARK_AGENT_LONG_POLL_S ? Number(e.SPARK_AGENT_LONG_POLL_S) : 25,
+    agentRateLimitPerMin: e.SPARK_AGENT_RATE_LIMIT ? Number(e.SPARK_AGENT_RATE_LIMIT) : 600,
   };
 }

@@ -1,0 +1,162 @@
+import { z } from 'zod';
+
+/**
+ * The relay agent protocol (DESIGN.md "Relay agent protocol"), shared by the controller's agent
+ * API (`/agent/v1/...`) and the agent daemon. The agent only ever calls out: it polls for the
+ * desired state of its host and reports step results. Every command and every report about a
+ * lease carries that lease's fencing token; a stale one is answered 409 and changes nothing.
+ */
+
+export const AGENT_API_PREFIX = '/agent/v1';
+
+export const GpuProcessSchema = z.object({
+  pid: z.number().int().nonnegative(),
+  name: z.string().max(512),
+  usedMemoryMiB: z.number().nonnegative(),
+});
+
+export const HostFactsSchema = z.object({
+  gpuProcesses: z.array(GpuProcessSchema).max(256).nullable(),
+  gpuError: z.string().max(1000).nullable().optional(),
+  freeDiskBytes: z.number().nonnegative().nullable(),
+  serviceState: z.enum(['serving', 'stopped', 'starting', 'draining', 'failed', 'none', 'unknown']),
+  runnerState: z.enum(['none', 'starting', 'running', 'exited']),
+  interconnectOk: z.boolean().nullable(),
+});
+
+const token = z.number().int().positive();
+
+/** What a lease-bound command tells the agent about the lease. */
+export const LeaseRefSchema = z.object({
+  leaseId: z.string(),
+  reservationId: z.string(),
+  fencingToken: token,
+  kind: z.string(),
+  topology: z.enum(['single', 'pair']),
+  /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
+  lend: z.boolean(),
+  /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
+  expiresInMs: z.number().int(),
+});
+export type LeaseRef = z.infer<typeof LeaseRefSchema>;
+
+/**
+ * The desired state of one host. Level-triggered: the agent compares it with what it has done
+ * (its state file) and takes the next step; repeating a step is safe.
+ */
+export const DesiredStateSchema = z.discriminatedUnion('state', [
+  /** Nothing bound: heartbeat only. */
+  z.object({ state: z.literal('idle') }),
+  /** Nothing bound and the home service serves: keep it, heartbeat only. */
+  z.object({ state: z.literal('serve') }),
+  /** Granted: lend the service if asked, verify the GPU is free, make a fresh work dir, report prepared. */
+  z.object({ state: z.literal('prepare'), lease: LeaseRefSchema }),
+  /** Prepared; waiting for the other node of a pair or for the runner's JIT config. */
+  z.object({ state: z.literal('wait'), lease: LeaseRefSchema }),
+  /**
+   * Run (or keep watching) the one-job runner `runnerName`. `jitConfig` and `jobToken` are present
+   * only in the single response that hands them over; a different `runnerName` replaces the runner.
+   */
+  z.object({
+    state: z.literal('run'),
+    lease: LeaseRefSchema,
+    runnerName: z.string(),
+    jitConfig: z.string().optional(),
+    jobToken: z.string().optional(),
+  }),
+  /** A development lease is active: no runner; report it active, watch the expiry. */
+  z.object({ state: z.literal('develop'), lease: LeaseRefSchema }),
+  /** Releasing: stop only what the agent started, clean the work dir, report cleaned. */
+  z.object({ state: z.literal('clean'), lease: LeaseRefSchema }),
+  /** Recreate the home service and report once its model-ready health check passed (or failed). */
+  z.object({
+    state: z.literal('restore'),
+    fencingToken: z.number().int().nonnegative(),
+    attempt: z.number().int().nonnegative(),
+    /** Wait this long before the attempt (backoff after a failed restore). */
+    waitMs: z.number().int().nonnegative(),
+    healthTimeoutS: z.number().int().positive(),
+  }),
+  /**
+   * Touch nothing (quarantined, or release-required: processes outlived the lease). With a lease,
+   * the agent reports `cleaned` once the GPU shows no process, never killing anything.
+   */
+  z.object({ state: z.literal('hold'), reason: z.string(), lease: LeaseRefSchema.optional() }),
+]);
+export type DesiredState = z.infer<typeof DesiredStateSchema>;
+
+export const PollRequestSchema = z.object({
+  /** `version` of the last desired state the agent got; the server holds the poll while it is current. */
+  since: z.string().max(128).nullable().optional(),
+  /** Longest the agent is willing to wait (the server caps it; Workers always answer at once). */
+  maxWaitMs: z.number().int().min(0).max(60_000).optional(),
+});
+export type PollRequest = z.infer<typeof PollRequestSchema>;
+
+export const PollResponseSchema = z.object({
+  hostId: z.string(),
+  /** Fingerprint of the desired state without its secrets. */
+  version: z.string(),
+  /** Heartbeat period the controller expects, seconds. */
+  heartbeatIntervalS: z.number().int().positive(),
+  desired: DesiredStateSchema,
+});
+export type PollResponse = z.infer<typeof PollResponseSchema>;
+
+export const HeartbeatRequestSchema = z.object({ facts: HostFactsSchema });
+
+const lastLines = z.array(z.string().max(2000)).max(100);
+const evidence = z.record(z.string(), z.unknown()).optional();
+
+/** Step results. Each one about a lease carries its fencing token. */
+export const ReportSchema = z.discriminatedUnion('type', [
+  z.object({
+    type: z.literal('prepared'),
+    fencingToken: token,
+    /** True when the home service was lent: drained, stopped and its GPU processes verified gone. */
+    serviceLent: z.boolean(),
+    evidence,
+  }),
+  z.object({
+    type: z.literal('prepare_failed'),
+    fencingToken: token,
+    reason: z.string().min(1).max(1000),
+    evidence,
+  }),
+  z.object({ type: z.literal('runner_started'), fencingToken: token, runnerName: z.string().min(1) }),
+  z.object({
+    type: z.literal('runner_exited'),
+    fencingToken: token,
+    runnerName: z.string().min(1),
+    /** null when the exit status could not be observed (e.g. stopped by signal). */
+    exitCode: z.number().int().nullable(),
+    lastLines,
+  }),
+  /** A development lease is in use on the host. */
+  z.object({ type: z.literal('lease_active'), fencingToken: token }),
+  z.object({ type: z.literal('cleaned'), fencingToken: token }),
+  z.object({
+    type: z.literal('processes_remain'),
+    fencingToken: token,
+    processes: z.array(GpuProcessSchema).max(256),
+  }),
+  z.object({
+    type: z.literal('restored'),
+    /** The host's current fencing token (the lease that was just released). */
+    fencingToken: z.number().int().nonnegative(),
+    ok: z.boolean(),
+    /** Health check output (status and body excerpt), kept for the operator. */
+    detail: z.string().max(4000),
+  }),
+]);
+export type Report = z.infer<typeof ReportSchema>;
+
+export const ReportResponseSchema = z.object({
+  ok: z.literal(true),
+  /** What the report changed, in words (e.g. "reservation r-3 preparing"). */
+  result: z.string(),
+});
+export type ReportResponse = z.infer<typeof ReportResponseSchema>;
+
+/** Bodies larger than this are refused with 413 before parsing. */
+export const AGENT_MAX_BODY_BYTES = 64 * 1024;
