@@ -121,9 +121,12 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
             }
           : null,
         keptFor: kept.get(h.id) ?? null,
-        note:
-          plan.hostNotes[h.id] ??
-          (h.phase === 'quarantined' ? 'quarantined: restore failed; operator must clear' : null),
+        // admission notes quote agent-reported errors (gpuError): scrub before they go public
+        note: plan.hostNotes[h.id]
+          ? redactText(plan.hostNotes[h.id])
+          : h.phase === 'quarantined'
+            ? 'quarantined: restore failed; operator must clear'
+            : null,
       } satisfies HostView;
     })
     .sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
@@ -143,7 +146,7 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
       prUrl: prUrl(web, r.repo, r.pr),
       headSha: r.headSha && SHA.test(r.headSha) ? r.headSha : null,
       hosts: hostsOf.get(r.id) ?? [],
-      reason: r.status === 'queued' ? (w?.reason ?? r.reason) : null,
+      reason: r.status === 'queued' ? redactText(w?.reason ?? r.reason) || null : null,
       ageS: Math.max(0, Math.round((now - r.createdAt) / 1000)),
     };
   };
@@ -161,5 +164,81 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
       hosts,
     },
     queue: { generatedAt, queued, active },
+  };
+}
+
+// ---------------------------------------------------------------- history (issue 6)
+
+/**
+ * Scrubs free text that may carry agent- or operator-supplied detail (restore failures, GPU
+ * errors, reasons) before it is shown anywhere public: host addresses, paths, credentials,
+ * `user@host`, environment assignments and long opaque strings become placeholders; newlines
+ * (raw log fragments) collapse and the text is bounded.
+ */
+export function redactText(text: string | null | undefined, max = 240): string {
+  if (!text) return '';
+  let s = text.replace(/[\r\n\t]+/g, ' ');
+  s = s
+    .replace(/\b(?:bearer|token|basic)\s+\S+/gi, '[credential]')
+    .replace(/\b(?:spk_(?:api|agent|job)|gh[opusr]_|github_pat_|xox[abp]-)[\w-]*/gi, '[credential]')
+    .replace(/\b[A-Z][A-Z0-9_]{1,}=\S*/g, (m) => `${m.slice(0, m.indexOf('='))}=[redacted]`)
+    .replace(/\b[\w.+-]+@[\w-]+(?:\.[\w-]+)*/g, '[account]')
+    .replace(/\b[a-z][a-z0-9+.-]*:\/\/\S+/gi, '[url]')
+    .replace(/\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b/g, '[address]')
+    .replace(/\b(?:[0-9a-f]{1,4}:){2,7}[0-9a-f]{0,4}\b/gi, (m) => (/[a-f]|::/i.test(m) ? '[address]' : m))
+    .replace(/\b(?:[a-z0-9-]+\.){2,}[a-z]{2,}\b/gi, '[address]')
+    .replace(/(^|[\s=:,;("'[])(?:~|\.{1,2})?\/[^\s,;)"'\]]*/g, '$1[path]')
+    .replace(/\b[\w-]*[A-Za-z][\w-]*\b/g, (m) =>
+      m.length >= 32 && /\d/.test(m) && !/^[0-9a-f]{40}$|^[0-9a-f]{64}$/i.test(m) ? '[secret]' : m,
+    )
+    .replace(/\s{2,}/g, ' ')
+    .trim();
+  return s.length > max ? `${s.slice(0, max - 1)}…` : s;
+}
+
+/** One row of the event history as shown to people: no event data, causes scrubbed. */
+export interface EventView {
+  id: number;
+  at: string;
+  subjectType: string;
+  subjectId: string;
+  type: string;
+  fromState: string | null;
+  toState: string | null;
+  cause: string;
+  /** Who acted, by class only on public pages (`agent`, `github`, `api`, `admission`). */
+  actor: string;
+}
+
+/**
+ * Renders an events row for people. `publicView` keeps only the actor's class (no user or token
+ * names); the authenticated API keeps the full actor for audits. Event data (which may carry
+ * fencing tokens or agent detail) is never rendered.
+ */
+export function toEventView(
+  row: {
+    id: number;
+    at: number;
+    subjectType: string;
+    subjectId: string;
+    type: string;
+    fromState: string | null;
+    toState: string | null;
+    cause: string;
+    actor: string;
+  },
+  opts: { publicView: boolean },
+): EventView {
+  const actor = opts.publicView ? (row.actor.split(':')[0] ?? 'system') : redactText(row.actor, 80);
+  return {
+    id: row.id,
+    at: new Date(row.at).toISOString(),
+    subjectType: row.subjectType,
+    subjectId: redactText(row.subjectId, 80),
+    type: row.type,
+    fromState: row.fromState,
+    toState: row.toState,
+    cause: redactText(row.cause),
+    actor,
   };
 }

@@ -1,0 +1,139 @@
+import { desc, eq, inArray } from 'drizzle-orm';
+import type { ReservationKind, ReservationStatus, Suite, Topology } from '../../core/model.ts';
+import type { ApiPrincipal } from '../auth/tokens.ts';
+import type { LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
+import * as t from '../ledger/schema.ts';
+import { buildViews, githubWebBase, type QueueView, redactText } from '../views.ts';
+import type { ReservationInfo } from './wire.ts';
+
+const iso = (ms: number | null | undefined) => (ms == null ? null : new Date(ms).toISOString());
+
+/** The API token that created a reservation (sparkctl / MCP), from its meta. */
+export function ownerTokenOf(r: ReservationRow): string | null {
+  if (!r.metaJson) return null;
+  try {
+    const meta = JSON.parse(r.metaJson) as { tokenId?: unknown };
+    return typeof meta.tokenId === 'string' ? meta.tokenId : null;
+  } catch {
+    return null;
+  }
+}
+
+/** `develop` tokens act on their own reservations; `operate` on any. */
+export function mayAct(p: ApiPrincipal, r: ReservationRow): boolean {
+  return p.scopes.includes('operate') || ownerTokenOf(r) === p.tokenId;
+}
+
+/** Live wait details (position, reason, draining/held hosts) computed like the dashboard does. */
+export interface LiveQueue {
+  queue: QueueView;
+  keptFor: Map<string, { hostId: string; state: string }[]>;
+}
+
+export async function loadLiveQueue(ledger: Ledger): Promise<LiveQueue> {
+  const { fleet, queue } = await buildViews(ledger);
+  const keptFor = new Map<string, { hostId: string; state: string }[]>();
+  for (const h of fleet.hosts) {
+    if (!h.keptFor) continue;
+    keptFor.set(h.keptFor, [...(keptFor.get(h.keptFor) ?? []), { hostId: h.id, state: h.state }]);
+  }
+  return { queue, keptFor };
+}
+
+/** Renders one reservation for its requester/operators: leases without fencing tokens. */
+export function describeReservation(
+  ledger: Ledger,
+  r: ReservationRow,
+  leases: LeaseRow[],
+  principal: ApiPrincipal,
+  live: LiveQueue | null,
+): ReservationInfo {
+  const queued = live?.queue.queued.find((q) => q.id === r.id);
+  const web = githubWebBase(ledger.config.github.apiUrl);
+  const repoOk = r.repo != null && /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/.test(r.repo);
+  const status = r.status as ReservationStatus;
+  const binding = leases.filter((l) => l.status !== 'released');
+  const ready =
+    ['allocated', 'preparing', 'running'].includes(status) &&
+    binding.length > 0 &&
+    binding.every((l) => l.status === 'active') &&
+    (status !== 'allocated' || binding.every((l) => l.preparedAt != null));
+  return {
+    id: r.id,
+    kind: r.kind as ReservationKind,
+    priority: r.priority,
+    topology: r.topology as Topology,
+    status,
+    position: status === 'queued' ? (queued?.position ?? r.position ?? null) : null,
+    reason:
+      status === 'queued' ? (queued?.reason ?? (redactText(r.reason) || null)) : redactText(r.reason) || null,
+    // until release `outcome` may still hold the admission wait code; report it only once ending
+    outcome: ['releasing', 'done', 'failed', 'cancelled', 'superseded'].includes(status) ? r.outcome : null,
+    targetHost: r.targetHost,
+    requester: redactText(r.requester, 80),
+    mine: ownerTokenOf(r) === principal.tokenId,
+    repo: repoOk ? r.repo : null,
+    pr: r.pr,
+    prUrl: repoOk && r.pr != null ? `${web}/${r.repo}/pull/${r.pr}` : null,
+    headSha: r.headSha && /^[0-9a-f]{7,64}$/i.test(r.headSha) ? r.headSha : null,
+    suite: r.suite as Suite | null,
+    ttlS: r.ttlS,
+    createdAt: iso(r.createdAt)!,
+    grantedAt: iso(r.grantedAt),
+    endedAt: iso(r.endedAt),
+    queueDeadline: iso(r.queueDeadline)!,
+    waitingOn: status === 'queued' ? (live?.keptFor.get(r.id) ?? []) : [],
+    leases: leases.map((l) => ({
+      hostId: l.hostId,
+      status: l.status as ReservationInfo['leases'][number]['status'],
+      lend: l.lend,
+      grantedAt: iso(l.grantedAt)!,
+      expiresAt: iso(l.expiresAt)!,
+      releasedAt: iso(l.releasedAt),
+      prepared: l.preparedAt != null,
+      runnerStarted: l.runnerStartedAt != null,
+    })),
+    ready,
+  };
+}
+
+/** Loads reservations with their leases (one query each). */
+export async function loadReservations(
+  ledger: Ledger,
+  filter: { ids?: string[]; statuses?: ReservationStatus[]; limit?: number },
+): Promise<{ row: ReservationRow; leases: LeaseRow[] }[]> {
+  const where = filter.ids
+    ? inArray(t.reservations.id, filter.ids)
+    : filter.statuses
+      ? inArray(t.reservations.status, filter.statuses)
+      : undefined;
+  const rows = await ledger.db
+    .select()
+    .from(t.reservations)
+    .where(where)
+    .orderBy(desc(t.reservations.seq))
+    .limit(filter.limit ?? 200);
+  if (rows.length === 0) return [];
+  const leaseRows = await ledger.db
+    .select()
+    .from(t.leases)
+    .where(
+      inArray(
+        t.leases.reservationId,
+        rows.map((r) => r.id),
+      ),
+    );
+  return rows.map((row) => ({
+    row,
+    leases: leaseRows
+      .filter((l) => l.reservationId === row.id)
+      .sort((a, b) => a.hostId.localeCompare(b.hostId, 'en', { numeric: true })),
+  }));
+}
+
+export async function loadOne(ledger: Ledger, id: string) {
+  const row = (await ledger.db.select().from(t.reservations).where(eq(t.reservations.id, id)))[0];
+  if (!row) return null;
+  const leases = await ledger.leasesOf(undefined, id);
+  return { row, leases };
+}

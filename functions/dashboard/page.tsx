@@ -1,0 +1,285 @@
+import { raw } from 'hono/html';
+import type { EventView, FleetView, HostView, QueueItemView, QueueView } from '../views.ts';
+import { DASHBOARD_CSS } from './style.ts';
+
+/** Everything the control room renders: sanitized views only (functions/views.ts). */
+export interface DashboardData {
+  fleet: FleetView;
+  queue: QueueView;
+  events: EventView[];
+}
+
+const KIND_LABEL: Record<string, string> = {
+  development: 'development',
+  deckard: 'Deckard start',
+  manual: 'PR test',
+  merge: 'merge CI',
+  benchmark: 'benchmark',
+  background: 'background CI',
+};
+
+function age(s: number | null): string {
+  if (s == null) return 'never';
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+function HostCard({ h }: { h: HostView }) {
+  const kept =
+    h.keptFor && (h.state === 'held' || h.state === 'draining')
+      ? `${h.state === 'held' ? 'held for' : 'draining for'} ${h.keptFor}`
+      : null;
+  return (
+    <article class={`host s-${h.state}`} data-host={h.id} data-state={h.state}>
+      <h3>
+        {h.id} <span class={`pill s-${h.state}`}>{h.state}</span>
+      </h3>
+      <div class="meta">
+        pool {h.pool} · {h.gpus} GPU{h.gpus === 1 ? '' : 's'} · {h.managed ? 'adopted' : 'not adopted'}
+      </div>
+      <dl>
+        {h.homeService ? (
+          <>
+            <dt>{h.homeService}</dt>
+            <dd class={`h-${h.serviceHealth}`}>{h.serviceHealth}</dd>
+          </>
+        ) : null}
+        <dt>work</dt>
+        <dd>
+          {h.reservation ? (
+            <>
+              <span class="kind">{KIND_LABEL[h.reservation.kind] ?? h.reservation.kind}</span> ·{' '}
+              {h.reservation.topology} · <span class="mono">{h.reservation.id}</span> ({h.reservation.status})
+            </>
+          ) : (
+            <span class="why">none</span>
+          )}
+        </dd>
+        <dt>heartbeat</dt>
+        <dd>{h.lastHeartbeatAgeS == null ? 'never' : `${age(h.lastHeartbeatAgeS)} ago`}</dd>
+        <dt>GPU procs</dt>
+        <dd>{h.gpuProcessCount == null ? 'unknown' : h.gpuProcessCount}</dd>
+      </dl>
+      {kept ? <div class="note">{kept}</div> : null}
+      {h.note ? <div class="note">{h.note}</div> : null}
+    </article>
+  );
+}
+
+function PrLink({ q }: { q: QueueItemView }) {
+  if (q.prUrl && q.repo && q.pr != null) {
+    return (
+      <a href={q.prUrl} rel="noreferrer">
+        {q.repo}#{q.pr}
+      </a>
+    );
+  }
+  return <span class="why">{q.repo ?? '—'}</span>;
+}
+
+function QueueTable({ items }: { items: QueueItemView[] }) {
+  if (items.length === 0)
+    return <div class="empty">Nothing is waiting. New work starts as soon as it arrives.</div>;
+  return (
+    <table id="queue">
+      <thead>
+        <tr>
+          <th>#</th>
+          <th>request</th>
+          <th>what</th>
+          <th>PR / commit</th>
+          <th>why it waits</th>
+          <th>waiting</th>
+        </tr>
+      </thead>
+      <tbody>
+        {items.map((q) => (
+          <tr data-reservation={q.id}>
+            <td class="pos">{q.position ?? '·'}</td>
+            <td class="mono">{q.id}</td>
+            <td>
+              <span class="kind">{KIND_LABEL[q.kind] ?? q.kind}</span>
+              <span class="prio">p{q.priority}</span>
+              <div class="why">
+                {q.topology}
+                {q.suite ? ` · ${q.suite}` : ''}
+              </div>
+            </td>
+            <td>
+              <PrLink q={q} />
+              {q.headSha ? <div class="mono why">{q.headSha.slice(0, 7)}</div> : null}
+            </td>
+            <td class="why">{q.reason ?? '—'}</td>
+            <td>{age(q.ageS)}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+function ActiveTable({ items }: { items: QueueItemView[] }) {
+  if (items.length === 0) return <div class="empty">No work holds a host right now.</div>;
+  return (
+    <table id="active">
+      <thead>
+        <tr>
+          <th>request</th>
+          <th>what</th>
+          <th>state</th>
+          <th>hosts</th>
+          <th>PR / commit</th>
+          <th>age</th>
+        </tr>
+      </thead>
+      <tbody>
+        {items.map((q) => (
+          <tr data-reservation={q.id}>
+            <td class="mono">{q.id}</td>
+            <td>
+              <span class="kind">{KIND_LABEL[q.kind] ?? q.kind}</span> <span class="why">· {q.topology}</span>
+            </td>
+            <td>
+              <span class={`pill s-${q.status === 'releasing' ? 'cleaning' : 'allocated'}`}>{q.status}</span>
+            </td>
+            <td>{q.hosts.join(' + ') || '—'}</td>
+            <td>
+              <PrLink q={q} />
+              {q.headSha ? <div class="mono why">{q.headSha.slice(0, 7)}</div> : null}
+            </td>
+            <td>{age(q.ageS)}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+function History({ events }: { events: EventView[] }) {
+  if (events.length === 0) return <div class="empty">No history yet.</div>;
+  return (
+    <table class="ev" id="history">
+      <tbody>
+        {events.map((e) => (
+          <tr>
+            <td class="t">{e.at.slice(11, 19)}</td>
+            <td class="mono">{e.subjectId}</td>
+            <td>
+              {e.type}
+              {e.fromState || e.toState ? (
+                <span class="arrow">
+                  {' '}
+                  {e.fromState ?? '∅'} → {e.toState ?? '∅'}
+                </span>
+              ) : null}
+            </td>
+            <td class="why">{e.cause}</td>
+            <td class="why">{e.actor}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+/** The part of the page that refreshes live. */
+export function LivePanel({ data }: { data: DashboardData }) {
+  const { fleet, queue, events } = data;
+  return (
+    <div id="live" data-generated={fleet.generatedAt}>
+      <h2>
+        Hosts <span class="count">{fleet.hosts.length}</span>
+      </h2>
+      <section class="hosts">
+        {fleet.hosts.map((h) => (
+          <HostCard h={h} />
+        ))}
+      </section>
+      <h2>
+        Queue <span class="count">{queue.queued.length}</span>
+      </h2>
+      <QueueTable items={queue.queued} />
+      <h2>
+        Active work <span class="count">{queue.active.length}</span>
+      </h2>
+      <ActiveTable items={queue.active} />
+      <h2>Recent history</h2>
+      <History events={events} />
+      <footer>
+        Updated {fleet.generatedAt.slice(0, 19).replace('T', ' ')} UTC · fleet{' '}
+        {fleet.managed ? 'managed: every host adopted and heartbeating' : 'not fully managed'}
+      </footer>
+    </div>
+  );
+}
+
+const CLIENT_JS = `
+(() => {
+  const badge = document.getElementById('live-badge');
+  const label = badge.querySelector('.label');
+  let busy = false, again = false;
+  async function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    try {
+      const r = await fetch('/dashboard/live', { cache: 'no-store' });
+      if (r.ok) {
+        const html = await r.text();
+        const cur = document.getElementById('live');
+        const tpl = document.createElement('template');
+        tpl.innerHTML = html.trim();
+        if (tpl.content.firstElementChild) cur.replaceWith(tpl.content.firstElementChild);
+      }
+    } catch (e) {}
+    busy = false;
+    if (again) { again = false; refresh(); }
+  }
+  function mode(m) { badge.className = 'badge live-' + m; label.textContent = m === 'on' ? 'live' : m === 'poll' ? 'polling' : 'offline'; }
+  setInterval(refresh, 5000);
+  if ('EventSource' in window) {
+    const es = new EventSource('/dashboard/events');
+    es.addEventListener('open', () => mode('on'));
+    es.addEventListener('changed', refresh);
+    es.addEventListener('error', () => mode('poll'));
+  } else mode('poll');
+})();
+`;
+
+/** The whole control-room page. */
+export function DashboardPage({ data }: { data: DashboardData }) {
+  return (
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <title>Spark control room</title>
+        <style>{raw(DASHBOARD_CSS)}</style>
+      </head>
+      <body>
+        <header>
+          <h1>
+            Spark control room <span>· GPU fleet admission</span>
+          </h1>
+          <div class="spacer" />
+          <span class="badge" id="fleet-badge">
+            <span
+              class="dot"
+              style={data.fleet.managed ? 'background:var(--green)' : 'background:var(--amber)'}
+            />
+            {data.fleet.managed ? 'fleet managed' : 'fleet not fully managed'}
+          </span>
+          <span class="badge live-poll" id="live-badge">
+            <span class="dot" />
+            <span class="label">connecting</span>
+          </span>
+        </header>
+        <main>
+          <LivePanel data={data} />
+        </main>
+        <script>{raw(CLIENT_JS)}</script>
+      </body>
+    </html>
+  );
+}
