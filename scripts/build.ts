@@ -14,7 +14,33 @@ export interface Target {
 }
 
 /** Every bundle. Each part registers its targets here with one entry. */
-export const targets: Target[] = [];
+export const targets: Target[] = [
+  {
+    name: 'preflight',
+    entry: 'agent/preflight/bin.ts',
+    outfile: 'agent/dist/spark-runner-preflight.mjs',
+    options: {
+      banner: {
+        js: "#!/usr/bin/env node\nimport { createRequire as __spark_createRequire } from 'node:module'; const require = __spark_createRequire(import.meta.url);",
+      },
+    },
+  },
+  {
+    name: 'action-commit-binding',
+    entry: 'actions/commit-binding/src/index.ts',
+    outfile: 'actions/commit-binding/dist/index.mjs',
+  },
+  {
+    name: 'action-lease-preflight',
+    entry: 'actions/lease-preflight/src/index.ts',
+    outfile: 'actions/lease-preflight/dist/index.mjs',
+  },
+  {
+    name: 'action-spark-test',
+    entry: 'actions/spark-test/src/index.ts',
+    outfile: 'actions/spark-test/dist/index.mjs',
+  },
+];
 
 export async function buildTarget(t: Target, outfile = t.outfile): Promise<void> {
   await build({
