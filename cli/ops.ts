@@ -1,0 +1,181 @@
+import { type ReservationInfo, ReservationListResponse, ReservationResponse } from '../functions/api/wire.ts';
+import type { ApiClient } from './client.ts';
+import { CliError, EXIT } from './errors.ts';
+import { clock } from './format.ts';
+
+/**
+ * Reservation workflows shared by the sparkctl commands and the MCP tools: request, follow until
+ * usable, release and follow until the agent confirmed cleanup.
+ */
+
+export interface ReserveOptions {
+  pair?: boolean | undefined;
+  host?: string | undefined;
+  ttlS?: number | undefined;
+}
+
+export async function createReservation(client: ApiClient, o: ReserveOptions): Promise<ReservationInfo> {
+  const body = {
+    topology: o.pair ? 'pair' : 'single',
+    ...(o.host ? { host: o.host } : {}),
+    ...(o.ttlS != null ? { ttlS: o.ttlS } : {}),
+  };
+  return (await client.call('POST', '/api/v1/reservations', ReservationResponse, body)).reservation;
+}
+
+export async function getReservation(client: ApiClient, id: string): Promise<ReservationInfo> {
+  return (await client.call('GET', `/api/v1/reservations/${encodeURIComponent(id)}`, ReservationResponse))
+    .reservation;
+}
+
+export async function listReservations(
+  client: ApiClient,
+  opts: { mine: boolean; status?: string },
+): Promise<ReservationInfo[]> {
+  const q = new URLSearchParams({ status: opts.status ?? 'open', ...(opts.mine ? { mine: '1' } : {}) });
+  return (await client.call('GET', `/api/v1/reservations?${q}`, ReservationListResponse)).reservations;
+}
+
+export async function postAction(
+  client: ApiClient,
+  id: string,
+  action: 'release' | 'cancel' | 'renew',
+  body?: unknown,
+): Promise<ReservationInfo> {
+  return (
+    await client.call(
+      'POST',
+      `/api/v1/reservations/${encodeURIComponent(id)}/${action}`,
+      ReservationResponse,
+      body ?? {},
+    )
+  ).reservation;
+}
+
+const ENDED = ['done', 'cancelled', 'superseded', 'failed'];
+
+/** One line saying where a reservation stands, in words. */
+export function progressLine(r: ReservationInfo): string {
+  const hosts = r.leases.filter((l) => l.status !== 'released').map((l) => l.hostId);
+  switch (r.status) {
+    case 'queued': {
+      const parts = [`${r.id} queued`, r.position != null ? `position ${r.position}` : null, r.reason];
+      for (const w of r.waitingOn) {
+        parts.push(
+          w.state === 'draining' ? `${w.hostId} draining for you` : `${w.hostId} ${w.state} for you`,
+        );
+      }
+      return parts.filter(Boolean).join(' · ');
+    }
+    case 'allocated': {
+      const lend = r.leases.filter((l) => l.lend && !l.prepared).map((l) => l.hostId);
+      const waiting = r.leases.filter((l) => !l.prepared).map((l) => l.hostId);
+      return `${r.id} allocated ${hosts.join(' + ')} · preparing ${waiting.join(' + ') || 'hosts'}${
+        lend.length ? ` (lending the home service on ${lend.join(', ')}: drain, stop, verify GPU free)` : ''
+      }`;
+    }
+    case 'preparing':
+    case 'running':
+      return `${r.id} ${r.status} on ${hosts.join(' + ')}`;
+    case 'releasing': {
+      const pending = r.leases.filter((l) => l.status !== 'released').map((l) => l.hostId);
+      const done = r.leases.filter((l) => l.status === 'released').map((l) => l.hostId);
+      return `${r.id} releasing · waiting for the agent to confirm cleanup on ${pending.join(', ') || '—'}${
+        done.length ? ` · ${done.join(', ')} cleaned` : ''
+      }`;
+    }
+    default:
+      return `${r.id} ${r.status}${r.outcome ? ` (${r.outcome})` : ''}${r.reason ? ` · ${r.reason}` : ''}`;
+  }
+}
+
+export interface FollowOptions {
+  pollMs: number;
+  onProgress(line: string, r: ReservationInfo): void;
+  /** Aborting stops following (the caller decides what Ctrl-C means). */
+  signal?: AbortSignal | undefined;
+  timeoutMs?: number | undefined;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+/** Polls a reservation until `until(r)` holds; reports each change of its progress line. */
+export async function follow(
+  client: ApiClient,
+  id: string,
+  until: (r: ReservationInfo) => boolean,
+  o: FollowOptions,
+): Promise<ReservationInfo> {
+  const deadline = o.timeoutMs ? Date.now() + o.timeoutMs : Number.POSITIVE_INFINITY;
+  let last = '';
+  for (;;) {
+    const r = await getReservation(client, id);
+    const line = progressLine(r);
+    if (line !== last) {
+      o.onProgress(line, r);
+      last = line;
+    }
+    if (until(r) || o.signal?.aborted) return r;
+    if (Date.now() > deadline) {
+      throw new CliError(
+        EXIT.timeout,
+        `gave up waiting for ${id} after ${Math.round(o.timeoutMs! / 1000)}s: ${line}`,
+      );
+    }
+    await sleep(o.pollMs, o.signal);
+    if (o.signal?.aborted) return getReservation(client, id);
+  }
+}
+
+/** Follows a new reservation until its hosts are usable; an ended reservation is an error. */
+export async function waitUntilReady(
+  client: ApiClient,
+  id: string,
+  o: FollowOptions,
+): Promise<ReservationInfo> {
+  const r = await follow(
+    client,
+    id,
+    (x) => x.ready || ENDED.includes(x.status) || x.status === 'releasing',
+    o,
+  );
+  if (!r.ready && !o.signal?.aborted) {
+    throw new CliError(EXIT.failed, `${id} ended before it became usable: ${progressLine(r)}`);
+  }
+  return r;
+}
+
+/** Releases and follows until every host's agent confirmed termination and cleanup. */
+export async function releaseAndWait(
+  client: ApiClient,
+  id: string,
+  o: FollowOptions & { wait: boolean },
+): Promise<ReservationInfo> {
+  const r = await postAction(client, id, 'release');
+  if (!o.wait) return r;
+  return follow(client, id, (x) => ENDED.includes(x.status), o);
+}
+
+/** How to use a ready development reservation. */
+export function attachText(r: ReservationInfo): string {
+  const hosts = r.leases.filter((l) => l.status === 'active').map((l) => l.hostId);
+  const until = r.leases.length ? clock(r.leases.map((l) => l.expiresAt).sort()[0]!) : '-';
+  return [
+    `${r.id} is yours: ${hosts.join(' + ')} (${r.topology}), lease until ${until}.`,
+    `  attach:   ssh ${hosts[0] ?? '<host>'}${hosts.length > 1 ? `   (and ssh ${hosts.slice(1).join(', ')})` : ''}`,
+    `  renew:    sparkctl renew ${r.id}`,
+    `  release:  sparkctl release ${r.id}   (frees the host once the agent confirms cleanup)`,
+  ].join('\n');
+}
+
+export { ENDED as ENDED_STATUSES };
