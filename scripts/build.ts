@@ -16,6 +16,27 @@ export interface Target {
 /** Every bundle. Each part registers its targets here with one entry. */
 export const targets: Target[] = [
   {
+    name: 'sparkctl',
+    entry: 'cli/bundle-entry.ts',
+    outfile: 'cli/dist/sparkctl.mjs',
+    options: {
+      banner: {
+        js: "#!/usr/bin/env node\nimport { createRequire as __spark_createRequire } from 'node:module'; const require = __spark_createRequire(import.meta.url);",
+      },
+      // the ledger bootstrap needs the checkout (native libSQL, migrations): see cli/admin-ledger-bundled.ts
+      plugins: [
+        {
+          name: 'sparkctl-admin-stand-in',
+          setup(b) {
+            b.onResolve({ filter: /\/admin-ledger\.ts$/ }, (a) => ({
+              path: `${a.resolveDir}/admin-ledger-bundled.ts`,
+            }));
+          },
+        },
+      ],
+    },
+  },
+  {
     name: 'preflight',
     entry: 'agent/preflight/bin.ts',
     outfile: 'agent/dist/spark-runner-preflight.mjs',
