@@ -1,0 +1,143 @@
+import { readFileSync } from 'node:fs';
+import { dirname, isAbsolute, resolve } from 'node:path';
+import { z } from 'zod';
+
+/**
+ * The agent's boundary module: the only place that reads its configuration file. Relative paths
+ * in the file are resolved against the file's directory. Messages name the field and what to fix.
+ */
+
+const argv = z
+  .array(z.string().min(1))
+  .min(1, 'give the command as an argv array, e.g. ["systemctl", "start", "deckard"]');
+
+const serviceSchema = z
+  .object({
+    name: z.string().min(1).default('deckard').describe('Name used in reports and logs.'),
+    drain: argv.describe('Stops new work on the service and lets in-flight requests finish.'),
+    stop: argv.describe('Stops the service completely (a paused container is not stopped).'),
+    start: argv.describe('Recreates the service; its model-ready health check gates the restore.'),
+    healthUrl: z.url().describe('Model-ready health URL: 2xx means the model is loaded and serving.'),
+    commandTimeoutS: z.number().int().positive().default(300),
+    /** How long the GPU may take to show the service's processes gone after `stop`. */
+    releaseVerifyTimeoutS: z.number().int().positive().default(60),
+    healthPollMs: z.number().int().positive().default(1000),
+  })
+  .strict();
+
+export const AgentConfigSchema = z
+  .object({
+    controllerUrl: z.url().describe('Base URL of the controller (outbound HTTPS only).'),
+    hostId: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'host ids look like "spark-2"'),
+    tokenFile: z.string().min(1).describe("File holding this host's agent token (mode 0600)."),
+    stateFile: z.string().min(1).describe('Local progress file, written by atomic rename.'),
+    workRoot: z.string().min(1).describe('Volume under which each lease gets a fresh work dir.'),
+    modelCacheDir: z.string().min(1).describe('Managed model cache passed to jobs as SPARK_MODEL_CACHE.'),
+    runner: z
+      .object({
+        dir: z.string().min(1).describe('Directory of the GitHub Actions runner.'),
+        command: z.array(z.string().min(1)).min(1).default(['./run.sh']).describe('Relative to runner.dir.'),
+        stopGraceS: z.number().positive().default(10),
+      })
+      .strict(),
+    nvidiaSmi: z.string().min(1).default('nvidia-smi').describe('nvidia-smi binary (PATH lookup if bare).'),
+    service: serviceSchema.nullable().default(null).describe('Home service (Deckard on spark-1), or null.'),
+    interconnectCheck: z
+      .array(z.string().min(1))
+      .min(1)
+      .nullable()
+      .default(null)
+      .describe('Command that exits 0 when the pair interconnect is up.'),
+    timeouts: z
+      .object({
+        requestS: z.number().positive().default(10),
+        gpuQueryS: z.number().positive().default(15),
+        backoffMaxS: z.number().positive().default(30),
+        /** Longest a poll is held by the controller (it caps this too). */
+        longPollS: z.number().int().min(0).max(55).default(25),
+      })
+      .strict()
+      .prefault({}),
+    logLevel: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
+  })
+  .strict();
+
+export type AgentConfig = z.output<typeof AgentConfigSchema>;
+export type ServiceConfig = NonNullable<AgentConfig['service']>;
+
+/** A user-fixable agent failure: printed as one line, exits with `exitCode`. */
+export class AgentConfigError extends Error {
+  override name = 'AgentConfigError';
+  readonly exitCode = 2;
+}
+
+function resolvePaths(cfg: AgentConfig, base: string): AgentConfig {
+  const abs = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
+  const cmd = (c: string[], cwd: string) => {
+    const [head, ...rest] = c;
+    return [head!.includes('/') && !isAbsolute(head!) ? resolve(cwd, head!) : head!, ...rest];
+  };
+  const runnerDir = abs(cfg.runner.dir);
+  return {
+    ...cfg,
+    tokenFile: abs(cfg.tokenFile),
+    stateFile: abs(cfg.stateFile),
+    workRoot: abs(cfg.workRoot),
+    modelCacheDir: abs(cfg.modelCacheDir),
+    runner: { ...cfg.runner, dir: runnerDir, command: cmd(cfg.runner.command, runnerDir) },
+    nvidiaSmi: cfg.nvidiaSmi.includes('/') ? abs(cfg.nvidiaSmi) : cfg.nvidiaSmi,
+    service: cfg.service
+      ? {
+          ...cfg.service,
+          drain: cmd(cfg.service.drain, base),
+          stop: cmd(cfg.service.stop, base),
+          start: cmd(cfg.service.start, base),
+        }
+      : null,
+    interconnectCheck: cfg.interconnectCheck ? cmd(cfg.interconnectCheck, base) : null,
+  };
+}
+
+/** Validates a parsed config object; `base` resolves relative paths. */
+export function parseAgentConfig(input: unknown, source: string, base: string): AgentConfig {
+  const r = AgentConfigSchema.safeParse(input);
+  if (!r.success) {
+    throw new AgentConfigError(
+      `invalid agent config ${source}: ${r.error.issues
+        .map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`)
+        .join('; ')}`,
+    );
+  }
+  return resolvePaths(r.data, base);
+}
+
+/** Reads and validates the agent config file. */
+export function loadAgentConfig(path: string): AgentConfig {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new AgentConfigError(`cannot read agent config ${path}: ${(e as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    throw new AgentConfigError(`agent config ${path} is not valid JSON: ${(e as Error).message}`);
+  }
+  return parseAgentConfig(raw, path, dirname(resolve(path)));
+}
+
+/** Reads the agent token; a missing or empty file is a configuration error. */
+export function readAgentToken(cfg: AgentConfig): string {
+  let token: string;
+  try {
+    token = readFileSync(cfg.tokenFile, 'utf8').trim();
+  } catch (e) {
+    throw new AgentConfigError(
+      `cannot read the agent token file ${cfg.tokenFile} (${(e as Error).message}); create a token with \`npm run agent-token -- create ${cfg.hostId}\` and save it there`,
+    );
+  }
+  if (!token) throw new AgentConfigError(`agent token file ${cfg.tokenFile} is empty`);
+  return token;
+}

@@ -1,0 +1,46 @@
+/**
+ * The home service's model-ready health check (Deckard on spark-1). Restore is gated on it:
+ * the service is advertised again only after it answers 2xx (DESIGN.md rule 5).
+ */
+
+export interface HealthResult {
+  /** 2xx from the model-ready endpoint. */
+  ok: boolean;
+  /** HTTP status, or null when nothing answered (connection refused, timeout). */
+  status: number | null;
+  /** Status and a short body excerpt (or the network error), for the restore report. */
+  detail: string;
+}
+
+/** One model-ready probe. Never throws. */
+export async function probeHealth(url: string, timeoutMs: number): Promise<HealthResult> {
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    const body = (await res.text().catch(() => '')).replace(/\s+/g, ' ').trim().slice(0, 300);
+    return { ok: res.ok, status: res.status, detail: `HTTP ${res.status}${body ? ` ${body}` : ''}` };
+  } catch (e) {
+    const err = e as { name?: string; cause?: { code?: string }; message?: string };
+    const why =
+      err.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : (err.cause?.code ?? err.message);
+    return { ok: false, status: null, detail: `health check unreachable: ${why}` };
+  }
+}
+
+/**
+ * Polls the health URL until it passes or `timeoutMs` runs out; returns the last result. The
+ * `stopped` callback ends the wait early when the agent shuts down.
+ */
+export async function waitHealthy(
+  url: string,
+  timeoutMs: number,
+  pollMs: number,
+  stopped: () => boolean = () => false,
+): Promise<HealthResult> {
+  const deadline = Date.now() + timeoutMs;
+  let last: HealthResult = { ok: false, status: null, detail: 'health check not run' };
+  for (;;) {
+    last = await probeHealth(url, Math.max(250, Math.min(5000, deadline - Date.now())));
+    if (last.ok || Date.now() >= deadline || stopped()) return last;
+    await new Promise((r) => setTimeout(r, Math.min(pollMs, Math.max(0, deadline - Date.now()))));
+  }
+}

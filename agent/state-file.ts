@@ -1,0 +1,95 @@
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { z } from 'zod';
+
+/**
+ * The agent's local progress (issue 4 "Crash safety"). Written by write-to-temp + fsync + rename,
+ * so after `kill -9` at any point the file holds either the previous or the next state, never a
+ * torn one. It never holds a JIT config or a job token.
+ */
+
+const runnerSchema = z.object({
+  runnerName: z.string(),
+  runDir: z.string(),
+  /** Process-group leader (the wrapper shell) and its /proc start time, against pid reuse. */
+  pid: z.number().int().nullable(),
+  startTicks: z.string().nullable(),
+  startedAt: z.number(),
+  startReported: z.boolean(),
+  /** Set when the agent itself stopped the runner (release or replacement). */
+  stoppedByAgent: z.boolean(),
+  exitCode: z.number().int().nullable().optional(),
+  exitReported: z.boolean(),
+});
+export type RunnerState = z.infer<typeof runnerSchema>;
+
+const leaseSchema = z.object({
+  leaseId: z.string(),
+  reservationId: z.string(),
+  fencingToken: z.number().int(),
+  kind: z.string(),
+  topology: z.enum(['single', 'pair']),
+  lend: z.boolean(),
+  workDir: z.string(),
+  /** Lending steps: each is written before its command runs, so a restart repeats it. */
+  lendStep: z.enum(['none', 'draining', 'stopping', 'verifying', 'lent', 'failed']),
+  phase: z.enum(['preparing', 'prepared', 'prepare_failed', 'running', 'cleaning']),
+  failure: z.string().nullable(),
+  runner: runnerSchema.nullable(),
+  activeReported: z.boolean(),
+  remainReported: z.boolean(),
+});
+export type LeaseState = z.infer<typeof leaseSchema>;
+
+export const AgentStateSchema = z.object({
+  v: z.literal(1),
+  /** Highest fencing token seen; commands carrying a lower one are refused. */
+  maxFencingToken: z.number().int().nonnegative(),
+  lease: leaseSchema.nullable(),
+  /** A restore in progress (repeated after a restart: start and health checks are idempotent). */
+  restore: z
+    .object({ fencingToken: z.number().int(), attempt: z.number().int(), startedAt: z.number() })
+    .nullable(),
+});
+export type AgentState = z.infer<typeof AgentStateSchema>;
+
+export const emptyState = (): AgentState => ({ v: 1, maxFencingToken: 0, lease: null, restore: null });
+
+/** Loads the state file; a missing file is a fresh agent, a corrupt one an error naming the file. */
+export function loadState(path: string): AgentState {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return emptyState();
+    throw e;
+  }
+  const parsed = AgentStateSchema.safeParse(JSON.parse(text));
+  if (!parsed.success) {
+    throw new Error(
+      `agent state file ${path} is not valid (${parsed.error.issues[0]?.message}); move it away only after checking no runner is left running`,
+    );
+  }
+  return parsed.data;
+}
+
+/** Atomically replaces the state file. */
+export function saveState(path: string, state: AgentState): void {
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = `${path}.tmp-${process.pid}`;
+  const fd = openSync(tmp, 'w', 0o600);
+  try {
+    writeSync(fd, `${JSON.stringify(state, null, 2)}\n`);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, path);
+  // the rename is durable only once the directory entry is
+  const dfd = openSync(dirname(path), 'r');
+  try {
+    fsyncSync(dfd);
+  } finally {
+    closeSync(dfd);
+  }
+}

@@ -1,0 +1,136 @@
+import { and, desc, eq, inArray, isNull } from 'drizzle-orm';
+import { BINDING_LEASE_STATUSES, type Topology } from '../../core/model.ts';
+import type { DesiredState, LeaseRef } from '../../core/protocol/agent.ts';
+import { sha256Hex } from '../auth/tokens.ts';
+import type { Tx } from '../ledger/db.ts';
+import type { HostRow, LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
+import * as t from '../ledger/schema.ts';
+
+export type HandoffRow = typeof t.jitHandoffs.$inferSelect;
+
+/** The desired state of a host as computed from the ledger, before any secret is attached. */
+export interface ComputedState {
+  desired: DesiredState;
+  /** Stable fingerprint: absolute times instead of relative ones, no secrets. */
+  version: string;
+  /** A JIT config waiting to be handed over with this state (only for `run`). */
+  pendingHandoff: HandoffRow | null;
+}
+
+type Query = Tx | Ledger['db'];
+
+async function bindingLease(q: Query, hostId: string): Promise<LeaseRow | null> {
+  const rows = await q
+    .select()
+    .from(t.leases)
+    .where(and(eq(t.leases.hostId, hostId), inArray(t.leases.status, [...BINDING_LEASE_STATUSES])));
+  return rows[0] ?? null;
+}
+
+/** The newest runner handoff of a lease that was not deregistered. */
+export async function currentHandoff(q: Query, leaseId: string): Promise<HandoffRow | null> {
+  const rows = await q
+    .select()
+    .from(t.jitHandoffs)
+    .where(and(eq(t.jitHandoffs.leaseId, leaseId), isNull(t.jitHandoffs.deletedAt)))
+    .orderBy(desc(t.jitHandoffs.attempt), desc(t.jitHandoffs.createdAt))
+    .limit(1);
+  return rows[0] ?? null;
+}
+
+function leaseRef(lease: LeaseRow, r: ReservationRow, now: number): LeaseRef {
+  return {
+    leaseId: lease.id,
+    reservationId: r.id,
+    fencingToken: lease.fencingToken,
+    kind: r.kind,
+    topology: r.topology as Topology,
+    lend: lease.lend,
+    expiresInMs: lease.expiresAt - now,
+  };
+}
+
+/**
+ * Computes what the agent of `hostId` should be doing, from the host phase, its binding lease,
+ * the reservation status and the lease's runner handoffs. Pure read; consuming a handoff is the
+ * caller's job (in a write transaction).
+ */
+export async function computeDesiredState(
+  ledger: Ledger,
+  q: Query,
+  hostId: string,
+  now: number,
+): Promise<ComputedState> {
+  const host = (await q.select().from(t.hosts).where(eq(t.hosts.id, hostId)))[0];
+  if (!host) throw new TypeError(`host ${hostId} is not in the ledger`);
+  const lease = await bindingLease(q, hostId);
+  const r = lease
+    ? ((await q.select().from(t.reservations).where(eq(t.reservations.id, lease.reservationId)))[0] ?? null)
+    : null;
+  let pendingHandoff: HandoffRow | null = null;
+  let desired: DesiredState;
+  const ref = lease && r ? leaseRef(lease, r, now) : null;
+
+  if (host.phase === 'quarantined') {
+    desired = { state: 'hold', reason: quarantineReason(host) };
+  } else if (host.phase === 'release-required') {
+    desired = {
+      state: 'hold',
+      reason: 'release required: processes outlived the lease; nothing is killed',
+      ...(ref ? { lease: ref } : {}),
+    };
+  } else if (lease && r && ref) {
+    if (lease.status === 'releasing' || r.status === 'releasing') {
+      desired = { state: 'clean', lease: ref };
+    } else if (lease.status === 'expired') {
+      desired = {
+        state: 'hold',
+        reason: 'lease expired; waiting for the controller to release it',
+        lease: ref,
+      };
+    } else if (r.status === 'allocated') {
+      desired = lease.preparedAt == null ? { state: 'prepare', lease: ref } : { state: 'wait', lease: ref };
+    } else if (lease.preparedAt == null) {
+      desired = { state: 'prepare', lease: ref };
+    } else if (r.kind === 'development') {
+      desired = { state: 'develop', lease: ref };
+    } else {
+      const handoff = await currentHandoff(q, lease.id);
+      if (handoff) {
+        desired = { state: 'run', lease: ref, runnerName: handoff.runnerName };
+        if (handoff.jitConfig != null && handoff.consumedAt == null) pendingHandoff = handoff;
+      } else {
+        desired = { state: 'wait', lease: ref };
+      }
+    }
+  } else if (host.phase === 'restoring') {
+    desired = {
+      state: 'restore',
+      fencingToken: host.fencingToken,
+      attempt: host.restoreAttempts,
+      waitMs: Math.max(0, (host.restoreNotBefore ?? 0) - now),
+      healthTimeoutS: ledger.config.timings.restoreHealthTimeoutS,
+    };
+  } else if (host.phase === 'service') {
+    desired = { state: 'serve' };
+  } else {
+    desired = { state: 'idle' };
+  }
+  return { desired, version: await fingerprint(desired, lease, host), pendingHandoff };
+}
+
+function quarantineReason(host: HostRow): string {
+  return `quarantined until an operator clears it${host.note ? `: ${host.note.slice(0, 300)}` : ''}`;
+}
+
+async function fingerprint(d: DesiredState, lease: LeaseRow | null, host: HostRow): Promise<string> {
+  // relative times change on every call; the absolute ones change only when the ledger does
+  const stable = {
+    ...d,
+    ...('lease' in d && d.lease ? { lease: { ...d.lease, expiresInMs: lease?.expiresAt ?? 0 } } : {}),
+    ...(d.state === 'restore' ? { waitMs: host.restoreNotBefore ?? 0 } : {}),
+  };
+  delete (stable as { jitConfig?: unknown }).jitConfig;
+  delete (stable as { jobToken?: unknown }).jobToken;
+  return (await sha256Hex(JSON.stringify(stable))).slice(0, 16);
+}

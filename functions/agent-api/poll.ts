@@ -1,0 +1,100 @@
+import { and, eq, isNull } from 'drizzle-orm';
+import type { PollRequest, PollResponse } from '../../core/protocol/agent.ts';
+import type { AppContext } from '../app.ts';
+import { generateToken, sha256Hex } from '../auth/tokens.ts';
+import * as t from '../ledger/schema.ts';
+import { type ComputedState, computeDesiredState } from './desired-state.ts';
+
+/**
+ * Re-reads the ledger this often while a long-poll waits, so a change written by another process
+ * sharing the ledger (which cannot notify this one) is still seen within about a second.
+ */
+const RECHECK_MS = 1000;
+
+/**
+ * Computes the desired state and, when a JIT config waits for this host, hands it over: the
+ * response carries the config and a fresh job token, and in the same transaction the config is
+ * nulled, the handoff marked consumed and the token's SHA-256 stored on the lease — so it is
+ * given exactly once (cross-part contract 3).
+ */
+async function currentState(ctx: AppContext, hostId: string): Promise<PollResponse> {
+  const { ledger } = ctx;
+  const read = await computeDesiredState(ledger, ledger.db, hostId, ledger.clock());
+  if (!read.pendingHandoff) return response(ctx, hostId, read);
+  return ledger.write(async (tx, now, changed) => {
+    // recompute under the write lock: another poll may have taken the config meanwhile
+    const c = await computeDesiredState(ledger, tx, hostId, now);
+    const h = c.pendingHandoff;
+    if (!h || c.desired.state !== 'run') return response(ctx, hostId, c);
+    const jitConfig = h.jitConfig!;
+    const jobToken = generateToken('spk_job');
+    await tx
+      .update(t.jitHandoffs)
+      .set({ jitConfig: null, consumedAt: now })
+      .where(and(eq(t.jitHandoffs.runnerName, h.runnerName), isNull(t.jitHandoffs.consumedAt)));
+    await tx
+      .update(t.leases)
+      .set({ jobTokenHash: await sha256Hex(jobToken) })
+      .where(eq(t.leases.id, h.leaseId));
+    await ledger.record(tx, now, {
+      subjectType: 'lease',
+      subjectId: h.leaseId,
+      type: 'lease.runner_handoff',
+      cause: `JIT config for runner ${h.runnerName} handed to the agent (attempt ${h.attempt})`,
+      actor: `agent:${hostId}`,
+      data: { runnerName: h.runnerName, attempt: h.attempt, reservationId: h.reservationId },
+    });
+    changed.add(`host:${hostId}`);
+    return response(ctx, hostId, {
+      ...c,
+      desired: { ...c.desired, jitConfig, jobToken },
+    });
+  });
+}
+
+function response(ctx: AppContext, hostId: string, c: ComputedState): PollResponse {
+  return {
+    hostId,
+    version: c.version,
+    heartbeatIntervalS: ctx.ledger.config.timings.heartbeatIntervalS,
+    desired: c.desired,
+  };
+}
+
+/** Resolves on the next change notice for the host, after `ms`, or when the client goes away. */
+function nextChange(ctx: AppContext, hostId: string, ms: number, signal: AbortSignal | undefined) {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      unsubscribe();
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    const unsubscribe = ctx.ledger.subscribe((topic) => {
+      if (topic === `host:${hostId}` || topic === 'reservation') done();
+    });
+    signal?.addEventListener('abort', done);
+  });
+}
+
+/**
+ * Answers a poll. On Node the request is held (up to `settings.agentLongPollS`) while the desired
+ * state still has the version the agent already knows, and answered as soon as it changes; on
+ * Workers it is answered at once (no long-lived requests there).
+ */
+export async function handlePoll(
+  ctx: AppContext,
+  hostId: string,
+  req: PollRequest,
+  signal?: AbortSignal,
+): Promise<PollResponse> {
+  const cap = ctx.runtime === 'node' ? ctx.settings.agentLongPollS * 1000 : 0;
+  const deadline = Date.now() + Math.min(req.maxWaitMs ?? cap, cap);
+  for (;;) {
+    const res = await currentState(ctx, hostId);
+    const left = deadline - Date.now();
+    if (!req.since || res.version !== req.since || left <= 0 || signal?.aborted) return res;
+    await nextChange(ctx, hostId, Math.min(left, RECHECK_MS), signal);
+  }
+}

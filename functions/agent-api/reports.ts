@@ -1,0 +1,274 @@
+import { eq } from 'drizzle-orm';
+import type { Report } from '../../core/protocol/agent.ts';
+import { conflict } from '../errors.ts';
+import type { Tx } from '../ledger/db.ts';
+import type { LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
+import * as t from '../ledger/schema.ts';
+import { currentHandoff } from './desired-state.ts';
+
+const ACTIVE = ['allocated', 'preparing', 'running'];
+/** Outcomes the GitHub part sets from `workflow_job` completed; anything else in the column is a wait code. */
+const JOB_OUTCOMES = ['passed', 'failed', 'cancelled'];
+
+function jobOutcome(r: ReservationRow): string | null {
+  return r.outcome && JOB_OUTCOMES.includes(r.outcome) ? r.outcome : null;
+}
+
+function mergeEvidence(lease: LeaseRow, key: string, value: unknown): string {
+  let prev: Record<string, unknown> = {};
+  try {
+    prev = lease.evidenceJson ? (JSON.parse(lease.evidenceJson) as Record<string, unknown>) : {};
+  } catch {
+    prev = {};
+  }
+  return JSON.stringify({ ...prev, [key]: value });
+}
+
+/**
+ * Applies one agent report in one write transaction (cross-part contract, steps 2–6). The
+ * fencing token is checked first; a stale one throws 409 `stale_fencing_token` before anything
+ * is written. Returns what changed, in words.
+ */
+export async function applyReport(ledger: Ledger, hostId: string, report: Report): Promise<string> {
+  const actor = `agent:${hostId}`;
+  if (report.type === 'restored') return applyRestored(ledger, hostId, report, actor);
+  return ledger.write(async (tx, now, changed) => {
+    const lease = await ledger.requireCurrentLease(tx, hostId, report.fencingToken);
+    const r = (await ledger.getReservation(tx, lease.reservationId))!;
+    const leases = await ledger.leasesOf(tx, r.id);
+    // every node of the reservation may have to act on this (pairs move as a unit)
+    for (const l of leases) changed.add(`host:${l.hostId}`);
+    changed.add('reservation');
+    const event = async (type: string, cause: string, data?: Record<string, unknown>) =>
+      ledger.record(tx, now, {
+        subjectType: 'lease',
+        subjectId: lease.id,
+        type,
+        cause,
+        actor,
+        data: { reservationId: r.id, hostId, ...data },
+      });
+
+    switch (report.type) {
+      case 'prepared': {
+        if (lease.preparedAt != null) return `${lease.id} already prepared`;
+        if (lease.status !== 'active' || r.status !== 'allocated') {
+          throw conflict('not_preparing', `reservation ${r.id} is ${r.status}; nothing to prepare`);
+        }
+        if (lease.lend && !report.serviceLent) {
+          // no grant while the home service holds the GPU (DESIGN.md rule 5)
+          throw conflict(
+            'service_not_lent',
+            `${lease.id} lends ${hostId}'s home service: report prepared only after it is drained, stopped and its GPU processes are gone`,
+          );
+        }
+        await tx
+          .update(t.leases)
+          .set({
+            preparedAt: now,
+            evidenceJson: mergeEvidence(lease, 'prepare', {
+              serviceLent: report.serviceLent,
+              ...report.evidence,
+            }),
+          })
+          .where(eq(t.leases.id, lease.id));
+        await event(
+          'lease.prepared',
+          report.serviceLent
+            ? 'home service lent (GPU verified free); work dir fresh'
+            : 'GPU verified free; work dir fresh',
+          { serviceLent: report.serviceLent },
+        );
+        const waiting = leases.filter((l) => l.id !== lease.id && l.preparedAt == null);
+        if (waiting.length)
+          return `${lease.id} prepared; waiting for ${waiting.map((l) => l.hostId).join(', ')}`;
+        await ledger.advanceReservation(r.id, 'preparing', 'every host prepared', actor, tx);
+        return `reservation ${r.id} preparing`;
+      }
+      case 'prepare_failed': {
+        await tx
+          .update(t.leases)
+          .set({
+            evidenceJson: mergeEvidence(lease, 'prepare', { failed: report.reason, ...report.evidence }),
+          })
+          .where(eq(t.leases.id, lease.id));
+        await event(
+          'lease.prepare_failed',
+          `preparation failed on ${hostId}: ${report.reason}`.slice(0, 500),
+        );
+        if (ACTIVE.includes(r.status)) {
+          await ledger.beginRelease(
+            r.id,
+            'failed',
+            `preparation failed on ${hostId}: ${report.reason}`.slice(0, 500),
+            actor,
+            tx,
+          );
+          return `reservation ${r.id} releasing (failed)`;
+        }
+        return `reservation ${r.id} already ${r.status}`;
+      }
+      case 'runner_started': {
+        const h = await currentHandoff(tx, lease.id);
+        if (!h || h.runnerName !== report.runnerName) {
+          throw conflict(
+            'unknown_runner',
+            `runner ${report.runnerName} is not the current runner of ${lease.id}`,
+          );
+        }
+        if (lease.runnerStartedAt == null) {
+          await tx.update(t.leases).set({ runnerStartedAt: now }).where(eq(t.leases.id, lease.id));
+        }
+        await event('lease.runner_started', `runner ${report.runnerName} started`, {
+          runnerName: report.runnerName,
+        });
+        if (r.status === 'preparing') {
+          await ledger.advanceReservation(r.id, 'running', `runner started on ${hostId}`, actor, tx);
+          return `reservation ${r.id} running`;
+        }
+        return `reservation ${r.id} ${r.status}`;
+      }
+      case 'runner_exited':
+        return runnerExited(ledger, tx, now, { lease, r, leases, hostId, actor, report, event });
+      case 'lease_active': {
+        if (r.kind !== 'development') {
+          throw conflict('not_development', `reservation ${r.id} is ${r.kind}, not a development lease`);
+        }
+        if (r.status === 'preparing') {
+          await ledger.advanceReservation(
+            r.id,
+            'running',
+            `development lease active on ${hostId}`,
+            actor,
+            tx,
+          );
+          return `reservation ${r.id} running`;
+        }
+        return `reservation ${r.id} ${r.status}`;
+      }
+      case 'cleaned': {
+        const host = (await ledger.getHost(tx, hostId))!;
+        const expired = lease.status === 'expired' || lease.expiresAt <= now;
+        if (lease.status !== 'releasing' && host.phase !== 'release-required' && !expired) {
+          throw conflict(
+            'not_releasing',
+            `${lease.id} is not being released; cleanup is reported after release`,
+          );
+        }
+        if (lease.status !== 'releasing' && ACTIVE.includes(r.status)) {
+          await ledger.beginRelease(
+            r.id,
+            jobOutcome(r) ?? 'released',
+            'host cleaned after the lease ended',
+            actor,
+            tx,
+          );
+        }
+        const res = await ledger.confirmReleased(hostId, report.fencingToken, actor, {}, tx);
+        return `${lease.id} released; reservation ${r.id} ${res.reservation.status}`;
+      }
+      case 'processes_remain': {
+        const expired = lease.status === 'expired' || lease.expiresAt <= now;
+        if (lease.status !== 'releasing' && !expired) {
+          throw conflict(
+            'not_releasing',
+            `${lease.id} is still current; processes are expected while it lasts`,
+          );
+        }
+        await tx
+          .update(t.leases)
+          .set({ evidenceJson: mergeEvidence(lease, 'processesRemain', report.processes.slice(0, 20)) })
+          .where(eq(t.leases.id, lease.id));
+        await ledger.confirmReleased(hostId, report.fencingToken, actor, { processesRemain: true }, tx);
+        return `${hostId} release-required: ${report.processes.length} GPU process(es) remain`;
+      }
+    }
+  });
+}
+
+async function runnerExited(
+  ledger: Ledger,
+  tx: Tx,
+  now: number,
+  a: {
+    lease: LeaseRow;
+    r: ReservationRow;
+    leases: LeaseRow[];
+    hostId: string;
+    actor: string;
+    report: Extract<Report, { type: 'runner_exited' }>;
+    event: (type: string, cause: string, data?: Record<string, unknown>) => Promise<void>;
+  },
+): Promise<string> {
+  const { lease, r, leases, hostId, actor, report } = a;
+  const h = await currentHandoff(tx, lease.id);
+  if (!h || h.runnerName !== report.runnerName) {
+    throw conflict('unknown_runner', `runner ${report.runnerName} is not the current runner of ${lease.id}`);
+  }
+  if (lease.runnerExitedAt != null) return `${lease.id} exit already recorded`;
+  const lastLines = report.lastLines.slice(-50).map((l) => l.slice(0, 500));
+  await tx
+    .update(t.leases)
+    .set({
+      runnerExitedAt: now,
+      exitCode: report.exitCode,
+      evidenceJson: mergeEvidence(lease, 'runner', {
+        runnerName: report.runnerName,
+        exitCode: report.exitCode,
+        lastLines,
+      }),
+    })
+    .where(eq(t.leases.id, lease.id));
+  await a.event(
+    'lease.runner_exited',
+    `runner ${report.runnerName} exited ${report.exitCode ?? 'by signal'}`,
+    {
+      runnerName: report.runnerName,
+      exitCode: report.exitCode,
+    },
+  );
+  if (!ACTIVE.includes(r.status)) return `reservation ${r.id} already ${r.status}`;
+  const failed = report.exitCode !== 0;
+  if (failed) {
+    // pairs fail as a unit: the other node's runner is stopped by its agent on `clean`
+    await ledger.beginRelease(
+      r.id,
+      r.topology === 'pair' ? 'failed' : (jobOutcome(r) ?? 'failed'),
+      `runner on ${hostId} exited ${report.exitCode ?? 'by signal'}`,
+      actor,
+      tx,
+    );
+    return `reservation ${r.id} releasing (failed)`;
+  }
+  const stillRunning = leases.filter((l) => l.id !== lease.id && l.runnerExitedAt == null);
+  if (stillRunning.length) {
+    return `${lease.id} runner exited 0; waiting for ${stillRunning.map((l) => l.hostId).join(', ')}`;
+  }
+  await ledger.beginRelease(
+    r.id,
+    jobOutcome(r) ?? 'runner exited 0',
+    `runner on ${hostId} exited 0`,
+    actor,
+    tx,
+  );
+  return `reservation ${r.id} releasing`;
+}
+
+async function applyRestored(
+  ledger: Ledger,
+  hostId: string,
+  report: Extract<Report, { type: 'restored' }>,
+  actor: string,
+): Promise<string> {
+  const host = await ledger.getHost(undefined, hostId);
+  if (!host) throw conflict('unknown_host', `host ${hostId} is not in the ledger`);
+  // the fencing token only moves on a grant, and a restoring host is never granted
+  if (host.fencingToken !== report.fencingToken) {
+    throw conflict(
+      'stale_fencing_token',
+      `fencing token ${report.fencingToken} for ${hostId} is not current (current ${host.fencingToken})`,
+    );
+  }
+  const after = await ledger.recordRestore(hostId, report.ok, report.detail, actor);
+  return `${hostId} ${after.phase}`;
+}
