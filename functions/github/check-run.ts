@@ -1,0 +1,184 @@
+import type { ReservationRow } from '../ledger/ledger.ts';
+
+/**
+ * Renders one reservation as its GitHub check run (DESIGN.md: "One check run per reservation
+ * shows its state in words"). Pure: the outbox renders at send time from the ledger, so the
+ * check always shows the latest state even when several updates were coalesced.
+ * Only sanitized facts appear: host names, kind, topology, suite, SHA, reasons. Never fencing
+ * tokens, job tokens, addresses, commands or logs.
+ */
+
+export interface CheckRunView {
+  status: 'queued' | 'in_progress' | 'completed';
+  conclusion?: 'success' | 'failure' | 'neutral' | 'cancelled' | 'timed_out';
+  title: string;
+  summary: string;
+}
+
+export interface RenderContext {
+  /** Hosts holding the reservation's leases (any status). */
+  hosts: string[];
+  /** A host kept (draining or held) for this queued reservation. */
+  keptHost: { id: string; state: 'draining' | 'held' } | null;
+  /** A fault seen on the job (workflow_job mismatch), shown until the work ends. */
+  fault?: string | null;
+  /** Present when pushed commits were not queued again (push policy). */
+  note?: string | null;
+}
+
+/** `spark-2` → `Spark 2` (how people name the hosts). */
+export function displayHost(id: string): string {
+  const s = id.replace(/-/g, ' ');
+  return s.charAt(0).toUpperCase() + s.slice(1);
+}
+
+const short = (sha: string | null) => (sha ? sha.slice(0, 7) : 'unknown');
+
+function hostsText(hosts: string[]): string {
+  return hosts.length ? hosts.map(displayHost).join(' + ') : 'Spark';
+}
+
+export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunView {
+  const facts = [
+    `- Reservation: \`${r.id}\` (${r.kind}, priority ${r.priority})`,
+    `- Topology: ${r.topology}; suite: ${r.suite ?? 'smoke'}`,
+    `- Commit: \`${r.headSha ?? 'unknown'}\``,
+    `- Requested by: @${r.requester.replace(/^github:/, '')}`,
+  ];
+  if (ctx.hosts.length) facts.push(`- Hosts: ${hostsText(ctx.hosts)}`);
+  const extra = [ctx.fault ? `**Fault:** ${ctx.fault}` : null, ctx.note ?? null].filter(Boolean) as string[];
+  const summary = (lead: string) => [lead, '', ...facts, ...(extra.length ? ['', ...extra] : [])].join('\n');
+
+  switch (r.status) {
+    case 'queued': {
+      if (ctx.keptHost?.state === 'draining') {
+        return {
+          status: 'queued',
+          title: `${displayHost(ctx.keptHost.id)} draining — active job finishing`,
+          summary: summary(
+            `Waiting: ${r.reason ?? 'the host finishes its current job before this one starts'}`,
+          ),
+        };
+      }
+      const pos = r.position != null ? ` — position ${r.position}` : '';
+      return {
+        status: 'queued',
+        title: `Spark test queued${pos}`,
+        summary: summary(`Waiting: ${r.reason ?? 'waiting for the next admission pass'}`),
+      };
+    }
+    case 'allocated':
+      return {
+        status: 'in_progress',
+        title: `${hostsText(ctx.hosts)} allocated — environment preparing`,
+        summary: summary(
+          'Hosts granted; the relay agent is preparing them (service lent, GPU verified free).',
+        ),
+      };
+    case 'preparing':
+      return {
+        status: 'in_progress',
+        title: `${hostsText(ctx.hosts)} prepared — runner starting`,
+        summary: summary('Hosts prepared; a one-job runner is being registered and the workflow dispatched.'),
+      };
+    case 'running':
+      return {
+        status: 'in_progress',
+        title: `Spark test running — exact SHA ${short(r.headSha)}`,
+        summary: summary(`Running on ${hostsText(ctx.hosts)} at exactly \`${r.headSha}\`.`),
+      };
+    case 'releasing':
+    case 'done':
+    case 'failed':
+      return renderResult(r, ctx, summary);
+    case 'cancelled':
+      return {
+        status: 'completed',
+        conclusion: 'cancelled',
+        title: 'Spark test cancelled — never started',
+        summary: summary(`Cancelled while queued: ${r.reason ?? 'withdrawn'}`),
+      };
+    case 'superseded':
+      return {
+        status: 'completed',
+        conclusion: 'neutral',
+        title: `Spark test superseded — ${short(r.headSha)} is no longer the PR head`,
+        summary: summary(`Superseded while queued: ${r.reason ?? 'a newer commit was pushed'}`),
+      };
+    default:
+      return { status: 'queued', title: `Spark test ${r.status}`, summary: summary(r.reason ?? '') };
+  }
+}
+
+function renderResult(
+  r: ReservationRow,
+  ctx: RenderContext,
+  summary: (lead: string) => string,
+): CheckRunView {
+  const receipt = r.receiptJson != null;
+  const ending = r.status === 'releasing' ? ' Hosts are being cleaned and released.' : '';
+  switch (r.outcome) {
+    case 'passed':
+      return {
+        status: 'completed',
+        conclusion: 'success',
+        title: receipt
+          ? 'Spark test passed — evidence receipt recorded'
+          : 'Spark test passed — no evidence receipt',
+        summary: summary(
+          `The job passed at exactly \`${r.headSha}\`.${receipt ? ' Evidence receipt recorded in the ledger.' : ''}${ending}`,
+        ),
+      };
+    case 'failed':
+      return {
+        status: 'completed',
+        conclusion: 'failure',
+        title: `Spark test failed — exact SHA ${short(r.headSha)}`,
+        summary: summary(
+          `The job failed.${receipt ? ' Evidence receipt recorded in the ledger.' : ''}${ending}`,
+        ),
+      };
+    case 'cancelled':
+      return {
+        status: 'completed',
+        conclusion: 'cancelled',
+        title: 'Spark test cancelled — job cancelled on GitHub',
+        summary: summary(`The workflow job was cancelled.${ending}`),
+      };
+    case 'queue_timeout':
+      return {
+        status: 'completed',
+        conclusion: 'timed_out',
+        title: 'Spark test timed out in the queue',
+        summary: summary(r.reason ?? 'waited longer than the queue timeout'),
+      };
+    default: {
+      if (r.status === 'releasing') {
+        return {
+          status: 'in_progress',
+          title: `${hostsText(ctx.hosts)} releasing — ${r.outcome ?? 'cleaning up'}`,
+          summary: summary(`Releasing: ${r.reason ?? r.outcome ?? 'work ended'}.`),
+        };
+      }
+      const ok = r.status === 'done';
+      return {
+        status: 'completed',
+        conclusion: ok ? 'neutral' : 'failure',
+        title: ok
+          ? `Spark test ended — ${r.outcome ?? 'released'}`
+          : `Spark test failed — ${r.outcome ?? 'see summary'}`,
+        summary: summary(`Ended: ${r.reason ?? r.outcome ?? 'released'}`),
+      };
+    }
+  }
+}
+
+/** A completed, neutral check run explaining why a request was refused (nothing was queued). */
+export function renderRefusal(reason: string, who: string): CheckRunView {
+  return {
+    status: 'completed',
+    conclusion: 'neutral',
+    title: `Spark test refused — ${reason.length > 90 ? `${reason.slice(0, 87)}…` : reason}`,
+    summary: [`Nothing was queued. Requested by @${who}.`, '', `Reason: ${reason}`].join('\n'),
+  };
+}

@@ -1,0 +1,49 @@
+import { eq } from 'drizzle-orm';
+import type { TransitionHook } from '../ledger/ledger.ts';
+import * as t from '../ledger/schema.ts';
+import { readMeta } from './meta.ts';
+import { enqueue, enqueueCheckSync } from './outbox.ts';
+import { enqueueRunnerDeletes } from './senders.ts';
+
+const RELEASE_EVENTS = new Set(['reservation.releasing', 'reservation.done', 'reservation.failed']);
+
+/**
+ * The GitHub part's ledger hook: runs inside the transaction that records each reservation
+ * event, so the side effect is queued atomically with the state change (or not at all).
+ * Only reservations GitHub created (repository + head SHA) get check runs; development work
+ * from sparkctl has no repository and is ignored here.
+ */
+export function createGitHubHook(): TransitionHook {
+  return async (tx, ev, { now }) => {
+    if (ev.subjectType !== 'reservation') return;
+    const r = (await tx.select().from(t.reservations).where(eq(t.reservations.id, ev.subjectId)))[0];
+    if (!r?.repo || !r.headSha) return;
+    await enqueueCheckSync(tx, now, r.id);
+
+    if (ev.type === 'reservation.preparing') {
+      // every lease reported prepared (agent part): dispatch first, so its "still wanted?"
+      // re-check runs before any runner is registered
+      await enqueue(tx, now, {
+        kind: 'dispatch',
+        key: `dispatch:${r.id}`,
+        reservationId: r.id,
+        payload: { reservationId: r.id },
+      });
+      const leases = await tx.select().from(t.leases).where(eq(t.leases.reservationId, r.id));
+      for (const l of leases) {
+        await enqueue(tx, now, {
+          kind: 'generate-jitconfig',
+          key: `jit:${l.id}:a0`,
+          reservationId: r.id,
+          payload: { reservationId: r.id, leaseId: l.id, attempt: 0 },
+        });
+      }
+    }
+
+    if (RELEASE_EVENTS.has(ev.type)) {
+      // a config not yet handed over must never be handed over now
+      await tx.update(t.jitHandoffs).set({ jitConfig: null }).where(eq(t.jitHandoffs.reservationId, r.id));
+      if (readMeta(r)) await enqueueRunnerDeletes(tx, now, r);
+    }
+  };
+}

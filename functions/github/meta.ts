@@ -1,0 +1,58 @@
+import { eq } from 'drizzle-orm';
+import type { Tx } from '../ledger/db.ts';
+import type { ReservationRow } from '../ledger/ledger.ts';
+import * as t from '../ledger/schema.ts';
+
+/**
+ * What the GitHub front door remembers about a reservation it created, kept in
+ * `reservations.meta_json` (the column the ledger reserves for this part). Webhooks keep it
+ * current so the dispatch re-check can refuse stale work without another API call.
+ */
+export interface GitHubMeta {
+  installationId: number | null;
+  trigger: 'label' | 'comment' | 'push' | 'schedule';
+  /** The label that asked for the work (label triggers only). */
+  label?: string | null;
+  deliveryId?: string | null;
+  defaultBranch: string;
+  workflow: string;
+  /** Latest PR head seen by webhooks; differs from headSha once new commits were pushed. */
+  currentHeadSha?: string | null;
+  prOpen?: boolean;
+  /** Labels on the PR as of the last pull_request webhook. */
+  labels?: string[];
+  /** Set when a workflow_job for this reservation went in_progress (the runner picked it up). */
+  jobPickedUpAt?: number | null;
+  jobUrl?: string | null;
+  /** An audited fault shown on the check run (e.g. a workflow_job that does not match). */
+  fault?: string | null;
+  note?: string | null;
+  /** `status|title` of the last check-run update GitHub accepted. */
+  lastCheck?: string | null;
+}
+
+export function readMeta(r: Pick<ReservationRow, 'metaJson'>): GitHubMeta | null {
+  if (!r.metaJson) return null;
+  try {
+    const m = JSON.parse(r.metaJson) as Partial<GitHubMeta>;
+    if (typeof m !== 'object' || m === null || !m.trigger) return null;
+    return { installationId: null, defaultBranch: 'main', workflow: 'spark-pr-test.yml', ...m } as GitHubMeta;
+  } catch {
+    return null;
+  }
+}
+
+/** Merges `patch` into a reservation's GitHub meta inside the caller's transaction. */
+export async function patchMeta(
+  tx: Tx,
+  r: ReservationRow,
+  patch: Partial<GitHubMeta>,
+): Promise<GitHubMeta | null> {
+  const current = readMeta(r);
+  if (!current) return null;
+  const next = { ...current, ...patch };
+  const json = JSON.stringify(next);
+  await tx.update(t.reservations).set({ metaJson: json }).where(eq(t.reservations.id, r.id));
+  r.metaJson = json;
+  return next;
+}

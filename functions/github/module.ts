@@ -1,0 +1,31 @@
+import type { AppContext, AppModule } from '../app.ts';
+import { createGitHubHook } from './hooks.ts';
+import { drainOutbox } from './outbox.ts';
+import { mountRepositoryRoutes } from './repositories.ts';
+import { senders } from './senders.ts';
+import { githubService } from './service.ts';
+import { refreshQueuedChecks, runSchedules, sweepRunnerPickup } from './sweeps.ts';
+import { mountWebhook } from './webhook.ts';
+
+/**
+ * The GitHub front door (issue 3): signed webhooks → reservations, authorization, check runs,
+ * dispatch, JIT runner configs and runner deletion through the outbox, schedules, and the
+ * operator routes that enable repositories.
+ */
+export const githubModule: AppModule = {
+  name: 'github',
+  hooks() {
+    return [createGitHubHook()];
+  },
+  routes(app, ctx) {
+    mountWebhook(app, () => githubService(ctx));
+    mountRepositoryRoutes(app, () => githubService(ctx));
+  },
+  async tick(ctx: AppContext) {
+    const svc = githubService(ctx);
+    await runSchedules(svc);
+    await sweepRunnerPickup(svc);
+    await refreshQueuedChecks(svc);
+    if (svc.client.configured) await drainOutbox(svc, senders);
+  },
+};

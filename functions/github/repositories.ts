@@ -1,0 +1,254 @@
+import { sql } from 'drizzle-orm';
+import { z } from 'zod';
+import type { App } from '../app.ts';
+import { requireScope } from '../auth/tokens.ts';
+import { ApiError, notFound } from '../errors.ts';
+import * as t from '../ledger/schema.ts';
+import { GitHubError } from './client.ts';
+import type { GitHubService } from './service.ts';
+
+/**
+ * Explicit repository enablement (DESIGN.md: "a repository not enabled gets nothing"). The
+ * operator route checks the App installation and the runner group scope through the GitHub API
+ * and creates the three labels; sparkctl calls it.
+ */
+
+const NAME = /^[A-Za-z0-9_.-]{1,100}$/;
+const EnableBody = z
+  .object({
+    pairEnabled: z.boolean().optional(),
+    installationId: z.number().int().positive().optional(),
+    workflow: z.string().min(1).max(200).optional(),
+  })
+  .strict();
+
+export interface RepositoryView {
+  fullName: string;
+  installationId: number | null;
+  defaultBranch: string;
+  pairEnabled: boolean;
+  workflow: string;
+  enabled: boolean;
+}
+
+function view(svc: GitHubService, r: typeof t.repositories.$inferSelect): RepositoryView {
+  return {
+    fullName: r.fullName,
+    installationId: r.installationId,
+    defaultBranch: r.defaultBranch,
+    pairEnabled: r.pairEnabled,
+    workflow: r.workflow ?? svc.gh.workflow,
+    enabled: r.disabledAt == null,
+  };
+}
+
+const LABEL_STYLE: Record<'test' | 'long' | 'pair', { color: string; description: string }> = {
+  test: {
+    color: '76b900',
+    description: 'Run the Spark smoke test on private GPU hardware (maintainers only)',
+  },
+  long: { color: '4b8b00', description: 'Run the Spark performance suite (maintainers only)' },
+  pair: { color: '2e5c00', description: 'Run the two-Spark distributed test (maintainers only)' },
+};
+
+async function checkRunnerGroup(
+  svc: GitHubService,
+  repo: string,
+  installationId: number,
+): Promise<{ ok: boolean; detail: string }> {
+  try {
+    if (svc.gh.runnerScope === 'org') {
+      const org = repo.split('/')[0]!;
+      const g = await svc.client.request<{ visibility: string; name: string }>(
+        'GET',
+        `/orgs/${org}/actions/runner-groups/${svc.gh.runnerGroupId}`,
+        { installationId },
+      );
+      if (g.data.visibility === 'all')
+        return { ok: true, detail: `runner group "${g.data.name}" is open to all repositories` };
+      const repos = await svc.client.request<{ repositories: { full_name: string }[] }>(
+        'GET',
+        `/orgs/${org}/actions/runner-groups/${svc.gh.runnerGroupId}/repositories?per_page=100`,
+        { installationId },
+      );
+      const ok = repos.data.repositories.some((r) => r.full_name.toLowerCase() === repo.toLowerCase());
+      return {
+        ok,
+        detail: ok
+          ? `runner group "${g.data.name}" includes ${repo}`
+          : `runner group "${g.data.name}" does not include ${repo}; add it under the organization's Actions runner groups`,
+      };
+    }
+    await svc.client.request('GET', `/repos/${repo}/actions/runners?per_page=1`, { installationId });
+    return { ok: true, detail: `the App can register repository runners on ${repo}` };
+  } catch (e) {
+    if (e instanceof GitHubError)
+      return {
+        ok: false,
+        detail: `cannot manage self-hosted runners for ${repo} (${e.status}): grant the App ${svc.gh.runnerScope === 'org' ? 'organization "Self-hosted runners"' : 'repository "Administration"'} read/write`,
+      };
+    throw e;
+  }
+}
+
+export function mountRepositoryRoutes(app: App, svc: () => GitHubService) {
+  app.get('/api/v1/repositories', requireScope('develop'), async (c) => {
+    const s = svc();
+    const rows = await s.ledger.db.select().from(t.repositories);
+    return c.json({ repositories: rows.map((r) => view(s, r)) });
+  });
+
+  app.post('/api/v1/repositories/:owner/:name/enable', requireScope('operate'), async (c) => {
+    const s = svc();
+    const { owner, name } = c.req.param();
+    if (!NAME.test(owner) || !NAME.test(name))
+      throw new ApiError(400, 'invalid_request', 'expected /repositories/OWNER/NAME');
+    let raw: unknown = {};
+    const text = await c.req.text();
+    if (text.trim()) {
+      try {
+        raw = JSON.parse(text);
+      } catch {
+        throw new ApiError(
+          400,
+          'invalid_json',
+          'body must be JSON: {"pairEnabled"?: boolean, "installationId"?: number}',
+        );
+      }
+    }
+    const parsed = EnableBody.safeParse(raw);
+    if (!parsed.success)
+      throw new ApiError(
+        400,
+        'invalid_request',
+        parsed.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; '),
+      );
+    const body = parsed.data;
+    const repo = `${owner}/${name}`;
+
+    let installationId: number;
+    let defaultBranch: string;
+    let fullName: string;
+    try {
+      const inst = await s.client.request<{ id: number }>('GET', `/repos/${repo}/installation`, {
+        as: 'app',
+      });
+      installationId = inst.data.id;
+      if (body.installationId != null && body.installationId !== installationId)
+        throw new ApiError(
+          409,
+          'installation_mismatch',
+          `${repo} is served by App installation ${installationId}, not ${body.installationId}`,
+        );
+      const info = await s.client.request<{ full_name: string; default_branch: string }>(
+        'GET',
+        `/repos/${repo}`,
+        {
+          installationId,
+        },
+      );
+      defaultBranch = info.data.default_branch;
+      fullName = info.data.full_name;
+    } catch (e) {
+      if (e instanceof GitHubError) {
+        if (e.status === 404)
+          throw new ApiError(
+            404,
+            'app_not_installed',
+            `the GitHub App is not installed on ${repo}; install it there first`,
+          );
+        throw new ApiError(502, 'github_unavailable', `could not check ${repo} with GitHub: ${e.message}`);
+      }
+      throw e;
+    }
+
+    const runnerGroup = await checkRunnerGroup(s, fullName, installationId);
+    const labelsCreated: string[] = [];
+    const labelsExisting: string[] = [];
+    const labelsFailed: string[] = [];
+    for (const key of ['test', 'long', 'pair'] as const) {
+      const labelName = s.gh.labels[key];
+      try {
+        await s.client.request('POST', `/repos/${fullName}/labels`, {
+          body: { name: labelName, ...LABEL_STYLE[key] },
+          installationId,
+        });
+        labelsCreated.push(labelName);
+      } catch (e) {
+        if (e instanceof GitHubError && e.status === 422) labelsExisting.push(labelName);
+        else if (e instanceof GitHubError) labelsFailed.push(`${labelName} (${e.status})`);
+        else throw e;
+      }
+    }
+
+    const row = await s.ledger.write(async (tx, now) => {
+      const existing = (
+        await tx
+          .select()
+          .from(t.repositories)
+          .where(sql`lower(${t.repositories.fullName}) = lower(${fullName})`)
+      )[0];
+      const values = {
+        fullName: existing?.fullName ?? fullName,
+        installationId,
+        defaultBranch,
+        pairEnabled: body.pairEnabled ?? existing?.pairEnabled ?? false,
+        workflow: body.workflow ?? existing?.workflow ?? null,
+        enabledAt: now,
+        disabledAt: null,
+      };
+      await tx
+        .insert(t.repositories)
+        .values(values)
+        .onConflictDoUpdate({ target: t.repositories.fullName, set: values });
+      await s.ledger.record(tx, now, {
+        subjectType: 'repository',
+        subjectId: values.fullName,
+        type: 'repository.enabled',
+        cause: `enabled by ${c.get('principal').name}${values.pairEnabled ? ' with pair tests' : ''}`,
+        actor: `api:${c.get('principal').name}`,
+        data: {
+          installationId,
+          pairEnabled: values.pairEnabled,
+          runnerGroupOk: runnerGroup.ok,
+          labelsCreated,
+        },
+      });
+      return values;
+    });
+    return c.json({
+      repository: view(s, { ...row, enabledAt: 0 }),
+      labelsCreated,
+      labelsExisting,
+      labelsFailed,
+      runnerGroupOk: runnerGroup.ok,
+      runnerGroupDetail: runnerGroup.detail,
+    });
+  });
+
+  app.post('/api/v1/repositories/:owner/:name/disable', requireScope('operate'), async (c) => {
+    const s = svc();
+    const { owner, name } = c.req.param();
+    const repo = `${owner}/${name}`;
+    const row = await s.ledger.write(async (tx, now) => {
+      const existing = (
+        await tx.select().from(t.repositories).where(sql`lower(${t.repositories.fullName}) = lower(${repo})`)
+      )[0];
+      if (!existing) throw notFound(`repository ${repo}`);
+      if (existing.disabledAt != null) return existing;
+      await tx
+        .update(t.repositories)
+        .set({ disabledAt: now })
+        .where(sql`${t.repositories.fullName} = ${existing.fullName}`);
+      await s.ledger.record(tx, now, {
+        subjectType: 'repository',
+        subjectId: existing.fullName,
+        type: 'repository.disabled',
+        cause: `disabled by ${c.get('principal').name}; new webhooks are ignored, queued and active work is untouched`,
+        actor: `api:${c.get('principal').name}`,
+      });
+      return { ...existing, disabledAt: now };
+    });
+    return c.json({ repository: view(s, row) });
+  });
+}

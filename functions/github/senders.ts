@@ -1,0 +1,323 @@
+import { and, eq, isNull } from 'drizzle-orm';
+import type { Tx } from '../ledger/db.ts';
+import type { ReservationRow } from '../ledger/ledger.ts';
+import * as t from '../ledger/schema.ts';
+import { buildViews } from '../views.ts';
+import { type CheckRunView, type RenderContext, renderCheckRun } from './check-run.ts';
+import { GitHubError } from './client.ts';
+import { type GitHubMeta, patchMeta, readMeta } from './meta.ts';
+import { enqueue, type OutboxKind, type Sender, type SendResult } from './outbox.ts';
+import { PullRequestResource } from './payloads.ts';
+import type { GitHubService } from './service.ts';
+
+/** Runner labels (DESIGN.md "Binding"): allocation labels plus the unique reservation label. */
+export function runnerLabels(runnerLabel: string, topology: string, reservationId: string): string[] {
+  return ['self-hosted', 'Linux', 'ARM64', runnerLabel, `spark-${topology}`, reservationLabel(reservationId)];
+}
+
+/** The label only this reservation's runners carry; the dispatched workflow runs on it. */
+export const reservationLabel = (reservationId: string) => `spark-${reservationId}`;
+
+/** `spark-<hostId>-<reservationId>-a<attempt>` (unique per attempt, so a retry never collides). */
+export const runnerName = (hostId: string, reservationId: string, attempt: number) =>
+  `spark-${hostId}-${reservationId}-a${attempt}`;
+
+const skipped = (reason: string): SendResult => ({ result: { skipped: reason } });
+
+/** Builds what the check-run renderer needs from the ledger. */
+export async function renderContextFor(svc: GitHubService, r: ReservationRow): Promise<RenderContext> {
+  const leases = await svc.ledger.leasesOf(undefined, r.id);
+  let keptHost: RenderContext['keptHost'] = null;
+  if (r.status === 'queued') {
+    const { fleet } = await buildViews(svc.ledger);
+    const h = fleet.hosts.find((x) => x.keptFor === r.id && (x.state === 'draining' || x.state === 'held'));
+    if (h) keptHost = { id: h.id, state: h.state as 'draining' | 'held' };
+  }
+  const meta = readMeta(r);
+  return {
+    hosts: leases.map((l) => l.hostId),
+    keptHost,
+    fault: meta?.fault ?? null,
+    note: meta?.note ?? null,
+  };
+}
+
+function checkBody(svc: GitHubService, r: ReservationRow, view: CheckRunView, now: number) {
+  return {
+    name: svc.gh.checkName,
+    head_sha: r.headSha!,
+    external_id: r.id,
+    status: view.status,
+    ...(view.conclusion ? { conclusion: view.conclusion, completed_at: new Date(now).toISOString() } : {}),
+    ...(svc.publicUrl ? { details_url: `${svc.publicUrl.replace(/\/+$/, '')}/` } : {}),
+    output: { title: view.title, summary: view.summary },
+  };
+}
+
+const sendCheckRun: Sender = async (svc, _row, payload) => {
+  const rid = String(payload.reservationId);
+  const r = await svc.ledger.getReservation(undefined, rid);
+  if (!r?.repo || !r.headSha) return skipped('reservation has no GitHub commit');
+  const meta = readMeta(r);
+  const view = renderCheckRun(r, await renderContextFor(svc, r));
+  const body = checkBody(svc, r, view, svc.ledger.clock());
+  const inst = meta?.installationId ?? null;
+  let id = r.checkRunId;
+  if (id == null) {
+    // A create whose response was lost (timeout, 5xx after commit) must not make a second
+    // check run: look for ours by external_id first.
+    const list = await svc.client.request<{ check_runs: { id: number; external_id: string | null }[] }>(
+      'GET',
+      `/repos/${r.repo}/commits/${r.headSha}/check-runs?check_name=${encodeURIComponent(svc.gh.checkName)}&filter=all&per_page=100`,
+      { installationId: inst },
+    );
+    id = list.data.check_runs.find((c) => c.external_id === r.id)?.id ?? null;
+  }
+  if (id == null) {
+    const created = await svc.client.request<{ id: number }>('POST', `/repos/${r.repo}/check-runs`, {
+      body,
+      installationId: inst,
+    });
+    id = created.data.id;
+  } else {
+    const { head_sha: _sha, ...update } = body;
+    await svc.client.request('PATCH', `/repos/${r.repo}/check-runs/${id}`, {
+      body: update,
+      installationId: inst,
+    });
+  }
+  const checkRunId = id;
+  return {
+    result: { checkRunId, status: view.status, title: view.title },
+    apply: async (tx) => {
+      const cur = await svc.ledger.getReservation(tx, rid);
+      if (!cur) return;
+      await tx.update(t.reservations).set({ checkRunId }).where(eq(t.reservations.id, rid));
+      cur.checkRunId = checkRunId;
+      await patchMeta(tx, cur, { lastCheck: `${view.status}|${view.title}` });
+    },
+  };
+};
+
+const sendRefusalCheck: Sender = async (svc, row, payload) => {
+  const repo = String(payload.repo);
+  const headSha = String(payload.headSha);
+  const view = payload.view as CheckRunView;
+  const created = await svc.client.request<{ id: number }>('POST', `/repos/${repo}/check-runs`, {
+    body: {
+      name: svc.gh.checkName,
+      head_sha: headSha,
+      external_id: row.idempotencyKey.slice(0, 100),
+      status: 'completed',
+      conclusion: view.conclusion ?? 'neutral',
+      completed_at: new Date(svc.ledger.clock()).toISOString(),
+      output: { title: view.title, summary: view.summary },
+    },
+    installationId: (payload.installationId as number | null) ?? null,
+  });
+  return { result: { checkRunId: created.data.id, title: view.title } };
+};
+
+/**
+ * Re-checks that the work is still wanted (DESIGN.md "Timings": PR open, label present, SHA
+ * current) and returns why not, or null. Webhook-cached facts answer first; the API confirms.
+ */
+async function whyNotWanted(svc: GitHubService, r: ReservationRow, meta: GitHubMeta): Promise<string | null> {
+  if (r.pr == null) return null;
+  if (meta.prOpen === false) return `PR #${r.pr} was closed`;
+  if (meta.currentHeadSha && meta.currentHeadSha !== r.headSha)
+    return `PR #${r.pr} head moved to ${meta.currentHeadSha.slice(0, 7)}`;
+  const res = await svc.client.request('GET', `/repos/${r.repo}/pulls/${r.pr}`, {
+    installationId: meta.installationId,
+  });
+  const pr = PullRequestResource.parse(res.data);
+  if (pr.state !== 'open') return `PR #${r.pr} is ${pr.state}`;
+  if (pr.head.sha !== r.headSha) return `PR #${r.pr} head moved to ${pr.head.sha.slice(0, 7)}`;
+  if (meta.trigger === 'label' && meta.label && !pr.labels.some((l) => l.name === meta.label))
+    return `label "${meta.label}" was removed from PR #${r.pr}`;
+  return null;
+}
+
+const sendDispatch: Sender = async (svc, _row, payload) => {
+  const rid = String(payload.reservationId);
+  const r = await svc.ledger.getReservation(undefined, rid);
+  if (!r?.repo || !r.headSha) return skipped('reservation has no GitHub commit');
+  if (!['preparing', 'running'].includes(r.status)) return skipped(`reservation is ${r.status}`);
+  const meta = readMeta(r);
+  if (!meta) return skipped('reservation was not created by GitHub');
+  const why = await whyNotWanted(svc, r, meta);
+  if (why) {
+    return {
+      result: { skipped: why },
+      apply: async (tx) => {
+        const cur = await svc.ledger.getReservation(tx, rid);
+        if (cur && ['allocated', 'preparing', 'running'].includes(cur.status)) {
+          await svc.ledger.beginRelease(
+            rid,
+            'withdrawn',
+            `no longer wanted before dispatch: ${why}`,
+            'github',
+            tx,
+          );
+        }
+      },
+    };
+  }
+  await svc.client.request(
+    'POST',
+    `/repos/${r.repo}/actions/workflows/${encodeURIComponent(meta.workflow)}/dispatches`,
+    {
+      body: {
+        ref: meta.defaultBranch,
+        inputs: {
+          reservation_id: r.id,
+          head_sha: r.headSha,
+          topology: r.topology,
+          suite: r.suite ?? 'smoke',
+        },
+      },
+      installationId: meta.installationId,
+    },
+  );
+  return { result: { dispatched: meta.workflow, ref: meta.defaultBranch } };
+};
+
+function runnersPath(svc: GitHubService, repo: string): string {
+  return svc.gh.runnerScope === 'org'
+    ? `/orgs/${repo.split('/')[0]}/actions/runners`
+    : `/repos/${repo}/actions/runners`;
+}
+
+const sendGenerateJit: Sender = async (svc, _row, payload) => {
+  const rid = String(payload.reservationId);
+  const leaseId = String(payload.leaseId);
+  const attempt = Number(payload.attempt ?? 0);
+  const r = await svc.ledger.getReservation(undefined, rid);
+  if (!r?.repo) return skipped('reservation has no repository');
+  if (!['preparing', 'running'].includes(r.status)) return skipped(`reservation is ${r.status}`);
+  const lease = (await svc.ledger.leasesOf(undefined, rid)).find((l) => l.id === leaseId);
+  if (lease?.status !== 'active') return skipped(`lease ${leaseId} is ${lease?.status ?? 'gone'}`);
+  const meta = readMeta(r);
+  const pool = svc.config.pools[r.pool];
+  const name = runnerName(lease.hostId, rid, attempt);
+  const labels = runnerLabels(pool?.runnerLabel ?? r.pool, r.topology, rid);
+  const inst = meta?.installationId ?? null;
+  let res: { data: { runner: { id: number; name: string }; encoded_jit_config: string } };
+  try {
+    res = await svc.client.request('POST', `${runnersPath(svc, r.repo)}/generate-jitconfig`, {
+      body: { name, runner_group_id: svc.gh.runnerGroupId, labels, work_folder: '_work' },
+      installationId: inst,
+    });
+  } catch (e) {
+    if (e instanceof GitHubError && e.status === 409) {
+      // a runner with this name exists: an earlier attempt's response was lost. Remove it and
+      // register again on the next try, so the config we hand over is one we actually hold.
+      const list = await svc.client.request<{ runners: { id: number; name: string }[] }>(
+        'GET',
+        `${runnersPath(svc, r.repo)}?name=${encodeURIComponent(name)}`,
+        { installationId: inst },
+      );
+      for (const old of list.data.runners.filter((x) => x.name === name)) {
+        await svc.client.request('DELETE', `${runnersPath(svc, r.repo)}/${old.id}`, { installationId: inst });
+      }
+      throw new GitHubError(409, `runner ${name} already existed; removed, registering again`, true);
+    }
+    throw e;
+  }
+  const runnerId = res.data.runner.id;
+  const jitConfig = res.data.encoded_jit_config;
+  return {
+    // never the config itself: results are stored and may be shown to operators
+    result: { runnerId, runnerName: name, attempt },
+    apply: async (tx, now, changed) => {
+      await tx
+        .insert(t.jitHandoffs)
+        .values({
+          runnerName: name,
+          leaseId,
+          reservationId: rid,
+          hostId: lease.hostId,
+          attempt,
+          runnerId,
+          jitConfig,
+          createdAt: now,
+        })
+        .onConflictDoNothing({ target: t.jitHandoffs.runnerName });
+      const cur = await svc.ledger.getReservation(tx, rid);
+      await svc.ledger.record(tx, now, {
+        subjectType: 'reservation',
+        subjectId: rid,
+        type: 'reservation.runner_registered',
+        cause: `JIT runner ${name} registered for ${lease.hostId} (attempt ${attempt})`,
+        actor: 'github',
+        data: { runnerName: name, runnerId, hostId: lease.hostId, attempt },
+      });
+      if (cur && !['preparing', 'running'].includes(cur.status)) {
+        // released while we were registering: the runner must go again, config never handed out
+        await tx.update(t.jitHandoffs).set({ jitConfig: null }).where(eq(t.jitHandoffs.runnerName, name));
+        await enqueueRunnerDeletes(tx, now, cur);
+      }
+      changed.add(`host:${lease.hostId}`);
+    },
+  };
+};
+
+const sendDeleteRunner: Sender = async (svc, _row, payload) => {
+  const name = String(payload.runnerName);
+  const repo = String(payload.repo);
+  const runnerId = Number(payload.runnerId);
+  try {
+    await svc.client.request('DELETE', `${runnersPath(svc, repo)}/${runnerId}`, {
+      installationId: (payload.installationId as number | null) ?? null,
+    });
+  } catch (e) {
+    // 404: already gone (a JIT runner deregisters itself after its one job)
+    if (!(e instanceof GitHubError && e.status === 404)) {
+      // 422 = the runner is busy with its job; GitHub refuses until the job ends, so retry
+      if (e instanceof GitHubError && e.status === 422)
+        throw new GitHubError(422, `runner ${name} is busy; deletion retried later`, true, e.retryAt);
+      throw e;
+    }
+  }
+  return {
+    result: { deleted: name },
+    apply: async (tx, now) => {
+      await tx
+        .update(t.jitHandoffs)
+        .set({ deletedAt: now, jitConfig: null })
+        .where(eq(t.jitHandoffs.runnerName, name));
+    },
+  };
+};
+
+/** Queues deregistration of every runner of `r` that GitHub still knows (release, retry). */
+export async function enqueueRunnerDeletes(tx: Tx, now: number, r: ReservationRow, only?: string) {
+  const meta = readMeta(r);
+  const rows = await tx
+    .select()
+    .from(t.jitHandoffs)
+    .where(and(eq(t.jitHandoffs.reservationId, r.id), isNull(t.jitHandoffs.deletedAt)));
+  for (const h of rows) {
+    if (only && h.runnerName !== only) continue;
+    if (h.runnerId == null) continue;
+    await enqueue(tx, now, {
+      kind: 'delete-runner',
+      key: `delete-runner:${h.runnerName}`,
+      reservationId: r.id,
+      payload: {
+        runnerName: h.runnerName,
+        runnerId: h.runnerId,
+        repo: r.repo,
+        installationId: meta?.installationId ?? null,
+      },
+    });
+  }
+}
+
+export const senders: Record<OutboxKind, Sender> = {
+  'check-run': sendCheckRun,
+  'refusal-check': sendRefusalCheck,
+  dispatch: sendDispatch,
+  'generate-jitconfig': sendGenerateJit,
+  'delete-runner': sendDeleteRunner,
+};

@@ -1,0 +1,156 @@
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { sign } from '@octokit/webhooks-methods';
+import type { SparkConfigInput } from '../../core/config.ts';
+import { createApiToken } from '../../functions/auth/tokens.ts';
+import { githubService } from '../../functions/github/service.ts';
+import type { Logger } from '../../functions/log.ts';
+import { appModules } from '../../functions/modules.ts';
+import { type RunningController, startController } from '../../functions/node-server.ts';
+import { settingsFromEnv } from '../../functions/settings.ts';
+import { tempDir } from '../helpers/ledger.ts';
+import { type FakeGitHub, startFakeGitHub } from './server.ts';
+
+/**
+ * One scenario's world: a fake GitHub on loopback, a real controller (libSQL file, real HTTP
+ * port) wired to it, a clock the test can move forward, and a logger that keeps every line.
+ */
+
+const require = createRequire(import.meta.url);
+type Definition = { name: string; examples: Record<string, any>[] };
+const definitions = require('@octokit/webhooks-examples') as Definition[];
+
+/** A deep copy of a real example payload from @octokit/webhooks-examples. */
+export function example(event: string, action?: string): any {
+  const def = definitions.find((d) => d.name === event);
+  const ex = def?.examples.find((e) => action === undefined || e.action === action);
+  if (!ex) throw new Error(`no ${event}${action ? `.${action}` : ''} example in @octokit/webhooks-examples`);
+  return structuredClone(ex);
+}
+
+export const SECRET = "test-webhook-secret-It's a Secret to Everybody";
+
+export interface Harness {
+  gh: FakeGitHub;
+  c: RunningController;
+  logs: string[];
+  clock: { (): number; advance(ms: number): void };
+  deliver(
+    event: string,
+    payload: unknown,
+    opts?: { id?: string; secret?: string; signature?: string },
+  ): Promise<Response>;
+  operatorToken(): Promise<string>;
+  enable(repo: string, body?: Record<string, unknown>): Promise<Response>;
+  /** Sends due outbox rows now (the background tick also does). */
+  drain(): Promise<void>;
+  until<T>(
+    what: string,
+    fn: () => Promise<T | null | undefined | false> | T | null | undefined | false,
+    ms?: number,
+  ): Promise<T>;
+  close(): Promise<void>;
+}
+
+let deliveries = 0;
+
+export async function startHarness(
+  opts: { config?: SparkConfigInput; env?: Record<string, string> } = {},
+): Promise<Harness> {
+  const gh = await startFakeGitHub();
+  const { dir, cleanup } = tempDir('spark-gh-');
+  let offset = 0;
+  const clock = Object.assign(() => Date.now() + offset, {
+    advance(ms: number) {
+      offset += ms;
+    },
+  });
+  const logs: string[] = [];
+  const capture =
+    (level: string) =>
+    (msg: string, fields?: Record<string, unknown>): void => {
+      logs.push(JSON.stringify({ level, msg, ...fields }));
+    };
+  const log: Logger = {
+    debug: capture('debug'),
+    info: capture('info'),
+    warn: capture('warn'),
+    error: capture('error'),
+  };
+  const config = {
+    ...(opts.config ?? {}),
+    listen: { host: '127.0.0.1', port: 0 },
+    github: { apiUrl: gh.url, ...((opts.config?.github as object) ?? {}) },
+  };
+  const settings = settingsFromEnv(
+    {
+      SPARK_LEDGER_URL: `file:${join(dir, 'spark.db')}`,
+      SPARK_WEBHOOK_SECRET: SECRET,
+      SPARK_GITHUB_APP_ID: String(gh.appId),
+      SPARK_GITHUB_PRIVATE_KEY: gh.privateKey,
+      ...(opts.env ?? {}),
+    },
+    { text: JSON.stringify(config), source: 'test config' },
+  );
+  const c = await startController({
+    settings,
+    modules: appModules,
+    log,
+    clock,
+    tickMs: 200,
+    admissionIntervalMs: 200,
+  });
+  let token: string | null = null;
+  const h: Harness = {
+    gh,
+    c,
+    logs,
+    clock,
+    async deliver(event, payload, o = {}) {
+      const body = JSON.stringify(payload);
+      const signature = o.signature ?? (await sign(o.secret ?? SECRET, body));
+      return fetch(`${c.url}/github/webhooks`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-github-event': event,
+          'x-github-delivery': o.id ?? `d-${process.pid}-${++deliveries}`,
+          'x-hub-signature-256': signature,
+        },
+        body,
+      });
+    },
+    async operatorToken() {
+      token ??= (await createApiToken(c.ledger, { name: 'test-operator', scopes: ['operate'] }, 'test'))
+        .token;
+      return token;
+    },
+    async enable(repo, body = {}) {
+      return fetch(`${c.url}/api/v1/repositories/${repo}/enable`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${await h.operatorToken()}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    },
+    async drain() {
+      const { drainOutbox } = await import('../../functions/github/outbox.ts');
+      const { senders } = await import('../../functions/github/senders.ts');
+      await drainOutbox(githubService(c.ctx), senders);
+    },
+    async until(what, fn, ms = 15_000) {
+      const deadline = Date.now() + ms;
+      for (;;) {
+        const v = await fn();
+        if (v) return v as never;
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    },
+    async close() {
+      await c.close();
+      await gh.close();
+      cleanup();
+    },
+  };
+  return h;
+}

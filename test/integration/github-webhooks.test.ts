@@ -1,0 +1,261 @@
+import { verify } from '@octokit/webhooks-methods';
+import { eq, sql } from 'drizzle-orm';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import * as t from '../../functions/ledger/schema.ts';
+import { example, type Harness, startHarness } from '../fake-github/harness.ts';
+
+const REPO = 'Codertocat/Hello-World';
+
+function labeled(
+  label: string,
+  over: { sender?: string; sha?: string; number?: number; headRepo?: string | null } = {},
+) {
+  const p = example('pull_request', 'labeled');
+  p.label.name = label;
+  if (over.sender) p.sender.login = over.sender;
+  if (over.sha) p.pull_request.head.sha = over.sha;
+  if (over.number) {
+    p.number = over.number;
+    p.pull_request.number = over.number;
+  }
+  if (over.headRepo !== undefined)
+    p.pull_request.head.repo =
+      over.headRepo === null ? null : { ...p.pull_request.head.repo, full_name: over.headRepo };
+  p.pull_request.labels = [{ ...p.label }];
+  return p;
+}
+
+async function count(h: Harness, table: 'reservations' | 'webhook_deliveries' | 'outbox' | 'events') {
+  const rows = await h.c.ledger.db.all<{ n: number }>(sql.raw(`SELECT count(*) AS n FROM ${table}`));
+  return rows[0]!.n;
+}
+
+describe('GitHub webhook endpoint', () => {
+  let h: Harness;
+  beforeEach(async () => {
+    h = await startHarness();
+    const ex = example('pull_request', 'labeled');
+    h.gh.addRepo(REPO, {
+      installationId: ex.installation.id,
+      collaborators: { Codertocat: 'maintain', outsider: 'write' },
+    });
+    expect((await h.enable(REPO)).status).toBe(200);
+  });
+  afterEach(async () => {
+    expect(h.gh.violations).toEqual([]);
+    await h.close();
+  });
+
+  it("verifies GitHub's published test vector", async () => {
+    // https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries#testing-the-webhook-payload-validation
+    expect(
+      await verify(
+        "It's a Secret to Everybody",
+        'Hello, World!',
+        'sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17',
+      ),
+    ).toBe(true);
+  });
+
+  it('rejects bad, missing and wrong-length signatures with 401 and writes nothing', async () => {
+    const before = {
+      d: await count(h, 'webhook_deliveries'),
+      r: await count(h, 'reservations'),
+      e: await count(h, 'events'),
+    };
+    const p = labeled('spark-test');
+    const forged = await h.deliver('pull_request', p, { secret: 'not-the-secret' });
+    expect(forged.status).toBe(401);
+    expect((await forged.json()).error.code).toBe('bad_signature');
+    expect((await h.deliver('pull_request', p, { signature: '' })).status).toBe(401);
+    expect((await h.deliver('pull_request', p, { signature: 'sha256=abc' })).status).toBe(401);
+    expect((await h.deliver('pull_request', p, { signature: `sha1=${'0'.repeat(40)}` })).status).toBe(401);
+    expect({
+      d: await count(h, 'webhook_deliveries'),
+      r: await count(h, 'reservations'),
+      e: await count(h, 'events'),
+    }).toEqual(before);
+  });
+
+  it('refuses oversized bodies with 413', async () => {
+    const p = labeled('spark-test');
+    p.pull_request.body = 'x'.repeat(2 * 1024 * 1024 + 10);
+    const res = await h.deliver('pull_request', p);
+    expect(res.status).toBe(413);
+    expect(await count(h, 'webhook_deliveries')).toBe(0);
+  });
+
+  it('answers unknown events and actions with 2xx and changes nothing', async () => {
+    const before = await count(h, 'reservations');
+    const star = await h.deliver('star', { action: 'created', repository: { full_name: REPO } });
+    expect(star.status).toBe(200);
+    const assigned = await h.deliver('pull_request', example('pull_request', 'assigned'));
+    expect(assigned.status).toBe(200);
+    expect((await assigned.json()).result).toMatch(/ignored/);
+    const ping = await h.deliver('ping', example('ping'));
+    expect(ping.status).toBe(200);
+    expect(await count(h, 'reservations')).toBe(before);
+  });
+
+  it('authorized label → queued reservation and a check run with its position', async () => {
+    // no host adopted: both requests wait, so positions are visible
+    const r1 = await h.deliver('pull_request', labeled('spark-test'));
+    expect(r1.status).toBe(200);
+    expect((await r1.json()).result).toMatch(/^queued r-1$/);
+    const r2 = await h.deliver(
+      'pull_request',
+      labeled('spark-test-long', { number: 3, sha: 'b'.repeat(40) }),
+    );
+    expect((await r2.json()).result).toBe('queued r-2');
+    await h.c.loop.runNow();
+    const second = await h.until('check run for r-2 at position 2', () =>
+      h.gh.checkRuns.find(
+        (c) => c.external_id === 'r-2' && c.output.title === 'Spark test queued — position 2',
+      ),
+    );
+    expect(second.head_sha).toBe('b'.repeat(40));
+    expect(second.status).toBe('queued');
+    expect(second.output.summary).toMatch(/Waiting: /);
+    expect(second.output.summary).toMatch(/suite: performance/);
+    const first = await h.until('check run for r-1', () =>
+      h.gh.checkRuns.find((c) => c.external_id === 'r-1' && /position 1/.test(c.output.title ?? '')),
+    );
+    expect(first.name).toBe('Spark test');
+    const r = await h.c.ledger.getReservation(undefined, 'r-1');
+    expect(r).toMatchObject({
+      kind: 'manual',
+      priority: 80,
+      topology: 'single',
+      suite: 'smoke',
+      repo: REPO,
+      pr: 2,
+      requester: 'github:Codertocat',
+    });
+    // exactly one check run per reservation, updated in place
+    expect(h.gh.checkRuns.filter((c) => c.external_id === 'r-1')).toHaveLength(1);
+    // the permission API was asked (role_name), and the installation token was used
+    expect(h.gh.calls('GET', /collaborators\/Codertocat\/permission/).length).toBe(1);
+  });
+
+  it('unauthorized sender → refused, visible on the PR and audited', async () => {
+    const res = await h.deliver('pull_request', labeled('spark-test', { sender: 'outsider' }));
+    expect((await res.json()).result).toMatch(/refused: @outsider holds write/);
+    expect(await count(h, 'reservations')).toBe(0);
+    const check = await h.until('refusal check run', () =>
+      h.gh.checkRuns.find((c) => c.conclusion === 'neutral'),
+    );
+    expect(check.output.title).toMatch(/^Spark test refused — @outsider holds write/);
+    expect(check.output.summary).toMatch(/needs maintain or admin/);
+    const audit = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'github.refused'));
+    expect(audit).toHaveLength(1);
+    expect(audit[0]).toMatchObject({
+      subjectType: 'audit',
+      subjectId: `${REPO}#2`,
+      actor: 'github:outsider',
+    });
+  });
+
+  it('an unknown user (404 from the permission API) is refused', async () => {
+    const res = await h.deliver('pull_request', labeled('spark-test', { sender: 'stranger' }));
+    expect((await res.json()).result).toMatch(/refused: @stranger holds no role/);
+  });
+
+  it('fork PRs are refused without asking for permissions', async () => {
+    const res = await h.deliver('pull_request', labeled('spark-test', { headRepo: 'evil/Hello-World' }));
+    expect((await res.json()).result).toMatch(/refused: PR #2 comes from a fork/);
+    const deleted = await h.deliver('pull_request', labeled('spark-test', { headRepo: null }));
+    expect((await deleted.json()).result).toMatch(/fork/);
+    expect(await count(h, 'reservations')).toBe(0);
+    expect(h.gh.calls('GET', /permission/)).toHaveLength(0);
+    await h.until(
+      'two refusal checks',
+      () => h.gh.checkRuns.filter((c) => /fork/.test(c.output.title ?? '')).length === 2,
+    );
+  });
+
+  it('pair requests are refused while the repository has no distributed test enabled', async () => {
+    const res = await h.deliver('pull_request', labeled('spark-pair-test'));
+    expect((await res.json()).result).toMatch(/refused: pair \(distributed\) tests are not enabled/);
+    const comment = example('issue_comment', 'created');
+    comment.issue.pull_request = { url: 'x' };
+    comment.issue.number = 2;
+    comment.comment.body = '/spark test --pair';
+    comment.sender.login = 'Codertocat';
+    comment.sender.type = 'User';
+    h.gh.repos.get(REPO.toLowerCase())!.pulls[2] = {
+      state: 'open',
+      headSha: 'c'.repeat(40),
+      headRepo: REPO,
+      labels: [],
+    };
+    const res2 = await h.deliver('issue_comment', comment);
+    expect((await res2.json()).result).toMatch(/refused: pair/);
+    expect(await count(h, 'reservations')).toBe(0);
+    // once enabled, the same request is queued
+    expect((await h.enable(REPO, { pairEnabled: true })).status).toBe(200);
+    const res3 = await h.deliver('pull_request', labeled('spark-pair-test'));
+    expect((await res3.json()).result).toBe('queued r-1');
+    expect((await h.c.ledger.getReservation(undefined, 'r-1'))?.topology).toBe('pair');
+  });
+
+  it('a redelivery is a 2xx no-op', async () => {
+    const p = labeled('spark-test');
+    expect((await (await h.deliver('pull_request', p, { id: 'same-delivery' })).json()).result).toBe(
+      'queued r-1',
+    );
+    const events = await count(h, 'events');
+    const again = await h.deliver('pull_request', p, { id: 'same-delivery' });
+    expect(again.status).toBe(200);
+    expect(await again.json()).toMatchObject({ ok: true, duplicate: true });
+    expect(await count(h, 'reservations')).toBe(1);
+    expect(await count(h, 'events')).toBe(events);
+    // a second, distinct delivery of the same request does not queue it twice either
+    const other = await h.deliver('pull_request', p);
+    expect((await other.json()).result).toMatch(/already queued as r-1/);
+  });
+
+  it('repositories that are not enabled get nothing', async () => {
+    const p = labeled('spark-test');
+    p.repository.full_name = 'someone/else';
+    const res = await h.deliver('pull_request', p);
+    expect((await res.json()).result).toMatch(/not enabled/);
+    expect(await count(h, 'reservations')).toBe(0);
+    expect(h.gh.calls('GET', /permission/)).toHaveLength(0);
+  });
+
+  it('/spark commands from comments: test, status, cancel; bots and invalid commands', async () => {
+    h.gh.repos.get(REPO.toLowerCase())!.pulls[2] = {
+      state: 'open',
+      headSha: 'd'.repeat(40),
+      headRepo: REPO,
+      labels: [],
+    };
+    const comment = (body: string, sender = 'Codertocat', type = 'User') => {
+      const c = example('issue_comment', 'created');
+      c.issue.pull_request = { url: 'x' };
+      c.issue.number = 2;
+      c.comment.body = body;
+      c.sender.login = sender;
+      c.sender.type = type;
+      return c;
+    };
+    const ok = await h.deliver('issue_comment', comment('Looks good.\n/spark test --long'));
+    expect((await ok.json()).result).toBe('queued r-1');
+    expect(await h.c.ledger.getReservation(undefined, 'r-1')).toMatchObject({
+      suite: 'performance',
+      headSha: 'd'.repeat(40),
+    });
+    const bot = await h.deliver('issue_comment', comment('/spark cancel', 'spark-bot[bot]', 'Bot'));
+    expect((await bot.json()).result).toMatch(/bot/);
+    const bad = await h.deliver('issue_comment', comment('/spark deploy'));
+    expect((await bad.json()).result).toMatch(/refused: unknown command/);
+    const status = await h.deliver('issue_comment', comment('/spark status'));
+    expect((await status.json()).result).toMatch(/status refreshed for r-1/);
+    const cancel = await h.deliver('issue_comment', comment('/spark cancel'));
+    expect((await cancel.json()).result).toBe('cancelled r-1');
+    expect((await h.c.ledger.getReservation(undefined, 'r-1'))?.status).toBe('cancelled');
+    await h.until('cancelled check run', () =>
+      h.gh.checkRuns.find((c) => c.external_id === 'r-1' && c.conclusion === 'cancelled'),
+    );
+  });
+});
