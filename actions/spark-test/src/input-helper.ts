@@ -1,0 +1,124 @@
+import { resolve } from 'node:path';
+import * as core from '@actions/core';
+import { z } from 'zod';
+import type { Suite, Topology } from '../../../core/model.ts';
+
+/**
+ * Validated inputs and runner environment of the spark-test action: the only module that reads
+ * action inputs or `process.env` (actions/checkout input-helper style).
+ */
+export interface SparkTestSettings {
+  reservationId: string;
+  headSha: string;
+  topology: Topology;
+  suite: Suite;
+  /** Absolute path of the checkout. */
+  repoDir: string;
+  /** The script, relative to the checkout as given (for messages) and absolute. */
+  script: { given: string; abs: string };
+  /** Declared distributed assertion (pair), relative as given and absolute; null when none. */
+  distributedAssertion: { given: string; abs: string } | null;
+  logTailLines: number;
+  lease: {
+    controllerUrl: string;
+    hostId: string;
+    fencingToken: number;
+    jobToken: string;
+  };
+  workDir: string;
+  modelCache: string;
+  github: { repo: string | undefined; runUrl: string | undefined };
+  /** Environment for the test script: the runner's minus the lease credentials. */
+  childEnv: Record<string, string | undefined>;
+}
+
+const sha = z
+  .string()
+  .transform((s) => s.trim().toLowerCase())
+  .pipe(z.string().regex(/^[0-9a-f]{40}$/, 'head_sha must be the full 40-character admitted commit SHA'));
+
+const Inputs = z.object({
+  reservationId: z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'reservation_id must look like "r-12"'),
+  headSha: sha,
+  topology: z.enum(['single', 'pair'], { message: 'topology must be "single" or "pair"' }),
+  suite: z.enum(['smoke', 'performance'], { message: 'suite must be "smoke" or "performance"' }),
+  script: z.string().min(1),
+  logTailLines: z.coerce.number().int().min(0).max(50, 'log_tail_lines is at most 50'),
+});
+
+const RunnerEnv = z.object({
+  SPARK_CONTROLLER_URL: z.url({ message: 'SPARK_CONTROLLER_URL must be an http(s) URL' }),
+  SPARK_RESERVATION_ID: z.string().min(1),
+  SPARK_HOST_ID: z.string().min(1),
+  SPARK_FENCING_TOKEN: z.string().regex(/^[1-9]\d*$/, 'SPARK_FENCING_TOKEN must be a positive integer'),
+  SPARK_LEASE_TOKEN: z.string().min(16),
+  SPARK_TOPOLOGY: z.enum(['single', 'pair']),
+  SPARK_WORK_DIR: z.string().min(1),
+  SPARK_MODEL_CACHE: z.string().min(1),
+});
+
+export function getInputs(): SparkTestSettings {
+  const inputs = Inputs.safeParse({
+    reservationId: core.getInput('reservation_id', { required: true }),
+    headSha: core.getInput('head_sha', { required: true }),
+    topology: core.getInput('topology', { required: true }),
+    suite: core.getInput('suite', { required: true }),
+    script: core.getInput('script') || 'scripts/ci/spark-test.sh',
+    logTailLines: core.getInput('log_tail_lines') || '40',
+  });
+  if (!inputs.success) {
+    throw new Error(`invalid input: ${inputs.error.issues.map((i) => i.message).join('; ')}`);
+  }
+  const env = process.env;
+  const runner = RunnerEnv.safeParse(env);
+  if (!runner.success) {
+    const what = runner.error.issues.map((i) =>
+      i.input === undefined ? `${i.path.join('.')} is not set` : `${i.path.join('.')}: ${i.message}`,
+    );
+    throw new Error(
+      `this runner has no Spark lease: ${what.join('; ')} (the Spark agent sets these for the runners it starts)`,
+    );
+  }
+  const i = inputs.data;
+  const e = runner.data;
+  if (e.SPARK_RESERVATION_ID !== i.reservationId) {
+    throw new Error(
+      `this runner was started for reservation ${e.SPARK_RESERVATION_ID}, not ${i.reservationId}`,
+    );
+  }
+  if (e.SPARK_TOPOLOGY !== i.topology) {
+    throw new Error(`topology input is ${i.topology} but this runner was admitted for ${e.SPARK_TOPOLOGY}`);
+  }
+  const workspace = resolve(env.GITHUB_WORKSPACE ?? process.cwd());
+  const repoDir = resolve(workspace, core.getInput('path') || '.');
+  const assertion = core.getInput('distributed_assertion') || env.SPARK_DISTRIBUTED_ASSERTION || '';
+  const runUrl =
+    env.GITHUB_SERVER_URL && env.GITHUB_REPOSITORY && env.GITHUB_RUN_ID
+      ? `${env.GITHUB_SERVER_URL}/${env.GITHUB_REPOSITORY}/actions/runs/${env.GITHUB_RUN_ID}${
+          env.GITHUB_RUN_ATTEMPT ? `/attempts/${env.GITHUB_RUN_ATTEMPT}` : ''
+        }`
+      : undefined;
+  const { SPARK_LEASE_TOKEN: _t, SPARK_FENCING_TOKEN: _f, ...childEnv } = env;
+  return {
+    reservationId: i.reservationId,
+    headSha: i.headSha,
+    topology: i.topology,
+    suite: i.suite,
+    repoDir,
+    script: { given: i.script, abs: resolve(repoDir, i.script) },
+    distributedAssertion: assertion ? { given: assertion, abs: resolve(repoDir, assertion) } : null,
+    logTailLines: i.logTailLines,
+    lease: {
+      controllerUrl: e.SPARK_CONTROLLER_URL,
+      hostId: e.SPARK_HOST_ID,
+      fencingToken: Number(e.SPARK_FENCING_TOKEN),
+      jobToken: e.SPARK_LEASE_TOKEN,
+    },
+    workDir: e.SPARK_WORK_DIR,
+    modelCache: e.SPARK_MODEL_CACHE,
+    github: { repo: env.GITHUB_REPOSITORY, runUrl },
+    childEnv,
+  };
+}

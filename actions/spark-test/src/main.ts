@@ -1,0 +1,147 @@
+import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import * as core from '@actions/core';
+import type { Suite } from '../../../core/model.ts';
+import type { Receipt, ReceiptResult } from '../../../core/protocol/receipt.ts';
+import { getInputs, type SparkTestSettings } from './input-helper.ts';
+import { checkReceipt, postReceipt, receiptDigest, receiptLines, renderSummary } from './receipt.ts';
+import { type Cancellation, RunLog, runPhase, signalPhase } from './run-suite.ts';
+import { collectToolchain } from './toolchain.ts';
+
+/** Correctness always runs first; performance only after correctness passed (issue 5 step 3). */
+export function phasesFor(suite: Suite): Suite[] {
+  return suite === 'performance' ? ['smoke', 'performance'] : ['smoke'];
+}
+
+/** Why the run cannot start at all (config errors that still deserve a receipt), or null. */
+function refuseReason(s: SparkTestSettings, head: string): string | null {
+  if (head !== s.headSha) {
+    return `checked-out commit ${head} is not the admitted ${s.headSha}: run the commit-binding action first`;
+  }
+  if (!existsSync(s.script.abs)) {
+    return `${s.script.given} does not exist in the repository: copy the template from the Spark controller's workflows-templates/`;
+  }
+  if (s.topology === 'pair') {
+    if (!s.distributedAssertion) {
+      return 'topology pair needs a real distributed assertion: declare a script that proves both hosts computed together (SPARK_DISTRIBUTED_ASSERTION or the distributed_assertion input); without one a pair run would pass vacuously, so it fails';
+    }
+    const a = s.distributedAssertion;
+    if (!existsSync(a.abs) || !statSync(a.abs).isFile()) {
+      return `the declared distributed assertion ${a.given} does not exist in the repository`;
+    }
+  }
+  return null;
+}
+
+/**
+ * spark-test (issue 5 step 3): print toolchain and source revisions, run the repository's
+ * scripts/ci/spark-test.sh per phase in the controller-provided dirs, then write the compact
+ * evidence receipt to the job summary and post it to the controller.
+ */
+export async function run(): Promise<void> {
+  try {
+    const s = getInputs();
+    core.setSecret(s.lease.jobToken);
+    const startedAt = new Date();
+
+    core.startGroup('Toolchain and source revisions');
+    const toolchain = await collectToolchain(s.repoDir, s.childEnv);
+    for (const [k, v] of Object.entries(toolchain)) core.info(`${k}: ${v}`);
+    core.endGroup();
+
+    mkdirSync(s.workDir, { recursive: true });
+    const log = new RunLog(
+      join(s.workDir, `spark-test-${s.reservationId}-${s.lease.hostId}.log`),
+      Math.max(s.logTailLines, 1),
+      (chunk) => process.stdout.write(chunk),
+    );
+    const cancel: Cancellation = { cancelled: false, current: null };
+    const onSignal = (sig: NodeJS.Signals) => {
+      cancel.cancelled = true;
+      signalPhase(cancel, sig);
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+
+    const phases: Receipt['phases'] = [];
+    let reason = refuseReason(s, toolchain.source ?? '');
+    if (reason) {
+      log.write(`spark-test: ${reason}\n`);
+    } else {
+      for (const suite of phasesFor(s.suite)) {
+        if (cancel.cancelled) break;
+        log.write(
+          `spark-test: ${suite === 'smoke' ? 'correctness' : 'performance'} phase (SPARK_TEST_SUITE=${suite})\n`,
+        );
+        const r = await runPhase(s.script.abs, s.topology, {
+          cwd: s.repoDir,
+          env: {
+            ...s.childEnv,
+            SPARK_TEST_SUITE: suite,
+            SPARK_TOPOLOGY: s.topology,
+            SPARK_WORK_DIR: s.workDir,
+            SPARK_MODEL_CACHE: s.modelCache,
+            SPARK_HEAD_SHA: s.headSha,
+            ...(s.distributedAssertion ? { SPARK_DISTRIBUTED_ASSERTION: s.distributedAssertion.abs } : {}),
+          },
+          log,
+          cancel,
+        });
+        phases.push({ suite, exitCode: r.exitCode, durationMs: r.durationMs });
+        if (r.exitCode !== 0) {
+          reason = `${suite} phase ${r.signal ? `ended by ${r.signal}` : `exited ${r.exitCode}`}`;
+          break;
+        }
+      }
+    }
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    const logSha = await log.close();
+
+    const last = phases[phases.length - 1];
+    const result: ReceiptResult = cancel.cancelled
+      ? 'cancelled'
+      : reason == null && phases.length === phasesFor(s.suite).length
+        ? 'passed'
+        : 'failed';
+    const receipt = checkReceipt({
+      version: 1,
+      reservationId: s.reservationId,
+      hostId: s.lease.hostId,
+      fencingToken: s.lease.fencingToken,
+      headSha: s.headSha,
+      ...(s.github.repo ? { repo: s.github.repo } : {}),
+      ...(s.github.runUrl ? { runUrl: s.github.runUrl } : {}),
+      suite: s.suite,
+      topology: s.topology,
+      phases,
+      startedAt: startedAt.toISOString(),
+      endedAt: new Date().toISOString(),
+      result,
+      exitCode: last ? last.exitCode : null,
+      ...(reason ? { reason: reason.slice(0, 500) } : cancel.cancelled ? { reason: 'job cancelled' } : {}),
+      log: { sha256: logSha, bytes: log.bytes, lines: log.lines },
+      ...(result !== 'passed' && s.logTailLines > 0
+        ? { lastLines: receiptLines(log.lastLines().slice(-s.logTailLines), [s.lease.jobToken]) }
+        : {}),
+      toolchain,
+    });
+    const body = JSON.stringify(receipt);
+    const digest = receiptDigest(body);
+    const posted = await postReceipt(s.lease.controllerUrl, s.reservationId, s.lease.jobToken, body);
+    await core.summary.addRaw(renderSummary(receipt, digest, posted.detail)).write();
+
+    core.setOutput('result', result);
+    core.setOutput('log_path', log.path);
+    core.setOutput('log_sha256', logSha);
+    core.setOutput('receipt_sha256', digest);
+
+    const problems: string[] = [];
+    if (result !== 'passed') problems.push(`Spark test ${result}${reason ? `: ${reason}` : ''}`);
+    if (!posted.ok) problems.push(`evidence receipt not recorded: ${posted.detail}`);
+    if (problems.length) throw new Error(problems.join('; '));
+    core.info(`Spark test passed; evidence receipt ${posted.detail} (sha256 ${digest})`);
+  } catch (e) {
+    core.setFailed(e instanceof Error ? e.message : String(e));
+  }
+}
