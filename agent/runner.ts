@@ -1,5 +1,14 @@
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  statSync,
+} from 'node:fs';
 import { join } from 'node:path';
 
 /**
@@ -68,17 +77,41 @@ export function startRunner(opts: {
   }
 }
 
-/** Whether the runner's process group still has a live member that is really ours. */
-export function isRunnerAlive(pid: number, startTicks: string | null): boolean {
-  const leaderTicks = processStartTicks(pid);
-  // the pid was reused by an unrelated process: ours is gone
-  if (leaderTicks != null && startTicks != null && leaderTicks !== startTicks) return false;
+function statFields(pid: string): string[] | null {
   try {
-    process.kill(-pid, 0);
-    return true;
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // fields after the command name; [0] is the state, [2] the process group
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   } catch {
-    return false;
+    return null;
   }
+}
+
+/**
+ * Whether the runner's process group still has a live (non-zombie) member that is really ours.
+ * Zombies count as gone: after an agent restart the runner is reparented to PID 1, which may
+ * never reap it.
+ */
+export function isRunnerAlive(pid: number, startTicks: string | null): boolean {
+  const leader = statFields(String(pid));
+  // the pid now leads an unrelated process group: ours is gone
+  if (leader && startTicks != null && leader[19] !== startTicks && leader[2] === String(pid)) return false;
+  let procs: string[];
+  try {
+    procs = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+  } catch {
+    try {
+      process.kill(-pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+  for (const p of procs) {
+    const f = statFields(p);
+    if (f && f[2] === String(pid) && f[0] !== 'Z' && f[0] !== 'X') return true;
+  }
+  return false;
 }
 
 /** Exit status written by the wrapper, or null when it did not get to write one (killed). */

@@ -1,0 +1,89 @@
+#!/usr/bin/env node
+// Test double for Deckard's service control (systemctl/docker in production).
+// Usage: deckard-ctl.mjs drain|stop|start STATE_DIR. Every call is appended to STATE_DIR/ctl.log.
+//   drain: POST /drain (after STATE_DIR/drain-delay-ms, if present)
+//   stop:  SIGTERM and wait until gone — or, with STATE_DIR/stop-mode = "pause", SIGSTOP only,
+//          which leaves the process on the GPU like a paused container (after stop-delay-ms)
+//   start: resume a paused Deckard, or spawn a new one and wait until it listens; fails while
+//          STATE_DIR/start-fails exists
+import { spawn } from 'node:child_process';
+import { appendFileSync, existsSync, openSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [cmd, dir] = process.argv.slice(2);
+if (!cmd || !dir) {
+  console.error('usage: deckard-ctl.mjs drain|stop|start STATE_DIR');
+  process.exit(2);
+}
+appendFileSync(join(dir, 'ctl.log'), `${Date.now()} ${cmd}\n`);
+const cfg = JSON.parse(readFileSync(join(dir, 'deckard.json'), 'utf8'));
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const num = (f) => (existsSync(join(dir, f)) ? Number(readFileSync(join(dir, f), 'utf8')) : 0);
+const procState = (pid) => {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return s.slice(s.lastIndexOf(')') + 2).split(' ')[0];
+  } catch {
+    return null;
+  }
+};
+const pid = existsSync(join(dir, 'pid')) ? Number(readFileSync(join(dir, 'pid'), 'utf8')) : null;
+const alive = (p) => p != null && procState(p) != null && procState(p) !== 'Z';
+
+if (cmd === 'drain') {
+  await sleep(num('drain-delay-ms'));
+  if (alive(pid)) {
+    const res = await fetch(`http://127.0.0.1:${cfg.port}/drain`, {
+      method: 'POST',
+      signal: AbortSignal.timeout(5000),
+    }).catch((e) => e);
+    if (res instanceof Error) {
+      console.error(`drain failed: ${res.message}`);
+      process.exit(1);
+    }
+  }
+  process.exit(0);
+}
+if (cmd === 'stop') {
+  await sleep(num('stop-delay-ms'));
+  if (!alive(pid)) process.exit(0);
+  const mode = existsSync(join(dir, 'stop-mode'))
+    ? readFileSync(join(dir, 'stop-mode'), 'utf8').trim()
+    : 'kill';
+  if (mode === 'pause') {
+    process.kill(pid, 'SIGSTOP');
+    process.exit(0);
+  }
+  process.kill(pid, 'SIGCONT');
+  process.kill(pid, 'SIGTERM');
+  const deadline = Date.now() + 10_000;
+  while (alive(pid) && Date.now() < deadline) await sleep(20);
+  if (alive(pid)) process.kill(pid, 'SIGKILL');
+  process.exit(0);
+}
+if (cmd === 'start') {
+  if (existsSync(join(dir, 'start-fails'))) {
+    console.error(readFileSync(join(dir, 'start-fails'), 'utf8') || 'deckard failed to start');
+    process.exit(1);
+  }
+  if (alive(pid)) {
+    if (procState(pid) === 'T') process.kill(pid, 'SIGCONT');
+    process.exit(0);
+  }
+  const log = openSync(join(dir, 'deckard.log'), 'a');
+  const child = spawn(process.execPath, [new URL('./fake-deckard.mjs', import.meta.url).pathname, dir], {
+    detached: true,
+    stdio: ['ignore', log, log],
+  });
+  child.unref();
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    if (existsSync(join(dir, 'pid')) && Number(readFileSync(join(dir, 'pid'), 'utf8')) === child.pid)
+      process.exit(0);
+    await sleep(20);
+  }
+  console.error('deckard did not start listening within 10 s');
+  process.exit(1);
+}
+console.error(`unknown command ${cmd}`);
+process.exit(2);

@@ -1,0 +1,95 @@
+#!/usr/bin/env node
+// Test double for the GitHub Actions runner started by the agent for one job. It insists that
+// the JIT config came in ACTIONS_RUNNER_INPUT_JITCONFIG and not on any command line (its own or
+// its parent's), that the SPARK_* job environment is complete, records what it saw in a marker
+// file, writes into its work dir, sleeps and exits with the code the test put in the config.
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const fail = (code, msg) => {
+  console.error(`fake runner: ${msg}`);
+  process.exit(code);
+};
+const cfg = process.env.ACTIONS_RUNNER_INPUT_JITCONFIG;
+if (!cfg) fail(64, 'ACTIONS_RUNNER_INPUT_JITCONFIG is not set');
+const cmdline = (pid) => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return '';
+  }
+};
+if (
+  process.argv.some((a) => a.includes(cfg)) ||
+  cmdline(process.pid).includes(cfg) ||
+  cmdline(process.ppid).includes(cfg)
+) {
+  fail(65, 'the JIT config is on a command line');
+}
+let jit;
+try {
+  jit = JSON.parse(Buffer.from(cfg, 'base64').toString('utf8'));
+} catch {
+  fail(66, 'the JIT config is not base64 JSON');
+}
+const required = [
+  'SPARK_CONTROLLER_URL',
+  'SPARK_RESERVATION_ID',
+  'SPARK_HOST_ID',
+  'SPARK_FENCING_TOKEN',
+  'SPARK_LEASE_TOKEN',
+  'SPARK_TOPOLOGY',
+  'SPARK_WORK_DIR',
+  'SPARK_MODEL_CACHE',
+];
+const missing = required.filter((k) => !process.env[k]);
+if (missing.length) fail(67, `missing job environment: ${missing.join(', ')}`);
+
+const fake = jit.fake ?? {};
+let gpuAtStart;
+try {
+  gpuAtStart = execFileSync(
+    'nvidia-smi',
+    ['--query-compute-apps=pid,process_name,used_memory', '--format=csv,noheader,nounits'],
+    {
+      encoding: 'utf8',
+    },
+  )
+    .split('\n')
+    .filter((l) => l.trim());
+} catch (e) {
+  gpuAtStart = [`error: ${e.message}`];
+}
+writeFileSync(join(process.env.SPARK_WORK_DIR, 'job-output.txt'), 'partial build output\n');
+if (fake.markerDir) {
+  mkdirSync(fake.markerDir, { recursive: true });
+  writeFileSync(
+    join(fake.markerDir, `${jit.runnerName}.json`),
+    JSON.stringify({
+      runnerName: jit.runnerName,
+      pid: process.pid,
+      startedAt: Date.now(),
+      hostId: process.env.SPARK_HOST_ID,
+      reservationId: process.env.SPARK_RESERVATION_ID,
+      fencingToken: Number(process.env.SPARK_FENCING_TOKEN),
+      jobTokenPrefix: process.env.SPARK_LEASE_TOKEN.slice(0, 8),
+      workDir: process.env.SPARK_WORK_DIR,
+      cwd: process.cwd(),
+      gpuAtStart,
+    }),
+  );
+}
+console.log('√ Connected to GitHub');
+console.log(`Listening for Jobs as ${jit.runnerName}`);
+console.log('Running job: spark-test');
+process.on('SIGTERM', () => {
+  console.log('Received SIGTERM; job cancelled');
+  setTimeout(() => process.exit(143), fake.ignoreTermMs ?? 0);
+});
+const exitCode = fake.exitCode ?? 0;
+setTimeout(() => {
+  for (const line of fake.lastLines ?? []) console.log(line);
+  console.log(`Job spark-test completed with result: ${exitCode === 0 ? 'Succeeded' : 'Failed'}`);
+  process.exit(exitCode);
+}, fake.sleepMs ?? 100);

@@ -1,0 +1,353 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { and, asc, eq, inArray } from 'drizzle-orm';
+import type { SparkConfigInput } from '../../core/config.ts';
+import { agentApiModule } from '../../functions/agent-api/index.ts';
+import type { AppModule } from '../../functions/app.ts';
+import { createAgentToken } from '../../functions/auth/tokens.ts';
+import type { NewReservation } from '../../functions/ledger/ledger.ts';
+import * as t from '../../functions/ledger/schema.ts';
+import { silentLogger } from '../../functions/log.ts';
+import { type RunningController, startController } from '../../functions/node-server.ts';
+import { settingsFromEnv } from '../../functions/settings.ts';
+import { tempDir } from '../helpers/ledger.ts';
+import {
+  FAKE_RUNNER,
+  FakeDeckard,
+  FakeGpu,
+  type FakeRunnerBehavior,
+  fakeJitConfig,
+  freePort,
+  REPO_ROOT,
+  readRunnerMarkers,
+  waitFor,
+} from './index.ts';
+
+/**
+ * A whole fleet on loopback for agent tests and benches: the controller (in this process, real
+ * HTTP on an ephemeral port, real libSQL file) and one agent per host as separate processes, each
+ * with its own fake GPU; the service host also runs a fake Deckard.
+ *
+ * GitHub cannot be reached here, so a small module stands in for the GitHub part: when a
+ * reservation reaches `preparing` it inserts the `jit_handoffs` row for every lease in the same
+ * transaction, which is what the GitHub outbox does in production once GitHub returns the JIT config.
+ */
+
+export interface FleetHost {
+  id: string;
+  homeService?: string | null;
+}
+
+export interface FleetOptions {
+  hosts?: FleetHost[];
+  timings?: NonNullable<SparkConfigInput['timings']>;
+  /** Behaviour of the runner for a reservation on a host (default: exit 0 after 300 ms). */
+  runner?: (reservationId: string, hostId: string, attempt: number) => FakeRunnerBehavior;
+  /** Extra agent config per host (merged over the defaults). */
+  agentConfig?: (hostId: string) => Record<string, unknown>;
+  /** Deckard model-ready delay after start. */
+  deckardReadyDelayMs?: number;
+  controllerEnv?: Record<string, string>;
+}
+
+export interface AgentHandle {
+  hostId: string;
+  proc: ChildProcess;
+  output(): string;
+  exited: Promise<number | null>;
+  /** Sends `signal` (default SIGKILL) and waits for the process to exit. */
+  kill(signal?: NodeJS.Signals): Promise<void>;
+}
+
+export interface Fleet {
+  dir: string;
+  markerDir: string;
+  controller: RunningController;
+  gpu: Record<string, FakeGpu>;
+  deckard: FakeDeckard | null;
+  agents: Record<string, AgentHandle>;
+  agentConfigPath(hostId: string): string;
+  startAgent(hostId: string): AgentHandle;
+  stopController(): Promise<void>;
+  startControllerAgain(): Promise<void>;
+  reserve(input?: Partial<NewReservation>): Promise<string>;
+  reservation(id: string): Promise<typeof t.reservations.$inferSelect>;
+  leases(reservationId: string): Promise<(typeof t.leases.$inferSelect)[]>;
+  host(id: string): Promise<typeof t.hosts.$inferSelect>;
+  bindingLeases(): Promise<(typeof t.leases.$inferSelect)[]>;
+  eventTypes(subjectId: string): Promise<string[]>;
+  waitReservation(
+    id: string,
+    statuses: string[],
+    timeoutMs?: number,
+  ): Promise<typeof t.reservations.$inferSelect>;
+  waitHostPhase(id: string, phases: string[], timeoutMs?: number): Promise<void>;
+  /** Replaces the runner of a lease like the GitHub part does after a pickup timeout. */
+  replaceRunner(leaseId: string, behavior?: FakeRunnerBehavior): Promise<string>;
+  close(): Promise<void>;
+}
+
+const DEFAULT_TIMINGS = {
+  heartbeatIntervalS: 1,
+  offlineAfterS: 4,
+  ciLeaseTtlS: 60,
+  restoreRetries: 1,
+  restoreBackoffS: 1,
+  restoreHealthTimeoutS: 3,
+};
+
+function handoffModule(markerDir: string, runner: NonNullable<FleetOptions['runner']>): AppModule {
+  return {
+    name: 'test-fake-github-handoffs',
+    hooks: () => [
+      async (tx, ev, { now }) => {
+        if (ev.type !== 'reservation.preparing') return;
+        const r = (await tx.select().from(t.reservations).where(eq(t.reservations.id, ev.subjectId)))[0];
+        if (!r || r.kind === 'development') return;
+        const leases = await tx.select().from(t.leases).where(eq(t.leases.reservationId, r.id));
+        for (const l of leases) {
+          const runnerName = `spark-${l.hostId}-${r.id}-a0`;
+          await tx.insert(t.jitHandoffs).values({
+            runnerName,
+            leaseId: l.id,
+            reservationId: r.id,
+            hostId: l.hostId,
+            attempt: 0,
+            jitConfig: fakeJitConfig(runnerName, markerDir, runner(r.id, l.hostId, 0)),
+            createdAt: now,
+          });
+        }
+      },
+    ],
+  };
+}
+
+/** Starts the controller and an agent per host; nothing is reserved yet. */
+export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
+  const { dir, cleanup } = tempDir('spark-fleet-');
+  const hosts = opts.hosts ?? [{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }];
+  const markerDir = join(dir, 'markers');
+  const runner = opts.runner ?? (() => ({ exitCode: 0, sleepMs: 300 }));
+  const config: SparkConfigInput = {
+    hosts: hosts.map((h) => ({ id: h.id, homeService: h.homeService ?? null })),
+    preferHosts: hosts.some((h) => h.id === 'spark-2') ? ['spark-2'] : [],
+    timings: { ...DEFAULT_TIMINGS, ...(opts.timings ?? {}) },
+  };
+  const ledgerUrl = `file:${join(dir, 'spark.db')}`;
+  let port = 0;
+  const modules = [agentApiModule, handoffModule(markerDir, runner)];
+  const boot = async () => {
+    const settings = settingsFromEnv(
+      { SPARK_LEDGER_URL: ledgerUrl, SPARK_AGENT_LONG_POLL_S: '5', ...(opts.controllerEnv ?? {}) },
+      { text: JSON.stringify({ ...config, listen: { host: '127.0.0.1', port } }), source: 'fleet config' },
+    );
+    const c = await startController({ settings, modules, log: silentLogger, admissionIntervalMs: 500 });
+    port = c.port;
+    return c;
+  };
+  let controller = await boot();
+
+  const gpu: Record<string, FakeGpu> = {};
+  let deckard: FakeDeckard | null = null;
+  const agents: Record<string, AgentHandle> = {};
+  const configPaths: Record<string, string> = {};
+
+  for (const h of hosts) {
+    const hd = join(dir, h.id);
+    mkdirSync(hd, { recursive: true });
+    gpu[h.id] = new FakeGpu(join(hd, 'gpu'));
+    const { token } = await createAgentToken(controller.ledger, h.id, 'test');
+    writeFileSync(join(hd, 'agent.token'), `${token}\n`, { mode: 0o600 });
+    let service: Record<string, unknown> | null = null;
+    if (h.homeService) {
+      deckard = new FakeDeckard(
+        join(hd, 'deckard'),
+        gpu[h.id]!,
+        await freePort(),
+        opts.deckardReadyDelayMs ?? 0,
+      );
+      service = {
+        name: h.homeService,
+        ...deckard.commands(),
+        healthUrl: deckard.healthUrl,
+        commandTimeoutS: 20,
+        releaseVerifyTimeoutS: 2,
+        healthPollMs: 100,
+      };
+    }
+    const agentCfg = {
+      controllerUrl: controller.url,
+      hostId: h.id,
+      tokenFile: 'agent.token',
+      stateFile: 'state/agent-state.json',
+      workRoot: 'work',
+      modelCacheDir: 'models',
+      runner: { dir: REPO_ROOT, command: [process.execPath, FAKE_RUNNER], stopGraceS: 2 },
+      service,
+      timeouts: { requestS: 5, gpuQueryS: 5, backoffMaxS: 1, longPollS: 5 },
+      logLevel: 'debug',
+      ...(opts.agentConfig?.(h.id) ?? {}),
+    };
+    configPaths[h.id] = join(hd, 'agent.json');
+    writeFileSync(configPaths[h.id]!, JSON.stringify(agentCfg, null, 2));
+    await controller.ledger.setManaged(h.id, true, 'test');
+  }
+
+  const startAgent = (hostId: string): AgentHandle => {
+    const proc = spawn(
+      process.execPath,
+      ['--import', 'tsx', join(REPO_ROOT, 'agent/main.ts'), '--config', configPaths[hostId]!],
+      {
+        cwd: REPO_ROOT,
+        env: { ...process.env, ...gpu[hostId]!.env() },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
+    let out = '';
+    proc.stderr!.on('data', (b: Buffer) => {
+      out += b.toString('utf8');
+      if (out.length > 400_000) out = out.slice(-200_000);
+    });
+    const exited = new Promise<number | null>((res) => proc.once('exit', (code) => res(code)));
+    const handle: AgentHandle = {
+      hostId,
+      proc,
+      output: () => out,
+      exited,
+      async kill(signal: NodeJS.Signals = 'SIGKILL') {
+        if (proc.exitCode == null && proc.signalCode == null) proc.kill(signal);
+        await exited;
+      },
+    };
+    agents[hostId] = handle;
+    return handle;
+  };
+
+  const db = () => controller.ledger.db;
+  const fleet: Fleet = {
+    dir,
+    markerDir,
+    get controller() {
+      return controller;
+    },
+    gpu,
+    deckard,
+    agents,
+    agentConfigPath: (hostId) => configPaths[hostId]!,
+    startAgent,
+    async stopController() {
+      await controller.close();
+    },
+    async startControllerAgain() {
+      controller = await boot();
+    },
+    async reserve(input = {}) {
+      const r = await controller.ledger.createReservation(
+        {
+          kind: 'manual',
+          topology: 'single',
+          repo: 'acme/butter',
+          pr: 7,
+          headSha: '7fc2a91c0ffee00000000000000000000000000a',
+          suite: 'smoke',
+          requester: 'test',
+          ...input,
+        },
+        'test',
+      );
+      return r.id;
+    },
+    async reservation(id) {
+      return (await db().select().from(t.reservations).where(eq(t.reservations.id, id)))[0]!;
+    },
+    async leases(reservationId) {
+      return db()
+        .select()
+        .from(t.leases)
+        .where(eq(t.leases.reservationId, reservationId))
+        .orderBy(asc(t.leases.hostId));
+    },
+    async host(id) {
+      return (await db().select().from(t.hosts).where(eq(t.hosts.id, id)))[0]!;
+    },
+    async bindingLeases() {
+      return db()
+        .select()
+        .from(t.leases)
+        .where(inArray(t.leases.status, ['active', 'expired', 'releasing']));
+    },
+    async eventTypes(subjectId) {
+      const rows = await db()
+        .select()
+        .from(t.events)
+        .where(eq(t.events.subjectId, subjectId))
+        .orderBy(asc(t.events.id));
+      return rows.map((r) => r.type);
+    },
+    async waitReservation(id, statuses, timeoutMs = 30_000) {
+      return waitFor(
+        `reservation ${id} to be ${statuses.join('|')}`,
+        async () => {
+          const r = await fleet.reservation(id);
+          return statuses.includes(r.status) ? r : null;
+        },
+        timeoutMs,
+      );
+    },
+    async waitHostPhase(id, phases, timeoutMs = 30_000) {
+      await waitFor(
+        `host ${id} to be ${phases.join('|')}`,
+        async () => phases.includes((await fleet.host(id)).phase),
+        timeoutMs,
+      );
+    },
+    async replaceRunner(leaseId, behavior = { exitCode: 0, sleepMs: 300 }) {
+      return controller.ledger.write(async (tx, now, changed) => {
+        const cur = (
+          await tx
+            .select()
+            .from(t.jitHandoffs)
+            .where(eq(t.jitHandoffs.leaseId, leaseId))
+            .orderBy(asc(t.jitHandoffs.attempt))
+        ).at(-1)!;
+        await tx
+          .update(t.jitHandoffs)
+          .set({ deletedAt: now })
+          .where(and(eq(t.jitHandoffs.runnerName, cur.runnerName)));
+        const attempt = cur.attempt + 1;
+        const runnerName = `spark-${cur.hostId}-${cur.reservationId}-a${attempt}`;
+        await tx.insert(t.jitHandoffs).values({
+          runnerName,
+          leaseId,
+          reservationId: cur.reservationId,
+          hostId: cur.hostId,
+          attempt,
+          jitConfig: fakeJitConfig(runnerName, markerDir, behavior),
+          createdAt: now,
+        });
+        changed.add(`host:${cur.hostId}`);
+        return runnerName;
+      });
+    },
+    async close() {
+      await Promise.all(Object.values(agents).map((a) => a.kill('SIGKILL')));
+      for (const m of readRunnerMarkers(markerDir)) {
+        try {
+          process.kill(-m.pid, 'SIGKILL');
+        } catch {
+          // the runner's group may be gone; kill the runner itself
+          try {
+            process.kill(m.pid, 'SIGKILL');
+          } catch {
+            // already gone
+          }
+        }
+      }
+      deckard?.kill();
+      await controller.close().catch(() => undefined);
+      cleanup();
+    },
+  };
+  return fleet;
+}

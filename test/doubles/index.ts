@@ -1,0 +1,226 @@
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { GpuProcess } from '../../core/model.ts';
+
+/**
+ * Reusable test doubles for the relay agent (issue 4): a fake `nvidia-smi` on PATH reading a state
+ * directory, a fake actions runner, and a fake Deckard with its service-control commands. Other
+ * parts' tests and the demo use them too.
+ */
+
+export const DOUBLES_DIR = dirname(fileURLToPath(import.meta.url));
+export const REPO_ROOT = resolve(DOUBLES_DIR, '..', '..');
+/** Put this first on PATH: it holds only the fake `nvidia-smi`. */
+export const FAKE_BIN_DIR = join(DOUBLES_DIR, 'bin');
+export const FAKE_RUNNER = join(DOUBLES_DIR, 'fake-runner.mjs');
+export const FAKE_DECKARD = join(DOUBLES_DIR, 'fake-deckard.mjs');
+export const DECKARD_CTL = join(DOUBLES_DIR, 'deckard-ctl.mjs');
+
+/** The real driver's message when it cannot talk to the GPU (nvidia-smi exits 9). */
+export const DRIVER_ERROR =
+  "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.";
+
+/** The GPU of one fake host, as the fake `nvidia-smi` reports it. */
+export class FakeGpu {
+  constructor(readonly dir: string) {
+    mkdirSync(dir, { recursive: true });
+  }
+
+  /** Replaces the static (test-owned) processes; service processes (`live-*`) are left alone. */
+  setProcesses(ps: GpuProcess[]): void {
+    for (const f of readdirSync(this.dir)) if (f.startsWith('proc-')) rmSync(join(this.dir, f));
+    ps.forEach((p, i) => {
+      writeFileSync(join(this.dir, `proc-${i}`), `${p.pid}, ${p.name}, ${p.usedMemoryMiB}\n`);
+    });
+  }
+
+  /** Makes nvidia-smi fail like a driver error (exit 9) until {@link heal}. */
+  fail(message = DRIVER_ERROR, code = 9): void {
+    writeFileSync(join(this.dir, 'fail'), `${message}\n`);
+    writeFileSync(join(this.dir, 'fail-code'), String(code));
+  }
+
+  heal(): void {
+    rmSync(join(this.dir, 'fail'), { force: true });
+    rmSync(join(this.dir, 'fail-code'), { force: true });
+  }
+
+  /** Environment that makes a child's `nvidia-smi` this fake GPU. */
+  env(): Record<string, string> {
+    return { PATH: `${FAKE_BIN_DIR}:${process.env.PATH ?? ''}`, FAKE_NVIDIA_SMI_STATE: this.dir };
+  }
+}
+
+/** Fake Deckard: an HTTP server with a model-ready check, controlled like a system service. */
+export class FakeDeckard {
+  constructor(
+    readonly dir: string,
+    readonly gpu: FakeGpu,
+    readonly port: number,
+    readyDelayMs = 0,
+  ) {
+    mkdirSync(dir, { recursive: true });
+    this.configure({ readyDelayMs });
+  }
+
+  configure(opts: { readyDelayMs: number }): void {
+    writeFileSync(
+      join(this.dir, 'deckard.json'),
+      JSON.stringify({ port: this.port, gpuDir: this.gpu.dir, readyDelayMs: opts.readyDelayMs }),
+    );
+  }
+
+  get healthUrl(): string {
+    return `http://127.0.0.1:${this.port}/v1/health/ready`;
+  }
+
+  /** drain/stop/start argv for the agent config. */
+  commands(): { drain: string[]; stop: string[]; start: string[] } {
+    const c = (verb: string) => [process.execPath, DECKARD_CTL, verb, this.dir];
+    return { drain: c('drain'), stop: c('stop'), start: c('start') };
+  }
+
+  /** Starts Deckard the way the agent's restore does (the `start` command). */
+  start(): Promise<void> {
+    const [cmd, ...args] = this.commands().start;
+    return new Promise((res, rej) =>
+      execFile(cmd!, args, (err, _out, stderr) =>
+        err ? rej(new Error(`deckard start failed: ${stderr}`)) : res(),
+      ),
+    );
+  }
+
+  pid(): number | null {
+    const f = join(this.dir, 'pid');
+    return existsSync(f) ? Number(readFileSync(f, 'utf8')) : null;
+  }
+
+  /** Running (possibly paused) and not a zombie. */
+  isRunning(): boolean {
+    const pid = this.pid();
+    if (pid == null) return false;
+    try {
+      const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return s.slice(s.lastIndexOf(')') + 2)[0] !== 'Z';
+    } catch {
+      return false;
+    }
+  }
+
+  breakReady(message = 'model load failed: CUDA error: out of memory'): void {
+    writeFileSync(join(this.dir, 'break-ready'), message);
+  }
+  fixReady(): void {
+    rmSync(join(this.dir, 'break-ready'), { force: true });
+  }
+  /** "pause" makes `stop` only SIGSTOP the server: it stays on the GPU like a paused container. */
+  setStopMode(mode: 'kill' | 'pause'): void {
+    writeFileSync(join(this.dir, 'stop-mode'), mode);
+  }
+  setDelay(step: 'drain' | 'stop', ms: number): void {
+    writeFileSync(join(this.dir, `${step}-delay-ms`), String(ms));
+  }
+  /** Service-control calls so far, in order ("drain", "stop", "start"). */
+  ctlLog(): string[] {
+    const f = join(this.dir, 'ctl.log');
+    if (!existsSync(f)) return [];
+    return readFileSync(f, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => l.split(' ')[1]!);
+  }
+
+  /** Kills the server outright (test cleanup). */
+  kill(): void {
+    const pid = this.pid();
+    if (pid == null) return;
+    try {
+      process.kill(pid, 'SIGCONT');
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+}
+
+/** How the fake runner behaves, carried inside its JIT config. */
+export interface FakeRunnerBehavior {
+  exitCode?: number;
+  sleepMs?: number;
+  /** Delay before honouring SIGTERM (a job slow to cancel). */
+  ignoreTermMs?: number;
+  lastLines?: string[];
+}
+
+/** A JIT config shaped like GitHub's (base64 JSON) that also tells the fake runner what to do. */
+export function fakeJitConfig(runnerName: string, markerDir: string, fake: FakeRunnerBehavior): string {
+  const body = {
+    '.runner': Buffer.from(JSON.stringify({ agentName: runnerName, workFolder: '_work' })).toString('base64'),
+    '.credentials': Buffer.from('{"scheme":"OAuth"}').toString('base64'),
+    runnerName,
+    fake: { ...fake, markerDir },
+  };
+  return Buffer.from(JSON.stringify(body)).toString('base64');
+}
+
+/** What a fake runner recorded when it started. */
+export interface RunnerMarker {
+  runnerName: string;
+  pid: number;
+  startedAt: number;
+  hostId: string;
+  reservationId: string;
+  fencingToken: number;
+  jobTokenPrefix: string;
+  workDir: string;
+  cwd: string;
+  gpuAtStart: string[];
+}
+
+export function readRunnerMarkers(markerDir: string): RunnerMarker[] {
+  if (!existsSync(markerDir)) return [];
+  return readdirSync(markerDir)
+    .filter((f) => f.endsWith('.json'))
+    .map((f) => JSON.parse(readFileSync(join(markerDir, f), 'utf8')) as RunnerMarker)
+    .sort((a, b) => a.startedAt - b.startedAt);
+}
+
+/** A currently free loopback port. */
+export function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once('error', rej);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => res(port));
+    });
+  });
+}
+
+/** Polls `check` until it returns a truthy value or the deadline passes (no fixed sleeps). */
+export async function waitFor<T>(
+  what: string,
+  check: () => T | undefined | null | false | Promise<T | undefined | null | false>,
+  timeoutMs = 20_000,
+  everyMs = 50,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown = null;
+  for (;;) {
+    try {
+      const v = await check();
+      if (v) return v;
+    } catch (e) {
+      lastError = e;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}${lastError ? ` (last error: ${lastError})` : ''}`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
