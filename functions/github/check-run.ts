@@ -82,6 +82,9 @@ export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunV
         summary: summary('Hosts prepared; a one-job runner is being registered and the workflow dispatched.'),
       };
     case 'running':
+      // workflow_job completed sets the outcome before the agent reports the runner gone
+      if (r.outcome === 'passed' || r.outcome === 'failed' || r.outcome === 'cancelled')
+        return renderResult(r, ctx, summary);
       return {
         status: 'in_progress',
         title: `Spark test running — exact SHA ${short(r.headSha)}`,

@@ -159,6 +159,11 @@ const sendDispatch: Sender = async (svc, _row, payload) => {
             'github',
             tx,
           );
+          // the check run says why in words (reservations.reason)
+          await tx
+            .update(t.reservations)
+            .set({ reason: `no longer wanted before dispatch: ${why}` })
+            .where(eq(t.reservations.id, rid));
         }
       },
     };

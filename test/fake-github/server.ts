@@ -82,6 +82,8 @@ export interface RecordedRequest {
   body: unknown;
   status: number;
   auth: 'app' | 'installation' | 'none';
+  /** Wall-clock time the request arrived (ms). */
+  at: number;
 }
 
 const fixture = JSON.parse(
@@ -217,6 +219,7 @@ export class FakeGitHub {
         body,
         status,
         auth,
+        at: Date.now(),
       });
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(data == null ? '' : JSON.stringify(data));
@@ -302,7 +305,9 @@ export class FakeGitHub {
             {
               number: Number(params.pull_number),
               state: pr.state,
-              labels: pr.labels.map((name, i) => ({ id: i + 1, name })),
+              labels: pr.labels.map((name, i) =>
+                overlay(exampleOf(op.responses['200']?.properties?.labels?.items), { id: i + 1, name }),
+              ),
               head: { sha: pr.headSha, ref: 'topic', repo: pr.headRepo ? { full_name: pr.headRepo } : null },
               base: { sha: repo.headSha, ref: repo.defaultBranch, repo: { full_name: base } },
             },

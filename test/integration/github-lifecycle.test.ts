@@ -1,0 +1,376 @@
+import { eq, sql } from 'drizzle-orm';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import * as t from '../../functions/ledger/schema.ts';
+import { example, type Harness, startHarness } from '../fake-github/harness.ts';
+import { validate } from '../fake-github/schema.ts';
+import { adoptAll } from '../helpers/ledger.ts';
+
+const REPO = 'Codertocat/Hello-World';
+const SHA = 'ec26c3e57ca3a959ca5aad62de7213c562f8c821';
+
+function labeled(label = 'spark-test', sender = 'Codertocat') {
+  const p = example('pull_request', 'labeled');
+  p.label.name = label;
+  p.sender.login = sender;
+  p.pull_request.labels = [{ ...p.label }];
+  return p;
+}
+
+function job(
+  action: 'queued' | 'in_progress' | 'completed',
+  o: { rid: string; runner?: string | null; sha?: string; conclusion?: string | null },
+) {
+  const p = example('workflow_job', action);
+  p.repository.full_name = REPO;
+  p.workflow_job.head_sha = o.sha ?? SHA;
+  p.workflow_job.labels = ['self-hosted', 'Linux', 'ARM64', 'spark', 'spark-single', `spark-${o.rid}`];
+  p.workflow_job.runner_name = o.runner ?? null;
+  if (action === 'completed') p.workflow_job.conclusion = o.conclusion ?? 'success';
+  return p;
+}
+
+async function status(h: Harness, id: string) {
+  return (await h.c.ledger.getReservation(undefined, id))?.status;
+}
+
+describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, outbox', () => {
+  let h: Harness;
+  beforeEach(async () => {
+    h = await startHarness({ config: { timings: { runnerPickupTimeoutS: 5, runnerRetries: 1 } } });
+    h.gh.addRepo(REPO, {
+      installationId: 1,
+      collaborators: { Codertocat: 'admin', outsider: 'triage' },
+      pulls: { 2: { state: 'open', headSha: SHA, headRepo: REPO, labels: ['spark-test'] } },
+    });
+    expect((await h.enable(REPO)).status).toBe(200);
+  });
+  afterEach(async () => {
+    expect(h.gh.violations).toEqual([]);
+    await h.close();
+  });
+
+  /** Label → granted → the agent reports every lease prepared (agent part, simulated here). */
+  async function prepared(rid = 'r-1', waitHandoff = true) {
+    await adoptAll(h.c.ledger);
+    expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe(`queued ${rid}`);
+    await h.until('allocated', async () => (await status(h, rid)) === 'allocated');
+    await h.c.ledger.advanceReservation(rid, 'preparing', 'every lease reported prepared', 'agent:spark-2');
+    if (!waitHandoff) return null;
+    const handoff = await h.until('JIT handoff row', async () => {
+      const rows = await h.c.ledger.db
+        .select()
+        .from(t.jitHandoffs)
+        .where(eq(t.jitHandoffs.reservationId, rid));
+      return rows[0];
+    });
+    return handoff;
+  }
+
+  it('the fake really checks bodies against the GitHub schema', () => {
+    const schema = {
+      type: 'object',
+      required: ['name', 'head_sha'],
+      properties: { name: { type: 'string' }, head_sha: { type: 'string' } },
+    };
+    expect(validate(schema, { name: 'x' })).toEqual(['$.head_sha: required']);
+    expect(validate(schema, { name: 1, head_sha: 'a' })).toEqual(['$.name: expected string, got number']);
+  });
+
+  it('prepared → workflow dispatch with inputs, one JIT runner with the reservation label, handed over once', async () => {
+    const handoff = (await prepared())!;
+    expect(handoff).toMatchObject({ hostId: 'spark-2', attempt: 0, runnerName: 'spark-spark-2-r-1-a0' });
+    await h.until('dispatch', () => h.gh.dispatches.length === 1);
+    expect(h.gh.dispatches[0]).toEqual({
+      repo: REPO,
+      workflow: 'spark-pr-test.yml',
+      ref: 'main',
+      inputs: { reservation_id: 'r-1', head_sha: SHA, topology: 'single', suite: 'smoke' },
+    });
+    expect(h.gh.runners).toHaveLength(1);
+    expect(h.gh.runners[0]!.labels).toEqual([
+      'self-hosted',
+      'Linux',
+      'ARM64',
+      'spark',
+      'spark-single',
+      'spark-r-1',
+    ]);
+    expect(h.gh.runners[0]!.runnerGroupId).toBe(1);
+    expect(handoff.jitConfig).toBe(h.gh.runners[0]!.encodedJitConfig);
+    // the dispatch re-checked the PR (open, label present, SHA current) first
+    const order = h.gh.requests.map((r) => `${r.method} ${r.path.split('?')[0]}`);
+    expect(order.indexOf(`GET /repos/${REPO}/pulls/2`)).toBeLessThan(
+      order.indexOf(`POST /repos/${REPO}/actions/workflows/spark-pr-test.yml/dispatches`),
+    );
+  });
+
+  it('workflow_job in_progress → running with the exact SHA; completed → passed; receipt → evidence recorded', async () => {
+    const handoff = (await prepared())!;
+    const res = await h.deliver(
+      'workflow_job',
+      job('in_progress', { rid: 'r-1', runner: handoff.runnerName }),
+    );
+    expect((await res.json()).result).toBe('running r-1');
+    await h.until('running check', () =>
+      h.gh.checkRuns.find(
+        (c) =>
+          c.external_id === 'r-1' && c.output.title === `Spark test running — exact SHA ${SHA.slice(0, 7)}`,
+      ),
+    );
+    const done = await h.deliver(
+      'workflow_job',
+      job('completed', { rid: 'r-1', runner: handoff.runnerName, conclusion: 'success' }),
+    );
+    expect((await done.json()).result).toBe('r-1 outcome passed');
+    // the in-job part stores the receipt and records reservation.receipt; simulate it here
+    await h.c.ledger.write(async (tx, now) => {
+      await tx
+        .update(t.reservations)
+        .set({ receiptJson: JSON.stringify({ ok: true }) })
+        .where(eq(t.reservations.id, 'r-1'));
+      await h.c.ledger.record(tx, now, {
+        subjectType: 'reservation',
+        subjectId: 'r-1',
+        type: 'reservation.receipt',
+        cause: 'receipt',
+        actor: 'job',
+      });
+    });
+    const check = await h.until('passed check', () =>
+      h.gh.checkRuns.find(
+        (c) => c.external_id === 'r-1' && c.output.title === 'Spark test passed — evidence receipt recorded',
+      ),
+    );
+    expect(check.conclusion).toBe('success');
+    expect(h.gh.checkRuns.filter((c) => c.external_id === 'r-1')).toHaveLength(1);
+  });
+
+  it('a workflow_job that does not match (SHA, runner) is an audited fault shown on the check run', async () => {
+    await prepared();
+    const res = await h.deliver(
+      'workflow_job',
+      job('in_progress', { rid: 'r-1', runner: 'someone-elses-runner', sha: 'f'.repeat(40) }),
+    );
+    expect((await res.json()).result).toMatch(
+      /^fault: SHA fffffff ≠ admitted ec26c3e; runner "someone-elses-runner" was not registered/,
+    );
+    expect(await status(h, 'r-1')).toBe('preparing');
+    const ev = await h.c.ledger.db
+      .select()
+      .from(t.events)
+      .where(eq(t.events.type, 'reservation.job_mismatch'));
+    expect(ev).toHaveLength(1);
+    await h.until('fault on check run', () =>
+      h.gh.checkRuns.find(
+        (c) => c.external_id === 'r-1' && /\*\*Fault:\*\* workflow job/.test(c.output.summary ?? ''),
+      ),
+    );
+  });
+
+  it('label removal while running does not cancel; release deletes the runner (busy 422 retried)', async () => {
+    const handoff = (await prepared())!;
+    await h.deliver('workflow_job', job('in_progress', { rid: 'r-1', runner: handoff.runnerName }));
+    const p = example('pull_request', 'unlabeled');
+    p.label.name = 'spark-test';
+    p.pull_request.labels = [];
+    p.sender.login = 'Codertocat';
+    const res = await h.deliver('pull_request', p);
+    expect((await res.json()).result).toBe('kept active r-1');
+    expect(await status(h, 'r-1')).toBe('running');
+    h.gh.runners[0]!.busy = true;
+    await h.c.ledger.beginRelease('r-1', 'passed', 'runner exited 0', 'agent:spark-2');
+    await h.until('busy 422 seen', () =>
+      h.gh.calls('DELETE', /actions\/runners\/\d+$/).some((r) => r.status === 422),
+    );
+    expect(h.gh.runners).toHaveLength(1);
+    h.gh.runners[0]!.busy = false;
+    await h.until(
+      'runner deleted',
+      async () => {
+        const row = (
+          await h.c.ledger.db
+            .select()
+            .from(t.jitHandoffs)
+            .where(eq(t.jitHandoffs.runnerName, handoff.runnerName))
+        )[0];
+        return row?.deletedAt != null && h.gh.runners.length === 0;
+      },
+      20_000,
+    );
+  });
+
+  it('work no longer wanted at dispatch time is released instead of dispatched', async () => {
+    h.gh.repos.get(REPO.toLowerCase())!.pulls[2]!.labels = [];
+    await prepared('r-1', false);
+    await h.until('released as withdrawn', async () => {
+      const r = await h.c.ledger.getReservation(undefined, 'r-1');
+      return r?.status === 'releasing' && r.outcome === 'withdrawn';
+    });
+    expect(h.gh.dispatches).toHaveLength(0);
+    const r = await h.c.ledger.getReservation(undefined, 'r-1');
+    expect(r?.reason).toMatch(/label "spark-test" was removed/);
+  });
+
+  it('push to the PR supersedes queued work; only an authorized pusher gets the new SHA queued', async () => {
+    expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
+    const sync = (sender: string, sha: string) => {
+      const p = example('pull_request', 'synchronize');
+      p.repository.full_name = REPO;
+      p.pull_request.head.sha = sha;
+      p.pull_request.head.repo.full_name = REPO;
+      p.pull_request.base.repo.full_name = REPO;
+      p.pull_request.number = 2;
+      p.number = 2;
+      p.pull_request.labels = [{ name: 'spark-test' }];
+      p.sender.login = sender;
+      return p;
+    };
+    const a = await h.deliver('pull_request', sync('Codertocat', '1'.repeat(40)));
+    expect((await a.json()).result).toBe('superseded r-1, queued r-2');
+    expect(await status(h, 'r-1')).toBe('superseded');
+    expect((await h.c.ledger.getReservation(undefined, 'r-2'))?.headSha).toBe('1'.repeat(40));
+    await h.until('superseded check', () =>
+      h.gh.checkRuns.find((c) => c.external_id === 'r-1' && /superseded/.test(c.output.title ?? '')),
+    );
+
+    const b = await h.deliver('pull_request', sync('outsider', '2'.repeat(40)));
+    expect((await b.json()).result).toBe('superseded r-2, not requeued (sender not authorized)');
+    expect(await h.c.ledger.db.all(sql`SELECT id FROM reservations WHERE status = 'queued'`)).toEqual([]);
+    const refusal = await h.until('refusal on new SHA', () =>
+      h.gh.checkRuns.find((c) => c.head_sha === '2'.repeat(40)),
+    );
+    expect(refusal.output.title).toMatch(/new commits pushed by @outsider were not queued/);
+  });
+
+  it('push to the default branch queues merge CI (70) and supersedes the older queued merge', async () => {
+    const push = (after: string) => {
+      const p = example('push');
+      p.repository.full_name = REPO;
+      p.repository.default_branch = 'main';
+      p.ref = 'refs/heads/main';
+      p.after = after;
+      p.deleted = false;
+      return p;
+    };
+    expect((await (await h.deliver('push', push('3'.repeat(40)))).json()).result).toBe('queued r-1');
+    expect((await (await h.deliver('push', push('4'.repeat(40)))).json()).result).toBe(
+      'superseded r-1, queued r-2',
+    );
+    const r2 = await h.c.ledger.getReservation(undefined, 'r-2');
+    expect(r2).toMatchObject({ kind: 'merge', priority: 70, pr: null, headSha: '4'.repeat(40) });
+    const other = push('5'.repeat(40));
+    other.ref = 'refs/heads/feature';
+    expect((await (await h.deliver('push', other)).json()).result).toMatch(/ignored/);
+  });
+
+  it('outbox retries after GitHub answers 500 and the check run is created exactly once', async () => {
+    h.gh.fail({ method: 'POST', path: /\/check-runs$/, status: 500 });
+    await h.deliver('pull_request', labeled());
+    await h.until(
+      'check created after retry',
+      () => h.gh.checkRuns.find((c) => c.external_id === 'r-1'),
+      20_000,
+    );
+    const posts = h.gh.calls('POST', /\/check-runs$/);
+    expect(posts.map((p) => p.status)).toEqual([500, 201]);
+    const row = (await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1')))[0]!;
+    expect(row).toMatchObject({ status: 'sent', attempts: 2 });
+    expect(h.gh.checkRuns.filter((c) => c.external_id === 'r-1')).toHaveLength(1);
+  });
+
+  it('honours Retry-After and rate-limit reset before trying again', async () => {
+    h.gh.fail({
+      method: 'POST',
+      path: /\/check-runs$/,
+      status: 403,
+      headers: { 'retry-after': '2', 'x-ratelimit-remaining': '1' },
+    });
+    await h.deliver('pull_request', labeled());
+    await h.until(
+      'created after Retry-After',
+      () => h.gh.checkRuns.find((c) => c.external_id === 'r-1'),
+      20_000,
+    );
+    const [first, second] = h.gh.calls('POST', /\/check-runs$/);
+    expect(first!.status).toBe(403);
+    expect(second!.at - first!.at).toBeGreaterThanOrEqual(1900);
+
+    const reset = Math.ceil((Date.now() + 2000) / 1000);
+    h.gh.fail({
+      method: 'PATCH',
+      path: /\/check-runs\/\d+$/,
+      status: 403,
+      headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': String(reset) },
+    });
+    await h.c.ledger.cancelReservation('r-1', 'test', 'test cancel');
+    await h.until(
+      'patched after reset',
+      () => h.gh.calls('PATCH', /\/check-runs\/\d+$/).some((r) => r.status === 200),
+      20_000,
+    );
+    const ok = h.gh.calls('PATCH', /\/check-runs\/\d+$/).find((r) => r.status === 200)!;
+    expect(ok.at).toBeGreaterThanOrEqual(reset * 1000 - 50);
+  });
+
+  it('a runner not picked up is replaced, then the reservation is released with the reason', async () => {
+    const first = (await prepared())!;
+    h.clock.advance(6_000);
+    const second = await h.until(
+      'replacement runner',
+      async () => {
+        h.clock.advance(2_000);
+        const rows = await h.c.ledger.db.select().from(t.jitHandoffs).where(eq(t.jitHandoffs.attempt, 1));
+        return rows[0];
+      },
+      20_000,
+    );
+    expect(second.runnerName).toBe('spark-spark-2-r-1-a1');
+    await h.until('old runner deleted', () => !h.gh.runners.some((r) => r.name === first.runnerName));
+    h.clock.advance(6_000);
+    await h.until(
+      'released: runner not picked up',
+      async () => {
+        h.clock.advance(1_000);
+        const r = await h.c.ledger.getReservation(undefined, 'r-1');
+        return r?.status === 'releasing' && r.outcome === 'runner_not_picked_up';
+      },
+      20_000,
+    );
+    await h.until('check shows the reason', () =>
+      h.gh.checkRuns.find(
+        (c) => c.external_id === 'r-1' && /runner_not_picked_up/.test(c.output.title ?? ''),
+      ),
+    );
+    await h.until('every runner deregistered', () => h.gh.runners.length === 0);
+  });
+
+  it('the JIT config never appears in any API response, log line, outbox row or event row', async () => {
+    const handoff = (await prepared())!;
+    const secret = h.gh.runners[0]!.encodedJitConfig;
+    expect(handoff.jitConfig).toBe(secret);
+    await h.until('dispatch sent', () => h.gh.dispatches.length === 1);
+    await h.deliver('workflow_job', job('in_progress', { rid: 'r-1', runner: handoff.runnerName }));
+    const token = await h.operatorToken();
+    const bodies: string[] = [];
+    for (const path of ['/api/v1/fleet', '/api/v1/queue', '/api/v1/repositories', '/healthz', '/']) {
+      const res = await fetch(`${h.c.url}${path}`, { headers: { authorization: `Bearer ${token}` } });
+      bodies.push(await res.text());
+    }
+    for (const b of bodies) expect(b).not.toContain(secret);
+    const dump = JSON.stringify([
+      await h.c.ledger.db.select().from(t.events),
+      await h.c.ledger.db.select().from(t.outbox),
+      await h.c.ledger.db.select().from(t.reservations),
+      await h.c.ledger.db.select().from(t.webhookDeliveries),
+    ]);
+    expect(dump).not.toContain(secret);
+    expect(h.logs.join('\n')).not.toContain(secret);
+    expect(JSON.stringify(h.gh.checkRuns)).not.toContain(secret);
+    // once released, a config that was never handed over is erased
+    await h.c.ledger.beginRelease('r-1', 'released', 'test release', 'test');
+    const row = (
+      await h.c.ledger.db.select().from(t.jitHandoffs).where(eq(t.jitHandoffs.runnerName, handoff.runnerName))
+    )[0];
+    expect(row?.jitConfig).toBeNull();
+  });
+});
