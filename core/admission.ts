@@ -247,7 +247,13 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
   for (const [rid, hostIds] of leasesByReservation) {
     if (!byId.has(rid)) totalGpus += gpusOf(hostIds);
   }
-  queued.sort(queueOrder);
+  // the ledger loads queued work already in this order; sort only when it is not
+  for (let i = 1; i < queued.length; i++) {
+    if (queueOrder(queued[i - 1]!, queued[i]!) > 0) {
+      queued.sort(queueOrder);
+      break;
+    }
+  }
 
   const held = new Map<string, string>();
   const draining = new Map<string, string>();
@@ -285,14 +291,29 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     return text;
   };
 
+  // Busy hosts per pool in preference order, computed once; draining only consumes from the front.
+  const busyByPool = new Map<string, HostRecord[]>();
+  const busyRanked = (pool: string): HostRecord[] => {
+    let list = busyByPool.get(pool);
+    if (!list) {
+      list = (poolHosts.get(pool) ?? [])
+        .filter((h) => base.get(h.id)!.kind === 'busy')
+        .sort((a, b) => rank.get(a.id)! - rank.get(b.id)!);
+      busyByPool.set(pool, list);
+    }
+    return list;
+  };
+
   let position = 0;
-  for (const r of queued) {
+  let r: ReservationRecord;
+  // one closure for the whole pass (not one per request): this loop runs 10,000s of times
+  const wait = (code: WaitCode, reason: string) => {
+    position++;
+    plan.waits.push({ reservationId: r.id, position, code, reason });
+  };
+  for (r of queued) {
     const need = hostsNeeded(r.topology);
     const pool = r.pool;
-    const wait = (code: WaitCode, reason: string) => {
-      position++;
-      plan.waits.push({ reservationId: r.id, position, code, reason });
-    };
 
     // Explicit Deckard start: met at once when its host already serves.
     if (r.kind === 'deckard' && r.targetHost) {
@@ -336,6 +357,16 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
         candidates = candidates.concat(others.slice(0, need - 1));
       }
     } else {
+      const free = freeByPool.get(pool);
+      if (
+        (!free || free.length === 0) &&
+        r.kind !== 'development' &&
+        need <= (schedulableByPool.get(pool) ?? 0)
+      ) {
+        // hot path for a long queue behind a busy pool: nothing to take, hold or drain
+        wait('hosts-busy', describePool(pool));
+        continue;
+      }
       const schedulable = schedulableByPool.get(pool) ?? 0;
       if (schedulable < need) {
         wait(
@@ -356,13 +387,15 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
       }
       if (candidates.length > 0) poolBusyReason.delete(pool);
       if (r.kind === 'development') {
-        // rule 4 for an untargeted request: the best busy host drains for it
-        const busy = (poolHosts.get(pool) ?? [])
-          .filter((h) => base.get(h.id)!.kind === 'busy' && !draining.has(h.id))
-          .sort((a, b) => rank.get(a.id)! - rank.get(b.id)!);
-        for (const h of busy.slice(0, need - candidates.length)) {
+        // rule 4 for an untargeted request: the best busy hosts drain for it
+        const busy = busyRanked(pool);
+        let want = need - candidates.length;
+        while (want > 0 && busy.length > 0) {
+          const h = busy.shift()!;
+          if (draining.has(h.id) || base.get(h.id)!.kind !== 'busy') continue;
           draining.set(h.id, r.id);
           poolBusyReason.delete(pool);
+          want--;
         }
       }
       if (candidates.length > 0) {

@@ -60,6 +60,7 @@ export interface NewReservation {
 }
 
 export type ReservationRow = typeof t.reservations.$inferSelect;
+type EventInsert = typeof t.events.$inferInsert;
 export type LeaseRow = typeof t.leases.$inferSelect;
 export type HostRow = typeof t.hosts.$inferSelect;
 
@@ -143,6 +144,7 @@ export class Ledger {
   readonly clock: Clock;
   private readonly hooks: TransitionHook[];
   private readonly listeners = new Set<Listener>();
+  private readonly eventBuffers = new WeakMap<Tx, EventInsert[]>();
 
   constructor(
     readonly store: LedgerDb,
@@ -176,15 +178,27 @@ export class Ledger {
     const changed = new Set<string>();
     const result = await this.store.write(async (tx) => {
       changed.clear();
-      return fn(tx, this.clock(), changed);
+      const buffer: EventInsert[] = [];
+      this.eventBuffers.set(tx, buffer);
+      try {
+        const out = await fn(tx, this.clock(), changed);
+        await this.flushEvents(tx, buffer);
+        return out;
+      } finally {
+        this.eventBuffers.delete(tx);
+      }
     });
     if (changed.size) this.notify(...changed);
     return result;
   }
 
-  /** Appends one event and lets the hooks enqueue its side effects in the same transaction. */
+  /**
+   * Appends one event and lets the hooks enqueue its side effects in the same transaction.
+   * Inside {@link write} the event rows are buffered and inserted in one statement just before
+   * commit (same transaction, same order), which keeps a busy admission pass to a few statements.
+   */
   async record(tx: Tx, now: number, ev: LedgerEvent): Promise<void> {
-    await tx.insert(t.events).values({
+    const row: EventInsert = {
       at: now,
       subjectType: ev.subjectType,
       subjectId: ev.subjectId,
@@ -194,8 +208,17 @@ export class Ledger {
       cause: ev.cause,
       actor: ev.actor,
       dataJson: ev.data ? JSON.stringify(ev.data) : null,
-    });
+    };
+    const buffer = this.eventBuffers.get(tx);
+    if (buffer) buffer.push(row);
+    else await tx.insert(t.events).values(row);
     for (const hook of this.hooks) await hook(tx, ev, { now });
+  }
+
+  private async flushEvents(tx: Tx, buffer: EventInsert[]): Promise<void> {
+    // 9 columns per row keeps each statement far below SQLite's bound-parameter limit
+    for (let i = 0; i < buffer.length; i += 100) await tx.insert(t.events).values(buffer.slice(i, i + 100));
+    buffer.length = 0;
   }
 
   // ---------------------------------------------------------------- hosts
@@ -483,13 +506,23 @@ export class Ledger {
       const rows = await tx
         .select()
         .from(t.reservations)
-        .where(and(eq(t.reservations.repo, repo), eq(t.reservations.pr, pr), eq(t.reservations.status, 'queued')));
+        .where(
+          and(eq(t.reservations.repo, repo), eq(t.reservations.pr, pr), eq(t.reservations.status, 'queued')),
+        );
       const out: ReservationRow[] = [];
       for (const r of rows) {
         if (r.headSha === newSha) continue;
-        await this.transitionReservation(tx, now, r, 'superseded', `new head ${newSha.slice(0, 7)} pushed`, actor, {
-          outcome: 'superseded',
-        });
+        await this.transitionReservation(
+          tx,
+          now,
+          r,
+          'superseded',
+          `new head ${newSha.slice(0, 7)} pushed`,
+          actor,
+          {
+            outcome: 'superseded',
+          },
+        );
         out.push(r);
       }
       if (out.length) changed?.add('reservation');
@@ -766,7 +799,9 @@ export class Ledger {
       q
         .select()
         .from(t.reservations)
-        .where(inArray(t.reservations.status, ['queued', ...ACTIVE_STATUSES])),
+        .where(inArray(t.reservations.status, ['queued', ...ACTIVE_STATUSES]))
+        // admission order, so the engine need not sort (priority desc, then FIFO)
+        .orderBy(desc(t.reservations.priority), asc(t.reservations.seq)),
     ]);
     return { hostRows, leaseRows, resvRows };
   }
@@ -847,59 +882,106 @@ export class Ledger {
         changed.add(`host:${ex.hostId}`).add('reservation');
       }
 
-      for (const g of plan.grants) {
-        const r = resvById.get(g.reservationId)!;
-        const ttlS =
-          r.ttlS ??
-          (r.kind === 'development'
-            ? this.config.timings.devLeaseDefaultTtlS
-            : this.config.timings.ciLeaseTtlS);
-        const leases: PassResult['granted'][number]['leases'] = [];
-        await this.transitionReservation(
-          tx,
-          now,
-          r,
-          'allocated',
-          `granted ${g.hostIds.join(' + ')}${g.lend.length ? ` (lending ${g.lend.join(', ')})` : ''}`,
-          actor,
-          { grantedAt: now, reason: null, position: null },
-          { hosts: g.hostIds, lend: g.lend },
-        );
-        for (const hostId of g.hostIds) {
-          const host = hostById.get(hostId)!;
-          const token = host.fencingToken + 1;
-          const leaseId = `l-${hostId}-${token}`;
-          await tx.update(t.hosts).set({ fencingToken: token, updatedAt: now }).where(eq(t.hosts.id, hostId));
-          host.fencingToken = token;
-          await tx.insert(t.leases).values({
-            id: leaseId,
-            reservationId: r.id,
-            hostId,
-            fencingToken: token,
-            status: 'active',
-            lend: g.lend.includes(hostId),
-            grantedAt: now,
-            expiresAt: now + ttlS * 1000,
-          });
+      // Grants: a few set-based statements for the whole pass (not per grant) so a burst of
+      // grants costs about as much as one; every transition is still checked and recorded.
+      if (plan.grants.length) {
+        const leaseRows: (typeof t.leases.$inferInsert)[] = [];
+        const grantedHosts: string[] = [];
+        for (const g of plan.grants) {
+          const r = resvById.get(g.reservationId)!;
+          const ttlS =
+            r.ttlS ??
+            (r.kind === 'development'
+              ? this.config.timings.devLeaseDefaultTtlS
+              : this.config.timings.ciLeaseTtlS);
+          assertReservationTransition(r.status as ReservationStatus, 'allocated');
           await this.record(tx, now, {
-            subjectType: 'lease',
-            subjectId: leaseId,
-            type: 'lease.granted',
-            toState: 'active',
-            cause: `admission granted ${r.id}`,
+            subjectType: 'reservation',
+            subjectId: r.id,
+            type: 'reservation.allocated',
+            fromState: r.status,
+            toState: 'allocated',
+            cause: `granted ${g.hostIds.join(' + ')}${g.lend.length ? ` (lending ${g.lend.join(', ')})` : ''}`,
             actor,
-            data: { reservationId: r.id, hostId, fencingToken: token, lend: g.lend.includes(hostId) },
+            data: { hosts: g.hostIds, lend: g.lend },
           });
-          await this.setHostPhase(tx, now, host, 'allocated', `granted to ${r.id}`, actor);
-          leases.push({ leaseId, hostId, fencingToken: token });
-          changed.add(`host:${hostId}`);
+          Object.assign(r, {
+            status: 'allocated',
+            grantedAt: now,
+            reason: null,
+            position: null,
+            updatedAt: now,
+          });
+          const leases: PassResult['granted'][number]['leases'] = [];
+          for (const hostId of g.hostIds) {
+            const host = hostById.get(hostId)!;
+            assertHostTransition(host.phase as HostPhase, 'allocated');
+            const token = host.fencingToken + 1;
+            const leaseId = `l-${hostId}-${token}`;
+            const lend = g.lend.includes(hostId);
+            leaseRows.push({
+              id: leaseId,
+              reservationId: r.id,
+              hostId,
+              fencingToken: token,
+              status: 'active',
+              lend,
+              grantedAt: now,
+              expiresAt: now + ttlS * 1000,
+            });
+            await this.record(tx, now, {
+              subjectType: 'lease',
+              subjectId: leaseId,
+              type: 'lease.granted',
+              toState: 'active',
+              cause: `admission granted ${r.id}`,
+              actor,
+              data: { reservationId: r.id, hostId, fencingToken: token, lend },
+            });
+            await this.record(tx, now, {
+              subjectType: 'host',
+              subjectId: hostId,
+              type: 'host.phase',
+              fromState: host.phase,
+              toState: 'allocated',
+              cause: `granted to ${r.id}`,
+              actor,
+            });
+            host.fencingToken = token;
+            host.phase = 'allocated';
+            grantedHosts.push(hostId);
+            leases.push({ leaseId, hostId, fencingToken: token });
+            changed.add(`host:${hostId}`);
+          }
+          result.granted.push({ reservationId: r.id, leases });
         }
-        result.granted.push({ reservationId: r.id, leases });
+        const ids = plan.grants.map((g) => g.reservationId);
+        // compare-and-set: only still-queued rows move (the write lock makes this exact)
+        await tx
+          .update(t.reservations)
+          .set({
+            status: 'allocated',
+            grantedAt: now,
+            updatedAt: now,
+            reason: null,
+            position: null,
+            outcome: null,
+          })
+          .where(and(inArray(t.reservations.id, ids), eq(t.reservations.status, 'queued')));
+        // each granted host's token goes up by exactly one: the value the lease rows carry
+        await tx
+          .update(t.hosts)
+          .set({ fencingToken: sql`${t.hosts.fencingToken} + 1`, phase: 'allocated', updatedAt: now })
+          .where(inArray(t.hosts.id, grantedHosts));
+        for (let i = 0; i < leaseRows.length; i += 50)
+          await tx.insert(t.leases).values(leaseRows.slice(i, i + 50));
         changed.add('reservation');
       }
 
       // Persist why each request waits; history gets a row only when the kind of wait changes.
-      for (const w of plan.waits) {
+      // Only the head of the queue is written each pass (a grant shifts every position behind it);
+      // the rest is written as it moves up, and read paths compute live positions anyway.
+      for (const w of plan.waits.slice(0, PERSISTED_WAITS_PER_PASS)) {
         const r = resvById.get(w.reservationId)!;
         if (r.reason === w.reason && r.position === w.position) continue;
         const prevCode = r.reason ? waitCodeOf(r) : null;
@@ -944,6 +1026,9 @@ export class Ledger {
     await this.store.client.execute('SELECT 1');
   }
 }
+
+/** How many queued reservations get their position/reason written per pass. */
+export const PERSISTED_WAITS_PER_PASS = 200;
 
 /** The last wait code is kept in `outcome` while queued (it is overwritten when the work ends). */
 function waitCodeOf(r: ReservationRow): string | null {
