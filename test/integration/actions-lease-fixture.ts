@@ -1,3 +1,6 @@
+import { execFileSync, spawn } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { eq } from 'drizzle-orm';
 import type { SparkConfigInput } from '../../core/config.ts';
 import type { Suite, Topology } from '../../core/model.ts';
@@ -84,4 +87,119 @@ export function runnerEnv(
     SPARK_WORK_DIR: dirs.workDir,
     SPARK_MODEL_CACHE: dirs.modelCache,
   };
+}
+
+export interface ActionRun {
+  code: number | null;
+  /** stdout + stderr, in order of arrival per stream. */
+  output: string;
+  outputs: Record<string, string>;
+  summary: string;
+}
+
+/** Parses a GITHUB_OUTPUT file (`name<<delimiter` heredoc blocks, as @actions/core writes them). */
+export function parseGithubOutput(text: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  const lines = text.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    const m = /^([^<=]+)<<(.+)$/.exec(lines[i]!);
+    if (m) {
+      const value: string[] = [];
+      for (i++; i < lines.length && lines[i] !== m[2]; i++) value.push(lines[i]!);
+      out[m[1]!] = value.join('\n');
+    } else if (lines[i]!.includes('=')) {
+      const [k, ...v] = lines[i]!.split('=');
+      out[k!] = v.join('=');
+    }
+  }
+  return out;
+}
+
+/**
+ * Runs an action's bundled entry exactly as its composite step does (`node dist/index.mjs` with
+ * INPUT_* and GITHUB_* variables and fresh GITHUB_OUTPUT / GITHUB_STEP_SUMMARY files).
+ */
+export function runAction(
+  action: 'commit-binding' | 'lease-preflight' | 'spark-test',
+  opts: { inputs: Record<string, string>; env: Record<string, string>; workspace: string; tmp: string },
+): Promise<ActionRun> {
+  const runnerTemp = mkdtempSync(join(opts.tmp, 'runner-temp-'));
+  const outputFile = join(runnerTemp, 'github_output');
+  const summaryFile = join(runnerTemp, 'step_summary');
+  writeFileSync(outputFile, '');
+  writeFileSync(summaryFile, '');
+  const env: Record<string, string> = {
+    GITHUB_ACTIONS: 'true',
+    GITHUB_WORKSPACE: opts.workspace,
+    GITHUB_REPOSITORY: 'acme/butter',
+    GITHUB_SERVER_URL: 'https://github.com',
+    GITHUB_RUN_ID: '4242',
+    GITHUB_RUN_ATTEMPT: '1',
+    GITHUB_ACTION_PATH: join(repoRoot, 'actions', action),
+    GITHUB_OUTPUT: outputFile,
+    GITHUB_STEP_SUMMARY: summaryFile,
+    RUNNER_TEMP: runnerTemp,
+    HOME: opts.tmp,
+    ...opts.env,
+  };
+  for (const [k, v] of Object.entries(opts.inputs)) env[`INPUT_${k.toUpperCase()}`] = v;
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [join(repoRoot, 'actions', action, 'dist', 'index.mjs')], {
+      cwd: opts.workspace,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (d) => {
+      output += d;
+    });
+    child.stderr.on('data', (d) => {
+      output += d;
+    });
+    child.on('error', reject);
+    child.on('close', (code) =>
+      resolve({
+        code,
+        output,
+        outputs: parseGithubOutput(readFileSync(outputFile, 'utf8')),
+        summary: readFileSync(summaryFile, 'utf8'),
+      }),
+    );
+  });
+}
+
+export const repoRoot = join(import.meta.dirname, '..', '..');
+
+/** A git repository with `files` committed; returns its HEAD SHA. */
+export function gitRepo(dir: string, files: Record<string, string>): string {
+  mkdirSync(dir, { recursive: true });
+  const git = (...args: string[]) =>
+    execFileSync('git', args, {
+      cwd: dir,
+      encoding: 'utf8',
+      env: {
+        ...process.env,
+        GIT_AUTHOR_NAME: 'Test',
+        GIT_AUTHOR_EMAIL: 'test@example.invalid',
+        GIT_COMMITTER_NAME: 'Test',
+        GIT_COMMITTER_EMAIL: 'test@example.invalid',
+      },
+    }).trim();
+  git('init', '-q', '-b', 'main');
+  for (const [path, content] of Object.entries(files)) {
+    mkdirSync(dirname(join(dir, path)), { recursive: true });
+    writeFileSync(join(dir, path), content);
+    if (path.endsWith('.sh')) chmodSync(join(dir, path), 0o755);
+  }
+  git('add', '-A');
+  git('commit', '-q', '-m', 'test commit');
+  return git('rev-parse', 'HEAD');
+}
+
+/** Writes an executable `#!/bin/sh` script. */
+export function shellScript(path: string, body: string): string {
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(path, `#!/bin/sh\n${body}\n`);
+  chmodSync(path, 0o755);
+  return path;
 }

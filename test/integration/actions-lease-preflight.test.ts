@@ -1,0 +1,228 @@
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { buildTarget, targets } from '../../scripts/build.ts';
+import { tempDir } from '../helpers/ledger.ts';
+import {
+  gitRepo,
+  type LeaseFixture,
+  runAction,
+  runnerEnv,
+  shellScript,
+  startWithGrantedLease,
+} from './actions-lease-fixture.ts';
+
+/**
+ * The lease-preflight action run as the runner runs it, against a real controller on loopback.
+ * The host command is the real bundled `spark-runner-preflight` (built with the project's build
+ * script) installed on a prepared PATH with a real venv, a fake torch and fake GPU tools.
+ */
+
+let tmp: { dir: string; cleanup: () => void };
+let repo: string;
+let head: string;
+let hostBin: string;
+let venvBin: string;
+let torchDir: string;
+let f: LeaseFixture | null = null;
+let health: Server | null = null;
+
+function fakeNvidiaSmi(dir: string, rows: string): void {
+  shellScript(join(dir, 'nvidia-smi'), rows ? `printf '%s\\n' '${rows}'` : 'exit 0');
+}
+
+function hostPath(extraFirst?: string): string {
+  return [extraFirst, hostBin, venvBin].filter(Boolean).join(':');
+}
+
+function dirs() {
+  const workDir = join(tmp.dir, `work-${Math.random().toString(16).slice(2)}`);
+  const modelCache = join(tmp.dir, `models-${Math.random().toString(16).slice(2)}`);
+  mkdirSync(workDir);
+  mkdirSync(modelCache);
+  return { workDir, modelCache };
+}
+
+async function preflight(fx: LeaseFixture, hostId: string, over: Record<string, string> = {}, inputs = {}) {
+  const lease = fx.leases.find((l) => l.hostId === hostId)!;
+  return runAction('lease-preflight', {
+    inputs: { reservation_id: fx.reservation.id, min_free_gb: '0.001', imports: 'json', ...inputs },
+    env: { ...runnerEnv(fx, lease, dirs()), PATH: hostPath(), PYTHONPATH: torchDir, ...over },
+    workspace: repo,
+    tmp: tmp.dir,
+  });
+}
+
+beforeAll(async () => {
+  tmp = tempDir('spark-preflight-');
+  repo = join(tmp.dir, 'butter');
+  head = gitRepo(repo, { 'README.md': 'butter\n' });
+  hostBin = join(tmp.dir, 'host-bin');
+  mkdirSync(hostBin);
+  // the agent bundle installs the host command; here: the real bundle behind a tiny wrapper
+  const bundle = join(tmp.dir, 'spark-runner-preflight.mjs');
+  await buildTarget(targets.find((t) => t.name === 'preflight')!, bundle);
+  shellScript(join(hostBin, 'spark-runner-preflight'), `exec "${process.execPath}" "${bundle}" "$@"`);
+  fakeNvidiaSmi(hostBin, '');
+  shellScript(join(hostBin, 'ninja'), "printf '%s\\n' 1.11.1");
+  shellScript(join(hostBin, 'nvcc'), "printf '%s\\n' 'Cuda compilation tools, release 13.0, V13.0.88'");
+  shellScript(join(hostBin, 'c++'), "printf '%s\\n' 'c++ (Debian 12.2.0-14) 12.2.0'");
+  symlinkSync(
+    execFileSync('sh', ['-c', 'command -v git'], { encoding: 'utf8' }).trim(),
+    join(hostBin, 'git'),
+  );
+  const python = execFileSync('python3', ['-c', 'import sys; print(sys._base_executable)'], {
+    encoding: 'utf8',
+  }).trim();
+  execFileSync(python, ['-m', 'venv', '--without-pip', join(tmp.dir, 'venv')]);
+  venvBin = join(tmp.dir, 'venv', 'bin');
+  torchDir = join(tmp.dir, 'site');
+  mkdirSync(join(torchDir, 'torch'), { recursive: true });
+  writeFileSync(
+    join(torchDir, 'torch', '__init__.py'),
+    '__version__ = "2.9.0+cu130"\nclass version:\n    cuda = "13.0"\nclass cuda:\n    @staticmethod\n    def is_available(): return True\n    @staticmethod\n    def get_device_name(i): return "NVIDIA GB10"\n',
+  );
+});
+
+afterEach(async () => {
+  await f?.controller.close();
+  f = null;
+  await new Promise<void>((r) => (health ? health.close(() => r()) : r()));
+  health = null;
+});
+afterAll(() => tmp.cleanup());
+
+describe('actions/lease-preflight (run as the runner runs it)', () => {
+  it('passes on a verified lease and a healthy host, writing the manifest and the summary', async () => {
+    f = await startWithGrantedLease({ headSha: head });
+    const r = await preflight(f, 'spark-2');
+    expect(r.output).toContain(`ok   lease: ${f.reservation.id} is current on spark-2`);
+    expect(r.output).toMatch(/preflight passed: \d+ checks/);
+    expect(r.code).toBe(0);
+    expect(r.outputs.ok).toBe('true');
+    const manifest = JSON.parse(readFileSync(r.outputs.manifest!, 'utf8'));
+    expect(manifest).toMatchObject({
+      ok: true,
+      hostId: 'spark-2',
+      sourceCommit: head,
+      reservation: { id: f.reservation.id, headSha: head, topology: 'single' },
+      torch: { version: '2.9.0+cu130', cudaAvailable: true },
+    });
+    expect(r.summary).toContain('Spark lease preflight passed');
+    expect(r.summary).toMatch(/\| gpu \| ok \|/);
+    // no token reaches the log, the summary or the manifest
+    const lease = f.leases[0]!;
+    for (const text of [r.output, r.summary, JSON.stringify(manifest)]) {
+      expect(text).not.toContain(lease.jobToken);
+      expect(text).not.toContain(lease.leaseId);
+    }
+  });
+
+  it('fails with a stale fencing token: the host was re-granted to newer work', async () => {
+    f = await startWithGrantedLease({ headSha: head });
+    const old = f.leases[0]!;
+    await f.ledger.beginRelease(f.reservation.id, 'released', 'done', 'test');
+    await f.ledger.confirmReleased(old.hostId, old.fencingToken, 'test');
+    await f.ledger.createReservation(
+      {
+        kind: 'manual',
+        topology: 'single',
+        repo: 'acme/butter',
+        pr: 8,
+        headSha: head,
+        suite: 'smoke',
+        requester: 'x',
+      },
+      'test',
+    );
+    await f.controller.loop.runNow();
+    const current = (await f.ledger.leasesOf(undefined, 'r-2'))[0]!;
+    expect(current.hostId).toBe('spark-2');
+    expect(current.fencingToken).toBeGreaterThan(old.fencingToken);
+    const r = await preflight(f, 'spark-2');
+    expect(r.code).toBe(1);
+    expect(r.output).toMatch(
+      /FAIL lease: lease is not current \(409\): fencing token \d+ for spark-2 is not current/,
+    );
+    expect(r.output).toContain('::error::lease preflight failed: lease');
+    expect(r.outputs.ok).toBe('false');
+  });
+
+  it('fails closed when the controller is unreachable or the lease token is unknown', async () => {
+    f = await startWithGrantedLease({ headSha: head });
+    const closed = createServer();
+    await new Promise<void>((res) => closed.listen(0, '127.0.0.1', () => res()));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise<void>((res) => closed.close(() => res()));
+    const down = await preflight(f, 'spark-2', { SPARK_CONTROLLER_URL: `http://127.0.0.1:${port}` });
+    expect(down.code).toBe(1);
+    expect(down.output).toMatch(/FAIL lease: controller unreachable \(SPARK_CONTROLLER_URL\): ECONNREFUSED/);
+    const forged = await preflight(f, 'spark-2', { SPARK_LEASE_TOKEN: 'spk_job_forged-token-forged-token' });
+    expect(forged.code).toBe(1);
+    expect(forged.output).toContain('FAIL lease: controller rejected the lease token (401)');
+  });
+
+  it('fails when the host command is missing: preflight belongs to the managed host', async () => {
+    f = await startWithGrantedLease({ headSha: head });
+    const r = await preflight(f, 'spark-2', { PATH: venvBin });
+    expect(r.code).toBe(1);
+    expect(r.output).toContain('::error::spark-runner-preflight is not installed on this runner host');
+  });
+
+  it('names a competing GPU process and a missing nvidia-smi', async () => {
+    f = await startWithGrantedLease({ headSha: head });
+    const busy = join(tmp.dir, 'busy-gpu');
+    mkdirSync(busy, { recursive: true });
+    fakeNvidiaSmi(busy, '4242, /usr/bin/python3, 81234');
+    const r = await preflight(f, 'spark-2', { PATH: hostPath(busy) });
+    expect(r.code).toBe(1);
+    expect(r.output).toContain('FAIL gpu: 1 competing GPU compute process(es): pid 4242 python3 (81234 MiB)');
+    // the host command resolves nvidia-smi on PATH; a host without it cannot prove the GPU is free
+    const noSmi = join(tmp.dir, 'no-smi');
+    mkdirSync(noSmi, { recursive: true });
+    for (const tool of ['spark-runner-preflight', 'ninja', 'nvcc', 'c++', 'git']) {
+      symlinkSync(join(hostBin, tool), join(noSmi, tool));
+    }
+    const missing = await preflight(f, 'spark-2', { PATH: `${noSmi}:${venvBin}` });
+    expect(missing.code).toBe(1);
+    expect(missing.output).toContain('FAIL gpu: nvidia-smi not found on PATH');
+  });
+
+  it('on a pair checks the interconnect and that Deckard no longer answers ready on spark-1', async () => {
+    f = await startWithGrantedLease({ headSha: head, topology: 'pair' });
+    health = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{"status":"ready"}');
+    });
+    await new Promise<void>((res) => health!.listen(0, '127.0.0.1', () => res()));
+    const healthUrl = `http://127.0.0.1:${(health.address() as AddressInfo).port}/health`;
+    const serving = await preflight(f, 'spark-1', {
+      SPARK_HOME_SERVICE: 'deckard',
+      SPARK_SERVICE_HEALTH_URL: healthUrl,
+    });
+    expect(serving.code).toBe(1);
+    expect(serving.output).toContain('FAIL deckard: deckard still answers ready (200) on its health URL');
+    expect(serving.output).toContain(
+      'FAIL interconnect: topology pair but no interconnect check is configured',
+    );
+
+    await new Promise<void>((r) => health!.close(() => r()));
+    health = null;
+    const released = await preflight(f, 'spark-1', {
+      SPARK_HOME_SERVICE: 'deckard',
+      SPARK_SERVICE_HEALTH_URL: healthUrl,
+      SPARK_INTERCONNECT_CHECK: 'exit 0',
+    });
+    expect(released.output).toContain('ok   deckard: deckard is not listening: released');
+    expect(released.output).toContain('ok   interconnect: interconnect check passed');
+    expect(released.code).toBe(0);
+
+    // a lent host whose runner does not know its home service cannot prove the release
+    const unknown = await preflight(f, 'spark-1', { SPARK_INTERCONNECT_CHECK: 'exit 0' });
+    expect(unknown.code).toBe(1);
+    expect(unknown.output).toContain('FAIL home-service: the controller lent this host');
+  });
+});
