@@ -21,6 +21,8 @@ export async function startTestController(
     fetch?: typeof fetch;
     listen?: boolean;
     ledgerUrl?: string;
+    /** Safety-net timer for admission passes; events trigger passes regardless. */
+    admissionIntervalMs?: number;
   } = {},
 ): Promise<RunningController & { dir: string }> {
   const { dir, cleanup } = tempDir();
@@ -36,6 +38,7 @@ export async function startTestController(
     ...(opts.clock ? { clock: opts.clock } : {}),
     ...(opts.fetch ? { fetch: opts.fetch } : {}),
     noListen: opts.listen === false,
+    ...(opts.admissionIntervalMs ? { admissionIntervalMs: opts.admissionIntervalMs } : {}),
   });
   return {
     ...c,

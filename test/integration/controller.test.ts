@@ -1,0 +1,151 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startTestController } from '../helpers/controller.ts';
+import { servingFacts, tempDir } from '../helpers/ledger.ts';
+
+const children: ChildProcess[] = [];
+afterEach(() => {
+  for (const c of children.splice(0)) c.kill('SIGKILL');
+});
+
+function startProcess(env: Record<string, string>) {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'functions/node.ts'], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.push(child);
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (d) => {
+    out += d;
+  });
+  child.stderr!.on('data', (d) => {
+    err += d;
+  });
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  const url = new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', () => {
+      const m = /listening on (http:\/\/[\d.:]+)/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    void exited.then((code) => reject(new Error(`controller exited ${code}: ${err}`)));
+  });
+  return { child, url, exited, output: () => ({ out, err }) };
+}
+
+describe('Node controller (npm start)', () => {
+  it('starts as a process with an embedded ledger file and answers health, fleet and queue', async () => {
+    const { dir, cleanup } = tempDir();
+    try {
+      const cfg = join(dir, 'spark.config.json');
+      writeFileSync(cfg, JSON.stringify({ listen: { host: '127.0.0.1', port: 0 } }));
+      const p = startProcess({
+        SPARK_CONFIG: cfg,
+        SPARK_LEDGER_URL: `file:${join(dir, 'ledger', 'spark.db')}`,
+      });
+      const url = await p.url;
+      const health = await fetch(`${url}/healthz`);
+      expect(health.status).toBe(200);
+      expect(await health.json()).toMatchObject({ ok: true, ledger: 'reachable' });
+      const fleet = (await (await fetch(`${url}/api/v1/fleet`)).json()) as {
+        hosts: { id: string; state: string }[];
+      };
+      expect(fleet.hosts.map((h) => [h.id, h.state])).toEqual([
+        ['spark-1', 'unknown'],
+        ['spark-2', 'unknown'],
+      ]);
+      const queue = await (await fetch(`${url}/api/v1/queue`)).json();
+      expect(queue).toMatchObject({ queued: [], active: [] });
+      const missing = await fetch(`${url}/api/v1/nothing-here`);
+      expect(missing.status).toBe(404);
+      expect(await missing.json()).toEqual({
+        error: { code: 'not_found', message: 'no route for GET /api/v1/nothing-here' },
+      });
+      p.child.kill('SIGTERM');
+      expect(await p.exited).toBe(0);
+    } finally {
+      cleanup();
+    }
+  });
+
+  it('refuses a wrong config with exit code 2 and a message naming the field', async () => {
+    const { dir, cleanup } = tempDir();
+    try {
+      const cfg = join(dir, 'spark.config.json');
+      writeFileSync(cfg, JSON.stringify({ budgets: { maxGpus: -1 } }));
+      const p = startProcess({ SPARK_CONFIG: cfg, SPARK_LEDGER_URL: `file:${join(dir, 'spark.db')}` });
+      p.url.catch(() => undefined);
+      expect(await p.exited).toBe(2);
+      expect(p.output().err).toMatch(/Invalid configuration in .*spark\.config\.json[\s\S]*budgets\.maxGpus/);
+    } finally {
+      cleanup();
+    }
+  });
+
+  it('health is 503 with the error shape when the ledger cannot be reached', async () => {
+    const c = await startTestController({ listen: false });
+    try {
+      expect((await c.app.request('/healthz')).status).toBe(200);
+      c.ledger.store.client.close();
+      const res = await c.app.request('/healthz');
+      expect(res.status).toBe(503);
+      expect(await res.json()).toEqual({
+        error: { code: 'ledger_unreachable', message: 'the ledger cannot be reached' },
+      });
+    } finally {
+      await c.close().catch(() => undefined);
+    }
+  });
+
+  it('admits work when events happen, not only on a timer, and the public views stay sanitized', async () => {
+    // the safety-net timer is an hour away: only the reservation event can trigger this grant
+    const c = await startTestController({ listen: false, admissionIntervalMs: 3_600_000 });
+    try {
+      const { ledger } = c;
+      await ledger.setManaged('spark-1', true, 'test');
+      await ledger.setManaged('spark-2', true, 'test');
+      await ledger.recordHeartbeat('spark-1', servingFacts());
+      await ledger.recordHeartbeat('spark-2', {
+        gpuProcesses: [],
+        freeDiskBytes: 1e12,
+        serviceState: 'none',
+        runnerState: 'none',
+        interconnectOk: true,
+      });
+      const r = await ledger.createReservation(
+        {
+          kind: 'manual',
+          topology: 'single',
+          repo: 'acme/butter',
+          pr: 7,
+          headSha: '7fc2a91'.padEnd(40, '0'),
+          suite: 'smoke',
+          requester: 'octo-maintainer',
+        },
+        'test',
+      );
+      // the event-driven loop grants without anyone calling a pass; poll the public API
+      const deadline = Date.now() + 5000;
+      let queue: { active: { id: string; hosts: string[]; prUrl: string }[] } = { active: [] };
+      while (Date.now() < deadline) {
+        queue = (await (await c.app.request('/api/v1/queue')).json()) as typeof queue;
+        if (queue.active.length) break;
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      expect(queue.active[0]).toMatchObject({
+        id: r.id,
+        hosts: ['spark-2'],
+        prUrl: 'https://github.com/acme/butter/pull/7',
+      });
+      const body =
+        JSON.stringify(queue) + JSON.stringify(await (await c.app.request('/api/v1/fleet')).json());
+      expect(body).not.toContain('octo-maintainer');
+      expect(body).not.toContain('fencing');
+      expect(body).not.toContain('deckard-server');
+    } finally {
+      await c.close();
+    }
+  });
+});
