@@ -1,0 +1,317 @@
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { apiModule } from '../../functions/api/index.ts';
+import {
+  FleetResponse,
+  HistoryResponse,
+  QueueResponse,
+  ReservationListResponse,
+  ReservationResponse,
+} from '../../functions/api/wire.ts';
+import { repoRoot } from '../../functions/node-server.ts';
+import { startTestController } from '../helpers/controller.ts';
+import { tempDir } from '../helpers/ledger.ts';
+import {
+  agentCleaned,
+  agentPrepared,
+  bringOnline,
+  cleanupBundle,
+  runSparkctl,
+  sparkctlBundle,
+  spawnSparkctl,
+  startApiController,
+  until,
+} from './cli-harness.ts';
+
+let bin = '';
+let home: { dir: string; cleanup: () => void };
+let ctl: Awaited<ReturnType<typeof startApiController>> | null = null;
+
+beforeAll(async () => {
+  bin = await sparkctlBundle();
+  home = tempDir('sparkctl-home-');
+});
+afterAll(() => {
+  cleanupBundle();
+  home.cleanup();
+});
+afterEach(async () => {
+  await ctl?.c.close();
+  ctl = null;
+});
+
+const env = (token?: string) => ({ SPARK_URL: ctl!.c.url, ...(token ? { SPARK_TOKEN: token } : {}) });
+const sparkctl = (args: string[], token?: string) => runSparkctl(bin, args, env(token), home.dir);
+
+async function status(id: string) {
+  return (await ctl!.c.ledger.getReservation(undefined, id))?.status;
+}
+
+/** spark-2 busy with someone else's development lease; returns its id. */
+async function occupySpark2(): Promise<string> {
+  const { call, tokens, c } = ctl!;
+  await bringOnline(c.ledger);
+  const id = (await call(tokens.dev2, 'POST', '/api/v1/reservations', { host: 'spark-2' })).body.reservation
+    .id;
+  await until('first grant', async () => (await status(id)) === 'allocated');
+  await agentPrepared(c.ledger, id);
+  return id;
+}
+
+describe('sparkctl against a real controller', () => {
+  it('reserve --wait shows queue position, why it waits and the draining host, then ends attached', async () => {
+    ctl = await startApiController();
+    const first = await occupySpark2();
+    const p = spawnSparkctl(
+      bin,
+      ['reserve', '--host', 'spark-2', '--ttl', '2h', '--wait'],
+      env(ctl.tokens.dev),
+      home.dir,
+    );
+    await p.waitFor(
+      /r-2 queued · position 1 · spark-2 draining: spark-2 allocated to r-1; active job finishing/,
+    );
+    await p.waitFor(/spark-2 draining for you/);
+    const { c } = ctl;
+    await c.ledger.beginRelease(first, 'released', 'done for the day', 'api:dev2');
+    await agentCleaned(c.ledger, first);
+    await p.waitFor(/r-2 allocated spark-2 · preparing spark-2/);
+    await agentPrepared(c.ledger, 'r-2');
+    const res = await p.done;
+    expect(res.code).toBe(0);
+    expect(res.stdout).toMatch(/r-2 is yours: spark-2 \(single\), lease until/);
+    expect(res.stdout).toMatch(/attach: {3}ssh spark-2/);
+    expect(res.stdout).toMatch(/release: {2}sparkctl release r-2/);
+    const lease = (await c.ledger.leasesOf(undefined, 'r-2'))[0]!;
+    expect(lease.expiresAt - lease.grantedAt).toBe(2 * 3600_000);
+  });
+
+  it('Ctrl-C while queued cancels the request', async () => {
+    ctl = await startApiController();
+    await occupySpark2();
+    const p = spawnSparkctl(bin, ['reserve', '--host', 'spark-2', '--wait'], env(ctl.tokens.dev), home.dir);
+    await p.waitFor(/r-2 queued/);
+    p.child.kill('SIGINT');
+    const res = await p.done;
+    expect(res.code).toBe(130);
+    expect(res.stderr).toMatch(/interrupted: cancelled r-2 \(it was still queued\)/);
+    expect(await status('r-2')).toBe('cancelled');
+    const hist = await ctl.c.ledger.history('reservation', 'r-2');
+    expect(hist.at(-1)).toMatchObject({ type: 'reservation.cancelled', actor: 'api:dev' });
+  });
+
+  it('cancel refuses active work; release waits for the agent cleanup acknowledgement with progress', async () => {
+    ctl = await startApiController();
+    const id = await occupySpark2();
+    const cancel = await sparkctl(['cancel', id], ctl.tokens.dev2);
+    expect(cancel.code).toBe(7);
+    expect(cancel.stderr.trim()).toMatch(/^sparkctl: reservation r-1 is preparing; .* release it instead$/);
+    expect(await status(id)).toBe('preparing');
+
+    const p = spawnSparkctl(bin, ['release', id], env(ctl.tokens.dev2), home.dir);
+    await p.waitFor(/r-1 releasing · waiting for the agent to confirm cleanup on spark-2/);
+    expect(await status(id)).toBe('releasing');
+    await agentCleaned(ctl.c.ledger, id);
+    const res = await p.done;
+    expect(res.code).toBe(0);
+    expect(res.stdout).toMatch(/r-1 done: termination and cleanup confirmed on spark-2/);
+  });
+
+  it('--json on every read command parses and matches the wire schemas', async () => {
+    ctl = await startApiController();
+    const id = await occupySpark2();
+    const tok = ctl.tokens.dev2;
+    const reserve = await sparkctl(['reserve', '--pair', '--json'], tok);
+    expect(reserve.code).toBe(0);
+    const created = ReservationResponse.parse(JSON.parse(reserve.stdout));
+    expect(created.reservation).toMatchObject({ topology: 'pair', status: 'queued', kind: 'development' });
+
+    // independent reads run side by side (each is its own process)
+    const [oneRes, mineRes, queueRes, fleetRes, histRes, table] = await Promise.all([
+      sparkctl(['status', id, '--json'], tok),
+      sparkctl(['status', '--json'], tok),
+      sparkctl(['queue', '--json']),
+      sparkctl(['fleet', '--json']),
+      sparkctl(['history', id, '--json'], tok),
+      sparkctl(['fleet']),
+    ]);
+    const one = ReservationResponse.parse(JSON.parse(oneRes.stdout));
+    expect(one.reservation).toMatchObject({ id, ready: true, mine: true });
+    const mine = ReservationListResponse.parse(JSON.parse(mineRes.stdout));
+    expect(mine.reservations.map((r) => r.id).sort()).toEqual([id, created.reservation.id].sort());
+    const queue = QueueResponse.parse(JSON.parse(queueRes.stdout));
+    expect(queue.queued.map((q) => q.id)).toEqual([created.reservation.id]);
+    expect(queue.active.map((q) => q.id)).toEqual([id]);
+    const fleet = FleetResponse.parse(JSON.parse(fleetRes.stdout));
+    expect(fleet.hosts.find((h) => h.id === 'spark-2')?.reservation?.id).toBe(id);
+    const hist = HistoryResponse.parse(JSON.parse(histRes.stdout));
+    expect(hist.events.map((e) => e.type)).toEqual(
+      expect.arrayContaining(['reservation.queued', 'reservation.allocated', 'lease.granted']),
+    );
+
+    expect(table.stdout).toMatch(/^HOST\s+STATE\s+ADOPTED/m);
+    // the queued pair needs spark-2 next: it drains (current work finishes) and spark-1 is held
+    const pair = created.reservation.id;
+    expect(table.stdout).toMatch(
+      new RegExp(
+        `^spark-2\\s+draining\\s+yes\\s+-\\s+${id} development/single .* draining for ${pair}$`,
+        'm',
+      ),
+    );
+    expect(table.stdout).toMatch(
+      new RegExp(`^spark-1\\s+held\\s+yes\\s+deckard: serving .* held for ${pair}$`, 'm'),
+    );
+  });
+
+  it('maps failures to exit codes with one-line messages', async () => {
+    ctl = await startApiController();
+    const wrong = await sparkctl(['status'], 'spk_api_wrong');
+    expect(wrong.code).toBe(4);
+    expect(wrong.stderr.trim().split('\n')).toHaveLength(1);
+    expect(wrong.stderr).toMatch(
+      /^sparkctl: unauthorized: unknown or revoked API token \(check the token from SPARK_TOKEN\)/,
+    );
+    const none = await sparkctl(['status']);
+    expect(none.code).toBe(4);
+    expect(none.stderr).toMatch(/no token given: set SPARK_TOKEN/);
+    const missing = await sparkctl(['status', 'r-404'], ctl.tokens.dev);
+    expect(missing.code).toBe(6);
+    expect(missing.stderr.trim()).toBe('sparkctl: reservation r-404 not found');
+    const usage = await sparkctl(['reserve', '--ttl', 'soon'], ctl.tokens.dev);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toMatch(/invalid --ttl 'soon'/);
+    const unknown = await sparkctl(['frobnicate'], ctl.tokens.dev);
+    expect(unknown.code).toBe(2);
+
+    const url = ctl.c.url;
+    await ctl.c.close();
+    ctl = null;
+    const down = await runSparkctl(bin, ['queue'], { SPARK_URL: url }, home.dir);
+    expect(down.code).toBe(3);
+    expect(down.stderr.trim()).toMatch(
+      /^sparkctl: cannot reach the controller at http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\)/,
+    );
+  });
+
+  it('refuses emergency terminate without the emergency scope and records it with one', async () => {
+    ctl = await startApiController();
+    const id = await occupySpark2();
+    const denied = await sparkctl(['emergency', 'terminate', id, '--reason', 'runaway job'], ctl.tokens.ops);
+    expect(denied.code).toBe(5);
+    expect(denied.stderr.trim()).toMatch(/^sparkctl: forbidden: this token lacks the "emergency" scope/);
+    expect(await status(id)).toBe('preparing');
+    const noReason = await sparkctl(['emergency', 'terminate', id], ctl.tokens.em);
+    expect(noReason.code).toBe(2);
+    const ok = await sparkctl(['emergency', 'terminate', id, '--reason', 'runaway job'], ctl.tokens.em);
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toMatch(/emergency terminate recorded: r-1 releasing/);
+    expect(await status(id)).toBe('releasing');
+  });
+
+  it('runs the operator commands: adopt, deckard start, tokens, recover', async () => {
+    ctl = await startApiController();
+    const tok = ctl.tokens.ops;
+    const adopt = await sparkctl(['host', 'adopt', 'spark-2'], tok);
+    expect(adopt.stdout).toMatch(/spark-2 adopted/);
+    expect((await ctl.c.ledger.getHost(undefined, 'spark-2'))?.managed).toBe(true);
+    const deckard = await sparkctl(['deckard', 'start'], tok);
+    expect(deckard.stdout).toMatch(/Deckard start requested as r-1 \(priority 90\)/);
+    const created = await sparkctl(['token', 'create', '--name', 'laptop', '--scopes', 'develop'], tok);
+    const token = /token \(shown once, store it now\): (spk_api_\S+)/.exec(created.stdout)?.[1];
+    expect(token).toBeDefined();
+    const who = await sparkctl(['whoami'], token);
+    expect(who.stdout).toMatch(/^laptop \(tok-[0-9a-f]+\) scopes: develop/);
+    const tokId = /\(?(tok-[0-9a-f]+)\)?/.exec(who.stdout)![1]!;
+    expect((await sparkctl(['token', 'revoke', tokId], tok)).code).toBe(0);
+    expect((await sparkctl(['whoami'], token)).code).toBe(4);
+    const recover = await sparkctl(['recover', 'r-1'], tok);
+    expect(recover.code).toBe(0);
+    expect(recover.stdout).toMatch(/^cancelled: r-1 was queued; cancelled/);
+  });
+
+  it('reads URL and token from the config file', async () => {
+    ctl = await startApiController();
+    const dir = join(home.dir, 'alt');
+    mkdirSync(dir, { recursive: true });
+    const file = join(dir, 'config.json');
+    writeFileSync(file, JSON.stringify({ url: ctl.c.url, token: ctl.tokens.dev }));
+    const who = await runSparkctl(bin, ['whoami'], { SPARKCTL_CONFIG: file }, home.dir);
+    expect(who.code).toBe(0);
+    expect(who.stdout).toMatch(/^dev /);
+    writeFileSync(file, JSON.stringify({ url: 'ftp://x' }));
+    const bad = await runSparkctl(bin, ['whoami'], { SPARKCTL_CONFIG: file }, home.dir);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/url: expected an http\(s\) URL/);
+  });
+
+  it('reports clearly when the controller has no repository route', async () => {
+    const c = await startTestController({ modules: [apiModule] });
+    try {
+      const { createApiToken } = await import('../../functions/auth/tokens.ts');
+      const { token } = await createApiToken(c.ledger, { name: 'ops', scopes: ['operate'] }, 'test');
+      const res = await runSparkctl(
+        bin,
+        ['repo', 'enable', 'acme/butter', '--pair'],
+        { SPARK_URL: c.url, SPARK_TOKEN: token },
+        home.dir,
+      );
+      expect(res.code).toBe(6);
+      expect(res.stderr.trim()).toBe(
+        'sparkctl: no route for POST /api/v1/repositories/acme/butter/enable: this controller does not offer that API (is the part that serves it deployed?)',
+      );
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe('sparkctl from the checkout', () => {
+  it('bootstraps the first operate token straight into the ledger file, then uses it', async () => {
+    const { dir, cleanup } = tempDir('sparkctl-admin-');
+    try {
+      const ledgerUrl = `file:${join(dir, 'spark.db')}`;
+      const checkoutBin = join(repoRoot, 'cli', 'bin.mjs');
+      const pkg = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as {
+        bin: Record<string, string>;
+      };
+      expect(pkg.bin.sparkctl).toBe('cli/bin.mjs');
+      const created = await runSparkctl(
+        checkoutBin,
+        ['admin', 'token', 'create', '--name', 'ops', '--scopes', 'operate,emergency', '--ledger', ledgerUrl],
+        {},
+        dir,
+      );
+      expect(created.stderr).toBe('');
+      expect(created.code).toBe(0);
+      const token = /store it now\): (spk_api_\S+)/.exec(created.stdout)?.[1];
+      expect(token).toBeDefined();
+      const bad = await runSparkctl(
+        checkoutBin,
+        ['admin', 'token', 'create', '--name', 'x', '--scopes', 'root'],
+        {},
+        dir,
+      );
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toMatch(/invalid --scopes 'root'/);
+
+      const c = await startTestController({ ledgerUrl });
+      try {
+        const who = await runSparkctl(bin, ['whoami'], { SPARK_URL: c.url, SPARK_TOKEN: token! }, dir);
+        expect(who.stdout).toMatch(/^ops .* scopes: operate, emergency/);
+      } finally {
+        await c.close();
+      }
+      const bundled = await runSparkctl(
+        bin,
+        ['admin', 'token', 'create', '--name', 'x', '--scopes', 'operate'],
+        {},
+        dir,
+      );
+      expect(bundled.code).toBe(2);
+      expect(bundled.stderr).toMatch(/run `npx sparkctl admin token create …` in the controller checkout/);
+    } finally {
+      cleanup();
+    }
+  });
+});
