@@ -39754,7 +39754,10 @@ function runProbe(p, env) {
       if (code === "ENOENT") return resolve2("not found");
       const text = `${stdout}
 ${stderr}`;
-      if (err && !stdout.trim()) return resolve2(`error: ${first(stderr) ?? err.message}`.slice(0, 200));
+      if (err && !stdout.trim()) {
+        const why = first(stderr) ?? err.message;
+        return resolve2((/^error\b/i.test(why) ? why : `error: ${why}`).slice(0, 200));
+      }
       resolve2(((p.pick ?? first)(text) ?? "no output").slice(0, 200));
     });
   });

@@ -45,7 +45,10 @@ function runProbe(p: Probe, env: Record<string, string | undefined>): Promise<st
       const code = (err as NodeJS.ErrnoException | null)?.code;
       if (code === 'ENOENT') return resolve('not found');
       const text = `${stdout}\n${stderr}`;
-      if (err && !stdout.trim()) return resolve(`error: ${first(stderr) ?? err.message}`.slice(0, 200));
+      if (err && !stdout.trim()) {
+        const why = first(stderr) ?? err.message;
+        return resolve((/^error\b/i.test(why) ? why : `error: ${why}`).slice(0, 200));
+      }
       resolve(((p.pick ?? first)(text) ?? 'no output').slice(0, 200));
     });
   });
