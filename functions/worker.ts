@@ -1,0 +1,164 @@
+/**
+ * Cloudflare Workers entry: the same Hono app as `npm start`, with the ledger on remote libSQL
+ * (Turso/sqld) through `@libsql/client/web`. Bindings are read once per isolate through
+ * `settingsFromEnv` (the boundary); a cron trigger drives admission, the GitHub outbox and the
+ * sweeps, because a Worker has no background timers. Migrations are applied by
+ * `npm run deploy`, never from a request.
+ */
+import { createClient } from '@libsql/client/web';
+import type { AdmissionLoop } from './admission-loop.ts';
+import { type App, type AppContext, createApp } from './app.ts';
+import { openLedgerDb } from './ledger/db.ts';
+import { Ledger, type PassResult } from './ledger/ledger.ts';
+import { createLogger, type Logger } from './log.ts';
+import { appModules } from './modules.ts';
+import { settingsFromEnv } from './settings.ts';
+
+/** The subset of the Workers runtime types this entry uses (no @cloudflare/workers-types needed). */
+interface ExecutionContext {
+  waitUntil(p: Promise<unknown>): void;
+  passThroughOnException(): void;
+  props: unknown;
+}
+interface ScheduledController {
+  scheduledTime: number;
+  cron: string;
+}
+
+/**
+ * Admission on Workers: a pass runs after the response (waitUntil) when a request changed
+ * something, and on every cron tick; there is no interval timer in an isolate.
+ */
+function workerLoop(ledger: Ledger, log: Logger): AdmissionLoop & { settle(): Promise<unknown> } {
+  let running: Promise<PassResult | null> | null = null;
+  let again = false;
+  const pass = async (): Promise<PassResult | null> => {
+    try {
+      return await ledger.admissionPass();
+    } catch (e) {
+      log.error('admission pass failed', { error: String(e) });
+      return null;
+    }
+  };
+  const runNow = (): Promise<PassResult | null> => {
+    if (running) {
+      again = true;
+      return running;
+    }
+    running = (async () => {
+      let last: PassResult | null;
+      do {
+        again = false;
+        last = await pass();
+      } while (again);
+      running = null;
+      return last;
+    })();
+    return running;
+  };
+  return {
+    kick: () => void runNow(),
+    runNow,
+    async stop() {
+      await running;
+    },
+    settle: async () => running ?? null,
+  };
+}
+
+interface Instance {
+  app: App;
+  ctx: AppContext;
+  loop: ReturnType<typeof workerLoop>;
+  hostsSynced: boolean;
+}
+
+let instance: Promise<Instance> | null = null;
+
+function stringEnv(env: Record<string, unknown>): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(env)) if (typeof v === 'string') out[k] = v;
+  return out;
+}
+
+async function build(env: Record<string, unknown>): Promise<Instance> {
+  const settings = settingsFromEnv(stringEnv(env), null);
+  const log = createLogger(settings.logLevel, 'worker');
+  if (settings.ledgerUrl.startsWith('file:')) {
+    throw new Error(
+      `SPARK_LEDGER_URL is '${settings.ledgerUrl}': a Worker needs a remote libSQL URL (libsql:// or https://); set it with "wrangler secret put SPARK_LEDGER_URL"`,
+    );
+  }
+  const store = await openLedgerDb({
+    url: settings.ledgerUrl,
+    authToken: settings.ledgerAuthToken,
+    createClient,
+  });
+  const ledger = new Ledger(store, { config: settings.config });
+  const base = {
+    ledger,
+    settings,
+    log,
+    fetch: globalThis.fetch.bind(globalThis),
+    runtime: 'worker' as const,
+  };
+  for (const m of appModules) for (const h of m.hooks?.(base) ?? []) ledger.addHook(h);
+  const loop = workerLoop(ledger, log);
+  ledger.subscribe((topic) => {
+    if (topic === 'reservation' || topic.startsWith('host:')) loop.kick();
+  });
+  const ctx: AppContext = { ...base, loop };
+  return { app: createApp(ctx, appModules), ctx, loop, hostsSynced: false };
+}
+
+function getInstance(env: Record<string, unknown>): Promise<Instance> {
+  instance ??= build(env).catch((e) => {
+    instance = null;
+    throw e;
+  });
+  return instance;
+}
+
+function startupError(e: unknown): Response {
+  // configuration problems are the operator's to fix; say what, never echo secrets
+  const message = e instanceof Error ? e.message : String(e);
+  return new Response(JSON.stringify({ error: { code: 'misconfigured', message } }), {
+    status: 500,
+    headers: { 'content-type': 'application/json' },
+  });
+}
+
+export default {
+  async fetch(request: Request, env: Record<string, unknown>, exec: ExecutionContext): Promise<Response> {
+    let inst: Instance;
+    try {
+      inst = await getInstance(env);
+    } catch (e) {
+      return startupError(e);
+    }
+    const res = await inst.app.fetch(request, env, exec);
+    exec.waitUntil(inst.loop.settle());
+    return res;
+  },
+
+  async scheduled(_controller: ScheduledController, env: Record<string, unknown>, exec: ExecutionContext) {
+    const inst = await getInstance(env);
+    const work = (async () => {
+      if (!inst.hostsSynced) {
+        await inst.ctx.ledger.syncHosts();
+        inst.hostsSynced = true;
+      }
+      await inst.loop.runNow();
+      for (const m of appModules) {
+        try {
+          await m.tick?.(inst.ctx);
+        } catch (e) {
+          inst.ctx.log.error('module tick failed', { module: m.name, error: String(e) });
+        }
+      }
+      await inst.loop.settle();
+    })();
+    exec.waitUntil(work);
+    await work;
+  },
+};
