@@ -1,4 +1,3 @@
-#!/usr/bin/env node
 /**
  * `npm run agent -- --config /etc/spark-agent/agent.json`: the relay agent on a Spark host.
  * Outbound only: it polls the controller and opens no port. SIGTERM/SIGINT stop it; a runner it

@@ -37,6 +37,16 @@ export const targets: Target[] = [
     },
   },
   {
+    name: 'agent',
+    entry: 'agent/main.ts',
+    outfile: 'agent/dist/spark-agent.mjs',
+    options: {
+      banner: {
+        js: "#!/usr/bin/env node\nimport { createRequire as __spark_createRequire } from 'node:module'; const require = __spark_createRequire(import.meta.url);",
+      },
+    },
+  },
+  {
     name: 'preflight',
     entry: 'agent/preflight/bin.ts',
     outfile: 'agent/dist/spark-runner-preflight.mjs',

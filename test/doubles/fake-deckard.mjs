@@ -3,7 +3,7 @@
 // Reads STATE_DIR/deckard.json {port, gpuDir, readyDelayMs}. While it runs, its process is on the
 // fake GPU (gpuDir/live-<pid>, listed by the fake nvidia-smi). GET /v1/health/ready is the
 // model-ready check: 503 while the model loads, while draining, or while STATE_DIR/break-ready
-// exists (its text is the error); 200 otherwise. POST /drain starts draining.
+// exists (its text is the error); 200 otherwise. POST /drain starts draining, POST /resume ends it.
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { join } from 'node:path';
@@ -19,6 +19,11 @@ const server = createServer((req, res) => {
   if (req.method === 'POST' && req.url === '/drain') {
     draining = true;
     res.writeHead(200, { 'content-type': 'application/json' }).end('{"draining":true}');
+    return;
+  }
+  if (req.method === 'POST' && req.url === '/resume') {
+    draining = false;
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{"draining":false}');
     return;
   }
   if (req.method === 'GET' && req.url === '/v1/health/ready') {

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { and, asc, eq, inArray } from 'drizzle-orm';
 import type { SparkConfigInput } from '../../core/config.ts';
@@ -11,6 +12,7 @@ import * as t from '../../functions/ledger/schema.ts';
 import { silentLogger } from '../../functions/log.ts';
 import { type RunningController, startController } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
+import { buildTarget, targets } from '../../scripts/build.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import {
   FAKE_RUNNER,
@@ -46,9 +48,16 @@ export interface FleetOptions {
   runner?: (reservationId: string, hostId: string, attempt: number) => FakeRunnerBehavior;
   /** Extra agent config per host (merged over the defaults). */
   agentConfig?: (hostId: string) => Record<string, unknown>;
+  /**
+   * The job result GitHub would report (`workflow_job` completed → reservations.outcome); set
+   * here as soon as the reservation runs. Default: none, as when the webhook has not arrived.
+   */
+  githubOutcome?: (reservationId: string) => 'passed' | 'failed' | null;
   /** Deckard model-ready delay after start. */
   deckardReadyDelayMs?: number;
   controllerEnv?: Record<string, string>;
+  /** Run the agent from the bundle `npm run build -- agent` makes (default), or from source with tsx. */
+  agentFrom?: 'bundle' | 'source';
 }
 
 export interface AgentHandle {
@@ -97,11 +106,21 @@ const DEFAULT_TIMINGS = {
   restoreHealthTimeoutS: 3,
 };
 
-function handoffModule(markerDir: string, runner: NonNullable<FleetOptions['runner']>): AppModule {
+function handoffModule(
+  markerDir: string,
+  runner: NonNullable<FleetOptions['runner']>,
+  outcome: FleetOptions['githubOutcome'],
+): AppModule {
   return {
     name: 'test-fake-github-handoffs',
     hooks: () => [
       async (tx, ev, { now }) => {
+        if (ev.type === 'reservation.running' && outcome) {
+          const o = outcome(ev.subjectId);
+          if (o)
+            await tx.update(t.reservations).set({ outcome: o }).where(eq(t.reservations.id, ev.subjectId));
+          return;
+        }
         if (ev.type !== 'reservation.preparing') return;
         const r = (await tx.select().from(t.reservations).where(eq(t.reservations.id, ev.subjectId)))[0];
         if (!r || r.kind === 'development') return;
@@ -123,6 +142,18 @@ function handoffModule(markerDir: string, runner: NonNullable<FleetOptions['runn
   };
 }
 
+let bundle: Promise<string> | null = null;
+
+/** Builds the agent bundle (the file that ships) once per test process, into a temp dir. */
+export function agentBundle(): Promise<string> {
+  bundle ??= (async () => {
+    const out = join(mkdtempSync(join(tmpdir(), 'spark-agent-bundle-')), 'spark-agent.mjs');
+    await buildTarget(targets.find((t) => t.name === 'agent')!, out);
+    return out;
+  })();
+  return bundle;
+}
+
 /** Starts the controller and an agent per host; nothing is reserved yet. */
 export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const { dir, cleanup } = tempDir('spark-fleet-');
@@ -136,7 +167,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   };
   const ledgerUrl = `file:${join(dir, 'spark.db')}`;
   let port = 0;
-  const modules = [agentApiModule, handoffModule(markerDir, runner)];
+  const modules = [agentApiModule, handoffModule(markerDir, runner, opts.githubOutcome)];
   const boot = async () => {
     const settings = settingsFromEnv(
       { SPARK_LEDGER_URL: ledgerUrl, SPARK_AGENT_LONG_POLL_S: '5', ...(opts.controllerEnv ?? {}) },

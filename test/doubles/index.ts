@@ -188,6 +188,16 @@ export function readRunnerMarkers(markerDir: string): RunnerMarker[] {
     .sort((a, b) => a.startedAt - b.startedAt);
 }
 
+/** Whether `pid` is a live process (zombies, which PID 1 here may never reap, count as gone). */
+export function isLive(pid: number): boolean {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return s.slice(s.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
 /** A currently free loopback port. */
 export function freePort(): Promise<number> {
   return new Promise((res, rej) => {

@@ -1,0 +1,167 @@
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { AgentState } from '../../agent/state-file.ts';
+import { type Fleet, startFleet } from '../doubles/fleet.ts';
+import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+
+/**
+ * Crash safety and fail-closed behaviour of the relay agent, with real processes: the controller
+ * in this process, agents as children killed with SIGKILL. The fleet's handoff module stands in
+ * for GitHub (it inserts the jit_handoffs row when a reservation reaches `preparing`).
+ */
+
+let fleet: Fleet | null = null;
+afterEach(async () => {
+  await fleet?.close();
+  fleet = null;
+});
+
+function agentState(f: Fleet, hostId: string): AgentState | null {
+  const cfg = JSON.parse(readFileSync(f.agentConfigPath(hostId), 'utf8'));
+  const file = join(dirname(f.agentConfigPath(hostId)), cfg.stateFile);
+  return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as AgentState) : null;
+}
+
+/** Nothing leaked: every reservation ended, no lease binds a host, spark-1 serves Deckard again. */
+async function expectConsistent(f: Fleet, id: string, status = 'done') {
+  const r = await f.waitReservation(id, ['done', 'failed']);
+  expect(r.status, f.agents['spark-1']?.output()).toBe(status);
+  await f.waitHostPhase('spark-1', ['service']);
+  expect(await f.bindingLeases()).toEqual([]);
+  for (const l of await f.leases(id)) expect(l.status).toBe('released');
+  expect(f.deckard!.isRunning()).toBe(true);
+  // no job ever ran while Deckard held the GPU
+  for (const m of readRunnerMarkers(f.markerDir)) expect(m.gpuAtStart).toEqual([]);
+}
+
+describe('relay agent: fencing and fail-closed', () => {
+  it('refuses a command whose fencing token is lower than one it has seen, and starts nothing', async () => {
+    fleet = await startFleet({ hosts: [{ id: 'spark-2' }] });
+    // this agent has already seen token 10 (e.g. the ledger was restored from an old backup)
+    const cfgPath = fleet.agentConfigPath('spark-2');
+    const stateFile = join(dirname(cfgPath), 'state', 'agent-state.json');
+    const { mkdirSync } = await import('node:fs');
+    mkdirSync(dirname(stateFile), { recursive: true });
+    writeFileSync(stateFile, JSON.stringify({ v: 1, maxFencingToken: 10, lease: null, restore: null }));
+    const agent = fleet.startAgent('spark-2');
+    await waitFor('spark-2 heartbeat', async () => (await fleet!.host('spark-2')).lastHeartbeatAt != null);
+    const id = await fleet.reserve();
+    await fleet.waitReservation(id, ['allocated']);
+    await waitFor('the refusal in the agent log', () =>
+      agent.output().includes('refusing a command with a stale fencing token'),
+    );
+    const [lease] = await fleet.leases(id);
+    expect(lease!.fencingToken).toBe(1);
+    expect(lease!.preparedAt).toBeNull();
+    expect((await fleet.reservation(id)).status).toBe('allocated');
+    expect(readRunnerMarkers(fleet.markerDir)).toEqual([]);
+    expect(agentState(fleet, 'spark-2')).toMatchObject({ maxFencingToken: 10, lease: null });
+  });
+
+  it('starts nothing while the controller is down, then finishes the job it already runs', async () => {
+    fleet = await startFleet({
+      hosts: [{ id: 'spark-2' }],
+      runner: () => ({ exitCode: 0, sleepMs: 1500 }),
+      githubOutcome: () => 'passed',
+    });
+    const agent = fleet.startAgent('spark-2');
+    await waitFor('spark-2 heartbeat', async () => (await fleet!.host('spark-2')).lastHeartbeatAt != null);
+    const id = await fleet.reserve();
+    await fleet.waitReservation(id, ['running']);
+    await fleet.stopController();
+    const marker = await waitFor('the runner marker', () => readRunnerMarkers(fleet!.markerDir)[0]);
+    // the runner finishes while the controller is away
+    await waitFor('the runner to exit', () => !isLive(marker.pid), 20_000);
+    await waitFor(
+      'two failed polls with backoff',
+      () => agent.output().split('controller unreachable').length > 2,
+      20_000,
+    );
+    const state = agentState(fleet, 'spark-2')!;
+    expect(state.lease).toMatchObject({ phase: 'running' });
+    expect(state.lease!.runner!.exitReported).toBe(false);
+    expect(existsSync(marker.workDir)).toBe(true); // no cleanup without the controller's word
+    expect(readRunnerMarkers(fleet.markerDir)).toHaveLength(1);
+
+    await fleet.startControllerAgain();
+    await expect(fleet.waitReservation(id, ['done', 'failed'])).resolves.toMatchObject({ status: 'done' });
+    expect(existsSync(marker.workDir)).toBe(false);
+    expect(await fleet.bindingLeases()).toEqual([]);
+    expect(readRunnerMarkers(fleet.markerDir)).toHaveLength(1);
+  });
+
+  it('replaces a runner the controller replaced (new handoff): stops its own, starts the new one', async () => {
+    fleet = await startFleet({
+      hosts: [{ id: 'spark-2' }],
+      runner: () => ({ exitCode: 0, sleepMs: 60_000 }),
+      githubOutcome: () => 'passed',
+    });
+    fleet.startAgent('spark-2');
+    const id = await fleet.reserve();
+    await fleet.waitReservation(id, ['running']);
+    const [lease] = await fleet.leases(id);
+    const first = await waitFor('first runner', () => readRunnerMarkers(fleet!.markerDir)[0]);
+    const name = await fleet.replaceRunner(lease!.id, { exitCode: 0, sleepMs: 300 });
+    await expect(fleet.waitReservation(id, ['done', 'failed'])).resolves.toMatchObject({ status: 'done' });
+    const markers = readRunnerMarkers(fleet.markerDir);
+    expect(markers.map((m) => m.runnerName)).toEqual([first.runnerName, name]);
+    expect(isLive(first.pid)).toBe(false);
+    const evidence = JSON.parse((await fleet.leases(id))[0]!.evidenceJson!);
+    expect(evidence.runner.runnerName).toBe(name);
+  });
+});
+
+type Step = 'draining' | 'stopping' | 'running' | 'cleaning' | 'restoring';
+
+describe('relay agent: kill -9 at each step, then restart', () => {
+  const at: Record<Step, (s: AgentState | null) => boolean> = {
+    draining: (s) => s?.lease?.lendStep === 'draining',
+    stopping: (s) => s?.lease?.lendStep === 'stopping',
+    running: (s) => s?.lease?.runner?.pid != null && s.lease.runner.startReported,
+    cleaning: (s) => s?.lease?.phase === 'cleaning',
+    restoring: (s) => s?.restore != null,
+  };
+
+  it.each(Object.keys(at) as Step[])(
+    'kill -9 while %s: the ledger ends consistent, nothing leaked',
+    async (step) => {
+      fleet = await startFleet({
+        hosts: [{ id: 'spark-1', homeService: 'deckard' }],
+        runner: () =>
+          step === 'cleaning'
+            ? { exitCode: 0, sleepMs: 60_000, ignoreTermMs: 1500 }
+            : { exitCode: 0, sleepMs: 1500 },
+        githubOutcome: () => 'passed',
+        deckardReadyDelayMs: step === 'restoring' ? 2000 : 0,
+      });
+      const f = fleet;
+      await f.deckard!.start();
+      if (step === 'draining') f.deckard!.setDelay('drain', 1500);
+      if (step === 'stopping') f.deckard!.setDelay('stop', 1500);
+      const agent = f.startAgent('spark-1');
+      await f.waitHostPhase('spark-1', ['service']);
+      const id = await f.reserve();
+      if (step === 'cleaning') {
+        await f.waitReservation(id, ['running']);
+        // an operator release while the job still runs; the job is slow to stop
+        await f.controller.ledger.beginRelease(id, 'released', 'operator release', 'test');
+      }
+      await waitFor(`the agent to be ${step}`, () => at[step](agentState(f, 'spark-1')), 30_000, 10);
+      await agent.kill('SIGKILL');
+      if (step === 'draining' || step === 'stopping') {
+        // while lending is half done nothing may run, and the lease is not prepared
+        expect((await f.leases(id))[0]!.preparedAt).toBeNull();
+      }
+      f.startAgent('spark-1');
+      await expectConsistent(f, id);
+      expect(readRunnerMarkers(f.markerDir).filter((m) => m.reservationId === id).length).toBeLessThanOrEqual(
+        1,
+      );
+      await waitFor('the agent state to settle', () => {
+        const s = agentState(f, 'spark-1');
+        return s?.lease === null && s.restore === null;
+      });
+    },
+  );
+});
