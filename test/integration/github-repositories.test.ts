@@ -1,0 +1,138 @@
+import { eq } from 'drizzle-orm';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createApiToken } from '../../functions/auth/tokens.ts';
+import { parseSparkCommand } from '../../functions/github/commands.ts';
+import * as t from '../../functions/ledger/schema.ts';
+import { type Harness, startHarness } from '../fake-github/harness.ts';
+
+describe('repository enablement (operator routes)', () => {
+  let h: Harness;
+  afterEach(async () => {
+    expect(h.gh.violations).toEqual([]);
+    await h.close();
+  });
+
+  it('checks the installation and runner scope, creates the three labels, and records it', async () => {
+    h = await startHarness();
+    h.gh.addRepo('acme/butter', { installationId: 9, defaultBranch: 'trunk' });
+    h.gh.repos.get('acme/butter')!.labels.add('spark-test');
+    const res = await h.enable('acme/butter', { pairEnabled: true });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({
+      repository: {
+        fullName: 'acme/butter',
+        installationId: 9,
+        defaultBranch: 'trunk',
+        pairEnabled: true,
+        enabled: true,
+      },
+      labelsCreated: ['spark-test-long', 'spark-pair-test'],
+      labelsExisting: ['spark-test'],
+      labelsFailed: [],
+      runnerGroupOk: true,
+    });
+    // the installation lookup used the App JWT; everything else an installation token
+    expect(h.gh.calls('GET', /\/installation$/)[0]!.auth).toBe('app');
+    expect(h.gh.calls('POST', /\/labels$/).every((r) => r.auth === 'installation')).toBe(true);
+    const ev = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'repository.enabled'));
+    expect(ev[0]).toMatchObject({ subjectId: 'acme/butter', actor: 'api:test-operator' });
+
+    const off = await fetch(`${h.c.url}/api/v1/repositories/acme/butter/disable`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${await h.operatorToken()}` },
+    });
+    expect((await off.json()).repository.enabled).toBe(false);
+  });
+
+  it('refuses without the operate scope, for a repository without the App, or the wrong installation', async () => {
+    h = await startHarness();
+    h.gh.addRepo('acme/iron', { installationId: 5 });
+    const dev = (await createApiToken(h.c.ledger, { name: 'dev', scopes: ['develop'] }, 'test')).token;
+    const forbidden = await fetch(`${h.c.url}/api/v1/repositories/acme/iron/enable`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${dev}` },
+    });
+    expect(forbidden.status).toBe(403);
+    const anon = await fetch(`${h.c.url}/api/v1/repositories/acme/iron/enable`, { method: 'POST' });
+    expect(anon.status).toBe(401);
+    const missing = await h.enable('acme/nothing');
+    expect(missing.status).toBe(404);
+    expect((await missing.json()).error).toMatchObject({ code: 'app_not_installed' });
+    const mismatch = await h.enable('acme/iron', { installationId: 6 });
+    expect(mismatch.status).toBe(409);
+    const bad = await h.enable('acme/iron', { pairEnabled: 'yes' });
+    expect(bad.status).toBe(400);
+    expect((await bad.json()).error.message).toMatch(/pairEnabled/);
+    expect(await h.c.ledger.db.select().from(t.repositories)).toEqual([]);
+  });
+
+  it('org runner scope: a selected runner group must include the repository', async () => {
+    h = await startHarness({ config: { github: { runnerScope: 'org', runnerGroupId: 3 } } });
+    h.gh.addRepo('acme/butter');
+    h.gh.runnerGroups.set(3, { name: 'spark', visibility: 'selected', repositories: ['acme/iron'] });
+    const no = await (await h.enable('acme/butter')).json();
+    expect(no.runnerGroupOk).toBe(false);
+    expect(no.runnerGroupDetail).toMatch(/does not include acme\/butter/);
+    h.gh.runnerGroups.get(3)!.repositories.push('acme/butter');
+    const yes = await (await h.enable('acme/butter')).json();
+    expect(yes.runnerGroupOk).toBe(true);
+  });
+});
+
+describe('schedules (croner, UTC)', () => {
+  let h: Harness;
+  afterEach(async () => {
+    await h.close();
+  });
+
+  it('queues a benchmark from a cron schedule at the default-branch head, without piling up', async () => {
+    h = await startHarness({
+      config: { schedules: [{ repo: 'acme/butter', cron: '*/5 * * * *', kind: 'benchmark' }] },
+    });
+    h.gh.addRepo('acme/butter', { headSha: '9'.repeat(40) });
+    expect((await h.enable('acme/butter')).status).toBe(200);
+    await h.until('schedule first seen', async () =>
+      (await h.c.ledger.db.select().from(t.meta)).some((m) => m.key.startsWith('schedule:')),
+    );
+    h.clock.advance(5 * 60_000 + 1000);
+    const r = await h.until(
+      'benchmark queued',
+      async () => (await h.c.ledger.getReservation(undefined, 'r-1')) ?? null,
+    );
+    expect(r).toMatchObject({
+      kind: 'benchmark',
+      priority: 50,
+      headSha: '9'.repeat(40),
+      suite: 'performance',
+      pr: null,
+    });
+    h.clock.advance(5 * 60_000 + 1000);
+    // the slot is consumed, but r-1 is still queued: no second request
+    await h.until('slot consumed', async () => {
+      const m = (await h.c.ledger.db.select().from(t.meta)).find((x) => x.key.startsWith('schedule:'));
+      return m && Number(m.value) > (r.createdAt ?? 0) + 5 * 60_000;
+    });
+    expect(await h.c.ledger.getReservation(undefined, 'r-2')).toBeNull();
+  });
+});
+
+describe('/spark command parsing', () => {
+  it('reads the first /spark line only', () => {
+    expect(parseSparkCommand('/spark test')).toEqual({ kind: 'test', pair: false, long: false });
+    expect(parseSparkCommand('LGTM\n  /spark test --long --pair  ')).toEqual({
+      kind: 'test',
+      pair: true,
+      long: true,
+    });
+    expect(parseSparkCommand('/spark status')).toEqual({ kind: 'status' });
+    expect(parseSparkCommand('/spark cancel')).toEqual({ kind: 'cancel' });
+    expect(parseSparkCommand('> /spark test\nquoted')).toBeNull();
+    expect(parseSparkCommand('/sparkle test')).toBeNull();
+    expect(parseSparkCommand(null)).toBeNull();
+    expect(parseSparkCommand('/spark test --force')).toMatchObject({
+      kind: 'invalid',
+      message: expect.stringMatching(/unknown option --force/),
+    });
+    expect(parseSparkCommand('/spark')).toMatchObject({ kind: 'invalid' });
+  });
+});
