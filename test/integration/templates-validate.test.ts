@@ -13,6 +13,9 @@ import { repoRoot } from './actions-lease-fixture.ts';
  * and the dispatched workflow has the shape the controller relies on.
  */
 
+/** A GitHub expression `${{ … }}` as it appears in the YAML. */
+const gh = (expr: string) => `$${'{{'} ${expr} }}`;
+
 const validator = join(repoRoot, 'node_modules', '.bin', 'action-validator');
 let tmp: { dir: string; cleanup: () => void };
 
@@ -117,15 +120,15 @@ describe('spark-pr-test.yml', () => {
   it('reads contents only, runs one job set per reservation, with a timeout', () => {
     const d = doc();
     expect(d.permissions).toEqual({ contents: 'read' });
-    expect((d.concurrency as { group: string }).group).toBe('spark-${{ inputs.reservation_id }}');
+    expect((d.concurrency as { group: string }).group).toBe('spark-' + gh('inputs.reservation_id'));
     for (const job of Object.values(d.jobs)) expect(job['timeout-minutes']).toBeGreaterThan(0);
   });
 
   it('has two mutually exclusive jobs with static labels plus the unique reservation label', () => {
     const { jobs } = doc();
     expect(Object.keys(jobs).sort()).toEqual(['pair', 'single']);
-    expect(jobs.single!.if).toBe("${{ inputs.topology == 'single' }}");
-    expect(jobs.pair!.if).toBe("${{ inputs.topology == 'pair' }}");
+    expect(jobs.single!.if).toBe(gh("inputs.topology == 'single'"));
+    expect(jobs.pair!.if).toBe(gh("inputs.topology == 'pair'"));
     const pool = parseConfig({}, 'defaults').pools.spark!.runnerLabel;
     // the label set the GitHub part registers for every JIT runner (cross-part contract step 2)
     expect(jobs.single!['runs-on']).toEqual([
@@ -134,7 +137,7 @@ describe('spark-pr-test.yml', () => {
       'ARM64',
       pool,
       'spark-single',
-      'spark-${{ inputs.reservation_id }}',
+      'spark-' + gh('inputs.reservation_id'),
     ]);
     expect(jobs.pair!['runs-on']).toEqual([
       'self-hosted',
@@ -142,7 +145,7 @@ describe('spark-pr-test.yml', () => {
       'ARM64',
       pool,
       'spark-pair',
-      'spark-${{ inputs.reservation_id }}',
+      'spark-' + gh('inputs.reservation_id'),
     ]);
     // both runners of a pair get a job
     expect(jobs.pair!.strategy).toMatchObject({ matrix: { node: [1, 2] } });
@@ -152,13 +155,13 @@ describe('spark-pr-test.yml', () => {
     for (const job of Object.values(doc().jobs)) {
       const [checkout, binding, preflight, test] = job.steps;
       expect(checkout!.uses).toMatch(/^actions\/checkout@[0-9a-f]{40}$/);
-      expect(checkout!.with).toMatchObject({ ref: '${{ inputs.head_sha }}', 'persist-credentials': false });
+      expect(checkout!.with).toMatchObject({ ref: gh('inputs.head_sha'), 'persist-credentials': false });
       expect(binding!.uses).toMatch(/\/actions\/commit-binding@/);
-      expect(binding!.with).toEqual({ head_sha: '${{ inputs.head_sha }}' });
+      expect(binding!.with).toEqual({ head_sha: gh('inputs.head_sha') });
       expect(preflight!.uses).toMatch(/\/actions\/lease-preflight@/);
-      expect(preflight!.with).toMatchObject({ reservation_id: '${{ inputs.reservation_id }}' });
+      expect(preflight!.with).toMatchObject({ reservation_id: gh('inputs.reservation_id') });
       expect(test!.uses).toMatch(/\/actions\/spark-test@/);
-      expect(test!.with).toMatchObject({ head_sha: '${{ inputs.head_sha }}', suite: '${{ inputs.suite }}' });
+      expect(test!.with).toMatchObject({ head_sha: gh('inputs.head_sha'), suite: gh('inputs.suite') });
     }
   });
 
