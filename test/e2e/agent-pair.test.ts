@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
+import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
  * Pairs with two agents as separate processes. The fleet's handoff module stands in for GitHub:
@@ -31,7 +31,11 @@ describe('relay agent: pairs', () => {
   it('fails the pair as a unit when one node exits non-zero; both keep their evidence', async () => {
     fleet = await startPairFleet((_rid, hostId) =>
       hostId === 'spark-1'
-        ? { exitCode: 3, sleepMs: 500, lastLines: ['NCCL WARN connection to rank 1 lost', 'assert allreduce ok'] }
+        ? {
+            exitCode: 3,
+            sleepMs: 500,
+            lastLines: ['NCCL WARN connection to rank 1 lost', 'assert allreduce ok'],
+          }
         : { exitCode: 0, sleepMs: 60_000 },
     );
     const id = await fleet.reserve({ topology: 'pair' });
