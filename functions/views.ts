@@ -172,12 +172,13 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
 /**
  * Scrubs free text that may carry agent- or operator-supplied detail (restore failures, GPU
  * errors, reasons) before it is shown anywhere public: host addresses, paths, credentials,
- * `user@host`, environment assignments and long opaque strings become placeholders; newlines
- * (raw log fragments) collapse and the text is bounded.
+ * `user@host`, environment assignments and long opaque strings become placeholders; only the
+ * first line is kept (what follows is raw log) and the text is bounded.
  */
 export function redactText(text: string | null | undefined, max = 240): string {
   if (!text) return '';
-  let s = text.replace(/[\r\n\t]+/g, ' ');
+  // raw log fragments arrive as extra lines after a one-line summary: keep the summary only
+  let s = (text.split(/\r?\n/, 1)[0] ?? '').replace(/\t+/g, ' ');
   s = s
     .replace(/\b(?:bearer|token|basic)\s+\S+/gi, '[credential]')
     .replace(/\b(?:spk_(?:api|agent|job)|gh[opusr]_|github_pat_|xox[abp]-)[\w-]*/gi, '[credential]')
@@ -194,6 +195,21 @@ export function redactText(text: string | null | undefined, max = 240): string {
     .replace(/\s{2,}/g, ' ')
     .trim();
   return s.length > max ? `${s.slice(0, max - 1)}…` : s;
+}
+
+/**
+ * Lease ids embed the fencing token (`l-<host>-<token>`), so a lease is shown as the reservation
+ * and host it binds instead.
+ */
+function leaseLabel(dataJson: string | null | undefined): string {
+  try {
+    const d = JSON.parse(dataJson ?? '{}') as { reservationId?: unknown; hostId?: unknown };
+    const ok = (v: unknown) => typeof v === 'string' && /^[A-Za-z0-9_.-]{1,64}$/.test(v);
+    if (ok(d.reservationId) && ok(d.hostId)) return `${d.reservationId} on ${d.hostId}`;
+  } catch {
+    // malformed data: fall through to the neutral label
+  }
+  return 'lease';
 }
 
 /** One row of the event history as shown to people: no event data, causes scrubbed. */
@@ -226,6 +242,7 @@ export function toEventView(
     toState: string | null;
     cause: string;
     actor: string;
+    dataJson?: string | null;
   },
   opts: { publicView: boolean },
 ): EventView {
@@ -234,7 +251,7 @@ export function toEventView(
     id: row.id,
     at: new Date(row.at).toISOString(),
     subjectType: row.subjectType,
-    subjectId: redactText(row.subjectId, 80),
+    subjectId: row.subjectType === 'lease' ? leaseLabel(row.dataJson) : redactText(row.subjectId, 80),
     type: row.type,
     fromState: row.fromState,
     toState: row.toState,

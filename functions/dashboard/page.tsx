@@ -32,7 +32,7 @@ function HostCard({ h }: { h: HostView }) {
       ? `${h.state === 'held' ? 'held for' : 'draining for'} ${h.keptFor}`
       : null;
   return (
-    <article class={`host s-${h.state}`} data-host={h.id} data-state={h.state}>
+    <article class={`host b-${h.state}`} data-host={h.id} data-state={h.state}>
       <h3>
         {h.id} <span class={`pill s-${h.state}`}>{h.state}</span>
       </h3>
@@ -168,10 +168,11 @@ function History({ events }: { events: EventView[] }) {
             <td class="mono">{e.subjectId}</td>
             <td>
               {e.type}
-              {e.fromState || e.toState ? (
+              {e.toState ? (
                 <span class="arrow">
                   {' '}
-                  {e.fromState ?? '∅'} → {e.toState ?? '∅'}
+                  {e.fromState && e.fromState !== e.toState ? `${e.fromState} → ` : '→ '}
+                  {e.toState}
                 </span>
               ) : null}
             </td>

@@ -24,13 +24,14 @@ h2 .count{color:var(--text);background:var(--panel2);border-radius:999px;padding
 .host dt{color:var(--muted)}.host dd{margin:0}
 .host .note{margin-top:10px;font-size:12.5px;color:var(--amber);background:rgba(210,153,34,.08);border-radius:8px;padding:6px 9px}
 .pill{display:inline-block;padding:2px 9px;border-radius:999px;font-size:12px;font-weight:650;background:var(--panel2);color:var(--muted);border:1px solid var(--line)}
-.s-idle{color:var(--green);border-color:rgba(63,185,80,.4)} .host.s-idle{border-top-color:var(--green)}
-.s-service{color:var(--teal);border-color:rgba(57,197,207,.4)} .host.s-service{border-top-color:var(--teal)}
-.s-allocated{color:var(--blue);border-color:rgba(88,166,255,.4)} .host.s-allocated{border-top-color:var(--blue)}
-.s-held,.s-draining{color:var(--violet);border-color:rgba(188,140,255,.4)} .host.s-held,.host.s-draining{border-top-color:var(--violet)}
-.s-cleaning,.s-restoring{color:var(--amber);border-color:rgba(210,153,34,.4)} .host.s-cleaning,.host.s-restoring{border-top-color:var(--amber)}
-.s-release-required,.s-quarantined,.s-offline{color:var(--red);border-color:rgba(248,81,73,.4)} .host.s-release-required,.host.s-quarantined,.host.s-offline{border-top-color:var(--red)}
+.s-idle{color:var(--green);border-color:rgba(63,185,80,.4)} .host.b-idle{border-top-color:var(--green)}
+.s-service{color:var(--teal);border-color:rgba(57,197,207,.4)} .host.b-service{border-top-color:var(--teal)}
+.s-allocated{color:var(--blue);border-color:rgba(88,166,255,.4)} .host.b-allocated{border-top-color:var(--blue)}
+.s-held,.s-draining{color:var(--violet);border-color:rgba(188,140,255,.4)} .host.b-held,.host.b-draining{border-top-color:var(--violet)}
+.s-cleaning,.s-restoring{color:var(--amber);border-color:rgba(210,153,34,.4)} .host.b-cleaning,.host.b-restoring{border-top-color:var(--amber)}
+.s-release-required,.s-quarantined,.s-offline{color:var(--red);border-color:rgba(248,81,73,.4)} .host.b-release-required,.host.b-quarantined,.host.b-offline{border-top-color:var(--red)}
 .s-unknown{color:var(--grey)}
+.host dd{color:var(--text)}
 .h-serving{color:var(--green)}.h-starting,.h-draining{color:var(--amber)}.h-failed{color:var(--red)}.h-stopped,.h-unknown,.h-none{color:var(--muted)}
 table{width:100%;border-collapse:separate;border-spacing:0;background:var(--panel);border:1px solid var(--line);border-radius:12px;overflow:hidden}
 th{text-align:left;font-size:12px;color:var(--muted);font-weight:600;padding:9px 12px;background:var(--panel2);border-bottom:1px solid var(--line)}
