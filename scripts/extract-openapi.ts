@@ -57,6 +57,12 @@ function strip(node: unknown): unknown {
   return node;
 }
 
+type JsonContent = { content?: { 'application/json'?: { schema?: unknown } } } | undefined;
+interface SpecOperation {
+  requestBody?: JsonContent & { required?: boolean };
+  responses: Record<string, JsonContent>;
+}
+
 interface OperationFixture {
   method: string;
   path: string;
@@ -74,7 +80,7 @@ function main() {
   const specPath = join(pkg, 'generated', 'api.github.com.deref.json');
   const spec = JSON.parse(readFileSync(specPath, 'utf8')) as {
     info: { version: string };
-    paths: Record<string, Record<string, any>>;
+    paths: Record<string, Record<string, SpecOperation>>;
   };
   const version = (JSON.parse(readFileSync(join(pkg, 'package.json'), 'utf8')) as { version: string })
     .version;
@@ -83,7 +89,7 @@ function main() {
     const op = spec.paths[path]?.[method];
     if (!op) throw new Error(`${method.toUpperCase()} ${path} is not in ${specPath}`);
     const responses: Record<string, unknown | null> = {};
-    for (const [status, r] of Object.entries(op.responses as Record<string, any>)) {
+    for (const [status, r] of Object.entries(op.responses)) {
       responses[status] = strip(r?.content?.['application/json']?.schema ?? null);
     }
     operations.push({

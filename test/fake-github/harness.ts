@@ -17,11 +17,13 @@ import { type FakeGitHub, startFakeGitHub } from './server.ts';
  */
 
 const require = createRequire(import.meta.url);
-type Definition = { name: string; examples: Record<string, any>[] };
+// biome-ignore lint/suspicious/noExplicitAny: example payloads are edited field by field in tests
+type Payload = any;
+type Definition = { name: string; examples: Payload[] };
 const definitions = require('@octokit/webhooks-examples') as Definition[];
 
 /** A deep copy of a real example payload from @octokit/webhooks-examples. */
-export function example(event: string, action?: string): any {
+export function example(event: string, action?: string): Payload {
   const def = definitions.find((d) => d.name === event);
   const ex = def?.examples.find((e) => action === undefined || e.action === action);
   if (!ex) throw new Error(`no ${event}${action ? `.${action}` : ''} example in @octokit/webhooks-examples`);
