@@ -266,6 +266,29 @@ describe('sparkctl against a real controller', () => {
   });
 });
 
+describe('sparkctl doctor', () => {
+  it('runs the in-job provisioning doctor with its own options, one named line per check', async () => {
+    const { dir, cleanup } = tempDir('sparkctl-doctor-');
+    try {
+      const usage = await runSparkctl(bin, ['doctor', '--bogus'], {}, dir);
+      expect(usage.code).toBe(2);
+      expect(usage.stderr.trim()).toMatch(/^sparkctl: doctor: /);
+      const res = await runSparkctl(
+        bin,
+        ['doctor', '--torch', 'skip', '--tools', 'sh', '--model-cache', dir],
+        {},
+        dir,
+      );
+      const lines = res.stdout.trim().split('\n');
+      expect(lines.at(-1)).toMatch(/^doctor: (all \d+ checks passed|\d+ problem\(s\) found) in \d+\.\d s$/);
+      expect(lines.slice(0, -1).every((l) => /^(ok {2}|FAIL|warn) [^:]+: /.test(l))).toBe(true);
+      expect(res.code).toBe(lines.some((l) => l.startsWith('FAIL')) ? 1 : 0);
+    } finally {
+      cleanup();
+    }
+  });
+});
+
 describe('sparkctl from the checkout', () => {
   it('bootstraps the first operate token straight into the ledger file, then uses it', async () => {
     const { dir, cleanup } = tempDir('sparkctl-admin-');
