@@ -1,4 +1,4 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { eq } from 'drizzle-orm';
@@ -121,7 +121,14 @@ export function parseGithubOutput(text: string): Record<string, string> {
  */
 export function runAction(
   action: 'commit-binding' | 'lease-preflight' | 'spark-test',
-  opts: { inputs: Record<string, string>; env: Record<string, string>; workspace: string; tmp: string },
+  opts: {
+    inputs: Record<string, string>;
+    env: Record<string, string>;
+    workspace: string;
+    tmp: string;
+    /** Called with the action process once it runs (e.g. to signal it like a cancelled job). */
+    onStart?: (child: ChildProcess) => void;
+  },
 ): Promise<ActionRun> {
   const runnerTemp = mkdtempSync(join(opts.tmp, 'runner-temp-'));
   const outputFile = join(runnerTemp, 'github_output');
@@ -149,6 +156,7 @@ export function runAction(
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
+    opts.onStart?.(child);
     let output = '';
     child.stdout.on('data', (d) => {
       output += d;

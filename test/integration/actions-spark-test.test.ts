@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseStoredReceipts } from '../../core/protocol/receipt.ts';
@@ -10,6 +10,7 @@ import {
   type LeaseFixture,
   runAction,
   runnerEnv,
+  shellScript,
   startWithGrantedLease,
 } from './actions-lease-fixture.ts';
 
@@ -29,6 +30,11 @@ if [ "\${SPARK_FAIL_PHASE:-}" = "\${SPARK_TEST_SUITE}" ]; then
   echo "FAILED test_gemv: max abs err 3.2e-1 > 1e-3" >&2
   exit 3
 fi
+if [ -n "\${SPARK_HANG:-}" ]; then
+  sleep 300 &
+  echo "$$ $!" > "\${SPARK_HANG}"
+  wait
+fi
 if [ "$topology" = pair ]; then bash "\${SPARK_DISTRIBUTED_ASSERTION}"; fi
 echo "suite \${SPARK_TEST_SUITE} ok"
 `;
@@ -37,6 +43,7 @@ let tmp: { dir: string; cleanup: () => void };
 let repo: string;
 let head: string;
 let f: LeaseFixture | null = null;
+let path: string;
 
 beforeAll(() => {
   tmp = tempDir('spark-test-action-');
@@ -45,12 +52,38 @@ beforeAll(() => {
     'scripts/ci/spark-test.sh': SCRIPT,
     'scripts/ci/assert-distributed.sh': '#!/usr/bin/env bash\necho "allreduce across 2 ranks matches"\n',
   });
+  // a quick `python --version` (the host's pyenv shim takes seconds); the rest of PATH is real
+  shellScript(join(tmp.dir, 'bin', 'python'), "echo 'Python 3.11.7'");
+  path = `${join(tmp.dir, 'bin')}:${process.env.PATH}`;
 });
 afterEach(async () => {
   await f?.controller.close();
   f = null;
 });
 afterAll(() => tmp.cleanup());
+
+/** True while `pid` runs; a zombie (exited, not yet reaped) counts as gone. */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
+/** Polls `cond` until it holds or `ms` pass (no fixed sleeps). */
+async function waitFor(cond: () => boolean, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
 
 function dirs() {
   const workDir = join(tmp.dir, `work-${Math.random().toString(16).slice(2)}`);
@@ -75,7 +108,7 @@ async function sparkTest(
       suite: fx.reservation.suite!,
       ...inputs,
     },
-    env: { ...runnerEnv(fx, lease, d), PATH: process.env.PATH!, ...env },
+    env: { ...runnerEnv(fx, lease, d), PATH: path, ...env },
     workspace: repo,
     tmp: tmp.dir,
   });
@@ -219,6 +252,34 @@ describe('actions/spark-test (run as the runner runs it)', () => {
     );
     expect(r.summary).toContain('controller refused the receipt');
     expect((await f.reservationRow()).receiptJson).toBeNull();
+  });
+
+  it('on job cancellation stops only its own test process and posts a cancelled receipt', async () => {
+    f = await startWithGrantedLease({ headSha: head });
+    const lease = f.leases[0]!;
+    const pidFile = join(tmp.dir, `hang-${Date.now()}.pid`);
+    const d = dirs();
+    const r = await runAction('spark-test', {
+      inputs: { reservation_id: f.reservation.id, head_sha: head, topology: 'single', suite: 'smoke' },
+      env: { ...runnerEnv(f, lease, d), PATH: path, SPARK_HANG: pidFile },
+      workspace: repo,
+      tmp: tmp.dir,
+      onStart: (child) => {
+        // the runner cancels a job by signalling the step process once the test is under way
+        void waitFor(() => existsSync(pidFile) && readFileSync(pidFile, 'utf8').trim() !== '', 20_000).then(
+          () => child.kill('SIGTERM'),
+        );
+      },
+    });
+    const pids = readFileSync(pidFile, 'utf8').trim().split(' ').map(Number);
+    expect(r.code).toBe(1);
+    expect(r.outputs.result).toBe('cancelled');
+    expect(r.output).toContain('::error::Spark test cancelled');
+    const receipt = (await stored(f))!.byHost['spark-2']!;
+    expect(receipt.result).toBe('cancelled');
+    expect(receipt.phases[0]!.exitCode).not.toBe(0);
+    // the script and its own child (one process group, started by the action) are gone
+    await waitFor(() => pids.every((pid) => !alive(pid)), 10_000);
   });
 
   it('refuses a runner started for another reservation or topology', async () => {
