@@ -6,11 +6,13 @@ import { tempDir } from '../helpers/ledger.ts';
 import { repoRoot } from './actions-lease-fixture.ts';
 
 /**
- * The committed action bundles are what runners execute, so they must be exactly what the sources
+ * The committed action bundles (and the host preflight command) are what runners execute, so they must be exactly what the sources
  * build to (actions/checkout check-dist). Fix a failure with `npm run build` and commit dist/.
  */
 
 const actionTargets = targets.filter((t) => t.name.startsWith('action-'));
+/** The host command ships committed too: the agent bundle installs it on each Spark. */
+const committedTargets = [...actionTargets, ...targets.filter((t) => t.name === 'preflight')];
 let tmp: { dir: string; cleanup: () => void };
 
 beforeAll(() => {
@@ -18,7 +20,7 @@ beforeAll(() => {
 });
 afterAll(() => tmp.cleanup());
 
-describe('committed action bundles', () => {
+describe('committed bundles (actions and the host preflight command)', () => {
   it('has one build target per action', () => {
     expect(actionTargets.map((t) => t.outfile).sort()).toEqual([
       'actions/commit-binding/dist/index.mjs',
@@ -27,7 +29,7 @@ describe('committed action bundles', () => {
     ]);
   });
 
-  for (const t of actionTargets) {
+  for (const t of committedTargets) {
     it(`${t.outfile} matches a fresh build of ${t.entry}`, async () => {
       const fresh = join(tmp.dir, `${t.name}.mjs`);
       await buildTarget(t, fresh);
