@@ -386,7 +386,7 @@ describe('ledger + admission, model-based', () => {
     `holds every admission invariant over ${RUNS} random event sequences`,
     async () => {
       await fc.assert(
-        fc.asyncProperty(fc.commands(commands, { maxCommands: 20, size: 'medium' }), async (cmds) => {
+        fc.asyncProperty(fc.commands(commands, { maxCommands: 15, size: 'medium' }), async (cmds) => {
           const real = await freshReal();
           const model: Model = {
             status: new Map(),
@@ -411,6 +411,6 @@ describe('ledger + admission, model-based', () => {
         },
       );
     },
-    LONG ? 3_600_000 : 300_000,
+    LONG ? 3_600_000 : 900_000,
   );
 });
