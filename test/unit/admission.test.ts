@@ -50,26 +50,28 @@ describe('rule 2: one lease per host; unknown, unmanaged, offline … never gran
     expect(plan.grants).toEqual([]);
   });
 
-  it.each([
-    'restoring',
-    'release-required',
-    'quarantined',
-    'cleaning',
-  ] as const)('a %s host is not granted', (phase) => {
-    const plan = planAdmission(input([host('spark-2', { phase })], [req()]));
-    expect(plan.grants).toEqual([]);
-    expect(plan.hostStates['spark-2']).toBe(phase);
-  });
+  it.each(['restoring', 'release-required', 'quarantined', 'cleaning'] as const)(
+    'a %s host is not granted',
+    (phase) => {
+      const plan = planAdmission(input([host('spark-2', { phase })], [req()]));
+      expect(plan.grants).toEqual([]);
+      expect(plan.hostStates['spark-2']).toBe(phase);
+    },
+  );
 
   it('an idle host with a GPU process outside any lease is not granted', () => {
-    const busy = host('spark-2', { facts: facts({ gpuProcesses: [{ pid: 7, name: 'python', usedMemoryMiB: 1000 }] }) });
+    const busy = host('spark-2', {
+      facts: facts({ gpuProcesses: [{ pid: 7, name: 'python', usedMemoryMiB: 1000 }] }),
+    });
     const plan = planAdmission(input([busy], [req()]));
     expect(plan.grants).toEqual([]);
     expect(plan.hostNotes['spark-2']).toMatch(/outside any lease/);
   });
 
   it('a host whose GPU cannot be queried is not granted (fail closed)', () => {
-    const unknown = host('spark-2', { facts: facts({ gpuProcesses: null, gpuError: 'nvidia-smi not found' }) });
+    const unknown = host('spark-2', {
+      facts: facts({ gpuProcesses: null, gpuError: 'nvidia-smi not found' }),
+    });
     const plan = planAdmission(input([unknown], [req()]));
     expect(plan.grants).toEqual([]);
     expect(plan.hostNotes['spark-2']).toMatch(/nvidia-smi not found/);
@@ -96,12 +98,19 @@ describe('spark-2 preference and Deckard lending order', () => {
     const plan = planAdmission(
       input([host('spark-1'), host('spark-2')], [busy, r], [lease(busy.id, 'spark-2', 4)]),
     );
-    expect(plan.grants).toEqual([expect.objectContaining({ reservationId: r.id, hostIds: ['spark-1'], lend: ['spark-1'] })]);
+    expect(plan.grants).toEqual([
+      expect.objectContaining({ reservationId: r.id, hostIds: ['spark-1'], lend: ['spark-1'] }),
+    ]);
   });
 
   it('an idle host beats a serving host even if the serving one is preferred', () => {
     const plan = planAdmission(
-      input([host('spark-1'), host('spark-2'), host('spark-3')], [req()], [], config({ preferHosts: ['spark-1'] })),
+      input(
+        [host('spark-1'), host('spark-2'), host('spark-3')],
+        [req()],
+        [],
+        config({ preferHosts: ['spark-1'] }),
+      ),
     );
     expect(plan.grants[0]!.hostIds).toEqual(['spark-2']);
   });
@@ -119,7 +128,12 @@ describe('rule 3: pairs are atomic and hold the first free host', () => {
     const p = req({ topology: 'pair' });
     const plan = planAdmission(input([host('spark-1'), host('spark-2')], [p]));
     expect(plan.grants).toEqual([
-      expect.objectContaining({ reservationId: p.id, hostIds: ['spark-2', 'spark-1'], lend: ['spark-1'], gpus: 2 }),
+      expect.objectContaining({
+        reservationId: p.id,
+        hostIds: ['spark-2', 'spark-1'],
+        lend: ['spark-1'],
+        gpus: 2,
+      }),
     ]);
   });
 
@@ -137,7 +151,9 @@ describe('rule 3: pairs are atomic and hold the first free host', () => {
       code: 'held-for-pair',
       reason: expect.stringContaining('holding spark-1'),
     });
-    expect(plan.waits.find((w) => w.reservationId === small.id)!.reason).toContain(`spark-1 held for ${pair.id}`);
+    expect(plan.waits.find((w) => w.reservationId === small.id)!.reason).toContain(
+      `spark-1 held for ${pair.id}`,
+    );
   });
 
   it('a pair never gets only one host, even across pools', () => {
@@ -159,8 +175,12 @@ describe('rule 4: development drains its target', () => {
     );
     expect(plan.draining).toEqual([{ hostId: 'spark-2', reservationId: dev.id }]);
     expect(plan.hostStates['spark-2']).toBe('draining');
-    expect(plan.waits.find((w) => w.reservationId === dev.id)!.reason).toMatch(/spark-2 draining.*active job finishing/);
-    expect(plan.waits.find((w) => w.reservationId === ci.id)!.reason).toContain(`spark-2 draining for ${dev.id}`);
+    expect(plan.waits.find((w) => w.reservationId === dev.id)!.reason).toMatch(
+      /spark-2 draining.*active job finishing/,
+    );
+    expect(plan.waits.find((w) => w.reservationId === ci.id)!.reason).toContain(
+      `spark-2 draining for ${dev.id}`,
+    );
   });
 
   it('an untargeted development request drains the preferred busy host', () => {
@@ -168,10 +188,11 @@ describe('rule 4: development drains its target', () => {
     const b = req({ status: 'running' });
     const dev = req({ kind: 'development', repo: null, pr: null });
     const plan = planAdmission(
-      input([host('spark-1', { phase: 'allocated' }), host('spark-2')], [a, b, dev], [
-        lease(a.id, 'spark-1', 1),
-        lease(b.id, 'spark-2', 1),
-      ]),
+      input(
+        [host('spark-1', { phase: 'allocated' }), host('spark-2')],
+        [a, b, dev],
+        [lease(a.id, 'spark-1', 1), lease(b.id, 'spark-2', 1)],
+      ),
     );
     expect(plan.draining).toEqual([{ hostId: 'spark-2', reservationId: dev.id }]);
   });
@@ -183,9 +204,15 @@ describe('rule 6: budgets', () => {
     const r1 = req({ pr: 1 });
     const r2 = req({ pr: 2 });
     const r3 = req({ pr: 3 });
-    const plan = planAdmission(input(hosts, [r1, r2, r3], [], config({ budgets: { maxPrs: 2, maxGpusPerPr: 4, maxGpus: 8 } })));
+    const plan = planAdmission(
+      input(hosts, [r1, r2, r3], [], config({ budgets: { maxPrs: 2, maxGpusPerPr: 4, maxGpus: 8 } })),
+    );
     expect(plan.grants.map((g) => g.reservationId)).toEqual([r1.id, r2.id]);
-    expect(plan.waits[0]).toMatchObject({ reservationId: r3.id, code: 'budget-prs', reason: 'budget: 2 PRs admitted (limit 2)' });
+    expect(plan.waits[0]).toMatchObject({
+      reservationId: r3.id,
+      code: 'budget-prs',
+      reason: 'budget: 2 PRs admitted (limit 2)',
+    });
   });
 
   it('a PR already admitted may add work within its GPU budget', () => {
@@ -193,7 +220,9 @@ describe('rule 6: budgets', () => {
     const r1 = req({ pr: 1 });
     const r1b = req({ pr: 1 });
     const r1c = req({ pr: 1 });
-    const plan = planAdmission(input(hosts, [r1, r1b, r1c], [], config({ budgets: { maxPrs: 1, maxGpusPerPr: 2, maxGpus: 8 } })));
+    const plan = planAdmission(
+      input(hosts, [r1, r1b, r1c], [], config({ budgets: { maxPrs: 1, maxGpusPerPr: 2, maxGpus: 8 } })),
+    );
     expect(plan.grants.map((g) => g.reservationId)).toEqual([r1.id, r1b.id]);
     expect(plan.waits[0]).toMatchObject({ code: 'budget-pr-gpus' });
   });
@@ -203,7 +232,12 @@ describe('rule 6: budgets', () => {
     const releasing = req({ status: 'releasing', repo: null, pr: null, kind: 'development' });
     const r = req();
     const plan = planAdmission(
-      input(hosts, [releasing, r], [lease(releasing.id, 'spark-a', 1, { status: 'releasing' })], config({ budgets: { maxPrs: 5, maxGpusPerPr: 5, maxGpus: 1 } })),
+      input(
+        hosts,
+        [releasing, r],
+        [lease(releasing.id, 'spark-a', 1, { status: 'releasing' })],
+        config({ budgets: { maxPrs: 5, maxGpusPerPr: 5, maxGpus: 1 } }),
+      ),
     );
     expect(plan.grants).toEqual([]);
     expect(plan.waits[0]).toMatchObject({ code: 'budget-gpus', reason: 'budget: 1 of 1 GPUs in use' });
@@ -215,7 +249,12 @@ describe('rule 6: budgets', () => {
     const blocked = req({ pr: 2 });
     const sameAsRunning = req({ pr: 1, kind: 'background' });
     const plan = planAdmission(
-      input(hosts, [running, blocked, sameAsRunning], [lease(running.id, 'spark-a', 1)], config({ budgets: { maxPrs: 1, maxGpusPerPr: 4, maxGpus: 8 } })),
+      input(
+        hosts,
+        [running, blocked, sameAsRunning],
+        [lease(running.id, 'spark-a', 1)],
+        config({ budgets: { maxPrs: 1, maxGpusPerPr: 4, maxGpus: 8 } }),
+      ),
     );
     expect(plan.grants.map((g) => g.reservationId)).toEqual([sameAsRunning.id]);
   });
@@ -224,9 +263,14 @@ describe('rule 6: budgets', () => {
 describe('rule 7: expiry never silently frees a host', () => {
   it('expired lease with processes present → release-required', () => {
     const r = req({ status: 'running' });
-    const busy = host('spark-2', { phase: 'allocated', facts: facts({ gpuProcesses: [{ pid: 5, name: 'python', usedMemoryMiB: 10 }] }) });
+    const busy = host('spark-2', {
+      phase: 'allocated',
+      facts: facts({ gpuProcesses: [{ pid: 5, name: 'python', usedMemoryMiB: 10 }] }),
+    });
     const plan = planAdmission(input([busy], [r], [lease(r.id, 'spark-2', 1, { expiresAt: NOW - 1 })]));
-    expect(plan.expiries).toEqual([expect.objectContaining({ reservationId: r.id, outcome: 'release-required' })]);
+    expect(plan.expiries).toEqual([
+      expect.objectContaining({ reservationId: r.id, outcome: 'release-required' }),
+    ]);
     expect(plan.grants).toEqual([]);
   });
 
@@ -240,7 +284,11 @@ describe('rule 7: expiry never silently frees a host', () => {
   it('expired lease with a clean GPU → release (the agent still confirms)', () => {
     const r = req({ status: 'running' });
     const plan = planAdmission(
-      input([host('spark-2', { phase: 'allocated' })], [r], [lease(r.id, 'spark-2', 1, { expiresAt: NOW - 1 })]),
+      input(
+        [host('spark-2', { phase: 'allocated' })],
+        [r],
+        [lease(r.id, 'spark-2', 1, { expiresAt: NOW - 1 })],
+      ),
     );
     expect(plan.expiries[0]!.outcome).toBe('release');
     // still bound until the agent confirms: nothing else granted on it in this pass
@@ -258,7 +306,9 @@ describe('why it waits', () => {
   it('every queued request gets a position and a reason', () => {
     const running = req({ status: 'running' });
     const queued = [req(), req({ kind: 'background' }), req({ kind: 'merge' })];
-    const plan = planAdmission(input([host('spark-2')], [running, ...queued], [lease(running.id, 'spark-2', 1)]));
+    const plan = planAdmission(
+      input([host('spark-2')], [running, ...queued], [lease(running.id, 'spark-2', 1)]),
+    );
     expect(plan.waits.map((w) => w.position)).toEqual([1, 2, 3]);
     for (const w of plan.waits) expect(w.reason).toMatch(/spark-2 allocated to r-1/);
   });
