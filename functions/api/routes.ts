@@ -13,6 +13,7 @@ import { ApiError, badRequest, conflict, notFound } from '../errors.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 import * as t from '../ledger/schema.ts';
 import { toEventView } from '../views.ts';
+import { createAuditor } from './audit.ts';
 import { parseBody } from './body.ts';
 import { describeReservation, loadLiveQueue, loadOne, loadReservations, mayAct } from './describe.ts';
 import {
@@ -38,11 +39,12 @@ function forbiddenOwner(id: string): ApiError {
 
 /**
  * Mounts the operator/user API. Every change runs in one ledger transaction whose events carry
- * the calling token's name as actor, which is the audit trail (issue 6: every call audited).
+ * the calling token's name as actor; reads and refusals are audited by {@link createAuditor}.
  */
 export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
   const { ledger } = ctx;
   const api = root.basePath('/api/v1');
+  const audit = createAuditor(ledger, ctx.log);
 
   async function info(id: string, p: ApiPrincipal): Promise<ReservationInfo> {
     const one = await loadOne(ledger, id);
@@ -57,14 +59,14 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return r;
   }
 
-  api.get('/whoami', requireScope('develop'), (c) => {
+  api.get('/whoami', audit, requireScope('develop'), (c) => {
     const p = c.get('principal');
     return c.json({ tokenId: p.tokenId, name: p.name, scopes: p.scopes });
   });
 
   // ------------------------------------------------------------ reservations
 
-  api.post('/reservations', requireScope('develop'), async (c) => {
+  api.post('/reservations', audit, requireScope('develop'), async (c) => {
     const p = c.get('principal');
     const body = await parseBody(c, CreateReservationBody);
     const { timings } = ledger.config;
@@ -97,7 +99,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservation: await info(row.id, p) }, 201);
   });
 
-  api.get('/reservations', requireScope('develop'), async (c) => {
+  api.get('/reservations', audit, requireScope('develop'), async (c) => {
     const p = c.get('principal');
     const status = c.req.query('status') ?? 'open';
     const groups: Record<string, ReservationStatus[] | undefined> = {
@@ -119,11 +121,11 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservations: list });
   });
 
-  api.get('/reservations/:id', requireScope('develop'), async (c) =>
+  api.get('/reservations/:id', audit, requireScope('develop'), async (c) =>
     c.json({ reservation: await info(c.req.param('id'), c.get('principal')) }),
   );
 
-  api.get('/reservations/:id/history', requireScope('develop'), async (c) => {
+  api.get('/reservations/:id/history', audit, requireScope('develop'), async (c) => {
     const id = c.req.param('id');
     const one = await loadOne(ledger, id);
     if (!one) throw notFound(`reservation ${id}`);
@@ -144,7 +146,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservationId: id, events: rows.map((r) => toEventView(r, { publicView: false })) });
   });
 
-  api.post('/reservations/:id/renew', requireScope('develop'), async (c) => {
+  api.post('/reservations/:id/renew', audit, requireScope('develop'), async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
     const body = await parseBody(c, RenewBody);
@@ -200,7 +202,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservation: await info(id, p) });
   });
 
-  api.post('/reservations/:id/release', requireScope('develop'), async (c) => {
+  api.post('/reservations/:id/release', audit, requireScope('develop'), async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
     const r = await requireMine(id, p);
@@ -218,7 +220,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservation: await info(id, p) });
   });
 
-  api.post('/reservations/:id/cancel', requireScope('develop'), async (c) => {
+  api.post('/reservations/:id/cancel', audit, requireScope('develop'), async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
     await requireMine(id, p);
@@ -229,7 +231,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservation: await info(id, p) });
   });
 
-  api.post('/reservations/:id/recover', requireScope('operate'), async (c) => {
+  api.post('/reservations/:id/recover', audit, requireScope('operate'), async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
     const result = await ledger.write(async (tx, now, changed) => {
@@ -295,7 +297,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservation: await info(id, p), ...result });
   });
 
-  api.post('/reservations/:id/terminate', requireScope('emergency'), async (c) => {
+  api.post('/reservations/:id/terminate', audit, requireScope('emergency'), async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
     const { reason } = await parseBody(c, TerminateBody);
@@ -330,20 +332,20 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
   const hostBody = (h: { id: string; managed: boolean; phase: string }) => ({
     host: { id: h.id, managed: h.managed, phase: h.phase },
   });
-  api.post('/hosts/:id/adopt', requireScope('operate'), async (c) =>
+  api.post('/hosts/:id/adopt', audit, requireScope('operate'), async (c) =>
     c.json(hostBody(await ledger.setManaged(c.req.param('id'), true, actorOf(c.get('principal'))))),
   );
-  api.post('/hosts/:id/unadopt', requireScope('operate'), async (c) =>
+  api.post('/hosts/:id/unadopt', audit, requireScope('operate'), async (c) =>
     c.json(hostBody(await ledger.setManaged(c.req.param('id'), false, actorOf(c.get('principal'))))),
   );
-  api.post('/hosts/:id/clear-quarantine', requireScope('operate'), async (c) => {
+  api.post('/hosts/:id/clear-quarantine', audit, requireScope('operate'), async (c) => {
     const id = c.req.param('id');
     await ledger.clearQuarantine(id, actorOf(c.get('principal')));
     const h = await ledger.getHost(undefined, id);
     return c.json(hostBody(h!));
   });
 
-  api.post('/deckard/start', requireScope('operate'), async (c) => {
+  api.post('/deckard/start', audit, requireScope('operate'), async (c) => {
     const p = c.get('principal');
     const body = await parseBody(c, DeckardStartBody);
     const hosts = ledger.config.hosts;
@@ -387,7 +389,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
 
   // ------------------------------------------------------------ API tokens
 
-  api.post('/tokens', requireScope('operate'), async (c) => {
+  api.post('/tokens', audit, requireScope('operate'), async (c) => {
     const p = c.get('principal');
     const body = await parseBody(c, CreateTokenBody);
     // emergency is never implied by operate, so it cannot be minted by an operate-only token
@@ -402,7 +404,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json(created, 201);
   });
 
-  api.get('/tokens', requireScope('operate'), async (c) => {
+  api.get('/tokens', audit, requireScope('operate'), async (c) => {
     const rows = await ledger.db.select().from(t.apiTokens).orderBy(asc(t.apiTokens.createdAt));
     return c.json({
       tokens: rows.map((r) => ({
@@ -416,7 +418,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     });
   });
 
-  api.delete('/tokens/:id', requireScope('operate'), async (c) => {
+  api.delete('/tokens/:id', audit, requireScope('operate'), async (c) => {
     const id = c.req.param('id');
     await revokeApiToken(ledger, id, actorOf(c.get('principal')));
     return c.json({ id, revoked: true });

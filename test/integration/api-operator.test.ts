@@ -87,6 +87,39 @@ describe('operator/user API', () => {
     expect(ok.body.token).toMatch(/^spk_api_/);
   });
 
+  it('audits reads (once per token and route per minute) and scope refusals', async () => {
+    const clock = testClock(Date.now());
+    ctl = await startApiController({ clock });
+    const { call, tokens, c } = ctl;
+    const dev = (await call(tokens.dev, 'GET', '/api/v1/whoami')).body.tokenId as string;
+    for (let i = 0; i < 3; i++)
+      expect((await call(tokens.dev, 'GET', '/api/v1/reservations')).status).toBe(200);
+    const reads = async () =>
+      (await c.ledger.history('audit', dev)).filter(
+        (e) => e.type === 'api.read' && e.cause.includes('/reservations'),
+      );
+    expect(await reads()).toHaveLength(1);
+    expect((await reads())[0]).toMatchObject({ actor: 'api:dev', cause: 'read /api/v1/reservations' });
+    clock.advance(61_000);
+    await call(tokens.dev, 'GET', '/api/v1/reservations');
+    expect((await reads()).at(-1)?.cause).toMatch(
+      /\(3 calls to GET \/api\/v1\/reservations in the minute before\)/,
+    );
+
+    const ops = (await call(tokens.ops, 'GET', '/api/v1/whoami')).body.tokenId as string;
+    await call(tokens.ops, 'POST', '/api/v1/reservations/r-1/terminate', { reason: 'nope' });
+    const denied = (await c.ledger.history('audit', ops)).filter((e) => e.type === 'api.denied');
+    expect(denied).toHaveLength(1);
+    expect(denied[0]).toMatchObject({
+      actor: 'api:ops',
+      cause: 'refused POST /api/v1/reservations/r-1/terminate (HTTP 403)',
+    });
+    // an unknown token cannot be attributed; nothing is written for it
+    const before = (await c.ledger.recentEvents(1))[0]!.id;
+    await call('spk_api_unknown', 'GET', '/api/v1/reservations');
+    expect((await c.ledger.recentEvents(1))[0]!.id).toBe(before);
+  });
+
   it('lets a develop token act only on its own reservations', async () => {
     ctl = await startApiController();
     const { call, tokens } = ctl;

@@ -1,0 +1,74 @@
+import type { MiddlewareHandler } from 'hono';
+import { type ApiPrincipal, type AuthEnv, authenticateApiToken } from '../auth/tokens.ts';
+import type { Ledger } from '../ledger/ledger.ts';
+
+/** How often one token's reads of one route are written to the history (per process). */
+export const READ_AUDIT_WINDOW_MS = 60_000;
+
+/**
+ * Audits API calls in the event history (issue 6: every call audited). A change is audited by
+ * its own events, which carry `api:<token name>` as actor, in the same transaction. This adds the
+ * rest: reads (one `api.read` row per token and route per minute, with the number of calls, so a
+ * `--wait` poll does not flood the ledger) and refusals for lack of scope (`api.denied`).
+ * Unauthenticated calls cannot be attributed and invalid input writes nothing.
+ */
+export function createAuditor(ledger: Ledger, log: { warn(msg: string, f?: Record<string, unknown>): void }) {
+  const reads = new Map<string, { since: number; count: number }>();
+
+  async function write(
+    p: Pick<ApiPrincipal, 'tokenId' | 'name'>,
+    type: string,
+    cause: string,
+    data: Record<string, unknown>,
+  ) {
+    try {
+      await ledger.write(async (tx, now) => {
+        await ledger.record(tx, now, {
+          subjectType: 'audit',
+          subjectId: p.tokenId,
+          type,
+          cause,
+          actor: `api:${p.name}`,
+          data,
+        });
+      });
+    } catch (e) {
+      // an audit row must never turn a served read into an error
+      log.warn('audit write failed', { type, error: String(e) });
+    }
+  }
+
+  const middleware: MiddlewareHandler<AuthEnv> = async (c, next) => {
+    await next();
+    const status = c.res.status;
+    const route = `${c.req.method} ${c.req.routePath}`;
+    if (status === 403) {
+      const header = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
+      const p = c.get('principal') ?? (header ? await authenticateApiToken(ledger, header[1]!) : null);
+      if (p)
+        await write(p, 'api.denied', `refused ${c.req.method} ${c.req.path} (HTTP 403)`, { route, status });
+      return;
+    }
+    const p = c.get('principal');
+    if (!p || c.req.method !== 'GET' || status >= 400) return;
+    const now = ledger.clock();
+    const key = `${p.tokenId} ${route}`;
+    const seen = reads.get(key);
+    if (seen && now - seen.since < READ_AUDIT_WINDOW_MS) {
+      seen.count += 1;
+      return;
+    }
+    const previous = seen?.count ?? 0;
+    reads.set(key, { since: now, count: 1 });
+    if (reads.size > 10_000) {
+      for (const [k, v] of reads) if (now - v.since >= READ_AUDIT_WINDOW_MS) reads.delete(k);
+    }
+    await write(
+      p,
+      'api.read',
+      `read ${c.req.path}${previous > 1 ? ` (${previous} calls to ${route} in the minute before)` : ''}`,
+      { route, status },
+    );
+  };
+  return middleware;
+}
