@@ -165,11 +165,16 @@ describe('actions/lease-preflight (run as the runner runs it)', () => {
     expect(forged.output).toContain('FAIL lease: controller rejected the lease token (401)');
   });
 
-  it('fails when the host command is missing: preflight belongs to the managed host', async () => {
+  it('fails when the host command or the lease environment is missing', async () => {
     f = await startWithGrantedLease({ headSha: head });
     const r = await preflight(f, 'spark-2', { PATH: venvBin });
     expect(r.code).toBe(1);
     expect(r.output).toContain('::error::spark-runner-preflight is not installed on this runner host');
+    // a runner not started by the Spark agent has no lease in its environment
+    const noLease = await preflight(f, 'spark-2', { SPARK_LEASE_TOKEN: '' });
+    expect(noLease.code).toBe(1);
+    expect(noLease.output).toContain('spark-runner-preflight: the runner environment lacks its lease');
+    expect(noLease.output).toContain('::error::lease preflight failed: spark-runner-preflight exited 2');
   });
 
   it('names a competing GPU process and a missing nvidia-smi', async () => {

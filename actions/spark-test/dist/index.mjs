@@ -39704,16 +39704,21 @@ function runPhase(script, topology, opts) {
       detached: true
     });
     opts.cancel.current = child.pid ?? null;
+    let settled = false;
+    const finish = (exitCode, signal) => {
+      if (settled) return;
+      settled = true;
+      opts.cancel.current = null;
+      resolve2({ exitCode, signal, durationMs: Date.now() - started });
+    };
     child.stdout.setEncoding("utf8").on("data", (d) => opts.log.write(d));
     child.stderr.setEncoding("utf8").on("data", (d) => opts.log.write(d));
     child.on("error", (e) => {
       opts.log.write(`spark-test: could not start bash: ${e.message}
 `);
+      finish(127, null);
     });
-    child.on("close", (code, signal) => {
-      opts.cancel.current = null;
-      resolve2({ exitCode: code, signal, durationMs: Date.now() - started });
-    });
+    child.on("close", (code, signal) => finish(code, signal));
   });
 }
 function signalPhase(cancel, signal) {
@@ -39777,6 +39782,9 @@ function phasesFor(suite) {
   return suite === "performance" ? ["smoke", "performance"] : ["smoke"];
 }
 function refuseReason(s, head) {
+  if (!/^[0-9a-f]{40}$/.test(head)) {
+    return `cannot read the checked-out commit (git: ${head || "no answer"}): check out head_sha first`;
+  }
   if (head !== s.headSha) {
     return `checked-out commit ${head} is not the admitted ${s.headSha}: run the commit-binding action first`;
   }

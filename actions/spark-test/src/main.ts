@@ -15,6 +15,9 @@ export function phasesFor(suite: Suite): Suite[] {
 
 /** Why the run cannot start at all (config errors that still deserve a receipt), or null. */
 function refuseReason(s: SparkTestSettings, head: string): string | null {
+  if (!/^[0-9a-f]{40}$/.test(head)) {
+    return `cannot read the checked-out commit (git: ${head || 'no answer'}): check out head_sha first`;
+  }
   if (head !== s.headSha) {
     return `checked-out commit ${head} is not the admitted ${s.headSha}: run the commit-binding action first`;
   }

@@ -83,15 +83,21 @@ export function runPhase(
       detached: true,
     });
     opts.cancel.current = child.pid ?? null;
+    let settled = false;
+    const finish = (exitCode: number | null, signal: NodeJS.Signals | null) => {
+      if (settled) return;
+      settled = true;
+      opts.cancel.current = null;
+      resolve({ exitCode, signal, durationMs: Date.now() - started });
+    };
     child.stdout.setEncoding('utf8').on('data', (d: string) => opts.log.write(d));
     child.stderr.setEncoding('utf8').on('data', (d: string) => opts.log.write(d));
     child.on('error', (e) => {
       opts.log.write(`spark-test: could not start bash: ${e.message}\n`);
+      // a spawn failure may never emit 'close'; 127 is the shell's "command not found"
+      finish(127, null);
     });
-    child.on('close', (code, signal) => {
-      opts.cancel.current = null;
-      resolve({ exitCode: code, signal, durationMs: Date.now() - started });
-    });
+    child.on('close', (code, signal) => finish(code, signal));
   });
 }
 
