@@ -88,8 +88,14 @@ export class ControllerClient {
     return parsed.data;
   }
 
-  async heartbeat(facts: HostFacts): Promise<void> {
-    await this.call('/heartbeat', { facts }, this.requestTimeoutMs);
+  /** Sends host facts; the answer carries the heartbeat period the controller expects. */
+  async heartbeat(facts: HostFacts): Promise<{ heartbeatIntervalS: number }> {
+    const json = (await this.call('/heartbeat', { facts }, this.requestTimeoutMs)) as {
+      heartbeatIntervalS?: unknown;
+    };
+    const s = Number(json?.heartbeatIntervalS);
+    if (!Number.isFinite(s) || s <= 0) throw new ControllerUnreachable('malformed heartbeat response');
+    return { heartbeatIntervalS: s };
   }
 
   async report(report: Report): Promise<ReportResponse> {

@@ -100,7 +100,13 @@ export class Agent {
     let failures = 0;
     while (!this.stopped) {
       try {
-        await this.client.heartbeat(await this.collectFacts());
+        const t0 = Date.now();
+        const facts = await this.collectFacts();
+        const t1 = Date.now();
+        // the controller sets the period: the first sleep must already use it, or a host
+        // whose default period exceeds the controller's offline limit would flap offline
+        this.heartbeatS = (await this.client.heartbeat(facts)).heartbeatIntervalS;
+        this.log.debug('heartbeat sent', { factsMs: t1 - t0, sendMs: Date.now() - t1 });
         failures = 0;
       } catch (e) {
         failures++;

@@ -69,7 +69,8 @@ if (fake.markerDir) {
     JSON.stringify({
       runnerName: jit.runnerName,
       pid: process.pid,
-      startedAt: Date.now(),
+      // when this process started (not when it got here): the spawn-to-start latency is the agent's
+      startedAt: Math.round(performance.timeOrigin),
       hostId: process.env.SPARK_HOST_ID,
       reservationId: process.env.SPARK_RESERVATION_ID,
       fencingToken: Number(process.env.SPARK_FENCING_TOKEN),
