@@ -116,6 +116,26 @@ describe('agent API: authentication and limits', () => {
     expect((await call('/agent/v1/poll', created.json.token, {})).status).toBe(401);
   });
 
+  it('bootstraps a token from the command line against the ledger file (npm run agent-token)', async () => {
+    await boot();
+    const { execFile } = await import('node:child_process');
+    const { join } = await import('node:path');
+    const run = (...args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((res) => {
+        execFile(
+          process.execPath,
+          ['--import', 'tsx', 'scripts/agent-token.ts', ...args],
+          { env: { ...process.env, SPARK_LEDGER_URL: `file:${join(c!.dir, 'spark.db')}`, SPARK_CONFIG: '' } },
+          (err, stdout, stderr) => res({ code: err ? Number(err.code) : 0, stdout, stderr }),
+        );
+      });
+    const created = await run('create', 'spark-2');
+    expect(created.code, created.stderr).toBe(0);
+    const token = created.stdout.trim();
+    expect(token).toMatch(/^spk_agent_/);
+    expect((await poll(token)).hostId).toBe('spark-2');
+  });
+
   it('refuses bodies over the limit with 413 and malformed ones with 400, writing nothing', async () => {
     const { tok } = await boot();
     const before = await eventCount();
