@@ -170,11 +170,17 @@ describe('actions/lease-preflight (run as the runner runs it)', () => {
     const r = await preflight(f, 'spark-2', { PATH: venvBin });
     expect(r.code).toBe(1);
     expect(r.output).toContain('::error::spark-runner-preflight is not installed on this runner host');
-    // a runner not started by the Spark agent has no lease in its environment
+    // a runner not started by the Spark agent has no lease in its environment; a manifest left
+    // in the workspace by an earlier job must not stand in for this run's verdict
+    writeFileSync(
+      join(repo, 'PROVISIONING-MANIFEST.json'),
+      JSON.stringify({ ok: true, checks: [{ name: 'left-over', ok: false, fatal: true, detail: 'old' }] }),
+    );
     const noLease = await preflight(f, 'spark-2', { SPARK_LEASE_TOKEN: '' });
     expect(noLease.code).toBe(1);
     expect(noLease.output).toContain('spark-runner-preflight: the runner environment lacks its lease');
     expect(noLease.output).toContain('::error::lease preflight failed: spark-runner-preflight exited 2');
+    expect(noLease.output).not.toContain('left-over');
   });
 
   it('names a competing GPU process and a missing nvidia-smi', async () => {
@@ -226,8 +232,67 @@ describe('actions/lease-preflight (run as the runner runs it)', () => {
     expect(released.code).toBe(0);
 
     // a lent host whose runner does not know its home service cannot prove the release
-    const unknown = await preflight(f, 'spark-1', { SPARK_INTERCONNECT_CHECK: 'exit 0' });
+    const unknown = await preflight(f, 'spark-1', { SPARK_INTERCONNECT_CHECK: 'echo link down >&2; exit 1' });
     expect(unknown.code).toBe(1);
     expect(unknown.output).toContain('FAIL home-service: the controller lent this host');
+    expect(unknown.output).toContain('FAIL interconnect: interconnect check exited 1: link down');
+
+    // a paused service accepts the connection but never answers: that is not a release
+    const paused = createServer(() => {});
+    health = paused;
+    await new Promise<void>((res) => paused.listen(0, '127.0.0.1', () => res()));
+    const pausedRun = await preflight(f, 'spark-1', {
+      SPARK_HOME_SERVICE: 'deckard',
+      SPARK_SERVICE_HEALTH_URL: `http://127.0.0.1:${(paused.address() as AddressInfo).port}/health`,
+      SPARK_INTERCONNECT_CHECK: 'exit 0',
+    });
+    paused.closeAllConnections();
+    expect(pausedRun.code).toBe(1);
+    expect(pausedRun.output).toContain('FAIL deckard: deckard health URL accepted no answer within 3 s');
+  });
+
+  it('fails closed on a malformed or foreign verify answer, and names too little disk', async () => {
+    f = await startWithGrantedLease({ headSha: head });
+    // a stand-in controller on loopback whose answers break the contract
+    let answer: unknown = { ok: true };
+    const fake = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(answer));
+    });
+    health = fake;
+    await new Promise<void>((res) => fake.listen(0, '127.0.0.1', () => res()));
+    const url = `http://127.0.0.1:${(fake.address() as AddressInfo).port}`;
+    const malformed = await preflight(
+      f,
+      'spark-2',
+      { SPARK_CONTROLLER_URL: url },
+      { min_free_gb: '100000000' },
+    );
+    expect(malformed.code).toBe(1);
+    expect(malformed.output).toMatch(/FAIL lease: malformed answer from the controller: reservation: /);
+    expect(malformed.output).toMatch(/FAIL disk: only \S+ GB free in the work dir, need 100000000/);
+    const lease = f.leases[0]!;
+    answer = {
+      ok: true,
+      reservation: {
+        id: f.reservation.id,
+        headSha: head,
+        topology: 'single',
+        suite: 'smoke',
+        kind: 'manual',
+      },
+      lease: {
+        hostId: 'spark-1',
+        fencingToken: lease.fencingToken,
+        expiresAt: Date.now() + 60_000,
+        lend: false,
+      },
+    };
+    const foreign = await preflight(f, 'spark-2', { SPARK_CONTROLLER_URL: url });
+    expect(foreign.code).toBe(1);
+    expect(foreign.output).toContain(
+      'FAIL lease: controller verified a different lease (host spark-1): refusing',
+    );
+    expect(foreign.output).toContain('FAIL source: not checked: the lease was not verified');
   });
 });

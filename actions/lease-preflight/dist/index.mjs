@@ -19155,7 +19155,7 @@ var require_undici = __commonJS({
 
 // actions/lease-preflight/src/main.ts
 import { spawn } from "node:child_process";
-import { accessSync, constants as constants3, existsSync as existsSync2, readFileSync, statSync } from "node:fs";
+import { accessSync, constants as constants3, existsSync as existsSync2, readFileSync, rmSync, statSync } from "node:fs";
 import { delimiter, join } from "node:path";
 
 // node_modules/@actions/core/lib/command.js
@@ -39448,6 +39448,7 @@ async function run() {
         `${HOST_COMMAND} is not installed on this runner host: lease verification and host preflight belong to the managed Spark host (install the Spark agent bundle); refusing to run`
       );
     }
+    rmSync(s.manifestPath, { force: true });
     const code = await runHostCommand(command, args(s), s.env);
     const checks = readChecks(s.manifestPath);
     setOutput("manifest", s.manifestPath);

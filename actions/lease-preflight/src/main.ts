@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
+import { accessSync, constants, existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import * as core from '@actions/core';
 import { getInputs, HOST_COMMAND, type LeasePreflightSettings } from './input-helper.ts';
@@ -70,6 +70,8 @@ export async function run(): Promise<void> {
         `${HOST_COMMAND} is not installed on this runner host: lease verification and host preflight belong to the managed Spark host (install the Spark agent bundle); refusing to run`,
       );
     }
+    // a manifest left by an earlier job in this workspace must never stand in for this run's
+    rmSync(s.manifestPath, { force: true });
     const code = await runHostCommand(command, args(s), s.env);
     const checks = readChecks(s.manifestPath);
     core.setOutput('manifest', s.manifestPath);
