@@ -45,7 +45,7 @@ export interface GitHubClientOptions {
   privateKey: string | undefined;
   fetch: typeof fetch;
   clock?: () => number;
-  /** Per-request deadline so a slow GitHub never holds a webhook past its 10 s budget. */
+  /** Per-request deadline (default 4 s) so a slow GitHub never holds a webhook past its 10 s budget. */
   timeoutMs?: number;
   userAgent?: string;
 }
@@ -143,7 +143,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
           ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
         },
         ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-        signal: AbortSignal.timeout(opts.timeoutMs ?? 8000),
+        signal: AbortSignal.timeout(opts.timeoutMs ?? 4000),
       });
     } catch (e) {
       throw new GitHubError(0, `${method} ${path}: GitHub unreachable (${(e as Error).message})`, true);

@@ -17,7 +17,8 @@ export function createGitHubHook(): TransitionHook {
   return async (tx, ev, { now }) => {
     if (ev.subjectType !== 'reservation') return;
     const r = (await tx.select().from(t.reservations).where(eq(t.reservations.id, ev.subjectId)))[0];
-    if (!r?.repo || !r.headSha) return;
+    // sparkctl work may name a repo and SHA, but only work GitHub asked for gets a check run
+    if (!r?.repo || !r.headSha || !readMeta(r)) return;
     await enqueueCheckSync(tx, now, r.id);
 
     if (ev.type === 'reservation.preparing') {
@@ -43,7 +44,7 @@ export function createGitHubHook(): TransitionHook {
     if (RELEASE_EVENTS.has(ev.type)) {
       // a config not yet handed over must never be handed over now
       await tx.update(t.jitHandoffs).set({ jitConfig: null }).where(eq(t.jitHandoffs.reservationId, r.id));
-      if (readMeta(r)) await enqueueRunnerDeletes(tx, now, r);
+      await enqueueRunnerDeletes(tx, now, r);
     }
   };
 }

@@ -273,8 +273,12 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     );
     const posts = h.gh.calls('POST', /\/check-runs$/);
     expect(posts.map((p) => p.status)).toEqual([500, 201]);
-    const row = (await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1')))[0]!;
-    expect(row).toMatchObject({ status: 'sent', attempts: 2 });
+    // the send is recorded right after GitHub answers: wait for that write
+    const row = await h.until('outbox row marked sent', async () => {
+      const rows = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1'));
+      return rows[0]?.status === 'sent' ? rows[0] : null;
+    });
+    expect(row.attempts).toBe(2);
     expect(h.gh.checkRuns.filter((c) => c.external_id === 'r-1')).toHaveLength(1);
   });
 
@@ -342,6 +346,18 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
       ),
     );
     await h.until('every runner deregistered', () => h.gh.runners.length === 0);
+  });
+
+  it('development work that names a repository gets no check run (only GitHub requests do)', async () => {
+    await h.c.ledger.createReservation(
+      { kind: 'development', topology: 'single', repo: REPO, headSha: SHA, requester: 'sparkctl:alice' },
+      'sparkctl:alice',
+    );
+    await h.deliver('pull_request', labeled());
+    await h.until('check for the GitHub request', () => h.gh.checkRuns.find((c) => c.external_id === 'r-2'));
+    const rows = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1'));
+    expect(rows).toEqual([]);
+    expect(h.gh.checkRuns.some((c) => c.external_id === 'r-1')).toBe(false);
   });
 
   it('the JIT config never appears in any API response, log line, outbox row or event row', async () => {
