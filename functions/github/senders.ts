@@ -193,6 +193,32 @@ function runnersPath(svc: GitHubService, repo: string): string {
     : `/repos/${repo}/actions/runners`;
 }
 
+/** GitHub allows 10,000 JIT registrations per hour per App (DESIGN.md "Timings"). */
+export const JIT_PER_HOUR = 10_000;
+const JIT_BUCKET_KEY = 'github:jit_bucket';
+
+/**
+ * Takes one registration from the App-wide hourly bucket (kept in the ledger, so every
+ * controller process shares it); an empty bucket defers the row to the next hour.
+ */
+async function takeJitToken(svc: GitHubService): Promise<void> {
+  const refill = await svc.ledger.write(async (tx, now) => {
+    const hour = Math.floor(now / 3_600_000);
+    const row = (await tx.select().from(t.meta).where(eq(t.meta.key, JIT_BUCKET_KEY)))[0];
+    const cur = row ? (JSON.parse(row.value) as { hour: number; used: number }) : { hour, used: 0 };
+    const used = cur.hour === hour ? cur.used : 0;
+    if (used >= JIT_PER_HOUR) return (hour + 1) * 3_600_000;
+    const value = JSON.stringify({ hour, used: used + 1 });
+    await tx
+      .insert(t.meta)
+      .values({ key: JIT_BUCKET_KEY, value })
+      .onConflictDoUpdate({ target: t.meta.key, set: { value } });
+    return null;
+  });
+  if (refill != null)
+    throw new GitHubError(0, `JIT registration budget (${JIT_PER_HOUR}/h per App) used up`, true, refill);
+}
+
 const sendGenerateJit: Sender = async (svc, _row, payload) => {
   const rid = String(payload.reservationId);
   const leaseId = String(payload.leaseId);
@@ -207,6 +233,7 @@ const sendGenerateJit: Sender = async (svc, _row, payload) => {
   const name = runnerName(lease.hostId, rid, attempt);
   const labels = runnerLabels(pool?.runnerLabel ?? r.pool, r.topology, rid);
   const inst = meta?.installationId ?? null;
+  await takeJitToken(svc);
   let res: { data: { runner: { id: number; name: string }; encoded_jit_config: string } };
   try {
     res = await svc.client.request('POST', `${runnersPath(svc, r.repo)}/generate-jitconfig`, {

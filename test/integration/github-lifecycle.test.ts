@@ -348,6 +348,22 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     await h.until('every runner deregistered', () => h.gh.runners.length === 0);
   });
 
+  it('JIT registrations share one 10,000/h bucket per App: an empty bucket defers to the next hour', async () => {
+    const hour = Math.floor(h.clock() / 3_600_000);
+    await h.c.ledger.db
+      .insert(t.meta)
+      .values({ key: 'github:jit_bucket', value: JSON.stringify({ hour, used: 10_000 }) });
+    await prepared('r-1', false);
+    const row = await h.until('JIT row deferred', async () => {
+      const rows = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.kind, 'generate-jitconfig'));
+      return rows[0]?.lastError ? rows[0] : null;
+    });
+    expect(row.status).toBe('pending');
+    expect(row.lastError).toMatch(/JIT registration budget \(10000\/h per App\) used up/);
+    expect(row.nextAttemptAt).toBeGreaterThanOrEqual((hour + 1) * 3_600_000);
+    expect(h.gh.runners).toHaveLength(0);
+  });
+
   it('development work that names a repository gets no check run (only GitHub requests do)', async () => {
     await h.c.ledger.createReservation(
       { kind: 'development', topology: 'single', repo: REPO, headSha: SHA, requester: 'sparkctl:alice' },
