@@ -480,5 +480,3 @@ export async function cmdWhoami({ client, io, flags }: CommandContext): Promise<
   else io.out(`${w.name} (${w.tokenId}) scopes: ${w.scopes.join(', ')} at ${client.url}`);
   return EXIT.ok;
 }
-
-export { CliError };

@@ -59,11 +59,11 @@ export function progressLine(r: ReservationInfo): string {
   const hosts = r.leases.filter((l) => l.status !== 'released').map((l) => l.hostId);
   switch (r.status) {
     case 'queued': {
-      const parts = [`${r.id} queued`, r.position != null ? `position ${r.position}` : null, r.reason];
+      const reason = r.reason?.replaceAll(`for ${r.id}`, 'for you') ?? null;
+      const parts = [`${r.id} queued`, r.position != null ? `position ${r.position}` : null, reason];
+      // hosts kept for this request, unless the admission reason already names them
       for (const w of r.waitingOn) {
-        parts.push(
-          w.state === 'draining' ? `${w.hostId} draining for you` : `${w.hostId} ${w.state} for you`,
-        );
+        if (!reason?.includes(`${w.hostId} ${w.state}`)) parts.push(`${w.hostId} ${w.state} for you`);
       }
       return parts.filter(Boolean).join(' · ');
     }
@@ -177,5 +177,3 @@ export function attachText(r: ReservationInfo): string {
     `  release:  sparkctl release ${r.id}   (frees the host once the agent confirms cleanup)`,
   ].join('\n');
 }
-
-export { ENDED as ENDED_STATUSES };
