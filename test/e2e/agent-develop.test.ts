@@ -21,7 +21,7 @@ describe('relay agent: development leases', () => {
     const id = await fleet.reserve({
       kind: 'development',
       targetHost: 'spark-2',
-      ttlS: 3,
+      ttlS: 6,
       requester: 'dev',
       repo: null,
       pr: null,
@@ -35,14 +35,14 @@ describe('relay agent: development leases', () => {
       'reservation.preparing',
       'reservation.running',
     ]);
-    // the developer starts a GPU job that outlives the lease
+    // the developer starts a GPU job that outlives the lease (well before expiry, so the
+    // heartbeats have reported it when the lease runs out)
     const job = spawn('sleep', ['120'], { stdio: 'ignore' });
     writeFileSync(join(fleet.gpu['spark-2']!.dir, `live-${job.pid}`), `${job.pid}, /usr/bin/python3, 2048\n`);
     let next = '';
     try {
       await fleet.waitHostPhase('spark-2', ['release-required'], 20_000);
-      const [lease] = await fleet.leases(id);
-      expect(lease!.status).toBe('expired');
+      await waitFor('the lease to expire', async () => (await fleet!.leases(id))[0]!.status === 'expired');
       // nothing is admitted on the host meanwhile, and nothing is killed
       next = await fleet.reserve({ pr: 3 });
       await fleet.controller.loop.runNow();
