@@ -45,7 +45,13 @@ export async function openNodeLedger(settings: Settings, opts: { clock?: Clock; 
     if (path && !path.startsWith(':memory:')) mkdirSync(dirname(resolve(path)), { recursive: true });
   }
   const store = await openLedgerDb({ url, authToken: settings.ledgerAuthToken, createClient });
-  const applied = await applyMigrations(store, loadMigrations());
+  let applied: string[];
+  try {
+    applied = await applyMigrations(store, loadMigrations());
+  } catch (e) {
+    store.close();
+    throw e;
+  }
   if (applied.length) opts.log?.info('ledger migrated', { applied });
   const ledger = new Ledger(store, { config: settings.config, ...(opts.clock ? { clock: opts.clock } : {}) });
   await ledger.syncHosts();
