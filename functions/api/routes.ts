@@ -15,7 +15,14 @@ import * as t from '../ledger/schema.ts';
 import { toEventView } from '../views.ts';
 import { createAuditor } from './audit.ts';
 import { parseBody } from './body.ts';
-import { describeReservation, loadLiveQueue, loadOne, loadReservations, mayAct } from './describe.ts';
+import {
+  describeReservation,
+  loadLiveQueue,
+  loadOne,
+  loadReservations,
+  mayAct,
+  ownerTokenOf,
+} from './describe.ts';
 import {
   CreateReservationBody,
   CreateTokenBody,
@@ -205,7 +212,17 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
   api.post('/reservations/:id/release', audit, requireScope('develop'), async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
-    const r = await requireMine(id, p);
+    const r = await ledger.getReservation(undefined, id);
+    if (!r) throw notFound(`reservation ${id}`);
+    // priority is non-preemptive (DESIGN.md rule 1): ending someone else's active work is the
+    // separately authorized emergency operation, not a release, whatever the caller's scope
+    if (ownerTokenOf(r) !== p.tokenId && r.status !== 'queued') {
+      throw new ApiError(
+        403,
+        'forbidden',
+        `${id} is not yours to release; ending someone else's active work is an emergency operation (sparkctl emergency terminate ${id} --reason …)`,
+      );
+    }
     if (r.status === 'queued') {
       throw conflict(
         'queued',

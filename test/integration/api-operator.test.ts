@@ -156,6 +156,11 @@ describe('operator/user API', () => {
     await agentPrepared(c.ledger, id);
     const ready = await call(tokens.dev, 'GET', `/api/v1/reservations/${id}`);
     expect(ready.body.reservation.ready).toBe(true);
+    // not even an operate token ends someone else's active work by a release (rule 1)
+    const foreign = await call(tokens.ops, 'POST', `/api/v1/reservations/${id}/release`);
+    expect(foreign.status).toBe(403);
+    expect(foreign.body.error.message).toMatch(/emergency terminate/);
+    expect((await c.ledger.getReservation(undefined, id))?.status).toBe('preparing');
     const released = await call(tokens.dev, 'POST', `/api/v1/reservations/${id}/release`);
     expect(released.body.reservation.status).toBe('releasing');
     expect(released.body.reservation.leases[0].status).toBe('releasing');
