@@ -99,6 +99,13 @@ export async function drainOutbox(
 ): Promise<DrainResult> {
   const { ledger } = svc;
   const out: DrainResult = { sent: 0, retried: 0, failed: 0 };
+  // a cheap read first: most ticks find nothing due and should not take the write lock
+  const due = await ledger.db
+    .select({ id: t.outbox.id })
+    .from(t.outbox)
+    .where(and(eq(t.outbox.status, 'pending'), lte(t.outbox.nextAttemptAt, ledger.clock())))
+    .limit(1);
+  if (!due.length) return out;
   const claimed = await ledger.write(async (tx, now) => {
     const pause = await tx.select().from(t.meta).where(eq(t.meta.key, PAUSE_KEY));
     if (pause[0] && Number(pause[0].value) > now) return [];
