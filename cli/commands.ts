@@ -452,6 +452,18 @@ export async function cmdEmergency({ client, io, flags, args }: CommandContext):
   return EXIT.ok;
 }
 
+/** The GitHub part's answer to `POST /api/v1/repositories/:owner/:name/enable`. */
+const RepoEnabled = z
+  .object({
+    repository: z.unknown(),
+    labelsCreated: z.array(z.string()),
+    labelsExisting: z.array(z.string()).optional(),
+    labelsFailed: z.array(z.string()).optional(),
+    runnerGroupOk: z.boolean(),
+    runnerGroupDetail: z.string().optional(),
+  })
+  .passthrough();
+
 export async function cmdRepo({ client, io, flags, args }: CommandContext): Promise<number> {
   const usage = 'repo enable OWNER/NAME [--pair]';
   if (args[0] !== 'enable') throw usageError(`usage: sparkctl ${usage}`);
@@ -461,17 +473,23 @@ export async function cmdRepo({ client, io, flags, args }: CommandContext): Prom
   const res = await client.call(
     'POST',
     `/api/v1/repositories/${encodeURIComponent(m[1]!)}/${encodeURIComponent(m[2]!)}/enable`,
-    z
-      .object({ repository: z.unknown(), labelsCreated: z.array(z.string()), runnerGroupOk: z.boolean() })
-      .passthrough(),
+    RepoEnabled,
     flags.pair ? { pairEnabled: true } : {},
   );
   if (flags.json) json(io, res);
-  else
+  else {
+    const labels = [
+      res.labelsCreated.length ? `created ${res.labelsCreated.join(', ')}` : null,
+      res.labelsExisting?.length ? `already there ${res.labelsExisting.join(', ')}` : null,
+      res.labelsFailed?.length ? `FAILED ${res.labelsFailed.join(', ')}` : null,
+    ].filter(Boolean);
+    io.out(`enabled ${full}${flags.pair ? ' with pair tests' : ''}`);
+    io.out(`  labels:       ${labels.join('; ') || 'none'}`);
     io.out(
-      `enabled ${full}${flags.pair ? ' (pair tests allowed)' : ''}; labels created: ${res.labelsCreated.join(', ') || 'none (already there)'}; runner group ${res.runnerGroupOk ? 'ok' : 'NOT usable for this repository'}`,
+      `  runner group: ${res.runnerGroupOk ? 'ok' : 'NOT usable for this repository'}${res.runnerGroupDetail ? ` (${res.runnerGroupDetail})` : ''}`,
     );
-  return res.runnerGroupOk ? EXIT.ok : EXIT.failed;
+  }
+  return res.runnerGroupOk && !res.labelsFailed?.length ? EXIT.ok : EXIT.failed;
 }
 
 export async function cmdWhoami({ client, io, flags }: CommandContext): Promise<number> {

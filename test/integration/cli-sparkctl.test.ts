@@ -10,6 +10,7 @@ import {
   ReservationResponse,
 } from '../../functions/api/wire.ts';
 import { repoRoot } from '../../functions/node-server.ts';
+import { startHarness } from '../fake-github/harness.ts';
 import { startTestController } from '../helpers/controller.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import {
@@ -242,6 +243,27 @@ describe('sparkctl against a real controller', () => {
     const bad = await runSparkctl(bin, ['whoami'], { SPARKCTL_CONFIG: file }, home.dir);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/url: expected an http\(s\) URL/);
+  });
+
+  it('enables a repository through the GitHub part (fake GitHub on loopback)', async () => {
+    const h = await startHarness();
+    try {
+      h.gh.addRepo('acme/butter');
+      const env = { SPARK_URL: h.c.url, SPARK_TOKEN: await h.operatorToken() };
+      const first = await runSparkctl(bin, ['repo', 'enable', 'acme/butter', '--pair'], env, home.dir);
+      expect(first.stderr).toBe('');
+      expect(first.code).toBe(0);
+      expect(first.stdout).toMatch(
+        /^enabled acme\/butter with pair tests\n {2}labels: {7}created spark-test, spark-test-long, spark-pair-test\n {2}runner group: ok/,
+      );
+      const again = await runSparkctl(bin, ['repo', 'enable', 'acme/butter', '--json'], env, home.dir);
+      expect(JSON.parse(again.stdout)).toMatchObject({ labelsCreated: [], runnerGroupOk: true });
+      const missing = await runSparkctl(bin, ['repo', 'enable', 'acme/unknown'], env, home.dir);
+      expect(missing.code).toBe(6);
+      expect(missing.stderr.trim()).toMatch(/^sparkctl: the GitHub App is not installed on acme\/unknown/);
+    } finally {
+      await h.close();
+    }
   });
 
   it('reports clearly when the controller has no repository route', async () => {
