@@ -102,10 +102,29 @@ export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
     );
   if (!queued.length) return 0;
   const { fleet } = await buildViews(ledger);
+  const checkRows = await ledger.db
+    .select({ id: t.outbox.id, reservationId: t.outbox.reservationId, status: t.outbox.status })
+    .from(t.outbox)
+    .where(
+      and(
+        eq(t.outbox.kind, 'check-run'),
+        inArray(
+          t.outbox.reservationId,
+          queued.map((r) => r.id),
+        ),
+      ),
+    );
+  const latest = new Map<string, { id: number; status: string }>();
+  for (const row of checkRows) {
+    const cur = latest.get(row.reservationId!);
+    if (!cur || row.id > cur.id) latest.set(row.reservationId!, row);
+  }
   let n = 0;
   for (const r of queued) {
     const meta = readMeta(r);
     if (!meta) continue;
+    // a check run GitHub refuses for good is not retried every tick; the next event tries again
+    if (latest.get(r.id)?.status === 'failed') continue;
     const kept = fleet.hosts.find(
       (h) => h.keptFor === r.id && (h.state === 'draining' || h.state === 'held'),
     );

@@ -1,5 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { githubService } from '../../functions/github/service.ts';
+import { refreshQueuedChecks } from '../../functions/github/sweeps.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { example, type Harness, startHarness } from '../fake-github/harness.ts';
 import { validate } from '../fake-github/schema.ts';
@@ -362,6 +364,20 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(row.lastError).toMatch(/JIT registration budget \(10000\/h per App\) used up/);
     expect(row.nextAttemptAt).toBeGreaterThanOrEqual((hour + 1) * 3_600_000);
     expect(h.gh.runners).toHaveLength(0);
+  });
+
+  it('a check run GitHub refuses for good fails once, is audited, and is not retried every tick', async () => {
+    h.gh.fail({ method: 'POST', path: /\/check-runs$/, status: 403, times: 100 });
+    await h.deliver('pull_request', labeled());
+    const row = await h.until('outbox row failed', async () => {
+      const rows = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1'));
+      return rows.find((r) => r.status === 'failed');
+    });
+    expect(row.attempts).toBe(1);
+    const ev = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'outbox.failed'));
+    expect(ev[0]?.cause).toMatch(/check-run gave up after 1 attempt\(s\): POST .*check-runs → 403/);
+    expect(await refreshQueuedChecks(githubService(h.c.ctx))).toBe(0);
+    h.gh.failures.length = 0;
   });
 
   it('development work that names a repository gets no check run (only GitHub requests do)', async () => {
