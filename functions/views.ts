@@ -186,7 +186,9 @@ export function redactText(text: string | null | undefined, max = 240): string {
     .replace(/\b[\w.+-]+@[\w-]+(?:\.[\w-]+)*/g, '[account]')
     .replace(/\b[a-z][a-z0-9+.-]*:\/\/\S+/gi, '[url]')
     .replace(/\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b/g, '[address]')
-    .replace(/\b(?:[0-9a-f]{1,4}:){2,7}[0-9a-f]{0,4}\b/gi, (m) => (/[a-f]|::/i.test(m) ? '[address]' : m))
+    .replace(/(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{0,4}/gi, (m) =>
+      m.length >= 6 && /[a-f]|::/i.test(m) ? '[address]' : m,
+    )
     .replace(/\b(?:[a-z0-9-]+\.){2,}[a-z]{2,}\b/gi, '[address]')
     .replace(/(^|[\s=:,;("'[])(?:~|\.{1,2})?\/[^\s,;)"'\]]*/g, '$1[path]')
     .replace(/\b[\w-]*[A-Za-z][\w-]*\b/g, (m) =>

@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import { redactText, toEventView } from '../../functions/views.ts';
+
+describe('redactText (public free text)', () => {
+  it('keeps the words people need', () => {
+    for (const s of [
+      'spark-2 draining: spark-2 allocated to r-1; active job finishing',
+      'budget: acme/butter#12 holds 4 of 4 GPUs per PR',
+      'holding spark-1; waiting for a second host in pool spark',
+      'queue timeout: waited 360 min (limit 360 min); last reason: none',
+      'superseded by 7fc2a91e0b4d3c2f1a9e8d7c6b5a4f3e2d1c0b9a at 08:09:19',
+    ]) {
+      expect(redactText(s)).toBe(s);
+    }
+  });
+
+  it('scrubs addresses, paths, accounts, credentials, environment values and raw log lines', () => {
+    const cases: [string, string][] = [
+      ['failed at 10.0.3.7:8000', 'failed at [address]'],
+      ['host spark1.lab.example.net down', 'host [address] down'],
+      ['fe80::1ff:fe23:4567:890a unreachable', '[address] unreachable'],
+      ['ssh sparkuser@spark1 refused', 'ssh [account] refused'],
+      ['model /srv/models/llama-70b missing', 'model [path] missing'],
+      ['cache ~/models/x and ./work/y', 'cache [path] and [path]'],
+      ['HF_TOKEN=hf_abc123 set', 'HF_TOKEN=[redacted] set'],
+      ['auth Bearer abc.def.ghi failed', 'auth [credential] failed'],
+      ['token ghs_16C7e42F292c6912E7710c838347Ae178B4a leaked', '[credential] leaked'],
+      ['key spk_api_AAAABBBB used', 'key [credential] used'],
+      ['see http://10.1.1.1:9/health', 'see [url]'],
+      ['opaque Zx81mQ02pLr77Tq0aaBBccDDeeFFgg99hh00 value', 'opaque [secret] value'],
+      [
+        'restore failed: health 503\nTraceback (most recent call last):\n  File "/opt/x.py"',
+        'restore failed: health 503',
+      ],
+    ];
+    for (const [input, want] of cases) expect(redactText(input), input).toBe(want);
+    expect(redactText('x'.repeat(500), 50)).toHaveLength(50);
+  });
+
+  it('shows a lease event by reservation and host, never by its fencing-token id', () => {
+    const row = {
+      id: 1,
+      at: 0,
+      subjectType: 'lease',
+      subjectId: 'l-spark-2-987655',
+      type: 'lease.granted',
+      fromState: null,
+      toState: 'active',
+      cause: 'admission granted r-1',
+      actor: 'github:octocat',
+      dataJson: JSON.stringify({ reservationId: 'r-1', hostId: 'spark-2', fencingToken: 987655 }),
+    };
+    const pub = toEventView(row, { publicView: true });
+    expect(pub).toMatchObject({ subjectId: 'r-1 on spark-2', actor: 'github' });
+    expect(JSON.stringify(pub)).not.toContain('987655');
+    expect(toEventView(row, { publicView: false }).actor).toBe('github:octocat');
+    expect(toEventView({ ...row, dataJson: 'nope' }, { publicView: true }).subjectId).toBe('lease');
+  });
+});
