@@ -130,15 +130,15 @@ describe('relay agent: kill -9 at each step, then restart', () => {
         hosts: [{ id: 'spark-1', homeService: 'deckard' }],
         runner: () =>
           step === 'cleaning'
-            ? { exitCode: 0, sleepMs: 60_000, ignoreTermMs: 1500 }
-            : { exitCode: 0, sleepMs: 1500 },
+            ? { exitCode: 0, sleepMs: 60_000, ignoreTermMs: 1000 }
+            : { exitCode: 0, sleepMs: 1000 },
         githubOutcome: () => 'passed',
-        deckardReadyDelayMs: step === 'restoring' ? 2000 : 0,
+        deckardReadyDelayMs: step === 'restoring' ? 1500 : 0,
       });
       const f = fleet;
       await f.deckard!.start();
-      if (step === 'draining') f.deckard!.setDelay('drain', 1500);
-      if (step === 'stopping') f.deckard!.setDelay('stop', 1500);
+      if (step === 'draining') f.deckard!.setDelay('drain', 1000);
+      if (step === 'stopping') f.deckard!.setDelay('stop', 1000);
       const agent = f.startAgent('spark-1');
       await f.waitHostPhase('spark-1', ['service']);
       const id = await f.reserve();
