@@ -1,4 +1,4 @@
-import { eq } from 'drizzle-orm';
+import { and, eq } from 'drizzle-orm';
 import type { Report } from '../../core/protocol/agent.ts';
 import { conflict } from '../errors.ts';
 import type { Tx } from '../ledger/db.ts';
@@ -202,7 +202,18 @@ async function runnerExited(
 ): Promise<string> {
   const { lease, r, leases, hostId, actor, report } = a;
   const h = await currentHandoff(tx, lease.id);
-  if (!h || h.runnerName !== report.runnerName) {
+  // Once the release began, the GitHub part may already have deregistered the runner (its
+  // handoff row is marked deleted); the exit of the runner the agent stopped is still evidence.
+  const releasedRunner =
+    h?.runnerName !== report.runnerName &&
+    lease.status === 'releasing' &&
+    (
+      await tx
+        .select({ name: t.jitHandoffs.runnerName })
+        .from(t.jitHandoffs)
+        .where(and(eq(t.jitHandoffs.leaseId, lease.id), eq(t.jitHandoffs.runnerName, report.runnerName)))
+    ).length > 0;
+  if (!releasedRunner && (!h || h.runnerName !== report.runnerName)) {
     throw conflict('unknown_runner', `runner ${report.runnerName} is not the current runner of ${lease.id}`);
   }
   if (lease.runnerExitedAt != null) return `${lease.id} exit already recorded`;
