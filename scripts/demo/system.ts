@@ -113,6 +113,8 @@ export interface SparkSystem {
   controller: ProcessHandle;
   jobs: SimJob[];
   deliveries: Delivery[];
+  /** Every JIT config a runner presented to GitHub (secrets: for leak checks only). */
+  jitConfigsSeen: string[];
   /** HTTP call to the controller (JSON); `token` defaults to the operator token, `null` sends none. */
   api<T = unknown>(
     method: string,
@@ -142,6 +144,8 @@ export interface SparkSystem {
   waitCheck(reservationId: string, title: string | RegExp, timeoutMs?: number): Promise<CheckRun>;
   waitJob(reservationId: string, hostId?: string, timeoutMs?: number): Promise<SimJob>;
   startAgent(hostId: string): ProcessHandle;
+  /** What to look at when a scenario fails: host phases, open reservations, recent log lines. */
+  diagnostics(): Promise<string>;
   stopController(signal?: NodeJS.Signals): Promise<void>;
   startController(): Promise<void>;
   close(): Promise<void>;
@@ -225,6 +229,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
     collaborators: { [MAINTAINER]: 'admin', mallory: 'read' },
   });
   const jobs: SimJob[] = [];
+  const jitConfigsSeen: string[] = [];
   const deliveries: Delivery[] = [];
   const failed = new Map<string, { event: string; body: string }>();
   let jobSeq = 500;
@@ -302,6 +307,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
         const b = (await readBody(req)) as { jitConfig: string; pid: number; hostId: string };
         const runner = gh.runners.find((r) => r.encodedJitConfig === b.jitConfig);
         if (!runner) return send(res, 401, { message: 'this runner is not registered (JIT config unknown)' });
+        if (!jitConfigsSeen.includes(b.jitConfig)) jitConfigsSeen.push(b.jitConfig);
         const existing = jobs.find((j) => j.runnerName === runner.name);
         if (existing) return send(res, 200, existing);
         const label = runner.labels.find((l) => /^spark-r-\d+$/.test(l));
@@ -352,9 +358,9 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
           note(
             `GitHub Actions: job ${job.id} of ${job.reservationId} on ${job.hostId} completed: ${b.conclusion}`,
           );
-          // an ephemeral JIT runner deregisters itself after its one job
-          const i = gh.runners.findIndex((r) => r.name === job.runnerName);
-          if (i >= 0) gh.runners.splice(i, 1);
+          // the runner is idle again; deregistering it is the controller's job on release
+          const runner = gh.runners.find((r) => r.name === job.runnerName);
+          if (runner) runner.busy = false;
           await deliver('workflow_job', workflowJob(job, 'completed'));
         }
         return send(res, 200, { ok: true });
@@ -560,6 +566,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
     },
     jobs,
     deliveries,
+    jitConfigsSeen,
     api,
     openPr(n, o) {
       const headRepo = o.fork ? `mallory/${REPO.split('/')[1]}` : REPO;
@@ -616,7 +623,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
         .orderBy(asc(t.events.id));
       return rows.map((r) => ({ type: r.type, cause: r.cause }));
     },
-    waitReservation(id, statuses, timeoutMs = 30_000) {
+    waitReservation(id, statuses, timeoutMs = 60_000) {
       return waitFor(
         `reservation ${id} to be ${statuses.join('|')}`,
         async () => {
@@ -627,7 +634,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
         100,
       );
     },
-    async waitHostPhase(id, phases, timeoutMs = 30_000) {
+    async waitHostPhase(id, phases, timeoutMs = 60_000) {
       await waitFor(
         `host ${id} to be ${phases.join('|')}`,
         async () => phases.includes((await sys.host(id)).phase),
@@ -638,7 +645,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
     checkRun(reservationId) {
       return gh.checkRuns.find((c) => c.external_id === reservationId);
     },
-    waitCheck(reservationId, title, timeoutMs = 30_000) {
+    waitCheck(reservationId, title, timeoutMs = 60_000) {
       return waitFor(
         `check run of ${reservationId} to read ${String(title)} (now: ${sys.checkRun(reservationId)?.output.title ?? 'none'})`,
         () => {
@@ -650,7 +657,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
         100,
       );
     },
-    waitJob(reservationId, hostId, timeoutMs = 30_000) {
+    waitJob(reservationId, hostId, timeoutMs = 60_000) {
       return waitFor(
         `a job of ${reservationId}${hostId ? ` on ${hostId}` : ''}`,
         () => jobs.find((j) => j.reservationId === reservationId && (!hostId || j.hostId === hostId)),
@@ -659,6 +666,32 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
       );
     },
     startAgent,
+    async diagnostics() {
+      const out: string[] = [];
+      for (const h of hosts) {
+        const row = await sys.host(h.id);
+        out.push(`${h.id}: phase ${row.phase}, note ${row.note ?? '-'}`);
+      }
+      const open = await db().select().from(t.reservations);
+      for (const r of open.slice(-8))
+        out.push(
+          `${r.id} ${r.kind} ${r.status} ${r.outcome ?? ''} ${r.reason ?? ''} check: ${sys.checkRun(r.id)?.output.title ?? '-'}`,
+        );
+      const tail = (text: string, n: number) => text.trimEnd().split('\n').slice(-n).join('\n');
+      out.push('--- controller (warnings and errors)');
+      out.push(
+        tail(
+          controller
+            .output()
+            .split('\n')
+            .filter((l) => /"level":"(warn|error)"/.test(l))
+            .join('\n'),
+          20,
+        ),
+      );
+      for (const [id, a] of Object.entries(agents)) out.push(`--- agent ${id}`, tail(a.output(), 25));
+      return out.join('\n');
+    },
     async stopController(signal: NodeJS.Signals = 'SIGKILL') {
       await controller.stop(signal);
     },

@@ -1,38 +1,53 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { queuedId, REPO, type SparkSystem, startSystem } from '../../scripts/demo/system.ts';
-import { isLive } from '../doubles/index.ts';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type JobPlan, queuedId, REPO, type SparkSystem, startSystem } from '../../scripts/demo/system.ts';
+import { isLive, waitFor } from '../doubles/index.ts';
 
 /**
  * The whole system from GitHub's side (issue 7): controller and relay agents as separate
  * processes, the fake GitHub API and the simulated GitHub Actions service in this process. Jobs
  * run on the JIT runners the agents start; GitHub's webhooks (pull_request, workflow_job) are
- * signed and sent to the controller the way GitHub sends them.
+ * signed and sent to the controller the way GitHub sends them. One system serves the file.
  */
 
 const sha = (c: string) => c.repeat(40);
+/** Plans by commit: which jobs a test holds at a gate. */
+const plans = new Map<string, Partial<JobPlan>>();
 let sys: SparkSystem;
 
 beforeAll(async () => {
-  sys = await startSystem();
-}, 60_000);
+  sys = await startSystem({ plan: (j) => plans.get(j.headSha) ?? {} });
+}, 90_000);
 
-afterAll(async () => {
-  await sys?.close();
+afterEach(async (ctx) => {
+  if (ctx.task.result?.state === 'fail' && sys) console.error(await sys.diagnostics());
 });
 
-describe('system: label to passed check with receipt', () => {
+afterAll(async () => {
+  if (!sys) return;
+  expect(sys.gh.violations).toEqual([]);
+  await sys.close();
+});
+
+describe('system: happy path', { timeout: 180_000 }, () => {
   it('label → dispatch → JIT runner → workflow_job events → passed check with evidence receipt', async () => {
+    plans.set(sha('a'), { gates: ['work'] });
     sys.openPr(1, { sha: sha('a') });
     const rid = queuedId(await sys.label(1, 'spark-test'));
-    // the job is held at its test step so the running state can be seen
     const job = await sys.waitJob(rid);
     expect(job).toMatchObject({ hostId: 'spark-2', headSha: sha('a'), repo: REPO, topology: 'single' });
+    expect(job.labels).toEqual(['self-hosted', 'Linux', 'ARM64', 'spark', 'spark-single', `spark-${rid}`]);
     expect(sys.gh.dispatches.find((d) => d.inputs.reservation_id === rid)).toEqual({
       repo: REPO,
       workflow: 'spark-pr-test.yml',
       ref: 'main',
       inputs: { reservation_id: rid, head_sha: sha('a'), topology: 'single', suite: 'smoke' },
     });
+    // while the job runs, the PR shows it with the exact commit
+    const running = await sys.waitCheck(rid, `Spark test running — exact SHA ${sha('a').slice(0, 7)}`);
+    expect(running.status).toBe('in_progress');
+    expect((await sys.reservation(rid)).status).toBe('running');
+
+    sys.openGate(rid, 'work');
     const done = await sys.waitReservation(rid, ['done', 'failed']);
     expect(done).toMatchObject({ status: 'done', outcome: 'passed', headSha: sha('a') });
     const check = await sys.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
@@ -55,9 +70,117 @@ describe('system: label to passed check with receipt', () => {
       'reservation.done',
     ])
       expect(types, ty).toContain(ty);
+    // GitHub's result arrived before the runner exited, so the release carries it
     expect(types.indexOf('reservation.job_completed')).toBeLessThan(types.indexOf('reservation.releasing'));
     expect(isLive(job.pid)).toBe(false);
     await sys.waitHostPhase('spark-2', ['idle']);
-    expect(sys.gh.violations).toEqual([]);
+    // the release deregistered the one-job runner on GitHub
+    await waitFor(
+      'the runner to be deleted on GitHub',
+      () => !sys.gh.runners.some((r) => r.name === job.runnerName),
+    );
+    // spark-1 kept serving Deckard throughout
+    expect(sys.deckard!.ctlLog()).toEqual(['start']);
+
+    // the JIT config reached only the runner: not the logs, not a public view
+    expect(sys.jitConfigsSeen).toHaveLength(1);
+    const views = {
+      fleet: JSON.stringify((await sys.api('GET', '/api/v1/fleet', undefined, null)).body),
+      queue: JSON.stringify((await sys.api('GET', '/api/v1/queue', undefined, null)).body),
+      dashboard: String((await sys.api('GET', '/', undefined, null)).body),
+      controllerLog: sys.controller.output(),
+      agentLog: sys.agents['spark-2']!.output(),
+      history: JSON.stringify(await sys.history(rid)),
+    };
+    for (const [where, text] of Object.entries(views))
+      expect(text.includes(sys.jitConfigsSeen[0]!), `${where} contains the JIT config`).toBe(false);
   });
 });
+
+describe('system: cancellation and new commits', { timeout: 180_000 }, () => {
+  it('label removed / PR closed cancel only queued work; a push supersedes the queued SHA while the active run keeps its SHA', async () => {
+    // a pair holds both hosts with its job running, so the next requests queue
+    plans.set(sha('b'), { gates: ['work'] });
+    sys.openPr(2, { sha: sha('b') });
+    const pair = queuedId(await sys.label(2, 'spark-pair-test'));
+    await sys.waitJob(pair, 'spark-1');
+    await sys.waitJob(pair, 'spark-2');
+    await sys.waitCheck(pair, `Spark test running — exact SHA ${sha('b').slice(0, 7)}`);
+    // spark-1 was lent: Deckard drained and stopped before the pair got it
+    expect(sys.deckard!.ctlLog()).toEqual(['start', 'drain', 'stop']);
+
+    sys.openPr(3, { sha: sha('c') });
+    const r3 = queuedId(await sys.label(3, 'spark-test'));
+    sys.openPr(4, { sha: sha('d') });
+    const r4 = queuedId(await sys.label(4, 'spark-test'));
+    await sys.waitCheck(r3, 'Spark test queued — position 1');
+    await sys.waitCheck(r4, 'Spark test queued — position 2');
+
+    // label removed from a queued request: cancelled, with the reason on its check run
+    expect((await sys.unlabel(3, 'spark-test')).result).toBe(`cancelled ${r3}`);
+    const c3 = await sys.waitCheck(r3, 'Spark test cancelled — never started');
+    expect(c3.conclusion).toBe('cancelled');
+    expect(c3.output.summary).toContain('label "spark-test" removed by @alice');
+    // PR closed while queued: cancelled
+    expect((await sys.closePr(4)).result).toBe(`cancelled ${r4}`);
+    expect((await sys.waitCheck(r4, 'Spark test cancelled — never started')).output.summary).toContain(
+      'PR #4 closed',
+    );
+
+    // label removed from the active pair: it keeps running
+    expect((await sys.unlabel(2, 'spark-pair-test')).result).toBe(`kept active ${pair}`);
+    expect((await sys.reservation(pair)).status).toBe('running');
+
+    // a push supersedes the queued request for the old SHA and queues the new one
+    sys.openPr(5, { sha: sha('e') });
+    const r5 = queuedId(await sys.label(5, 'spark-test'));
+    await sys.waitCheck(r5, 'Spark test queued — position 1');
+    const pushed = await sys.push(5, sha('f'));
+    expect(pushed.result).toMatch(new RegExp(`^superseded ${r5}, queued r-\\d+$`));
+    const r6 = queuedId({ ...pushed, result: pushed.result!.split(', ')[1]! });
+    const c5 = await sys.waitCheck(
+      r5,
+      `Spark test superseded — ${sha('e').slice(0, 7)} is no longer the PR head`,
+    );
+    expect(c5).toMatchObject({ conclusion: 'neutral', head_sha: sha('e') });
+    expect(await sys.reservation(r6)).toMatchObject({ status: 'queued', headSha: sha('f') });
+
+    // a push to the active pair's PR: the run keeps the SHA it was admitted for
+    await sys.push(2, sha('9'));
+    expect(await sys.reservation(pair)).toMatchObject({ status: 'running', headSha: sha('b') });
+
+    sys.openGate(pair, 'work');
+    const donePair = await sys.waitReservation(pair, ['done', 'failed']);
+    expect(donePair).toMatchObject({ status: 'done', outcome: 'passed', headSha: sha('b') });
+    const cPair = await sys.waitCheck(pair, 'Spark test passed — evidence receipt recorded');
+    expect(cPair.head_sha).toBe(sha('b'));
+    expect(Object.keys(JSON.parse(donePair.receiptJson!).byHost).sort()).toEqual(['spark-1', 'spark-2']);
+    for (const j of sys.jobs.filter((x) => x.reservationId === pair)) expect(j.headSha).toBe(sha('b'));
+
+    // the new commit runs next, on spark-2, and reports its own SHA
+    const c6 = await sys.waitCheck(r6, 'Spark test passed — evidence receipt recorded');
+    expect(c6.head_sha).toBe(sha('f'));
+    expect((await sys.waitJob(r6)).hostId).toBe('spark-2');
+    // cancelled and superseded requests never reached a host
+    for (const id of [r3, r4, r5]) {
+      expect(await sys.leases(id)).toEqual([]);
+      expect(sys.gh.dispatches.some((d) => d.inputs.reservation_id === id)).toBe(false);
+    }
+    // Deckard came back on spark-1 after the pair
+    await sys.waitHostPhase('spark-1', ['service']);
+    expect(sys.deckard!.ctlLog()).toEqual(['start', 'drain', 'stop', 'start']);
+  });
+
+  it('refuses a fork PR with a visible check run and queues nothing', async () => {
+    sys.openPr(7, { sha: sha('7'), fork: true });
+    const d = await sys.label(7, 'spark-test');
+    expect(d.result).toMatch(/^refused: PR #7 comes from a fork \(mallory\/butter\)/);
+    const check = await waitForRefusal(sha('7'));
+    expect(check.conclusion).toBe('neutral');
+    expect(check.output.title).toMatch(/^Spark test refused — PR #7 comes from a fork/);
+  });
+});
+
+function waitForRefusal(headSha: string) {
+  return waitFor('the refusal check run', () => sys.gh.checkRuns.find((c) => c.head_sha === headSha));
+}

@@ -1,0 +1,233 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { FleetView, QueueView } from '../../functions/views.ts';
+import { type JobPlan, queuedId, type SparkSystem, startSystem } from '../../scripts/demo/system.ts';
+import { isLive, waitFor } from '../doubles/index.ts';
+
+/**
+ * DESIGN.md "Failure and cancellation behavior", end to end (issue 7): the controller and one
+ * relay agent per host as separate processes, GitHub (API + Actions) simulated in this process.
+ * The agent part's e2e tests prove the agent's side of several of these; here each scenario is
+ * followed through to what GitHub users and operators see (check runs, the queue, the fleet).
+ * One system serves the file; the scenarios run in order and each says what state it leaves.
+ */
+
+const sha = (c: string) => c.repeat(40);
+/** Plans by commit and host. */
+const plans = new Map<string, (hostId: string) => Partial<JobPlan>>();
+let sys: SparkSystem;
+let developToken = '';
+let pr = 10;
+const sleepers: ChildProcess[] = [];
+
+beforeAll(async () => {
+  sys = await startSystem({
+    timings: { offlineAfterS: 5, devLeaseDefaultTtlS: 10, restoreRetries: 1, restoreHealthTimeoutS: 2 },
+    plan: (j) => plans.get(j.headSha)?.(j.hostId) ?? {},
+  });
+  const created = await sys.api<{ token: string }>('POST', '/api/v1/tokens', {
+    name: 'dev-laptop',
+    scopes: ['develop'],
+  });
+  expect(created.status).toBe(201);
+  developToken = created.body.token;
+}, 90_000);
+
+afterEach(async (ctx) => {
+  if (ctx.task.result?.state === 'fail' && sys) console.error(await sys.diagnostics());
+});
+
+afterAll(async () => {
+  for (const p of sleepers) p.kill('SIGKILL');
+  if (!sys) return;
+  expect(sys.gh.violations).toEqual([]);
+  await sys.close();
+});
+
+const fleet = async () => (await sys.api<FleetView>('GET', '/api/v1/fleet', undefined, null)).body;
+const hostView = async (id: string) => (await fleet()).hosts.find((h) => h.id === id)!;
+const queueItem = async (id: string) =>
+  (await sys.api<QueueView>('GET', '/api/v1/queue', undefined, null)).body.queued.find((q) => q.id === id);
+
+/** Labels a fresh PR at `headSha` and returns the queued reservation. */
+async function labelNewPr(headSha: string, label = 'spark-test') {
+  const n = ++pr;
+  sys.openPr(n, { sha: headSha });
+  return { n, rid: queuedId(await sys.label(n, label)) };
+}
+
+/** A development lease; without `ttlS` it gets the file's short default (devLeaseDefaultTtlS). */
+async function reserveAsDeveloper(host: string, ttlS?: number) {
+  const res = await sys.api<{ reservation: { id: string } }>(
+    'POST',
+    '/api/v1/reservations',
+    { host, ...(ttlS ? { ttlS } : {}) },
+    developToken,
+  );
+  expect(res.status).toBe(201);
+  return res.body.reservation.id;
+}
+
+async function baseline() {
+  await sys.waitHostPhase('spark-1', ['service']);
+  await sys.waitHostPhase('spark-2', ['idle']);
+}
+
+describe('system: failure and cancellation behavior', { timeout: 180_000 }, () => {
+  it('one node of a pair fails: the pair fails as a unit, both nodes keep their evidence, the PR check fails', async () => {
+    await baseline();
+    plans.set(sha('1'), (host) =>
+      host === 'spark-1'
+        ? {
+            result: 'failed',
+            exitCode: 3,
+            gates: ['work'],
+            lastLines: ['NCCL WARN connection to rank 1 lost', 'FAILED allreduce matches reference'],
+          }
+        : { gates: ['work'] },
+    );
+    const { rid } = await labelNewPr(sha('1'), 'spark-pair-test');
+    // both halves run before spark-1's fails
+    await sys.waitJob(rid, 'spark-1');
+    await sys.waitJob(rid, 'spark-2');
+    sys.openGate(rid, 'work', 'spark-1');
+    const r = await sys.waitReservation(rid, ['done', 'failed']);
+    expect(r).toMatchObject({ status: 'failed', outcome: 'failed' });
+    const check = await sys.waitCheck(rid, `Spark test failed — exact SHA ${sha('1').slice(0, 7)}`);
+    expect(check.conclusion).toBe('failure');
+    expect(check.output.summary).toContain('Evidence receipt recorded');
+
+    const [l1, l2] = await sys.leases(rid);
+    expect(l1).toMatchObject({ hostId: 'spark-1', status: 'released', exitCode: 3 });
+    expect(l2).toMatchObject({ hostId: 'spark-2', status: 'released' });
+    expect(JSON.parse(l1!.evidenceJson!).runner.lastLines).toContain('NCCL WARN connection to rank 1 lost');
+    // spark-2's healthy half was stopped by its own agent, not left running
+    expect(JSON.parse(l2!.evidenceJson!).runner.lastLines).toContain('Received SIGTERM; job cancelled');
+    for (const j of sys.jobs.filter((x) => x.reservationId === rid)) expect(isLive(j.pid)).toBe(false);
+    const receipt = JSON.parse(r.receiptJson!).byHost['spark-1'];
+    expect(receipt).toMatchObject({ result: 'failed', headSha: sha('1') });
+    expect(receipt.lastLines).toContain('FAILED allreduce matches reference');
+    // both hosts come back: Deckard restored on spark-1, spark-2 idle
+    await baseline();
+  });
+
+  it('Deckard restore fails: bounded retries, spark-1 quarantined with a visible alert and kept out of CI', async () => {
+    const deckardDir = sys.deckard!.dir;
+    writeFileSync(join(deckardDir, 'start-fails'), 'deckard: model load failed: CUDA error: out of memory');
+    const dev = await reserveAsDeveloper('spark-1', 3600);
+    await sys.waitReservation(dev, ['running']);
+    expect(sys.deckard!.isRunning()).toBe(false);
+    const released = await sys.api('POST', `/api/v1/reservations/${dev}/release`, undefined, developToken);
+    expect(released.status).toBe(200);
+    await sys.waitHostPhase('spark-1', ['quarantined']);
+
+    // bounded: the first restore plus restoreRetries (1) retries, then no more attempts
+    const hostEvents = await sys.history('spark-1');
+    const alert = hostEvents.find((e) => e.type === 'alert.restore_failed');
+    expect(alert?.cause).toBe('deckard restore failed after 2 attempts; host quarantined');
+    expect(sys.deckard!.ctlLog().filter((c) => c === 'start')).toHaveLength(3); // setup + 2 attempts
+    const view = await hostView('spark-1');
+    expect(view.state).toBe('quarantined');
+    expect(view.note).toContain('CUDA error: out of memory');
+    const dashboard = String((await sys.api('GET', '/', undefined, null)).body);
+    expect(dashboard).toContain('quarantined');
+    expect(dashboard).toContain('restore failed');
+
+    // out of CI: a pair cannot be admitted while spark-1 is quarantined, though spark-2 is idle
+    const { n, rid } = await labelNewPr(sha('2'), 'spark-pair-test');
+    await sys.waitCheck(rid, 'Spark test queued — position 1');
+    const q = await waitFor('the queue to explain the wait', () => queueItem(rid));
+    expect(q.reason).toBe('needs 2 hosts in pool spark; 1 schedulable now');
+    expect((await sys.reservation(rid)).status).toBe('queued');
+    expect((await sys.unlabel(n, 'spark-pair-test')).result).toBe(`cancelled ${rid}`);
+    expect(sys.deckard!.ctlLog().filter((c) => c === 'start')).toHaveLength(3);
+  });
+
+  it('heartbeat stale: the host shows offline (never idle) and gets no CI until its agent is back', async () => {
+    // spark-1 is still quarantined, so spark-2 is the only host CI could use
+    await sys.agents['spark-2']!.stop('SIGKILL');
+    await waitFor(
+      'spark-2 to show offline',
+      async () => (await hostView('spark-2')).state === 'offline',
+      20_000,
+    );
+    const { rid } = await labelNewPr(sha('3'));
+    await sys.waitCheck(rid, 'Spark test queued — position 1');
+    const q = await waitFor('the queue to explain the wait', () => queueItem(rid));
+    expect(q.reason).toBe('needs 1 host in pool spark; 0 schedulable now');
+    expect((await hostView('spark-2')).state).toBe('offline');
+    expect(await sys.leases(rid)).toEqual([]);
+
+    sys.startAgent('spark-2');
+    const check = await sys.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
+    expect(check.head_sha).toBe(sha('3'));
+    expect((await sys.leases(rid)).map((l) => l.hostId)).toEqual(['spark-2']);
+    await sys.waitHostPhase('spark-2', ['idle']);
+  });
+
+  it('lease expires with processes present: release-required, nothing killed, no CI admitted until they are gone', async () => {
+    const dev = await reserveAsDeveloper('spark-2');
+    await sys.waitReservation(dev, ['running']);
+    // the developer's training job, still on the GPU when the 10 s lease runs out
+    const job = spawn('sleep', ['600'], { stdio: 'ignore' });
+    sleepers.push(job);
+    sys.gpu['spark-2']!.setProcesses([{ pid: job.pid!, name: 'python train.py', usedMemoryMiB: 20480 }]);
+    await sys.waitHostPhase('spark-2', ['release-required']);
+    expect((await hostView('spark-2')).state).toBe('release-required');
+    const history = await sys.history(dev);
+    expect(history.map((e) => e.type)).toContain('reservation.releasing');
+
+    const { rid } = await labelNewPr(sha('4'));
+    await sys.waitCheck(rid, 'Spark test queued — position 1');
+    expect((await sys.reservation(rid)).status).toBe('queued');
+    expect(isLive(job.pid!)).toBe(true); // nothing was killed
+    expect((await sys.host('spark-2')).phase).toBe('release-required');
+
+    // the developer ends their job; the agent confirms the GPU is free and CI runs again
+    job.kill('SIGKILL');
+    sys.gpu['spark-2']!.setProcesses([]);
+    const check = await sys.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
+    expect(check.head_sha).toBe(sha('4'));
+    await sys.waitHostPhase('spark-2', ['idle']);
+
+    // an operator fixes Deckard and clears the quarantine: spark-1 serves again
+    rmSync(join(sys.deckard!.dir, 'start-fails'));
+    expect((await sys.api('POST', '/api/v1/hosts/spark-1/clear-quarantine')).status).toBe(200);
+    await sys.waitHostPhase('spark-1', ['service']);
+    expect(sys.deckard!.isRunning()).toBe(true);
+  });
+
+  it('controller unavailable: the active job finishes, nothing new starts, and everything lands once it is back', async () => {
+    await baseline();
+    plans.set(sha('5'), () => ({ gates: ['exit'] }));
+    const { rid } = await labelNewPr(sha('5'));
+    const job = await sys.waitJob(rid);
+    // GitHub reported the job result; the runner is still finishing up
+    await waitFor('the job result on GitHub', () => job.conclusion === 'success');
+    await sys.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
+
+    await sys.stopController('SIGKILL');
+    sys.openGate(rid, 'exit');
+    await waitFor('the runner to finish without the controller', () => !isLive(job.pid), 20_000);
+    // a maintainer labels another PR meanwhile: GitHub cannot deliver it
+    sys.openPr(++pr, { sha: sha('6') });
+    const missed = await sys.label(pr, 'spark-test');
+    expect(missed.status).toBe(0);
+    await waitFor('the agent to notice', () =>
+      sys.agents['spark-2']!.output().includes('controller unreachable; starting nothing new'),
+    );
+    const jobsWhileDown = sys.jobs.length;
+
+    await sys.startController();
+    const r = await sys.waitReservation(rid, ['done', 'failed']);
+    expect(r).toMatchObject({ status: 'done', outcome: 'passed', headSha: sha('5') });
+    expect(sys.jobs.length).toBe(jobsWhileDown);
+    // GitHub's "Redeliver": the missed label now queues and runs
+    const [again] = await sys.redeliverFailed();
+    const next = queuedId(again!);
+    await sys.waitCheck(next, 'Spark test passed — evidence receipt recorded');
+    await baseline();
+  });
+});
