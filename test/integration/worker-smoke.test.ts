@@ -102,6 +102,14 @@ describe('Cloudflare Worker entry (workerd via wrangler dev)', () => {
     });
   });
 
+  it('the cron handler runs and fails closed without the ledger; the Worker keeps answering', async () => {
+    const res = await fetch(`${url}/cdn-cgi/handler/scheduled?cron=*+*+*+*+*`);
+    await res.text();
+    // the handler threw: syncing hosts needs the (unreachable) ledger, so nothing ran half-way
+    expect(res.status).toBe(500);
+    expect((await fetch(`${url}/healthz`)).status).toBe(503);
+  });
+
   it('a forged signature gets 401', async () => {
     const body = JSON.stringify(example('pull_request', 'labeled'));
     const res = await fetch(`${url}/github/webhooks`, {
