@@ -4,7 +4,7 @@ import { drainOutbox } from './outbox.ts';
 import { mountRepositoryRoutes } from './repositories.ts';
 import { senders } from './senders.ts';
 import { githubService } from './service.ts';
-import { refreshQueuedChecks, runSchedules, sweepRunnerPickup } from './sweeps.ts';
+import { pruneDeliveries, refreshQueuedChecks, runSchedules, sweepRunnerPickup } from './sweeps.ts';
 import { mountWebhook } from './webhook.ts';
 
 /**
@@ -26,6 +26,7 @@ export const githubModule: AppModule = {
     await runSchedules(svc);
     await sweepRunnerPickup(svc);
     await refreshQueuedChecks(svc);
+    await pruneDeliveries(svc);
     if (svc.client.configured) await drainOutbox(svc, senders);
   },
 };

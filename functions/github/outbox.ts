@@ -117,6 +117,9 @@ export async function drainOutbox(
           eq(t.outbox.status, 'pending'),
           lte(t.outbox.nextAttemptAt, now),
           or(isNull(t.outbox.claimedUntil), lte(t.outbox.claimedUntil, now)),
+          // one check-run send per reservation at a time across processes: two concurrent sends
+          // both find no check run yet and both create one (seen by test/e2e/load-webhooks)
+          sql`NOT (${t.outbox.kind} = 'check-run' AND EXISTS (SELECT 1 FROM outbox AS busy WHERE busy.kind = 'check-run' AND busy.reservation_id = ${t.outbox.reservationId} AND busy.status = 'pending' AND busy.claimed_until > ${now}))`,
         ),
       )
       .orderBy(asc(t.outbox.id))

@@ -1,5 +1,5 @@
 import { Cron } from 'croner';
-import { and, eq, inArray, isNotNull } from 'drizzle-orm';
+import { and, eq, inArray, isNotNull, lt } from 'drizzle-orm';
 import * as t from '../ledger/schema.ts';
 import { buildViews } from '../views.ts';
 import { renderCheckRun } from './check-run.ts';
@@ -235,4 +235,27 @@ export async function runSchedules(svc: GitHubService): Promise<string[]> {
     if (id) fired.push(id);
   }
   return fired;
+}
+
+/** GitHub lets an operator redeliver a webhook for 3 days; dedup rows older than 7 days go. */
+export const DELIVERY_RETENTION_MS = 7 * 24 * 3_600_000;
+const PRUNE_KEY = 'github:deliveries_pruned_at';
+
+/** Prunes old webhook dedup rows at most once an hour; returns how many were removed. */
+export async function pruneDeliveries(svc: GitHubService): Promise<number> {
+  const { ledger } = svc;
+  const now = ledger.clock();
+  const mark = (await ledger.db.select().from(t.meta).where(eq(t.meta.key, PRUNE_KEY)))[0];
+  if (mark && now - Number(mark.value) < 3_600_000) return 0;
+  return ledger.write(async (tx, now) => {
+    const removed = await tx
+      .delete(t.webhookDeliveries)
+      .where(lt(t.webhookDeliveries.receivedAt, now - DELIVERY_RETENTION_MS))
+      .returning({ id: t.webhookDeliveries.deliveryId });
+    await tx
+      .insert(t.meta)
+      .values({ key: PRUNE_KEY, value: String(now) })
+      .onConflictDoUpdate({ target: t.meta.key, set: { value: String(now) } });
+    return removed.length;
+  });
 }

@@ -1,6 +1,8 @@
 import { verify } from '@octokit/webhooks-methods';
 import { eq, sql } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { githubService } from '../../functions/github/service.ts';
+import { DELIVERY_RETENTION_MS, pruneDeliveries } from '../../functions/github/sweeps.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { example, type Harness, startHarness } from '../fake-github/harness.ts';
 
@@ -212,6 +214,19 @@ describe('GitHub webhook endpoint', () => {
     // a second, distinct delivery of the same request does not queue it twice either
     const other = await h.deliver('pull_request', p);
     expect((await other.json()).result).toMatch(/already queued as r-1/);
+  });
+
+  it('dedup rows are kept past the 3-day redelivery window of GitHub, then pruned', async () => {
+    await h.deliver('pull_request', labeled('spark-test'), { id: 'old-delivery' });
+    expect(await pruneDeliveries(githubService(h.c.ctx))).toBe(0);
+    await h.c.ledger.db.delete(t.meta).where(eq(t.meta.key, 'github:deliveries_pruned_at'));
+    h.clock.advance(DELIVERY_RETENTION_MS + 60_000);
+    expect(await pruneDeliveries(githubService(h.c.ctx))).toBeGreaterThanOrEqual(1);
+    const left = await h.c.ledger.db
+      .select()
+      .from(t.webhookDeliveries)
+      .where(eq(t.webhookDeliveries.deliveryId, 'old-delivery'));
+    expect(left).toEqual([]);
   });
 
   it('repositories that are not enabled get nothing', async () => {
