@@ -4,6 +4,7 @@
 // its parent's), that the SPARK_* job environment is complete, records what it saw in a marker
 // file, writes into its work dir, sleeps and exits with the code the test put in the config.
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -75,6 +76,8 @@ if (fake.markerDir) {
       reservationId: process.env.SPARK_RESERVATION_ID,
       fencingToken: Number(process.env.SPARK_FENCING_TOKEN),
       jobTokenPrefix: process.env.SPARK_LEASE_TOKEN.slice(0, 8),
+      // a digest only: tests prove which config arrived without the marker holding it
+      jitSha256: createHash('sha256').update(cfg).digest('hex'),
       workDir: process.env.SPARK_WORK_DIR,
       cwd: process.cwd(),
       gpuAtStart,

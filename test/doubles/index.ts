@@ -175,6 +175,7 @@ export interface RunnerMarker {
   reservationId: string;
   fencingToken: number;
   jobTokenPrefix: string;
+  jitSha256: string;
   workDir: string;
   cwd: string;
   gpuAtStart: string[];

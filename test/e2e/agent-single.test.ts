@@ -1,6 +1,10 @@
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import * as t from '../../functions/ledger/schema.ts';
 import { type Fleet, startFleet } from '../doubles/fleet.ts';
-import { readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import { fakeJitConfig, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
  * Controller (this process, real HTTP + libSQL file) and agents (separate processes) on loopback.
@@ -56,7 +60,6 @@ describe('relay agent: single-host work', () => {
     expect(markers[0]!.jobTokenPrefix).toBe('spk_job_');
     expect(markers[0]!.cwd).toBe(markers[0]!.workDir);
     // the work dir the job wrote into is gone after cleanup
-    const { existsSync } = await import('node:fs');
     expect(existsSync(markers[0]!.workDir)).toBe(false);
 
     expect((await fleet.host('spark-2')).phase).toBe('idle');
@@ -72,6 +75,27 @@ describe('relay agent: single-host work', () => {
 
     // without a GitHub result a runner exit 0 ends with outcome "runner exited 0" (cross-part
     // contract step 6: outcome ?? 'runner exited <code>'; only passed/released count as done)
+    // the JIT config and the job token never reach a log line, the agent's state file or a ledger row
+    const jit = fakeJitConfig(markers[0]!.runnerName, fleet.markerDir, {
+      exitCode: 0,
+      sleepMs: 400,
+      lastLines: ['smoke suite: 12 passed'],
+    });
+    expect(createHash('sha256').update(jit).digest('hex')).toBe(markers[0]!.jitSha256);
+    const stateText = readFileSync(
+      join(dirname(fleet.agentConfigPath('spark-2')), 'state', 'agent-state.json'),
+      'utf8',
+    );
+    const ledgerText = JSON.stringify([
+      await fleet.controller.ledger.db.select().from(t.events),
+      await fleet.controller.ledger.db.select().from(t.leases),
+      await fleet.controller.ledger.db.select().from(t.jitHandoffs),
+    ]);
+    for (const text of [agent.output(), stateText, ledgerText]) {
+      expect(text).not.toContain(jit);
+      expect(text).not.toContain('spk_job_');
+    }
+
     const second = await fleet.reserve({ pr: 8 });
     const r2 = await fleet.waitReservation(second, ['done', 'failed']);
     expect(r2.outcome).toBe('runner exited 0');
