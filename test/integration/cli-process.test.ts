@@ -1,0 +1,120 @@
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { repoRoot } from '../../functions/node-server.ts';
+import { idleFacts, makeTestLedger, servingFacts, type TestLedger, tempDir } from '../helpers/ledger.ts';
+import {
+  agentCleaned,
+  agentPrepared,
+  cleanupBundle,
+  runSparkctl,
+  sparkctlBundle,
+  spawnSparkctl,
+  until,
+} from './cli-harness.ts';
+
+/**
+ * The whole developer path against `npm start` as its own process: bootstrap the first token into
+ * the ledger file, adopt hosts, reserve and wait until attached, release and wait for cleanup.
+ * The agents are stood in for by a second ledger client on the same file (the controller notices
+ * their writes through its admission timer, as it would notice another controller process).
+ */
+
+let work: { dir: string; cleanup: () => void };
+let controller: ChildProcessWithoutNullStreams | null = null;
+let agents: TestLedger | null = null;
+let bin = '';
+
+beforeAll(async () => {
+  work = tempDir('sparkctl-process-');
+  bin = await sparkctlBundle();
+});
+afterAll(async () => {
+  agents?.close();
+  if (controller && controller.exitCode === null) {
+    const exited = new Promise((r) => controller!.once('exit', r));
+    controller.kill('SIGTERM');
+    await exited;
+  }
+  cleanupBundle();
+  work.cleanup();
+});
+
+describe('sparkctl against npm start', () => {
+  it('bootstraps a token, adopts hosts, reserves until attached and releases after cleanup', async () => {
+    const ledgerUrl = `file:${join(work.dir, 'spark.db')}`;
+    const checkoutBin = join(repoRoot, 'cli', 'bin.mjs');
+    const boot = await runSparkctl(
+      checkoutBin,
+      ['admin', 'token', 'create', '--name', 'ops', '--scopes', 'operate', '--ledger', ledgerUrl],
+      {},
+      work.dir,
+    );
+    expect(boot.code).toBe(0);
+    const token = /store it now\): (spk_api_\S+)/.exec(boot.stdout)![1]!;
+
+    // tsx resolved from this checkout: the controller runs in a temp cwd without node_modules
+    const tsx = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
+    controller = spawn(process.execPath, ['--import', tsx, join(repoRoot, 'functions', 'node.ts')], {
+      cwd: work.dir,
+      env: {
+        PATH: process.env.PATH ?? '',
+        SPARK_LEDGER_URL: ledgerUrl,
+        SPARK_HOST: '127.0.0.1',
+        SPARK_PORT: '0',
+        SPARK_LOG_LEVEL: 'warn',
+      },
+      stdio: 'pipe',
+    });
+    let out = '';
+    controller.stdout.on('data', (d) => {
+      out += d;
+    });
+    controller.stderr.on('data', (d) => {
+      out += d;
+    });
+    const url = await until(
+      'controller listening',
+      () => /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1],
+      30_000,
+    );
+    const env = { SPARK_URL: url, SPARK_TOKEN: token };
+    const ctl = (args: string[]) => runSparkctl(bin, args, env, work.dir);
+
+    for (const h of ['spark-1', 'spark-2']) expect((await ctl(['host', 'adopt', h])).code).toBe(0);
+    agents = await makeTestLedger({ url: ledgerUrl });
+    const { ledger } = agents;
+    await ledger.recordHeartbeat('spark-1', servingFacts());
+    await ledger.recordHeartbeat('spark-2', idleFacts());
+    const fleet = JSON.parse((await ctl(['fleet', '--json'])).stdout);
+    expect(fleet.managed).toBe(true);
+
+    const p = spawnSparkctl(bin, ['reserve', '--wait'], env, work.dir);
+    await p.waitFor(/r-1 (queued|allocated)/);
+    const granted = await until(
+      'grant by the controller process',
+      async () =>
+        (await ledger.getReservation(undefined, 'r-1'))?.status === 'allocated' ? true : undefined,
+      10_000,
+    );
+    expect(granted).toBe(true);
+    await p.waitFor(/r-1 allocated spark-2 · preparing spark-2/);
+    await agentPrepared(ledger, 'r-1');
+    const attached = await p.done;
+    expect(attached.code).toBe(0);
+    expect(attached.stdout).toMatch(/r-1 is yours: spark-2 \(single\)/);
+
+    const rel = spawnSparkctl(bin, ['release', 'r-1'], env, work.dir);
+    await rel.waitFor(/waiting for the agent to confirm cleanup on spark-2/);
+    await agentCleaned(ledger, 'r-1');
+    const released = await rel.done;
+    expect(released.code).toBe(0);
+    expect(released.stdout).toMatch(/r-1 done: termination and cleanup confirmed on spark-2/);
+    const history = JSON.parse((await ctl(['history', 'r-1', '--json'])).stdout);
+    expect(history.events.map((e: { actor: string }) => e.actor)).toEqual(
+      expect.arrayContaining(['api:ops', 'admission', 'agent:test', 'agent:spark-2']),
+    );
+  }, 180_000);
+});
