@@ -34,7 +34,7 @@ const stamp = () => dim(`[+${((Date.now() - t0) / 1000).toFixed(1).padStart(5)}s
 const line = (who: string, text: string) => console.log(`${stamp()} ${who.padEnd(10)} ${text}`);
 const step = (text: string) => console.log(`\n${stamp()} ${bold(`▶ ${text}`)}`);
 
-const sha = (c: string) => c.repeat(40);
+const sha = (pair: string) => pair.repeat(20);
 const SHA = { pr1: sha('1a'), pr2: sha('2b'), pr3old: sha('3c'), pr3new: sha('3d'), fork: sha('4e') };
 /** The demo holds some jobs at a gate so the next part of the story happens while they run. */
 const plans = new Map<string, Partial<JobPlan>>([
