@@ -54,7 +54,11 @@ async function connect(token: string): Promise<Client> {
 type TextResult = { content: { type: string; text: string }[]; isError?: boolean };
 const text = (r: unknown) => (r as TextResult).content.map((c) => c.text).join('\n');
 /** The tools answer a summary line, a blank line, then the JSON data. */
-const data = (r: unknown) => JSON.parse(text(r).slice(text(r).indexOf('\n\n') + 2));
+const data = (r: unknown) => {
+  const t = text(r);
+  if (!t.includes('\n\n')) throw new Error(`tool answered without data: ${t}`);
+  return JSON.parse(t.slice(t.indexOf('\n\n') + 2));
+};
 
 describe('sparkctl mcp (stdio) with the SDK client', () => {
   it('lists the tools with their input schemas', async () => {
@@ -111,6 +115,21 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     const released = await releasing;
     expect(data(released)).toMatchObject({ id: r.id, status: 'done', outcome: 'released' });
     expect((await c.ledger.getHost(undefined, 'spark-2'))?.phase).toBe('idle');
+
+    // a second lease, released while its agent has not confirmed yet: the tool reports the
+    // recorded release instead of failing when its wait runs out
+    const next = ReservationInfo.parse(
+      data(await client.callTool({ name: 'reserve', arguments: { host: 'spark-2' } })),
+    );
+    await until(
+      'second grant',
+      async () => (await c.ledger.getReservation(undefined, next.id))?.status === 'allocated',
+    );
+    const early = await client.callTool({ name: 'release', arguments: { id: next.id, timeoutS: 1 } });
+    expect((early as TextResult).isError).toBeFalsy();
+    expect(text(early)).toMatch(
+      /releasing · waiting for the agent to confirm cleanup on spark-2 \(release recorded/,
+    );
   });
 
   it('rejects invalid tool input by schema and reports API refusals as tool errors', async () => {
