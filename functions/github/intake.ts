@@ -231,9 +231,11 @@ async function onPullRequest(svc: GitHubService, d: Delivery, raw: unknown): Pro
         ? `PR #${pr.number} comes from a fork (${pr.head.repo?.full_name ?? 'deleted repository'}); fork PRs never run on Spark hardware`
         : !auth!.allowed
           ? auth!.reason
-          : req.topology === 'pair' && !repo.pairEnabled
-            ? `pair (distributed) tests are not enabled for ${repo.fullName}; an operator must enable them first`
-            : null;
+          : pr.state !== 'open'
+            ? `PR #${pr.number} is ${pr.state}; only open PRs are tested`
+            : req.topology === 'pair' && !repo.pairEnabled
+              ? `pair (distributed) tests are not enabled for ${repo.fullName}; an operator must enable them first`
+              : null;
       let result: string;
       if (refusal) {
         await refuse(svc, tx, now, d, {

@@ -175,6 +175,15 @@ describe('GitHub webhook endpoint', () => {
     );
   });
 
+  it('a label on a closed PR queues nothing', async () => {
+    const p = labeled('spark-test');
+    p.pull_request.state = 'closed';
+    expect((await (await h.deliver('pull_request', p)).json()).result).toBe(
+      'refused: PR #2 is closed; only open PRs are tested',
+    );
+    expect(await count(h, 'reservations')).toBe(0);
+  });
+
   it('pair requests are refused while the repository has no distributed test enabled', async () => {
     const res = await h.deliver('pull_request', labeled('spark-pair-test'));
     expect((await res.json()).result).toMatch(/refused: pair \(distributed\) tests are not enabled/);
