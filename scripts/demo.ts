@@ -43,9 +43,14 @@ const plans = new Map<string, Partial<JobPlan>>([
 ]);
 
 let sys: SparkSystem | null = null;
+const startup = new AbortController();
+let starting: Promise<SparkSystem> | null = null;
 let closing: Promise<void> | null = null;
 const shutdown = (code: number) => {
+  startup.abort();
   closing ??= (async () => {
+    // an interrupted start tears itself down; wait for it before exiting
+    await starting?.catch(() => undefined);
     await sys?.close().catch((e) => console.error(`demo: cleanup failed: ${(e as Error).message}`));
   })();
   void closing.then(() => process.exit(code));
@@ -226,7 +231,7 @@ async function summary(s: SparkSystem, ids: string[]) {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   console.log(`\n${bold('Summary')}`);
   rows.forEach((r, i) => {
-    console.log(`  ${r.map((c, j) => c.padEnd(widths[j]!)).join('  ')}`);
+    console.log(`  ${r.map((c, j) => c.padEnd(widths[j]!)).join('  ')}`.trimEnd());
     if (i === 0) console.log(`  ${widths.map((w) => '─'.repeat(w)).join('  ')}`);
   });
   const fleet = await fleetView(s);
@@ -244,10 +249,12 @@ async function main() {
   console.log(
     dim('controller + 2 relay agents (simulated Spark hosts) + local fake GitHub, all on 127.0.0.1'),
   );
-  sys = await startSystem({
+  starting = startSystem({
     plan: (j) => plans.get(j.headSha) ?? {},
     onNote: (n) => line('GitHub', dim(n)),
+    signal: startup.signal,
   });
+  sys = await starting;
   console.log(
     `\n  dashboard: ${bold(`${sys.controllerUrl}/`)}   (fleet JSON: ${sys.controllerUrl}/api/v1/fleet)`,
   );
@@ -271,6 +278,7 @@ async function main() {
 }
 
 main().catch((e) => {
+  if (startup.signal.aborted) return;
   console.error(`\ndemo failed: ${(e as Error).message}`);
   shutdown(1);
 });

@@ -74,6 +74,8 @@ export interface SystemOptions {
   /** Called with every line worth showing on a timeline (webhooks, GitHub actions). */
   onNote?: (line: string) => void;
   deckardReadyDelayMs?: number;
+  /** Aborting it while starting (Ctrl-C in the demo) stops what already runs and rejects. */
+  signal?: AbortSignal;
 }
 
 export interface Delivery {
@@ -220,15 +222,69 @@ let deliverySeq = 0;
 
 /** Starts everything; the fleet is adopted, agents heartbeat and {@link REPO} is enabled (pairs too). */
 export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem> {
+  const parts: Parts = { agents: {}, jobs: [] };
+  try {
+    return await buildSystem(opts, parts);
+  } catch (e) {
+    // a failed or interrupted start leaves nothing running and no temp dir behind
+    await teardown(parts);
+    throw e;
+  }
+}
+
+/** What a (possibly half-started) system has running, so it can always be torn down. */
+interface Parts {
+  cleanup?: () => void;
+  gh?: FakeGitHub;
+  broker?: Server;
+  controller?: ProcessHandle;
+  agents: Record<string, ProcessHandle>;
+  jobs: SimJob[];
+  deckard?: FakeDeckard | null;
+  ledger?: Ledger;
+}
+
+async function teardown(p: Parts): Promise<void> {
+  await Promise.all(Object.values(p.agents).map((a) => a.stop('SIGKILL')));
+  // runners are detached from their agents on purpose (they survive an agent crash)
+  for (const j of p.jobs) {
+    try {
+      process.kill(-j.pid, 'SIGKILL');
+    } catch {
+      try {
+        process.kill(j.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  }
+  p.deckard?.kill();
+  await p.controller?.stop('SIGTERM');
+  p.ledger?.store.close();
+  if (p.broker) {
+    const b = p.broker;
+    b.closeAllConnections();
+    await new Promise<void>((r) => b.close(() => r()));
+  }
+  await p.gh?.close();
+  p.cleanup?.();
+}
+
+async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSystem> {
+  const interrupted = () => {
+    if (opts.signal?.aborted) throw new Error('interrupted while starting');
+  };
   const { dir, cleanup } = tempDir('spark-system-');
+  parts.cleanup = cleanup;
   const note = opts.onNote ?? (() => undefined);
   const hosts = opts.hosts ?? [{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }];
   const gh = await startFakeGitHub();
+  parts.gh = gh;
   const repoState = gh.addRepo(REPO, {
     installationId: 77,
     collaborators: { [MAINTAINER]: 'admin', mallory: 'read' },
   });
-  const jobs: SimJob[] = [];
+  const jobs = parts.jobs;
   const jitConfigsSeen: string[] = [];
   const deliveries: Delivery[] = [];
   const failed = new Map<string, { event: string; body: string }>();
@@ -368,6 +424,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
       send(res, 404, { message: 'not found' });
     })().catch((e) => send(res, 500, { message: String(e) }));
   });
+  parts.broker = broker;
   await new Promise<void>((r) => broker.listen(0, '127.0.0.1', r));
   const brokerUrl = `http://127.0.0.1:${(broker.address() as AddressInfo).port}`;
 
@@ -411,13 +468,16 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
   };
   // the agent bundle builds while the controller boots
   const bundleP = agentBundle();
+  interrupted();
   let controller = await bootController();
+  parts.controller = controller;
 
   const settings = settingsFromEnv(
     { SPARK_LEDGER_URL: ledgerUrl },
     { text: JSON.stringify(config), source: configPath },
   );
   const ledger = await openNodeLedger(settings, { log: silentLogger });
+  parts.ledger = ledger;
   const { createApiToken } = await import('../../functions/auth/tokens.ts');
   const operatorToken = (
     await createApiToken(ledger, { name: 'demo-operator', scopes: ['operate'] }, 'demo bootstrap')
@@ -457,7 +517,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
 
   const bundle = await bundleP;
   const gpu: Record<string, FakeGpu> = {};
-  const agents: Record<string, ProcessHandle> = {};
+  const agents = parts.agents;
   const configPaths: Record<string, string> = {};
   let deckard: FakeDeckard | null = null;
   for (const h of hosts) {
@@ -471,12 +531,14 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
     writeFileSync(join(hd, 'agent.token'), `${created.token}\n`, { mode: 0o600 });
     let service: Record<string, unknown> | null = null;
     if (h.homeService) {
+      interrupted();
       deckard = new FakeDeckard(
         join(hd, 'deckard'),
         gpu[h.id]!,
         await freePort(),
         opts.deckardReadyDelayMs ?? 0,
       );
+      parts.deckard = deckard;
       await deckard.start();
       service = {
         name: h.homeService,
@@ -520,6 +582,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
     agents[hostId] = h;
     return h;
   };
+  interrupted();
   for (const h of hosts) startAgent(h.id);
   for (const h of hosts) await must(`adopt ${h.id}`, api('POST', `/api/v1/hosts/${h.id}/adopt`));
   await must(
@@ -697,41 +760,23 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
     },
     async startController() {
       controller = await bootController();
+      parts.controller = controller;
     },
     async close() {
-      await Promise.all(Object.values(agents).map((a) => a.stop('SIGKILL')));
-      // runners are detached from their agents on purpose (they survive an agent crash)
-      for (const j of jobs) {
-        for (const sig of ['SIGKILL'] as const) {
-          try {
-            process.kill(-j.pid, sig);
-          } catch {
-            try {
-              process.kill(j.pid, sig);
-            } catch {
-              // already gone
-            }
-          }
-        }
-      }
-      deckard?.kill();
-      await controller.stop('SIGTERM');
-      ledger.store.close();
-      broker.closeAllConnections();
-      await new Promise<void>((r) => broker.close(() => r()));
-      await gh.close();
-      cleanup();
+      await teardown(parts);
     },
   };
   await waitFor(
     'every agent to heartbeat',
     async () => {
+      if (opts.signal?.aborted) return true;
       for (const h of hosts) if ((await sys.host(h.id)).lastHeartbeatAt == null) return false;
       return true;
     },
     30_000,
     100,
   );
+  interrupted();
   return sys;
 }
 
