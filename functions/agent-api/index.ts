@@ -9,7 +9,14 @@ import {
   ReportSchema,
 } from '../../core/protocol/agent.ts';
 import type { AppModule } from '../app.ts';
-import { createAgentToken, requireAgent, requireScope, revokeAgentToken } from '../auth/tokens.ts';
+import {
+  type AgentAuthEnv,
+  type AgentPrincipal,
+  createAgentToken,
+  requireAgent,
+  requireScope,
+  revokeAgentToken,
+} from '../auth/tokens.ts';
 import { ApiError, badRequest } from '../errors.ts';
 import { handlePoll } from './poll.ts';
 import { RateLimiter } from './rate-limit.ts';
@@ -41,6 +48,11 @@ async function readJson<S extends z.ZodType>(c: Context, schema: S): Promise<z.o
   return parsed.data;
 }
 
+/** The agent principal `requireAgent()` set; these routes are only mounted behind it. */
+function principalOf(c: Context): AgentPrincipal {
+  return (c as unknown as Context<AgentAuthEnv>).get('agent');
+}
+
 export const agentApiModule: AppModule = {
   name: 'agent-api',
   routes(app, ctx) {
@@ -61,9 +73,7 @@ export const agentApiModule: AppModule = {
     );
     agent.use('*', requireAgent());
     agent.use('*', async (c, next) => {
-      const { tokenId, hostId } = (
-        c as unknown as Context<{ Variables: { agent: { tokenId: string; hostId: string } } }>
-      ).get('agent');
+      const { tokenId, hostId } = principalOf(c);
       const wait = limiter.take(tokenId);
       if (wait > 0) {
         throw new ApiError(
@@ -79,7 +89,7 @@ export const agentApiModule: AppModule = {
       await next();
     });
 
-    const hostOf = (c: Context) => (c.get('agent') as { hostId: string }).hostId;
+    const hostOf = (c: Context) => principalOf(c).hostId;
 
     agent.post('/poll', async (c) => {
       const req = await readJson(c, PollRequestSchema);
