@@ -503,7 +503,10 @@ export class Agent {
       l.activeReported = true;
       this.save();
     }
-    if (lease.expiresInMs > 0) return lease.expiresInMs + 250;
+    // the controller's own expiry pass normally acts first (release, or release-required from the
+    // heartbeat facts); this report is the fallback if it has not within two heartbeats
+    const graceMs = 2 * this.heartbeatS * 1000;
+    if (lease.expiresInMs > -graceMs) return lease.expiresInMs + graceMs + 250;
     // expired: report the processes that outlived it; kill nothing
     const q = await queryGpu(this.cfg.nvidiaSmi, this.cfg.timeouts.gpuQueryS * 1000);
     if (q.ok && q.processes.length && !l.remainReported) {

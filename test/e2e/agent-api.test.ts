@@ -233,6 +233,25 @@ describe('agent API: desired state, fencing and the JIT handoff', () => {
       processes: [],
     });
     expect(early.status).toBe(409);
+    // once it has run out (and the controller's expiry pass has not acted yet), the agent's
+    // report makes the host release-required; nothing is killed, the lease stays bound
+    await c!.ledger.write(async (tx, now) => {
+      await tx
+        .update(t.leases)
+        .set({ expiresAt: now - 1 })
+        .where(eq(t.leases.reservationId, r.id));
+    });
+    const late = await call('/agent/v1/report', tok['spark-1']!, {
+      type: 'processes_remain',
+      fencingToken: token,
+      processes: [{ pid: 4321, name: '/usr/bin/python3', usedMemoryMiB: 2048 }],
+    });
+    expect(late.status).toBe(200);
+    expect((await c!.ledger.getHost(undefined, 'spark-1'))!.phase).toBe('release-required');
+    expect((await poll(tok['spark-1']!)).desired).toMatchObject({
+      state: 'hold',
+      lease: { fencingToken: token },
+    });
   });
 
   it('hands the JIT config over exactly once, with a job token whose hash is stored', async () => {
