@@ -259,6 +259,7 @@ async function main() {
     `\n  dashboard: ${bold(`${sys.controllerUrl}/`)}   (fleet JSON: ${sys.controllerUrl}/api/v1/fleet)`,
   );
   console.log(`  repository ${REPO} enabled; hosts adopted; agents heartbeating`);
+  console.log(`  state (ledger, configs, logs): ${sys.dir}  (removed on exit)`);
   const stopTimeline = startTimeline(sys);
   let ids: string[];
   try {

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createWriteStream, mkdirSync, writeFileSync } from 'node:fs';
+import { createWriteStream, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -234,6 +234,7 @@ export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem
 
 /** What a (possibly half-started) system has running, so it can always be torn down. */
 interface Parts {
+  dir?: string;
   cleanup?: () => void;
   gh?: FakeGitHub;
   broker?: Server;
@@ -259,6 +260,9 @@ async function teardown(p: Parts): Promise<void> {
     }
   }
   p.deckard?.kill();
+  // whatever else runs from this system's dir: a runner not yet given a job, a Deckard a
+  // restore was starting, a service command cut short when its agent was killed
+  if (p.dir) for (let pass = 0; pass < 2; pass++) for (const pid of pidsUnder(p.dir)) killQuietly(pid);
   await p.controller?.stop('SIGTERM');
   p.ledger?.store.close();
   if (p.broker) {
@@ -270,11 +274,34 @@ async function teardown(p: Parts): Promise<void> {
   p.cleanup?.();
 }
 
+/** Live processes whose command line names a path under `dir` (a fresh mkdtemp dir: ours). */
+function pidsUnder(dir: string): number[] {
+  const pids: number[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d) || Number(d) === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${d}/cmdline`, 'utf8').includes(dir)) pids.push(Number(d));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return pids;
+}
+
+function killQuietly(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
 async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSystem> {
   const interrupted = () => {
     if (opts.signal?.aborted) throw new Error('interrupted while starting');
   };
   const { dir, cleanup } = tempDir('spark-system-');
+  parts.dir = dir;
   parts.cleanup = cleanup;
   const note = opts.onNote ?? (() => undefined);
   const hosts = opts.hosts ?? [{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }];

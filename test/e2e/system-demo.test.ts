@@ -1,32 +1,58 @@
 import { spawn } from 'node:child_process';
-import { readdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { REPO_ROOT } from '../doubles/index.ts';
+import { REPO_ROOT, waitFor } from '../doubles/index.ts';
 
 /**
  * `npm run demo` is a newcomer's first command (issue 7): it must keep working. Runs it exactly
  * as documented, as a child process, and checks the story's summary and that it cleaned up.
  */
 
-const systemDirs = () => new Set(readdirSync(tmpdir()).filter((d) => d.startsWith('spark-system-')));
+/** `npm run demo` as documented; `direct` runs its script without npm (so a signal reaches the demo first). */
+function runDemo(opts: { direct?: boolean } = {}) {
+  const [cmd, args] = opts.direct
+    ? [join(REPO_ROOT, 'node_modules', '.bin', 'tsx'), ['scripts/demo.ts']]
+    : ['npm', ['run', '--silent', 'demo']];
+  const child = spawn(cmd, args, {
+    cwd: REPO_ROOT,
+    env: { ...process.env, NO_COLOR: '1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    // its own process group, like a terminal's foreground job
+    detached: opts.direct ?? false,
+  });
+  let out = '';
+  child.stdout.on('data', (b: Buffer) => {
+    out += b.toString();
+  });
+  child.stderr.on('data', (b: Buffer) => {
+    out += b.toString();
+  });
+  const exited = new Promise<number | null>((r) =>
+    child.once('close', (code, signal) => r(code ?? (signal ? 128 : null))),
+  );
+  return { child, output: () => out, exited };
+}
+
+/** Processes whose command line mentions `text` (the demo's agents and Deckard carry its dir). */
+function processesMentioning(text: string): string[] {
+  const found: string[] = [];
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      if (cmd.includes(text)) found.push(`${pid}: ${cmd.slice(0, 200)}`);
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return found;
+}
 
 describe('npm run demo', { timeout: 240_000 }, () => {
   it('plays the whole story, prints the summary and exits 0, leaving nothing behind', async () => {
-    const before = systemDirs();
-    const child = spawn('npm', ['run', '--silent', 'demo'], {
-      cwd: REPO_ROOT,
-      env: { ...process.env, NO_COLOR: '1' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout.on('data', (b: Buffer) => {
-      out += b.toString();
-    });
-    child.stderr.on('data', (b: Buffer) => {
-      out += b.toString();
-    });
-    const code = await new Promise<number | null>((r) => child.once('exit', r));
+    const demo = runDemo();
+    const code = await demo.exited;
+    const out = demo.output();
     expect(code, out).toBe(0);
 
     expect(out).toMatch(/dashboard: http:\/\/127\.0\.0\.1:\d+\//);
@@ -50,7 +76,39 @@ describe('npm run demo', { timeout: 240_000 }, () => {
     expect(out).toMatch(/spark-1 +service → held for r-2/);
     expect(out).toContain('Demo finished');
     // its temp dir (ledger, configs, host state) is gone
-    const left = [...systemDirs()].filter((d) => !before.has(d));
-    expect(left).toEqual([]);
+    const state = /state \(ledger, configs, logs\): (\S+)/.exec(out)?.[1];
+    expect(state).toMatch(/spark-system-/);
+    expect(existsSync(state!)).toBe(false);
+  });
+
+  it('Ctrl-C stops the controller, agents, Deckard and fake GitHub and removes its temp dir', async () => {
+    // a terminal's Ctrl-C: SIGINT to the whole foreground process group
+    const demo = runDemo({ direct: true });
+    const state = await waitFor(
+      'the demo to be up',
+      () => /state \(ledger, configs, logs\): (\S+)/.exec(demo.output())?.[1],
+      120_000,
+      100,
+    );
+    const url = /dashboard: (http:\/\/127\.0\.0\.1:\d+)\//.exec(demo.output())![1]!;
+    expect((await fetch(`${url}/healthz`)).ok).toBe(true);
+    expect(processesMentioning(state).length).toBeGreaterThan(0);
+    process.kill(-demo.child.pid!, 'SIGINT');
+    const code = await demo.exited;
+    expect(code, demo.output()).toBe(130);
+    expect(demo.output()).toContain('interrupted: stopping the controller, agents and fake GitHub');
+    await waitFor(
+      'every demo process to be gone',
+      () => processesMentioning(state).length === 0,
+      20_000,
+    ).catch((e) => {
+      throw new Error(`${(e as Error).message}: ${processesMentioning(state).join('; ')}`);
+    });
+    expect(existsSync(state)).toBe(false);
+    const after = await fetch(`${url}/healthz`).then(
+      () => 'answering',
+      () => 'gone',
+    );
+    expect(after).toBe('gone');
   });
 });
