@@ -34,6 +34,8 @@ export interface StartProcessesOptions {
   dir: string;
   ledgerUrl: string;
   env?: Record<string, string>;
+  /** Extra node flags (e.g. `--cpu-prof`) before the entry. */
+  nodeArgs?: string[];
   /** How long one process may take to print its listening line (tsx compiles on start). */
   startTimeoutMs?: number;
 }
@@ -41,7 +43,7 @@ export interface StartProcessesOptions {
 const LISTENING = /Spark controller listening on (http:\/\/127\.0\.0\.1:\d+)/;
 
 function startOne(index: number, configPath: string, o: StartProcessesOptions): Promise<ControllerProcess> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'functions/node.ts'], {
+  const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), '--import', 'tsx', 'functions/node.ts'], {
     cwd: repoRoot,
     // only what the controller needs: no inherited SPARK_* from the test runner's environment
     env: {
