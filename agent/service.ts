@@ -38,9 +38,14 @@ export async function waitHealthy(
 ): Promise<HealthResult> {
   const deadline = Date.now() + timeoutMs;
   let last: HealthResult = { ok: false, status: null, detail: 'health check not run' };
+  // the operator learns more from the service's own error than from a probe that timed out at
+  // the deadline, so the last answer the service gave is what a failure reports
+  let lastAnswer: HealthResult | null = null;
   for (;;) {
-    last = await probeHealth(url, Math.max(250, Math.min(5000, deadline - Date.now())));
-    if (last.ok || Date.now() >= deadline || stopped()) return last;
+    last = await probeHealth(url, Math.max(1000, Math.min(5000, deadline - Date.now())));
+    if (last.status != null) lastAnswer = last;
+    if (last.ok) return last;
+    if (Date.now() >= deadline || stopped()) return lastAnswer ?? last;
     await new Promise((r) => setTimeout(r, Math.min(pollMs, Math.max(0, deadline - Date.now()))));
   }
 }

@@ -103,7 +103,8 @@ const DEFAULT_TIMINGS = {
   ciLeaseTtlS: 60,
   restoreRetries: 1,
   restoreBackoffS: 1,
-  restoreHealthTimeoutS: 3,
+  // generous: a fake Deckard is a fresh node process, slow to start on a loaded machine
+  restoreHealthTimeoutS: 10,
 };
 
 function handoffModule(

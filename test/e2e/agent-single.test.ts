@@ -174,7 +174,7 @@ describe('relay agent: single-host work', () => {
       hosts: [{ id: 'spark-1', homeService: 'deckard' }],
       runner: () => ({ exitCode: 0, sleepMs: 300 }),
       githubOutcome: () => 'passed',
-      timings: { restoreRetries: 1, restoreBackoffS: 1, restoreHealthTimeoutS: 2 },
+      timings: { restoreRetries: 1, restoreBackoffS: 1, restoreHealthTimeoutS: 4 },
     });
     await fleet.deckard!.start();
     fleet.startAgent('spark-1');
