@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { sign } from '@octokit/webhooks-methods';
 import { asc, eq } from 'drizzle-orm';
 import type { SparkConfigInput } from '../../core/config.ts';
+import { createApiToken } from '../../functions/auth/tokens.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { silentLogger } from '../../functions/log.ts';
@@ -505,7 +506,7 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
   );
   const ledger = await openNodeLedger(settings, { log: silentLogger });
   parts.ledger = ledger;
-  const { createApiToken } = await import('../../functions/auth/tokens.ts');
+  // the first operate token comes from the ledger file, as `sparkctl admin token create` does
   const operatorToken = (
     await createApiToken(ledger, { name: 'demo-operator', scopes: ['operate'] }, 'demo bootstrap')
   ).token;
