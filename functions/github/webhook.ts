@@ -73,7 +73,8 @@ export function mountWebhook(app: App, svc: () => GitHubService) {
       s.log.warn('webhook: ledger unreachable', { error: String(e) });
       throw ledgerUnavailable();
     }
-    const handler = intakeHandlers[event];
+    // own keys only: an event named "constructor" or "toString" must not reach Object.prototype
+    const handler = Object.hasOwn(intakeHandlers, event) ? intakeHandlers[event] : undefined;
     const d = { id: delivery, event };
     try {
       const r = handler ? await handler(s, d, payload) : await ignoreDelivery(s, d, action);
