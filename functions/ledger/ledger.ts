@@ -677,7 +677,7 @@ export class Ledger {
       );
       const remaining = (await this.leasesOf(tx, r.id)).filter((l) => l.status !== 'released');
       if (remaining.length === 0 && r.status === 'releasing') {
-        const failed = r.outcome != null && !['passed', 'released', 'done'].includes(r.outcome);
+        const failed = r.outcome != null && !ENDS_DONE.includes(r.outcome);
         await this.transitionReservation(
           tx,
           now,
@@ -1026,6 +1026,13 @@ export class Ledger {
     await this.store.client.execute('SELECT 1');
   }
 }
+
+/**
+ * Outcomes that end a reservation `done` rather than `failed`: a pass, an ordinary release, a
+ * runner that exited cleanly before GitHub's job result arrived (the check run takes its
+ * conclusion from `workflow_job`), and a development lease that expired with nothing left running.
+ */
+const ENDS_DONE: readonly string[] = ['passed', 'released', 'done', 'runner exited 0', 'expired'];
 
 /** How many queued reservations get their position/reason written per pass. */
 export const PERSISTED_WAITS_PER_PASS = 200;
