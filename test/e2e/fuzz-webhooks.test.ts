@@ -195,7 +195,21 @@ const mutatedExample = fc
 
 const eventName = fc.oneof(
   { weight: 4, arbitrary: fc.constantFrom(...BASES.map((b) => b.event)) },
-  { weight: 1, arbitrary: fc.constantFrom('issues', 'watch', 'check_run', 'installation', 'PULL_REQUEST') },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom(
+      'issues',
+      'watch',
+      'check_run',
+      'installation',
+      'PULL_REQUEST',
+      // names that exist on Object.prototype must not reach it (a handler lookup by key)
+      'constructor',
+      'toString',
+      '__proto__',
+      'hasOwnProperty',
+    ),
+  },
   { weight: 1, arbitrary: fc.string({ unit: 'grapheme-ascii', maxLength: 30 }) },
 );
 
