@@ -94,6 +94,11 @@ describe('GitHub webhook endpoint', () => {
     const assigned = await h.deliver('pull_request', example('pull_request', 'assigned'));
     expect(assigned.status).toBe(200);
     expect((await assigned.json()).result).toMatch(/ignored/);
+    for (const odd of ['valueOf', 'constructor', '__proto__', 'toString']) {
+      const res = await h.deliver(odd, labeled('spark-test'));
+      expect(res.status, odd).toBe(200);
+      expect((await res.json()).result).toBe(`ignored: ${odd}`);
+    }
     const ping = await h.deliver('ping', example('ping'));
     expect(ping.status).toBe(200);
     expect(await count(h, 'reservations')).toBe(before);
