@@ -14,7 +14,14 @@ import { asc, gt } from 'drizzle-orm';
 import * as t from '../functions/ledger/schema.ts';
 import type { FleetView } from '../functions/views.ts';
 import { REPO_ROOT, waitFor } from '../test/doubles/index.ts';
-import { type JobPlan, queuedId, REPO, type SparkSystem, startSystem } from './demo/system.ts';
+import {
+  type JobPlan,
+  queuedId,
+  REPO,
+  type SparkSystem,
+  startSystem,
+  sweepProcessesUnder,
+} from './demo/system.ts';
 
 const args = process.argv.slice(2);
 const KEEP = args.includes('--keep');
@@ -51,7 +58,10 @@ const shutdown = (code: number) => {
   closing ??= (async () => {
     // an interrupted start tears itself down; wait for it before exiting
     await starting?.catch(() => undefined);
+    const dir = sys?.dir;
     await sys?.close().catch((e) => console.error(`demo: cleanup failed: ${(e as Error).message}`));
+    // a Deckard a restore was starting when the signal came runs in its own session: sweep again
+    if (dir) await sweepProcessesUnder(dir);
   })();
   void closing.then(() => process.exit(code));
 };

@@ -658,7 +658,10 @@ async function onWorkflowJob(svc: GitHubService, d: Delivery, raw: unknown): Pro
     if (p.action === 'completed') {
       const active = ['allocated', 'preparing', 'running', 'releasing'].includes(r.status);
       if (!active) return finish(`job completed; ${rid} already ${r.status}`);
-      const outcome = CONCLUSION_OUTCOME[job.conclusion ?? ''] ?? 'failed';
+      const reported = CONCLUSION_OUTCOME[job.conclusion ?? ''] ?? 'failed';
+      // a failure is sticky: a late success from the healthy half of a failed pair must not
+      // turn the reservation's result into a pass
+      const outcome = r.outcome === 'failed' ? 'failed' : reported;
       await tx.update(t.reservations).set({ outcome, updatedAt: now }).where(eq(t.reservations.id, rid));
       await svc.ledger.record(tx, now, {
         subjectType: 'reservation',

@@ -263,7 +263,7 @@ async function teardown(p: Parts): Promise<void> {
   p.deckard?.kill();
   // whatever else runs from this system's dir: a runner not yet given a job, a Deckard a
   // restore was starting, a service command cut short when its agent was killed
-  if (p.dir) for (let pass = 0; pass < 2; pass++) for (const pid of pidsUnder(p.dir)) killQuietly(pid);
+  if (p.dir) await sweepProcessesUnder(p.dir);
   await p.controller?.stop('SIGTERM');
   p.ledger?.store.close();
   if (p.broker) {
@@ -273,6 +273,21 @@ async function teardown(p: Parts): Promise<void> {
   }
   await p.gh?.close();
   p.cleanup?.();
+}
+
+/**
+ * Kills every process whose command line names a path under `dir`. A service command cut short
+ * can still be exec'ing its child, so it sweeps until two scans in a row find nothing (bounded).
+ */
+export async function sweepProcessesUnder(dir: string, windowMs = 5000): Promise<void> {
+  const deadline = Date.now() + windowMs;
+  let quiet = 0;
+  while (quiet < 2 && Date.now() < deadline) {
+    const pids = pidsUnder(dir);
+    for (const pid of pids) killQuietly(pid);
+    quiet = pids.length === 0 ? quiet + 1 : 0;
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 /** Live processes whose command line names a path under `dir` (a fresh mkdtemp dir: ours). */

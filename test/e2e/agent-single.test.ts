@@ -98,8 +98,9 @@ describe('relay agent: single-host work', () => {
 
     const second = await fleet.reserve({ pr: 8 });
     const r2 = await fleet.waitReservation(second, ['done', 'failed']);
+    // no job result from GitHub in this test: a clean runner exit ends the work done (neutral), not failed
     expect(r2.outcome).toBe('runner exited 0');
-    expect(r2.status).toBe('failed');
+    expect(r2.status).toBe('done');
     expect(readRunnerMarkers(fleet.markerDir)).toHaveLength(2);
   });
 

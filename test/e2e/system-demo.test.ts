@@ -1,6 +1,5 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { REPO_ROOT, waitFor } from '../doubles/index.ts';
 
@@ -9,10 +8,13 @@ import { REPO_ROOT, waitFor } from '../doubles/index.ts';
  * as documented, as a child process, and checks the story's summary and that it cleaned up.
  */
 
-/** `npm run demo` as documented; `direct` runs its script without npm (so a signal reaches the demo first). */
+/**
+ * `npm run demo` as documented; `direct` runs the same command line without npm (node with the
+ * tsx loader, no tsx CLI wrapper relaying signals) so a Ctrl-C reaches the demo itself.
+ */
 function runDemo(opts: { direct?: boolean } = {}) {
   const [cmd, args] = opts.direct
-    ? [join(REPO_ROOT, 'node_modules', '.bin', 'tsx'), ['scripts/demo.ts']]
+    ? [process.execPath, ['--import', 'tsx', 'scripts/demo.ts']]
     : ['npm', ['run', '--silent', 'demo']];
   const child = spawn(cmd, args, {
     cwd: REPO_ROOT,
