@@ -38,6 +38,12 @@ export const AgentConfigSchema = z
         dir: z.string().min(1).describe('Directory of the GitHub Actions runner.'),
         command: z.array(z.string().min(1)).min(1).default(['./run.sh']).describe('Relative to runner.dir.'),
         stopGraceS: z.number().positive().default(10),
+        passEnv: z
+          .array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names only'))
+          .default([])
+          .describe(
+            'Extra variables of the agent passed to the runner (besides PATH, HOME, locale); the job runs PR code.',
+          ),
       })
       .strict(),
     nvidiaSmi: z.string().min(1).default('nvidia-smi').describe('nvidia-smi binary (PATH lookup if bare).'),

@@ -603,7 +603,12 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
           stateFile: 'state/agent-state.json',
           workRoot: 'work',
           modelCacheDir: 'models',
-          runner: { dir: REPO_ROOT, command: [process.execPath, SIM_RUNNER, brokerUrl], stopGraceS: 2 },
+          runner: {
+            dir: REPO_ROOT,
+            command: [process.execPath, SIM_RUNNER, brokerUrl],
+            stopGraceS: 2,
+            passEnv: ['FAKE_NVIDIA_SMI_STATE'],
+          },
           service,
           timeouts: { requestS: 5, gpuQueryS: 5, backoffMaxS: 1, longPollS: 5 },
           logLevel: 'info',

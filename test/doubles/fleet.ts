@@ -215,7 +215,12 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       stateFile: 'state/agent-state.json',
       workRoot: 'work',
       modelCacheDir: 'models',
-      runner: { dir: REPO_ROOT, command: [process.execPath, FAKE_RUNNER], stopGraceS: 2 },
+      runner: {
+        dir: REPO_ROOT,
+        command: [process.execPath, FAKE_RUNNER],
+        stopGraceS: 2,
+        passEnv: ['FAKE_NVIDIA_SMI_STATE'],
+      },
       service,
       timeouts: { requestS: 5, gpuQueryS: 5, backoffMaxS: 1, longPollS: 5 },
       logLevel: 'debug',
