@@ -20,7 +20,7 @@ export interface RunOptions {
   maxBytes?: number;
 }
 
-/** Port for running host tools, so tests can hand in fakes on a prepared PATH or a precise stub. */
+/** Port for running host tools, so tests can hand in fakes on a prepared PATH or a precise in-process fake. */
 export interface ProcessRunner {
   run(command: string, args: readonly string[], opts: RunOptions): Promise<ProcessResult>;
 }

@@ -145,6 +145,7 @@ export class Ledger {
   private readonly hooks: TransitionHook[];
   private readonly listeners = new Set<Listener>();
   private readonly eventBuffers = new WeakMap<Tx, EventInsert[]>();
+  private readonly passObservers = new Set<(durationMs: number) => void>();
 
   constructor(
     readonly store: LedgerDb,
@@ -813,6 +814,22 @@ export class Ledger {
    * unique index on leases is the last line of defence.
    */
   async admissionPass(actor = 'admission'): Promise<PassResult> {
+    const started = performance.now();
+    try {
+      return await this.runAdmissionPass(actor);
+    } finally {
+      const ms = performance.now() - started;
+      for (const fn of this.passObservers) fn(ms);
+    }
+  }
+
+  /** Observe how long each admission pass takes (metrics); returns an unsubscribe function. */
+  observePasses(fn: (durationMs: number) => void): () => void {
+    this.passObservers.add(fn);
+    return () => this.passObservers.delete(fn);
+  }
+
+  private async runAdmissionPass(actor: string): Promise<PassResult> {
     return this.write(async (tx, now, changed) => {
       const { hostRows, leaseRows, resvRows } = await this.loadAdmissionInput(tx);
       const plan = planAdmission({
