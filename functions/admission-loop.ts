@@ -5,6 +5,8 @@ export interface AdmissionLoop {
   kick(): void;
   /** Run a pass now and wait for it (tests, cron). */
   runNow(): Promise<PassResult | null>;
+  /** Resolves when the pass running now (if any) and its follow-ups are done (Workers' waitUntil). */
+  settle(): Promise<unknown>;
   stop(): Promise<void>;
 }
 
@@ -15,7 +17,12 @@ export interface AdmissionLoop {
  */
 export function startAdmissionLoop(
   ledger: Ledger,
-  opts: { intervalMs?: number; onError?: (e: unknown) => void; onPass?: (r: PassResult) => void } = {},
+  opts: {
+    /** Safety-net timer; `null` for none (a Worker isolate is driven by its cron trigger instead). */
+    intervalMs?: number | null;
+    onError?: (e: unknown) => void;
+    onPass?: (r: PassResult) => void;
+  } = {},
 ): AdmissionLoop {
   let running: Promise<PassResult | null> | null = null;
   let again = false;
@@ -58,15 +65,16 @@ export function startAdmissionLoop(
     if (running) again = true;
     else void runNow();
   }
-  const timer = setInterval(kick, opts.intervalMs ?? 2000);
-  (timer as { unref?: () => void }).unref?.();
+  const timer = opts.intervalMs === null ? null : setInterval(kick, opts.intervalMs ?? 2000);
+  (timer as { unref?: () => void } | null)?.unref?.();
 
   return {
     kick,
     runNow,
+    settle: async () => running ?? null,
     async stop() {
       stopped = true;
-      clearInterval(timer);
+      if (timer) clearInterval(timer);
       unsubscribe();
       await running;
     },

@@ -6,11 +6,11 @@
  * `npm run deploy`, never from a request.
  */
 import { createClient } from '@libsql/client/web';
-import type { AdmissionLoop } from './admission-loop.ts';
+import { type AdmissionLoop, startAdmissionLoop } from './admission-loop.ts';
 import { type App, type AppContext, createApp } from './app.ts';
 import { openLedgerDb } from './ledger/db.ts';
-import { Ledger, type PassResult } from './ledger/ledger.ts';
-import { createLogger, type Logger } from './log.ts';
+import { Ledger } from './ledger/ledger.ts';
+import { createLogger } from './log.ts';
 import { appModules } from './modules.ts';
 import { settingsFromEnv } from './settings.ts';
 
@@ -25,51 +25,10 @@ interface ScheduledController {
   cron: string;
 }
 
-/**
- * Admission on Workers: a pass runs after the response (waitUntil) when a request changed
- * something, and on every cron tick; there is no interval timer in an isolate.
- */
-function workerLoop(ledger: Ledger, log: Logger): AdmissionLoop & { settle(): Promise<unknown> } {
-  let running: Promise<PassResult | null> | null = null;
-  let again = false;
-  const pass = async (): Promise<PassResult | null> => {
-    try {
-      return await ledger.admissionPass();
-    } catch (e) {
-      log.error('admission pass failed', { error: String(e) });
-      return null;
-    }
-  };
-  const runNow = (): Promise<PassResult | null> => {
-    if (running) {
-      again = true;
-      return running;
-    }
-    running = (async () => {
-      let last: PassResult | null;
-      do {
-        again = false;
-        last = await pass();
-      } while (again);
-      running = null;
-      return last;
-    })();
-    return running;
-  };
-  return {
-    kick: () => void runNow(),
-    runNow,
-    async stop() {
-      await running;
-    },
-    settle: async () => running ?? null,
-  };
-}
-
 interface Instance {
   app: App;
   ctx: AppContext;
-  loop: ReturnType<typeof workerLoop>;
+  loop: AdmissionLoop;
   hostsSynced: boolean;
 }
 
@@ -103,9 +62,11 @@ async function build(env: Record<string, unknown>): Promise<Instance> {
     runtime: 'worker' as const,
   };
   for (const m of appModules) for (const h of m.hooks?.(base) ?? []) ledger.addHook(h);
-  const loop = workerLoop(ledger, log);
-  ledger.subscribe((topic) => {
-    if (topic === 'reservation' || topic.startsWith('host:')) loop.kick();
+  // no timer in an isolate: passes run after a response that changed something (waitUntil) and
+  // on every cron tick
+  const loop = startAdmissionLoop(ledger, {
+    intervalMs: null,
+    onError: (e) => log.error('admission pass failed', { error: String(e) }),
   });
   const ctx: AppContext = { ...base, loop };
   return { app: createApp(ctx, appModules), ctx, loop, hostsSynced: false };
