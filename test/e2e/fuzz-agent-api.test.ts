@@ -7,7 +7,7 @@ import { appModules } from '../../functions/modules.ts';
 import { type RunningController, startController } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
 import { adoptAll, tempDir } from '../helpers/ledger.ts';
-import { type LedgerWatch, watchLedger } from '../helpers/load/ledger-watch.ts';
+import { expectRejectedWroteNothing, type LedgerWatch, watchLedger } from '../helpers/load/ledger-watch.ts';
 
 /**
  * Issue 7, fuzzing the agent API: fast-check generates agent requests — stale, forged, revoked,
@@ -289,14 +289,7 @@ describe(`agent API fuzzing (${RUNS} requests)`, () => {
       tally[res.status] = (tally[res.status] ?? 0) + 1;
       expect(res.status, out).toBeLessThan(500);
       if (res.status >= 400) {
-        const err = JSON.parse(out) as { error: { code: string; message: string } };
-        expect(err.error.code).toMatch(/^[a-z_]+$/);
-        expect(err.error.message.length).toBeGreaterThan(0);
-        expect(
-          await watch.dataVersion(),
-          `rejected ${res.status} ${err.error.code} wrote to the ledger`,
-        ).toBe(version);
-        expect(await watch.counts()).toEqual(counts);
+        await expectRejectedWroteNothing(watch, res.status, out, { version, counts });
         return;
       }
       // accepted: only a valid agent token, and never a report (every fencing token here is stale)

@@ -1,4 +1,5 @@
 import { type Client, createClient } from '@libsql/client';
+import { expect } from 'vitest';
 
 /**
  * Watches a libSQL file ledger from a second, read-only connection. SQLite's `PRAGMA
@@ -38,4 +39,23 @@ export async function watchLedger(url: string): Promise<LedgerWatch> {
     },
     close: () => client.close(),
   };
+}
+
+/**
+ * For a rejected request (4xx): the body has the one error shape, and the ledger is untouched —
+ * no commit since `before` (data_version) and the same row counts.
+ */
+export async function expectRejectedWroteNothing(
+  watch: LedgerWatch,
+  status: number,
+  body: string,
+  before: { version: number; counts: Record<string, number> },
+): Promise<void> {
+  const err = JSON.parse(body) as { error: { code: string; message: string } };
+  expect(err.error.code).toMatch(/^[a-z_]+$/);
+  expect(err.error.message.length).toBeGreaterThan(0);
+  expect(await watch.dataVersion(), `rejected ${status} ${err.error.code} wrote to the ledger`).toBe(
+    before.version,
+  );
+  expect(await watch.counts()).toEqual(before.counts);
 }
