@@ -13,7 +13,14 @@ import { silentLogger } from '../../functions/log.ts';
 import { openNodeLedger } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
 import { agentBundle } from '../../test/doubles/fleet.ts';
-import { FakeDeckard, FakeGpu, freePort, REPO_ROOT, waitFor } from '../../test/doubles/index.ts';
+import {
+  FakeDeckard,
+  FakeGpu,
+  freePort,
+  REPO_ROOT,
+  simulatedAgentConfig,
+  waitFor,
+} from '../../test/doubles/index.ts';
 import { example, SECRET } from '../../test/fake-github/harness.ts';
 import { type CheckRun, type FakeGitHub, startFakeGitHub } from '../../test/fake-github/server.ts';
 import { tempDir } from '../../test/helpers/ledger.ts';
@@ -596,23 +603,13 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     writeFileSync(
       configPaths[h.id]!,
       JSON.stringify(
-        {
+        simulatedAgentConfig({
           controllerUrl,
           hostId: h.id,
-          tokenFile: 'agent.token',
-          stateFile: 'state/agent-state.json',
-          workRoot: 'work',
-          modelCacheDir: 'models',
-          runner: {
-            dir: REPO_ROOT,
-            command: [process.execPath, SIM_RUNNER, brokerUrl],
-            stopGraceS: 2,
-            passEnv: ['FAKE_NVIDIA_SMI_STATE'],
-          },
+          runnerCommand: [process.execPath, SIM_RUNNER, brokerUrl],
           service,
-          timeouts: { requestS: 5, gpuQueryS: 5, backoffMaxS: 1, longPollS: 5 },
           logLevel: 'info',
-        },
+        }),
         null,
         2,
       ),

@@ -23,6 +23,7 @@ import {
   freePort,
   REPO_ROOT,
   readRunnerMarkers,
+  simulatedAgentConfig,
   waitFor,
 } from './index.ts';
 
@@ -209,21 +210,13 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       };
     }
     const agentCfg = {
-      controllerUrl: controller.url,
-      hostId: h.id,
-      tokenFile: 'agent.token',
-      stateFile: 'state/agent-state.json',
-      workRoot: 'work',
-      modelCacheDir: 'models',
-      runner: {
-        dir: REPO_ROOT,
-        command: [process.execPath, FAKE_RUNNER],
-        stopGraceS: 2,
-        passEnv: ['FAKE_NVIDIA_SMI_STATE'],
-      },
-      service,
-      timeouts: { requestS: 5, gpuQueryS: 5, backoffMaxS: 1, longPollS: 5 },
-      logLevel: 'debug',
+      ...simulatedAgentConfig({
+        controllerUrl: controller.url,
+        hostId: h.id,
+        runnerCommand: [process.execPath, FAKE_RUNNER],
+        service,
+        logLevel: 'debug',
+      }),
       ...(opts.agentConfig?.(h.id) ?? {}),
     };
     configPaths[h.id] = join(hd, 'agent.json');

@@ -235,3 +235,33 @@ export async function waitFor<T>(
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
+
+/**
+ * The agent config of a simulated Spark (test fleet and demo): paths relative to the host's dir,
+ * the given runner command, the fake GPU state passed through to runners, short timeouts.
+ */
+export function simulatedAgentConfig(opts: {
+  controllerUrl: string;
+  hostId: string;
+  runnerCommand: string[];
+  service: unknown;
+  logLevel: 'debug' | 'info';
+}) {
+  return {
+    controllerUrl: opts.controllerUrl,
+    hostId: opts.hostId,
+    tokenFile: 'agent.token',
+    stateFile: 'state/agent-state.json',
+    workRoot: 'work',
+    modelCacheDir: 'models',
+    runner: {
+      dir: REPO_ROOT,
+      command: opts.runnerCommand,
+      stopGraceS: 2,
+      passEnv: ['FAKE_NVIDIA_SMI_STATE'],
+    },
+    service: opts.service,
+    timeouts: { requestS: 5, gpuQueryS: 5, backoffMaxS: 1, longPollS: 5 },
+    logLevel: opts.logLevel,
+  };
+}
