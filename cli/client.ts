@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import { ErrorBody } from '../functions/api/wire.ts';
+import { ErrorBody } from '../core/protocol/api.ts';
 import { CliError, EXIT } from './errors.ts';
 import type { CliSettings } from './settings.ts';
 

@@ -10,7 +10,7 @@ import {
   TokenCreated,
   TokenList,
   WhoAmI,
-} from '../functions/api/wire.ts';
+} from '../core/protocol/api.ts';
 import type { ApiClient } from './client.ts';
 import { CliError, EXIT, usageError } from './errors.ts';
 import { clock, humanDuration, parseDuration, table } from './format.ts';

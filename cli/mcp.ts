@@ -1,7 +1,7 @@
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { z } from 'zod';
-import { QueueResponse } from '../functions/api/wire.ts';
+import { QueueResponse } from '../core/protocol/api.ts';
 import type { ApiClient } from './client.ts';
 import { CliError, EXIT } from './errors.ts';
 import { parseDuration } from './format.ts';

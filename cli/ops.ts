@@ -1,4 +1,4 @@
-import { type ReservationInfo, ReservationListResponse, ReservationResponse } from '../functions/api/wire.ts';
+import { type ReservationInfo, ReservationListResponse, ReservationResponse } from '../core/protocol/api.ts';
 import type { ApiClient } from './client.ts';
 import { CliError, EXIT } from './errors.ts';
 import { clock } from './format.ts';

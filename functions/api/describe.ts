@@ -1,10 +1,10 @@
 import { desc, eq, inArray } from 'drizzle-orm';
 import type { ReservationKind, ReservationStatus, Suite, Topology } from '../../core/model.ts';
+import type { ReservationInfo } from '../../core/protocol/api.ts';
 import type { ApiPrincipal } from '../auth/tokens.ts';
 import type { LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
 import * as t from '../ledger/schema.ts';
 import { buildViews, githubWebBase, type QueueView, redactText } from '../views.ts';
-import type { ReservationInfo } from './wire.ts';
 
 const iso = (ms: number | null | undefined) => (ms == null ? null : new Date(ms).toISOString());
 

@@ -1,6 +1,14 @@
 import { and, asc, eq, inArray, or } from 'drizzle-orm';
 import type { Hono } from 'hono';
 import type { ReservationStatus } from '../../core/model.ts';
+import {
+  CreateReservationBody,
+  CreateTokenBody,
+  DeckardStartBody,
+  RenewBody,
+  type ReservationInfo,
+  TerminateBody,
+} from '../../core/protocol/api.ts';
 import type { AppContext } from '../app.ts';
 import {
   type ApiPrincipal,
@@ -23,14 +31,6 @@ import {
   mayAct,
   ownerTokenOf,
 } from './describe.ts';
-import {
-  CreateReservationBody,
-  CreateTokenBody,
-  DeckardStartBody,
-  RenewBody,
-  type ReservationInfo,
-  TerminateBody,
-} from './wire.ts';
 
 const actorOf = (p: ApiPrincipal) => `api:${p.name}`;
 const iso = (ms: number | null) => (ms == null ? null : new Date(ms).toISOString());

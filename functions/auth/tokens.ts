@@ -10,8 +10,9 @@ import * as t from '../ledger/schema.ts';
  * A token is shown once at creation; the ledger keeps only its SHA-256.
  */
 
-export const SCOPES = ['develop', 'operate', 'emergency'] as const;
-export type Scope = (typeof SCOPES)[number];
+import { SCOPES, type Scope } from '../../core/protocol/api.ts';
+
+export { SCOPES, type Scope };
 
 export interface ApiPrincipal {
   kind: 'api';

@@ -1,6 +1,6 @@
 import { count, eq } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ReservationResponse } from '../../functions/api/wire.ts';
+import { ReservationResponse } from '../../core/protocol/api.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { testClock } from '../helpers/ledger.ts';
 import { agentCleaned, agentPrepared, bringOnline, startApiController, until } from './cli-harness.ts';

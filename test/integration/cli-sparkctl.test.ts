@@ -1,14 +1,14 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { apiModule } from '../../functions/api/index.ts';
 import {
   FleetResponse,
   HistoryResponse,
   QueueResponse,
   ReservationListResponse,
   ReservationResponse,
-} from '../../functions/api/wire.ts';
+} from '../../core/protocol/api.ts';
+import { apiModule } from '../../functions/api/index.ts';
 import { repoRoot } from '../../functions/node-server.ts';
 import { startHarness } from '../fake-github/harness.ts';
 import { startTestController } from '../helpers/controller.ts';

@@ -1,6 +1,9 @@
 import { z } from 'zod';
-import { RESERVATION_KINDS, RESERVATION_STATUSES, SUITES, TOPOLOGIES } from '../../core/model.ts';
-import { SCOPES } from '../auth/tokens.ts';
+import { RESERVATION_KINDS, RESERVATION_STATUSES, SUITES, TOPOLOGIES } from '../model.ts';
+
+/** Scopes an operator/user API token can hold; `emergency` is never implied by another. */
+export const SCOPES = ['develop', 'operate', 'emergency'] as const;
+export type Scope = (typeof SCOPES)[number];
 
 /**
  * Wire format of the operator/user API (`/api/v1/...`). The controller validates requests with
