@@ -15,15 +15,13 @@ export async function insertApiToken(
   actor: string,
 ): Promise<void> {
   await s.write(async (tx, now) => {
-    await tx
-      .insert(t.apiTokens)
-      .values({
-        id: row.id,
-        name: row.name,
-        scopes: row.scopes.join(','),
-        tokenHash: row.tokenHash,
-        createdAt: now,
-      });
+    await tx.insert(t.apiTokens).values({
+      id: row.id,
+      name: row.name,
+      scopes: row.scopes.join(','),
+      tokenHash: row.tokenHash,
+      createdAt: now,
+    });
     await s.record(tx, now, {
       subjectType: 'token',
       subjectId: row.id,
