@@ -20,7 +20,6 @@ import {
   cmdToken,
   cmdWhoami,
   type Flags,
-  printNewToken,
 } from './commands.ts';
 import { CliError, EXIT, usageError } from './errors.ts';
 import { resolveSettings } from './settings.ts';
@@ -135,24 +134,9 @@ export async function main(
     const flags: Flags = values;
 
     if (command === 'admin') {
-      if (args[0] !== 'token' || args[1] !== 'create') {
-        throw usageError(
-          'usage: sparkctl admin token create --name NAME --scopes operate[,emergency] [--ledger URL]',
-        );
-      }
-      const { adminCreateToken } = await import('./admin-ledger.ts');
-      const created = await adminCreateToken({
-        name: values.name,
-        scopes: values.scopes,
-        ledger: values.ledger,
-        env,
-      });
-      if (values.json) io.out(JSON.stringify(created, null, 2));
-      else {
-        printNewToken(io, created);
-        io.out(`(written to ${created.ledgerUrl})`);
-      }
-      return EXIT.ok;
+      // the controller's own bootstrap script, as a child process, with the arguments untouched
+      const { runAdmin } = await import('./admin.ts');
+      return await runAdmin(argv.slice(argv.indexOf('admin') + 1), io, env);
     }
     const client = createApiClient(settings);
     if (command === 'mcp') {
