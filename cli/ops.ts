@@ -1,7 +1,7 @@
 import { type ReservationInfo, ReservationListResponse, ReservationResponse } from '../core/protocol/api.ts';
 import type { ApiClient } from './client.ts';
 import { CliError, EXIT } from './errors.ts';
-import { clock } from './format.ts';
+import { dateTime } from './format.ts';
 
 /**
  * Reservation workflows shared by the sparkctl commands and the MCP tools: request, follow until
@@ -169,7 +169,7 @@ export async function releaseAndWait(
 /** How to use a ready development reservation. */
 export function attachText(r: ReservationInfo): string {
   const hosts = r.leases.filter((l) => l.status === 'active').map((l) => l.hostId);
-  const until = r.leases.length ? clock(r.leases.map((l) => l.expiresAt).sort()[0]!) : '-';
+  const until = r.leases.length ? dateTime(r.leases.map((l) => l.expiresAt).sort()[0]!) : '-';
   return [
     `${r.id} is yours: ${hosts.join(' + ')} (${r.topology}), lease until ${until}.`,
     `  attach:   ssh ${hosts[0] ?? '<host>'}${hosts.length > 1 ? `   (and ssh ${hosts.slice(1).join(', ')})` : ''}`,

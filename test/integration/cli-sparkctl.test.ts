@@ -18,6 +18,7 @@ import {
   agentPrepared,
   bringOnline,
   cleanupBundle,
+  FAST_TIMINGS,
   runSparkctl,
   sparkctlBundle,
   spawnSparkctl,
@@ -284,6 +285,125 @@ describe('sparkctl against a real controller', () => {
     } finally {
       await c.close();
     }
+  });
+});
+
+describe('sparkctl command line: per-command help and options', () => {
+  it("prints each command's own help with --help and with help COMMAND", async () => {
+    const [reserveHelp, helpReserve, statusHelp, doctorHelp, top] = await Promise.all([
+      runSparkctl(bin, ['reserve', '--help'], {}, home.dir),
+      runSparkctl(bin, ['help', 'reserve'], {}, home.dir),
+      runSparkctl(bin, ['status', '--help'], {}, home.dir),
+      runSparkctl(bin, ['doctor', '--help'], {}, home.dir),
+      runSparkctl(bin, ['--help'], {}, home.dir),
+    ]);
+    for (const r of [reserveHelp, helpReserve, statusHelp, doctorHelp, top]) {
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).toBe('');
+    }
+    expect(reserveHelp.stdout).toMatch(/^Usage: sparkctl reserve \[options\]/);
+    expect(reserveHelp.stdout).toMatch(/^ {2}--pair +two hosts, atomically$/m);
+    expect(reserveHelp.stdout).toMatch(/^ {2}--timeout <duration> /m);
+    expect(reserveHelp.stdout).not.toMatch(/^Commands:/m);
+    expect(helpReserve.stdout).toBe(reserveHelp.stdout);
+    expect(statusHelp.stdout).toMatch(/^Usage: sparkctl status \[options\] \[id\]/);
+    expect(statusHelp.stdout).toMatch(/^ {2}--all /m);
+    expect(statusHelp.stdout).not.toMatch(/--pair|--ttl/);
+    expect(doctorHelp.stdout).toMatch(/^Usage: sparkctl doctor \[options\]/);
+    expect(doctorHelp.stdout).toMatch(/^ {2}--model-cache <dir> /m);
+    expect(top.stdout).toMatch(/^ {2}reserve \[options\] +request a development reservation/m);
+    expect(top.stdout).toMatch(/Exit codes: 0 ok, 1 failed, 2 usage/);
+  });
+
+  it('rejects extra arguments, options of other commands and typos before calling the controller', async () => {
+    // a closed port: a usage error must come first (exit 2), never "unreachable" (exit 3)
+    const env = { SPARK_URL: 'http://127.0.0.1:9', SPARK_TOKEN: 'spk_api_x' };
+    const run = (args: string[]) => runSparkctl(bin, args, env, home.dir);
+    const [extra, foreign, typo, missing, badChoice] = await Promise.all([
+      run(['status', 'r-1', 'extra']),
+      run(['fleet', '--pair', '--ttl', '4h']),
+      run(['reserve', '--pari']),
+      run(['release']),
+      run(['host', 'frob', 'spark-1']),
+    ]);
+    for (const r of [extra, foreign, typo, missing, badChoice]) {
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    }
+    expect(extra.stderr.trim()).toBe(
+      "sparkctl: status: too many arguments for 'status'. Expected 1 argument but got 2. (sparkctl status --help lists what it takes)",
+    );
+    expect(foreign.stderr.trim()).toBe(
+      "sparkctl: fleet: unknown option '--pair' (sparkctl fleet --help lists what it takes)",
+    );
+    expect(typo.stderr).toMatch(/^sparkctl: reserve: unknown option '--pari' \(Did you mean --pair\?\)/);
+    expect(missing.stderr).toMatch(/^sparkctl: release: missing required argument 'id'/);
+    expect(badChoice.stderr).toMatch(/Allowed choices are adopt, unadopt, clear-quarantine/);
+  });
+
+  it('says the URL must be the controller root when it names the API path', async () => {
+    ctl = await startApiController();
+    const api = await runSparkctl(bin, ['--url', `${ctl.c.url}/api`, 'queue'], {}, home.dir);
+    expect(api.code).toBe(2);
+    expect(api.stderr.trim()).toBe(
+      `sparkctl: invalid controller URL '${ctl.c.url}/api' (from --url): it must be the controller's root URL, e.g. ${ctl.c.url}, without /api (sparkctl adds /api/v1 itself)`,
+    );
+    const v1 = await runSparkctl(bin, ['queue'], { SPARK_URL: `${ctl.c.url}/api/v1/` }, home.dir);
+    expect(v1.code).toBe(2);
+    expect(v1.stderr).toMatch(/\(from SPARK_URL\): it must be the controller's root URL/);
+    // another path prefix may be a proxy: it is tried, and a 404 says what to check
+    const prefixed = await runSparkctl(bin, ['queue', '--url', `${ctl.c.url}/spark`], {}, home.dir);
+    expect(prefixed.code).toBe(6);
+    expect(prefixed.stderr.trim()).toBe(
+      `sparkctl: no route for GET /spark/api/v1/queue: the controller URL ${ctl.c.url}/spark has the path /spark; it must be the controller's root URL (${ctl.c.url}, unless a proxy serves it under that path)`,
+    );
+  });
+
+  it('renew past the maximum says it was capped and prints dates', async () => {
+    ctl = await startApiController({ config: { timings: { ...FAST_TIMINGS, devLeaseMaxTtlS: 2 * 3600 } } });
+    const { call, tokens, c } = ctl;
+    await bringOnline(c.ledger);
+    const id = (await call(tokens.dev, 'POST', '/api/v1/reservations', { host: 'spark-2', ttlS: 3600 })).body
+      .reservation.id;
+    await until('grant', async () => (await status(id)) === 'allocated');
+    await agentPrepared(c.ledger, id);
+    const within = await sparkctl(['renew', id, '--ttl', '90m'], tokens.dev);
+    expect(within.code).toBe(0);
+    expect(within.stdout.trim()).toMatch(
+      new RegExp(
+        `^renewed ${id}: spark-2 until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC \\(in 1h (29m|30m)\\)$`,
+      ),
+    );
+    const res = await sparkctl(['renew', id, '--ttl', '99h'], tokens.dev);
+    expect(res.stderr).toBe('');
+    expect(res.code).toBe(0);
+    const [first, second] = res.stdout.trim().split('\n');
+    expect(first).toMatch(
+      new RegExp(
+        `^renewed ${id}: spark-2 until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC \\(in (1h 59m|2h)\\)$`,
+      ),
+    );
+    expect(second).toMatch(
+      /^capped: you asked for 99h, but a development lease holds at most 2h from its grant \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\); release and reserve again for more$/,
+    );
+    const lease = (await c.ledger.leasesOf(undefined, id))[0]!;
+    expect(lease.expiresAt - lease.grantedAt).toBe(2 * 3600_000);
+    // at the maximum, a further renewal is refused with the reason
+    const again = await sparkctl(['renew', id, '--ttl', '30m'], tokens.dev);
+    expect(again.code).toBe(7);
+    expect(again.stderr).toMatch(/already runs to .*the most a development lease may hold/);
+  });
+
+  it('reserve --wait --timeout gives up with exit 8 and says the request is still queued and how to cancel it', async () => {
+    ctl = await startApiController();
+    await occupySpark2();
+    const res = await sparkctl(['reserve', '--host', 'spark-2', '--wait', '--timeout', '1s'], ctl.tokens.dev);
+    expect(res.code).toBe(8);
+    expect(res.stderr.trim()).toMatch(
+      /^sparkctl: gave up waiting for r-2 after 1s: r-2 queued · position 1 .*; r-2 is still queued \(position 1\) and stays in the queue: follow it with `sparkctl status r-2`, withdraw it with `sparkctl cancel r-2`$/,
+    );
+    expect(await status('r-2')).toBe('queued');
   });
 });
 
