@@ -22,6 +22,7 @@ import {
   postAction,
   progressLine,
   releaseAndWait,
+  renewReservation,
   waitUntilReady,
 } from './ops.ts';
 import type { CliSettings } from './settings.ts';
@@ -307,24 +308,17 @@ export async function cmdHistory({ client, io, flags, args }: CommandContext): P
 export async function cmdRenew({ client, io, flags, args }: CommandContext): Promise<number> {
   const id = needArg(args, 0, 'reservation id', 'renew ID [--ttl 4h]');
   const ttlS = durationFlag(flags.ttl, '--ttl');
-  const asked = Date.now();
-  const r = await postAction(client, id, 'renew', ttlS != null ? { ttlS } : {});
-  const active = r.leases.filter((l) => l.status === 'active');
-  // the controller caps a renewal at the development maximum counted from the grant: say so
-  const wantedS = ttlS ?? r.ttlS;
-  const until = Math.min(...active.map((l) => Date.parse(l.expiresAt)));
-  const capped = wantedS != null && active.length > 0 && until < asked + wantedS * 1000 - 5_000;
-  let note: string | null = null;
-  if (capped) {
-    const first = active.find((l) => Date.parse(l.expiresAt) === until) ?? active[0]!;
-    const maxS = (Date.parse(first.expiresAt) - Date.parse(first.grantedAt)) / 1000;
-    note = `capped: you asked for ${flags.ttl ?? humanDuration(wantedS)}, but a development lease holds at most ${humanDuration(maxS)} from its grant (${dateTime(first.grantedAt)}); release and reserve again for more`;
-  }
+  const { reservation: r, note } = await renewReservation(client, id, ttlS, flags.ttl);
   if (flags.json) {
     json(io, { reservation: r });
     if (note) io.err(`sparkctl: ${note}`);
   } else {
-    io.out(`renewed ${r.id}: ${active.map((l) => l.hostId).join(' + ')} until ${expiresIn(r)}`);
+    io.out(
+      `renewed ${r.id}: ${r.leases
+        .filter((l) => l.status === 'active')
+        .map((l) => l.hostId)
+        .join(' + ')} until ${expiresIn(r)}`,
+    );
     if (note) io.out(note);
   }
   return EXIT.ok;

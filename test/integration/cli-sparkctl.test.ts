@@ -184,6 +184,9 @@ describe('sparkctl against a real controller', () => {
     expect(usage.stderr).toMatch(/invalid --ttl 'soon'/);
     const unknown = await sparkctl(['frobnicate'], ctl.tokens.dev);
     expect(unknown.code).toBe(2);
+    const noHost = await sparkctl(['reserve', '--host', 'spark-9'], ctl.tokens.dev);
+    expect(noHost.code).toBe(2);
+    expect(noHost.stderr.trim()).toBe('sparkctl: unknown host "spark-9": this fleet has spark-1, spark-2');
 
     const url = ctl.c.url;
     await ctl.c.close();
