@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, it } from 'vitest';
 import { type AdmissionInput, planAdmission } from '../../core/admission.ts';
 import type { HostRecord, LeaseRecord, ReservationRecord } from '../../core/model.ts';
-import { bringUp, commandArbs, configArb, report, type Sut } from './commands.ts';
+import { bringUp, commandArbs, configArb, reached, report, type Sut } from './commands.ts';
 import { factsOf, newWorld, type World } from './world.ts';
 
 /**
@@ -71,12 +71,17 @@ const engine: Sut = {
 describe('admission engine against the reference model', () => {
   it(`plans exactly what rules 1–8 predict over ${RUNS} random fleets and sequences`, async () => {
     await fc.assert(
-      fc.asyncProperty(configArb, fc.commands(commandArbs(), { maxCommands: 40 }), async (cfg, cmds) => {
-        const w = newWorld(cfg);
-        await bringUp(w, engine);
-        await fc.asyncModelRun(() => ({ model: w, real: engine }), cmds);
-      }),
+      fc.asyncProperty(
+        configArb,
+        fc.commands(commandArbs(), { maxCommands: 60, size: 'max' }),
+        async (cfg, cmds) => {
+          const w = newWorld(cfg);
+          await bringUp(w, engine);
+          await fc.asyncModelRun(() => ({ model: w, real: engine }), cmds);
+        },
+      ),
       { numRuns: RUNS, reporter: report },
     );
+    console.log(Object.fromEntries([...reached].sort()));
   });
 });

@@ -47,9 +47,27 @@ function same(what: string, actual: unknown, expected: unknown) {
   }
 }
 
+/** How often each rule-relevant event happened across a run: proves the generators reach them. */
+export const reached = new Map<string, number>();
+function count(what: string, n = 1) {
+  if (n > 0) reached.set(what, (reached.get(what) ?? 0) + n);
+}
+
 /** One admission pass: prediction == plan, every rule holds, then both apply it. */
 export async function admit(w: M.World, sut: Sut): Promise<void> {
   const expected = canonical(predict(w));
+  count('pass');
+  count('grant', expected.grants.length);
+  count('grant:pair', expected.grants.filter((g) => g.hosts.length === 2).length);
+  count('grant:lend', expected.grants.filter((g) => g.lend.length > 0).length);
+  for (const x of expected.waits) count(`wait:${x.code}`);
+  count('hold', expected.holds.length);
+  count('draining', expected.draining.length);
+  for (const e of expected.expiries) count(`expiry:${e.outcome}`);
+  count('queue-timeout', expected.timeouts.length);
+  count('deckard-satisfied', expected.satisfied.length);
+  for (const s of new Set(Object.values(expected.hostStates))) count(`host:${s}`);
+  count('host-noted', expected.noted.length);
   const { plan, tokenFor } = await sut.pass(w);
   const actual = canonical(fromPlan(plan));
   checkPass(w, actual);
@@ -181,6 +199,8 @@ export function naturalFacts(w: M.World, h: M.MHost): { procs: number; svc: Svc 
             ? 'serving'
             : 'stopped';
   const procs = (leased && h.phase !== 'cleaning' ? 1 : 0) + (svc === 'serving' ? 1 : 0);
+  // on a leased host the agent keeps seeing what it saw last (the job may have ended already)
+  if (leased && h.phase === 'allocated' && h.reported && h.procs != null) return { procs: h.procs, svc };
   return { procs, svc };
 }
 
@@ -188,7 +208,13 @@ export function naturalFacts(w: M.World, h: M.MHost): { procs: number; svc: Svc 
 export class HeartbeatCmd extends Base {
   constructor(
     readonly host: number,
-    readonly odd: 'none' | 'foreign-process' | 'gpu-unknown' | 'service-failed' | 'service-serving',
+    readonly odd:
+      | 'none'
+      | 'foreign-process'
+      | 'gpu-unknown'
+      | 'service-failed'
+      | 'service-serving'
+      | 'job-gone',
   ) {
     super();
   }
@@ -196,6 +222,8 @@ export class HeartbeatCmd extends Base {
     const h = [...w.hosts.values()][this.host % w.hosts.size]!;
     let { procs, svc } = naturalFacts(w, h) as { procs: number | null; svc: Svc };
     if (this.odd === 'foreign-process') procs = (procs ?? 0) + 1;
+    // the job's processes ended before anyone released the lease (a clean expiry later)
+    if (this.odd === 'job-gone') procs = svc === 'serving' ? 1 : 0;
     if (this.odd === 'gpu-unknown') procs = null;
     if (this.odd === 'service-failed' && h.home) svc = 'failed';
     if (this.odd === 'service-serving' && h.home && h.phase === 'idle') {

@@ -180,10 +180,11 @@ export function checkPass(w: World, plan: Prediction): void {
       'work conservation',
       () => `${q.id} waits while ${pool.map((h) => h.id)} idle`,
     );
-    // rule 4: a development request marks its busy target draining
+    // rule 4: a development request marks its busy target draining (busy when the pass began;
+    // a host a later request takes in this pass is marked on the next one)
     if (q.kind === 'development' && q.target) {
       const t = st.get(q.target);
-      if (t?.is === 'busy' || taken.has(q.target)) {
+      if (t?.is === 'busy') {
         must(
           plan.draining.some((d) => d.host === q.target),
           'rule 4',

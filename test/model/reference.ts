@@ -176,11 +176,17 @@ export function predict(w: World): Prediction {
         p.holds.push({ host: h.id, id: r.id });
       }
       if (r.kind === 'development') {
-        // rule 4 untargeted: the best busy hosts drain for it
+        // rule 4 untargeted: the best busy hosts drain for it; a service host last, as it goes
+        // back to its service when freed (spark-1 stays with Deckard)
         let want = need - pick.length;
         const busy = hosts
           .filter((h) => h.pool === r.pool && busyNow(h) && !draining.has(h.id))
-          .sort((a, b) => preferIndex(a.id) - preferIndex(b.id) || hostNumber(a.id) - hostNumber(b.id));
+          .sort(
+            (a, b) =>
+              Number(a.home != null) - Number(b.home != null) ||
+              preferIndex(a.id) - preferIndex(b.id) ||
+              hostNumber(a.id) - hostNumber(b.id),
+          );
         for (const h of busy) {
           if (want-- <= 0) break;
           draining.set(h.id, r.id);
