@@ -8,6 +8,8 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/unit/**/*.test.ts', 'test/model/**/*.test.ts'],
+    // agent and doctor unit tests exercise agent/ (they spawn processes), not core/
+    exclude: ['test/unit/agent-*.test.ts', 'test/unit/doctor-*.test.ts'],
     testTimeout: 60_000,
     maxWorkers: 1,
   },
