@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, it } from 'vitest';
-import { bringUp, commandArbs, configArb, report } from '../model/commands.ts';
+import { assertReachedEveryRule, bringUp, commandArbs, configArb, report } from '../model/commands.ts';
 import { openLedgerSut } from '../model/ledger-driver.ts';
 import { newWorld } from '../model/world.ts';
 
@@ -39,6 +39,8 @@ describe('ledger + admission against the reference model', () => {
         ),
         { numRuns: RUNS, reporter: report },
       );
+      // a short debugging run (SPARK_MODEL_RUNS) may not reach everything
+      if (RUNS >= 100) assertReachedEveryRule();
     },
     LONG ? 4 * 3_600_000 : 1_800_000,
   );

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, it } from 'vitest';
 import { type AdmissionInput, planAdmission } from '../../core/admission.ts';
 import type { HostRecord, LeaseRecord, ReservationRecord } from '../../core/model.ts';
-import { bringUp, commandArbs, configArb, reached, report, type Sut } from './commands.ts';
+import { assertReachedEveryRule, bringUp, commandArbs, configArb, report, type Sut } from './commands.ts';
 import { factsOf, newWorld, type World } from './world.ts';
 
 /**
@@ -60,25 +60,6 @@ function admissionInput(w: World): AdmissionInput {
   return { now: w.now, config: w.cfg, hosts, leases, reservations };
 }
 
-/** Events every run of this test must produce at least once (counted by `admit`). */
-const MUST_REACH = [
-  'grant',
-  'grant:pair',
-  'grant:lend',
-  'hold',
-  'draining',
-  'expiry:release',
-  'expiry:release-required',
-  'queue-timeout',
-  'deckard-satisfied',
-  'host-noted',
-  ...['budget-prs', 'budget-pr-gpus', 'budget-gpus', 'held-for-pair', 'hosts-busy'].map((c) => `wait:${c}`),
-  ...['target-unavailable', 'pool-too-small'].map((c) => `wait:${c}`),
-  ...['offline', 'unknown', 'restoring', 'release-required', 'cleaning', 'held', 'draining'].map(
-    (s) => `host:${s}`,
-  ),
-];
-
 const engine: Sut = {
   tick() {},
   async pass(w) {
@@ -101,8 +82,7 @@ describe('admission engine against the reference model', () => {
       ),
       { numRuns: RUNS, reporter: report },
     );
-    // the generators must reach every rule, or a passing run proves little
-    const missing = MUST_REACH.filter((what) => !reached.get(what));
-    if (missing.length) throw new Error(`sequences never reached: ${missing.join(', ')}`);
+    // a short debugging run (SPARK_MODEL_RUNS) may not reach everything
+    if (RUNS >= 100) assertReachedEveryRule();
   });
 });

@@ -53,6 +53,31 @@ function count(what: string, n = 1) {
   if (n > 0) reached.set(what, (reached.get(what) ?? 0) + n);
 }
 
+/** Events every model test run must produce at least once (counted by `admit`). */
+const MUST_REACH = [
+  'grant',
+  'grant:pair',
+  'grant:lend',
+  'hold',
+  'draining',
+  'expiry:release',
+  'expiry:release-required',
+  'queue-timeout',
+  'deckard-satisfied',
+  'host-noted',
+  ...['budget-prs', 'budget-pr-gpus', 'budget-gpus', 'held-for-pair', 'hosts-busy'].map((c) => `wait:${c}`),
+  ...['target-unavailable', 'pool-too-small'].map((c) => `wait:${c}`),
+  ...['offline', 'unknown', 'restoring', 'release-required', 'cleaning', 'held', 'draining'].map(
+    (s) => `host:${s}`,
+  ),
+];
+
+/** The generators must reach every rule, or a passing run proves little. */
+export function assertReachedEveryRule(): void {
+  const missing = MUST_REACH.filter((what) => !reached.get(what));
+  if (missing.length) throw new Error(`sequences never reached: ${missing.join(', ')}`);
+}
+
 /** One admission pass: prediction == plan, every rule holds, then both apply it. */
 export async function admit(w: M.World, sut: Sut): Promise<void> {
   const expected = canonical(predict(w));
