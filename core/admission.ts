@@ -292,13 +292,19 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
   };
 
   // Busy hosts per pool in preference order, computed once; draining only consumes from the front.
+  // Hosts with a home service drain last (they go back to it when freed), then preferHosts, then
+  // host id: the same choice whatever order the ledger returns hosts in, and whether or not a host
+  // was granted earlier in this pass.
+  const drainRank = (h: HostRecord) => (h.homeService ? 1_000_000 : 0) + (prefer.indexOf(h.id) + 1 || 1001);
   const busyByPool = new Map<string, HostRecord[]>();
   const busyRanked = (pool: string): HostRecord[] => {
     let list = busyByPool.get(pool);
     if (!list) {
       list = (poolHosts.get(pool) ?? [])
         .filter((h) => base.get(h.id)!.kind === 'busy')
-        .sort((a, b) => rank.get(a.id)! - rank.get(b.id)!);
+        .sort(
+          (a, b) => drainRank(a) - drainRank(b) || a.id.localeCompare(b.id, 'en', { numeric: true }),
+        );
       busyByPool.set(pool, list);
     }
     return list;
