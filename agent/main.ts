@@ -3,8 +3,9 @@
  * Outbound only: it polls the controller and opens no port. SIGTERM/SIGINT stop it; a runner it
  * started keeps running and is picked up again by the next start (see docs/agent.md).
  */
+
+import { Agent } from './agent.ts';
 import { AgentConfigError, loadAgentConfig, readAgentToken } from './config.ts';
-import { Agent } from './daemon.ts';
 import { createAgentLogger } from './log.ts';
 
 const USAGE = 'usage: spark-agent --config FILE';
