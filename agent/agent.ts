@@ -10,6 +10,7 @@ import type { AgentLogger } from './log.ts';
 import { heartbeatLoop } from './loops/heartbeat.ts';
 import { pollLoop } from './loops/poll.ts';
 import { reconcile } from './reconcile.ts';
+import type { RunnerAccount } from './runner.ts';
 import { loadState, saveState } from './state-file.ts';
 import { runStep, type StepContext } from './steps/index.ts';
 
@@ -34,10 +35,17 @@ export class Agent {
     private readonly cfg: AgentConfig,
     token: string,
     private readonly log: AgentLogger,
-    opts: { port?: HostPort; executor?: (ctx: StepContext) => Executor } = {},
+    opts: {
+      port?: HostPort;
+      executor?: (ctx: StepContext) => Executor;
+      /** The runner user, resolved and checked by the entry (`host/account.ts`); null: the agent's own. */
+      account?: RunnerAccount | null;
+    } = {},
   ) {
     this.client = new ControllerClient(cfg.controllerUrl, token, cfg.timeouts.requestS * 1000);
-    mkdirSync(cfg.workRoot, { recursive: true });
+    const account = opts.account ?? null;
+    // with a runner user the work root is the operator's to create (owned by that user, checked at start)
+    if (!account) mkdirSync(cfg.workRoot, { recursive: true });
     const state = loadState(cfg.stateFile);
     const ctx: StepContext = {
       cfg,
@@ -54,7 +62,7 @@ export class Agent {
     };
     ctx.executor =
       opts.executor?.(ctx) ??
-      createJitRunnerExecutor({ cfg, log, save: ctx.save, onExit: () => this.pollAbort?.abort() });
+      createJitRunnerExecutor({ cfg, log, account, save: ctx.save, onExit: () => this.pollAbort?.abort() });
     this.ctx = ctx;
   }
 

@@ -38,6 +38,19 @@ export const AgentConfigSchema = z
         dir: z.string().min(1).describe('Directory of the GitHub Actions runner.'),
         command: z.array(z.string().min(1)).min(1).default(['./run.sh']).describe('Relative to runner.dir.'),
         stopGraceS: z.number().positive().default(10),
+        user: z
+          .string()
+          .regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'a user name, e.g. "spark-runner"')
+          .nullable()
+          .default('spark-runner')
+          .describe(
+            'Unprivileged user the runner and the job run as (issue 11); null runs them as the agent (development only).',
+          ),
+        path: z
+          .string()
+          .regex(/^\/[^:]*(:\/[^:]*)*$/, 'absolute directories separated by ":"')
+          .default('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin')
+          .describe('PATH of the runner (its environment starts fresh; passEnv may override it).'),
         passEnv: z
           .array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names only'))
           .default([])

@@ -15,3 +15,25 @@ export function baseRunnerEnv(from: NodeJS.ProcessEnv, passEnv: readonly string[
 export function shellJoin(argv: readonly string[]): string {
   return argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`)).join(' ');
 }
+
+/**
+ * The runner's environment when it runs as its own user: built fresh (nothing inherited from the
+ * agent but the names `passEnv` lists), with the runner user's identity and home.
+ */
+export function freshRunnerEnv(
+  from: NodeJS.ProcessEnv,
+  account: { name: string; home: string },
+  path: string,
+  passEnv: readonly string[] = [],
+): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    PATH: path,
+    HOME: account.home,
+    USER: account.name,
+    LOGNAME: account.name,
+    SHELL: '/bin/sh',
+    LANG: 'C.UTF-8',
+  };
+  for (const k of passEnv) if (from[k] !== undefined) env[k] = from[k];
+  return env;
+}

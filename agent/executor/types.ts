@@ -27,12 +27,16 @@ export type Observation =
   | { state: 'running' }
   | { state: 'exited'; exitCode: number | null };
 
+/** `ok`, or what is in the way, in words. */
 export type Termination = { ok: true } | { ok: false; detail: string };
 
 export interface Executor {
   readonly name: ExecutorName;
-  /** Makes the lease's fresh, private work area (removing a leftover one). */
-  prepare(lease: LeaseState): Promise<void>;
+  /**
+   * Makes the lease's fresh, private work area (removing a leftover one). Refuses (with the
+   * reason) when something this lease did not start still runs as the workload's user.
+   */
+  prepare(lease: LeaseState): Promise<Termination>;
   /**
    * Starts `workload` for `lease` (its fencing token goes along). Records the workload in
    * `lease.runner` and persists it before anything is created, so a crash right after still

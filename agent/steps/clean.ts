@@ -29,6 +29,8 @@ export async function stopWorkload(ctx: StepContext): Promise<StepResult> {
  */
 export async function finishClean(ctx: StepContext): Promise<StepResult> {
   const l = currentLease(ctx);
+  // what the workload left behind (a job that escaped its process group) is still this lease's
+  await ctx.executor.stop(l);
   const gone = await ctx.executor.confirmTerminated(l);
   if (!gone.ok) {
     ctx.log.warn('cannot confirm cleanup: the workload has not terminated', { detail: gone.detail });

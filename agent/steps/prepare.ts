@@ -43,7 +43,8 @@ export async function prepareHost(ctx: StepContext): Promise<StepResult> {
     ctx.interconnect = { ok: r.code === 0, at: ctx.port.now() };
     if (r.code !== 0) return failPrepare(ctx, `interconnect check failed: ${describeFailure(check, r)}`);
   }
-  await ctx.executor.prepare(l);
+  const ready = await ctx.executor.prepare(l);
+  if (!ready.ok) return failPrepare(ctx, ready.detail);
   l.phase = 'prepared';
   ctx.save();
   return again;
