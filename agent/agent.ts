@@ -7,6 +7,7 @@ import type { Executor } from './executor/types.ts';
 import { collectFacts } from './facts.ts';
 import { createHostPort, type HostPort } from './host/port.ts';
 import type { AgentLogger } from './log.ts';
+import { clampDelayMs, clampHeartbeatS } from './loops/backoff.ts';
 import { heartbeatLoop } from './loops/heartbeat.ts';
 import { pollLoop } from './loops/poll.ts';
 import { reconcile } from './reconcile.ts';
@@ -76,7 +77,7 @@ export class Agent {
     });
     const backoffMaxMs = this.cfg.timeouts.backoffMaxS * 1000;
     const setPeriodS = (s: number) => {
-      this.heartbeatS = s;
+      this.heartbeatS = clampHeartbeatS(s);
     };
     await Promise.all([
       heartbeatLoop({
@@ -118,7 +119,7 @@ export class Agent {
         this.sleepers.delete(done);
         resolve();
       };
-      const t = setTimeout(done, ms);
+      const t = setTimeout(done, clampDelayMs(ms));
       this.sleepers.add(done);
     });
   }

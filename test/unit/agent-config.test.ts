@@ -68,3 +68,18 @@ describe('agent start-up checks (issue 11)', () => {
     }
   });
 });
+
+describe('controller URL (issue 11 item 3)', () => {
+  it('needs https: except to loopback, and no credentials in the URL', () => {
+    const at = (controllerUrl: string) => () =>
+      parseAgentConfig({ ...base, controllerUrl }, 'agent.json', '/etc');
+    expect(at('https://spark.example.org')).not.toThrow();
+    expect(at('http://127.0.0.1:8080')).not.toThrow();
+    expect(at('http://localhost:8080')).not.toThrow();
+    expect(at('http://[::1]:8080')).not.toThrow();
+    expect(at('http://spark.example.org')).toThrow(/controllerUrl: use https:\/\//);
+    expect(at('http://10.0.0.5:8080')).toThrow(/controllerUrl: use https:\/\//);
+    expect(at('https://user:pw@spark.example.org')).toThrow(/controllerUrl/);
+    expect(at('ftp://spark.example.org')).toThrow(/controllerUrl/);
+  });
+});
