@@ -19649,7 +19649,7 @@ function error(message, properties = {}) {
 }
 
 // actions/lease-preflight/src/input-helper.ts
-import { resolve } from "node:path";
+import { isAbsolute, resolve } from "node:path";
 
 // ../../main/node_modules/zod/v4/classic/external.js
 var external_exports = {};
@@ -39387,6 +39387,12 @@ function getInputs() {
   }
   const workspace = resolve(process.env.GITHUB_WORKSPACE ?? process.cwd());
   const manifest = getInput("manifest");
+  const spec = getInput("provisioning_spec").trim();
+  if (spec && (!isAbsolute(spec) || `${resolve(spec)}/`.startsWith(`${workspace}/`))) {
+    throw new Error(
+      `invalid input: provisioning_spec must be an absolute path of a host file the operator owns, outside the checkout; got "${spec}"`
+    );
+  }
   const tools = getInput("tools");
   return {
     ...parsed.data,
@@ -39394,6 +39400,7 @@ function getInputs() {
     softImports: list(getInput("soft_imports")),
     tools: tools ? list(tools) : ["ninja", "nvcc", "c++"],
     manifestPath: resolve(workspace, manifest || "PROVISIONING-MANIFEST.json"),
+    provisioningSpec: spec || null,
     workspace,
     path: process.env.PATH ?? "",
     env: process.env
@@ -39436,6 +39443,7 @@ function args(s) {
   a.push("--tools", s.tools.join(","), "--manifest", s.manifestPath, "--source-dir", s.workspace);
   if (s.imports.length) a.push("--imports", s.imports.join(","));
   if (s.softImports.length) a.push("--soft-imports", s.softImports.join(","));
+  if (s.provisioningSpec) a.push("--spec", s.provisioningSpec);
   return a;
 }
 var cell = (v) => v.replace(/\|/g, "\\|").replace(/\n/g, " ");

@@ -112,7 +112,7 @@ model_snapshot() {
   rev="${QWEN_REVISION}"
   if [ -z "${rev}" ] && [ -f "${repo_dir}/refs/main" ]; then rev="$(<"${repo_dir}/refs/main")"; fi
   if [ -z "${rev}" ] || [ ! -f "${repo_dir}/snapshots/${rev}/config.json" ]; then
-    fail "Qwen3.8 27B NVFP4 (${QWEN_MODEL}${QWEN_REVISION:+ at ${QWEN_REVISION}}) is not in the managed model cache ${HF_HOME}; a Spark run never downloads weights: pre-warm it on the host (spark-runner-preflight prewarm --model ${QWEN_MODEL} --revision <sha>)"
+    fail "Qwen3.8 27B NVFP4 (${QWEN_MODEL}${QWEN_REVISION:+ at ${QWEN_REVISION}}) is not in the managed model cache ${HF_HOME}; a Spark run never downloads weights: pre-warm it on the host (spark-runner-preflight doctor --spec <the host's provisioning spec> --prewarm)"
   fi
   echo "${repo_dir}/snapshots/${rev}"
 }
