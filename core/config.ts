@@ -26,7 +26,11 @@ export const HostConfigSchema = z
 
 export const PoolConfigSchema = z
   .object({
-    runnerLabel: z.string().min(1).describe('Label every JIT runner of this pool carries.'),
+    runnerLabel: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('Fleet label every JIT runner of this pool carries; defaults to github.fleetLabel.'),
   })
   .strict();
 
@@ -103,6 +107,13 @@ const githubSchema = z
       .describe('Roles (role_name) a sender needs for labels and commands.'),
     permissionCacheS: z.number().int().min(0).default(60),
     runnerScope: z.enum(['org', 'repo']).default('repo'),
+    fleetLabel: z
+      .string()
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'a runner label is letters, digits, ".", "_" and "-"')
+      .default('waffuru-spark')
+      .describe(
+        "Fleet label on every JIT runner (DESIGN.md \"Binding\"); must equal the workflow templates' runs-on label.",
+      ),
     runnerGroupId: z.number().int().positive().default(1),
     checkName: z.string().min(1).default('Spark test'),
   })
@@ -143,7 +154,7 @@ export const ConfigSchema = z
       .array(HostConfigSchema)
       .min(1)
       .default(DEFAULT_HOSTS.map((h) => ({ ...h }))),
-    pools: z.record(z.string(), PoolConfigSchema).default({ spark: { runnerLabel: 'spark' } }),
+    pools: z.record(z.string(), PoolConfigSchema).default({ spark: {} }),
     preferHosts: z
       .array(hostId)
       .default(['spark-2'])
@@ -191,6 +202,11 @@ export const ConfigSchema = z
 export type SparkConfig = z.output<typeof ConfigSchema>;
 export type SparkConfigInput = z.input<typeof ConfigSchema>;
 export type HostConfig = z.output<typeof HostConfigSchema>;
+
+/** The fleet label a pool's JIT runners carry: the pool's own, else `github.fleetLabel`. */
+export function fleetLabelOf(cfg: Pick<SparkConfig, 'pools' | 'github'>, pool: string): string {
+  return cfg.pools[pool]?.runnerLabel ?? cfg.github.fleetLabel;
+}
 
 /** A config error whose message lists every problem as `path: what to fix`. */
 export class ConfigError extends Error {

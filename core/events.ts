@@ -32,6 +32,7 @@ export const LEDGER_EVENTS = [
   'reservation.receipt',
   'reservation.runner_registered',
   'reservation.runner_retry',
+  'reservation.run_recorded',
   'reservation.recovery',
   // leases
   'lease.granted',
@@ -51,6 +52,7 @@ export const LEDGER_EVENTS = [
   // alerts an operator must see
   'alert.restore_failed',
   'alert.emergency_terminate',
+  'alert.foreign_job',
   // credentials and repositories
   'token.created',
   'token.revoked',

@@ -93,6 +93,8 @@ export const OUTCOMES = [
   'runner_not_picked_up',
   'github_failed',
   'withdrawn',
+  // a job that is not the admitted one took the reservation's runner: stopped (issue 12 item 4)
+  'foreign_job',
 ] as const;
 export type Outcome = (typeof OUTCOMES)[number];
 /** Outcomes GitHub's `workflow_job` completed sets; they win over how the release was started. */

@@ -148,6 +148,16 @@ function renderResult(
         title: 'Spark test cancelled — job cancelled on GitHub',
         summary: summary(`The workflow job was cancelled.${ending}`),
       };
+    case 'foreign_job':
+      // the check fails at once, not after cleanup: the admitted job never ran (issue 12 item 4)
+      return {
+        status: 'completed',
+        conclusion: 'failure',
+        title: 'Spark test failed — runner taken by a foreign job — stopped',
+        summary: summary(
+          `A job that is not the admitted one took the reservation's runner; the runner was stopped and the work failed. ${r.reason ?? ''}${ending}`.trim(),
+        ),
+      };
     case 'queue_timeout':
       return {
         status: 'completed',

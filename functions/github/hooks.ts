@@ -5,7 +5,8 @@ import type { TransitionHook } from '../ledger/ledger.ts';
 import { enqueue, enqueueCheckSync } from '../ledger/outbox.ts';
 import { getReservation } from '../ledger/reservations.ts';
 import type { LedgerStore } from '../ledger/store.ts';
-import { readMeta } from './meta.ts';
+import { patchMeta, readMeta } from './meta.ts';
+import { newRunnerNonce } from './run-identity.ts';
 import { enqueueRunnerDeletes } from './senders.ts';
 
 const RELEASE_EVENTS = new Set<LedgerEventType>([
@@ -29,6 +30,9 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
     await enqueueCheckSync(tx, now, r.id);
 
     if (ev.type === 'reservation.preparing') {
+      // the runner label's nonce is drawn once, before anything outside the ledger sees it:
+      // the dispatch hands it to the workflow and the JIT registration puts it on the runner
+      if (!readMeta(r)?.nonce) await patchMeta(tx, r, { nonce: newRunnerNonce() });
       // every lease reported prepared (agent part): dispatch first, so its "still wanted?"
       // re-check runs before any runner is registered
       await enqueue(tx, now, {

@@ -28,6 +28,14 @@ export interface GitHubMeta {
   note?: string | null;
   /** `status|title` of the last check-run update GitHub accepted. */
   lastCheck?: string | null;
+  /**
+   * Random nonce of the per-reservation runner label `spark-<id>-<nonce>` (issue 12 item 3).
+   * Secret until dispatch: never rendered on the dashboard, the status API, metrics or checks.
+   */
+  nonce?: string | null;
+  /** The dispatched workflow run and its attempt (recorded by `recordDispatchedRun`). */
+  runId?: number | null;
+  runAttempt?: number | null;
 }
 
 export function readMeta(r: Pick<ReservationRow, 'metaJson'>): GitHubMeta | null {

@@ -106,9 +106,15 @@ export async function drainOutbox(
   return out;
 }
 
-/** A dispatch or runner registration that can never succeed must not strand the hosts. */
+const FINAL_FAILURE_WHAT: Record<string, string> = {
+  dispatch: 'workflow dispatch',
+  'find-run': 'lookup of the dispatched run',
+  'generate-jitconfig': 'runner registration',
+};
+
+/** A dispatch, run lookup or runner registration that can never succeed must not strand the hosts. */
 async function onFinalFailure(svc: GitHubService, row: OutboxRow, message: string) {
-  if (!row.reservationId || (row.kind !== 'dispatch' && row.kind !== 'generate-jitconfig')) return;
+  if (!row.reservationId || !['dispatch', 'find-run', 'generate-jitconfig'].includes(row.kind)) return;
   const rid = row.reservationId;
   await svc.ledger.write(async (tx) => {
     const r = await getReservation(svc.ledger, tx, rid);
@@ -117,7 +123,7 @@ async function onFinalFailure(svc: GitHubService, row: OutboxRow, message: strin
       svc.ledger,
       rid,
       'github_failed',
-      `GitHub ${row.kind === 'dispatch' ? 'workflow dispatch' : 'runner registration'} failed: ${message}`.slice(
+      `GitHub ${FINAL_FAILURE_WHAT[row.kind] ?? row.kind} failed: ${message}`.slice(
         0,
         400,
       ),

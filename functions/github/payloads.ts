@@ -67,6 +67,8 @@ export const WorkflowJobEvent = z.object({
   workflow_job: z.object({
     id: z.number().int(),
     run_id: z.number().int(),
+    /** Absent in older payloads: read as attempt 1. */
+    run_attempt: z.number().int().positive().optional(),
     head_sha: z.string(),
     status: z.string(),
     conclusion: z.string().nullable(),

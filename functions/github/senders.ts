@@ -1,7 +1,9 @@
+import { fleetLabelOf } from '../../core/config.ts';
 import type { Tx } from '../ledger/db.ts';
 import {
   liveRunnersOf,
   markRunnerDeleted,
+  recordDispatchedRun,
   recordRunnerRegistration,
   withholdJitConfigs,
 } from '../ledger/github.ts';
@@ -14,15 +16,19 @@ import { GitHubError } from './client.ts';
 import { type GitHubMeta, patchMeta, readMeta } from './meta.ts';
 import { enqueue, type OutboxKind, type Sender, type SendResult } from './outbox.ts';
 import { PullRequestResource } from './payloads.ts';
+import { type DispatchedRun, findDispatchedRun, reservationLabel } from './run-identity.ts';
 import type { GitHubService } from './service.ts';
 
-/** Runner labels (DESIGN.md "Binding"): allocation labels plus the unique reservation label. */
-export function runnerLabels(runnerLabel: string, topology: string, reservationId: string): string[] {
-  return ['self-hosted', 'Linux', 'ARM64', runnerLabel, `spark-${topology}`, reservationLabel(reservationId)];
+/**
+ * JIT runner labels (DESIGN.md "Binding", issue 12 item 5): `self-hosted, Linux, ARM64, <fleet
+ * label>, spark-single|spark-pair` plus the reservation's nonce label `spark-r-<n>-<nonce>`.
+ */
+export function runnerLabels(fleetLabel: string, topology: string, nonceLabel: string): string[] {
+  return ['self-hosted', 'Linux', 'ARM64', fleetLabel, `spark-${topology}`, nonceLabel];
 }
 
-/** The label only this reservation's runners carry; the dispatched workflow runs on it. */
-export const reservationLabel = (reservationId: string) => `spark-${reservationId}`;
+/** Lookups of the dispatched run by its run-name before the reservation fails (≈ 8 min of backoff). */
+export const FIND_RUN_ATTEMPTS = 8;
 
 /** `spark-<hostId>-<reservationId>-a<attempt>` (unique per attempt, so a retry never collides). */
 export const runnerName = (hostId: string, reservationId: string, attempt: number) =>
@@ -143,13 +149,19 @@ async function whyNotWanted(svc: GitHubService, r: ReservationRow, meta: GitHubM
   return null;
 }
 
-const sendDispatch: Sender = async (svc, _row, payload) => {
+/**
+ * Dispatches the workflow with the reservation's inputs (the nonce among them) and records the
+ * run it created (issue 12 item 1): from the dispatch response when GitHub returns run details,
+ * else by its run-name, through a bounded `find-run` outbox row — no polling on a runner.
+ */
+const sendDispatch: Sender = async (svc, row, payload) => {
   const rid = String(payload.reservationId);
   const r = await svc.ledger.getReservation(undefined, rid);
   if (!r?.repo || !r.headSha) return skipped('reservation has no GitHub commit');
   if (!['preparing', 'running'].includes(r.status)) return skipped(`reservation is ${r.status}`);
   const meta = readMeta(r);
   if (!meta) return skipped('reservation was not created by GitHub');
+  if (meta.runId != null) return skipped(`run ${meta.runId} already recorded`);
   const why = await whyNotWanted(svc, r, meta);
   if (why) {
     return {
@@ -158,7 +170,15 @@ const sendDispatch: Sender = async (svc, _row, payload) => {
       apply: (tx) => withdrawBeforeDispatch(svc.ledger, rid, why, tx),
     };
   }
-  await svc.client.request(
+  if (!meta.nonce) throw new GitHubError(0, `${rid} has no runner nonce; it cannot be dispatched`, false);
+  const record = (run: DispatchedRun, via: 'dispatch-response' | 'run-name') => (tx: Tx) =>
+    recordDispatchedRun(svc.ledger, tx, rid, { ...run, via }).then(() => undefined);
+  if (row.attempts > 0) {
+    // an earlier attempt may have dispatched and lost the answer: never start a second run
+    const earlier = await findDispatchedRun(svc, r, meta);
+    if (earlier) return { result: { found: earlier.runId }, apply: record(earlier, 'run-name') };
+  }
+  const res = await svc.client.request<{ workflow_run_id?: number } | null>(
     'POST',
     `/repos/${r.repo}/actions/workflows/${encodeURIComponent(meta.workflow)}/dispatches`,
     {
@@ -166,15 +186,70 @@ const sendDispatch: Sender = async (svc, _row, payload) => {
         ref: meta.defaultBranch,
         inputs: {
           reservation_id: r.id,
+          nonce: meta.nonce,
           head_sha: r.headSha,
           topology: r.topology,
           suite: r.suite ?? 'smoke',
         },
+        // GitHub answers 200 with the run id when asked (REST "Create a workflow dispatch
+        // event", return_run_details); without it (older GHES) the answer is 204 and no body
+        return_run_details: true,
       },
       installationId: meta.installationId,
     },
   );
-  return { result: { dispatched: meta.workflow, ref: meta.defaultBranch } };
+  const direct = res.data?.workflow_run_id;
+  if (typeof direct === 'number') {
+    return {
+      result: { dispatched: meta.workflow, ref: meta.defaultBranch, runId: direct },
+      apply: record({ runId: direct, runAttempt: 1 }, 'dispatch-response'),
+    };
+  }
+  const listed = await findDispatchedRun(svc, r, meta);
+  if (listed) {
+    return {
+      result: { dispatched: meta.workflow, ref: meta.defaultBranch, runId: listed.runId },
+      apply: record(listed, 'run-name'),
+    };
+  }
+  return {
+    result: { dispatched: meta.workflow, ref: meta.defaultBranch, runId: null },
+    // GitHub lists a new run after a moment: look again through the outbox (bounded), not here
+    apply: async (tx, now) => {
+      await enqueue(tx, now, {
+        kind: 'find-run',
+        key: `find-run:${rid}`,
+        reservationId: rid,
+        payload: { reservationId: rid },
+        notBefore: now + 2000,
+      });
+    },
+  };
+};
+
+/** Looks for the dispatched run by its run-name until found, at most {@link FIND_RUN_ATTEMPTS} times. */
+const sendFindRun: Sender = async (svc, row, payload) => {
+  const rid = String(payload.reservationId);
+  const r = await svc.ledger.getReservation(undefined, rid);
+  if (!r?.repo) return skipped('reservation has no repository');
+  if (!['preparing', 'running'].includes(r.status)) return skipped(`reservation is ${r.status}`);
+  const meta = readMeta(r);
+  if (!meta) return skipped('reservation was not created by GitHub');
+  if (meta.runId != null) return skipped(`run ${meta.runId} already recorded`);
+  const run = await findDispatchedRun(svc, r, meta);
+  if (!run) {
+    const last = row.attempts + 1 >= FIND_RUN_ATTEMPTS;
+    // the message never names the run-name: it carries the nonce
+    throw new GitHubError(
+      0,
+      `the dispatched workflow run of ${rid} is not listed by GitHub${last ? ` after ${FIND_RUN_ATTEMPTS} lookups` : ' yet'}`,
+      !last,
+    );
+  }
+  return {
+    result: { found: run.runId, runAttempt: run.runAttempt },
+    apply: (tx) => recordDispatchedRun(svc.ledger, tx, rid, { ...run, via: 'run-name' }).then(() => undefined),
+  };
 };
 
 function runnersPath(svc: GitHubService, repo: string): string {
@@ -215,9 +290,16 @@ const sendGenerateJit: Sender = async (svc, _row, payload) => {
   const lease = (await svc.ledger.leasesOf(undefined, rid)).find((l) => l.id === leaseId);
   if (lease?.status !== 'active') return skipped(`lease ${leaseId} is ${lease?.status ?? 'gone'}`);
   const meta = readMeta(r);
-  const pool = svc.config.pools[r.pool];
+  if (!meta?.nonce) throw new GitHubError(0, `${rid} has no runner nonce; no runner can be registered`, false);
+  // a runner exists only once its run is known, so any job on it can be checked against the run
+  if (meta.runId == null)
+    throw new GitHubError(0, `waiting for the dispatched run of ${rid} to be identified`, true);
   const name = runnerName(lease.hostId, rid, attempt);
-  const labels = runnerLabels(pool?.runnerLabel ?? r.pool, r.topology, rid);
+  const labels = runnerLabels(
+    fleetLabelOf(svc.config, r.pool),
+    r.topology,
+    reservationLabel(rid, meta.nonce),
+  );
   const inst = meta?.installationId ?? null;
   await takeJitToken(svc);
   let res: { data: { runner: { id: number; name: string }; encoded_jit_config: string } };
@@ -315,6 +397,7 @@ export const senders: Record<OutboxKind, Sender> = {
   'check-run': sendCheckRun,
   'refusal-check': sendRefusalCheck,
   dispatch: sendDispatch,
+  'find-run': sendFindRun,
   'generate-jitconfig': sendGenerateJit,
   'delete-runner': sendDeleteRunner,
 };

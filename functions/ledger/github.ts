@@ -254,3 +254,36 @@ export async function handOverJitConfig(
     data: { runnerName: h.runnerName, attempt: h.attempt, reservationId: h.reservationId },
   });
 }
+
+// ---------------------------------------------------------------- run identity
+
+/**
+ * Records the workflow run a dispatch created (issue 12 item 1): merges `runId`/`runAttempt` into
+ * the reservation's integration meta and audits it. A run already recorded is kept (the first
+ * identification wins; a later lookup can only find the same run or an impostor).
+ */
+export async function recordDispatchedRun(
+  s: LedgerStore,
+  tx: Tx,
+  reservationId: string,
+  run: { runId: number; runAttempt: number; via: 'dispatch-response' | 'run-name' },
+): Promise<boolean> {
+  const r = (await tx.select().from(t.reservations).where(eq(t.reservations.id, reservationId)))[0];
+  if (!r?.metaJson) return false;
+  const meta = JSON.parse(r.metaJson) as Record<string, unknown>;
+  if (meta.runId != null) return false;
+  const now = s.clock();
+  await tx
+    .update(t.reservations)
+    .set({ metaJson: JSON.stringify({ ...meta, runId: run.runId, runAttempt: run.runAttempt }), updatedAt: now })
+    .where(eq(t.reservations.id, reservationId));
+  await s.record(tx, now, {
+    subjectType: 'reservation',
+    subjectId: reservationId,
+    type: 'reservation.run_recorded',
+    cause: `dispatched workflow run ${run.runId} (attempt ${run.runAttempt}) identified by ${run.via === 'dispatch-response' ? 'the dispatch response' : 'its run-name'}`,
+    actor: 'github',
+    data: { runId: run.runId, runAttempt: run.runAttempt, via: run.via },
+  });
+  return true;
+}

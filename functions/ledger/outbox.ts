@@ -11,7 +11,13 @@ import type { LedgerStore } from './store.ts';
  * `functions/github/outbox.ts`.
  */
 
-export type OutboxKind = 'check-run' | 'refusal-check' | 'dispatch' | 'generate-jitconfig' | 'delete-runner';
+export type OutboxKind =
+  | 'check-run'
+  | 'refusal-check'
+  | 'dispatch'
+  | 'find-run'
+  | 'generate-jitconfig'
+  | 'delete-runner';
 
 export interface EnqueueItem {
   kind: OutboxKind;

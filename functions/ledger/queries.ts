@@ -153,6 +153,12 @@ export async function currentHandoff(q: Query, leaseId: string): Promise<Handoff
   return rows[0] ?? null;
 }
 
+/** The JIT runner registered under `runnerName` (any reservation, any attempt), or null. */
+export async function handoffByRunnerName(q: Query, runnerName: string): Promise<HandoffRow | null> {
+  const rows = await q.select().from(t.jitHandoffs).where(eq(t.jitHandoffs.runnerName, runnerName));
+  return rows[0] ?? null;
+}
+
 /** Every runner handoff (registration) of a reservation, deregistered ones included. */
 export async function handoffsOf(q: Query, reservationId: string): Promise<HandoffRow[]> {
   return q.select().from(t.jitHandoffs).where(eq(t.jitHandoffs.reservationId, reservationId));

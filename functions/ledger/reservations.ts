@@ -509,6 +509,45 @@ export function terminateReservation(
   });
 }
 
+/** The check-run words for a reservation whose runner a foreign job took (issue 12 item 4). */
+export const FOREIGN_JOB_REASON = 'runner taken by a foreign job — stopped';
+
+/**
+ * A job that is not the admitted one runs on this reservation's runner (issue 12 item 4): the
+ * reservation is released with outcome `foreign_job` (the agent's desired state becomes `clean`,
+ * which stops the runner it started and cleans the host), and an `alert.foreign_job` fires.
+ * Returns false when the reservation already ended or is releasing (audited only).
+ */
+export async function stopForeignJob(
+  s: LedgerStore,
+  tx: Tx,
+  id: string,
+  detail: string,
+  data: Record<string, unknown>,
+): Promise<boolean> {
+  const r = await getReservation(s, tx, id);
+  if (!r) throw notFound(`reservation ${id}`);
+  const acted = isReleasableStatus(r.status);
+  if (acted) {
+    await beginRelease(s, id, 'foreign_job', `${FOREIGN_JOB_REASON}: ${detail}`, 'github', tx);
+    await tx
+      .update(t.reservations)
+      .set({ reason: `${FOREIGN_JOB_REASON}: ${detail}`.slice(0, 500) })
+      .where(eq(t.reservations.id, id));
+  }
+  await s.record(tx, s.clock(), {
+    subjectType: 'reservation',
+    subjectId: id,
+    type: 'alert.foreign_job',
+    fromState: r.status,
+    toState: acted ? 'releasing' : r.status,
+    cause: `${acted ? FOREIGN_JOB_REASON : 'foreign job on a runner of ended work'}: ${detail}`,
+    actor: 'github',
+    data,
+  });
+  return acted;
+}
+
 /** An operator's request to start a home service: one open request per host (find or create). */
 export function requestServiceStart(
   s: LedgerStore,
