@@ -112,7 +112,7 @@ const githubSchema = z
       .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'a runner label is letters, digits, ".", "_" and "-"')
       .default('waffuru-spark')
       .describe(
-        "Fleet label on every JIT runner (DESIGN.md \"Binding\"); must equal the workflow templates' runs-on label.",
+        'Fleet label on every JIT runner (DESIGN.md "Binding"); must equal the workflow templates\' runs-on label.',
       ),
     runnerGroupId: z.number().int().positive().default(1),
     checkName: z.string().min(1).default('Spark test'),

@@ -123,10 +123,7 @@ async function onFinalFailure(svc: GitHubService, row: OutboxRow, message: strin
       svc.ledger,
       rid,
       'github_failed',
-      `GitHub ${FINAL_FAILURE_WHAT[row.kind] ?? row.kind} failed: ${message}`.slice(
-        0,
-        400,
-      ),
+      `GitHub ${FINAL_FAILURE_WHAT[row.kind] ?? row.kind} failed: ${message}`.slice(0, 400),
       'github-outbox',
       tx,
     );

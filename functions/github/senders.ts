@@ -248,7 +248,8 @@ const sendFindRun: Sender = async (svc, row, payload) => {
   }
   return {
     result: { found: run.runId, runAttempt: run.runAttempt },
-    apply: (tx) => recordDispatchedRun(svc.ledger, tx, rid, { ...run, via: 'run-name' }).then(() => undefined),
+    apply: (tx) =>
+      recordDispatchedRun(svc.ledger, tx, rid, { ...run, via: 'run-name' }).then(() => undefined),
   };
 };
 
@@ -290,7 +291,8 @@ const sendGenerateJit: Sender = async (svc, _row, payload) => {
   const lease = (await svc.ledger.leasesOf(undefined, rid)).find((l) => l.id === leaseId);
   if (lease?.status !== 'active') return skipped(`lease ${leaseId} is ${lease?.status ?? 'gone'}`);
   const meta = readMeta(r);
-  if (!meta?.nonce) throw new GitHubError(0, `${rid} has no runner nonce; no runner can be registered`, false);
+  if (!meta?.nonce)
+    throw new GitHubError(0, `${rid} has no runner nonce; no runner can be registered`, false);
   // a runner exists only once its run is known, so any job on it can be checked against the run
   if (meta.runId == null)
     throw new GitHubError(0, `waiting for the dispatched run of ${rid} to be identified`, true);

@@ -275,7 +275,10 @@ export async function recordDispatchedRun(
   const now = s.clock();
   await tx
     .update(t.reservations)
-    .set({ metaJson: JSON.stringify({ ...meta, runId: run.runId, runAttempt: run.runAttempt }), updatedAt: now })
+    .set({
+      metaJson: JSON.stringify({ ...meta, runId: run.runId, runAttempt: run.runAttempt }),
+      updatedAt: now,
+    })
     .where(eq(t.reservations.id, reservationId));
   await s.record(tx, now, {
     subjectType: 'reservation',

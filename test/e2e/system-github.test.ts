@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { isLive, waitFor } from '../doubles/index.ts';
+import { DEFAULT_BRANCH_TIP } from '../harness/github-sim.ts';
 import { type JobPlan, queuedId, REPO, type SparkSystem, startSystem } from '../harness/index.ts';
 
 /**
@@ -35,13 +36,27 @@ describe('system: happy path', { timeout: 180_000 }, () => {
     const rid = queuedId(await sys.label(1, 'spark-test'));
     const job = await sys.waitJob(rid);
     expect(job).toMatchObject({ hostId: 'spark-2', headSha: sha('a'), repo: REPO, topology: 'single' });
-    expect(job.labels).toEqual(['self-hosted', 'Linux', 'ARM64', 'spark', 'spark-single', `spark-${rid}`]);
-    expect(sys.gh.dispatches.find((d) => d.inputs.reservation_id === rid)).toEqual({
+    const dispatch = sys.gh.dispatches.find((d) => d.inputs.reservation_id === rid)!;
+    const nonce = dispatch.inputs.nonce!;
+    expect(nonce).toMatch(/^[0-9a-f]{32}$/);
+    expect(dispatch).toEqual({
       repo: REPO,
       workflow: 'spark-pr-test.yml',
       ref: 'main',
-      inputs: { reservation_id: rid, head_sha: sha('a'), topology: 'single', suite: 'smoke' },
+      inputs: { reservation_id: rid, nonce, head_sha: sha('a'), topology: 'single', suite: 'smoke' },
     });
+    // the job asked for the seed's labels plus the nonce label, and its run (a workflow_dispatch
+    // run) carries the default branch tip, not the PR commit: matched by run and runner instead
+    expect(job.labels).toEqual([
+      'self-hosted',
+      'Linux',
+      'ARM64',
+      'waffuru-spark',
+      'spark-single',
+      `spark-${rid}-${nonce}`,
+    ]);
+    expect(job.runHeadSha).toBe(DEFAULT_BRANCH_TIP);
+    expect(sys.gh.runs.find((r) => r.id === job.runId)?.headSha).toBe(DEFAULT_BRANCH_TIP);
     // while the job runs, the PR shows it with the exact commit
     const running = await sys.waitCheck(rid, `Spark test running — exact SHA ${sha('a').slice(0, 7)}`);
     expect(running.status).toBe('in_progress');
@@ -92,8 +107,13 @@ describe('system: happy path', { timeout: 180_000 }, () => {
       agentLog: sys.agents['spark-2']!.output(),
       history: JSON.stringify(await sys.history(rid)),
     };
-    for (const [where, text] of Object.entries(views))
+    for (const [where, text] of Object.entries(views)) {
       expect(text.includes(sys.jitConfigsSeen[0]!), `${where} contains the JIT config`).toBe(false);
+      // the nonce is on no public surface either (the controller log is not one, but says nothing of it)
+      expect(text.includes(nonce), `${where} contains the runner nonce`).toBe(false);
+    }
+    for (const c of sys.gh.checkRuns)
+      expect(JSON.stringify(c.output).includes(nonce), 'a check run shows the nonce').toBe(false);
   });
 });
 

@@ -37,7 +37,10 @@ export interface SimJob {
   reservationId: string;
   hostId: string;
   runnerName: string;
+  /** The commit the job checks out and tests: the dispatch's `head_sha` input (commit binding). */
   headSha: string;
+  /** The run's `head_sha`: the default branch tip, as GitHub sets it for `workflow_dispatch`. */
+  runHeadSha: string;
   repo: string;
   topology: string;
   suite: string;
@@ -123,6 +126,9 @@ function send(res: ServerResponse, status: number, body: unknown) {
 
 let deliverySeq = 0;
 
+/** The default branch tip: the `head_sha` of every dispatched run and its jobs. */
+export const DEFAULT_BRANCH_TIP = 'dead'.repeat(10);
+
 /** Starts the fake GitHub with {@link REPO} (installed; {@link MAINTAINER} is an admin) and the Actions service. */
 export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim> {
   const note = opts.onNote ?? (() => undefined);
@@ -130,12 +136,14 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
   const repoState = gh.addRepo(REPO, {
     installationId: 77,
     collaborators: { [MAINTAINER]: 'admin', mallory: 'read' },
+    // the default branch tip differs from every PR commit the tests use, so a controller that
+    // matched jobs by the run's head_sha (the tip, for workflow_dispatch) could not pass
+    headSha: DEFAULT_BRANCH_TIP,
   });
   const jobs: SimJob[] = [];
   const jitConfigsSeen: string[] = [];
   const deliveries: Delivery[] = [];
   const failed = new Map<string, { event: string; body: string }>();
-  let jobSeq = 500;
 
   // ------------------------------------------------------------ webhooks
 
@@ -183,7 +191,7 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     p.installation = { id: repoState.installationId };
     p.workflow_job.id = job.id;
     p.workflow_job.run_id = job.runId;
-    p.workflow_job.head_sha = job.headSha;
+    p.workflow_job.head_sha = job.runHeadSha;
     p.workflow_job.status = action;
     p.workflow_job.conclusion = action === 'completed' ? job.conclusion : null;
     p.workflow_job.labels = job.labels;
@@ -202,19 +210,21 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
         if (!jitConfigsSeen.includes(b.jitConfig)) jitConfigsSeen.push(b.jitConfig);
         const existing = jobs.find((j) => j.runnerName === runner.name);
         if (existing) return send(res, 200, existing);
-        const label = runner.labels.find((l) => /^spark-r-\d+$/.test(l));
-        const rid = label?.slice('spark-'.length);
-        const dispatch = gh.dispatches.find((d) => d.inputs.reservation_id === rid);
-        // no job asks for this runner's labels yet: a real runner just keeps listening
-        if (!rid || !dispatch) return send(res, 202, { waiting: true });
-        const base = jobs.find((j) => j.reservationId === rid);
+        // GitHub hands the runner the oldest queued job whose runs-on labels it carries (the
+        // fake's dispatch queued the run's jobs); none yet: a real runner just keeps listening
+        const taken = gh.pickUp(runner.name);
+        const run = taken ? gh.runs.find((r) => r.id === taken.runId) : undefined;
+        const rid = run?.inputs.reservation_id;
+        if (!taken || !run || !rid) return send(res, 202, { waiting: true });
+        const dispatch = { repo: run.repo, inputs: run.inputs };
         const job: SimJob = {
-          id: ++jobSeq,
-          runId: base?.runId ?? 9000 + jobSeq,
+          id: taken.id,
+          runId: taken.runId,
           reservationId: rid,
           hostId: b.hostId,
           runnerName: runner.name,
           headSha: dispatch.inputs.head_sha!,
+          runHeadSha: taken.headSha,
           repo: dispatch.repo,
           topology: dispatch.inputs.topology!,
           suite: dispatch.inputs.suite!,
@@ -224,12 +234,11 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
             ...(opts.plan?.({ reservationId: rid, hostId: b.hostId, headSha: dispatch.inputs.head_sha! }) ??
               {}),
           },
-          labels: [...runner.labels],
+          labels: [...taken.labels],
           gates: new Set(),
           conclusion: null,
         };
         jobs.push(job);
-        runner.busy = true;
         note(`GitHub Actions: job ${job.id} of ${rid} assigned to runner ${runner.name}`);
         await deliver('workflow_job', workflowJob(job, 'queued'));
         await deliver('workflow_job', workflowJob(job, 'in_progress'));
@@ -250,9 +259,11 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
           note(
             `GitHub Actions: job ${job.id} of ${job.reservationId} on ${job.hostId} completed: ${b.conclusion}`,
           );
-          // the runner is idle again; deregistering it is the controller's job on release
-          const runner = gh.runners.find((r) => r.name === job.runnerName);
-          if (runner) runner.busy = false;
+          // a JIT runner removes itself after its one job (the fake's completeJob, DOC.jit)
+          gh.completeJob(
+            job.id,
+            b.conclusion === 'success' ? 'success' : b.conclusion === 'cancelled' ? 'cancelled' : 'failure',
+          );
           await deliver('workflow_job', workflowJob(job, 'completed'));
         }
         return send(res, 200, { ok: true });

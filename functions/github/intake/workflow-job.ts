@@ -1,7 +1,7 @@
 import { isActiveStatus } from '../../../core/model.ts';
 import type { Tx } from '../../ledger/db.ts';
-import type { ReservationRow } from '../../ledger/ledger.ts';
 import { recordUnknownJob } from '../../ledger/github.ts';
+import type { ReservationRow } from '../../ledger/ledger.ts';
 import { handoffByRunnerName } from '../../ledger/queries.ts';
 import {
   advanceReservation,
@@ -127,7 +127,8 @@ async function onOurRunner(
   const why = notAdmitted(r, repo, job);
   if (why) {
     const detail = `workflow job ${job.id} (run ${job.run_id}, ${repo}) on runner "${job.runner_name}": ${why}`;
-    if (action === 'completed' && !isActiveStatus(r.status)) return `foreign job ended; ${rid} is ${r.status}`;
+    if (action === 'completed' && !isActiveStatus(r.status))
+      return `foreign job ended; ${rid} is ${r.status}`;
     const acted = await stopForeignJob(svc.ledger, tx, rid, detail, {
       jobId: job.id,
       runId: job.run_id,
