@@ -1,33 +1,25 @@
 import { eq, sql } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { readMeta } from '../../functions/github/meta.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { refreshQueuedChecks } from '../../functions/github/sweeps.ts';
+import { computeDesiredState } from '../../functions/ledger/desired-state.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { example, type Harness, startHarness } from '../fake-github/harness.ts';
+import { example, type Harness, startHarness, workflowJobEvent } from '../fake-github/harness.ts';
 import { validate } from '../fake-github/schema.ts';
+import type { Job } from '../fake-github/server.ts';
 import { adoptAll } from '../helpers/ledger.ts';
 
 const REPO = 'Codertocat/Hello-World';
 const SHA = 'ec26c3e57ca3a959ca5aad62de7213c562f8c821';
+/** The default branch tip: a workflow_dispatch run's (and its jobs') head_sha. */
+const TIP = 'b'.repeat(40);
 
 function labeled(label = 'spark-test', sender = 'Codertocat') {
   const p = example('pull_request', 'labeled');
   p.label.name = label;
   p.sender.login = sender;
   p.pull_request.labels = [{ ...p.label }];
-  return p;
-}
-
-function job(
-  action: 'queued' | 'in_progress' | 'completed',
-  o: { rid: string; runner?: string | null; sha?: string; conclusion?: string | null },
-) {
-  const p = example('workflow_job', action);
-  p.repository.full_name = REPO;
-  p.workflow_job.head_sha = o.sha ?? SHA;
-  p.workflow_job.labels = ['self-hosted', 'Linux', 'ARM64', 'spark', 'spark-single', `spark-${o.rid}`];
-  p.workflow_job.runner_name = o.runner ?? null;
-  if (action === 'completed') p.workflow_job.conclusion = o.conclusion ?? 'success';
   return p;
 }
 
@@ -43,6 +35,7 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
       installationId: 1,
       collaborators: { Codertocat: 'admin', outsider: 'triage' },
       pulls: { 2: { state: 'open', headSha: SHA, headRepo: REPO, labels: ['spark-test'] } },
+      headSha: TIP,
     });
     expect((await h.enable(REPO)).status).toBe(200);
   });
@@ -68,6 +61,43 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     return handoff;
   }
 
+  /** The reservation's GitHub meta (nonce, recorded run). */
+  async function metaOf(rid = 'r-1') {
+    return readMeta((await h.c.ledger.getReservation(undefined, rid))!)!;
+  }
+
+  /** GitHub hands the runner its job (the fake picks the oldest queued job it fits). */
+  async function pickUp(runnerName: string): Promise<Job> {
+    await h.until('run recorded', async () => (await metaOf()).runId != null);
+    const j = h.gh.pickUp(runnerName);
+    if (!j) throw new Error(`no queued job fits runner ${runnerName}`);
+    return j;
+  }
+
+  /** A job of another workflow run that asks for the fleet labels (and optionally a label). */
+  function foreignJob(labels: string[]): Job {
+    const now = new Date().toISOString();
+    const j: Job = {
+      id: 990_001,
+      runId: 880_001,
+      repo: REPO,
+      name: 'grab-the-runner',
+      labels: ['self-hosted', 'Linux', 'ARM64', 'waffuru-spark', 'spark-single', ...labels],
+      headSha: 'e'.repeat(40),
+      headBranch: 'attacker',
+      status: 'queued',
+      conclusion: null,
+      runnerId: null,
+      runnerName: null,
+      createdAt: now,
+      startedAt: null,
+      completedAt: null,
+    };
+    // older than the admitted job: GitHub would give it the runner first
+    h.gh.jobs.unshift(j);
+    return j;
+  }
+
   it('the fake really checks bodies against the GitHub schema', () => {
     const schema = {
       type: 'object',
@@ -78,24 +108,30 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(validate(schema, { name: 1, head_sha: 'a' })).toEqual(['$.name: expected string, got number']);
   });
 
-  it('prepared → workflow dispatch with inputs, one JIT runner with the reservation label, handed over once', async () => {
+  it('prepared → dispatch with the nonce, run recorded, one JIT runner with the seed labels + nonce label', async () => {
     const handoff = (await prepared())!;
     expect(handoff).toMatchObject({ hostId: 'spark-2', attempt: 0, runnerName: 'spark-spark-2-r-1-a0' });
     await h.until('dispatch', () => h.gh.dispatches.length === 1);
+    const meta = await metaOf();
+    expect(meta.nonce).toMatch(/^[0-9a-f]{32}$/);
     expect(h.gh.dispatches[0]).toEqual({
       repo: REPO,
       workflow: 'spark-pr-test.yml',
       ref: 'main',
-      inputs: { reservation_id: 'r-1', head_sha: SHA, topology: 'single', suite: 'smoke' },
+      inputs: { reservation_id: 'r-1', nonce: meta.nonce, head_sha: SHA, topology: 'single', suite: 'smoke' },
     });
+    // the run GitHub created is recorded (from the dispatch's run details) before any runner exists
+    const run = h.gh.runs[0]!;
+    expect(run).toMatchObject({ displayTitle: `spark r-1 ${meta.nonce}`, headSha: TIP, runAttempt: 1 });
+    expect(meta).toMatchObject({ runId: run.id, runAttempt: 1 });
     expect(h.gh.runners).toHaveLength(1);
     expect(h.gh.runners[0]!.labels).toEqual([
       'self-hosted',
       'Linux',
       'ARM64',
-      'spark',
+      'waffuru-spark',
       'spark-single',
-      'spark-r-1',
+      `spark-r-1-${meta.nonce}`,
     ]);
     expect(h.gh.runners[0]!.runnerGroupId).toBe(1);
     expect(handoff.jitConfig).toBe(h.gh.runners[0]!.encodedJitConfig);
@@ -108,10 +144,10 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
 
   it('workflow_job in_progress → running with the exact SHA; completed → passed; receipt → evidence recorded', async () => {
     const handoff = (await prepared())!;
-    const res = await h.deliver(
-      'workflow_job',
-      job('in_progress', { rid: 'r-1', runner: handoff.runnerName }),
-    );
+    const picked = await pickUp(handoff.runnerName);
+    // GitHub's job carries the default branch tip; the check shows the admitted PR commit
+    expect(picked.headSha).toBe(TIP);
+    const res = await h.deliver('workflow_job', workflowJobEvent(picked, 'in_progress'));
     expect((await res.json()).result).toBe('running r-1');
     await h.until('running check', () =>
       h.gh.checkRuns.find(
@@ -119,10 +155,7 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
           c.external_id === 'r-1' && c.output.title === `Spark test running — exact SHA ${SHA.slice(0, 7)}`,
       ),
     );
-    const done = await h.deliver(
-      'workflow_job',
-      job('completed', { rid: 'r-1', runner: handoff.runnerName, conclusion: 'success' }),
-    );
+    const done = await h.deliver('workflow_job', workflowJobEvent(h.gh.completeJob(picked.id), 'completed'));
     expect((await done.json()).result).toBe('r-1 outcome passed');
     // the in-job part stores the receipt and records reservation.receipt; simulate it here
     await h.c.ledger.write(async (tx, now) => {
@@ -147,31 +180,113 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(h.gh.checkRuns.filter((c) => c.external_id === 'r-1')).toHaveLength(1);
   });
 
-  it('a workflow_job that does not match (SHA, runner) is an audited fault shown on the check run', async () => {
+  it('a job asking for a guessed nonce label, or for ours from another run, changes nothing (audited)', async () => {
     await prepared();
-    const res = await h.deliver(
-      'workflow_job',
-      job('in_progress', { rid: 'r-1', runner: 'someone-elses-runner', sha: 'f'.repeat(40) }),
-    );
-    expect((await res.json()).result).toMatch(
-      /^fault: SHA fffffff ≠ admitted ec26c3e; runner "someone-elses-runner" was not registered/,
+    const meta = await metaOf();
+    const guess = foreignJob([`spark-r-1-${'0'.repeat(32)}`]);
+    const res = await h.deliver('workflow_job', workflowJobEvent(guess, 'queued'));
+    expect((await res.json()).result).toBe('fault: no such reservation label (r-1)');
+    const leaked = foreignJob([`spark-r-1-${meta.nonce}`]);
+    leaked.id = 990_002;
+    const res2 = await h.deliver('workflow_job', workflowJobEvent(leaked, 'queued'));
+    expect((await res2.json()).result).toBe(
+      `not admitted: run 880001 is not the dispatched run ${meta.runId}`,
     );
     expect(await status(h, 'r-1')).toBe('preparing');
+    const audits = await h.c.ledger.db
+      .select()
+      .from(t.events)
+      .where(eq(t.events.type, 'github.job_mismatch'));
+    expect(audits).toHaveLength(1);
+    // the audit never repeats a label it was shown (it may be a leaked nonce)
+    expect(JSON.stringify(audits)).not.toContain('0'.repeat(32));
+  });
+
+  for (const variant of ['fleet labels only', 'the leaked nonce label'] as const) {
+    it(`a foreign job (${variant}) on our runner is stopped: check fails, host cleans up, alert fires`, async () => {
+      const handoff = (await prepared())!;
+      const meta = await metaOf();
+      await h.until('run recorded', async () => (await metaOf()).runId != null);
+      foreignJob(variant === 'fleet labels only' ? [] : [`spark-r-1-${meta.nonce}`]);
+      const taken = await pickUp(handoff.runnerName);
+      expect(taken.id).toBe(990_001);
+      const res = await h.deliver('workflow_job', workflowJobEvent(taken, 'in_progress'));
+      expect((await res.json()).result).toMatch(
+        /^foreign job stopped: workflow job 990001 \(run 880001, .*\) on runner "spark-spark-2-r-1-a0": run 880001 is not the dispatched run/,
+      );
+      const r = (await h.c.ledger.getReservation(undefined, 'r-1'))!;
+      expect(r).toMatchObject({ status: 'releasing', outcome: 'foreign_job' });
+      // the agent's desired state is `clean`: it stops the runner it started and cleans the host
+      const desired = await computeDesiredState(h.c.ledger, h.c.ledger.db, 'spark-2', h.clock());
+      expect(desired.desired.state).toBe('clean');
+      expect((await h.c.ledger.db.select().from(t.hosts).where(eq(t.hosts.id, 'spark-2')))[0]?.phase).toBe(
+        'cleaning',
+      );
+      const alerts = await h.c.ledger.db
+        .select()
+        .from(t.events)
+        .where(eq(t.events.type, 'alert.foreign_job'));
+      expect(alerts).toHaveLength(1);
+      expect(alerts[0]!.cause).toMatch(/^runner taken by a foreign job — stopped: workflow job 990001/);
+      const check = await h.until('failed check', () =>
+        h.gh.checkRuns.find(
+          (c) =>
+            c.external_id === 'r-1' &&
+            c.output.title === 'Spark test failed — runner taken by a foreign job — stopped',
+        ),
+      );
+      expect(check).toMatchObject({ status: 'completed', conclusion: 'failure', head_sha: SHA });
+      // its completion changes nothing more; the admitted job never ran
+      const done = await h.deliver('workflow_job', workflowJobEvent(h.gh.completeJob(990_001), 'completed'));
+      expect((await done.json()).result).toMatch(/^foreign job stopped|^foreign job on ended work/);
+      expect((await h.c.ledger.getReservation(undefined, 'r-1'))?.outcome).toBe('foreign_job');
+      expect(JSON.stringify(h.gh.checkRuns)).not.toContain(meta.nonce!);
+    });
+  }
+
+  it('without run details in the dispatch answer (204), the run is found by its run-name', async () => {
+    // GitHub Enterprise Server without return_run_details answers 204 with no body
+    h.gh.fail({
+      method: 'POST',
+      path: /\/dispatches$/,
+      status: 204,
+      body: null,
+    });
+    await prepared('r-1', false);
+    // the injected 204 did not create a run: play GitHub creating it a moment later
+    const meta = await h.until('nonce', async () => (await metaOf()).nonce);
+    await h.until('the controller dispatched', () => h.gh.calls('POST', /\/dispatches$/).length === 1);
+    expect(h.gh.runs).toHaveLength(0);
+    const other = await fetch(`${h.gh.url}/repos/${REPO}/actions/workflows/spark-pr-test.yml/dispatches`, {
+      method: 'POST',
+      headers: { authorization: `token ${[...h.gh.tokens.keys()][0]}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        ref: 'main',
+        inputs: { reservation_id: 'r-1', nonce: meta, head_sha: SHA, topology: 'single', suite: 'smoke' },
+      }),
+    });
+    expect(other.status).toBe(204);
+    const runId = h.gh.runs[0]!.id;
+    await h.until(
+      'run recorded by run-name',
+      async () => {
+        await h.drain();
+        return (await metaOf()).runId === runId;
+      },
+      20_000,
+    );
     const ev = await h.c.ledger.db
       .select()
       .from(t.events)
-      .where(eq(t.events.type, 'reservation.job_mismatch'));
-    expect(ev).toHaveLength(1);
-    await h.until('fault on check run', () =>
-      h.gh.checkRuns.find(
-        (c) => c.external_id === 'r-1' && /\*\*Fault:\*\* workflow job/.test(c.output.summary ?? ''),
-      ),
-    );
+      .where(eq(t.events.type, 'reservation.run_recorded'));
+    expect(ev[0]?.cause).toMatch(/identified by its run-name/);
+    // the runner is registered only now that the run is known
+    await h.until('runner registered', () => h.gh.runners.length === 1, 20_000);
   });
 
   it('label removal while running does not cancel; release deletes the runner (busy 422 retried)', async () => {
     const handoff = (await prepared())!;
-    await h.deliver('workflow_job', job('in_progress', { rid: 'r-1', runner: handoff.runnerName }));
+    await h.deliver('workflow_job', workflowJobEvent(await pickUp(handoff.runnerName), 'in_progress'));
     const p = example('pull_request', 'unlabeled');
     p.label.name = 'spark-test';
     p.pull_request.labels = [];
@@ -397,7 +512,7 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     const secret = h.gh.runners[0]!.encodedJitConfig;
     expect(handoff.jitConfig).toBe(secret);
     await h.until('dispatch sent', () => h.gh.dispatches.length === 1);
-    await h.deliver('workflow_job', job('in_progress', { rid: 'r-1', runner: handoff.runnerName }));
+    await h.deliver('workflow_job', workflowJobEvent(await pickUp(handoff.runnerName), 'in_progress'));
     const token = await h.operatorToken();
     const bodies: string[] = [];
     for (const path of ['/api/v1/fleet', '/api/v1/queue', '/api/v1/repositories', '/healthz', '/']) {
