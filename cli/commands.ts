@@ -48,6 +48,8 @@ export interface Flags {
   scopes?: string | undefined;
   reason?: string | undefined;
   ledger?: string | undefined;
+  /** `repo enable --force-rollout`: enable although a host is unknown or unmanaged (audited). */
+  forceRollout?: boolean | undefined;
 }
 
 export interface CommandContext {
@@ -484,11 +486,13 @@ const RepoEnabled = z
     labelsFailed: z.array(z.string()).optional(),
     runnerGroupOk: z.boolean(),
     runnerGroupDetail: z.string().optional(),
+    /** Hosts that were not adopted when the rollout gate was overridden. */
+    rolloutOverride: z.array(z.string()).optional(),
   })
   .passthrough();
 
 export async function cmdRepo({ client, io, flags, args }: CommandContext): Promise<number> {
-  const usage = 'repo enable OWNER/NAME [--pair]';
+  const usage = 'repo enable OWNER/NAME [--pair] [--force-rollout]';
   if (args[0] !== 'enable') throw usageError(`usage: sparkctl ${usage}`);
   const full = needArg(args, 1, 'repository', usage);
   const m = /^([A-Za-z0-9_.-]+)\/([A-Za-z0-9_.-]+)$/.exec(full);
@@ -497,7 +501,10 @@ export async function cmdRepo({ client, io, flags, args }: CommandContext): Prom
     'POST',
     `/api/v1/repositories/${encodeURIComponent(m[1]!)}/${encodeURIComponent(m[2]!)}/enable`,
     RepoEnabled,
-    flags.pair ? { pairEnabled: true } : {},
+    {
+      ...(flags.pair ? { pairEnabled: true } : {}),
+      ...(flags.forceRollout ? { forceRollout: true } : {}),
+    },
   );
   if (flags.json) json(io, res);
   else {
@@ -511,6 +518,8 @@ export async function cmdRepo({ client, io, flags, args }: CommandContext): Prom
     io.out(
       `  runner group: ${res.runnerGroupOk ? 'ok' : 'NOT usable for this repository'}${res.runnerGroupDetail ? ` (${res.runnerGroupDetail})` : ''}`,
     );
+    if (res.rolloutOverride?.length)
+      io.out(`  rollout gate: OVERRIDDEN (not adopted: ${res.rolloutOverride.join(', ')}); recorded`);
   }
   return res.runnerGroupOk && !res.labelsFailed?.length ? EXIT.ok : EXIT.failed;
 }

@@ -196,6 +196,10 @@ function buildProgram(
   sub(repo, 'enable', 'check the App installation and runner group, create the labels')
     .argument('<repository>', 'OWNER/NAME')
     .option('--pair', 'allow pair (two-host) tests')
+    .option(
+      '--force-rollout',
+      'enable although a host is unknown or unmanaged (operator override, recorded in the audit trail)',
+    )
     .option('--json', JSON_HELP)
     .action(withApi((ctx) => cmdRepo({ ...ctx, args: ['enable', ...ctx.args] })));
 

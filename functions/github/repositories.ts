@@ -5,6 +5,7 @@ import { ApiError } from '../errors.ts';
 import { disableRepository, enableRepository } from '../ledger/github.ts';
 import type { RepositoryRow } from '../ledger/ledger.ts';
 import { listRepositories } from '../ledger/queries.ts';
+import { buildViews } from '../views.ts';
 import { GitHubError } from './client.ts';
 import type { GitHubService } from './service.ts';
 
@@ -20,6 +21,8 @@ const EnableBody = z
     pairEnabled: z.boolean().optional(),
     installationId: z.number().int().positive().optional(),
     workflow: z.string().min(1).max(200).optional(),
+    /** Operator override of the rollout gate (issue 12 item 6); recorded with the enablement. */
+    forceRollout: z.boolean().optional(),
   })
   .strict();
 
@@ -127,6 +130,19 @@ export function mountRepositoryRoutes(app: App, svc: () => GitHubService) {
     const body = parsed.data;
     const repo = `${owner}/${name}`;
 
+    // Rollout gate (issue 12 item 6): no repository gets Spark work while a host is unknown or
+    // unmanaged — a job could be admitted onto a fleet the operator has not taken over yet
+    const { fleet } = await buildViews(s.ledger);
+    const notReady = fleet.hosts
+      .filter((h) => !h.managed || h.state === 'unknown')
+      .map((h) => `${h.id} (${h.managed ? h.state : 'unmanaged'})`);
+    if (notReady.length && !body.forceRollout)
+      throw new ApiError(
+        409,
+        'rollout_not_ready',
+        `rollout gate: ${notReady.join(', ')} ${notReady.length === 1 ? 'is' : 'are'} not adopted; adopt every host first (sparkctl host adopt ID), or override with --force-rollout (recorded in the audit trail)`,
+      );
+
     let installationId: number;
     let defaultBranch: string;
     let fullName: string;
@@ -188,12 +204,13 @@ export function mountRepositoryRoutes(app: App, svc: () => GitHubService) {
       { fullName, installationId, defaultBranch, pairEnabled: body.pairEnabled, workflow: body.workflow },
       `api:${who}`,
       (values) => ({
-        cause: `enabled by ${who}${values.pairEnabled ? ' with pair tests' : ''}`,
+        cause: `enabled by ${who}${values.pairEnabled ? ' with pair tests' : ''}${notReady.length ? `; rollout gate overridden while ${notReady.join(', ')} not adopted` : ''}`,
         data: {
           installationId,
           pairEnabled: values.pairEnabled,
           runnerGroupOk: runnerGroup.ok,
           labelsCreated,
+          ...(notReady.length ? { rolloutOverride: notReady } : {}),
         },
       }),
     );
@@ -204,6 +221,7 @@ export function mountRepositoryRoutes(app: App, svc: () => GitHubService) {
       labelsFailed,
       runnerGroupOk: runnerGroup.ok,
       runnerGroupDetail: runnerGroup.detail,
+      rolloutOverride: notReady,
     });
   });
 

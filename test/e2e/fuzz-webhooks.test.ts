@@ -81,13 +81,16 @@ beforeAll(async () => {
   const enabled = await c.app.request(`/api/v1/repositories/${REPO}/enable`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: '{"pairEnabled":true}',
+    // hosts stay unadopted (no grants): the rollout gate is overridden, as an operator may
+    body: '{"pairEnabled":true,"forceRollout":true}',
   });
   expect(enabled.status).toBe(200);
   watch = await watchLedger(url);
 });
 
 afterAll(async () => {
+  // whatever the fuzzed webhooks made the controller ask of GitHub matched its schema (issue 12 item 8)
+  expect(gh?.violations ?? []).toEqual([]);
   watch?.close();
   await c?.close();
   await gh?.close();
@@ -118,7 +121,8 @@ function bases(): Array<{ event: string; payload: Json }> {
   push.ref = 'refs/heads/main';
   push.repository.default_branch = 'main';
   const job = example('workflow_job', 'completed');
-  job.workflow_job.labels = ['self-hosted', 'spark-r-1'];
+  job.workflow_job.labels = ['self-hosted', `spark-r-1-${'0123456789abcdef'.repeat(2)}`];
+  job.workflow_job.runner_name = 'spark-spark-2-r-1-a0';
   return [
     { event: 'pull_request', payload: labeled },
     { event: 'pull_request', payload: synchronize },
@@ -160,6 +164,8 @@ const sparkish = fc.constantFrom(
   'evil/Hello-World',
   'refs/heads/main',
   'spark-r-1',
+  `spark-r-1-${'0123456789abcdef'.repeat(2)}`,
+  'spark-spark-2-r-1-a0',
   'Bot',
 );
 const anyValue: fc.Arbitrary<unknown> = fc.oneof(

@@ -157,9 +157,17 @@ describe(`webhook load: ${SENDS} deliveries over ${PROCESSES} controller process
       async onRun({ reservationId, runnerName }) {
         const r = await tl!.ledger.getReservation(undefined, reservationId);
         if (!r?.headSha) return;
+        // the admitted job: the reservation's nonce label, in the run the dispatch recorded
+        const meta = readMeta(r);
         for (const action of ['in_progress', 'completed'] as const) {
           const body = JSON.stringify(
-            workflowJob(action, { rid: reservationId, sha: r.headSha, runner: runnerName }),
+            workflowJob(action, {
+              rid: reservationId,
+              sha: r.headSha,
+              runner: runnerName,
+              nonce: meta?.nonce ?? null,
+              runId: meta?.runId ?? null,
+            }),
           );
           const id = `job-${SEED}-${++jobSeq}`;
           const res = await sendDelivery(group!.urls[jobSeq % PROCESSES]!, {

@@ -253,7 +253,26 @@ describe('sparkctl against a real controller', () => {
     const h = await startHarness();
     try {
       h.gh.addRepo('acme/butter');
+      h.gh.addRepo('acme/iron');
       const env = { SPARK_URL: h.c.url, SPARK_TOKEN: await h.operatorToken() };
+      // rollout gate: no host adopted yet → refused (exit 7, conflict), nothing created
+      const gated = await runSparkctl(bin, ['repo', 'enable', 'acme/iron'], env, home.dir);
+      expect(gated.code).toBe(7);
+      expect(gated.stderr.trim()).toMatch(
+        /^sparkctl: rollout gate: spark-1 \(unmanaged\), spark-2 \(unmanaged\) are not adopted; .*--force-rollout/,
+      );
+      expect(h.gh.requests).toEqual([]);
+      const forced = await runSparkctl(
+        bin,
+        ['repo', 'enable', 'acme/iron', '--force-rollout'],
+        env,
+        home.dir,
+      );
+      expect(forced.code).toBe(0);
+      expect(forced.stdout).toContain(
+        'rollout gate: OVERRIDDEN (not adopted: spark-1 (unmanaged), spark-2 (unmanaged)); recorded',
+      );
+      for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
       const first = await runSparkctl(bin, ['repo', 'enable', 'acme/butter', '--pair'], env, home.dir);
       expect(first.stderr).toBe('');
       expect(first.code).toBe(0);
@@ -265,6 +284,8 @@ describe('sparkctl against a real controller', () => {
       const missing = await runSparkctl(bin, ['repo', 'enable', 'acme/unknown'], env, home.dir);
       expect(missing.code).toBe(6);
       expect(missing.stderr.trim()).toMatch(/^sparkctl: the GitHub App is not installed on acme\/unknown/);
+      // every call the CLI caused matched GitHub's schema (issue 12 item 8)
+      expect(h.gh.violations).toEqual([]);
     } finally {
       await h.close();
     }

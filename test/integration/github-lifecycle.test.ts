@@ -37,6 +37,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
       pulls: { 2: { state: 'open', headSha: SHA, headRepo: REPO, labels: ['spark-test'] } },
       headSha: TIP,
     });
+    // the rollout gate wants every host adopted; without heartbeats they stay offline (no grants)
+    for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
     expect((await h.enable(REPO)).status).toBe(200);
   });
   afterEach(async () => {

@@ -5,6 +5,11 @@ import { parseSparkCommand } from '../../functions/github/commands.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { type Harness, startHarness } from '../fake-github/harness.ts';
 
+/** Adopts every configured host (the rollout gate's precondition); no heartbeat, so no grants. */
+async function adoptHosts(h: Harness) {
+  for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
+}
+
 describe('repository enablement (operator routes)', () => {
   let h: Harness;
   afterEach(async () => {
@@ -12,10 +17,41 @@ describe('repository enablement (operator routes)', () => {
     await h.close();
   });
 
+  it('rollout gate: refuses while a host is unknown or unmanaged; --force-rollout enables and is audited', async () => {
+    h = await startHarness();
+    h.gh.addRepo('acme/butter');
+    await h.c.ledger.setManaged('spark-2', true, 'test');
+    const refused = await h.enable('acme/butter');
+    expect(refused.status).toBe(409);
+    expect((await refused.json()).error).toEqual({
+      code: 'rollout_not_ready',
+      message:
+        'rollout gate: spark-1 (unmanaged) is not adopted; adopt every host first (sparkctl host adopt ID), or override with --force-rollout (recorded in the audit trail)',
+    });
+    // nothing changed: no repository, no labels, not a single GitHub call
+    expect(await h.c.ledger.db.select().from(t.repositories)).toEqual([]);
+    expect(h.gh.requests).toEqual([]);
+    const forced = await h.enable('acme/butter', { forceRollout: true });
+    expect(forced.status).toBe(200);
+    expect((await forced.json()).rolloutOverride).toEqual(['spark-1 (unmanaged)']);
+    const ev = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'repository.enabled'));
+    expect(ev).toHaveLength(1);
+    expect(ev[0]!.cause).toBe(
+      'enabled by test-operator; rollout gate overridden while spark-1 (unmanaged) not adopted',
+    );
+    expect(JSON.parse(ev[0]!.dataJson!)).toMatchObject({ rolloutOverride: ['spark-1 (unmanaged)'] });
+    // once every host is adopted the gate is open without an override
+    await adoptHosts(h);
+    const open = await h.enable('acme/butter');
+    expect(open.status).toBe(200);
+    expect((await open.json()).rolloutOverride).toEqual([]);
+  });
+
   it('checks the installation and runner scope, creates the three labels, and records it', async () => {
     h = await startHarness();
     h.gh.addRepo('acme/butter', { installationId: 9, defaultBranch: 'trunk' });
     h.gh.repos.get('acme/butter')!.labels.add('spark-test');
+    await adoptHosts(h);
     const res = await h.enable('acme/butter', { pairEnabled: true });
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({
@@ -47,6 +83,7 @@ describe('repository enablement (operator routes)', () => {
   it('refuses without the operate scope, for a repository without the App, or the wrong installation', async () => {
     h = await startHarness();
     h.gh.addRepo('acme/iron', { installationId: 5 });
+    await adoptHosts(h);
     const dev = (await createApiToken(h.c.ledger, { name: 'dev', scopes: ['develop'] }, 'test')).token;
     const forbidden = await fetch(`${h.c.url}/api/v1/repositories/acme/iron/enable`, {
       method: 'POST',
@@ -70,6 +107,7 @@ describe('repository enablement (operator routes)', () => {
     h = await startHarness({ config: { github: { runnerScope: 'org', runnerGroupId: 3 } } });
     h.gh.addRepo('acme/butter');
     h.gh.runnerGroups.set(3, { name: 'spark', visibility: 'selected', repositories: ['acme/iron'] });
+    await adoptHosts(h);
     const no = await (await h.enable('acme/butter')).json();
     expect(no.runnerGroupOk).toBe(false);
     expect(no.runnerGroupDetail).toMatch(/does not include acme\/butter/);
@@ -82,6 +120,8 @@ describe('repository enablement (operator routes)', () => {
 describe('schedules (croner, UTC)', () => {
   let h: Harness;
   afterEach(async () => {
+    // every call the schedules made matched GitHub's schema (issue 12 item 8)
+    expect(h.gh.violations).toEqual([]);
     await h.close();
   });
 
@@ -90,6 +130,7 @@ describe('schedules (croner, UTC)', () => {
       config: { schedules: [{ repo: 'acme/butter', cron: '*/5 * * * *', kind: 'benchmark' }] },
     });
     h.gh.addRepo('acme/butter', { headSha: '9'.repeat(40) });
+    await adoptHosts(h);
     expect((await h.enable('acme/butter')).status).toBe(200);
     await h.until('schedule first seen', async () =>
       (await h.c.ledger.db.select().from(t.meta)).some((m) => m.key.startsWith('schedule:')),

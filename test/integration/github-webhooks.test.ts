@@ -41,6 +41,8 @@ describe('GitHub webhook endpoint', () => {
       installationId: ex.installation.id,
       collaborators: { Codertocat: 'maintain', outsider: 'write' },
     });
+    // the rollout gate wants every host adopted; without heartbeats they stay offline (no grants)
+    for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
     expect((await h.enable(REPO)).status).toBe(200);
   });
   afterEach(async () => {

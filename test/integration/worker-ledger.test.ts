@@ -88,6 +88,8 @@ describe('Worker with a reachable remote ledger', () => {
 
   it('enable → signed label → queued in the ledger → cron sends the check run', async () => {
     const { token } = await createApiToken(ledger, { name: 'ops', scopes: ['operate'] }, 'test');
+    // the rollout gate wants every host adopted; without heartbeats they stay offline (no grants)
+    for (const host of ledger.config.hosts) await ledger.setManaged(host.id, true, 'test');
     const enable = await fetch(`${dev.url}/api/v1/repositories/${REPO}/enable`, {
       method: 'POST',
       headers: { authorization: `Bearer ${token}` },

@@ -114,16 +114,35 @@ function push(after: string): Payload {
   return p;
 }
 
-/** A `workflow_job` event as GitHub sends it for a job carrying the reservation label. */
+/**
+ * A `workflow_job` event as GitHub sends it for a job carrying a reservation label
+ * (`spark-<rid>-<nonce>`; a made-up nonce when the test does not know the real one) in run
+ * `runId` (the recorded run for an admitted job).
+ */
 export function workflowJob(
   action: 'queued' | 'in_progress' | 'completed',
-  o: { rid: string; sha: string; runner: string | null; conclusion?: 'success' | 'failure' | 'cancelled' },
+  o: {
+    rid: string;
+    sha: string;
+    runner: string | null;
+    conclusion?: 'success' | 'failure' | 'cancelled';
+    nonce?: string | null;
+    runId?: number | null;
+  },
 ): Payload {
   const p = example('workflow_job', action);
   p.repository.full_name = LOAD_REPO;
   p.installation = { id: LOAD_INSTALLATION };
   p.workflow_job.head_sha = o.sha;
-  p.workflow_job.labels = ['self-hosted', 'Linux', 'ARM64', 'spark', 'spark-single', `spark-${o.rid}`];
+  if (o.runId != null) p.workflow_job.run_id = o.runId;
+  p.workflow_job.labels = [
+    'self-hosted',
+    'Linux',
+    'ARM64',
+    'waffuru-spark',
+    'spark-single',
+    `spark-${o.rid}-${o.nonce ?? '0123456789abcdef'}`,
+  ];
   p.workflow_job.runner_name = o.runner;
   p.workflow_job.status = action;
   p.workflow_job.conclusion = action === 'completed' ? (o.conclusion ?? 'success') : null;
@@ -277,7 +296,9 @@ export async function planDeliveries(o: PlanOptions): Promise<Plan> {
         payload = workflowJob(actions[Math.floor(r() * 3)]!, {
           rid: `r-${1 + Math.floor(r() * Math.max(1, unique / 3))}`,
           sha,
-          runner: r() < 0.5 ? null : `spark-spark-2-r-${seq}-a0`,
+          // GitHub names the runner that took the job: here one that is not Spark's (a job on
+          // one of ours that is not its admitted job is stopped: the lifecycle tests cover it)
+          runner: r() < 0.5 ? null : `hosted-runner-${seq}`,
           conclusion: r() < 0.7 ? 'success' : 'failure',
         });
         break;
