@@ -1,6 +1,7 @@
 import type { HostFacts } from '../core/model.ts';
 import {
   AGENT_API_PREFIX,
+  HeartbeatResponseSchema,
   type PollRequest,
   type PollResponse,
   PollResponseSchema,
@@ -83,19 +84,24 @@ export class ControllerClient {
   async poll(req: PollRequest, signal?: AbortSignal): Promise<PollResponse> {
     const json = await this.call('/poll', req, this.requestTimeoutMs + (req.maxWaitMs ?? 0), signal);
     const parsed = PollResponseSchema.safeParse(json);
-    if (!parsed.success)
-      throw new ControllerUnreachable(`malformed poll response: ${parsed.error.issues[0]?.message}`);
+    if (!parsed.success) {
+      const i = parsed.error.issues[0];
+      throw new ControllerUnreachable(
+        `malformed poll response: ${i ? `${i.path.join('.') || '(root)'}: ${i.message}` : 'invalid'}`,
+      );
+    }
     return parsed.data;
   }
 
   /** Sends host facts; the answer carries the heartbeat period the controller expects. */
   async heartbeat(facts: HostFacts): Promise<{ heartbeatIntervalS: number }> {
-    const json = (await this.call('/heartbeat', { facts }, this.requestTimeoutMs)) as {
-      heartbeatIntervalS?: unknown;
-    };
-    const s = Number(json?.heartbeatIntervalS);
-    if (!Number.isFinite(s) || s <= 0) throw new ControllerUnreachable('malformed heartbeat response');
-    return { heartbeatIntervalS: s };
+    const parsed = HeartbeatResponseSchema.safeParse(
+      await this.call('/heartbeat', { facts }, this.requestTimeoutMs),
+    );
+    if (!parsed.success) {
+      throw new ControllerUnreachable(`malformed heartbeat response: ${parsed.error.issues[0]?.message}`);
+    }
+    return parsed.data;
   }
 
   async report(report: Report): Promise<ReportResponse> {

@@ -7,6 +7,21 @@ import { z } from 'zod';
  * in the file are resolved against the file's directory. Messages name the field and what to fix.
  */
 
+/** `https:` anywhere, `http:` only to loopback (a controller on the same machine, tests, the demo). */
+export function isSafeControllerUrl(raw: string): boolean {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    return false;
+  }
+  if (u.username || u.password) return false;
+  if (u.protocol === 'https:') return true;
+  if (u.protocol !== 'http:') return false;
+  const h = u.hostname;
+  return h === 'localhost' || h === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
 const argv = z
   .array(z.string().min(1))
   .min(1, 'give the command as an argv array, e.g. ["systemctl", "start", "deckard"]');
@@ -27,7 +42,13 @@ const serviceSchema = z
 
 export const AgentConfigSchema = z
   .object({
-    controllerUrl: z.url().describe('Base URL of the controller (outbound HTTPS only).'),
+    controllerUrl: z
+      .url()
+      .refine(isSafeControllerUrl, {
+        message:
+          'use https:// (plain http:// only to a loopback address such as 127.0.0.1); anyone on the path of an http:// URL could command this host',
+      })
+      .describe('Base URL of the controller (outbound HTTPS only).'),
     hostId: z.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'host ids look like "spark-2"'),
     tokenFile: z.string().min(1).describe("File holding this host's agent token (mode 0600)."),
     stateFile: z.string().min(1).describe('Local progress file, written by atomic rename.'),
@@ -38,6 +59,19 @@ export const AgentConfigSchema = z
         dir: z.string().min(1).describe('Directory of the GitHub Actions runner.'),
         command: z.array(z.string().min(1)).min(1).default(['./run.sh']).describe('Relative to runner.dir.'),
         stopGraceS: z.number().positive().default(10),
+        user: z
+          .string()
+          .regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'a user name, e.g. "spark-runner"')
+          .nullable()
+          .default('spark-runner')
+          .describe(
+            'Unprivileged user the runner and the job run as (issue 11); null runs them as the agent (development only).',
+          ),
+        path: z
+          .string()
+          .regex(/^\/[^:]*(:\/[^:]*)*$/, 'absolute directories separated by ":"')
+          .default('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin')
+          .describe('PATH of the runner (its environment starts fresh; passEnv may override it).'),
         passEnv: z
           .array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names only'))
           .default([])

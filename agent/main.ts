@@ -3,9 +3,14 @@
  * Outbound only: it polls the controller and opens no port. SIGTERM/SIGINT stop it; a runner it
  * started keeps running and is picked up again by the next start (see docs/agent.md).
  */
-import { AgentConfigError, loadAgentConfig, readAgentToken } from './config.ts';
-import { Agent } from './daemon.ts';
-import { createAgentLogger } from './log.ts';
+
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { Agent } from './agent.ts';
+import { type AgentConfig, AgentConfigError, loadAgentConfig, readAgentToken } from './config.ts';
+import { assertPrivate, assertWorkRoot, resolveRunnerAccount } from './host/account.ts';
+import { type AgentLogger, createAgentLogger } from './log.ts';
+import type { RunnerAccount } from './runner.ts';
 
 const USAGE = 'usage: spark-agent --config FILE';
 
@@ -24,12 +29,37 @@ function parseArgs(argv: string[]): { config: string } {
   return { config };
 }
 
+/**
+ * The trust boundary on the host (issue 11 item 1): the runner user exists and is not the agent,
+ * and what the agent keeps (config, token, state) is reachable by the agent's user alone.
+ */
+function checkHost(cfg: AgentConfig, configPath: string, log: AgentLogger): RunnerAccount | null {
+  // everything the agent creates (state file, run dirs, logs) is its own alone
+  process.umask(0o077);
+  const stateDir = dirname(cfg.stateFile);
+  mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+  if (!cfg.runner.user) {
+    log.warn(
+      "runner.user is null: the job runs as the agent's own user and can read its token (development only)",
+    );
+    return null;
+  }
+  const account = resolveRunnerAccount(cfg.runner.user);
+  assertPrivate(configPath, 'agent config');
+  assertPrivate(cfg.tokenFile, 'agent token file');
+  assertPrivate(stateDir, 'state directory', true);
+  if (existsSync(cfg.stateFile)) assertPrivate(cfg.stateFile, 'state file');
+  assertWorkRoot(cfg.workRoot, account);
+  return account;
+}
+
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   const cfg = loadAgentConfig(args.config);
-  const token = readAgentToken(cfg);
   const log = createAgentLogger(cfg.logLevel, cfg.hostId);
-  const agent = new Agent(cfg, token, log);
+  const account = checkHost(cfg, args.config, log);
+  const token = readAgentToken(cfg);
+  const agent = new Agent(cfg, token, log, { account });
   const stop = (signal: string) => {
     log.info('stopping', { signal });
     agent.stop();

@@ -10,22 +10,54 @@ import {
   statSync,
 } from 'node:fs';
 import { join } from 'node:path';
+import { runCommand } from './exec.ts';
 
 /**
- * Starting, watching and stopping the one-job runner. The runner runs in its own process group
- * under a tiny `sh` wrapper that writes its exit status to a file, detached from the agent: a
- * `kill -9` of the agent leaves the job running, and the restarted agent finds its pid and exit
- * status in the run dir. The agent only ever signals this process group — never anything else.
+ * Starting, watching and stopping the one-job runner. The runner runs in its own session and
+ * process group under a tiny `sh` wrapper, detached from the agent: a `kill -9` of the agent
+ * leaves the job running, and the restarted agent finds its pid and exit status in the run dir.
+ *
+ * With a runner account (issue 11 item 1) the wrapper and everything it starts run as that
+ * unprivileged user, switched by `setpriv` (util-linux) with no supplementary groups beyond the
+ * user's own, no inheritable or ambient capabilities and `no_new_privs` (set-uid binaries such as
+ * sudo do not elevate). The run dir stays the agent's (0700): the wrapper gets its pid and exit
+ * status files as inherited descriptors 3 and 4, closed before the job starts, so the job can
+ * neither read the run dir nor forge its exit status. Signals to the runner's processes are sent
+ * as the runner user too, so the agent needs no right to signal anyone else.
  */
 
 const WRAPPER = [
-  'd=$1; shift',
-  'echo $$ > "$d/pid"',
-  '"$@"',
+  'cd "$1" || exit 126',
+  'shift',
+  'echo $$ >&3',
+  'exec 3>&-',
+  '"$@" 4>&-',
   'c=$?',
-  'printf "%s\\n" "$c" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"',
+  'printf "%s\\n" "$c" >&4',
   'exit "$c"',
 ].join('\n');
+
+/** The unprivileged user the runner and all it starts run as. */
+export interface RunnerAccount {
+  name: string;
+  uid: number;
+  gid: number;
+  home: string;
+}
+
+/** The argv prefix that runs a command as `account` with nothing of the agent's privileges. */
+export function asAccount(account: RunnerAccount): string[] {
+  return [
+    'setpriv',
+    `--reuid=${account.uid}`,
+    `--regid=${account.gid}`,
+    '--init-groups',
+    '--inh-caps=-all',
+    '--ambient-caps=-all',
+    '--no-new-privs',
+    '--',
+  ];
+}
 
 export interface StartedRunner {
   pid: number;
@@ -47,23 +79,39 @@ export function processStartTicks(pid: number): string | null {
 }
 
 /**
- * Spawns the runner. The JIT config travels only in `env` (ACTIONS_RUNNER_INPUT_JITCONFIG),
- * never on argv, so it does not show in `ps` or in /proc/<pid>/cmdline.
+ * Spawns the runner in `workDir`. The JIT config travels only in `env`
+ * (ACTIONS_RUNNER_INPUT_JITCONFIG), never on argv, so it does not show in `ps` or in
+ * /proc/<pid>/cmdline.
  */
 export function startRunner(opts: {
   runDir: string;
   command: readonly string[];
-  cwd: string;
+  workDir: string;
   env: NodeJS.ProcessEnv;
+  account: RunnerAccount | null;
 }): StartedRunner {
-  mkdirSync(opts.runDir, { recursive: true });
-  const log = openSync(join(opts.runDir, 'output.log'), 'a', 0o600);
+  mkdirSync(opts.runDir, { recursive: true, mode: 0o700 });
+  const fds = [
+    openSync(join(opts.runDir, 'output.log'), 'a', 0o600),
+    openSync(join(opts.runDir, 'pid'), 'w', 0o600),
+    openSync(join(opts.runDir, 'exit'), 'w', 0o600),
+  ] as const;
   try {
-    const child = spawn('/bin/sh', ['-c', WRAPPER, 'spark-runner', opts.runDir, ...opts.command], {
-      cwd: opts.cwd,
+    const argv = [
+      ...(opts.account ? asAccount(opts.account) : []),
+      '/bin/sh',
+      '-c',
+      WRAPPER,
+      'spark-runner',
+      opts.workDir,
+      ...opts.command,
+    ];
+    // cwd '/': the agent may not be able to enter the runner's work dir; the wrapper does, as the runner
+    const child = spawn(argv[0]!, argv.slice(1), {
+      cwd: '/',
       env: opts.env,
       detached: true,
-      stdio: ['ignore', log, log],
+      stdio: ['ignore', fds[0], fds[0], fds[1], fds[2]],
     });
     const exited = new Promise<void>((resolve) => {
       child.once('exit', () => resolve());
@@ -73,7 +121,7 @@ export function startRunner(opts: {
     if (child.pid == null) throw new Error(`could not start the runner ${opts.command[0]}`);
     return { pid: child.pid, startTicks: processStartTicks(child.pid), exited };
   } finally {
-    closeSync(log);
+    for (const fd of fds) closeSync(fd);
   }
 }
 
@@ -118,7 +166,10 @@ export function isRunnerAlive(pid: number, startTicks: string | null): boolean {
 export function readExitCode(runDir: string): number | null {
   const f = join(runDir, 'exit');
   if (!existsSync(f)) return null;
-  const n = Number(readFileSync(f, 'utf8').trim());
+  const text = readFileSync(f, 'utf8').trim();
+  // the file exists (empty) from the start: empty means the wrapper never got to write it
+  if (!text) return null;
+  const n = Number(text);
   return Number.isInteger(n) ? n : null;
 }
 
@@ -146,26 +197,83 @@ export function tailLines(runDir: string, n = 30): string[] {
 const delay = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
+ * Sends `signal` to the process group `pgid`: directly when the runner runs as the agent's own
+ * user, else as the runner user (so the agent needs no right to signal other users' processes).
+ */
+export async function signalGroup(pgid: number, signal: 'TERM' | 'KILL', account: RunnerAccount | null) {
+  if (!account) {
+    try {
+      process.kill(-pgid, `SIG${signal}`);
+    } catch {
+      // the group is gone
+    }
+    return;
+  }
+  await runCommand([...asAccount(account), '/bin/sh', '-c', `kill -s ${signal} -- -${pgid}`], {
+    timeoutMs: 10_000,
+  });
+}
+
+/**
+ * Live (non-zombie) processes whose real, effective or saved uid is `uid`, from /proc. Zombies
+ * are gone for this purpose (PID 1 in a container may never reap them).
+ */
+export function processesOfUid(uid: number): number[] {
+  const out: number[] = [];
+  let procs: string[];
+  try {
+    procs = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+  } catch {
+    return out;
+  }
+  for (const p of procs) {
+    let status: string;
+    try {
+      status = readFileSync(`/proc/${p}/status`, 'utf8');
+    } catch {
+      continue;
+    }
+    const state = /^State:\s+(\S)/m.exec(status)?.[1];
+    if (state === 'Z' || state === 'X') continue;
+    const ids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
+    if (ids?.slice(1, 4).some((v) => Number(v) === uid)) out.push(Number(p));
+  }
+  return out;
+}
+
+/**
+ * Ends every process of the runner user: `kill -KILL -1` run as that user reaches exactly the
+ * processes it may signal, i.e. its own (a job that left its process group with `setsid` too).
+ * Only called when the host's one lease is ending, and the runner user is dedicated to it.
+ */
+export async function killAccountProcesses(account: RunnerAccount, waitMs = 5000): Promise<number[]> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const left = processesOfUid(account.uid);
+    if (!left.length || Date.now() >= deadline) return left;
+    await runCommand([...asAccount(account), '/bin/sh', '-c', 'kill -s KILL -- -1'], { timeoutMs: 10_000 });
+    await delay(50);
+  }
+}
+
+/**
  * Stops the runner's process group: SIGTERM, then SIGKILL after `graceMs`. Returns once no member
  * is left (or after the SIGKILL grace). Only ever called for a group this agent started.
  */
-export async function stopRunner(pid: number, startTicks: string | null, graceMs: number): Promise<void> {
+export async function stopRunner(
+  pid: number,
+  startTicks: string | null,
+  graceMs: number,
+  account: RunnerAccount | null = null,
+): Promise<void> {
   if (!isRunnerAlive(pid, startTicks)) return;
-  try {
-    process.kill(-pid, 'SIGTERM');
-  } catch {
-    return;
-  }
+  await signalGroup(pid, 'TERM', account);
   const deadline = Date.now() + graceMs;
   while (Date.now() < deadline) {
     if (!isRunnerAlive(pid, startTicks)) return;
     await delay(50);
   }
-  try {
-    process.kill(-pid, 'SIGKILL');
-  } catch {
-    return;
-  }
+  await signalGroup(pid, 'KILL', account);
   const hard = Date.now() + 5000;
   while (Date.now() < hard && isRunnerAlive(pid, startTicks)) await delay(50);
 }

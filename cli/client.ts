@@ -24,6 +24,7 @@ export function createApiClient(settings: CliSettings, fetchImpl: typeof fetch =
     settings.tokenSource === 'none'
       ? 'no token given: set SPARK_TOKEN, pass --token or put "token" in ' + settings.configPath
       : `check the token from ${settings.tokenSource}`;
+  const rootPath = new URL(settings.url).pathname.replace(/\/+$/, '');
   return {
     url: settings.url,
     async call(method, path, schema, body) {
@@ -62,7 +63,9 @@ export function createApiClient(settings: CliSettings, fetchImpl: typeof fetch =
         if (res.status === 401) message = `unauthorized: ${message} (${hint401})`;
         else if (res.status === 403) message = `forbidden: ${message}`;
         else if (res.status === 404 && message.startsWith('no route'))
-          message = `${message}: this controller does not offer that API (is the part that serves it deployed?)`;
+          message = rootPath
+            ? `${message}: the controller URL ${settings.url} has the path ${rootPath}; it must be the controller's root URL (${new URL(settings.url).origin}, unless a proxy serves it under that path)`
+            : `${message}: this controller does not offer that API (is the part that serves it deployed?)`;
         throw new CliError(statusExit(res.status), message, code);
       }
       const parsed = schema.safeParse(json);

@@ -13,7 +13,7 @@ import {
 } from '../core/protocol/api.ts';
 import type { ApiClient } from './client.ts';
 import { CliError, EXIT, usageError } from './errors.ts';
-import { clock, humanDuration, parseDuration, table } from './format.ts';
+import { clock, dateTime, humanDuration, parseDuration, table } from './format.ts';
 import {
   attachText,
   createReservation,
@@ -22,6 +22,7 @@ import {
   postAction,
   progressLine,
   releaseAndWait,
+  renewReservation,
   waitUntilReady,
 } from './ops.ts';
 import type { CliSettings } from './settings.ts';
@@ -77,7 +78,7 @@ function expiresIn(r: ReservationInfo): string {
   const active = r.leases.filter((l) => l.status === 'active');
   if (!active.length) return '-';
   const at = Math.min(...active.map((l) => Date.parse(l.expiresAt)));
-  return `${clock(new Date(at))} (${humanDuration((at - Date.now()) / 1000)})`;
+  return `${dateTime(at)} (in ${humanDuration((at - Date.now()) / 1000)})`;
 }
 
 function reservationRows(list: ReservationInfo[]) {
@@ -150,6 +151,9 @@ export async function cmdReserve({ client, settings, io, flags }: CommandContext
       signal: ctrl.signal,
       timeoutMs,
     });
+  } catch (e) {
+    if (e instanceof CliError && e.exitCode === EXIT.timeout) throw await stillThere(client, r.id, e);
+    throw e;
   } finally {
     off();
   }
@@ -175,6 +179,21 @@ export async function cmdReserve({ client, settings, io, flags }: CommandContext
   if (flags.json) json(io, { reservation: r });
   else io.out(attachText(r));
   return EXIT.ok;
+}
+
+/**
+ * `--timeout` ran out: giving up waiting changes nothing in the queue, so say where the request
+ * stands and how to withdraw or free it.
+ */
+async function stillThere(client: ApiClient, id: string, timedOut: CliError): Promise<CliError> {
+  const r = await getReservation(client, id).catch(() => null);
+  const next =
+    r == null
+      ? `check it with: sparkctl status ${id}`
+      : r.status === 'queued'
+        ? `${id} is still queued${r.position != null ? ` (position ${r.position})` : ''} and stays in the queue: follow it with \`sparkctl status ${id}\`, withdraw it with \`sparkctl cancel ${id}\``
+        : `${id} is ${r.status} and keeps its hosts: follow it with \`sparkctl status ${id}\`, free them with \`sparkctl release ${id}\``;
+  return new CliError(EXIT.timeout, `${timedOut.message}; ${next}`, timedOut.code);
 }
 
 export async function cmdStatus({ client, io, flags, args }: CommandContext): Promise<number> {
@@ -289,15 +308,19 @@ export async function cmdHistory({ client, io, flags, args }: CommandContext): P
 export async function cmdRenew({ client, io, flags, args }: CommandContext): Promise<number> {
   const id = needArg(args, 0, 'reservation id', 'renew ID [--ttl 4h]');
   const ttlS = durationFlag(flags.ttl, '--ttl');
-  const r = await postAction(client, id, 'renew', ttlS != null ? { ttlS } : {});
-  if (flags.json) json(io, { reservation: r });
-  else
+  const { reservation: r, note } = await renewReservation(client, id, ttlS, flags.ttl);
+  if (flags.json) {
+    json(io, { reservation: r });
+    if (note) io.err(`sparkctl: ${note}`);
+  } else {
     io.out(
       `renewed ${r.id}: ${r.leases
         .filter((l) => l.status === 'active')
         .map((l) => l.hostId)
         .join(' + ')} until ${expiresIn(r)}`,
     );
+    if (note) io.out(note);
+  }
   return EXIT.ok;
 }
 

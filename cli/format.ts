@@ -26,12 +26,24 @@ export function parseDuration(text: string): number | null {
   return matched === t.length && matched > 0 ? total : null;
 }
 
-/** 3725 → `1h 2m`. */
+/**
+ * 3725 → `1h 2m`, 119.6 → `2m`: rounded to whole seconds first (so a unit never shows 60), at most
+ * two units, a zero second unit left out.
+ */
 export function humanDuration(s: number): string {
-  if (s < 60) return `${Math.max(0, Math.round(s))}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m ${Math.round(s % 60)}s`;
-  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
-  return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+  const t = Math.max(0, Math.round(s));
+  const two = (big: number, bigUnit: string, small: number, smallUnit: string) =>
+    small ? `${big}${bigUnit} ${small}${smallUnit}` : `${big}${bigUnit}`;
+  if (t < 60) return `${t}s`;
+  if (t < 3600) return two(Math.floor(t / 60), 'm', t % 60, 's');
+  if (t < 86400) return two(Math.floor(t / 3600), 'h', Math.floor((t % 3600) / 60), 'm');
+  return two(Math.floor(t / 86400), 'd', Math.floor((t % 86400) / 3600), 'h');
+}
+
+/** ISO time → `2026-11-30 18:03 UTC`: lease ends and other moments that may be another day. */
+export function dateTime(iso: string | Date | number): string {
+  const d = iso instanceof Date ? iso : new Date(iso);
+  return `${d.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
 }
 
 /** ISO time → `HH:MM:SS UTC` (today) for progress lines. */

@@ -1,4 +1,4 @@
-import { parseArgs } from 'node:util';
+import { Argument, Command, CommanderError } from 'commander';
 import pkg from '../package.json' with { type: 'json' };
 import { createApiClient } from './client.ts';
 import {
@@ -20,86 +20,234 @@ import {
   cmdToken,
   cmdWhoami,
   type Flags,
-  printNewToken,
 } from './commands.ts';
-import { CliError, EXIT, usageError } from './errors.ts';
+import { CliError, EXIT } from './errors.ts';
 import { resolveSettings } from './settings.ts';
 
 export const VERSION = pkg.version;
 
-export const HELP = `sparkctl ${VERSION} — reserve Spark GPU hosts through the controller's queue
-
-usage: sparkctl COMMAND [ARGS] [--url URL] [--token TOKEN] [--config FILE] [--json]
-
-developers
-  reserve [--pair] [--host spark-1] [--ttl 4h] [--wait] [--timeout 30m]
-                         request a development reservation (priority 100); --wait follows it
-                         until the lease is usable (Ctrl-C while queued cancels it)
-  status [ID] [--all]    one reservation, or your open ones (--all: everyone's)
-  queue                  waiting work with positions and why it waits, and active work
-  fleet                  hosts, their state and Deckard health
-  history ID             the audit history of a reservation
-  renew ID [--ttl 4h]    extend a development lease (up to the configured maximum)
-  release ID [--no-wait] release; waits until the agent confirms cleanup
-  cancel ID              withdraw a queued reservation (granted work: release it)
-  whoami                 the token in use and its scopes
-operators
-  host adopt|unadopt|clear-quarantine HOST
-  token create --name NAME --scopes develop[,operate,emergency] | token revoke ID | token list
-  deckard start [--host spark-1]        explicit Deckard start (priority 90)
-  recover ID                            recover expired or stuck work (refuses a live lease)
-  emergency terminate ID --reason TEXT  break-glass stop (needs the emergency scope)
-  repo enable OWNER/NAME [--pair]       enable a repository (GitHub integration)
-  doctor [--model-cache DIR] [--imports torch,...] [--json]
-                                        provisioning checks of this machine (in-job doctor)
-  admin token create --name NAME --scopes operate[,emergency] [--ledger file:./data/spark.db]
-                                        first token, written straight into the ledger file
-agents
-  mcp                    serve the MCP tools reserve, status, queue, release, cancel on stdio
-
-configuration: flags, then SPARK_URL / SPARK_TOKEN, then ~/.config/sparkctl/config.json
+const FOOTER = `
+Configuration: flags, then SPARK_URL / SPARK_TOKEN, then ~/.config/sparkctl/config.json
 ({"url": "...", "token": "..."}; SPARKCTL_CONFIG or --config picks another file).
-exit codes: 0 ok, 1 failed, 2 usage, 3 controller unreachable, 4 bad token (401),
-5 forbidden (403), 6 not found, 7 conflict, 8 timed out, 130 interrupted.`;
+The URL is the controller's root (http://127.0.0.1:8787), not its /api path.
 
-const OPTIONS = {
-  url: { type: 'string' },
-  token: { type: 'string' },
-  config: { type: 'string' },
-  json: { type: 'boolean' },
-  help: { type: 'boolean', short: 'h' },
-  version: { type: 'boolean', short: 'V' },
-  pair: { type: 'boolean' },
-  host: { type: 'string' },
-  ttl: { type: 'string' },
-  wait: { type: 'boolean' },
-  'no-wait': { type: 'boolean' },
-  timeout: { type: 'string' },
-  all: { type: 'boolean' },
-  name: { type: 'string' },
-  scopes: { type: 'string' },
-  reason: { type: 'string' },
-  ledger: { type: 'string' },
-} as const;
+Exit codes: 0 ok, 1 failed, 2 usage, 3 controller unreachable, 4 bad token (401),
+5 forbidden (403), 6 not found, 7 conflict, 8 timed out, 130 interrupted.
+Run sparkctl help COMMAND (or sparkctl COMMAND --help) for a command's own options.`;
 
-type Command = (c: CommandContext) => Promise<number>;
-const COMMANDS: Record<string, Command> = {
-  reserve: cmdReserve,
-  status: cmdStatus,
-  queue: cmdQueue,
-  fleet: cmdFleet,
-  history: cmdHistory,
-  renew: cmdRenew,
-  release: cmdRelease,
-  cancel: cmdCancel,
-  host: cmdHost,
-  token: cmdToken,
-  deckard: cmdDeckard,
-  recover: cmdRecover,
-  emergency: cmdEmergency,
-  repo: cmdRepo,
-  whoami: cmdWhoami,
-};
+const JSON_HELP = 'print the answer as JSON (the shapes in core/protocol/api.ts)';
+
+/** Commander's error text as one sparkctl line: `sparkctl: reserve: unknown option '--pari' (Did you mean --pair?)`. */
+function errorLine(text: string, path: string): string {
+  const message = text
+    .replace(/^error: /, '')
+    .trim()
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .join(' ');
+  const hint = path ? `sparkctl ${path} --help lists what it takes` : 'sparkctl --help lists the commands';
+  return `sparkctl: ${path ? `${path}: ` : ''}${message} (${hint})`;
+}
+
+/** A (sub)command whose errors name it and point at its own help. */
+function sub(parent: Command, name: string, description: string): Command {
+  const c = parent.command(name).description(description);
+  const path = [...pathOf(parent), name].join(' ');
+  return c.configureOutput({ outputError: (text, write) => write(`${errorLine(text, path)}\n`) });
+}
+
+function pathOf(c: Command): string[] {
+  const names: string[] = [];
+  for (let x: Command | null = c; x?.parent; x = x.parent) names.unshift(x.name());
+  return names;
+}
+
+type Action = (ctx: CommandContext) => Promise<number>;
+
+/**
+ * The command tree (commander@14): every command declares only its own options and arguments;
+ * unknown options (with a suggestion), missing and extra arguments are usage errors (exit 2).
+ */
+function buildProgram(
+  io: CommandIo,
+  env: Record<string, string | undefined>,
+  done: (code: number) => void,
+): Command {
+  const program = new Command('sparkctl')
+    .description(`sparkctl ${VERSION}: reserve Spark GPU hosts through the controller's queue`)
+    .version(VERSION, '-V, --version', 'print the version')
+    .option('--url <url>', 'controller root URL (SPARK_URL; default http://127.0.0.1:8787)')
+    .option('--token <token>', 'API token (SPARK_TOKEN)')
+    .option('--config <file>', 'sparkctl config file (SPARKCTL_CONFIG)')
+    .helpOption('-h, --help', 'show help')
+    .helpCommand('help [command]', "show a command's help")
+    .showSuggestionAfterError(true)
+    .configureHelp({ showGlobalOptions: true })
+    .exitOverride()
+    .configureOutput({
+      writeOut: (s) => io.out(s.replace(/\n$/, '')),
+      writeErr: (s) => io.err(s.replace(/\n$/, '')),
+      outputError: (text, write) => write(`${errorLine(text, '')}\n`),
+    })
+    .addHelpText('after', FOOTER);
+
+  const withApi = (fn: Action) =>
+    async function (this: Command) {
+      const g = this.optsWithGlobals() as { url?: string; token?: string; config?: string };
+      const settings = resolveSettings({ url: g.url, token: g.token, config: g.config }, env);
+      const flags: Flags = { ...(this.opts() as Flags) };
+      const args = (this.processedArgs as (string | undefined)[]).filter((a): a is string => a != null);
+      done(await fn({ client: createApiClient(settings), settings, io, flags, args }));
+    };
+
+  // ------------------------------------------------------------ developers
+  sub(program, 'reserve', 'request a development reservation (priority 100)')
+    .option('--pair', 'two hosts, atomically')
+    .option('--host <id>', 'one named host, e.g. spark-1 (single topology)')
+    .option('--ttl <duration>', 'lease length, e.g. 2h, 90m, 1h30m (default: the configured default)')
+    .option('--wait', 'follow it until the lease is usable (Ctrl-C while queued cancels it)')
+    .option(
+      '--timeout <duration>',
+      'with --wait: stop waiting after this long (exit 8); the request stays queued',
+    )
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdReserve));
+  sub(program, 'status', 'one reservation in detail, or your open ones')
+    .argument('[id]', 'reservation id, e.g. r-12')
+    .option('--all', "everyone's open reservations")
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdStatus));
+  sub(program, 'queue', 'waiting work with positions and why it waits, and active work')
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdQueue));
+  sub(program, 'fleet', 'hosts, their state and Deckard health')
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdFleet));
+  sub(program, 'history', 'the audit history of a reservation')
+    .argument('<id>', 'reservation id')
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdHistory));
+  sub(program, 'renew', 'extend a development lease (up to the configured maximum from its grant)')
+    .argument('<id>', 'reservation id')
+    .option('--ttl <duration>', "new lease length from now, e.g. 4h (default: the reservation's own)")
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdRenew));
+  sub(program, 'release', 'release; waits until the agent confirms termination and cleanup')
+    .argument('<id>', 'reservation id')
+    .option('--no-wait', 'return once the release is recorded')
+    .option('--timeout <duration>', 'stop waiting for the cleanup confirmation after this long (exit 8)')
+    .option('--json', JSON_HELP)
+    .action(
+      withApi((ctx) => {
+        // commander's --no-wait is `wait: false`; the command reads the flag by its name
+        const { wait, ...rest } = ctx.flags as Flags & { wait?: boolean };
+        return cmdRelease({ ...ctx, flags: { ...rest, 'no-wait': wait === false } });
+      }),
+    );
+  sub(program, 'cancel', 'withdraw a queued reservation (granted work: release it)')
+    .argument('<id>', 'reservation id')
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdCancel));
+  sub(program, 'whoami', 'the token in use and its scopes')
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdWhoami));
+
+  // ------------------------------------------------------------ operators
+  sub(program, 'host', 'adopt, unadopt or clear the quarantine of a host (operate scope)')
+    .addArgument(new Argument('<action>', 'what to do').choices(['adopt', 'unadopt', 'clear-quarantine']))
+    .argument('<host>', 'host id, e.g. spark-2')
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdHost));
+
+  const token = sub(program, 'token', 'API tokens (operate scope; emergency to mint emergency)');
+  sub(token, 'create', 'create a token (shown once)')
+    .requiredOption('--name <name>', 'a name for the token, e.g. alice-laptop')
+    .requiredOption('--scopes <list>', 'comma list of develop, operate, emergency')
+    .option('--json', JSON_HELP)
+    .action(withApi((ctx) => cmdToken({ ...ctx, args: ['create'] })));
+  sub(token, 'revoke', 'revoke a token')
+    .argument('<id>', 'token id, e.g. tok-1a2b3c4d5e6f')
+    .option('--json', JSON_HELP)
+    .action(withApi((ctx) => cmdToken({ ...ctx, args: ['revoke', ...ctx.args] })));
+  sub(token, 'list', 'list the tokens')
+    .option('--json', JSON_HELP)
+    .action(withApi((ctx) => cmdToken({ ...ctx, args: ['list'] })));
+
+  const deckard = sub(program, 'deckard', 'the home inference service');
+  sub(deckard, 'start', 'explicit Deckard start (priority 90) on its home host')
+    .option('--host <id>', 'the home-service host (default: the configured one)')
+    .option('--json', JSON_HELP)
+    .action(withApi((ctx) => cmdDeckard({ ...ctx, args: ['start'] })));
+
+  sub(program, 'recover', 'recover expired or stuck work (refuses a live lease)')
+    .argument('<id>', 'reservation id')
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdRecover));
+
+  const emergency = sub(program, 'emergency', 'break-glass operations (emergency scope)');
+  sub(emergency, 'terminate', 'stop active work through its agent, with a recorded reason')
+    .argument('<id>', 'reservation id')
+    .requiredOption('--reason <text>', 'why (recorded in the history and the alert)')
+    .option('--json', JSON_HELP)
+    .action(withApi((ctx) => cmdEmergency({ ...ctx, args: ['terminate', ...ctx.args] })));
+
+  const repo = sub(program, 'repo', 'repositories (GitHub integration; needs the GitHub App installed)');
+  sub(repo, 'enable', 'check the App installation and runner group, create the labels')
+    .argument('<repository>', 'OWNER/NAME')
+    .option('--pair', 'allow pair (two-host) tests')
+    .option('--json', JSON_HELP)
+    .action(withApi((ctx) => cmdRepo({ ...ctx, args: ['enable', ...ctx.args] })));
+
+  sub(program, 'doctor', 'provisioning checks of this machine (the in-job doctor, as npm run doctor)')
+    .option('--model-cache <dir>', 'the managed model cache to check (SPARK_MODEL_CACHE)')
+    .option('--imports <list>', 'Python modules that must import, e.g. torch,numpy')
+    .option('--soft-imports <list>', 'Python modules whose absence is only a warning')
+    .option('--torch <mode>', 'torch check: required or skip')
+    .option('--tools <list>', 'commands that must be on PATH (default: ninja,nvcc,c++)')
+    .option('--manifest <file>', 'write the provisioning manifest there')
+    .option('--source-dir <dir>', 'the checkout to inspect')
+    .option('--json', 'print the manifest as JSON')
+    .action(async function (this: Command) {
+      // the doctor validates its own values (agent/preflight/settings.ts): hand them over as flags
+      const argv: string[] = [];
+      for (const [key, value] of Object.entries(this.opts() as Record<string, string | boolean>)) {
+        const flag = `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+        if (value === true) argv.push(flag);
+        else if (typeof value === 'string') argv.push(flag, value);
+      }
+      const { runDoctorCommand } = await import('./doctor.ts');
+      done(await runDoctorCommand(io, argv, env));
+    });
+
+  sub(
+    program,
+    'admin',
+    "first-token bootstrap, run on the controller host in its checkout: hands ARGS to the controller's scripts/admin.ts",
+  )
+    .usage('token create --name NAME --scopes operate[,emergency] [--ledger URL] [--json]')
+    .argument('[args...]', 'passed to scripts/admin.ts unchanged')
+    .allowUnknownOption()
+    .action(async function (this: Command) {
+      const { runAdmin } = await import('./admin.ts');
+      done(await runAdmin(this.args, io, env));
+    });
+
+  // ------------------------------------------------------------ agents
+  sub(
+    program,
+    'mcp',
+    'serve the MCP tools (reserve, status, queue, fleet, renew, history, release, cancel) on stdio',
+  ).action(async function (this: Command) {
+    const g = this.optsWithGlobals() as { url?: string; token?: string; config?: string };
+    const settings = resolveSettings({ url: g.url, token: g.token, config: g.config }, env);
+    const { serveMcp } = await import('./mcp.ts');
+    await serveMcp(createApiClient(settings), { pollMs: settings.pollMs, version: VERSION });
+    done(EXIT.ok);
+  });
+
+  return program;
+}
 
 /** Runs one sparkctl invocation; returns the exit code. Never calls process.exit. */
 export async function main(
@@ -107,63 +255,21 @@ export async function main(
   io: CommandIo,
   env: Record<string, string | undefined>,
 ): Promise<number> {
+  let code: number = EXIT.ok;
   try {
-    if (argv[0] === 'doctor') {
-      // the doctor has its own options (agent/preflight/settings.ts); hand them over untouched
-      const { runDoctorCommand } = await import('./doctor.ts');
-      return await runDoctorCommand(io, argv.slice(1), env);
-    }
-    let parsed: ReturnType<
-      typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true; strict: true }>
-    >;
-    try {
-      parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
-    } catch (e) {
-      throw usageError(`${(e as Error).message} (sparkctl --help lists the options)`);
-    }
-    const { values, positionals } = parsed;
-    const [command, ...args] = positionals;
-    if (values.version) {
-      io.out(VERSION);
-      return EXIT.ok;
-    }
-    if (values.help || !command || command === 'help') {
-      io.out(HELP);
-      return command || values.help ? EXIT.ok : EXIT.usage;
-    }
-    const settings = resolveSettings({ url: values.url, token: values.token, config: values.config }, env);
-    const flags: Flags = values;
-
-    if (command === 'admin') {
-      if (args[0] !== 'token' || args[1] !== 'create') {
-        throw usageError(
-          'usage: sparkctl admin token create --name NAME --scopes operate[,emergency] [--ledger URL]',
-        );
-      }
-      const { adminCreateToken } = await import('./admin-ledger.ts');
-      const created = await adminCreateToken({
-        name: values.name,
-        scopes: values.scopes,
-        ledger: values.ledger,
-        env,
-      });
-      if (values.json) io.out(JSON.stringify(created, null, 2));
-      else {
-        printNewToken(io, created);
-        io.out(`(written to ${created.ledgerUrl})`);
-      }
-      return EXIT.ok;
-    }
-    const client = createApiClient(settings);
-    if (command === 'mcp') {
-      const { serveMcp } = await import('./mcp.ts');
-      await serveMcp(client, { pollMs: settings.pollMs, version: VERSION });
-      return EXIT.ok;
-    }
-    const run = COMMANDS[command];
-    if (!run) throw usageError(`unknown command '${command}' (sparkctl --help lists the commands)`);
-    return await run({ client, settings, io, flags, args });
+    await buildProgram(io, env, (c) => {
+      code = c;
+    }).parseAsync(argv, { from: 'user' });
+    return code;
   } catch (e) {
+    if (e instanceof CommanderError) {
+      // help and version were printed; everything else is a usage error commander already printed
+      // help asked for (`--help`, `help reserve`) and the version exit 0; help shown because
+      // something was missing (`sparkctl`, `sparkctl token`) and every parse error are usage errors
+      if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version') return EXIT.ok;
+      if (e.code === 'commander.help' && e.exitCode === 0) return EXIT.ok;
+      return EXIT.usage;
+    }
     if (e instanceof CliError) {
       io.err(`sparkctl: ${e.message}`);
       return e.exitCode;

@@ -1,10 +1,10 @@
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { z } from 'zod';
-import { QueueResponse } from '../core/protocol/api.ts';
+import { FleetResponse, HistoryResponse, QueueResponse, ReservationInfo } from '../core/protocol/api.ts';
 import type { ApiClient } from './client.ts';
 import { CliError, EXIT } from './errors.ts';
-import { parseDuration } from './format.ts';
+import { dateTime, humanDuration, parseDuration } from './format.ts';
 import {
   attachText,
   createReservation,
@@ -13,14 +13,38 @@ import {
   postAction,
   progressLine,
   releaseAndWait,
+  renewReservation,
 } from './ops.ts';
 
-type ToolResult = { content: { type: 'text'; text: string }[]; isError?: boolean };
+/**
+ * What an agent should know before its first call (MCP `initialize` → `instructions`): how the
+ * queue decides, what the lease and its fencing token mean, and how to leave the hosts.
+ */
+export const INSTRUCTIONS = `Spark hosts are a small shared fleet of NVIDIA DGX Spark GPU machines. People, CI and AI agents all get them through one queue; these tools are your way in. Never use a host you were not granted.
 
-async function answer(fn: () => Promise<{ summary: string; data: unknown }>): Promise<ToolResult> {
+Queue: \`reserve\` queues a development request (priority 100). Order is priority, then first come first served, and it is non-preemptive: running work (CI, someone else's lease) always finishes first, so you may wait. The answer has your position and why you wait; \`queue\` shows everyone's. A pair reservation (pair=true) gets both hosts at once or neither. Reserving spark-1 stops its inference service (Deckard) for everyone while you hold it: ask for a specific host only when you need it. Poll \`status\` with the id every 10-30 s until ready=true; do not reserve again while a request is still queued.
+
+Leases and fencing: a grant is a lease with an end time (leases[].expiresAt). Every grant carries a fencing token that the host agents check on every step; when the lease is released or expires, the token is stale and the host refuses or stops what it carries. Work only while \`status\` says ready=true and the lease has not expired; \`renew\` before the end if you still need the host (renewals are capped at the configured maximum from the grant; the answer says when it was capped).
+
+Release etiquette: call \`release\` as soon as you are done; it waits until the host agent confirmed that your work stopped and the host is clean (if that takes longer than timeoutS the release is still recorded; check \`status\` later). \`cancel\` a request that is still queued and no longer needed; granted work is released, not cancelled. Never stop processes you did not start. \`fleet\` shows every host's state, \`history\` a reservation's audit trail.`;
+
+/** A tool answer: a short summary for people and models, and the same facts as structured data. */
+type ToolResult = {
+  content: { type: 'text'; text: string }[];
+  structuredContent?: Record<string, unknown>;
+  isError?: boolean;
+};
+
+async function answer(
+  fn: () => Promise<{ summary: string; data: Record<string, unknown> }>,
+): Promise<ToolResult> {
   try {
     const { summary, data } = await fn();
-    return { content: [{ type: 'text', text: `${summary}\n\n${JSON.stringify(data, null, 2)}` }] };
+    // the text carries the JSON too, for clients that read only text (MCP spec, tools: structured content)
+    return {
+      content: [{ type: 'text', text: `${summary}\n\n${JSON.stringify(data, null, 2)}` }],
+      structuredContent: data,
+    };
   } catch (e) {
     // an API refusal is an answer the agent should read, not a protocol failure
     if (e instanceof CliError)
@@ -29,12 +53,36 @@ async function answer(fn: () => Promise<{ summary: string; data: unknown }>): Pr
   }
 }
 
+const reservationId = z.string().min(1).describe('Reservation id, e.g. "r-12".');
+const duration = z.string().regex(/^(\d+|(\d+[dhms])+)$/, 'a duration such as 30m, 4h or 1h30m');
+
+/** Output schemas: what `structuredContent` holds for each tool. */
+const One = { reservation: ReservationInfo };
+const StatusOut = {
+  reservation: ReservationInfo.optional().describe('With id: that reservation.'),
+  reservations: z.array(ReservationInfo).optional().describe('Without id: your open reservations.'),
+};
+const RenewOut = {
+  reservation: ReservationInfo,
+  until: z.string().nullable().describe('The new end of the lease (ISO 8601).'),
+  capped: z.boolean().describe('True when the controller granted less than asked (the development maximum).'),
+  note: z.string().nullable(),
+};
+const ReleaseOut = {
+  reservation: ReservationInfo,
+  confirmed: z
+    .boolean()
+    .describe(
+      'True when the agent confirmed termination and cleanup within the wait; false: recorded, still releasing.',
+    ),
+};
+
 /**
  * The MCP server behind `sparkctl mcp`: an AI coding agent asks for Spark hosts through the same
  * queue as CI and people, instead of reaching for the machines directly.
  */
 export function createMcpServer(client: ApiClient, opts: { pollMs: number; version: string }): McpServer {
-  const server = new McpServer({ name: 'sparkctl', version: opts.version });
+  const server = new McpServer({ name: 'sparkctl', version: opts.version }, { instructions: INSTRUCTIONS });
 
   server.registerTool(
     'reserve',
@@ -48,13 +96,10 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
           .string()
           .regex(/^[a-z0-9][a-z0-9-]{0,62}$/)
           .optional()
-          .describe('Ask for one named host, e.g. "spark-2" (single topology only).'),
-        ttl: z
-          .string()
-          .regex(/^(\d+|(\d+[dhms])+)$/, 'a duration such as 30m, 4h or 1h30m')
-          .optional()
-          .describe('Lease length, e.g. "2h" (default 4h, renewable).'),
+          .describe('Ask for one named host, e.g. "spark-2" (single topology only); `fleet` lists them.'),
+        ttl: duration.optional().describe('Lease length, e.g. "2h" (default 4h, renewable).'),
       },
+      outputSchema: One,
     },
     async ({ pair, host, ttl }) =>
       answer(async () => {
@@ -63,7 +108,7 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
           host,
           ttlS: ttl ? (parseDuration(ttl) ?? undefined) : undefined,
         });
-        return { summary: r.ready ? attachText(r) : progressLine(r), data: r };
+        return { summary: r.ready ? attachText(r) : progressLine(r), data: { reservation: r } };
       }),
   );
 
@@ -72,19 +117,23 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
     {
       title: 'Reservation status',
       description: 'Status of one reservation (with id) or of all your open reservations (without).',
-      inputSchema: { id: z.string().min(1).optional().describe('Reservation id, e.g. "r-12".') },
+      inputSchema: { id: reservationId.optional() },
+      outputSchema: StatusOut,
       annotations: { readOnlyHint: true },
     },
     async ({ id }) =>
       answer(async () => {
         if (id) {
           const r = await getReservation(client, id);
-          return { summary: r.ready && r.kind === 'development' ? attachText(r) : progressLine(r), data: r };
+          return {
+            summary: r.ready && r.kind === 'development' ? attachText(r) : progressLine(r),
+            data: { reservation: r },
+          };
         }
         const list = await listReservations(client, { mine: true });
         return {
           summary: list.length ? list.map(progressLine).join('\n') : 'you have no open reservations',
-          data: list,
+          data: { reservations: list },
         };
       }),
   );
@@ -95,6 +144,7 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
       title: 'Spark queue',
       description: 'The shared queue: waiting requests with position and why each waits, and active work.',
       inputSchema: {},
+      outputSchema: QueueResponse.shape,
       annotations: { readOnlyHint: true },
     },
     async () =>
@@ -111,13 +161,101 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
   );
 
   server.registerTool(
+    'fleet',
+    {
+      title: 'Spark fleet',
+      description:
+        'Every host: its state (idle, service, allocated, draining, held, offline, quarantined, …), its home service health and the work it carries. The host ids are what `reserve` takes as host.',
+      inputSchema: {},
+      outputSchema: FleetResponse.shape,
+      annotations: { readOnlyHint: true },
+    },
+    async () =>
+      answer(async () => {
+        const f = await client.call('GET', '/api/v1/fleet', FleetResponse);
+        const lines = f.hosts.map((h) =>
+          [
+            `${h.id} ${h.state}${h.keptFor ? ` for ${h.keptFor}` : ''}`,
+            h.homeService ? `${h.homeService}: ${h.serviceHealth}` : null,
+            h.reservation ? `${h.reservation.id} ${h.reservation.kind}/${h.reservation.topology}` : null,
+            h.lastHeartbeatAgeS == null
+              ? 'never heartbeated'
+              : `heartbeat ${humanDuration(h.lastHeartbeatAgeS)} ago`,
+          ]
+            .filter(Boolean)
+            .join(' · '),
+        );
+        return {
+          summary: `${f.hosts.length} hosts${f.managed ? '' : ' (fleet not fully managed)'}\n${lines.join('\n')}`,
+          data: f,
+        };
+      }),
+  );
+
+  server.registerTool(
+    'renew',
+    {
+      title: 'Renew a development lease',
+      description:
+        "Extend your active development lease before it ends (from now, by ttl or the reservation's own length). Capped at the configured maximum from the grant; the answer says when it was capped. An expired lease is never renewed.",
+      inputSchema: {
+        id: reservationId,
+        ttl: duration.optional().describe('New lease length from now, e.g. "2h".'),
+      },
+      outputSchema: RenewOut,
+    },
+    async ({ id, ttl }) =>
+      answer(async () => {
+        const r = await renewReservation(
+          client,
+          id,
+          ttl ? (parseDuration(ttl) ?? undefined) : undefined,
+          ttl,
+        );
+        const hosts = r.reservation.leases.filter((l) => l.status === 'active').map((l) => l.hostId);
+        return {
+          summary: `renewed ${id}: ${hosts.join(' + ')} until ${r.until ? dateTime(r.until) : '-'}${r.note ? `\n${r.note}` : ''}`,
+          data: { ...r },
+        };
+      }),
+  );
+
+  server.registerTool(
+    'history',
+    {
+      title: 'Reservation history',
+      description: "A reservation's audit trail: every transition with its time, cause and actor.",
+      inputSchema: { id: reservationId },
+      outputSchema: HistoryResponse.shape,
+      annotations: { readOnlyHint: true },
+    },
+    async ({ id }) =>
+      answer(async () => {
+        const h = await client.call(
+          'GET',
+          `/api/v1/reservations/${encodeURIComponent(id)}/history`,
+          HistoryResponse,
+        );
+        const lines = h.events
+          .slice(-20)
+          .map(
+            (e) => `${e.at.replace('T', ' ').slice(0, 19)} ${e.subjectId} ${e.type}: ${e.cause} (${e.actor})`,
+          );
+        return {
+          summary: `${h.events.length} events${h.events.length > 20 ? ' (last 20)' : ''}\n${lines.join('\n')}`,
+          data: h,
+        };
+      }),
+  );
+
+  server.registerTool(
     'release',
     {
       title: 'Release a reservation',
       description:
         'Release an active reservation. By default waits until the host agent confirms the work stopped and the host is clean.',
       inputSchema: {
-        id: z.string().min(1).describe('Reservation id, e.g. "r-12".'),
+        id: reservationId,
         wait: z.boolean().optional().describe('Wait for the cleanup confirmation (default true).'),
         timeoutS: z
           .number()
@@ -129,6 +267,7 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
             'Stop waiting after this long and report the state so far (default 45, inside common client request timeouts).',
           ),
       },
+      outputSchema: ReleaseOut,
       annotations: { destructiveHint: true },
     },
     async ({ id, wait, timeoutS }) =>
@@ -140,14 +279,20 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
             onProgress: () => {},
             timeoutMs: (timeoutS ?? 45) * 1000,
           });
-          return { summary: progressLine(r), data: r };
+          return {
+            summary: progressLine(r),
+            data: {
+              reservation: r,
+              confirmed: ['done', 'failed', 'cancelled', 'superseded'].includes(r.status),
+            },
+          };
         } catch (e) {
           // the release is recorded; only the wait ran out: say where it stands, not "failed"
           if (!(e instanceof CliError) || e.exitCode !== EXIT.timeout) throw e;
           const r = await getReservation(client, id);
           return {
             summary: `${progressLine(r)} (release recorded; call status later to see the cleanup confirmed)`,
-            data: r,
+            data: { reservation: r, confirmed: false },
           };
         }
       }),
@@ -158,13 +303,14 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
     {
       title: 'Cancel a queued reservation',
       description: 'Withdraw a reservation that is still queued. Granted work must be released instead.',
-      inputSchema: { id: z.string().min(1).describe('Reservation id, e.g. "r-12".') },
+      inputSchema: { id: reservationId },
+      outputSchema: One,
       annotations: { destructiveHint: true },
     },
     async ({ id }) =>
       answer(async () => {
         const r = await postAction(client, id, 'cancel');
-        return { summary: progressLine(r), data: r };
+        return { summary: progressLine(r), data: { reservation: r } };
       }),
   );
 

@@ -1,7 +1,12 @@
-import { type ReservationInfo, ReservationListResponse, ReservationResponse } from '../core/protocol/api.ts';
+import {
+  FleetResponse,
+  type ReservationInfo,
+  ReservationListResponse,
+  ReservationResponse,
+} from '../core/protocol/api.ts';
 import type { ApiClient } from './client.ts';
 import { CliError, EXIT } from './errors.ts';
-import { clock } from './format.ts';
+import { dateTime, humanDuration } from './format.ts';
 
 /**
  * Reservation workflows shared by the sparkctl commands and the MCP tools: request, follow until
@@ -20,7 +25,58 @@ export async function createReservation(client: ApiClient, o: ReserveOptions): P
     ...(o.host ? { host: o.host } : {}),
     ...(o.ttlS != null ? { ttlS: o.ttlS } : {}),
   };
-  return (await client.call('POST', '/api/v1/reservations', ReservationResponse, body)).reservation;
+  try {
+    return (await client.call('POST', '/api/v1/reservations', ReservationResponse, body)).reservation;
+  } catch (e) {
+    // the controller refuses a host it does not know; say which ones it does know
+    if (!(e instanceof CliError) || !o.host || !/unknown host/.test(e.message)) throw e;
+    const hosts = await client
+      .call('GET', '/api/v1/fleet', FleetResponse)
+      .then((f) => f.hosts.map((h) => h.id))
+      .catch(() => null);
+    if (!hosts?.length) throw e;
+    throw new CliError(e.exitCode, `${e.message}: this fleet has ${hosts.join(', ')}`, e.code);
+  }
+}
+
+/** A renewal and whether the controller capped it at the development maximum. */
+export interface Renewal {
+  reservation: ReservationInfo;
+  /** The earliest new end of the active leases (ISO), null if none is active. */
+  until: string | null;
+  capped: boolean;
+  /** Why it ends earlier than asked, in words (null when not capped). */
+  note: string | null;
+}
+
+/**
+ * Renews a development lease. The controller caps a renewal at its development maximum counted
+ * from the grant without failing; this compares the end it granted with the end asked for and
+ * says so (`asked` is how the caller wrote the length, e.g. "99h").
+ */
+export async function renewReservation(
+  client: ApiClient,
+  id: string,
+  ttlS: number | undefined,
+  asked?: string,
+): Promise<Renewal> {
+  const askedAt = Date.now();
+  const r = await postAction(client, id, 'renew', ttlS != null ? { ttlS } : {});
+  const active = r.leases.filter((l) => l.status === 'active');
+  if (!active.length) return { reservation: r, until: null, capped: false, note: null };
+  const first = active.reduce((a, b) => (Date.parse(b.expiresAt) < Date.parse(a.expiresAt) ? b : a));
+  const wantedS = ttlS ?? r.ttlS;
+  // a few seconds of slack for the round trip and clock skew
+  const capped = wantedS != null && Date.parse(first.expiresAt) < askedAt + wantedS * 1000 - 5_000;
+  const maxS = (Date.parse(first.expiresAt) - Date.parse(first.grantedAt)) / 1000;
+  return {
+    reservation: r,
+    until: first.expiresAt,
+    capped,
+    note: capped
+      ? `capped: you asked for ${asked ?? humanDuration(wantedS!)}, but a development lease holds at most ${humanDuration(maxS)} from its grant (${dateTime(first.grantedAt)}); release and reserve again for more`
+      : null,
+  };
 }
 
 export async function getReservation(client: ApiClient, id: string): Promise<ReservationInfo> {
@@ -169,7 +225,7 @@ export async function releaseAndWait(
 /** How to use a ready development reservation. */
 export function attachText(r: ReservationInfo): string {
   const hosts = r.leases.filter((l) => l.status === 'active').map((l) => l.hostId);
-  const until = r.leases.length ? clock(r.leases.map((l) => l.expiresAt).sort()[0]!) : '-';
+  const until = r.leases.length ? dateTime(r.leases.map((l) => l.expiresAt).sort()[0]!) : '-';
   return [
     `${r.id} is yours: ${hosts.join(' + ')} (${r.topology}), lease until ${until}.`,
     `  attach:   ssh ${hosts[0] ?? '<host>'}${hosts.length > 1 ? `   (and ssh ${hosts.slice(1).join(', ')})` : ''}`,

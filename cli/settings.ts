@@ -75,12 +75,21 @@ export function resolveSettings(flags: SettingsFlags, env: Record<string, string
     throw new CliError(EXIT.usage, `config file ${configPath} not found (--config)`);
   }
   const url = flags.url ?? env.SPARK_URL ?? file.url ?? DEFAULT_URL;
+  const from = flags.url ? '--url' : env.SPARK_URL ? 'SPARK_URL' : `config file ${configPath}`;
   const checked = urlSchema.safeParse(url);
   if (!checked.success) {
-    const from = flags.url ? '--url' : env.SPARK_URL ? 'SPARK_URL' : `config file ${configPath}`;
     throw new CliError(
       EXIT.usage,
       `invalid controller URL '${url}' (from ${from}): expected http(s)://HOST[:PORT]`,
+    );
+  }
+  // sparkctl adds /api/v1 itself: a URL naming the API path would ask for /api/api/v1/…
+  const parsedUrl = new URL(url);
+  const path = parsedUrl.pathname.replace(/\/+$/, '');
+  if (/\/api(\/v\d+)?$/.test(path)) {
+    throw new CliError(
+      EXIT.usage,
+      `invalid controller URL '${url}' (from ${from}): it must be the controller's root URL, e.g. ${parsedUrl.origin}${path.replace(/\/api(\/v\d+)?$/, '')}, without ${/\/api(\/v\d+)?$/.exec(path)![0]} (sparkctl adds /api/v1 itself)`,
     );
   }
   const [token, tokenSource] = flags.token

@@ -302,9 +302,7 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     if (!list) {
       list = (poolHosts.get(pool) ?? [])
         .filter((h) => base.get(h.id)!.kind === 'busy')
-        .sort(
-          (a, b) => drainRank(a) - drainRank(b) || a.id.localeCompare(b.id, 'en', { numeric: true }),
-        );
+        .sort((a, b) => drainRank(a) - drainRank(b) || a.id.localeCompare(b.id, 'en', { numeric: true }));
       busyByPool.set(pool, list);
     }
     return list;

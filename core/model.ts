@@ -32,20 +32,88 @@ export const RESERVATION_STATUSES = [
 ] as const;
 export type ReservationStatus = (typeof RESERVATION_STATUSES)[number];
 
-/** Statuses in which a reservation holds hosts (granted until termination is confirmed). */
-export const ACTIVE_STATUSES: readonly ReservationStatus[] = [
+/**
+ * Granted work that has not begun to release: it can be released, recovered or terminated, and
+ * its job may still run.
+ */
+export const RELEASABLE_STATUSES = [
   'allocated',
   'preparing',
   'running',
+] as const satisfies readonly ReservationStatus[];
+export type ReleasableStatus = (typeof RELEASABLE_STATUSES)[number];
+/** Statuses in which a reservation holds hosts (granted until termination is confirmed, rule 7). */
+export const ACTIVE_STATUSES = [
+  ...RELEASABLE_STATUSES,
   'releasing',
-];
-export const TERMINAL_STATUSES: readonly ReservationStatus[] = ['done', 'cancelled', 'superseded', 'failed'];
+] as const satisfies readonly ReservationStatus[];
+export type ActiveStatus = (typeof ACTIVE_STATUSES)[number];
+/** Queued or active: work a PR still has open. */
+export const OPEN_STATUSES = ['queued', ...ACTIVE_STATUSES] as const satisfies readonly ReservationStatus[];
+export const TERMINAL_STATUSES = [
+  'done',
+  'cancelled',
+  'superseded',
+  'failed',
+] as const satisfies readonly ReservationStatus[];
+export type TerminalStatus = (typeof TERMINAL_STATUSES)[number];
 
-export function isActiveStatus(s: ReservationStatus): boolean {
-  return ACTIVE_STATUSES.includes(s);
+const has = (set: readonly string[], s: string): boolean => set.includes(s);
+export function isReleasableStatus(s: string): s is ReleasableStatus {
+  return has(RELEASABLE_STATUSES, s);
 }
-export function isTerminalStatus(s: ReservationStatus): boolean {
-  return TERMINAL_STATUSES.includes(s);
+export function isActiveStatus(s: string): s is ActiveStatus {
+  return has(ACTIVE_STATUSES, s);
+}
+export function isTerminalStatus(s: string): s is TerminalStatus {
+  return has(TERMINAL_STATUSES, s);
+}
+
+/**
+ * How a reservation ended (or is ending, while `releasing`), kept in `reservations.outcome`.
+ * Never a queue wait code: that is `reservations.wait_code` (issue 10).
+ */
+export const OUTCOMES = [
+  // the GitHub job's result (workflow_job completed)
+  'passed',
+  'failed',
+  'cancelled',
+  // withdrawn while queued
+  'superseded',
+  'queue_timeout',
+  // a Deckard start whose host already serves: met without a lease
+  'already_serving',
+  // released by a person or by the lease running out
+  'released',
+  'recovered',
+  'terminated',
+  'expired',
+  // ended by the controller before or around the job
+  'runner exited 0',
+  'runner_not_picked_up',
+  'github_failed',
+  'withdrawn',
+] as const;
+export type Outcome = (typeof OUTCOMES)[number];
+/** Outcomes GitHub's `workflow_job` completed sets; they win over how the release was started. */
+export const JOB_OUTCOMES = ['passed', 'failed', 'cancelled'] as const satisfies readonly Outcome[];
+export type JobOutcome = (typeof JOB_OUTCOMES)[number];
+export function isJobOutcome(s: string | null | undefined): s is JobOutcome {
+  return s != null && has(JOB_OUTCOMES, s);
+}
+/**
+ * Outcomes that end a reservation `done` rather than `failed`: a pass, an ordinary release, a
+ * runner that exited cleanly before GitHub's job result arrived (the check run takes its
+ * conclusion from `workflow_job`), and a development lease that expired with nothing left running.
+ */
+export const DONE_OUTCOMES = [
+  'passed',
+  'released',
+  'runner exited 0',
+  'expired',
+] as const satisfies readonly Outcome[];
+export function endsDone(outcome: string | null): boolean {
+  return outcome == null || has(DONE_OUTCOMES, outcome);
 }
 
 export const LEASE_STATUSES = ['active', 'expired', 'releasing', 'released'] as const;

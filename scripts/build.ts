@@ -23,17 +23,6 @@ export const targets: Target[] = [
       banner: {
         js: "#!/usr/bin/env node\nimport { createRequire as __spark_createRequire } from 'node:module'; const require = __spark_createRequire(import.meta.url);",
       },
-      // the ledger bootstrap needs the checkout (native libSQL, migrations): see cli/admin-ledger-bundled.ts
-      plugins: [
-        {
-          name: 'sparkctl-admin-stand-in',
-          setup(b) {
-            b.onResolve({ filter: /\/admin-ledger\.ts$/ }, (a) => ({
-              path: `${a.resolveDir}/admin-ledger-bundled.ts`,
-            }));
-          },
-        },
-      ],
     },
   },
   {

@@ -10,18 +10,20 @@
  */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { asc, gt } from 'drizzle-orm';
-import * as t from '../functions/ledger/schema.ts';
-import type { FleetView } from '../functions/views.ts';
-import { REPO_ROOT, waitFor } from '../test/doubles/index.ts';
+import type { z } from 'zod';
+import type { FleetResponse } from '../core/protocol/api.ts';
 import {
   type JobPlan,
   queuedId,
   REPO,
+  REPO_ROOT,
   type SparkSystem,
   startSystem,
   sweepProcessesUnder,
-} from './demo/system.ts';
+  waitFor,
+} from '../test/harness/index.ts';
+
+type FleetView = z.infer<typeof FleetResponse>;
 
 const args = process.argv.slice(2);
 const KEEP = args.includes('--keep');
@@ -80,11 +82,7 @@ function startTimeline(s: SparkSystem): () => Promise<void> {
     /^reservation\.(queued|allocated|preparing|running|releasing|done|failed|cancelled|superseded|receipt)$|^alert\./;
   let stopped = false;
   const tick = async () => {
-    const rows = await s.ledger.db
-      .select()
-      .from(t.events)
-      .where(gt(t.events.id, lastEvent))
-      .orderBy(asc(t.events.id));
+    const rows = await s.reader.eventsAfter(lastEvent);
     for (const e of rows) {
       lastEvent = e.id;
       if (!shown.test(e.type)) continue;

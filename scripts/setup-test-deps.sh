@@ -1,16 +1,61 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the test suite uses (Chromium for the dashboard test, shellcheck for
-# shell scripts). Idempotent; needs root (CI runs as root) or passwordless sudo.
+# The Debian packages the test suite runs for real, installed only when missing. `npm test` runs
+# this first (package.json "pretest"), so the README's test command works on a fresh Debian
+# machine; it is idempotent and quiet when everything is there.
+#   - chromium:   the dashboard test (headless Chromium driven by playwright-core)
+#   - shellcheck: shell scripts and the spark-test.sh template
+#   - prometheus: promtool, which checks /metrics (`promtool check metrics`)
+#   - slurm-wlm:  the slurm execution backend (sbatch, squeue, sacct, scancel; slurmctld, slurmd)
+#   - munge:      slurm's authentication daemon
+# Installing needs root or passwordless sudo; without either it says what to run and fails.
 set -euo pipefail
-need=()
-command -v chromium >/dev/null 2>&1 || need+=(chromium)
-command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
-if [ ${#need[@]} -eq 0 ]; then
+
+packages=(chromium shellcheck prometheus slurm-wlm munge)
+commands_of() {
+  case "$1" in
+    chromium) echo chromium ;;
+    shellcheck) echo shellcheck ;;
+    prometheus) echo promtool ;;
+    slurm-wlm) echo sbatch squeue sacct scancel slurmctld slurmd ;;
+    munge) echo munge munged ;;
+  esac
+}
+
+# daemons live in sbin, which a non-root PATH often lacks
+search_path="${PATH}:/usr/sbin:/sbin"
+missing=()
+for pkg in "${packages[@]}"; do
+  for cmd in $(commands_of "$pkg"); do
+    if ! PATH="$search_path" command -v "$cmd" >/dev/null 2>&1; then
+      missing+=("$pkg")
+      break
+    fi
+  done
+done
+if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup-test-deps: installing ${need[*]}"
+
+install="apt-get install -y --no-install-recommends ${missing[*]}"
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "setup-test-deps: npm test needs ${missing[*]} (Debian package names), and this is not a Debian/Ubuntu system: install their equivalents (commands: $(for p in "${missing[@]}"; do commands_of "$p"; done | tr '\n' ' ')), then run npm test again." >&2
+  exit 1
+fi
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  sudo=(sudo -n)
+else
+  {
+    echo "setup-test-deps: npm test needs these Debian packages, which are missing: ${missing[*]}"
+    echo "  This user is not root and has no passwordless sudo, so nothing was installed. Run once as root:"
+    echo "    apt-get update && ${install}"
+    echo "  (or: sudo apt-get update && sudo ${install}), then run npm test again."
+  } >&2
+  exit 1
+fi
+
+echo "setup-test-deps: installing ${missing[*]} (Debian packages the tests use)"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -34,9 +34,20 @@ function fatalFailures(checks) {
 }
 
 // agent/preflight/doctor.ts
-import { randomBytes } from "node:crypto";
-import { closeSync, openSync, statSync as statSync2, unlinkSync, writeFileSync } from "node:fs";
-import { join as join2 } from "node:path";
+import { createHash, randomBytes } from "node:crypto";
+import {
+  closeSync,
+  existsSync as existsSync2,
+  mkdtempSync,
+  openSync,
+  readFileSync as readFileSync2,
+  rmSync,
+  statSync as statSync3,
+  unlinkSync,
+  writeFileSync
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, dirname, join as join3 } from "node:path";
 
 // agent/preflight/process.ts
 import { spawn } from "node:child_process";
@@ -109,7 +120,11 @@ function firstLine(text, max = 200) {
   return line.trim().slice(0, max);
 }
 
-// node_modules/zod/v4/classic/external.js
+// agent/preflight/provisioning.ts
+import { existsSync, readdirSync, readFileSync, statSync as statSync2 } from "node:fs";
+import { join as join2 } from "node:path";
+
+// ../../main/node_modules/zod/v4/classic/external.js
 var external_exports = {};
 __export(external_exports, {
   $brand: () => $brand,
@@ -372,7 +387,7 @@ __export(external_exports, {
   xor: () => xor
 });
 
-// node_modules/zod/v4/core/index.js
+// ../../main/node_modules/zod/v4/core/index.js
 var core_exports2 = {};
 __export(core_exports2, {
   $ZodAny: () => $ZodAny,
@@ -689,7 +704,7 @@ __export(core_exports2, {
   withParser: () => withParser
 });
 
-// node_modules/zod/v4/core/util.js
+// ../../main/node_modules/zod/v4/core/util.js
 var util_exports = {};
 __export(util_exports, {
   BIGINT_FORMAT_RANGES: () => BIGINT_FORMAT_RANGES,
@@ -1545,7 +1560,7 @@ function constantCatch(value) {
   return fn;
 }
 
-// node_modules/zod/v4/core/core.js
+// ../../main/node_modules/zod/v4/core/core.js
 var _a;
 var NEVER = /* @__PURE__ */ Object.freeze({
   status: "aborted"
@@ -1667,7 +1682,7 @@ function config(newConfig) {
   return globalConfig;
 }
 
-// node_modules/zod/v4/core/errors.js
+// ../../main/node_modules/zod/v4/core/errors.js
 function _getMessage() {
   const internals = this._zod;
   internals.message ?? (internals.message = JSON.stringify(internals.def, jsonStringifyReplacer, 2));
@@ -1859,7 +1874,7 @@ function prettifyError(error62) {
   return lines.join("\n");
 }
 
-// node_modules/zod/v4/core/parse.js
+// ../../main/node_modules/zod/v4/core/parse.js
 function finalizeParams(callee, params) {
   return { callee: params?.callee ?? callee, Err: params?.Err };
 }
@@ -2019,7 +2034,7 @@ var _safeDecodeAsync = (_Err) => async (schema, value, _ctx) => {
 };
 var safeDecodeAsync = /* @__PURE__ */ _safeDecodeAsync($ZodRealError);
 
-// node_modules/zod/v4/core/regexes.js
+// ../../main/node_modules/zod/v4/core/regexes.js
 var regexes_exports = {};
 __export(regexes_exports, {
   anyString: () => anyString,
@@ -2191,7 +2206,7 @@ var sha512_hex = /^[0-9a-fA-F]{128}$/;
 var sha512_base64 = /* @__PURE__ */ fixedBase64(86, "==");
 var sha512_base64url = /* @__PURE__ */ fixedBase64url(86);
 
-// node_modules/zod/v4/core/checks.js
+// ../../main/node_modules/zod/v4/core/checks.js
 var $ZodCheck = /* @__PURE__ */ $constructor("$ZodCheck", (inst, def) => {
   var _a3;
   inst._zod ?? (inst._zod = {});
@@ -2667,7 +2682,7 @@ var $ZodCheckOverwrite = /* @__PURE__ */ $constructor("$ZodCheckOverwrite", (ins
   };
 });
 
-// node_modules/zod/v4/core/doc.js
+// ../../main/node_modules/zod/v4/core/doc.js
 var Doc = class {
   constructor(args = [], closed = {}) {
     this.content = [];
@@ -2708,14 +2723,14 @@ ${content.join("\n")}
   }
 };
 
-// node_modules/zod/v4/core/versions.js
+// ../../main/node_modules/zod/v4/core/versions.js
 var version = {
   major: 4,
   minor: 6,
   patch: 7
 };
 
-// node_modules/zod/v4/core/schemas.js
+// ../../main/node_modules/zod/v4/core/schemas.js
 var $ZodType = /* @__PURE__ */ $constructor("$ZodType", (inst, def) => {
   var _a3;
   inst ?? (inst = {});
@@ -5157,7 +5172,7 @@ function handleRefineResult(result, payload, input2, inst) {
   }
 }
 
-// node_modules/zod/v4/core/memoizer.js
+// ../../main/node_modules/zod/v4/core/memoizer.js
 var $ZodCyclicError = class extends Error {
   constructor() {
     super(`Cannot parse a reference cycle that closes through a transform`);
@@ -5434,7 +5449,7 @@ function isBackEdge(ctx, value) {
   return backEdges !== void 0 && isRef(value) && backEdges.has(value);
 }
 
-// node_modules/zod/v4/locales/index.js
+// ../../main/node_modules/zod/v4/locales/index.js
 var locales_exports = {};
 __export(locales_exports, {
   ar: () => ar_default,
@@ -5502,7 +5517,7 @@ __export(locales_exports, {
   zhTW: () => zh_TW_default
 });
 
-// node_modules/zod/v4/locales/ar.js
+// ../../main/node_modules/zod/v4/locales/ar.js
 var error = () => {
   const Sizable = {
     string: { unit: "\u062D\u0631\u0641", verb: "\u0623\u0646 \u064A\u062D\u0648\u064A" },
@@ -5614,7 +5629,7 @@ function ar_default() {
   };
 }
 
-// node_modules/zod/v4/locales/az.js
+// ../../main/node_modules/zod/v4/locales/az.js
 var error2 = () => {
   const Sizable = {
     string: { unit: "simvol", verb: "olmal\u0131d\u0131r" },
@@ -5725,7 +5740,7 @@ function az_default() {
   };
 }
 
-// node_modules/zod/v4/locales/be.js
+// ../../main/node_modules/zod/v4/locales/be.js
 function getBelarusianPlural(count, one, few, many) {
   const absCount = Math.abs(count);
   const lastDigit = absCount % 10;
@@ -5894,7 +5909,7 @@ function be_default() {
   };
 }
 
-// node_modules/zod/v4/locales/bg.js
+// ../../main/node_modules/zod/v4/locales/bg.js
 var error4 = () => {
   const Sizable = {
     string: { unit: "\u0441\u0438\u043C\u0432\u043E\u043B\u0430", verb: "\u0434\u0430 \u0441\u044A\u0434\u044A\u0440\u0436\u0430" },
@@ -6020,7 +6035,7 @@ function bg_default() {
   };
 }
 
-// node_modules/zod/v4/locales/bn.js
+// ../../main/node_modules/zod/v4/locales/bn.js
 var error5 = () => {
   const Sizable = {
     string: { unit: "\u0985\u0995\u09CD\u09B7\u09B0", verb: "\u09A5\u09BE\u0995\u09A4\u09C7 \u09B9\u09AC\u09C7" },
@@ -6134,7 +6149,7 @@ function bn_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ca.js
+// ../../main/node_modules/zod/v4/locales/ca.js
 var error6 = () => {
   const Sizable = {
     string: { unit: "car\xE0cters", verb: "contenir" },
@@ -6248,7 +6263,7 @@ function ca_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ckb.js
+// ../../main/node_modules/zod/v4/locales/ckb.js
 var error7 = () => {
   const Sizable = {
     string: { unit: "\u067E\u06CC\u062A", verb: "\u0628\u06CE\u062A" },
@@ -6381,7 +6396,7 @@ function ckb_default() {
   };
 }
 
-// node_modules/zod/v4/locales/cs.js
+// ../../main/node_modules/zod/v4/locales/cs.js
 var error8 = () => {
   const Sizable = {
     string: { unit: "znak\u016F", verb: "m\xEDt" },
@@ -6498,7 +6513,7 @@ function cs_default() {
   };
 }
 
-// node_modules/zod/v4/locales/da.js
+// ../../main/node_modules/zod/v4/locales/da.js
 var error9 = () => {
   const Sizable = {
     string: { unit: "tegn", verb: "havde" },
@@ -6619,7 +6634,7 @@ function da_default() {
   };
 }
 
-// node_modules/zod/v4/locales/de.js
+// ../../main/node_modules/zod/v4/locales/de.js
 var error10 = () => {
   const Sizable = {
     string: { unit: "Zeichen", verb: "zu haben" },
@@ -6733,7 +6748,7 @@ function de_default() {
   };
 }
 
-// node_modules/zod/v4/locales/el.js
+// ../../main/node_modules/zod/v4/locales/el.js
 var error11 = () => {
   const Sizable = {
     string: { unit: "\u03C7\u03B1\u03C1\u03B1\u03BA\u03C4\u03AE\u03C1\u03B5\u03C2", verb: "\u03BD\u03B1 \u03AD\u03C7\u03B5\u03B9" },
@@ -6846,7 +6861,7 @@ function el_default() {
   };
 }
 
-// node_modules/zod/v4/locales/en.js
+// ../../main/node_modules/zod/v4/locales/en.js
 var error12 = () => {
   const Sizable = {
     string: { unit: "characters", verb: "to have" },
@@ -6971,7 +6986,7 @@ function en_default() {
   };
 }
 
-// node_modules/zod/v4/locales/eo.js
+// ../../main/node_modules/zod/v4/locales/eo.js
 var error13 = () => {
   const Sizable = {
     string: { unit: "karaktrojn", verb: "havi" },
@@ -7086,7 +7101,7 @@ function eo_default() {
   };
 }
 
-// node_modules/zod/v4/locales/es.js
+// ../../main/node_modules/zod/v4/locales/es.js
 var error14 = () => {
   const Sizable = {
     string: { unit: "caracteres", verb: "tener" },
@@ -7223,7 +7238,7 @@ function es_default() {
   };
 }
 
-// node_modules/zod/v4/locales/fa.js
+// ../../main/node_modules/zod/v4/locales/fa.js
 var error15 = () => {
   const Sizable = {
     string: { unit: "\u06A9\u0627\u0631\u0627\u06A9\u062A\u0631", verb: "\u062F\u0627\u0634\u062A\u0647 \u0628\u0627\u0634\u062F" },
@@ -7343,7 +7358,7 @@ function fa_default() {
   };
 }
 
-// node_modules/zod/v4/locales/fi.js
+// ../../main/node_modules/zod/v4/locales/fi.js
 var error16 = () => {
   const Sizable = {
     string: { unit: "merkki\xE4", subject: "merkkijonon" },
@@ -7461,7 +7476,7 @@ function fi_default() {
   };
 }
 
-// node_modules/zod/v4/locales/fr.js
+// ../../main/node_modules/zod/v4/locales/fr.js
 var error17 = () => {
   const Sizable = {
     string: { unit: "caract\xE8res", verb: "avoir" },
@@ -7591,7 +7606,7 @@ function fr_default() {
   };
 }
 
-// node_modules/zod/v4/locales/fr-CA.js
+// ../../main/node_modules/zod/v4/locales/fr-CA.js
 var error18 = () => {
   const Sizable = {
     string: { unit: "caract\xE8res", verb: "avoir" },
@@ -7704,7 +7719,7 @@ function fr_CA_default() {
   };
 }
 
-// node_modules/zod/v4/locales/gu.js
+// ../../main/node_modules/zod/v4/locales/gu.js
 var error19 = () => {
   const Sizable = {
     string: { unit: "\u0A85\u0A95\u0ACD\u0AB7\u0AB0", verb: "\u0AB9\u0ACB\u0AB5\u0ABE \u0A9C\u0ACB\u0A88\u0A8F" },
@@ -7818,7 +7833,7 @@ function gu_default() {
   };
 }
 
-// node_modules/zod/v4/locales/he.js
+// ../../main/node_modules/zod/v4/locales/he.js
 var error20 = () => {
   const TypeNames = {
     string: { label: "\u05DE\u05D7\u05E8\u05D5\u05D6\u05EA", gender: "f" },
@@ -8020,7 +8035,7 @@ function he_default() {
   };
 }
 
-// node_modules/zod/v4/locales/hi.js
+// ../../main/node_modules/zod/v4/locales/hi.js
 var error21 = () => {
   const Sizable = {
     string: { unit: "\u0905\u0915\u094D\u0937\u0930", verb: "\u0930\u0916\u0928\u0947 \u0915\u0947 \u0932\u093F\u090F" },
@@ -8132,7 +8147,7 @@ function hi_default() {
   };
 }
 
-// node_modules/zod/v4/locales/hr.js
+// ../../main/node_modules/zod/v4/locales/hr.js
 var error22 = () => {
   const Sizable = {
     string: { unit: "znakova", verb: "imati" },
@@ -8259,7 +8274,7 @@ function hr_default() {
   };
 }
 
-// node_modules/zod/v4/locales/hu.js
+// ../../main/node_modules/zod/v4/locales/hu.js
 var error23 = () => {
   const Sizable = {
     string: { unit: "karakter", verb: "legyen" },
@@ -8373,7 +8388,7 @@ function hu_default() {
   };
 }
 
-// node_modules/zod/v4/locales/hy.js
+// ../../main/node_modules/zod/v4/locales/hy.js
 function getArmenianPlural(count, one, many) {
   return Math.abs(count) === 1 ? one : many;
 }
@@ -8532,7 +8547,7 @@ function hy_default() {
   };
 }
 
-// node_modules/zod/v4/locales/id.js
+// ../../main/node_modules/zod/v4/locales/id.js
 var error25 = () => {
   const Sizable = {
     string: { unit: "karakter", verb: "memiliki" },
@@ -8644,7 +8659,7 @@ function id_default() {
   };
 }
 
-// node_modules/zod/v4/locales/is.js
+// ../../main/node_modules/zod/v4/locales/is.js
 var error26 = () => {
   const Sizable = {
     string: { unit: "stafi", verb: "a\xF0 hafa" },
@@ -8759,7 +8774,7 @@ function is_default() {
   };
 }
 
-// node_modules/zod/v4/locales/it.js
+// ../../main/node_modules/zod/v4/locales/it.js
 var error27 = () => {
   const Sizable = {
     string: { unit: "caratteri", verb: "avere" },
@@ -8873,7 +8888,7 @@ function it_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ja.js
+// ../../main/node_modules/zod/v4/locales/ja.js
 var error28 = () => {
   const Sizable = {
     string: { unit: "\u6587\u5B57", verb: "\u3067\u3042\u308B" },
@@ -8986,7 +9001,7 @@ function ja_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ka.js
+// ../../main/node_modules/zod/v4/locales/ka.js
 var error29 = () => {
   const Sizable = {
     string: { unit: "\u10E1\u10D8\u10DB\u10D1\u10DD\u10DA\u10DD", verb: "\u10E3\u10DC\u10D3\u10D0 \u10E8\u10D4\u10D8\u10EA\u10D0\u10D5\u10D3\u10D4\u10E1" },
@@ -9104,7 +9119,7 @@ function ka_default() {
   };
 }
 
-// node_modules/zod/v4/locales/km.js
+// ../../main/node_modules/zod/v4/locales/km.js
 var error30 = () => {
   const Sizable = {
     string: { unit: "\u178F\u17BD\u17A2\u1780\u17D2\u179F\u179A", verb: "\u1782\u17BD\u179A\u1798\u17B6\u1793" },
@@ -9220,12 +9235,12 @@ function km_default() {
   };
 }
 
-// node_modules/zod/v4/locales/kh.js
+// ../../main/node_modules/zod/v4/locales/kh.js
 function kh_default() {
   return km_default();
 }
 
-// node_modules/zod/v4/locales/kn.js
+// ../../main/node_modules/zod/v4/locales/kn.js
 var error31 = () => {
   const Sizable = {
     string: { unit: "\u0C85\u0C95\u0CCD\u0CB7\u0CB0\u0C97\u0CB3\u0CC1", verb: "\u0CB9\u0CCA\u0C82\u0CA6\u0CB2\u0CC1" },
@@ -9341,7 +9356,7 @@ function kn_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ko.js
+// ../../main/node_modules/zod/v4/locales/ko.js
 var error32 = () => {
   const Sizable = {
     string: { unit: "\uBB38\uC790", verb: "to have" },
@@ -9458,7 +9473,7 @@ function ko_default() {
   };
 }
 
-// node_modules/zod/v4/locales/lt.js
+// ../../main/node_modules/zod/v4/locales/lt.js
 var capitalizeFirstCharacter = (text) => {
   return text.charAt(0).toUpperCase() + text.slice(1);
 };
@@ -9666,7 +9681,7 @@ function lt_default() {
   };
 }
 
-// node_modules/zod/v4/locales/mk.js
+// ../../main/node_modules/zod/v4/locales/mk.js
 var error34 = () => {
   const Sizable = {
     string: { unit: "\u0437\u043D\u0430\u0446\u0438", verb: "\u0434\u0430 \u0438\u043C\u0430\u0430\u0442" },
@@ -9781,7 +9796,7 @@ function mk_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ms.js
+// ../../main/node_modules/zod/v4/locales/ms.js
 var error35 = () => {
   const Sizable = {
     string: { unit: "aksara", verb: "mempunyai" },
@@ -9894,7 +9909,7 @@ function ms_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ne.js
+// ../../main/node_modules/zod/v4/locales/ne.js
 var error36 = () => {
   const Sizable = {
     string: { unit: "\u0905\u0915\u094D\u0937\u0930", verb: "\u0939\u0941\u0928\u0941\u092A\u0930\u094D\u091B" },
@@ -10006,7 +10021,7 @@ function ne_default() {
   };
 }
 
-// node_modules/zod/v4/locales/nl.js
+// ../../main/node_modules/zod/v4/locales/nl.js
 var error37 = () => {
   const Sizable = {
     string: { unit: "tekens", verb: "heeft" },
@@ -10122,7 +10137,7 @@ function nl_default() {
   };
 }
 
-// node_modules/zod/v4/locales/nn.js
+// ../../main/node_modules/zod/v4/locales/nn.js
 var error38 = () => {
   const Sizable = {
     string: { unit: "teikn", verb: "\xE5 ha" },
@@ -10236,7 +10251,7 @@ function nn_default() {
   };
 }
 
-// node_modules/zod/v4/locales/no.js
+// ../../main/node_modules/zod/v4/locales/no.js
 var error39 = () => {
   const Sizable = {
     string: { unit: "tegn", verb: "\xE5 ha" },
@@ -10350,7 +10365,7 @@ function no_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ota.js
+// ../../main/node_modules/zod/v4/locales/ota.js
 var error40 = () => {
   const Sizable = {
     string: { unit: "harf", verb: "olmal\u0131d\u0131r" },
@@ -10465,7 +10480,7 @@ function ota_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ps.js
+// ../../main/node_modules/zod/v4/locales/ps.js
 var error41 = () => {
   const Sizable = {
     string: { unit: "\u062A\u0648\u06A9\u064A", verb: "\u0648\u0644\u0631\u064A" },
@@ -10585,7 +10600,7 @@ function ps_default() {
   };
 }
 
-// node_modules/zod/v4/locales/pl.js
+// ../../main/node_modules/zod/v4/locales/pl.js
 var error42 = () => {
   const Sizable = {
     string: { unit: "znak\xF3w", verb: "mie\u0107" },
@@ -10700,7 +10715,7 @@ function pl_default() {
   };
 }
 
-// node_modules/zod/v4/locales/pt.js
+// ../../main/node_modules/zod/v4/locales/pt.js
 var error43 = () => {
   const Sizable = {
     string: { unit: "caracteres" },
@@ -10844,7 +10859,7 @@ function pt_default() {
   };
 }
 
-// node_modules/zod/v4/locales/pt-BR.js
+// ../../main/node_modules/zod/v4/locales/pt-BR.js
 var error44 = () => {
   const Sizable = {
     string: { unit: "caracteres" },
@@ -10989,7 +11004,7 @@ function pt_BR_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ro.js
+// ../../main/node_modules/zod/v4/locales/ro.js
 var error45 = () => {
   const Sizable = {
     string: { unit: "caractere", verb: "s\u0103 aib\u0103" },
@@ -11112,7 +11127,7 @@ function ro_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ru.js
+// ../../main/node_modules/zod/v4/locales/ru.js
 function getRussianPlural(count, one, few, many) {
   const absCount = Math.abs(count);
   const lastDigit = absCount % 10;
@@ -11281,7 +11296,7 @@ function ru_default() {
   };
 }
 
-// node_modules/zod/v4/locales/sk.js
+// ../../main/node_modules/zod/v4/locales/sk.js
 var error47 = () => {
   const Sizable = {
     string: { unit: "znakov", verb: "ma\u0165" },
@@ -11398,7 +11413,7 @@ function sk_default() {
   };
 }
 
-// node_modules/zod/v4/locales/sl.js
+// ../../main/node_modules/zod/v4/locales/sl.js
 var error48 = () => {
   const Sizable = {
     string: { unit: "znakov", verb: "imeti" },
@@ -11513,7 +11528,7 @@ function sl_default() {
   };
 }
 
-// node_modules/zod/v4/locales/sv.js
+// ../../main/node_modules/zod/v4/locales/sv.js
 var error49 = () => {
   const Sizable = {
     string: { unit: "tecken", verb: "att ha" },
@@ -11629,7 +11644,7 @@ function sv_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ta.js
+// ../../main/node_modules/zod/v4/locales/ta.js
 var error50 = () => {
   const Sizable = {
     string: { unit: "\u0B8E\u0BB4\u0BC1\u0BA4\u0BCD\u0BA4\u0BC1\u0B95\u0BCD\u0B95\u0BB3\u0BCD", verb: "\u0B95\u0BCA\u0BA3\u0BCD\u0B9F\u0BBF\u0BB0\u0BC1\u0B95\u0BCD\u0B95 \u0BB5\u0BC7\u0BA3\u0BCD\u0B9F\u0BC1\u0BAE\u0BCD" },
@@ -11745,7 +11760,7 @@ function ta_default() {
   };
 }
 
-// node_modules/zod/v4/locales/tg.js
+// ../../main/node_modules/zod/v4/locales/tg.js
 var error51 = () => {
   const Sizable = {
     string: { unit: "\u0430\u043B\u043E\u043C\u0430\u0442", verb: "\u0434\u043E\u0448\u0442\u0430 \u0431\u043E\u0448\u0430\u0434" },
@@ -11862,7 +11877,7 @@ function tg_default() {
   };
 }
 
-// node_modules/zod/v4/locales/th.js
+// ../../main/node_modules/zod/v4/locales/th.js
 var error52 = () => {
   const Sizable = {
     string: { unit: "\u0E15\u0E31\u0E27\u0E2D\u0E31\u0E01\u0E29\u0E23", verb: "\u0E04\u0E27\u0E23\u0E21\u0E35" },
@@ -11978,7 +11993,7 @@ function th_default() {
   };
 }
 
-// node_modules/zod/v4/locales/tk.js
+// ../../main/node_modules/zod/v4/locales/tk.js
 var error53 = () => {
   const Sizable = {
     string: { unit: "simwol", verb: "bolmaly" },
@@ -12086,7 +12101,7 @@ function tk_default() {
   };
 }
 
-// node_modules/zod/v4/locales/tr.js
+// ../../main/node_modules/zod/v4/locales/tr.js
 var error54 = () => {
   const Sizable = {
     string: { unit: "karakter", verb: "olmal\u0131" },
@@ -12197,7 +12212,7 @@ function tr_default() {
   };
 }
 
-// node_modules/zod/v4/locales/uk.js
+// ../../main/node_modules/zod/v4/locales/uk.js
 var error55 = () => {
   const Sizable = {
     string: { unit: "\u0441\u0438\u043C\u0432\u043E\u043B\u0456\u0432", verb: "\u043C\u0430\u0442\u0438\u043C\u0435" },
@@ -12311,12 +12326,12 @@ function uk_default() {
   };
 }
 
-// node_modules/zod/v4/locales/ua.js
+// ../../main/node_modules/zod/v4/locales/ua.js
 function ua_default() {
   return uk_default();
 }
 
-// node_modules/zod/v4/locales/ur.js
+// ../../main/node_modules/zod/v4/locales/ur.js
 var error56 = () => {
   const Sizable = {
     string: { unit: "\u062D\u0631\u0648\u0641", verb: "\u06C1\u0648\u0646\u0627" },
@@ -12432,7 +12447,7 @@ function ur_default() {
   };
 }
 
-// node_modules/zod/v4/locales/uz.js
+// ../../main/node_modules/zod/v4/locales/uz.js
 var error57 = () => {
   const Sizable = {
     string: { unit: "belgi", verb: "bo\u2018lishi kerak" },
@@ -12546,7 +12561,7 @@ function uz_default() {
   };
 }
 
-// node_modules/zod/v4/locales/vi.js
+// ../../main/node_modules/zod/v4/locales/vi.js
 var error58 = () => {
   const Sizable = {
     string: { unit: "k\xFD t\u1EF1", verb: "c\xF3" },
@@ -12660,7 +12675,7 @@ function vi_default() {
   };
 }
 
-// node_modules/zod/v4/locales/zh-CN.js
+// ../../main/node_modules/zod/v4/locales/zh-CN.js
 var error59 = () => {
   const Sizable = {
     string: { unit: "\u5B57\u7B26", verb: "\u5305\u542B" },
@@ -12775,7 +12790,7 @@ function zh_CN_default() {
   };
 }
 
-// node_modules/zod/v4/locales/zh-TW.js
+// ../../main/node_modules/zod/v4/locales/zh-TW.js
 var error60 = () => {
   const Sizable = {
     string: { unit: "\u5B57\u5143", verb: "\u64C1\u6709" },
@@ -12888,7 +12903,7 @@ function zh_TW_default() {
   };
 }
 
-// node_modules/zod/v4/locales/yo.js
+// ../../main/node_modules/zod/v4/locales/yo.js
 var error61 = () => {
   const Sizable = {
     string: { unit: "\xE0mi", verb: "n\xED" },
@@ -13001,7 +13016,7 @@ function yo_default() {
   };
 }
 
-// node_modules/zod/v4/core/registries.js
+// ../../main/node_modules/zod/v4/core/registries.js
 var _a2;
 var $output = /* @__PURE__ */ Symbol("ZodOutput");
 var $input = /* @__PURE__ */ Symbol("ZodInput");
@@ -13051,7 +13066,7 @@ function registry() {
 (_a2 = globalThis).__zod_globalRegistry ?? (_a2.__zod_globalRegistry = registry());
 var globalRegistry = globalThis.__zod_globalRegistry;
 
-// node_modules/zod/v4/core/compile.js
+// ../../main/node_modules/zod/v4/core/compile.js
 var INVALID = /* @__PURE__ */ Symbol.for("zod.compile.invalid");
 var FALLBACK_FLAG = /* @__PURE__ */ Symbol.for("zod.compile.fallback");
 var ZodCompileAsyncError = class extends Error {
@@ -14661,7 +14676,7 @@ function generateTransformCheck(doc, ctx, schema, accessor) {
   return accessor;
 }
 
-// node_modules/zod/v4/core/api.js
+// ../../main/node_modules/zod/v4/core/api.js
 function snapshotChecks(def) {
   if (def.checks)
     def.checks = [...def.checks];
@@ -15720,7 +15735,7 @@ function _stringFormat(Class2, format, fnOrRegex, _params = {}) {
   return inst;
 }
 
-// node_modules/zod/v4/core/to-json-schema.js
+// ../../main/node_modules/zod/v4/core/to-json-schema.js
 function assignProps(target, ...sources) {
   for (const source of sources) {
     for (const key of Reflect.ownKeys(source)) {
@@ -16250,7 +16265,7 @@ var createStandardJSONSchemaMethod = (schema, io, processors = {}) => (params) =
   return finalize(ctx, schema);
 };
 
-// node_modules/zod/v4/core/json-schema-processors.js
+// ../../main/node_modules/zod/v4/core/json-schema-processors.js
 var narrowMin = (agg, key, value) => {
   if (agg[key] === void 0 || value > agg[key])
     agg[key] = value;
@@ -16998,7 +17013,7 @@ function toJSONSchema(input2, params) {
   return finalize(ctx, input2);
 }
 
-// node_modules/zod/v4/core/json-schema-generator.js
+// ../../main/node_modules/zod/v4/core/json-schema-generator.js
 var JSONSchemaGenerator = class {
   /** @deprecated Access via ctx instead */
   get metadataRegistry() {
@@ -17076,10 +17091,10 @@ var JSONSchemaGenerator = class {
   }
 };
 
-// node_modules/zod/v4/core/json-schema.js
+// ../../main/node_modules/zod/v4/core/json-schema.js
 var json_schema_exports = {};
 
-// node_modules/zod/v4/classic/schemas.js
+// ../../main/node_modules/zod/v4/classic/schemas.js
 var schemas_exports2 = {};
 __export(schemas_exports2, {
   ZodAny: () => ZodAny,
@@ -17260,7 +17275,7 @@ __export(schemas_exports2, {
   xor: () => xor
 });
 
-// node_modules/zod/v4/classic/checks.js
+// ../../main/node_modules/zod/v4/classic/checks.js
 var checks_exports2 = {};
 __export(checks_exports2, {
   endsWith: () => _endsWith,
@@ -17295,7 +17310,7 @@ __export(checks_exports2, {
   uppercase: () => _uppercase
 });
 
-// node_modules/zod/v4/classic/errors.js
+// ../../main/node_modules/zod/v4/classic/errors.js
 var _installedErrorProtos = /* @__PURE__ */ new WeakSet([Object.prototype, Error.prototype]);
 function _lazyMethod(proto, key, make) {
   Object.defineProperty(proto, key, {
@@ -17341,7 +17356,7 @@ var ZodRealError = /* @__PURE__ */ $constructor("ZodError", initializer2, void 0
   Parent: Error
 });
 
-// node_modules/zod/v4/classic/parse.js
+// ../../main/node_modules/zod/v4/classic/parse.js
 var parse2 = /* @__PURE__ */ _parse(ZodRealError);
 var parseAsync2 = /* @__PURE__ */ _parseAsync(ZodRealError);
 var safeParse2 = /* @__PURE__ */ _safeParse(ZodRealError);
@@ -17355,7 +17370,7 @@ var safeDecode2 = /* @__PURE__ */ _safeDecode(ZodRealError);
 var safeEncodeAsync2 = /* @__PURE__ */ _safeEncodeAsync(ZodRealError);
 var safeDecodeAsync2 = /* @__PURE__ */ _safeDecodeAsync(ZodRealError);
 
-// node_modules/zod/v4/classic/schemas.js
+// ../../main/node_modules/zod/v4/classic/schemas.js
 function _ensureDefaultLocale() {
   if (!globalConfig.localeError)
     config(en_default());
@@ -18820,7 +18835,7 @@ function preprocess(fn, schema) {
   });
 }
 
-// node_modules/zod/v4/classic/compat.js
+// ../../main/node_modules/zod/v4/classic/compat.js
 var ZodIssueCode = {
   invalid_type: "invalid_type",
   too_big: "too_big",
@@ -18846,7 +18861,7 @@ var ZodFirstPartyTypeKind;
 /* @__PURE__ */ (function(ZodFirstPartyTypeKind2) {
 })(ZodFirstPartyTypeKind || (ZodFirstPartyTypeKind = {}));
 
-// node_modules/zod/v4/classic/iso.js
+// ../../main/node_modules/zod/v4/classic/iso.js
 var iso_exports = {};
 __export(iso_exports, {
   ZodISODate: () => ZodISODate,
@@ -18871,7 +18886,7 @@ function duration2(params) {
   return _isoDuration(ZodISODuration, params);
 }
 
-// node_modules/zod/v4/classic/from-json-schema.js
+// ../../main/node_modules/zod/v4/classic/from-json-schema.js
 var z = {
   ...schemas_exports2,
   ...checks_exports2,
@@ -19604,7 +19619,7 @@ function fromJSONSchema(schema, params) {
   return convertSchema(normalized, ctx);
 }
 
-// node_modules/zod/v4/core/visit.js
+// ../../main/node_modules/zod/v4/core/visit.js
 var RESOLVING = /* @__PURE__ */ Symbol("z.visit/resolving");
 function visit(schema, fnOrHandlers) {
   const fn = typeof fnOrHandlers === "function" ? fnOrHandlers : (node2, rewritten) => {
@@ -19759,7 +19774,7 @@ function visit(schema, fnOrHandlers) {
   return run(schema);
 }
 
-// node_modules/zod/v4/classic/deep-partial.js
+// ../../main/node_modules/zod/v4/classic/deep-partial.js
 function deepPartial(schema) {
   return visit(schema, {
     object: (s) => s.partial(),
@@ -19771,7 +19786,7 @@ function deepPartial(schema) {
   });
 }
 
-// node_modules/zod/v4/classic/in-out.js
+// ../../main/node_modules/zod/v4/classic/in-out.js
 function withChecks(side, checks) {
   if (!checks?.length)
     return side;
@@ -19801,7 +19816,7 @@ function output(schema) {
   });
 }
 
-// node_modules/zod/v4/classic/coerce.js
+// ../../main/node_modules/zod/v4/classic/coerce.js
 var coerce_exports = {};
 __export(coerce_exports, {
   bigint: () => bigint3,
@@ -19826,6 +19841,258 @@ function date4(params) {
   return _coercedDate(ZodDate, params);
 }
 
+// agent/preflight/provisioning.ts
+var pkgName = external_exports.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'expected a distribution name like "torch"');
+var sha40 = external_exports.string().regex(/^[0-9a-f]{40}$/, "expected the full 40-character commit sha of the model revision");
+var moduleName = external_exports.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "expected a top-level module name");
+var ATTENTION_BACKENDS = ["flash-attn-3", "flash-attn-2", "flashinfer", "sdpa"];
+var ProvisioningSpecSchema = external_exports.object({
+  /** Absolute path of the venv the jobs run in (its bin/ comes first on the runner PATH). */
+  venv: external_exports.string().startsWith("/", "venv must be an absolute path"),
+  /** Exact versions, as `pip freeze` prints them (torch with its local CUDA tag, e.g. 2.9.0+cu130). */
+  pins: external_exports.record(pkgName, external_exports.string().min(1)),
+  /** Which distribution is the serving backend (must be pinned). */
+  servingBackend: pkgName.optional(),
+  /** Standing guidelines: a PEP 440 specifier per distribution, e.g. { "transformers": ">=4.57" }. */
+  guidelines: external_exports.record(pkgName, external_exports.string().min(1)).default({}),
+  /** Why a pin is forced against its guideline; a deviation without a reason fails. */
+  forced: external_exports.record(pkgName, external_exports.string().min(10, "say why the pin is forced (at least 10 characters)")).default({}),
+  model: external_exports.object({
+    id: external_exports.string().regex(/^[\w.-]+\/[\w.-]+$/, 'model id must be "org/name"'),
+    revision: sha40,
+    trustRemoteCode: external_exports.boolean().default(false)
+  }).strict().optional(),
+  attentionBackend: external_exports.enum(ATTENTION_BACKENDS).optional(),
+  /** Extra serving-stack modules whose absence in custom code is a soft check. */
+  stack: external_exports.array(moduleName).default([])
+}).strict().superRefine((s, ctx) => {
+  if (s.servingBackend && !(s.servingBackend in s.pins))
+    ctx.addIssue({
+      code: "custom",
+      path: ["servingBackend"],
+      message: "the serving backend must be pinned"
+    });
+  for (const k of Object.keys(s.forced))
+    if (!(k in s.guidelines))
+      ctx.addIssue({
+        code: "custom",
+        path: ["forced", k],
+        message: `no guideline for ${k} to force against`
+      });
+});
+function readProvisioningSpec(path) {
+  let raw;
+  try {
+    raw = JSON.parse(readFileSync(path, "utf8"));
+  } catch (e) {
+    throw new TypeError(`provisioning spec ${path}: ${e.message}`);
+  }
+  const r = ProvisioningSpecSchema.safeParse(raw);
+  if (!r.success)
+    throw new TypeError(
+      `provisioning spec ${path}: ${r.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`
+    );
+  return r.data;
+}
+var normalizeName = (n) => n.toLowerCase().replace(/[-_.]+/g, "-");
+function parseFreeze(lines) {
+  const out = /* @__PURE__ */ new Map();
+  for (const l of lines) {
+    const m = /^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$/.exec(l.trim());
+    if (m) out.set(normalizeName(m[1]), m[2]);
+  }
+  return out;
+}
+function parseVersion(v) {
+  const m = /^v?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|rc|alpha|beta|c)[-_.]?(\d*))?(?:[-_.]?post[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+([a-z0-9.]+))?$/i.exec(
+    v.trim()
+  );
+  if (!m) return null;
+  const preKind = { a: 0, alpha: 0, b: 1, beta: 1, c: 2, rc: 2 }[(m[2] ?? "").toLowerCase()];
+  return {
+    release: m[1].split(".").map(Number),
+    pre: preKind == null ? null : [preKind, Number(m[3] || 0)],
+    post: m[4] != null ? Number(m[4] || 0) : -1,
+    dev: m[5] != null ? Number(m[5] || 0) : null,
+    local: (m[6] ?? "").toLowerCase()
+  };
+}
+function cmpRelease(a, b) {
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d) return Math.sign(d);
+  }
+  return 0;
+}
+function compareVersions(a, b) {
+  const x = parseVersion(a);
+  const y = parseVersion(b);
+  if (!x || !y) return null;
+  const r = cmpRelease(x.release, y.release);
+  if (r) return r;
+  const rank = (p) => [
+    p.pre == null && p.dev != null && p.post < 0 ? -1 : p.pre == null ? 1 : 0,
+    p.pre?.[0] ?? 0,
+    p.pre?.[1] ?? 0,
+    p.post
+  ];
+  const [ra, rb] = [rank(x), rank(y)];
+  for (let i = 0; i < 4; i++) if (ra[i] !== rb[i]) return Math.sign(ra[i] - rb[i]);
+  if (x.dev === y.dev) return 0;
+  if (x.dev == null) return 1;
+  if (y.dev == null) return -1;
+  return Math.sign(x.dev - y.dev);
+}
+function satisfies(version2, specifier) {
+  const v = parseVersion(version2);
+  if (!v) return null;
+  for (const part of specifier.split(",").map((s) => s.trim()).filter(Boolean)) {
+    const m = /^(===|==|!=|~=|>=|<=|>|<)\s*(\S+)$/.exec(part);
+    if (!m) return null;
+    const [, op, want] = m;
+    if ((op === "==" || op === "!=") && want.endsWith(".*")) {
+      const prefix = want.slice(0, -2).split(".").map(Number);
+      const ok2 = prefix.every((n, i) => v.release[i] === n);
+      if (ok2 !== (op === "==")) return false;
+      continue;
+    }
+    if (op === "===") {
+      if (version2 !== want) return false;
+      continue;
+    }
+    if (op === "==" && want.includes("+")) {
+      if (parseVersion(want)?.local !== v.local || compareVersions(version2, want) !== 0) return false;
+      continue;
+    }
+    const c = compareVersions(version2, want);
+    if (c == null) return null;
+    if (op === "~=") {
+      const w = parseVersion(want);
+      if (w.release.length < 2) return null;
+      const upper = [...w.release.slice(0, -2), w.release[w.release.length - 2] + 1];
+      if (c < 0 || cmpRelease(v.release, upper) >= 0) return false;
+      continue;
+    }
+    const ok = { "==": c === 0, "!=": c !== 0, ">=": c >= 0, "<=": c <= 0, ">": c > 0, "<": c < 0 }[op];
+    if (!ok) return false;
+  }
+  return true;
+}
+function checkPins(spec2, installed) {
+  const checks = [];
+  const forced = [];
+  for (const [pkg, pin] of Object.entries(spec2.pins)) {
+    const have = installed.get(normalizeName(pkg));
+    checks.push(
+      have == null ? failed(`pin:${pkg}`, `${pkg}==${pin} is pinned but not installed in ${spec2.venv}`) : have === pin ? passed(`pin:${pkg}`, `${pkg}==${pin}`) : failed(
+        `pin:${pkg}`,
+        `${pkg} is pinned to ${pin} but ${spec2.venv} has ${have}${/\+cpu$/.test(have) ? " (a CPU-only wheel replaced the pinned build)" : ""}: reinstall the pinned version`
+      )
+    );
+  }
+  for (const [pkg, guideline] of Object.entries(spec2.guidelines)) {
+    const pin = spec2.pins[pkg];
+    if (pin == null) continue;
+    const ok = satisfies(pin, guideline);
+    const reason = spec2.forced[pkg];
+    if (ok == null) {
+      checks.push(failed(`guideline:${pkg}`, `cannot compare ${pkg}==${pin} with guideline "${guideline}"`));
+    } else if (ok) {
+      checks.push(passed(`guideline:${pkg}`, `${pkg}==${pin} follows "${guideline}"`));
+    } else if (reason) {
+      forced.push({ package: pkg, pin, guideline, reason });
+      checks.push(
+        softFailed(
+          `guideline:${pkg}`,
+          `${pkg}==${pin} is forced against the guideline "${guideline}": ${reason}`
+        )
+      );
+    } else {
+      checks.push(
+        failed(
+          `guideline:${pkg}`,
+          `${pkg}==${pin} breaks the standing guideline "${guideline}": follow it, or declare why under "forced" in the provisioning spec`
+        )
+      );
+    }
+  }
+  return { checks, forced };
+}
+function hfRepoDir(hfHome, modelId) {
+  return join2(hfHome, "hub", `models--${modelId.replace("/", "--")}`);
+}
+function hfSnapshot(hfHome, modelId, revision) {
+  const dir = join2(hfRepoDir(hfHome, modelId), "snapshots", revision);
+  return existsSync(join2(dir, "config.json")) ? dir : null;
+}
+function weightsPresent(snapshot) {
+  const index = join2(snapshot, "model.safetensors.index.json");
+  if (existsSync(index)) {
+    try {
+      const map2 = JSON.parse(readFileSync(index, "utf8")).weight_map;
+      const shards = new Set(Object.values(map2 ?? {}));
+      return shards.size > 0 && [...shards].every((s) => existsSync(join2(snapshot, s)));
+    } catch {
+      return false;
+    }
+  }
+  return readdirSync(snapshot).some(
+    (f) => /\.(safetensors|bin|gguf)$/.test(f) && statSync2(join2(snapshot, f)).size > 0
+  );
+}
+var ATTENTION_SM = {
+  // FlashAttention 3 targets Ampere/Hopper kernels (issue 14 item 9: SM 80–90)
+  "flash-attn-3": { min: 8, max: 9, note: "FlashAttention 3 needs SM 8.0\u20139.0" },
+  "flash-attn-2": { min: 8, max: 9, note: "FlashAttention 2 needs SM 8.0\u20139.0" },
+  // GB10 (DGX Spark) is SM 12.x: flashinfer is the backend that runs there
+  flashinfer: { min: 7.5, max: null, note: "flashinfer needs SM 7.5 or newer" },
+  sdpa: { min: 0, max: null, note: "torch SDPA runs on any CUDA GPU" }
+};
+function checkAttentionBackend(backend, capability, device) {
+  const name = "attention-backend";
+  if (!capability)
+    return failed(
+      name,
+      `cannot check ${backend}: torch reported no device capability (no CUDA GPU visible?)`
+    );
+  const sm = capability[0] + capability[1] / 10;
+  const smText = `SM ${capability[0]}.${capability[1]}`;
+  const fits = (b) => sm >= ATTENTION_SM[b].min && (ATTENTION_SM[b].max == null || sm <= ATTENTION_SM[b].max);
+  if (fits(backend)) return passed(name, `${backend} runs on ${device ?? "this GPU"} (${smText})`);
+  const instead = ATTENTION_BACKENDS.filter((b) => b !== "sdpa" && fits(b));
+  return failed(
+    name,
+    `${ATTENTION_SM[backend].note}; ${device ?? "this GPU"} is ${smText}: pin ${instead.length ? instead.join(" or ") : "sdpa"} instead`
+  );
+}
+var STACK_MODULES = [
+  "torch",
+  "transformers",
+  "vllm",
+  "sglang",
+  "flash_attn",
+  "flash_attn_interface",
+  "flashinfer",
+  "triton",
+  "xformers",
+  "numpy",
+  "safetensors",
+  "accelerate",
+  "tokenizers",
+  "huggingface_hub",
+  "sentencepiece",
+  "einops"
+];
+function checkCustomImports(imports, stack, venv) {
+  const stackSet = /* @__PURE__ */ new Set([...STACK_MODULES, ...stack]);
+  return imports.map((i) => {
+    const name = `custom-code:${i.module}`;
+    if (i.found) return passed(name, `imported by ${i.files.join(", ")}; resolves`);
+    const why = `the model's remote code (${i.files.join(", ")}) imports ${i.module}, which is not installed in ${venv}`;
+    return stackSet.has(i.module) ? softFailed(name, `${why} (serving-stack module: checked by the pins)`) : failed(name, `${why}: add it to the provisioning pins before any server starts`);
+  });
+}
+
 // agent/preflight/python-probe.ts
 var PROBE_MARKER = "@@spark-doctor-probe@@";
 var PYTHON_PROBE = `
@@ -19837,6 +20104,7 @@ def err(e):
     text = str(e).strip().splitlines()
     return type(e).__name__ + (": " + text[0] if text else "")
 out = {
+    "prefix": sys.prefix,
     "version": sys.version.split()[0],
     "implementation": sys.implementation.name,
     "inVenv": sys.prefix != sys.base_prefix,
@@ -19854,6 +20122,8 @@ if cfg["torch"]:
             "cudaAvailable": cuda_ok,
             "device": torch.cuda.get_device_name(0) if cuda_ok else None,
         }
+        cap = getattr(torch.cuda, "get_device_capability", None)
+        out["torch"]["capability"] = list(cap(0)) if cuda_ok and cap else None
     except BaseException as e:
         out["torch"] = {"error": err(e)}
 imports = {}
@@ -19875,11 +20145,96 @@ try:
 except BaseException:
     pass
 out["packages"] = versions
+if cfg.get("freeze"):
+    # the same name==version lines pip freeze prints, without needing pip in the venv
+    try:
+        from importlib import metadata
+        seen = {}
+        for d in metadata.distributions():
+            n = d.metadata["Name"]
+            if n and n not in seen:
+                seen[n] = d.version
+        out["freeze"] = sorted((n + "==" + v for n, v in seen.items()), key=str.lower)
+    except BaseException:
+        out["freeze"] = None
+if cfg.get("customCodeDir"):
+    # every absolute import in the model repository's .py files, read with ast (never executed);
+    # imports guarded as optional (try/except ImportError, if is_x_available()) are skipped, as
+    # transformers' own check_imports does
+    import ast, importlib.util
+    root = cfg["customCodeDir"]
+    files = []
+    for d, _dirs, names in os.walk(root):
+        for n in names:
+            if n.endswith(".py"):
+                files.append(os.path.relpath(os.path.join(d, n), root))
+    files.sort()
+    local = {os.path.splitext(os.path.basename(f))[0] for f in files}
+    optional = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+    def guarded_try(node):
+        for h in node.handlers:
+            if h.type is None:
+                return True
+            types = list(h.type.elts) if isinstance(h.type, ast.Tuple) else [h.type]
+            if any(isinstance(t, ast.Name) and t.id in optional for t in types):
+                return True
+        return False
+    def availability_if(node):
+        for c in ast.walk(node.test):
+            if isinstance(c, ast.Call):
+                f = c.func
+                name = f.id if isinstance(f, ast.Name) else (f.attr if isinstance(f, ast.Attribute) else "")
+                if name.startswith("is_") and name.endswith("_available"):
+                    return True
+        return False
+    found = {}
+    bad = {}
+    class Imports(ast.NodeVisitor):
+        def __init__(self, f):
+            self.f = f
+        def add(self, name):
+            top = name.split(".")[0]
+            if top and top not in local and top != "__future__":
+                found.setdefault(top, set()).add(self.f)
+        def visit_Try(self, node):
+            if guarded_try(node):
+                for n in node.handlers + node.orelse + node.finalbody:
+                    self.visit(n)
+                return
+            self.generic_visit(node)
+        visit_TryStar = visit_Try
+        def visit_If(self, node):
+            if availability_if(node):
+                for n in node.orelse:
+                    self.visit(n)
+                return
+            self.generic_visit(node)
+        def visit_Import(self, node):
+            for a in node.names:
+                self.add(a.name)
+        def visit_ImportFrom(self, node):
+            if node.level == 0 and node.module:
+                self.add(node.module)
+    for f in files:
+        try:
+            with open(os.path.join(root, f), encoding="utf-8") as fh:
+                Imports(f).visit(ast.parse(fh.read(), f))
+        except BaseException as e:
+            bad[f] = err(e)
+    res = []
+    for mod in sorted(found):
+        try:
+            ok = importlib.util.find_spec(mod) is not None
+        except BaseException:
+            ok = False
+        res.append({"module": mod, "files": sorted(found[mod]), "found": ok})
+    out["customCode"] = {"files": files, "imports": res, "errors": bad}
 sys.stdout = real_stdout
 print("${PROBE_MARKER}")
 print(json.dumps(out))
 `;
 var ProbeAnswerSchema = external_exports.object({
+  prefix: external_exports.string(),
   version: external_exports.string(),
   implementation: external_exports.string(),
   inVenv: external_exports.boolean(),
@@ -19889,12 +20244,19 @@ var ProbeAnswerSchema = external_exports.object({
       version: external_exports.string(),
       cuda: external_exports.string().nullable(),
       cudaAvailable: external_exports.boolean(),
-      device: external_exports.string().nullable()
+      device: external_exports.string().nullable(),
+      capability: external_exports.tuple([external_exports.number().int(), external_exports.number().int()]).nullable().optional()
     }),
     external_exports.object({ error: external_exports.string() })
   ]).optional(),
   imports: external_exports.record(external_exports.string(), external_exports.string().nullable()),
-  packages: external_exports.record(external_exports.string(), external_exports.string().nullable())
+  packages: external_exports.record(external_exports.string(), external_exports.string().nullable()),
+  freeze: external_exports.array(external_exports.string()).nullable().optional(),
+  customCode: external_exports.object({
+    files: external_exports.array(external_exports.string()),
+    imports: external_exports.array(external_exports.object({ module: external_exports.string(), files: external_exports.array(external_exports.string()), found: external_exports.boolean() })),
+    errors: external_exports.record(external_exports.string(), external_exports.string())
+  }).optional()
 });
 function parseProbeOutput(stdout) {
   const at = stdout.lastIndexOf(PROBE_MARKER);
@@ -19906,8 +20268,20 @@ function parseProbeOutput(stdout) {
     return null;
   }
 }
+var PREWARM_SCRIPT = `
+import json, sys
+cfg = json.loads(sys.argv[1])
+real_stdout = sys.stdout
+sys.stdout = sys.stderr
+from huggingface_hub import snapshot_download
+path = snapshot_download(repo_id=cfg["id"], revision=cfg["revision"])
+sys.stdout = real_stdout
+print("${PROBE_MARKER}")
+print(json.dumps({"path": path}))
+`;
 
 // agent/preflight/doctor.ts
+var besideVenv = (venv) => join3(dirname(venv.replace(/\/+$/, "")), "PROVISIONING-MANIFEST.json");
 var DEFAULT_TOOLS = ["ninja", "nvcc", "c++"];
 var DEFAULT_PACKAGES = [
   "torch",
@@ -19919,6 +20293,14 @@ var DEFAULT_PACKAGES = [
   "ninja"
 ];
 async function runDoctor(opts) {
+  const neutral = mkdtempSync(join3(tmpdir(), "spark-doctor-"));
+  try {
+    return await doctorIn(neutral, opts);
+  } finally {
+    rmSync(neutral, { recursive: true, force: true });
+  }
+}
+async function doctorIn(neutral, opts) {
   const started = Date.now();
   const runner = opts.runner ?? createProcessRunner();
   const timeoutMs = opts.timeoutMs ?? 6e4;
@@ -19927,22 +20309,38 @@ async function runDoctor(opts) {
   const imports = [...opts.imports ?? []];
   const softImports = [...opts.softImports ?? []];
   const tools = [...opts.tools ?? DEFAULT_TOOLS];
+  const spec2 = opts.spec ?? null;
   const PATH = opts.env.PATH;
+  const now = () => opts.now?.() ?? /* @__PURE__ */ new Date();
   const bare = findOnPath("python", PATH);
   const interpreter = bare ?? findOnPath("python3", PATH);
-  const probe = interpreter ? runner.run(
-    interpreter,
+  const checks = [];
+  const hfHome = opts.modelCache ? join3(opts.modelCache, "huggingface") : null;
+  let prewarmed = null;
+  if (spec2?.model && opts.prewarm) {
+    const r = await prewarmModel(runner, interpreter, spec2.model, hfHome, opts.env, neutral, timeoutMs);
+    checks.push(r.check);
+    if (r.action) prewarmed = { action: r.action, at: now().toISOString() };
+  }
+  const snapshot = spec2?.model && hfHome ? hfSnapshot(hfHome, spec2.model.id, spec2.model.revision) : null;
+  const pythonRun = (args, timeout) => runner.run(interpreter, ["-I", ...args], { env: opts.env, cwd: neutral, timeoutMs: timeout });
+  const probe = interpreter ? pythonRun(
     [
       "-c",
       PYTHON_PROBE,
       JSON.stringify({
-        torch: wantTorch,
+        torch: wantTorch || spec2?.attentionBackend != null,
         imports: [...imports, ...softImports],
-        packages: [...opts.packages ?? DEFAULT_PACKAGES]
+        packages: [
+          .../* @__PURE__ */ new Set([...opts.packages ?? DEFAULT_PACKAGES, ...Object.keys(spec2?.pins ?? {})])
+        ],
+        freeze: spec2 != null,
+        customCodeDir: spec2?.model?.trustRemoteCode && snapshot ? snapshot : null
       })
     ],
-    { env: opts.env, timeoutMs }
+    timeoutMs
   ) : Promise.resolve(null);
+  const pipFreeze = interpreter && spec2 ? pythonRun(["-m", "pip", "freeze", "--all", "--disable-pip-version-check"], timeoutMs) : Promise.resolve(null);
   const toolVersions = Promise.all(
     tools.map(async (tool) => {
       const path = findOnPath(tool, PATH);
@@ -19955,7 +20353,6 @@ ${r.stderr}`;
     })
   );
   const commit = opts.sourceDir ? readCommit(runner, opts.sourceDir, opts.env, toolTimeout) : null;
-  const checks = [];
   checks.push(
     bare ? passed("python", "bare `python` resolves on PATH") : failed(
       "python",
@@ -19994,10 +20391,19 @@ ${r.stderr}`;
     );
   }
   checks.push(checkModelCache(opts.modelCache));
+  let provisioning;
+  if (spec2) {
+    const freeze = await pipFreeze;
+    const lockLines = freeze && freeze.code === 0 ? {
+      source: "pip freeze",
+      lines: freeze.stdout.split("\n").map((l) => l.trim()).filter(Boolean)
+    } : answer?.freeze ? { source: "importlib.metadata", lines: answer.freeze } : null;
+    provisioning = provisioningChecks(checks, spec2, answer, lockLines, snapshot, prewarmed, opts);
+  }
   const sourceCommit = commit ? await commit : null;
   const manifest = {
     schema: "spark-provisioning-manifest/1",
-    generatedAt: (opts.now?.() ?? /* @__PURE__ */ new Date()).toISOString(),
+    generatedAt: now().toISOString(),
     hostId: opts.hostId ?? null,
     sourceCommit,
     python: answer ? {
@@ -20011,7 +20417,8 @@ ${r.stderr}`;
     packages: answer?.packages ?? {},
     tools: Object.fromEntries(versions.map(([tool, , line]) => [tool, line])),
     ok: fatalFailures(checks).length === 0,
-    checks
+    checks,
+    ...provisioning ? { provisioning } : {}
   };
   if (opts.manifestPath) writeManifest(opts.manifestPath, manifest);
   return { ok: manifest.ok, checks, manifest, durationMs: Date.now() - started };
@@ -20019,6 +20426,171 @@ ${r.stderr}`;
 function writeManifest(path, manifest) {
   writeFileSync(path, `${JSON.stringify(manifest, null, 2)}
 `);
+}
+function provisioningChecks(checks, spec2, answer, lock, snapshot, prewarmed, opts) {
+  const venv = spec2.venv.replace(/\/+$/, "");
+  if (answer) {
+    checks.push(
+      answer.prefix.replace(/\/+$/, "") === venv ? passed("venv", `python runs in the provisioned venv ${venv}`) : failed(
+        "venv",
+        `the python on PATH runs in ${answer.prefix}, not the provisioned venv ${venv}: put ${venv}/bin first on the runner PATH`
+      )
+    );
+  }
+  const installed = lock ? parseFreeze(lock.lines) : /* @__PURE__ */ new Map();
+  if (!lock)
+    checks.push(
+      failed(
+        "lock",
+        "could not list the installed distributions (neither pip freeze nor importlib.metadata answered)"
+      )
+    );
+  const pins = checkPins(spec2, installed);
+  if (lock) checks.push(...pins.checks);
+  const provisioned2 = opts.provisionedManifestPath ? readProvisionedLock(opts.provisionedManifestPath) : null;
+  if (opts.provisionedManifestPath && lock) {
+    if (!provisioned2) {
+      checks.push(
+        failed(
+          "provisioned",
+          `no provisioning manifest at ${opts.provisionedManifestPath}: provision the venv first (doctor --spec \u2026 writes it beside the venv)`
+        )
+      );
+    } else {
+      const drift = lockDrift(provisioned2, installed);
+      checks.push(
+        drift.length === 0 ? passed("provisioned", "the venv holds exactly what was provisioned") : failed(
+          "provisioned",
+          `the venv changed since it was provisioned: ${drift.slice(0, 8).join(", ")}${drift.length > 8 ? ` and ${drift.length - 8} more` : ""}`
+        )
+      );
+    }
+  }
+  let model = null;
+  if (spec2.model) {
+    const m = spec2.model;
+    const weights = snapshot ? weightsPresent(snapshot) : false;
+    checks.push(
+      snapshot ? passed("model", `${m.id} is cached at ${m.revision.slice(0, 12)}`) : failed(
+        "model",
+        `${m.id} at revision ${m.revision} is not in the managed model cache${opts.modelCache ? "" : " (no SPARK_MODEL_CACHE)"}: pre-warm it on the host (doctor --spec \u2026 --prewarm); jobs never download weights`
+      )
+    );
+    if (snapshot)
+      checks.push(
+        weights ? passed("weights", "every weight file of the snapshot is present") : failed(
+          "weights",
+          `the cached snapshot of ${m.id} lacks weight files (an interrupted download?): pre-warm again`
+        )
+      );
+    let customCode = null;
+    if (m.trustRemoteCode && snapshot && answer?.customCode) {
+      customCode = { files: answer.customCode.files, imports: answer.customCode.imports };
+      for (const [file2, why] of Object.entries(answer.customCode.errors))
+        checks.push(failed(`custom-code:${file2}`, `cannot read the model's remote code ${file2}: ${why}`));
+      checks.push(...checkCustomImports(customCode.imports, spec2.stack, venv));
+    }
+    model = {
+      id: m.id,
+      revision: m.revision,
+      resolvedRevision: snapshot ? basename(snapshot) : null,
+      trustRemoteCode: m.trustRemoteCode,
+      weightsPrewarmed: snapshot != null && weights,
+      prewarm: prewarmed,
+      customCode
+    };
+  }
+  let attention = null;
+  if (spec2.attentionBackend) {
+    const t = answer?.torch && "version" in answer.torch ? answer.torch : null;
+    const cap = t?.capability ?? null;
+    checks.push(checkAttentionBackend(spec2.attentionBackend, cap, t?.device ?? null));
+    attention = { backend: spec2.attentionBackend, capability: cap };
+  }
+  const requirements = lock?.lines ?? [];
+  return {
+    venv,
+    prefix: answer?.prefix ?? null,
+    lock: lock ? {
+      source: lock.source,
+      sha256: createHash("sha256").update(`${requirements.join("\n")}
+`).digest("hex"),
+      requirements
+    } : null,
+    pins: Object.fromEntries(
+      Object.entries(spec2.pins).map(([k, v]) => [
+        k,
+        { pinned: v, installed: installed.get(normalizeName(k)) ?? null }
+      ])
+    ),
+    servingBackend: spec2.servingBackend ? { name: spec2.servingBackend, version: installed.get(normalizeName(spec2.servingBackend)) ?? null } : null,
+    forcedPins: pins.forced,
+    model,
+    attention
+  };
+}
+function readProvisionedLock(path) {
+  if (!existsSync2(path)) return null;
+  try {
+    const m = JSON.parse(readFileSync2(path, "utf8"));
+    const req = m.provisioning?.lock?.requirements;
+    return Array.isArray(req) ? parseFreeze(req) : null;
+  } catch {
+    return null;
+  }
+}
+function lockDrift(was, now) {
+  const out = [];
+  for (const [k, v] of was) {
+    const n = now.get(k);
+    if (n == null) out.push(`${k} ${v} removed`);
+    else if (n !== v) out.push(`${k} ${v} \u2192 ${n}`);
+  }
+  for (const [k, v] of now) if (!was.has(k)) out.push(`${k} ${v} added`);
+  return out;
+}
+async function prewarmModel(runner, interpreter, model, hfHome, env, neutral, timeoutMs) {
+  const name = "prewarm";
+  if (!hfHome)
+    return {
+      check: failed(name, "no model cache configured (SPARK_MODEL_CACHE): nothing to pre-warm into"),
+      action: null
+    };
+  const cached2 = hfSnapshot(hfHome, model.id, model.revision);
+  if (cached2 && weightsPresent(cached2))
+    return {
+      check: passed(name, `${model.id}@${model.revision.slice(0, 12)} already cached; no download`),
+      action: "present"
+    };
+  if (env.HF_HUB_OFFLINE === "1")
+    return {
+      check: failed(
+        name,
+        `${model.id}@${model.revision} is not cached and HF_HUB_OFFLINE=1: pre-warm on a host with network access to the Hub`
+      ),
+      action: null
+    };
+  if (!interpreter)
+    return { check: failed(name, "no python on PATH to run huggingface_hub with"), action: null };
+  const r = await runner.run(
+    interpreter,
+    ["-I", "-c", PREWARM_SCRIPT, JSON.stringify({ id: model.id, revision: model.revision })],
+    // the download may take long; the cache location is the managed one, never the user's
+    { env: { ...env, HF_HOME: hfHome }, cwd: neutral, timeoutMs: Math.max(timeoutMs, 6 * 36e5) }
+  );
+  const got = hfSnapshot(hfHome, model.id, model.revision);
+  if (r.code !== 0 || !got)
+    return {
+      check: failed(
+        name,
+        `downloading ${model.id}@${model.revision} failed: ${lastLine(r.stderr) || r.spawnError || `exit ${r.code}`}`
+      ),
+      action: null
+    };
+  return {
+    check: passed(name, `${model.id}@${model.revision.slice(0, 12)} downloaded into the managed cache`),
+    action: "downloaded"
+  };
 }
 function torchChecks(answer) {
   const t = answer.torch;
@@ -20056,7 +20628,7 @@ function checkModelCache(dir) {
   if (!dir)
     return failed(name, "no model cache configured (SPARK_MODEL_CACHE): models would be downloaded per run");
   try {
-    if (!statSync2(dir).isDirectory())
+    if (!statSync3(dir).isDirectory())
       return failed(name, "model cache (SPARK_MODEL_CACHE) is not a directory");
   } catch (e) {
     return failed(
@@ -20064,7 +20636,7 @@ function checkModelCache(dir) {
       `model cache (SPARK_MODEL_CACHE) is not usable: ${e.code ?? e}`
     );
   }
-  const probe = join2(dir, `.spark-doctor-${process.pid}-${randomBytes(4).toString("hex")}`);
+  const probe = join3(dir, `.spark-doctor-${process.pid}-${randomBytes(4).toString("hex")}`);
   try {
     closeSync(openSync(probe, "wx"));
     unlinkSync(probe);
@@ -20086,9 +20658,208 @@ function lastLine(text) {
   return (lines[lines.length - 1] ?? "").trim().slice(0, 200);
 }
 
+// agent/preflight/settings.ts
+import { join as join4, resolve } from "node:path";
+import { parseArgs } from "node:util";
+var UsageError = class extends Error {
+  name = "UsageError";
+  exitCode = 2;
+};
+var list = (v) => (v ?? "").split(/[\s,]+/).map((s) => s.trim()).filter(Boolean);
+var moduleName2 = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
+function modules(v, flag) {
+  const names = list(v);
+  const bad = names.filter((n) => !moduleName2.test(n));
+  if (bad.length) throw new UsageError(`${flag}: not a Python module name: ${bad.join(", ")}`);
+  return names;
+}
+function spec(path) {
+  if (path == null) return null;
+  try {
+    return readProvisioningSpec(resolve(path));
+  } catch (e) {
+    throw new UsageError(e.message);
+  }
+}
+function torchMode(v) {
+  if (v == null || v === "required") return "required";
+  if (v === "skip") return "skip";
+  throw new UsageError(`--torch must be "required" or "skip", got "${v}"`);
+}
+var RunnerEnvSchema = external_exports.object({
+  SPARK_CONTROLLER_URL: external_exports.url({ message: "SPARK_CONTROLLER_URL must be an http(s) URL" }),
+  SPARK_RESERVATION_ID: external_exports.string().min(1),
+  SPARK_HOST_ID: external_exports.string().min(1),
+  SPARK_FENCING_TOKEN: external_exports.string().regex(/^[1-9]\d*$/, "SPARK_FENCING_TOKEN must be a positive integer"),
+  SPARK_LEASE_TOKEN: external_exports.string().min(16, "SPARK_LEASE_TOKEN is too short to be a job token"),
+  SPARK_TOPOLOGY: external_exports.enum(["single", "pair"]),
+  SPARK_WORK_DIR: external_exports.string().min(1),
+  SPARK_MODEL_CACHE: external_exports.string().min(1),
+  SPARK_HOME_SERVICE: external_exports.string().min(1).optional(),
+  SPARK_SERVICE_HEALTH_URL: external_exports.url().optional(),
+  SPARK_INTERCONNECT_CHECK: external_exports.string().min(1).optional()
+});
+var PREFLIGHT_USAGE = `usage: spark-runner-preflight <reservation_id> [--min-free-gb N] [--imports a,b] [--soft-imports c]
+       [--torch required|skip] [--tools ninja,nvcc,c++] [--manifest FILE] [--source-dir DIR]
+       [--interconnect-check CMD] [--spec PROVISIONING-SPEC.json]
+       spark-runner-preflight doctor [doctor options]   (the provisioning doctor, no lease)
+Lease credentials come from the environment the Spark agent gives the runner (SPARK_*).`;
+function readPreflightSettings(argv, env) {
+  const { values, positionals } = parse3(argv, {
+    "min-free-gb": { type: "string" },
+    imports: { type: "string" },
+    "soft-imports": { type: "string" },
+    torch: { type: "string" },
+    tools: { type: "string" },
+    manifest: { type: "string" },
+    "source-dir": { type: "string" },
+    "interconnect-check": { type: "string" },
+    spec: { type: "string" }
+  });
+  if (positionals.length !== 1)
+    throw new UsageError(`expected exactly one reservation id
+${PREFLIGHT_USAGE}`);
+  const reservationId = positionals[0];
+  const parsed = RunnerEnvSchema.safeParse(env);
+  if (!parsed.success) {
+    const what = parsed.error.issues.map(
+      (i) => i.input === void 0 ? `${i.path.join(".")} is not set` : `${i.path.join(".")}: ${i.message}`
+    );
+    throw new UsageError(
+      `the runner environment lacks its lease: ${what.join("; ")} (the Spark agent sets these for the runners it starts; a runner without them is not an admitted Spark runner)`
+    );
+  }
+  const e = parsed.data;
+  if (e.SPARK_RESERVATION_ID !== reservationId) {
+    throw new UsageError(
+      `this runner was started for reservation ${e.SPARK_RESERVATION_ID}, not ${reservationId}: refusing`
+    );
+  }
+  const minFreeGb = Number(values["min-free-gb"] ?? "50");
+  if (!Number.isFinite(minFreeGb) || minFreeGb < 0) {
+    throw new UsageError(`--min-free-gb must be a non-negative number, got "${values["min-free-gb"]}"`);
+  }
+  const workspace = env.GITHUB_WORKSPACE;
+  const sourceDir = resolve(values["source-dir"] ?? workspace ?? process.cwd());
+  const { SPARK_LEASE_TOKEN: _token, SPARK_FENCING_TOKEN: _fencing, ...childEnv } = env;
+  return {
+    reservationId,
+    cred: {
+      controllerUrl: e.SPARK_CONTROLLER_URL,
+      reservationId,
+      hostId: e.SPARK_HOST_ID,
+      fencingToken: Number(e.SPARK_FENCING_TOKEN),
+      jobToken: e.SPARK_LEASE_TOKEN,
+      topology: e.SPARK_TOPOLOGY
+    },
+    workDir: e.SPARK_WORK_DIR,
+    modelCache: e.SPARK_MODEL_CACHE,
+    homeService: e.SPARK_HOME_SERVICE ?? null,
+    healthUrl: e.SPARK_SERVICE_HEALTH_URL ?? null,
+    interconnectCheck: values["interconnect-check"] ?? e.SPARK_INTERCONNECT_CHECK ?? null,
+    minFreeGb,
+    doctor: {
+      imports: modules(values.imports, "--imports"),
+      softImports: modules(values["soft-imports"], "--soft-imports"),
+      torch: torchMode(values.torch),
+      tools: values.tools != null ? list(values.tools) : ["ninja", "nvcc", "c++"],
+      ...provisioned(spec(values.spec))
+    },
+    manifestPath: resolve(values.manifest ?? join4(sourceDir, "PROVISIONING-MANIFEST.json")),
+    sourceDir,
+    childEnv
+  };
+}
+function provisioned(s) {
+  return s ? { spec: s, provisionedManifestPath: besideVenv(s.venv) } : {};
+}
+var DOCTOR_USAGE = `usage: npm run doctor -- [--model-cache DIR] [--imports a,b] [--soft-imports c] [--torch required|skip]
+       [--tools ninja,nvcc,c++] [--manifest FILE] [--source-dir DIR] [--json]
+       [--spec PROVISIONING-SPEC.json [--prewarm]]
+With --spec the manifest is written beside the spec's venv unless --manifest says otherwise;
+--prewarm first fills the model cache at the spec's pinned revision (no download when cached).`;
+function readDoctorSettings(argv, env) {
+  const { values, flags, positionals } = parse3(argv, {
+    "model-cache": { type: "string" },
+    imports: { type: "string" },
+    "soft-imports": { type: "string" },
+    torch: { type: "string" },
+    tools: { type: "string" },
+    manifest: { type: "string" },
+    "source-dir": { type: "string" },
+    json: { type: "boolean" },
+    spec: { type: "string" },
+    prewarm: { type: "boolean" }
+  });
+  if (positionals.length)
+    throw new UsageError(`unexpected argument(s): ${positionals.join(" ")}
+${DOCTOR_USAGE}`);
+  const s = spec(values.spec);
+  if (flags.prewarm === true && !s?.model)
+    throw new UsageError('--prewarm needs --spec with a "model" (id and pinned revision) to fetch');
+  const manifestPath = values.manifest ? resolve(values.manifest) : s ? besideVenv(s.venv) : null;
+  return {
+    json: flags.json === true,
+    options: {
+      env,
+      modelCache: values["model-cache"] ?? env.SPARK_MODEL_CACHE ?? null,
+      imports: modules(values.imports, "--imports"),
+      softImports: modules(values["soft-imports"], "--soft-imports"),
+      torch: torchMode(values.torch),
+      ...values.tools != null ? { tools: list(values.tools) } : {},
+      sourceDir: values["source-dir"] ? resolve(values["source-dir"]) : null,
+      hostId: env.SPARK_HOST_ID ?? null,
+      manifestPath,
+      spec: s,
+      prewarm: flags.prewarm === true
+    }
+  };
+}
+function parse3(argv, options) {
+  try {
+    const { values, positionals } = parseArgs({
+      args: [...argv],
+      options,
+      allowPositionals: true,
+      strict: true
+    });
+    const raw = values;
+    const str = {};
+    for (const [k, v] of Object.entries(raw)) if (typeof v === "string") str[k] = v;
+    return { values: str, flags: raw, positionals };
+  } catch (e) {
+    throw new UsageError(e.message);
+  }
+}
+
+// agent/preflight/doctor-main.ts
+async function doctorMain(argv, env, print = (l) => console.log(l), printError = (l) => console.error(l)) {
+  try {
+    const { options, json: json2 } = readDoctorSettings(argv, env);
+    const report = await runDoctor(options);
+    if (json2) {
+      print(JSON.stringify(report.manifest, null, 2));
+    } else {
+      for (const c of report.checks) print(formatCheck(c));
+      const bad = report.checks.filter((c) => !c.ok && c.fatal).length;
+      print(
+        bad ? `doctor: ${bad} problem(s) found in ${(report.durationMs / 1e3).toFixed(1)} s` : `doctor: all ${report.checks.length} checks passed in ${(report.durationMs / 1e3).toFixed(1)} s`
+      );
+      if (options.manifestPath) print(`doctor: manifest written to ${options.manifestPath}`);
+    }
+    return report.ok ? 0 : 1;
+  } catch (e) {
+    if (e instanceof UsageError) {
+      printError(`doctor: ${e.message}`);
+      return e.exitCode;
+    }
+    throw e;
+  }
+}
+
 // agent/preflight/host-checks.ts
 import { statfsSync } from "node:fs";
-import { basename } from "node:path";
+import { basename as basename2 } from "node:path";
 var NVIDIA_SMI_ARGS = [
   "--query-compute-apps=pid,process_name,used_memory",
   "--format=csv,noheader,nounits"
@@ -20116,7 +20887,7 @@ async function checkGpuFree(runner, env, timeoutMs = 15e3) {
         `unparseable nvidia-smi line "${row.slice(0, 120)}": refusing to assume the GPU is free`
       );
     }
-    procs.push(`pid ${pid} ${basename(proc)}${mem && /^\d+$/.test(mem) ? ` (${mem} MiB)` : ""}`);
+    procs.push(`pid ${pid} ${basename2(proc)}${mem && /^\d+$/.test(mem) ? ` (${mem} MiB)` : ""}`);
   }
   if (procs.length) {
     return failed(name, `${procs.length} competing GPU compute process(es): ${procs.join(", ")}`);
@@ -20192,7 +20963,7 @@ var MAX_RECEIPT_BYTES = 32 * 1024;
 var MAX_RECEIPT_LAST_LINES = 50;
 var MAX_RECEIPT_LINE_CHARS = 400;
 var id = external_exports.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'expected an id like "r-12" or "spark-2"');
-var sha40 = external_exports.string().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
+var sha402 = external_exports.string().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
 var isoTime = external_exports.iso.datetime({ offset: true });
 var LeaseVerifyRequestSchema = external_exports.object({
   hostId: id,
@@ -20202,7 +20973,7 @@ var LeaseVerifyResponseSchema = external_exports.object({
   ok: external_exports.literal(true),
   reservation: external_exports.object({
     id,
-    headSha: sha40.nullable(),
+    headSha: sha402.nullable(),
     topology: external_exports.enum(TOPOLOGIES),
     suite: external_exports.enum(SUITES).nullable(),
     kind: external_exports.string().min(1)
@@ -20222,7 +20993,7 @@ var ReceiptSchema = external_exports.object({
   reservationId: id,
   hostId: id,
   fencingToken: external_exports.number().int().positive(),
-  headSha: sha40,
+  headSha: sha402,
   repo: external_exports.string().regex(/^[^/\s]+\/[^/\s]+$/, 'expected "owner/name"').optional(),
   runUrl: external_exports.url().max(300).optional(),
   suite: external_exports.enum(SUITES),
@@ -20246,6 +21017,17 @@ var ReceiptSchema = external_exports.object({
     lines: external_exports.number().int().nonnegative()
   }).strict(),
   lastLines: external_exports.array(external_exports.string().max(MAX_RECEIPT_LINE_CHARS)).max(MAX_RECEIPT_LAST_LINES).optional(),
+  /**
+   * The seed's lane and its time target (spark-test 30 min, spark-test-long 60 min, issue 14
+   * item 5): how long the run took and whether it stayed within the target; a run past the
+   * target is stopped by the spark-test action and fails.
+   */
+  lane: external_exports.object({
+    name: external_exports.enum(["spark-test", "spark-test-long"]),
+    targetMinutes: external_exports.number().positive().max(24 * 60),
+    elapsedMs: external_exports.number().int().nonnegative(),
+    withinTarget: external_exports.boolean()
+  }).strict().optional(),
   /** Short toolchain/source revision strings printed at the start (name → one line). */
   toolchain: external_exports.record(external_exports.string().max(40), external_exports.string().max(200)).refine((r) => Object.keys(r).length <= 20, "at most 20 toolchain entries")
 }).strict().superRefine((r, ctx) => {
@@ -20380,126 +21162,9 @@ function sourceCheck(answer, commit) {
   return commit === want ? passed(name, `checked-out ${commit.slice(0, 12)} is the admitted commit`) : failed(name, `checked-out ${commit} is not the admitted ${want}`);
 }
 
-// agent/preflight/settings.ts
-import { join as join3, resolve } from "node:path";
-import { parseArgs } from "node:util";
-var UsageError = class extends Error {
-  name = "UsageError";
-  exitCode = 2;
-};
-var list = (v) => (v ?? "").split(/[\s,]+/).map((s) => s.trim()).filter(Boolean);
-var moduleName = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
-function modules(v, flag) {
-  const names = list(v);
-  const bad = names.filter((n) => !moduleName.test(n));
-  if (bad.length) throw new UsageError(`${flag}: not a Python module name: ${bad.join(", ")}`);
-  return names;
-}
-function torchMode(v) {
-  if (v == null || v === "required") return "required";
-  if (v === "skip") return "skip";
-  throw new UsageError(`--torch must be "required" or "skip", got "${v}"`);
-}
-var RunnerEnvSchema = external_exports.object({
-  SPARK_CONTROLLER_URL: external_exports.url({ message: "SPARK_CONTROLLER_URL must be an http(s) URL" }),
-  SPARK_RESERVATION_ID: external_exports.string().min(1),
-  SPARK_HOST_ID: external_exports.string().min(1),
-  SPARK_FENCING_TOKEN: external_exports.string().regex(/^[1-9]\d*$/, "SPARK_FENCING_TOKEN must be a positive integer"),
-  SPARK_LEASE_TOKEN: external_exports.string().min(16, "SPARK_LEASE_TOKEN is too short to be a job token"),
-  SPARK_TOPOLOGY: external_exports.enum(["single", "pair"]),
-  SPARK_WORK_DIR: external_exports.string().min(1),
-  SPARK_MODEL_CACHE: external_exports.string().min(1),
-  SPARK_HOME_SERVICE: external_exports.string().min(1).optional(),
-  SPARK_SERVICE_HEALTH_URL: external_exports.url().optional(),
-  SPARK_INTERCONNECT_CHECK: external_exports.string().min(1).optional()
-});
-var PREFLIGHT_USAGE = `usage: spark-runner-preflight <reservation_id> [--min-free-gb N] [--imports a,b] [--soft-imports c]
-       [--torch required|skip] [--tools ninja,nvcc,c++] [--manifest FILE] [--source-dir DIR]
-       [--interconnect-check CMD]
-Lease credentials come from the environment the Spark agent gives the runner (SPARK_*).`;
-function readPreflightSettings(argv, env) {
-  const { values, positionals } = parse3(argv, {
-    "min-free-gb": { type: "string" },
-    imports: { type: "string" },
-    "soft-imports": { type: "string" },
-    torch: { type: "string" },
-    tools: { type: "string" },
-    manifest: { type: "string" },
-    "source-dir": { type: "string" },
-    "interconnect-check": { type: "string" }
-  });
-  if (positionals.length !== 1)
-    throw new UsageError(`expected exactly one reservation id
-${PREFLIGHT_USAGE}`);
-  const reservationId = positionals[0];
-  const parsed = RunnerEnvSchema.safeParse(env);
-  if (!parsed.success) {
-    const what = parsed.error.issues.map(
-      (i) => i.input === void 0 ? `${i.path.join(".")} is not set` : `${i.path.join(".")}: ${i.message}`
-    );
-    throw new UsageError(
-      `the runner environment lacks its lease: ${what.join("; ")} (the Spark agent sets these for the runners it starts; a runner without them is not an admitted Spark runner)`
-    );
-  }
-  const e = parsed.data;
-  if (e.SPARK_RESERVATION_ID !== reservationId) {
-    throw new UsageError(
-      `this runner was started for reservation ${e.SPARK_RESERVATION_ID}, not ${reservationId}: refusing`
-    );
-  }
-  const minFreeGb = Number(values["min-free-gb"] ?? "50");
-  if (!Number.isFinite(minFreeGb) || minFreeGb < 0) {
-    throw new UsageError(`--min-free-gb must be a non-negative number, got "${values["min-free-gb"]}"`);
-  }
-  const workspace = env.GITHUB_WORKSPACE;
-  const sourceDir = resolve(values["source-dir"] ?? workspace ?? process.cwd());
-  const { SPARK_LEASE_TOKEN: _token, SPARK_FENCING_TOKEN: _fencing, ...childEnv } = env;
-  return {
-    reservationId,
-    cred: {
-      controllerUrl: e.SPARK_CONTROLLER_URL,
-      reservationId,
-      hostId: e.SPARK_HOST_ID,
-      fencingToken: Number(e.SPARK_FENCING_TOKEN),
-      jobToken: e.SPARK_LEASE_TOKEN,
-      topology: e.SPARK_TOPOLOGY
-    },
-    workDir: e.SPARK_WORK_DIR,
-    modelCache: e.SPARK_MODEL_CACHE,
-    homeService: e.SPARK_HOME_SERVICE ?? null,
-    healthUrl: e.SPARK_SERVICE_HEALTH_URL ?? null,
-    interconnectCheck: values["interconnect-check"] ?? e.SPARK_INTERCONNECT_CHECK ?? null,
-    minFreeGb,
-    doctor: {
-      imports: modules(values.imports, "--imports"),
-      softImports: modules(values["soft-imports"], "--soft-imports"),
-      torch: torchMode(values.torch),
-      tools: values.tools != null ? list(values.tools) : ["ninja", "nvcc", "c++"]
-    },
-    manifestPath: resolve(values.manifest ?? join3(sourceDir, "PROVISIONING-MANIFEST.json")),
-    sourceDir,
-    childEnv
-  };
-}
-function parse3(argv, options) {
-  try {
-    const { values, positionals } = parseArgs({
-      args: [...argv],
-      options,
-      allowPositionals: true,
-      strict: true
-    });
-    const raw = values;
-    const str = {};
-    for (const [k, v] of Object.entries(raw)) if (typeof v === "string") str[k] = v;
-    return { values: str, flags: raw, positionals };
-  } catch (e) {
-    throw new UsageError(e.message);
-  }
-}
-
 // agent/preflight/bin.ts
 async function main() {
+  if (process.argv[2] === "doctor") return doctorMain(process.argv.slice(3), process.env);
   try {
     const settings = readPreflightSettings(process.argv.slice(2), process.env);
     const report = await runPreflight(settings);

@@ -1,9 +1,32 @@
-import { randomBytes } from 'node:crypto';
-import { closeSync, openSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { createHash, randomBytes } from 'node:crypto';
+import {
+  closeSync,
+  existsSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join } from 'node:path';
 import { type CheckResult, failed, fatalFailures, passed, softFailed } from './check.ts';
 import { createProcessRunner, findOnPath, firstLine, type ProcessRunner } from './process.ts';
-import { type ProbeAnswer, PYTHON_PROBE, parseProbeOutput } from './python-probe.ts';
+import {
+  type CustomImport,
+  checkAttentionBackend,
+  checkCustomImports,
+  checkPins,
+  type ForcedPin,
+  hfSnapshot,
+  normalizeName,
+  type ProvisioningSpec,
+  parseFreeze,
+  weightsPresent,
+} from './provisioning.ts';
+import { PREWARM_SCRIPT, type ProbeAnswer, PYTHON_PROBE, parseProbeOutput } from './python-probe.ts';
 
 /**
  * The provisioning doctor (issue 5, from the runner bring-up lessons): the checks that cost real
@@ -33,8 +56,44 @@ export interface DoctorOptions {
   manifestPath?: string | null;
   /** Limit for the Python probe (imports can hang); tools get a tenth of it. Default 60 s. */
   timeoutMs?: number;
+  /** The provisioning spec to hold the environment against (issue 14 items 7–10); null: none. */
+  spec?: ProvisioningSpec | null;
+  /** Fill the HF cache with the spec's model at its pinned revision first (offline-safe when present). */
+  prewarm?: boolean;
+  /**
+   * The manifest written at provisioning time beside the venv: the live lock is compared with it
+   * (a job must run on the environment that was provisioned). Null: no comparison.
+   */
+  provisionedManifestPath?: string | null;
   runner?: ProcessRunner;
   now?: () => Date;
+}
+
+/** `PROVISIONING-MANIFEST.json` beside the venv (in the venv's parent directory). */
+export const besideVenv = (venv: string) =>
+  join(dirname(venv.replace(/\/+$/, '')), 'PROVISIONING-MANIFEST.json');
+
+type Prewarm = { action: 'present' | 'downloaded'; at: string };
+
+/** The provisioning section of the manifest (present when the doctor ran with a spec). */
+export interface ProvisioningRecord {
+  venv: string;
+  /** The interpreter's sys.prefix as the probe saw it. */
+  prefix: string | null;
+  lock: { source: 'pip freeze' | 'importlib.metadata'; sha256: string; requirements: string[] } | null;
+  pins: Record<string, { pinned: string; installed: string | null }>;
+  servingBackend: { name: string; version: string | null } | null;
+  forcedPins: ForcedPin[];
+  model: {
+    id: string;
+    revision: string;
+    resolvedRevision: string | null;
+    trustRemoteCode: boolean;
+    weightsPrewarmed: boolean;
+    prewarm: Prewarm | null;
+    customCode: { files: string[]; imports: CustomImport[] } | null;
+  } | null;
+  attention: { backend: string; capability: [number, number] | null } | null;
 }
 
 export const DEFAULT_TOOLS = ['ninja', 'nvcc', 'c++'] as const;
@@ -66,6 +125,7 @@ export interface ProvisioningManifest {
   tools: Record<string, string | null>;
   ok: boolean;
   checks: CheckResult[];
+  provisioning?: ProvisioningRecord;
   /** Extra sections a caller adds (the preflight adds the verified lease). */
   [extra: string]: unknown;
 }
@@ -77,8 +137,23 @@ export interface DoctorReport {
   durationMs: number;
 }
 
-/** Runs every doctor check (they run concurrently) and optionally writes the manifest. */
+/**
+ * Runs every doctor check (they run concurrently) and optionally writes the manifest.
+ *
+ * The job's Python runs with `-I` (isolated: no PYTHONPATH, no user site, no script directory on
+ * sys.path) from an empty directory of its own, so files of the PR under test can neither shadow
+ * a module the probe imports nor forge what goes into the manifest (issue 11 item 11).
+ */
 export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
+  const neutral = mkdtempSync(join(tmpdir(), 'spark-doctor-'));
+  try {
+    return await doctorIn(neutral, opts);
+  } finally {
+    rmSync(neutral, { recursive: true, force: true });
+  }
+}
+
+async function doctorIn(neutral: string, opts: DoctorOptions): Promise<DoctorReport> {
   const started = Date.now();
   const runner = opts.runner ?? createProcessRunner();
   const timeoutMs = opts.timeoutMs ?? 60_000;
@@ -87,26 +162,49 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
   const imports = [...(opts.imports ?? [])];
   const softImports = [...(opts.softImports ?? [])];
   const tools = [...(opts.tools ?? DEFAULT_TOOLS)];
+  const spec = opts.spec ?? null;
   const PATH = opts.env.PATH;
+  const now = () => opts.now?.() ?? new Date();
 
   const bare = findOnPath('python', PATH);
   const interpreter = bare ?? findOnPath('python3', PATH);
+  const checks: CheckResult[] = [];
 
+  // the model first: a pre-warm fills the cache the later checks read
+  const hfHome = opts.modelCache ? join(opts.modelCache, 'huggingface') : null;
+  let prewarmed: Prewarm | null = null;
+  if (spec?.model && opts.prewarm) {
+    const r = await prewarmModel(runner, interpreter, spec.model, hfHome, opts.env, neutral, timeoutMs);
+    checks.push(r.check);
+    if (r.action) prewarmed = { action: r.action, at: now().toISOString() };
+  }
+  const snapshot = spec?.model && hfHome ? hfSnapshot(hfHome, spec.model.id, spec.model.revision) : null;
+
+  const pythonRun = (args: string[], timeout: number) =>
+    runner.run(interpreter!, ['-I', ...args], { env: opts.env, cwd: neutral, timeoutMs: timeout });
   const probe = interpreter
-    ? runner.run(
-        interpreter,
+    ? pythonRun(
         [
           '-c',
           PYTHON_PROBE,
           JSON.stringify({
-            torch: wantTorch,
+            torch: wantTorch || spec?.attentionBackend != null,
             imports: [...imports, ...softImports],
-            packages: [...(opts.packages ?? DEFAULT_PACKAGES)],
+            packages: [
+              ...new Set([...(opts.packages ?? DEFAULT_PACKAGES), ...Object.keys(spec?.pins ?? {})]),
+            ],
+            freeze: spec != null,
+            customCodeDir: spec?.model?.trustRemoteCode && snapshot ? snapshot : null,
           }),
         ],
-        { env: opts.env, timeoutMs },
+        timeoutMs,
       )
     : Promise.resolve(null);
+  // the lock as pip itself prints it when the venv has pip; the probe's listing otherwise
+  const pipFreeze =
+    interpreter && spec
+      ? pythonRun(['-m', 'pip', 'freeze', '--all', '--disable-pip-version-check'], timeoutMs)
+      : Promise.resolve(null);
   const toolVersions = Promise.all(
     tools.map(async (tool): Promise<[string, string | null, string | null]> => {
       const path = findOnPath(tool, PATH);
@@ -127,7 +225,6 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
   );
   const commit = opts.sourceDir ? readCommit(runner, opts.sourceDir, opts.env, toolTimeout) : null;
 
-  const checks: CheckResult[] = [];
   checks.push(
     bare
       ? passed('python', 'bare `python` resolves on PATH')
@@ -181,10 +278,28 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
   }
   checks.push(checkModelCache(opts.modelCache));
 
+  let provisioning: ProvisioningRecord | undefined;
+  if (spec) {
+    const freeze = await pipFreeze;
+    const lockLines =
+      freeze && freeze.code === 0
+        ? {
+            source: 'pip freeze' as const,
+            lines: freeze.stdout
+              .split('\n')
+              .map((l) => l.trim())
+              .filter(Boolean),
+          }
+        : answer?.freeze
+          ? { source: 'importlib.metadata' as const, lines: answer.freeze }
+          : null;
+    provisioning = provisioningChecks(checks, spec, answer, lockLines, snapshot, prewarmed, opts);
+  }
+
   const sourceCommit = commit ? await commit : null;
   const manifest: ProvisioningManifest = {
     schema: 'spark-provisioning-manifest/1',
-    generatedAt: (opts.now?.() ?? new Date()).toISOString(),
+    generatedAt: now().toISOString(),
     hostId: opts.hostId ?? null,
     sourceCommit,
     python: answer
@@ -201,6 +316,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
     tools: Object.fromEntries(versions.map(([tool, , line]) => [tool, line])),
     ok: fatalFailures(checks).length === 0,
     checks,
+    ...(provisioning ? { provisioning } : {}),
   };
   if (opts.manifestPath) writeManifest(opts.manifestPath, manifest);
   return { ok: manifest.ok, checks, manifest, durationMs: Date.now() - started };
@@ -209,6 +325,220 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
 /** Writes the manifest (pretty JSON, trailing newline). */
 export function writeManifest(path: string, manifest: ProvisioningManifest): void {
   writeFileSync(path, `${JSON.stringify(manifest, null, 2)}\n`);
+}
+
+/**
+ * The spec's checks (items 7–10): the interpreter is the provisioned venv, the lock holds the
+ * exact pins, guidelines are followed or the forcing is declared, the model is cached at its
+ * pinned revision with its weights, its remote code's imports resolve, the attention backend fits
+ * the GPU, and the lock has not drifted since provisioning.
+ */
+function provisioningChecks(
+  checks: CheckResult[],
+  spec: ProvisioningSpec,
+  answer: ProbeAnswer | null,
+  lock: { source: 'pip freeze' | 'importlib.metadata'; lines: string[] } | null,
+  snapshot: string | null,
+  prewarmed: Prewarm | null,
+  opts: DoctorOptions,
+): ProvisioningRecord {
+  const venv = spec.venv.replace(/\/+$/, '');
+  if (answer) {
+    checks.push(
+      answer.prefix.replace(/\/+$/, '') === venv
+        ? passed('venv', `python runs in the provisioned venv ${venv}`)
+        : failed(
+            'venv',
+            `the python on PATH runs in ${answer.prefix}, not the provisioned venv ${venv}: put ${venv}/bin first on the runner PATH`,
+          ),
+    );
+  }
+  const installed = lock ? parseFreeze(lock.lines) : new Map<string, string>();
+  if (!lock)
+    checks.push(
+      failed(
+        'lock',
+        'could not list the installed distributions (neither pip freeze nor importlib.metadata answered)',
+      ),
+    );
+  const pins = checkPins(spec, installed);
+  if (lock) checks.push(...pins.checks);
+  const provisioned = opts.provisionedManifestPath ? readProvisionedLock(opts.provisionedManifestPath) : null;
+  if (opts.provisionedManifestPath && lock) {
+    if (!provisioned) {
+      checks.push(
+        failed(
+          'provisioned',
+          `no provisioning manifest at ${opts.provisionedManifestPath}: provision the venv first (doctor --spec … writes it beside the venv)`,
+        ),
+      );
+    } else {
+      const drift = lockDrift(provisioned, installed);
+      checks.push(
+        drift.length === 0
+          ? passed('provisioned', 'the venv holds exactly what was provisioned')
+          : failed(
+              'provisioned',
+              `the venv changed since it was provisioned: ${drift.slice(0, 8).join(', ')}${drift.length > 8 ? ` and ${drift.length - 8} more` : ''}`,
+            ),
+      );
+    }
+  }
+
+  let model: ProvisioningRecord['model'] = null;
+  if (spec.model) {
+    const m = spec.model;
+    const weights = snapshot ? weightsPresent(snapshot) : false;
+    checks.push(
+      snapshot
+        ? passed('model', `${m.id} is cached at ${m.revision.slice(0, 12)}`)
+        : failed(
+            'model',
+            `${m.id} at revision ${m.revision} is not in the managed model cache${opts.modelCache ? '' : ' (no SPARK_MODEL_CACHE)'}: pre-warm it on the host (doctor --spec … --prewarm); jobs never download weights`,
+          ),
+    );
+    if (snapshot)
+      checks.push(
+        weights
+          ? passed('weights', 'every weight file of the snapshot is present')
+          : failed(
+              'weights',
+              `the cached snapshot of ${m.id} lacks weight files (an interrupted download?): pre-warm again`,
+            ),
+      );
+    let customCode: { files: string[]; imports: CustomImport[] } | null = null;
+    if (m.trustRemoteCode && snapshot && answer?.customCode) {
+      customCode = { files: answer.customCode.files, imports: answer.customCode.imports };
+      for (const [file, why] of Object.entries(answer.customCode.errors))
+        checks.push(failed(`custom-code:${file}`, `cannot read the model's remote code ${file}: ${why}`));
+      checks.push(...checkCustomImports(customCode.imports, spec.stack, venv));
+    }
+    model = {
+      id: m.id,
+      revision: m.revision,
+      resolvedRevision: snapshot ? basename(snapshot) : null,
+      trustRemoteCode: m.trustRemoteCode,
+      weightsPrewarmed: snapshot != null && weights,
+      prewarm: prewarmed,
+      customCode,
+    };
+  }
+
+  let attention: ProvisioningRecord['attention'] = null;
+  if (spec.attentionBackend) {
+    const t = answer?.torch && 'version' in answer.torch ? answer.torch : null;
+    const cap = (t?.capability ?? null) as [number, number] | null;
+    checks.push(checkAttentionBackend(spec.attentionBackend, cap, t?.device ?? null));
+    attention = { backend: spec.attentionBackend, capability: cap };
+  }
+
+  const requirements = lock?.lines ?? [];
+  return {
+    venv,
+    prefix: answer?.prefix ?? null,
+    lock: lock
+      ? {
+          source: lock.source,
+          sha256: createHash('sha256')
+            .update(`${requirements.join('\n')}\n`)
+            .digest('hex'),
+          requirements,
+        }
+      : null,
+    pins: Object.fromEntries(
+      Object.entries(spec.pins).map(([k, v]) => [
+        k,
+        { pinned: v, installed: installed.get(normalizeName(k)) ?? null },
+      ]),
+    ),
+    servingBackend: spec.servingBackend
+      ? { name: spec.servingBackend, version: installed.get(normalizeName(spec.servingBackend)) ?? null }
+      : null,
+    forcedPins: pins.forced,
+    model,
+    attention,
+  };
+}
+
+function readProvisionedLock(path: string): Map<string, string> | null {
+  if (!existsSync(path)) return null;
+  try {
+    const m = JSON.parse(readFileSync(path, 'utf8')) as {
+      provisioning?: { lock?: { requirements?: string[] } };
+    };
+    const req = m.provisioning?.lock?.requirements;
+    return Array.isArray(req) ? parseFreeze(req) : null;
+  } catch {
+    return null;
+  }
+}
+
+function lockDrift(was: Map<string, string>, now: Map<string, string>): string[] {
+  const out: string[] = [];
+  for (const [k, v] of was) {
+    const n = now.get(k);
+    if (n == null) out.push(`${k} ${v} removed`);
+    else if (n !== v) out.push(`${k} ${v} → ${n}`);
+  }
+  for (const [k, v] of now) if (!was.has(k)) out.push(`${k} ${v} added`);
+  return out;
+}
+
+/**
+ * Pre-warm (item 10): when the snapshot and its weights are already cached nothing touches the
+ * network (offline-safe); otherwise huggingface_hub downloads exactly the pinned revision into
+ * the managed cache, unless the host is offline (HF_HUB_OFFLINE=1), which fails clearly.
+ */
+async function prewarmModel(
+  runner: ProcessRunner,
+  interpreter: string | null,
+  model: NonNullable<ProvisioningSpec['model']>,
+  hfHome: string | null,
+  env: Record<string, string | undefined>,
+  neutral: string,
+  timeoutMs: number,
+): Promise<{ check: CheckResult; action: 'present' | 'downloaded' | null }> {
+  const name = 'prewarm';
+  if (!hfHome)
+    return {
+      check: failed(name, 'no model cache configured (SPARK_MODEL_CACHE): nothing to pre-warm into'),
+      action: null,
+    };
+  const cached = hfSnapshot(hfHome, model.id, model.revision);
+  if (cached && weightsPresent(cached))
+    return {
+      check: passed(name, `${model.id}@${model.revision.slice(0, 12)} already cached; no download`),
+      action: 'present',
+    };
+  if (env.HF_HUB_OFFLINE === '1')
+    return {
+      check: failed(
+        name,
+        `${model.id}@${model.revision} is not cached and HF_HUB_OFFLINE=1: pre-warm on a host with network access to the Hub`,
+      ),
+      action: null,
+    };
+  if (!interpreter)
+    return { check: failed(name, 'no python on PATH to run huggingface_hub with'), action: null };
+  const r = await runner.run(
+    interpreter,
+    ['-I', '-c', PREWARM_SCRIPT, JSON.stringify({ id: model.id, revision: model.revision })],
+    // the download may take long; the cache location is the managed one, never the user's
+    { env: { ...env, HF_HOME: hfHome }, cwd: neutral, timeoutMs: Math.max(timeoutMs, 6 * 3600_000) },
+  );
+  const got = hfSnapshot(hfHome, model.id, model.revision);
+  if (r.code !== 0 || !got)
+    return {
+      check: failed(
+        name,
+        `downloading ${model.id}@${model.revision} failed: ${lastLine(r.stderr) || r.spawnError || `exit ${r.code}`}`,
+      ),
+      action: null,
+    };
+  return {
+    check: passed(name, `${model.id}@${model.revision.slice(0, 12)} downloaded into the managed cache`),
+    action: 'downloaded',
+  };
 }
 
 function torchChecks(answer: ProbeAnswer): CheckResult[] {

@@ -1,7 +1,8 @@
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import type { DoctorOptions } from './doctor.ts';
+import { besideVenv, type DoctorOptions } from './doctor.ts';
+import { type ProvisioningSpec, readProvisioningSpec } from './provisioning.ts';
 import type { LeaseCredentials } from './verify-lease.ts';
 
 /**
@@ -29,6 +30,15 @@ function modules(v: string | undefined, flag: string): string[] {
   const bad = names.filter((n) => !moduleName.test(n));
   if (bad.length) throw new UsageError(`${flag}: not a Python module name: ${bad.join(', ')}`);
   return names;
+}
+
+function spec(path: string | undefined): ProvisioningSpec | null {
+  if (path == null) return null;
+  try {
+    return readProvisioningSpec(resolve(path));
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
 }
 
 function torchMode(v: string | undefined): 'required' | 'skip' {
@@ -61,7 +71,10 @@ export interface PreflightSettings {
   healthUrl: string | null;
   interconnectCheck: string | null;
   minFreeGb: number;
-  doctor: Pick<DoctorOptions, 'imports' | 'softImports' | 'torch' | 'tools'>;
+  doctor: Pick<
+    DoctorOptions,
+    'imports' | 'softImports' | 'torch' | 'tools' | 'spec' | 'provisionedManifestPath'
+  >;
   manifestPath: string;
   sourceDir: string;
   /** Environment for child processes: the runner's, without the lease credentials. */
@@ -70,7 +83,8 @@ export interface PreflightSettings {
 
 export const PREFLIGHT_USAGE = `usage: spark-runner-preflight <reservation_id> [--min-free-gb N] [--imports a,b] [--soft-imports c]
        [--torch required|skip] [--tools ninja,nvcc,c++] [--manifest FILE] [--source-dir DIR]
-       [--interconnect-check CMD]
+       [--interconnect-check CMD] [--spec PROVISIONING-SPEC.json]
+       spark-runner-preflight doctor [doctor options]   (the provisioning doctor, no lease)
 Lease credentials come from the environment the Spark agent gives the runner (SPARK_*).`;
 
 /** Reads and validates the preflight command line and runner environment. */
@@ -84,6 +98,7 @@ export function readPreflightSettings(argv: readonly string[], env: Env): Prefli
     manifest: { type: 'string' },
     'source-dir': { type: 'string' },
     'interconnect-check': { type: 'string' },
+    spec: { type: 'string' },
   });
   if (positionals.length !== 1)
     throw new UsageError(`expected exactly one reservation id\n${PREFLIGHT_USAGE}`);
@@ -131,6 +146,7 @@ export function readPreflightSettings(argv: readonly string[], env: Env): Prefli
       softImports: modules(values['soft-imports'], '--soft-imports'),
       torch: torchMode(values.torch),
       tools: values.tools != null ? list(values.tools) : ['ninja', 'nvcc', 'c++'],
+      ...provisioned(spec(values.spec)),
     },
     manifestPath: resolve(values.manifest ?? join(sourceDir, 'PROVISIONING-MANIFEST.json')),
     sourceDir,
@@ -138,8 +154,16 @@ export function readPreflightSettings(argv: readonly string[], env: Env): Prefli
   };
 }
 
+/** In a job: hold the venv against the spec and against what was provisioned beside it. */
+function provisioned(s: ProvisioningSpec | null): Pick<DoctorOptions, 'spec' | 'provisionedManifestPath'> {
+  return s ? { spec: s, provisionedManifestPath: besideVenv(s.venv) } : {};
+}
+
 export const DOCTOR_USAGE = `usage: npm run doctor -- [--model-cache DIR] [--imports a,b] [--soft-imports c] [--torch required|skip]
-       [--tools ninja,nvcc,c++] [--manifest FILE] [--source-dir DIR] [--json]`;
+       [--tools ninja,nvcc,c++] [--manifest FILE] [--source-dir DIR] [--json]
+       [--spec PROVISIONING-SPEC.json [--prewarm]]
+With --spec the manifest is written beside the spec's venv unless --manifest says otherwise;
+--prewarm first fills the model cache at the spec's pinned revision (no download when cached).`;
 
 /** Options of the standalone doctor (operators; `sparkctl doctor` builds the same options). */
 export function readDoctorSettings(
@@ -155,9 +179,15 @@ export function readDoctorSettings(
     manifest: { type: 'string' },
     'source-dir': { type: 'string' },
     json: { type: 'boolean' },
+    spec: { type: 'string' },
+    prewarm: { type: 'boolean' },
   });
   if (positionals.length)
     throw new UsageError(`unexpected argument(s): ${positionals.join(' ')}\n${DOCTOR_USAGE}`);
+  const s = spec(values.spec);
+  if (flags.prewarm === true && !s?.model)
+    throw new UsageError('--prewarm needs --spec with a "model" (id and pinned revision) to fetch');
+  const manifestPath = values.manifest ? resolve(values.manifest) : s ? besideVenv(s.venv) : null;
   return {
     json: flags.json === true,
     options: {
@@ -169,7 +199,9 @@ export function readDoctorSettings(
       ...(values.tools != null ? { tools: list(values.tools) } : {}),
       sourceDir: values['source-dir'] ? resolve(values['source-dir']) : null,
       hostId: env.SPARK_HOST_ID ?? null,
-      manifestPath: values.manifest ? resolve(values.manifest) : null,
+      manifestPath,
+      spec: s,
+      prewarm: flags.prewarm === true,
     },
   };
 }

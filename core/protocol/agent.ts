@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { RESERVATION_KINDS } from '../model.ts';
 
 /**
  * The relay agent protocol (DESIGN.md "Relay agent protocol"), shared by the controller's agent
@@ -24,19 +25,43 @@ export const HostFactsSchema = z.object({
   interconnectOk: z.boolean().nullable(),
 });
 
-const token = z.number().int().positive();
+const token = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
+
+/*
+ * The agent trusts nothing the controller says (issue 11 item 3): every id and name it may turn
+ * into a path, a label or a log line has a pattern, every number a sane range. The patterns are
+ * exactly the controller's own shapes (ledger ids, `runnerName()` in functions/github/senders.ts).
+ */
+
+/** Host ids: `spark-2`. */
+export const HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
+/** Reservation ids: `r-12`. */
+export const RESERVATION_ID_PATTERN = /^r-[0-9]{1,15}$/;
+/** Lease ids: `l-<host>-<fencing token>`. */
+export const LEASE_ID_PATTERN = /^l-[a-z0-9][a-z0-9-]{0,90}$/;
+/** Runner names: `spark-<host>-<reservation>-a<attempt>`; one plain path segment, never `..`. */
+export const RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
+/** Longest wait the controller may ask of an agent (a day); longer is a broken controller. */
+const MAX_WAIT_MS = 86_400_000;
 
 /** What a lease-bound command tells the agent about the lease. */
 export const LeaseRefSchema = z.object({
-  leaseId: z.string(),
-  reservationId: z.string(),
+  leaseId: z.string().regex(LEASE_ID_PATTERN, 'lease ids look like "l-spark-2-7"'),
+  reservationId: z.string().regex(RESERVATION_ID_PATTERN, 'reservation ids look like "r-12"'),
   fencingToken: token,
-  kind: z.string(),
+  /** One of RESERVATION_KINDS (a pattern, not the enum, so the ledger's string column types it). */
+  kind: z.string().refine((k) => (RESERVATION_KINDS as readonly string[]).includes(k), {
+    message: `kind is one of ${RESERVATION_KINDS.join(', ')}`,
+  }),
   topology: z.enum(['single', 'pair']),
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: z.boolean(),
   /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
-  expiresInMs: z.number().int(),
+  expiresInMs: z
+    .number()
+    .int()
+    .min(-MAX_WAIT_MS * 366)
+    .max(MAX_WAIT_MS * 366),
 });
 export type LeaseRef = z.infer<typeof LeaseRefSchema>;
 
@@ -60,9 +85,19 @@ export const DesiredStateSchema = z.discriminatedUnion('state', [
   z.object({
     state: z.literal('run'),
     lease: LeaseRefSchema,
-    runnerName: z.string(),
-    jitConfig: z.string().optional(),
-    jobToken: z.string().optional(),
+    runnerName: z
+      .string()
+      .regex(RUNNER_NAME_PATTERN, 'runner names are one plain name like "spark-spark-2-r-12-a0"'),
+    /** GitHub's encoded JIT config: printable ASCII, no whitespace. */
+    jitConfig: z
+      .string()
+      .max(65_536)
+      .regex(/^[!-~]+$/, 'a JIT config is printable ASCII without spaces')
+      .optional(),
+    jobToken: z
+      .string()
+      .regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_…"')
+      .optional(),
   }),
   /** A development lease is active: no runner; report it active, watch the expiry. */
   z.object({ state: z.literal('develop'), lease: LeaseRefSchema }),
@@ -71,17 +106,17 @@ export const DesiredStateSchema = z.discriminatedUnion('state', [
   /** Recreate the home service and report once its model-ready health check passed (or failed). */
   z.object({
     state: z.literal('restore'),
-    fencingToken: z.number().int().nonnegative(),
-    attempt: z.number().int().nonnegative(),
+    fencingToken: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    attempt: z.number().int().nonnegative().max(1000),
     /** Wait this long before the attempt (backoff after a failed restore). */
-    waitMs: z.number().int().nonnegative(),
-    healthTimeoutS: z.number().int().positive(),
+    waitMs: z.number().int().nonnegative().max(MAX_WAIT_MS),
+    healthTimeoutS: z.number().int().positive().max(86_400),
   }),
   /**
    * Touch nothing (quarantined, or release-required: processes outlived the lease). With a lease,
    * the agent reports `cleaned` once the GPU shows no process, never killing anything.
    */
-  z.object({ state: z.literal('hold'), reason: z.string(), lease: LeaseRefSchema.optional() }),
+  z.object({ state: z.literal('hold'), reason: z.string().max(2000), lease: LeaseRefSchema.optional() }),
 ]);
 export type DesiredState = z.infer<typeof DesiredStateSchema>;
 
@@ -93,13 +128,25 @@ export const PollRequestSchema = z.object({
 });
 export type PollRequest = z.infer<typeof PollRequestSchema>;
 
+/** Heartbeat periods an agent accepts, seconds (a day at most: beyond, timers overflow). */
+export const HEARTBEAT_INTERVAL_RANGE_S = { min: 1, max: 86_400 } as const;
+
 export const PollResponseSchema = z.object({
-  hostId: z.string(),
+  hostId: z.string().regex(HOST_ID_PATTERN, 'host ids look like "spark-2"'),
   /** Fingerprint of the desired state without its secrets. */
-  version: z.string(),
+  version: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'a version is a short fingerprint'),
   /** Heartbeat period the controller expects, seconds. */
-  heartbeatIntervalS: z.number().int().positive(),
+  heartbeatIntervalS: z
+    .number()
+    .int()
+    .min(HEARTBEAT_INTERVAL_RANGE_S.min)
+    .max(HEARTBEAT_INTERVAL_RANGE_S.max),
   desired: DesiredStateSchema,
+});
+
+/** The controller's answer to a heartbeat. */
+export const HeartbeatResponseSchema = z.object({
+  heartbeatIntervalS: PollResponseSchema.shape.heartbeatIntervalS,
 });
 export type PollResponse = z.infer<typeof PollResponseSchema>;
 

@@ -93,6 +93,23 @@ export const ReceiptSchema = z
       })
       .strict(),
     lastLines: z.array(z.string().max(MAX_RECEIPT_LINE_CHARS)).max(MAX_RECEIPT_LAST_LINES).optional(),
+    /**
+     * The seed's lane and its time target (spark-test 30 min, spark-test-long 60 min, issue 14
+     * item 5): how long the run took and whether it stayed within the target; a run past the
+     * target is stopped by the spark-test action and fails.
+     */
+    lane: z
+      .object({
+        name: z.enum(['spark-test', 'spark-test-long']),
+        targetMinutes: z
+          .number()
+          .positive()
+          .max(24 * 60),
+        elapsedMs: z.number().int().nonnegative(),
+        withinTarget: z.boolean(),
+      })
+      .strict()
+      .optional(),
     /** Short toolchain/source revision strings printed at the start (name → one line). */
     toolchain: z
       .record(z.string().max(40), z.string().max(200))

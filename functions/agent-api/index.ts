@@ -18,9 +18,9 @@ import {
   revokeAgentToken,
 } from '../auth/tokens.ts';
 import { ApiError, badRequest } from '../errors.ts';
+import { applyReport } from '../ledger/agent-reports.ts';
 import { handlePoll } from './poll.ts';
 import { RateLimiter } from './rate-limit.ts';
-import { applyReport } from './reports.ts';
 
 /**
  * The agent API (issue 4, DESIGN.md "Relay agent protocol"): agents poll `/agent/v1/poll` for

@@ -1,9 +1,8 @@
-import { and, eq, isNull } from 'drizzle-orm';
 import type { PollRequest, PollResponse } from '../../core/protocol/agent.ts';
 import type { AppContext } from '../app.ts';
 import { generateToken, sha256Hex } from '../auth/tokens.ts';
-import * as t from '../ledger/schema.ts';
-import { type ComputedState, computeDesiredState } from './desired-state.ts';
+import { type ComputedState, computeDesiredState } from '../ledger/desired-state.ts';
+import { handOverJitConfig } from '../ledger/github.ts';
 
 /**
  * Re-reads the ledger this often while a long-poll waits, so a change written by another process
@@ -28,22 +27,7 @@ async function currentState(ctx: AppContext, hostId: string): Promise<PollRespon
     if (!h || c.desired.state !== 'run') return response(ctx, hostId, c);
     const jitConfig = h.jitConfig!;
     const jobToken = generateToken('spk_job');
-    await tx
-      .update(t.jitHandoffs)
-      .set({ jitConfig: null, consumedAt: now })
-      .where(and(eq(t.jitHandoffs.runnerName, h.runnerName), isNull(t.jitHandoffs.consumedAt)));
-    await tx
-      .update(t.leases)
-      .set({ jobTokenHash: await sha256Hex(jobToken) })
-      .where(eq(t.leases.id, h.leaseId));
-    await ledger.record(tx, now, {
-      subjectType: 'lease',
-      subjectId: h.leaseId,
-      type: 'lease.runner_handoff',
-      cause: `JIT config for runner ${h.runnerName} handed to the agent (attempt ${h.attempt})`,
-      actor: `agent:${hostId}`,
-      data: { runnerName: h.runnerName, attempt: h.attempt, reservationId: h.reservationId },
-    });
+    await handOverJitConfig(ledger, tx, now, h, await sha256Hex(jobToken), hostId);
     changed.add(`host:${hostId}`);
     return response(ctx, hostId, {
       ...c,

@@ -17,7 +17,7 @@ export function createAuditor(ledger: Ledger, log: { warn(msg: string, f?: Recor
 
   async function write(
     p: Pick<ApiPrincipal, 'tokenId' | 'name'>,
-    type: string,
+    type: 'api.read' | 'api.denied',
     cause: string,
     data: Record<string, unknown>,
   ) {

@@ -1,9 +1,15 @@
-import { desc, eq, inArray } from 'drizzle-orm';
-import type { ReservationKind, ReservationStatus, Suite, Topology } from '../../core/model.ts';
+import {
+  isReleasableStatus,
+  isTerminalStatus,
+  type ReservationKind,
+  type ReservationStatus,
+  type Suite,
+  type Topology,
+} from '../../core/model.ts';
 import type { ReservationInfo } from '../../core/protocol/api.ts';
 import type { ApiPrincipal } from '../auth/tokens.ts';
 import type { LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
+import * as q from '../ledger/queries.ts';
 import { buildViews, githubWebBase, type QueueView, redactText } from '../views.ts';
 
 const iso = (ms: number | null | undefined) => (ms == null ? null : new Date(ms).toISOString());
@@ -54,7 +60,7 @@ export function describeReservation(
   const status = r.status as ReservationStatus;
   const binding = leases.filter((l) => l.status !== 'released');
   const ready =
-    ['allocated', 'preparing', 'running'].includes(status) &&
+    isReleasableStatus(status) &&
     binding.length > 0 &&
     binding.every((l) => l.status === 'active') &&
     (status !== 'allocated' || binding.every((l) => l.preparedAt != null));
@@ -67,8 +73,8 @@ export function describeReservation(
     position: status === 'queued' ? (queued?.position ?? r.position ?? null) : null,
     reason:
       status === 'queued' ? (queued?.reason ?? (redactText(r.reason) || null)) : redactText(r.reason) || null,
-    // until release `outcome` may still hold the admission wait code; report it only once ending
-    outcome: ['releasing', 'done', 'failed', 'cancelled', 'superseded'].includes(status) ? r.outcome : null,
+    // how the work ended (or is ending); the queue's wait code is a separate column, never this
+    outcome: status === 'releasing' || isTerminalStatus(status) ? r.outcome : null,
     targetHost: r.targetHost,
     requester: redactText(r.requester, 80),
     mine: ownerTokenOf(r) === principal.tokenId,
@@ -98,41 +104,15 @@ export function describeReservation(
 }
 
 /** Loads reservations with their leases (one query each). */
-export async function loadReservations(
+export function loadReservations(
   ledger: Ledger,
-  filter: { ids?: string[]; statuses?: ReservationStatus[]; limit?: number },
+  filter: { ids?: string[]; statuses?: readonly ReservationStatus[]; limit?: number },
 ): Promise<{ row: ReservationRow; leases: LeaseRow[] }[]> {
-  const where = filter.ids
-    ? inArray(t.reservations.id, filter.ids)
-    : filter.statuses
-      ? inArray(t.reservations.status, filter.statuses)
-      : undefined;
-  const rows = await ledger.db
-    .select()
-    .from(t.reservations)
-    .where(where)
-    .orderBy(desc(t.reservations.seq))
-    .limit(filter.limit ?? 200);
-  if (rows.length === 0) return [];
-  const leaseRows = await ledger.db
-    .select()
-    .from(t.leases)
-    .where(
-      inArray(
-        t.leases.reservationId,
-        rows.map((r) => r.id),
-      ),
-    );
-  return rows.map((row) => ({
-    row,
-    leases: leaseRows
-      .filter((l) => l.reservationId === row.id)
-      .sort((a, b) => a.hostId.localeCompare(b.hostId, 'en', { numeric: true })),
-  }));
+  return q.loadReservations(ledger, filter);
 }
 
 export async function loadOne(ledger: Ledger, id: string) {
-  const row = (await ledger.db.select().from(t.reservations).where(eq(t.reservations.id, id)))[0];
+  const row = await ledger.getReservation(undefined, id);
   if (!row) return null;
   const leases = await ledger.leasesOf(undefined, id);
   return { row, leases };

@@ -1,6 +1,5 @@
-import { and, asc, eq, inArray, or } from 'drizzle-orm';
 import type { Hono } from 'hono';
-import type { ReservationStatus } from '../../core/model.ts';
+import { ACTIVE_STATUSES, OPEN_STATUSES, type ReservationStatus } from '../../core/model.ts';
 import {
   CreateReservationBody,
   CreateTokenBody,
@@ -18,8 +17,10 @@ import {
   revokeApiToken,
 } from '../auth/tokens.ts';
 import { ApiError, badRequest, conflict, notFound } from '../errors.ts';
+import { renewDevelopmentLease } from '../ledger/leases.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
+import { listApiTokens, reservationHistory } from '../ledger/queries.ts';
+import { recoverReservation, requestServiceStart, terminateReservation } from '../ledger/reservations.ts';
 import { toEventView } from '../views.ts';
 import { createAuditor } from './audit.ts';
 import { parseBody } from './body.ts';
@@ -34,7 +35,6 @@ import {
 
 const actorOf = (p: ApiPrincipal) => `api:${p.name}`;
 const iso = (ms: number | null) => (ms == null ? null : new Date(ms).toISOString());
-const ACTIVE: ReservationStatus[] = ['allocated', 'preparing', 'running', 'releasing'];
 
 function forbiddenOwner(id: string): ApiError {
   return new ApiError(
@@ -85,22 +85,17 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
         `ttl ${body.ttlS}s exceeds the development maximum of ${timings.devLeaseMaxTtlS}s; ask for less and renew later`,
       );
     }
-    const row = await ledger.write(async (tx, _now, changed) => {
-      const r = await ledger.createReservation(
-        {
-          kind: 'development',
-          topology: body.topology,
-          targetHost: body.host ?? null,
-          requester: actorOf(p),
-          ttlS: body.ttlS ?? timings.devLeaseDefaultTtlS,
-          meta: { source: 'api', tokenId: p.tokenId },
-        },
-        actorOf(p),
-        tx,
-      );
-      changed.add('reservation');
-      return r;
-    });
+    const row = await ledger.createReservation(
+      {
+        kind: 'development',
+        topology: body.topology,
+        targetHost: body.host ?? null,
+        requester: actorOf(p),
+        ttlS: body.ttlS ?? timings.devLeaseDefaultTtlS,
+        meta: { source: 'api', tokenId: p.tokenId },
+      },
+      actorOf(p),
+    );
     // one pass before answering so the reply already says where the request stands
     await ctx.loop.runNow();
     return c.json({ reservation: await info(row.id, p) }, 201);
@@ -109,10 +104,10 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
   api.get('/reservations', audit, requireScope('develop'), async (c) => {
     const p = c.get('principal');
     const status = c.req.query('status') ?? 'open';
-    const groups: Record<string, ReservationStatus[] | undefined> = {
-      open: ['queued', ...ACTIVE],
+    const groups: Record<string, readonly ReservationStatus[] | undefined> = {
+      open: OPEN_STATUSES,
       queued: ['queued'],
-      active: ACTIVE,
+      active: ACTIVE_STATUSES,
       all: undefined,
     };
     if (!(status in groups)) {
@@ -136,20 +131,11 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     const id = c.req.param('id');
     const one = await loadOne(ledger, id);
     if (!one) throw notFound(`reservation ${id}`);
-    const leaseIds = one.leases.map((l) => l.id);
-    const rows = await ledger.db
-      .select()
-      .from(t.events)
-      .where(
-        or(
-          and(eq(t.events.subjectType, 'reservation'), eq(t.events.subjectId, id)),
-          leaseIds.length
-            ? and(eq(t.events.subjectType, 'lease'), inArray(t.events.subjectId, leaseIds))
-            : undefined,
-        ),
-      )
-      .orderBy(asc(t.events.id))
-      .limit(1000);
+    const rows = await reservationHistory(
+      ledger,
+      id,
+      one.leases.map((l) => l.id),
+    );
     return c.json({ reservationId: id, events: rows.map((r) => toEventView(r, { publicView: false })) });
   });
 
@@ -158,54 +144,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     const id = c.req.param('id');
     const body = await parseBody(c, RenewBody);
     await requireMine(id, p);
-    const { devLeaseMaxTtlS } = ledger.config.timings;
-    await ledger.write(async (tx, now, changed) => {
-      const r = await ledger.getReservation(tx, id);
-      if (!r) throw notFound(`reservation ${id}`);
-      if (r.kind !== 'development') {
-        throw conflict(
-          'not_renewable',
-          `${id} is ${r.kind} work; only development leases are renewed by hand`,
-        );
-      }
-      if (!['allocated', 'preparing', 'running'].includes(r.status)) {
-        throw conflict(
-          'not_active',
-          `${id} is ${r.status}; only an active lease can be renewed${r.status === 'queued' ? ' (it has not been granted yet)' : ''}`,
-        );
-      }
-      const leases = (await ledger.leasesOf(tx, id)).filter((l) => l.status !== 'released');
-      const expired = leases.find((l) => l.status !== 'active' || l.expiresAt <= now);
-      if (expired) {
-        throw conflict(
-          'lease_expired',
-          `the lease on ${expired.hostId} already expired; an expired lease is never renewed (reserve again)`,
-        );
-      }
-      const ttlMs = (body.ttlS ?? r.ttlS ?? ledger.config.timings.devLeaseDefaultTtlS) * 1000;
-      for (const l of leases) {
-        const cap = l.grantedAt + devLeaseMaxTtlS * 1000;
-        const next = Math.min(now + ttlMs, cap);
-        if (next <= l.expiresAt) {
-          throw conflict(
-            'renew_limit',
-            `the lease on ${l.hostId} already runs to ${iso(l.expiresAt)}, the most a development lease may hold (${devLeaseMaxTtlS}s from grant); release and reserve again`,
-          );
-        }
-        await tx.update(t.leases).set({ expiresAt: next }).where(eq(t.leases.id, l.id));
-        await ledger.record(tx, now, {
-          subjectType: 'lease',
-          subjectId: l.id,
-          type: 'lease.renewed',
-          fromState: 'active',
-          toState: 'active',
-          cause: `renewed until ${iso(next)}`,
-          actor: actorOf(p),
-          data: { reservationId: id, hostId: l.hostId, expiresAt: next },
-        });
-        changed.add(`host:${l.hostId}`);
-      }
-    });
+    await renewDevelopmentLease(ledger, id, body.ttlS, actorOf(p));
     return c.json({ reservation: await info(id, p) });
   });
 
@@ -229,11 +168,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
         `${id} is still queued and holds no host: cancel it instead (sparkctl cancel ${id})`,
       );
     }
-    await ledger.write(async (tx, _now, changed) => {
-      await ledger.beginRelease(id, 'released', `released by ${actorOf(p)}`, actorOf(p), tx);
-      changed.add('reservation');
-      for (const l of await ledger.leasesOf(tx, id)) changed.add(`host:${l.hostId}`);
-    });
+    await ledger.beginRelease(id, 'released', `released by ${actorOf(p)}`, actorOf(p));
     return c.json({ reservation: await info(id, p) });
   });
 
@@ -241,76 +176,14 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     const p = c.get('principal');
     const id = c.req.param('id');
     await requireMine(id, p);
-    await ledger.write(async (tx, _now, changed) => {
-      await ledger.cancelReservation(id, actorOf(p), `cancelled by ${actorOf(p)}`, tx);
-      changed.add('reservation');
-    });
+    await ledger.cancelReservation(id, actorOf(p), `cancelled by ${actorOf(p)}`);
     return c.json({ reservation: await info(id, p) });
   });
 
   api.post('/reservations/:id/recover', audit, requireScope('operate'), async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
-    const result = await ledger.write(async (tx, now, changed) => {
-      const r = await ledger.getReservation(tx, id);
-      if (!r) throw notFound(`reservation ${id}`);
-      const leases = await ledger.leasesOf(tx, id);
-      const live = leases.filter((l) => l.status === 'active' && l.expiresAt > now);
-      if (live.length) {
-        throw conflict(
-          'live_lease',
-          `${id} holds a live lease on ${live.map((l) => l.hostId).join(', ')} (expires ${iso(
-            Math.min(...live.map((l) => l.expiresAt)),
-          )}); recovery is for expired or stuck work — release it instead (sparkctl release ${id})`,
-        );
-      }
-      const awaiting = () => leases.filter((l) => l.status !== 'released').map((l) => l.hostId);
-      const note = async (action: string, message: string) => {
-        await ledger.record(tx, now, {
-          subjectType: 'reservation',
-          subjectId: id,
-          type: 'reservation.recovery',
-          fromState: r.status,
-          toState: r.status,
-          cause: message,
-          actor: actorOf(p),
-          data: { action },
-        });
-      };
-      if (r.status === 'queued') {
-        await ledger.cancelReservation(id, actorOf(p), 'operator recovery: cancelled while queued', tx);
-        changed.add('reservation');
-        return { action: 'cancelled' as const, awaitingHosts: [], message: `${id} was queued; cancelled` };
-      }
-      if (['allocated', 'preparing', 'running'].includes(r.status)) {
-        await ledger.beginRelease(
-          id,
-          'recovered',
-          'operator recovery: lease no longer live; agent asked to stop what it owns',
-          actorOf(p),
-          tx,
-        );
-        const hosts = (await ledger.leasesOf(tx, id))
-          .filter((l) => l.status !== 'released')
-          .map((l) => l.hostId);
-        for (const h of hosts) changed.add(`host:${h}`);
-        changed.add('reservation');
-        const message = `${id} marked for release; hosts ${hosts.join(', ')} are freed only after their agent confirms termination`;
-        await note('release-requested', message);
-        return { action: 'release-requested' as const, awaitingHosts: hosts, message };
-      }
-      if (r.status === 'releasing') {
-        const hosts = awaiting();
-        const message = `${id} is already releasing; waiting for the agent on ${hosts.join(', ') || 'no host'} to confirm termination`;
-        await note('awaiting-agent', message);
-        return { action: 'awaiting-agent' as const, awaitingHosts: hosts, message };
-      }
-      return {
-        action: 'already-ended' as const,
-        awaitingHosts: [],
-        message: `${id} already ended (${r.status}); nothing to recover`,
-      };
-    });
+    const result = await recoverReservation(ledger, id, actorOf(p));
     return c.json({ reservation: await info(id, p), ...result });
   });
 
@@ -318,29 +191,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     const p = c.get('principal');
     const id = c.req.param('id');
     const { reason } = await parseBody(c, TerminateBody);
-    await ledger.write(async (tx, now, changed) => {
-      const r = await ledger.getReservation(tx, id);
-      if (!r) throw notFound(`reservation ${id}`);
-      const from = r.status;
-      if (r.status === 'queued') {
-        await ledger.cancelReservation(id, actorOf(p), `emergency: ${reason}`, tx);
-      } else if (['allocated', 'preparing', 'running'].includes(r.status)) {
-        await ledger.beginRelease(id, 'terminated', `emergency terminate: ${reason}`, actorOf(p), tx);
-      } else if (r.status !== 'releasing') {
-        throw conflict('not_active', `${id} already ended (${r.status}); nothing to terminate`);
-      }
-      await ledger.record(tx, now, {
-        subjectType: 'reservation',
-        subjectId: id,
-        type: 'alert.emergency_terminate',
-        fromState: from,
-        toState: from === 'queued' ? 'cancelled' : 'releasing',
-        cause: `emergency terminate by ${actorOf(p)}: ${reason}`,
-        actor: actorOf(p),
-      });
-      changed.add('reservation');
-      for (const l of await ledger.leasesOf(tx, id)) changed.add(`host:${l.hostId}`);
-    });
+    await terminateReservation(ledger, id, reason, actorOf(p));
     return c.json({ reservation: await info(id, p) });
   });
 
@@ -375,30 +226,9 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
       );
     }
     if (!target.homeService) throw badRequest(`${target.id} has no home service to start`);
-    const row = await ledger.write(async (tx, _now, changed) => {
-      const open = await tx
-        .select()
-        .from(t.reservations)
-        .where(
-          and(
-            eq(t.reservations.kind, 'deckard'),
-            eq(t.reservations.targetHost, target.id),
-            inArray(t.reservations.status, ['queued', ...ACTIVE]),
-          ),
-        );
-      if (open[0]) return open[0];
-      changed.add('reservation');
-      return ledger.createReservation(
-        {
-          kind: 'deckard',
-          topology: 'single',
-          targetHost: target.id,
-          requester: actorOf(p),
-          meta: { source: 'api', tokenId: p.tokenId },
-        },
-        actorOf(p),
-        tx,
-      );
+    const row = await requestServiceStart(ledger, target.id, actorOf(p), {
+      source: 'api',
+      tokenId: p.tokenId,
     });
     await ctx.loop.runNow();
     return c.json({ reservation: await info(row.id, p) }, 201);
@@ -422,7 +252,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
   });
 
   api.get('/tokens', audit, requireScope('operate'), async (c) => {
-    const rows = await ledger.db.select().from(t.apiTokens).orderBy(asc(t.apiTokens.createdAt));
+    const rows = await listApiTokens(ledger);
     return c.json({
       tokens: rows.map((r) => ({
         id: r.id,

@@ -1,9 +1,8 @@
-import { and, eq, isNull } from 'drizzle-orm';
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../app.ts';
 import { ApiError, notFound } from '../errors.ts';
 import type { Ledger } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
+import * as store from '../ledger/tokens.ts';
 
 /**
  * Bearer tokens: API tokens (scopes develop / operate / emergency) and per-host agent tokens.
@@ -64,37 +63,13 @@ export async function createApiToken(
   const token = generateToken('spk_api');
   const id = shortId('tok');
   const tokenHash = await sha256Hex(token);
-  await ledger.write(async (tx, now) => {
-    await tx
-      .insert(t.apiTokens)
-      .values({ id, name: input.name, scopes: input.scopes.join(','), tokenHash, createdAt: now });
-    await ledger.record(tx, now, {
-      subjectType: 'token',
-      subjectId: id,
-      type: 'token.created',
-      cause: `API token "${input.name}" created with scopes ${input.scopes.join(', ')}`,
-      actor,
-      data: { scopes: input.scopes },
-    });
-  });
+  await store.insertApiToken(ledger, { id, name: input.name, scopes: input.scopes, tokenHash }, actor);
   return { id, token, name: input.name, scopes: input.scopes };
 }
 
-export async function revokeApiToken(ledger: Ledger, id: string, actor: string): Promise<void> {
-  await ledger.write(async (tx, now) => {
-    const rows = await tx.select().from(t.apiTokens).where(eq(t.apiTokens.id, id));
-    const row = rows[0];
-    if (!row) throw notFound(`token ${id}`);
-    if (row.revokedAt != null) return;
-    await tx.update(t.apiTokens).set({ revokedAt: now }).where(eq(t.apiTokens.id, id));
-    await ledger.record(tx, now, {
-      subjectType: 'token',
-      subjectId: id,
-      type: 'token.revoked',
-      cause: `API token "${row.name}" revoked`,
-      actor,
-    });
-  });
+/** Revokes an API token (idempotent); 404 when it never existed. */
+export function revokeApiToken(ledger: Ledger, id: string, actor: string): Promise<void> {
+  return store.revokeApiToken(ledger, id, actor);
 }
 
 /** Creates a per-host agent token bound to one host. */
@@ -107,34 +82,13 @@ export async function createAgentToken(
   const token = generateToken('spk_agent');
   const id = shortId('agt');
   const tokenHash = await sha256Hex(token);
-  await ledger.write(async (tx, now) => {
-    await tx.insert(t.agentTokens).values({ id, hostId, tokenHash, createdAt: now });
-    await ledger.record(tx, now, {
-      subjectType: 'token',
-      subjectId: id,
-      type: 'agent_token.created',
-      cause: `agent token created for ${hostId}`,
-      actor,
-      data: { hostId },
-    });
-  });
+  await store.insertAgentToken(ledger, { id, hostId, tokenHash }, actor);
   return { id, token, hostId };
 }
 
-export async function revokeAgentToken(ledger: Ledger, id: string, actor: string): Promise<void> {
-  await ledger.write(async (tx, now) => {
-    const row = (await tx.select().from(t.agentTokens).where(eq(t.agentTokens.id, id)))[0];
-    if (!row) throw notFound(`agent token ${id}`);
-    if (row.revokedAt != null) return;
-    await tx.update(t.agentTokens).set({ revokedAt: now }).where(eq(t.agentTokens.id, id));
-    await ledger.record(tx, now, {
-      subjectType: 'token',
-      subjectId: id,
-      type: 'agent_token.revoked',
-      cause: `agent token for ${row.hostId} revoked`,
-      actor,
-    });
-  });
+/** Revokes an agent token (idempotent); 404 when it never existed. */
+export function revokeAgentToken(ledger: Ledger, id: string, actor: string): Promise<void> {
+  return store.revokeAgentToken(ledger, id, actor);
 }
 
 function bearer(header: string | undefined): string | null {
@@ -145,12 +99,7 @@ function bearer(header: string | undefined): string | null {
 /** Resolves an API bearer token, or null when unknown or revoked. */
 export async function authenticateApiToken(ledger: Ledger, token: string): Promise<ApiPrincipal | null> {
   const hash = await sha256Hex(token);
-  const row = (
-    await ledger.db
-      .select()
-      .from(t.apiTokens)
-      .where(and(eq(t.apiTokens.tokenHash, hash), isNull(t.apiTokens.revokedAt)))
-  )[0];
+  const row = await store.apiTokenByHash(ledger, hash);
   if (!row) return null;
   return { kind: 'api', tokenId: row.id, name: row.name, scopes: row.scopes.split(',') as Scope[] };
 }
@@ -158,12 +107,7 @@ export async function authenticateApiToken(ledger: Ledger, token: string): Promi
 /** Resolves an agent bearer token, or null when unknown or revoked. */
 export async function authenticateAgentToken(ledger: Ledger, token: string): Promise<AgentPrincipal | null> {
   const hash = await sha256Hex(token);
-  const row = (
-    await ledger.db
-      .select()
-      .from(t.agentTokens)
-      .where(and(eq(t.agentTokens.tokenHash, hash), isNull(t.agentTokens.revokedAt)))
-  )[0];
+  const row = await store.agentTokenByHash(ledger, hash);
   if (!row) return null;
   return { kind: 'agent', tokenId: row.id, hostId: row.hostId };
 }

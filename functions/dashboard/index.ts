@@ -1,22 +1,16 @@
-import { desc, inArray } from 'drizzle-orm';
 import { streamSSE } from 'hono/streaming';
 import type { AppModule } from '../app.ts';
 import type { Ledger } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
+import { recentEventsOf } from '../ledger/queries.ts';
 import { buildViews, toEventView } from '../views.ts';
 import { type DashboardData, DashboardPage, LivePanel } from './page.tsx';
 
 /** Subjects shown in the public history (tokens, webhooks and outbox stay internal). */
-const PUBLIC_SUBJECTS = ['reservation', 'lease', 'host'];
+const PUBLIC_SUBJECTS = ['reservation', 'lease', 'host'] as const;
 
 export async function loadDashboardData(ledger: Ledger, historyLimit = 25): Promise<DashboardData> {
   const { fleet, queue } = await buildViews(ledger);
-  const rows = await ledger.db
-    .select()
-    .from(t.events)
-    .where(inArray(t.events.subjectType, PUBLIC_SUBJECTS))
-    .orderBy(desc(t.events.id))
-    .limit(historyLimit);
+  const rows = await recentEventsOf(ledger, PUBLIC_SUBJECTS, historyLimit);
   return { fleet, queue, events: rows.map((r) => toEventView(r, { publicView: true })) };
 }
 

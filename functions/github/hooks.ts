@@ -1,11 +1,18 @@
-import { eq } from 'drizzle-orm';
+import type { LedgerEventType } from '../../core/events.ts';
+import { withholdJitConfigs } from '../ledger/github.ts';
+import { leasesOf } from '../ledger/leases.ts';
 import type { TransitionHook } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
+import { enqueue, enqueueCheckSync } from '../ledger/outbox.ts';
+import { getReservation } from '../ledger/reservations.ts';
+import type { LedgerStore } from '../ledger/store.ts';
 import { readMeta } from './meta.ts';
-import { enqueue, enqueueCheckSync } from './outbox.ts';
 import { enqueueRunnerDeletes } from './senders.ts';
 
-const RELEASE_EVENTS = new Set(['reservation.releasing', 'reservation.done', 'reservation.failed']);
+const RELEASE_EVENTS = new Set<LedgerEventType>([
+  'reservation.releasing',
+  'reservation.done',
+  'reservation.failed',
+]);
 
 /**
  * The GitHub part's ledger hook: runs inside the transaction that records each reservation
@@ -13,10 +20,10 @@ const RELEASE_EVENTS = new Set(['reservation.releasing', 'reservation.done', 're
  * Only reservations GitHub created (repository + head SHA) get check runs; development work
  * from sparkctl has no repository and is ignored here.
  */
-export function createGitHubHook(): TransitionHook {
+export function createGitHubHook(ledger: LedgerStore): TransitionHook {
   return async (tx, ev, { now }) => {
     if (ev.subjectType !== 'reservation') return;
-    const r = (await tx.select().from(t.reservations).where(eq(t.reservations.id, ev.subjectId)))[0];
+    const r = await getReservation(ledger, tx, ev.subjectId);
     // sparkctl work may name a repo and SHA, but only work GitHub asked for gets a check run
     if (!r?.repo || !r.headSha || !readMeta(r)) return;
     await enqueueCheckSync(tx, now, r.id);
@@ -30,7 +37,7 @@ export function createGitHubHook(): TransitionHook {
         reservationId: r.id,
         payload: { reservationId: r.id },
       });
-      const leases = await tx.select().from(t.leases).where(eq(t.leases.reservationId, r.id));
+      const leases = await leasesOf(ledger, tx, r.id);
       for (const l of leases) {
         await enqueue(tx, now, {
           kind: 'generate-jitconfig',
@@ -43,7 +50,7 @@ export function createGitHubHook(): TransitionHook {
 
     if (RELEASE_EVENTS.has(ev.type)) {
       // a config not yet handed over must never be handed over now
-      await tx.update(t.jitHandoffs).set({ jitConfig: null }).where(eq(t.jitHandoffs.reservationId, r.id));
+      await withholdJitConfigs(tx, { reservationId: r.id });
       await enqueueRunnerDeletes(tx, now, r);
     }
   };

@@ -1,7 +1,6 @@
-import { eq } from 'drizzle-orm';
 import type { Tx } from '../ledger/db.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
+import { writeReservationMeta } from '../ledger/reservations.ts';
 
 /**
  * What the GitHub front door remembers about a reservation it created, kept in
@@ -51,8 +50,6 @@ export async function patchMeta(
   const current = readMeta(r);
   if (!current) return null;
   const next = { ...current, ...patch };
-  const json = JSON.stringify(next);
-  await tx.update(t.reservations).set({ metaJson: json }).where(eq(t.reservations.id, r.id));
-  r.metaJson = json;
+  await writeReservationMeta(tx, r, JSON.stringify(next));
   return next;
 }

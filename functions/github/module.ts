@@ -14,8 +14,8 @@ import { mountWebhook } from './webhook.ts';
  */
 export const githubModule: AppModule = {
   name: 'github',
-  hooks() {
-    return [createGitHubHook()];
+  hooks(ctx) {
+    return [createGitHubHook(ctx.ledger)];
   },
   routes(app, ctx) {
     mountWebhook(app, () => githubService(ctx));

@@ -1,9 +1,10 @@
-import { sql } from 'drizzle-orm';
 import { z } from 'zod';
 import type { App } from '../app.ts';
 import { requireScope } from '../auth/tokens.ts';
-import { ApiError, notFound } from '../errors.ts';
-import * as t from '../ledger/schema.ts';
+import { ApiError } from '../errors.ts';
+import { disableRepository, enableRepository } from '../ledger/github.ts';
+import type { RepositoryRow } from '../ledger/ledger.ts';
+import { listRepositories } from '../ledger/queries.ts';
 import { GitHubError } from './client.ts';
 import type { GitHubService } from './service.ts';
 
@@ -31,7 +32,7 @@ export interface RepositoryView {
   enabled: boolean;
 }
 
-function view(svc: GitHubService, r: typeof t.repositories.$inferSelect): RepositoryView {
+function view(svc: GitHubService, r: RepositoryRow): RepositoryView {
   return {
     fullName: r.fullName,
     installationId: r.installationId,
@@ -94,7 +95,7 @@ async function checkRunnerGroup(
 export function mountRepositoryRoutes(app: App, svc: () => GitHubService) {
   app.get('/api/v1/repositories', requireScope('develop'), async (c) => {
     const s = svc();
-    const rows = await s.ledger.db.select().from(t.repositories);
+    const rows = await listRepositories(s.ledger);
     return c.json({ repositories: rows.map((r) => view(s, r)) });
   });
 
@@ -181,41 +182,21 @@ export function mountRepositoryRoutes(app: App, svc: () => GitHubService) {
       }
     }
 
-    const row = await s.ledger.write(async (tx, now) => {
-      const existing = (
-        await tx
-          .select()
-          .from(t.repositories)
-          .where(sql`lower(${t.repositories.fullName}) = lower(${fullName})`)
-      )[0];
-      const values = {
-        fullName: existing?.fullName ?? fullName,
-        installationId,
-        defaultBranch,
-        pairEnabled: body.pairEnabled ?? existing?.pairEnabled ?? false,
-        workflow: body.workflow ?? existing?.workflow ?? null,
-        enabledAt: now,
-        disabledAt: null,
-      };
-      await tx
-        .insert(t.repositories)
-        .values(values)
-        .onConflictDoUpdate({ target: t.repositories.fullName, set: values });
-      await s.ledger.record(tx, now, {
-        subjectType: 'repository',
-        subjectId: values.fullName,
-        type: 'repository.enabled',
-        cause: `enabled by ${c.get('principal').name}${values.pairEnabled ? ' with pair tests' : ''}`,
-        actor: `api:${c.get('principal').name}`,
+    const who = c.get('principal').name;
+    const row = await enableRepository(
+      s.ledger,
+      { fullName, installationId, defaultBranch, pairEnabled: body.pairEnabled, workflow: body.workflow },
+      `api:${who}`,
+      (values) => ({
+        cause: `enabled by ${who}${values.pairEnabled ? ' with pair tests' : ''}`,
         data: {
           installationId,
           pairEnabled: values.pairEnabled,
           runnerGroupOk: runnerGroup.ok,
           labelsCreated,
         },
-      });
-      return values;
-    });
+      }),
+    );
     return c.json({
       repository: view(s, { ...row, enabledAt: 0 }),
       labelsCreated,
@@ -230,25 +211,13 @@ export function mountRepositoryRoutes(app: App, svc: () => GitHubService) {
     const s = svc();
     const { owner, name } = c.req.param();
     const repo = `${owner}/${name}`;
-    const row = await s.ledger.write(async (tx, now) => {
-      const existing = (
-        await tx.select().from(t.repositories).where(sql`lower(${t.repositories.fullName}) = lower(${repo})`)
-      )[0];
-      if (!existing) throw notFound(`repository ${repo}`);
-      if (existing.disabledAt != null) return existing;
-      await tx
-        .update(t.repositories)
-        .set({ disabledAt: now })
-        .where(sql`${t.repositories.fullName} = ${existing.fullName}`);
-      await s.ledger.record(tx, now, {
-        subjectType: 'repository',
-        subjectId: existing.fullName,
-        type: 'repository.disabled',
-        cause: `disabled by ${c.get('principal').name}; new webhooks are ignored, queued and active work is untouched`,
-        actor: `api:${c.get('principal').name}`,
-      });
-      return { ...existing, disabledAt: now };
-    });
+    const who = c.get('principal').name;
+    const row = await disableRepository(
+      s.ledger,
+      repo,
+      `api:${who}`,
+      `disabled by ${who}; new webhooks are ignored, queued and active work is untouched`,
+    );
     return c.json({ repository: view(s, row) });
   });
 }

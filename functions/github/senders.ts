@@ -1,7 +1,13 @@
-import { and, eq, isNull } from 'drizzle-orm';
 import type { Tx } from '../ledger/db.ts';
+import {
+  liveRunnersOf,
+  markRunnerDeleted,
+  recordRunnerRegistration,
+  withholdJitConfigs,
+} from '../ledger/github.ts';
+import { leasesOf } from '../ledger/leases.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
+import { getReservation, setCheckRunId, withdrawBeforeDispatch } from '../ledger/reservations.ts';
 import { buildViews } from '../views.ts';
 import { type CheckRunView, type RenderContext, renderCheckRun } from './check-run.ts';
 import { GitHubError } from './client.ts';
@@ -26,7 +32,7 @@ const skipped = (reason: string): SendResult => ({ result: { skipped: reason } }
 
 /** Builds what the check-run renderer needs from the ledger. */
 export async function renderContextFor(svc: GitHubService, r: ReservationRow): Promise<RenderContext> {
-  const leases = await svc.ledger.leasesOf(undefined, r.id);
+  const leases = await leasesOf(svc.ledger, undefined, r.id);
   let keptHost: RenderContext['keptHost'] = null;
   if (r.status === 'queued') {
     const { fleet } = await buildViews(svc.ledger);
@@ -90,10 +96,9 @@ const sendCheckRun: Sender = async (svc, _row, payload) => {
   return {
     result: { checkRunId, status: view.status, title: view.title },
     apply: async (tx) => {
-      const cur = await svc.ledger.getReservation(tx, rid);
+      const cur = await getReservation(svc.ledger, tx, rid);
       if (!cur) return;
-      await tx.update(t.reservations).set({ checkRunId }).where(eq(t.reservations.id, rid));
-      cur.checkRunId = checkRunId;
+      await setCheckRunId(tx, cur, checkRunId);
       await patchMeta(tx, cur, { lastCheck: `${view.status}|${view.title}` });
     },
   };
@@ -149,23 +154,8 @@ const sendDispatch: Sender = async (svc, _row, payload) => {
   if (why) {
     return {
       result: { skipped: why },
-      apply: async (tx) => {
-        const cur = await svc.ledger.getReservation(tx, rid);
-        if (cur && ['allocated', 'preparing', 'running'].includes(cur.status)) {
-          await svc.ledger.beginRelease(
-            rid,
-            'withdrawn',
-            `no longer wanted before dispatch: ${why}`,
-            'github',
-            tx,
-          );
-          // the check run says why in words (reservations.reason)
-          await tx
-            .update(t.reservations)
-            .set({ reason: `no longer wanted before dispatch: ${why}` })
-            .where(eq(t.reservations.id, rid));
-        }
-      },
+      // the check run says why in words (reservations.reason)
+      apply: (tx) => withdrawBeforeDispatch(svc.ledger, rid, why, tx),
     };
   }
   await svc.client.request(
@@ -204,15 +194,11 @@ const JIT_BUCKET_KEY = 'github:jit_bucket';
 async function takeJitToken(svc: GitHubService): Promise<void> {
   const refill = await svc.ledger.write(async (tx, now) => {
     const hour = Math.floor(now / 3_600_000);
-    const row = (await tx.select().from(t.meta).where(eq(t.meta.key, JIT_BUCKET_KEY)))[0];
-    const cur = row ? (JSON.parse(row.value) as { hour: number; used: number }) : { hour, used: 0 };
+    const mark = await svc.ledger.getMark(tx, JIT_BUCKET_KEY);
+    const cur = mark ? (JSON.parse(mark) as { hour: number; used: number }) : { hour, used: 0 };
     const used = cur.hour === hour ? cur.used : 0;
     if (used >= JIT_PER_HOUR) return (hour + 1) * 3_600_000;
-    const value = JSON.stringify({ hour, used: used + 1 });
-    await tx
-      .insert(t.meta)
-      .values({ key: JIT_BUCKET_KEY, value })
-      .onConflictDoUpdate({ target: t.meta.key, set: { value } });
+    await svc.ledger.setMark(tx, JIT_BUCKET_KEY, JSON.stringify({ hour, used: used + 1 }));
     return null;
   });
   if (refill != null)
@@ -262,31 +248,19 @@ const sendGenerateJit: Sender = async (svc, _row, payload) => {
     // never the config itself: results are stored and may be shown to operators
     result: { runnerId, runnerName: name, attempt },
     apply: async (tx, now, changed) => {
-      await tx
-        .insert(t.jitHandoffs)
-        .values({
-          runnerName: name,
-          leaseId,
-          reservationId: rid,
-          hostId: lease.hostId,
-          attempt,
-          runnerId,
-          jitConfig,
-          createdAt: now,
-        })
-        .onConflictDoNothing({ target: t.jitHandoffs.runnerName });
-      const cur = await svc.ledger.getReservation(tx, rid);
-      await svc.ledger.record(tx, now, {
-        subjectType: 'reservation',
-        subjectId: rid,
-        type: 'reservation.runner_registered',
-        cause: `JIT runner ${name} registered for ${lease.hostId} (attempt ${attempt})`,
-        actor: 'github',
-        data: { runnerName: name, runnerId, hostId: lease.hostId, attempt },
+      await recordRunnerRegistration(svc.ledger, tx, now, {
+        runnerName: name,
+        leaseId,
+        reservationId: rid,
+        hostId: lease.hostId,
+        attempt,
+        runnerId,
+        jitConfig,
       });
+      const cur = await getReservation(svc.ledger, tx, rid);
       if (cur && !['preparing', 'running'].includes(cur.status)) {
         // released while we were registering: the runner must go again, config never handed out
-        await tx.update(t.jitHandoffs).set({ jitConfig: null }).where(eq(t.jitHandoffs.runnerName, name));
+        await withholdJitConfigs(tx, { runnerName: name });
         await enqueueRunnerDeletes(tx, now, cur);
       }
       changed.add(`host:${lease.hostId}`);
@@ -313,23 +287,14 @@ const sendDeleteRunner: Sender = async (svc, _row, payload) => {
   }
   return {
     result: { deleted: name },
-    apply: async (tx, now) => {
-      await tx
-        .update(t.jitHandoffs)
-        .set({ deletedAt: now, jitConfig: null })
-        .where(eq(t.jitHandoffs.runnerName, name));
-    },
+    apply: (tx, now) => markRunnerDeleted(tx, now, name),
   };
 };
 
 /** Queues deregistration of every runner of `r` that GitHub still knows (release, retry). */
 export async function enqueueRunnerDeletes(tx: Tx, now: number, r: ReservationRow, only?: string) {
   const meta = readMeta(r);
-  const rows = await tx
-    .select()
-    .from(t.jitHandoffs)
-    .where(and(eq(t.jitHandoffs.reservationId, r.id), isNull(t.jitHandoffs.deletedAt)));
-  for (const h of rows) {
+  for (const h of await liveRunnersOf(tx, r.id)) {
     if (only && h.runnerName !== only) continue;
     if (h.runnerId == null) continue;
     await enqueue(tx, now, {

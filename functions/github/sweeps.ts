@@ -1,12 +1,23 @@
 import { Cron } from 'croner';
-import { and, eq, inArray, isNotNull, lt } from 'drizzle-orm';
-import * as t from '../ledger/schema.ts';
+import {
+  enqueue,
+  enqueueCheckSync,
+  outboxKeyExists,
+  pruneDeliveries as pruneDeliveryRows,
+} from '../ledger/outbox.ts';
+import * as q from '../ledger/queries.ts';
+import { enabledRepository } from '../ledger/queries.ts';
+import {
+  beginRelease,
+  createReservation,
+  getReservation,
+  queuedOfKind,
+  setRunnerAttempt,
+} from '../ledger/reservations.ts';
 import { buildViews } from '../views.ts';
 import { renderCheckRun } from './check-run.ts';
 import { GitHubError } from './client.ts';
-import { enabledRepository } from './intake.ts';
 import { readMeta } from './meta.ts';
-import { enqueue, enqueueCheckSync } from './outbox.ts';
 import { enqueueRunnerDeletes } from './senders.ts';
 import type { GitHubService } from './service.ts';
 
@@ -20,18 +31,12 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
   const { ledger } = svc;
   const { runnerPickupTimeoutS, runnerRetries } = svc.config.timings;
   const now = ledger.clock();
-  const candidates = await ledger.db
-    .select()
-    .from(t.reservations)
-    .where(and(inArray(t.reservations.status, ['preparing', 'running']), isNotNull(t.reservations.repo)));
+  const candidates = await q.githubReservations(ledger, ['preparing', 'running']);
   let acted = 0;
   for (const r of candidates) {
     const meta = readMeta(r);
     if (!meta || meta.jobPickedUpAt) continue;
-    const handoffs = await ledger.db
-      .select()
-      .from(t.jitHandoffs)
-      .where(eq(t.jitHandoffs.reservationId, r.id));
+    const handoffs = await q.handoffsOf(ledger.db, r.id);
     const latest = new Map<string, (typeof handoffs)[number]>();
     for (const h of handoffs) {
       const cur = latest.get(h.leaseId);
@@ -41,18 +46,15 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
       if (now - h.createdAt < runnerPickupTimeoutS * 1000) continue;
       const next = h.attempt + 1;
       const did = await ledger.write(async (tx, now, changed) => {
-        const cur = await ledger.getReservation(tx, r.id);
+        const cur = await getReservation(ledger, tx, r.id);
         if (!cur || !['preparing', 'running'].includes(cur.status) || readMeta(cur)?.jobPickedUpAt)
           return false;
         const key = `jit:${h.leaseId}:a${next}`;
-        const already = await tx
-          .select({ id: t.outbox.id })
-          .from(t.outbox)
-          .where(eq(t.outbox.idempotencyKey, key));
-        if (already.length) return false;
+        if (await outboxKeyExists(tx, key)) return false;
         const waited = Math.round((now - h.createdAt) / 1000);
         if (h.attempt >= runnerRetries) {
-          await ledger.beginRelease(
+          await beginRelease(
+            ledger,
             r.id,
             'runner_not_picked_up',
             `runner not picked up: ${runnerRetries + 1} runner(s) waited ${runnerPickupTimeoutS} s each without a job`,
@@ -70,7 +72,7 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
           payload: { reservationId: r.id, leaseId: h.leaseId, attempt: next },
           notBefore: now + Math.min(10 * 60_000, 15_000 * 2 ** h.attempt),
         });
-        await tx.update(t.reservations).set({ attempt: next }).where(eq(t.reservations.id, r.id));
+        await setRunnerAttempt(tx, r.id, next);
         await ledger.record(tx, now, {
           subjectType: 'reservation',
           subjectId: r.id,
@@ -90,30 +92,13 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
 /** Queue positions change without events: refresh check runs whose rendered state moved. */
 export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
   const { ledger } = svc;
-  const queued = await ledger.db
-    .select()
-    .from(t.reservations)
-    .where(
-      and(
-        eq(t.reservations.status, 'queued'),
-        isNotNull(t.reservations.repo),
-        isNotNull(t.reservations.headSha),
-      ),
-    );
+  const queued = await q.githubReservations(ledger, ['queued'], { withHeadSha: true });
   if (!queued.length) return 0;
   const { fleet } = await buildViews(ledger);
-  const checkRows = await ledger.db
-    .select({ id: t.outbox.id, reservationId: t.outbox.reservationId, status: t.outbox.status })
-    .from(t.outbox)
-    .where(
-      and(
-        eq(t.outbox.kind, 'check-run'),
-        inArray(
-          t.outbox.reservationId,
-          queued.map((r) => r.id),
-        ),
-      ),
-    );
+  const checkRows = await q.checkRunRowsOf(
+    ledger,
+    queued.map((r) => r.id),
+  );
   const latest = new Map<string, { id: number; status: string }>();
   for (const row of checkRows) {
     const cur = latest.get(row.reservationId!);
@@ -159,21 +144,16 @@ export async function runSchedules(svc: GitHubService): Promise<string[]> {
       continue;
     }
     const now = ledger.clock();
-    const row = (await ledger.db.select().from(t.meta).where(eq(t.meta.key, key)))[0];
-    if (!row) {
+    const mark = await ledger.getMark(undefined, key);
+    if (mark == null) {
       // first sight: start counting from now, never backfill
-      await ledger.write(async (tx) => {
-        await tx
-          .insert(t.meta)
-          .values({ key, value: String(now) })
-          .onConflictDoNothing();
-      });
+      await ledger.write((tx) => ledger.setMark(tx, key, String(now), { onlyIfAbsent: true }));
       continue;
     }
-    const last = Number(row.value);
+    const last = Number(mark);
     const due = cron.nextRun(new Date(last));
     if (!due || due.getTime() > now) continue;
-    const repo = await enabledRepository(svc, s.repo);
+    const repo = await enabledRepository(ledger, s.repo);
     if (!repo) continue;
     let sha: string;
     try {
@@ -193,25 +173,12 @@ export async function runSchedules(svc: GitHubService): Promise<string[]> {
       throw e;
     }
     const id = await ledger.write(async (tx, now, changed) => {
-      const cur = (await tx.select().from(t.meta).where(eq(t.meta.key, key)))[0];
       // another controller process fired this slot already
-      if (!cur || cur.value !== row.value) return null;
-      await tx
-        .update(t.meta)
-        .set({ value: String(now) })
-        .where(eq(t.meta.key, key));
-      const pending = await tx
-        .select({ id: t.reservations.id })
-        .from(t.reservations)
-        .where(
-          and(
-            eq(t.reservations.repo, repo.fullName),
-            eq(t.reservations.kind, s.kind),
-            eq(t.reservations.status, 'queued'),
-          ),
-        );
-      if (pending.length) return null;
-      const r = await ledger.createReservation(
+      if ((await ledger.getMark(tx, key)) !== mark) return null;
+      await ledger.setMark(tx, key, String(now));
+      if ((await queuedOfKind(ledger, tx, repo.fullName, s.kind)).length) return null;
+      const r = await createReservation(
+        ledger,
         {
           kind: s.kind,
           topology: s.topology,
@@ -237,25 +204,9 @@ export async function runSchedules(svc: GitHubService): Promise<string[]> {
   return fired;
 }
 
-/** GitHub lets an operator redeliver a webhook for 3 days; dedup rows older than 7 days go. */
-export const DELIVERY_RETENTION_MS = 7 * 24 * 3_600_000;
-const PRUNE_KEY = 'github:deliveries_pruned_at';
+export { DELIVERY_RETENTION_MS } from '../ledger/outbox.ts';
 
 /** Prunes old webhook dedup rows at most once an hour; returns how many were removed. */
-export async function pruneDeliveries(svc: GitHubService): Promise<number> {
-  const { ledger } = svc;
-  const now = ledger.clock();
-  const mark = (await ledger.db.select().from(t.meta).where(eq(t.meta.key, PRUNE_KEY)))[0];
-  if (mark && now - Number(mark.value) < 3_600_000) return 0;
-  return ledger.write(async (tx, now) => {
-    const removed = await tx
-      .delete(t.webhookDeliveries)
-      .where(lt(t.webhookDeliveries.receivedAt, now - DELIVERY_RETENTION_MS))
-      .returning({ id: t.webhookDeliveries.deliveryId });
-    await tx
-      .insert(t.meta)
-      .values({ key: PRUNE_KEY, value: String(now) })
-      .onConflictDoUpdate({ target: t.meta.key, set: { value: String(now) } });
-    return removed.length;
-  });
+export function pruneDeliveries(svc: GitHubService): Promise<number> {
+  return pruneDeliveryRows(svc.ledger);
 }

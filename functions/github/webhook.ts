@@ -3,7 +3,7 @@ import { ZodError } from 'zod';
 import type { App } from '../app.ts';
 import { ApiError } from '../errors.ts';
 import { GitHubError } from './client.ts';
-import { deliverySeen, ignoreDelivery, intakeHandlers } from './intake.ts';
+import { deliverySeen, ignoreDelivery, intakeHandlers } from './intake/index.ts';
 import type { GitHubService } from './service.ts';
 
 /** Webhook bodies above this are refused before parsing (GitHub caps payloads at 25 MB; ours are small). */

@@ -1,7 +1,7 @@
-import { eq } from 'drizzle-orm';
 import type { Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { z } from 'zod';
+import { isActiveStatus, isReleasableStatus } from '../../core/model.ts';
 import {
   describeIssues,
   LeaseVerifyRequestSchema,
@@ -15,7 +15,7 @@ import {
 } from '../../core/protocol/receipt.ts';
 import type { AppEnv, AppModule } from '../app.ts';
 import { ApiError, badRequest, conflict, notFound, staleFencingToken } from '../errors.ts';
-import * as t from '../ledger/schema.ts';
+import { storeReceipts } from '../ledger/reservations.ts';
 import { leaseForJobToken, requireBearer } from './job-token.ts';
 
 /**
@@ -25,9 +25,6 @@ import { leaseForJobToken, requireBearer } from './job-token.ts';
  */
 
 const VERIFY_MAX_BYTES = 4 * 1024;
-const RUNNABLE = ['allocated', 'preparing', 'running'];
-/** A receipt may still land while the release has begun (the job's last step races the exit). */
-const RECEIPT_OK = [...RUNNABLE, 'releasing'];
 
 const limit = (maxSize: number) =>
   bodyLimit({
@@ -85,7 +82,7 @@ export const leasesApiModule: AppModule = {
       }
       const r = await ledger.getReservation(undefined, reservationId);
       if (!r) throw notFound(`reservation ${reservationId}`);
-      if (!RUNNABLE.includes(r.status)) {
+      if (!isReleasableStatus(r.status)) {
         throw conflict(
           'reservation_not_active',
           `reservation ${reservationId} is ${r.status}; no new work may start under it`,
@@ -129,7 +126,8 @@ export const leasesApiModule: AppModule = {
         }
         const r = await ledger.getReservation(tx, reservationId);
         if (!r) throw notFound(`reservation ${reservationId}`);
-        if (!RECEIPT_OK.includes(r.status)) {
+        // a receipt may still land while the release has begun (the job's last step races the exit)
+        if (!isActiveStatus(r.status)) {
           throw conflict(
             'reservation_not_active',
             `reservation ${reservationId} is ${r.status}; a receipt is accepted only while it is active`,
@@ -161,10 +159,7 @@ export const leasesApiModule: AppModule = {
           return c.json(summary(stored, expected, true));
         }
         stored.byHost[receipt.hostId] = receipt;
-        await tx
-          .update(t.reservations)
-          .set({ receiptJson: JSON.stringify(stored), updatedAt: now })
-          .where(eq(t.reservations.id, reservationId));
+        await storeReceipts(ledger, tx, reservationId, JSON.stringify(stored));
         const s = summary(stored, expected, false);
         await ledger.record(tx, now, {
           subjectType: 'reservation',

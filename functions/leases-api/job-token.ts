@@ -1,9 +1,8 @@
-import { eq } from 'drizzle-orm';
 import { sha256Hex } from '../auth/tokens.ts';
 import { ApiError } from '../errors.ts';
 import type { Tx } from '../ledger/db.ts';
+import { leaseByJobTokenHash } from '../ledger/leases.ts';
 import type { LeaseRow, Ledger } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
 
 const unauthorized = (message: string) =>
   new ApiError(401, 'unauthorized', message, { 'WWW-Authenticate': 'Bearer realm="spark-lease"' });
@@ -28,7 +27,7 @@ export async function leaseForJobToken(
   hostId: string,
 ): Promise<LeaseRow> {
   const hash = await sha256Hex(token);
-  const lease = (await (tx ?? ledger.db).select().from(t.leases).where(eq(t.leases.jobTokenHash, hash)))[0];
+  const lease = await leaseByJobTokenHash(ledger, tx, hash);
   if (!lease) throw unauthorized('unknown job token: it was never issued or belongs to a finished lease');
   if (lease.reservationId !== reservationId) {
     throw new ApiError(

@@ -43,6 +43,9 @@ export const reservations = sqliteTable(
     /** Why it waits (queued) or how it ended (terminal), in words. */
     reason: text('reason'),
     position: integer('position'),
+    /** Why a queued reservation waits, as a code (core/admission.ts `WaitCode`); null once granted or ended. */
+    waitCode: text('wait_code'),
+    /** How the reservation ended or is ending (core/model.ts `Outcome`); never a wait code. */
     outcome: text('outcome'),
     createdAt: integer('created_at').notNull(),
     updatedAt: integer('updated_at').notNull(),

@@ -1,7 +1,6 @@
-import { and, count, inArray, isNotNull, min, sql } from 'drizzle-orm';
-import { HOST_STATES, RESERVATION_KINDS } from '../../core/model.ts';
+import { BINDING_LEASE_STATUSES, HOST_STATES, RESERVATION_KINDS } from '../../core/model.ts';
 import type { Ledger } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
+import { metricsReads } from '../ledger/queries.ts';
 import { buildViews } from '../views.ts';
 import type { LiveHistogram, MetricFamily } from './prom-text.ts';
 
@@ -23,30 +22,7 @@ export async function collectMetrics(
   const byKind = <T>(f: (k: (typeof RESERVATION_KINDS)[number]) => T) =>
     RESERVATION_KINDS.map((k) => [k, f(k)] as const);
 
-  const granted = await ledger.db
-    .select({
-      kind: t.reservations.kind,
-      createdAt: t.reservations.createdAt,
-      grantedAt: t.reservations.grantedAt,
-    })
-    .from(t.reservations)
-    .where(isNotNull(t.reservations.grantedAt))
-    .orderBy(sql`${t.reservations.seq} desc`)
-    .limit(10000);
-  const started = await ledger.db
-    .select({ preparedAt: t.leases.preparedAt, runnerStartedAt: t.leases.runnerStartedAt })
-    .from(t.leases)
-    .where(and(isNotNull(t.leases.preparedAt), isNotNull(t.leases.runnerStartedAt)))
-    .limit(10000);
-  const outboxRows = await ledger.db
-    .select({ status: t.outbox.status, n: count(), oldest: min(t.outbox.createdAt) })
-    .from(t.outbox)
-    .groupBy(t.outbox.status);
-  const leaseRows = await ledger.db
-    .select({ status: t.leases.status, n: count() })
-    .from(t.leases)
-    .where(inArray(t.leases.status, ['active', 'expired', 'releasing']))
-    .groupBy(t.leases.status);
+  const { granted, started, outboxRows, leaseRows } = await metricsReads(ledger);
 
   const pendingOutbox = outboxRows.find((r) => r.status === 'pending');
   const families: MetricFamily[] = [
@@ -96,7 +72,7 @@ export async function collectMetrics(
       name: 'spark_leases',
       help: 'Leases that bind a host, by lease status.',
       type: 'gauge',
-      samples: (['active', 'expired', 'releasing'] as const).map((status) => ({
+      samples: BINDING_LEASE_STATUSES.map((status) => ({
         labels: { status },
         value: leaseRows.find((r) => r.status === status)?.n ?? 0,
       })),

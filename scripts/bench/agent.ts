@@ -6,8 +6,6 @@
  *  - the agent's idle RSS and CPU over 60 s with the production heartbeat (10 s) and long-poll (25 s).
  */
 import { readFileSync } from 'node:fs';
-import { and, asc, eq } from 'drizzle-orm';
-import * as t from '../../functions/ledger/schema.ts';
 import { startFleet } from '../../test/doubles/fleet.ts';
 import { readRunnerMarkers, waitFor } from '../../test/doubles/index.ts';
 import type { BenchRunner } from './types.ts';
@@ -53,13 +51,9 @@ async function handoverLatency(progress: (m: string) => void) {
     const deltas: number[] = [];
     for (let i = 1; i < ids.length; i++) {
       const prev = (await fleet.leases(ids[i - 1]!))[0]!;
-      const released = (
-        await fleet.controller.ledger.db
-          .select()
-          .from(t.events)
-          .where(and(eq(t.events.subjectId, prev.id), eq(t.events.type, 'lease.released')))
-          .orderBy(asc(t.events.id))
-      )[0]!;
+      const released = (await fleet.controller.ledger.history('lease', prev.id)).find(
+        (e) => e.type === 'lease.released',
+      )!;
       const next = markers.find((m) => m.reservationId === ids[i]);
       if (!next) throw new Error(`no runner started for ${ids[i]}`);
       deltas.push(next.startedAt - released.at);

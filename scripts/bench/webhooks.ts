@@ -8,20 +8,20 @@
  */
 import { sign } from '@octokit/webhooks-methods';
 import { createApiToken } from '../../functions/auth/tokens.ts';
-import { SECRET } from '../../test/fake-github/harness.ts';
-import { makeTestLedger } from '../../test/helpers/ledger.ts';
-import { startControllerProcesses } from '../../test/helpers/load/controllers.ts';
 import {
   LOAD_INSTALLATION,
   LOAD_REPO,
   MAINTAINER,
+  makeTestLedger,
   OUTSIDER,
   planDeliveries,
   pullRequestEvent,
+  SECRET,
   sendAll,
   sendDelivery,
-} from '../../test/helpers/load/deliveries.ts';
-import { startFakeGitHubProcess } from '../../test/helpers/load/fake-github-process.ts';
+  startControllerProcesses,
+  startFakeGitHubProcess,
+} from '../../test/harness/load.ts';
 import { percentile } from './admission.ts';
 import type { BenchRunner } from './types.ts';
 

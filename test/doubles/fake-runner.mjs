@@ -3,10 +3,10 @@
 // the JIT config came in ACTIONS_RUNNER_INPUT_JITCONFIG and not on any command line (its own or
 // its parent's), that the SPARK_* job environment is complete, records what it saw in a marker
 // file, writes into its work dir, sleeps and exits with the code the test put in the config.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 const fail = (code, msg) => {
   console.error(`fake runner: ${msg}`);
@@ -63,6 +63,67 @@ try {
   gpuAtStart = [`error: ${e.message}`];
 }
 writeFileSync(join(process.env.SPARK_WORK_DIR, 'job-output.txt'), 'partial build output\n');
+
+// A stand-in for hostile job code (issue 11): what can it reach of the agent and of other
+// reservations? Each attempt records the error code it got, or "ok".
+const attempt = (fn) => {
+  try {
+    fn();
+    return 'ok';
+  } catch (e) {
+    return e.code ?? String(e.message);
+  }
+};
+const ppidOf = (pid) => {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(s.slice(s.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    return null;
+  }
+};
+let probe = null;
+if (fake.probe) {
+  // the agent is the wrapper shell's parent (while it lives): exactly what a job can find via /proc
+  const agentPid = ppidOf(process.ppid);
+  probe = {
+    agentPid,
+    read: Object.fromEntries(fake.probe.read.map((p) => [p, attempt(() => readFileSync(p))])),
+    agentEnviron: attempt(() => readFileSync(`/proc/${agentPid}/environ`)),
+    agentCmdline: cmdline(agentPid).split('\0').join(' ').trim(),
+    signalAgent: attempt(() => process.kill(agentPid, 0)),
+  };
+}
+let daemonPid = null;
+if (fake.leaveDaemon) {
+  // leaves its process group (setsid) and keeps trying to write into every other work dir
+  const script = `
+    const fs = require('node:fs'), path = require('node:path');
+    const [root, own, log] = process.argv.slice(1);
+    setInterval(() => {
+      let names = [];
+      try { names = fs.readdirSync(root); } catch {}
+      for (const n of names) {
+        const d = path.join(root, n);
+        if (d === own) continue;
+        try { fs.writeFileSync(path.join(d, 'intruder.txt'), 'left by an earlier job'); fs.appendFileSync(log, d + '\\n'); } catch {}
+      }
+    }, 25);
+    setTimeout(() => process.exit(0), 120000);`;
+  const child = spawn(
+    process.execPath,
+    [
+      '-e',
+      script,
+      dirname(process.env.SPARK_WORK_DIR),
+      process.env.SPARK_WORK_DIR,
+      join(fake.markerDir, 'intrusions.log'),
+    ],
+    { detached: true, stdio: 'ignore' },
+  );
+  child.unref();
+  daemonPid = child.pid;
+}
 if (fake.markerDir) {
   mkdirSync(fake.markerDir, { recursive: true });
   writeFileSync(
@@ -80,7 +141,11 @@ if (fake.markerDir) {
       jitSha256: createHash('sha256').update(cfg).digest('hex'),
       workDir: process.env.SPARK_WORK_DIR,
       cwd: process.cwd(),
+      uid: process.getuid(),
+      env: Object.keys(process.env).sort(),
       gpuAtStart,
+      probe,
+      daemonPid,
     }),
   );
 }

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { and, asc, eq, inArray } from 'drizzle-orm';
@@ -26,6 +26,7 @@ import {
   simulatedAgentConfig,
   waitFor,
 } from './index.ts';
+import { canCreateUsers, createTestUser, type TestUser } from './runner-user.ts';
 
 /**
  * A whole fleet on loopback for agent tests and benches: the controller (in this process, real
@@ -59,6 +60,12 @@ export interface FleetOptions {
   controllerEnv?: Record<string, string>;
   /** Run the agent from the bundle `npm run build -- agent` makes (default), or from source with tsx. */
   agentFrom?: 'bundle' | 'source';
+  /**
+   * Run each host's runner as its own real unprivileged user (issue 11), created with `useradd`
+   * and removed at close, as an operator sets up `spark-runner`. Default: when this process is root
+   * (here and in CI); otherwise the runner runs as the agent (development mode).
+   */
+  runnerUsers?: boolean;
 }
 
 export interface AgentHandle {
@@ -73,6 +80,8 @@ export interface AgentHandle {
 export interface Fleet {
   dir: string;
   markerDir: string;
+  /** The runner user of each host, when the fleet runs runners as their own users. */
+  runnerUsers: Record<string, TestUser>;
   controller: RunningController;
   gpu: Record<string, FakeGpu>;
   deckard: FakeDeckard | null;
@@ -146,8 +155,13 @@ function handoffModule(
 
 let bundle: Promise<string> | null = null;
 
-/** Builds the agent bundle (the file that ships) once per test process, into a temp dir. */
+/**
+ * The agent bundle (the file that ships): the one the vitest global setup built for this test run
+ * (`SPARK_TEST_AGENT_BUNDLE`), else built once per process into a temp dir.
+ */
 export function agentBundle(): Promise<string> {
+  const prebuilt = process.env.SPARK_TEST_AGENT_BUNDLE;
+  if (prebuilt) return Promise.resolve(prebuilt);
   bundle ??= (async () => {
     const out = join(mkdtempSync(join(tmpdir(), 'spark-agent-bundle-')), 'spark-agent.mjs');
     await buildTarget(targets.find((t) => t.name === 'agent')!, out);
@@ -160,7 +174,15 @@ export function agentBundle(): Promise<string> {
 export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const { dir, cleanup } = tempDir('spark-fleet-');
   const hosts = opts.hosts ?? [{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }];
+  const agentMain = opts.agentFrom === 'source' ? null : await agentBundle();
+  const withUsers = opts.runnerUsers ?? canCreateUsers();
+  const runnerUsers: Record<string, TestUser> = {};
+  // runner users pass through (not list) the fleet and host dirs to their work dirs and the fake GPU
+  chmodSync(dir, 0o711);
   const markerDir = join(dir, 'markers');
+  // fake runners (any runner user) record what they saw here
+  mkdirSync(markerDir, { recursive: true });
+  chmodSync(markerDir, 0o1777);
   const runner = opts.runner ?? (() => ({ exitCode: 0, sleepMs: 300 }));
   const config: SparkConfigInput = {
     hosts: hosts.map((h) => ({ id: h.id, homeService: h.homeService ?? null })),
@@ -188,8 +210,18 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
 
   for (const h of hosts) {
     const hd = join(dir, h.id);
-    mkdirSync(hd, { recursive: true });
+    mkdirSync(hd, { recursive: true, mode: 0o711 });
+    chmodSync(hd, 0o711);
     gpu[h.id] = new FakeGpu(join(hd, 'gpu'));
+    chmodSync(gpu[h.id]!.dir, 0o755);
+    const user = withUsers ? await createTestUser() : null;
+    if (user) {
+      runnerUsers[h.id] = user;
+      // what the operator does (docs/agent.md): the work root is the runner user's alone
+      const work = join(hd, 'work');
+      mkdirSync(work, { mode: 0o700 });
+      chownSync(work, user.uid, user.gid);
+    }
     const { token } = await createAgentToken(controller.ledger, h.id, 'test');
     writeFileSync(join(hd, 'agent.token'), `${token}\n`, { mode: 0o600 });
     let service: Record<string, unknown> | null = null;
@@ -216,18 +248,23 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
         runnerCommand: [process.execPath, FAKE_RUNNER],
         service,
         logLevel: 'debug',
+        runnerUser: user?.name ?? null,
       }),
       ...(opts.agentConfig?.(h.id) ?? {}),
     };
     configPaths[h.id] = join(hd, 'agent.json');
-    writeFileSync(configPaths[h.id]!, JSON.stringify(agentCfg, null, 2));
+    writeFileSync(configPaths[h.id]!, JSON.stringify(agentCfg, null, 2), { mode: 0o600 });
     await controller.ledger.setManaged(h.id, true, 'test');
   }
 
   const startAgent = (hostId: string): AgentHandle => {
     const proc = spawn(
       process.execPath,
-      ['--import', 'tsx', join(REPO_ROOT, 'agent/main.ts'), '--config', configPaths[hostId]!],
+      [
+        ...(agentMain ? [agentMain] : ['--import', 'tsx', join(REPO_ROOT, 'agent/main.ts')]),
+        '--config',
+        configPaths[hostId]!,
+      ],
       {
         cwd: REPO_ROOT,
         env: { ...process.env, ...gpu[hostId]!.env() },
@@ -258,6 +295,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const fleet: Fleet = {
     dir,
     markerDir,
+    runnerUsers,
     get controller() {
       return controller;
     },
@@ -376,6 +414,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       }
       deckard?.kill();
       await controller.close().catch(() => undefined);
+      for (const u of Object.values(runnerUsers)) await u.remove();
       cleanup();
     },
   };

@@ -153,6 +153,10 @@ export interface FakeRunnerBehavior {
   /** Delay before honouring SIGTERM (a job slow to cancel). */
   ignoreTermMs?: number;
   lastLines?: string[];
+  /** Act as hostile job code: try to read these paths and to reach the agent (results in the marker). */
+  probe?: { read: string[] };
+  /** Leave a process behind (setsid) that keeps trying to write into other work dirs. */
+  leaveDaemon?: boolean;
 }
 
 /** A JIT config shaped like GitHub's (base64 JSON) that also tells the fake runner what to do. */
@@ -178,7 +182,18 @@ export interface RunnerMarker {
   jitSha256: string;
   workDir: string;
   cwd: string;
+  uid: number;
+  /** Names of the variables in the runner's environment. */
+  env: string[];
   gpuAtStart: string[];
+  probe: {
+    agentPid: number | null;
+    read: Record<string, string>;
+    agentEnviron: string;
+    agentCmdline: string;
+    signalAgent: string;
+  } | null;
+  daemonPid: number | null;
 }
 
 export function readRunnerMarkers(markerDir: string): RunnerMarker[] {
@@ -246,6 +261,8 @@ export function simulatedAgentConfig(opts: {
   runnerCommand: string[];
   service: unknown;
   logLevel: 'debug' | 'info';
+  /** The runner user (issue 11); omitted: the runner runs as the agent (the demo, a non-root run). */
+  runnerUser?: string | null;
 }) {
   return {
     controllerUrl: opts.controllerUrl,
@@ -258,7 +275,9 @@ export function simulatedAgentConfig(opts: {
       dir: REPO_ROOT,
       command: opts.runnerCommand,
       stopGraceS: 2,
-      passEnv: ['FAKE_NVIDIA_SMI_STATE'],
+      user: opts.runnerUser ?? null,
+      // the fake nvidia-smi is found through the agent's PATH and reads FAKE_NVIDIA_SMI_STATE
+      passEnv: ['PATH', 'FAKE_NVIDIA_SMI_STATE'],
     },
     service: opts.service,
     timeouts: { requestS: 5, gpuQueryS: 5, backoffMaxS: 1, longPollS: 5 },

@@ -42,8 +42,11 @@ describe('relay agent: fencing and fail-closed', () => {
     const cfgPath = fleet.agentConfigPath('spark-2');
     const stateFile = join(dirname(cfgPath), 'state', 'agent-state.json');
     const { mkdirSync } = await import('node:fs');
-    mkdirSync(dirname(stateFile), { recursive: true });
-    writeFileSync(stateFile, JSON.stringify({ v: 1, maxFencingToken: 10, lease: null, restore: null }));
+    // private, as the agent keeps it (it refuses a state dir or file other users can reach)
+    mkdirSync(dirname(stateFile), { recursive: true, mode: 0o700 });
+    writeFileSync(stateFile, JSON.stringify({ v: 1, maxFencingToken: 10, lease: null, restore: null }), {
+      mode: 0o600,
+    });
     const agent = fleet.startAgent('spark-2');
     await waitFor('spark-2 heartbeat', async () => (await fleet!.host('spark-2')).lastHeartbeatAt != null);
     const id = await fleet.reserve();
@@ -164,4 +167,59 @@ describe('relay agent: kill -9 at each step, then restart', () => {
       });
     },
   );
+});
+
+describe('trust boundary: the job runs as its own unprivileged user (issue 11 item 1)', () => {
+  it('a job cannot read the token, config or state, cannot signal the agent, and cannot reach the next reservation', async () => {
+    let paths: string[] = [];
+    fleet = await startFleet({
+      hosts: [{ id: 'spark-2' }],
+      githubOutcome: () => 'passed',
+      runner: (rid) =>
+        rid === 'r-1'
+          ? { exitCode: 0, sleepMs: 300, probe: { read: paths }, leaveDaemon: true }
+          : { exitCode: 0, sleepMs: 1500 },
+    });
+    const f = fleet;
+    const user = f.runnerUsers['spark-2'];
+    if (!user) throw new Error('the fleet made no runner user: run the agent tests as root (CI does)');
+    const hostDir = dirname(f.agentConfigPath('spark-2'));
+    paths = [
+      join(hostDir, 'agent.token'),
+      f.agentConfigPath('spark-2'),
+      join(hostDir, 'state', 'agent-state.json'),
+    ];
+    const agent = f.startAgent('spark-2');
+    await waitFor('spark-2 heartbeat', async () => (await f.host('spark-2')).lastHeartbeatAt != null);
+
+    const first = await f.reserve();
+    await expect(f.waitReservation(first, ['done', 'failed'])).resolves.toMatchObject({ status: 'done' });
+    const m1 = readRunnerMarkers(f.markerDir).find((m) => m.reservationId === first)!;
+    expect(m1.uid).toBe(user.uid);
+    const probe = m1.probe!;
+    // the agent is where the job can find it, and its command line names the config...
+    expect(probe.agentPid).toBe(agent.proc.pid);
+    expect(probe.agentCmdline).toContain(f.agentConfigPath('spark-2'));
+    // ...but none of the agent's files opens, its environment is closed, and it cannot be signalled
+    expect(probe.read).toEqual(Object.fromEntries(paths.map((p) => [p, 'EACCES'])));
+    expect(probe.agentEnviron).toBe('EACCES');
+    expect(probe.signalAgent).toBe('EPERM');
+    // a fresh environment: nothing of the agent's own (the test process's variables) reached the job
+    expect(m1.env).not.toContain('SPARK_TEST_AGENT_BUNDLE');
+    expect(m1.env).not.toContain('VITEST');
+    // the process the job left behind (outside its process group) ended with the lease
+    expect(m1.daemonPid).not.toBeNull();
+    expect(isLive(m1.daemonPid!)).toBe(false);
+
+    const second = await f.reserve({ pr: 8 });
+    await f.waitReservation(second, ['running']);
+    const m2 = await waitFor('the second runner', () =>
+      readRunnerMarkers(f.markerDir).find((m) => m.reservationId === second),
+    );
+    await expect(f.waitReservation(second, ['done', 'failed'])).resolves.toMatchObject({ status: 'done' });
+    expect(m2.workDir).not.toBe(m1.workDir);
+    // nothing of the first job ever wrote into the second reservation's work dir
+    const log = join(f.markerDir, 'intrusions.log');
+    expect(existsSync(log) ? readFileSync(log, 'utf8') : '').toBe('');
+  });
 });

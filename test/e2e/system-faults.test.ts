@@ -2,9 +2,13 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { FleetView, QueueView } from '../../functions/views.ts';
-import { type JobPlan, queuedId, type SparkSystem, startSystem } from '../../scripts/demo/system.ts';
+import type { z } from 'zod';
+import type { FleetResponse, QueueResponse } from '../../core/protocol/api.ts';
 import { isLive, waitFor } from '../doubles/index.ts';
+import { type JobPlan, queuedId, type SparkSystem, startSystem } from '../harness/index.ts';
+
+type FleetView = z.infer<typeof FleetResponse>;
+type QueueView = z.infer<typeof QueueResponse>;
 
 /**
  * DESIGN.md "Failure and cancellation behavior", end to end (issue 7): the controller and one

@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type JobPlan, queuedId, REPO, type SparkSystem, startSystem } from '../../scripts/demo/system.ts';
 import { isLive, waitFor } from '../doubles/index.ts';
+import { type JobPlan, queuedId, REPO, type SparkSystem, startSystem } from '../harness/index.ts';
 
 /**
  * The whole system from GitHub's side (issue 7): controller and relay agents as separate

@@ -1,5 +1,5 @@
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -50,7 +50,7 @@ async function preflight(fx: LeaseFixture, hostId: string, over: Record<string, 
   const lease = fx.leases.find((l) => l.hostId === hostId)!;
   return runAction('lease-preflight', {
     inputs: { reservation_id: fx.reservation.id, min_free_gb: '0.001', imports: 'json', ...inputs },
-    env: { ...runnerEnv(fx, lease, dirs()), PATH: hostPath(), PYTHONPATH: torchDir, ...over },
+    env: { ...runnerEnv(fx, lease, dirs()), PATH: hostPath(), ...over },
     workspace: repo,
     tmp: tmp.dir,
   });
@@ -79,7 +79,9 @@ beforeAll(async () => {
   }).trim();
   execFileSync(python, ['-m', 'venv', '--without-pip', join(tmp.dir, 'venv')]);
   venvBin = join(tmp.dir, 'venv', 'bin');
-  torchDir = join(tmp.dir, 'site');
+  // installed in the venv: the doctor runs python -I, which ignores PYTHONPATH
+  const lib = join(tmp.dir, 'venv', 'lib');
+  torchDir = join(lib, readdirSync(lib).find((d) => d.startsWith('python'))!, 'site-packages');
   mkdirSync(join(torchDir, 'torch'), { recursive: true });
   writeFileSync(
     join(torchDir, 'torch', '__init__.py'),
@@ -149,6 +151,49 @@ describe('actions/lease-preflight (run as the runner runs it)', () => {
     );
     expect(r.output).toContain('::error::lease preflight failed: lease');
     expect(r.outputs.ok).toBe('false');
+  });
+
+  it('holds the venv against the host provisioning spec and what was provisioned beside it (issue 14 item 7)', async () => {
+    f = await startWithGrantedLease({ headSha: head });
+    const venvRoot = join(tmp.dir, 'venv');
+    const distDir = join(torchDir, 'torch-2.9.0+cu130.dist-info');
+    mkdirSync(distDir, { recursive: true });
+    writeFileSync(join(distDir, 'METADATA'), 'Metadata-Version: 2.1\nName: torch\nVersion: 2.9.0+cu130\n');
+    const specPath = join(tmp.dir, 'host-provisioning.json');
+    writeFileSync(specPath, JSON.stringify({ venv: venvRoot, pins: { torch: '2.9.0+cu130' } }));
+    const before = await preflight(f, 'spark-2', {}, { provisioning_spec: specPath });
+    expect(before.output).toContain('ok   pin:torch: torch==2.9.0+cu130');
+    expect(before.output).toContain(
+      `FAIL provisioned: no provisioning manifest at ${join(tmp.dir, 'PROVISIONING-MANIFEST.json')}`,
+    );
+    expect(before.code).toBe(1);
+    // the operator provisions on the host: the doctor writes the manifest beside the venv
+    const provision = spawnSync(
+      join(hostBin, 'spark-runner-preflight'),
+      ['doctor', '--spec', specPath, '--tools', ''],
+      {
+        encoding: 'utf8',
+        env: { PATH: hostPath(), HOME: tmp.dir, SPARK_MODEL_CACHE: dirs().modelCache },
+      },
+    );
+    expect(provision.stdout).toContain(
+      `doctor: manifest written to ${join(tmp.dir, 'PROVISIONING-MANIFEST.json')}`,
+    );
+    expect(provision.status).toBe(0);
+    const after = await preflight(f, 'spark-2', {}, { provisioning_spec: specPath });
+    expect(after.output).toContain('ok   provisioned: the venv holds exactly what was provisioned');
+    expect(after.code).toBe(0);
+    const manifest = JSON.parse(readFileSync(after.outputs.manifest!, 'utf8'));
+    expect(manifest.provisioning).toMatchObject({
+      venv: venvRoot,
+      pins: { torch: { installed: '2.9.0+cu130' } },
+    });
+    // a spec from the checkout would let the PR say what its environment must be
+    const fromCheckout = await preflight(f, 'spark-2', {}, { provisioning_spec: join(repo, 'spec.json') });
+    expect(fromCheckout.code).toBe(1);
+    expect(fromCheckout.output).toContain(
+      'provisioning_spec must be an absolute path of a host file the operator owns, outside the checkout',
+    );
   });
 
   it('fails closed when the controller is unreachable or the lease token is unknown', async () => {

@@ -23,6 +23,7 @@ const SCRIPT = `#!/usr/bin/env bash
 set -euo pipefail
 topology="$1"
 echo "phase=\${SPARK_TEST_SUITE} topology=\${topology} lease-token=\${SPARK_LEASE_TOKEN:-absent} fencing=\${SPARK_FENCING_TOKEN:-absent}"
+echo "lane=\${SPARK_LANE} target=\${SPARK_LANE_TARGET_MINUTES} deadline=\${SPARK_LANE_DEADLINE}"
 echo "\${SPARK_TEST_SUITE}" >> "\${SPARK_WORK_DIR}/phases.txt"
 test -d "\${SPARK_MODEL_CACHE}"
 if [ "\${SPARK_FAIL_PHASE:-}" = "\${SPARK_TEST_SUITE}" ]; then
@@ -158,6 +159,12 @@ describe('actions/spark-test (run as the runner runs it)', () => {
     });
     expect(receipt.lastLines).toBeUndefined();
     expect(receipt.toolchain.source).toBe(head);
+    // the seed's lane and its target travel with the evidence; the script learns its deadline
+    expect(receipt.lane).toMatchObject({ name: 'spark-test', targetMinutes: 30, withinTarget: true });
+    const deadline = Number(/lane=spark-test target=30 deadline=(\d+)/.exec(r.output)?.[1]);
+    expect(deadline * 1000).toBeGreaterThan(Date.parse(receipt.startedAt) + 29 * 60_000);
+    expect(deadline * 1000).toBeLessThanOrEqual(Date.parse(receipt.startedAt) + 30 * 60_000);
+    expect(r.summary).toMatch(/spark-test: \d+\.\d of 30 min target — within target/);
     expect(createHash('sha256').update(JSON.stringify(receipt)).digest('hex')).toBe(r.outputs.receipt_sha256);
 
     expect(r.summary).toContain('Spark test passed');
@@ -202,6 +209,37 @@ describe('actions/spark-test (run as the runner runs it)', () => {
     expect(r.phases).toEqual(['smoke', 'performance']);
     const receipt = (await stored(f))!.byHost['spark-2']!;
     expect(receipt.phases.map((p) => p.suite)).toEqual(['smoke', 'performance']);
+    // one 60-minute target spans both phases of the long lane
+    expect(receipt.lane).toMatchObject({ name: 'spark-test-long', targetMinutes: 60, withinTarget: true });
+    const deadlines = [...r.output.matchAll(/lane=spark-test-long target=60 deadline=(\d+)/g)].map(
+      (m) => m[1],
+    );
+    expect(deadlines).toHaveLength(2);
+    expect(new Set(deadlines).size).toBe(1);
+  });
+
+  it('stops a run that passes its lane time target and says so in the receipt (issue 14 item 5)', async () => {
+    f = await startWithGrantedLease({ headSha: head, suite: 'performance' });
+    const lease = f.leases[0]!;
+    const pidFile = join(tmp.dir, `lane-${Date.now()}.pid`);
+    // 0.02 minutes: the hanging smoke phase outlives the target, so the action stops it
+    const r = await sparkTest(f, lease, { time_target_minutes: '0.02' }, { SPARK_HANG: pidFile });
+    expect(r.code).toBe(1);
+    expect(r.outputs.result).toBe('failed');
+    expect(r.phases).toEqual(['smoke']);
+    expect(r.output).toContain(
+      'lane spark-test-long exceeded its 0.02-minute time target: smoke phase stopped',
+    );
+    const receipt = (await stored(f))!.byHost['spark-2']!;
+    expect(receipt.result).toBe('failed');
+    expect(receipt.reason).toContain('exceeded its 0.02-minute time target');
+    expect(receipt.lane).toMatchObject({ name: 'spark-test-long', targetMinutes: 0.02, withinTarget: false });
+    expect(r.summary).toContain('target exceeded');
+    const pids = readFileSync(pidFile, 'utf8').trim().split(' ').map(Number);
+    await waitFor(() => pids.every((pid) => !alive(pid)), 10_000);
+    const bad = await sparkTest(f, lease, { time_target_minutes: 'soon' });
+    expect(bad.code).toBe(1);
+    expect(bad.output).toContain('time_target_minutes must be a number of minutes');
   });
 
   it('fails a pair with a clear message until a distributed assertion is declared', async () => {

@@ -129,8 +129,10 @@ export function spawnSparkctl(
   args: string[],
   env: Record<string, string>,
   home: string,
+  cwd?: string,
 ): SparkctlProcess {
   const child = spawn(process.execPath, [bin, ...args], {
+    ...(cwd ? { cwd } : {}),
     env: {
       PATH: process.env.PATH ?? '',
       HOME: home,
@@ -175,6 +177,7 @@ export async function runSparkctl(
   args: string[],
   env: Record<string, string>,
   home: string,
+  cwd?: string,
 ): Promise<RunResult> {
-  return spawnSparkctl(bin, args, env, home).done;
+  return spawnSparkctl(bin, args, env, home, cwd).done;
 }

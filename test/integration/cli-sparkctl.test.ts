@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -18,6 +18,7 @@ import {
   agentPrepared,
   bringOnline,
   cleanupBundle,
+  FAST_TIMINGS,
   runSparkctl,
   sparkctlBundle,
   spawnSparkctl,
@@ -183,6 +184,9 @@ describe('sparkctl against a real controller', () => {
     expect(usage.stderr).toMatch(/invalid --ttl 'soon'/);
     const unknown = await sparkctl(['frobnicate'], ctl.tokens.dev);
     expect(unknown.code).toBe(2);
+    const noHost = await sparkctl(['reserve', '--host', 'spark-9'], ctl.tokens.dev);
+    expect(noHost.code).toBe(2);
+    expect(noHost.stderr.trim()).toBe('sparkctl: unknown host "spark-9": this fleet has spark-1, spark-2');
 
     const url = ctl.c.url;
     await ctl.c.close();
@@ -287,6 +291,125 @@ describe('sparkctl against a real controller', () => {
   });
 });
 
+describe('sparkctl command line: per-command help and options', () => {
+  it("prints each command's own help with --help and with help COMMAND", async () => {
+    const [reserveHelp, helpReserve, statusHelp, doctorHelp, top] = await Promise.all([
+      runSparkctl(bin, ['reserve', '--help'], {}, home.dir),
+      runSparkctl(bin, ['help', 'reserve'], {}, home.dir),
+      runSparkctl(bin, ['status', '--help'], {}, home.dir),
+      runSparkctl(bin, ['doctor', '--help'], {}, home.dir),
+      runSparkctl(bin, ['--help'], {}, home.dir),
+    ]);
+    for (const r of [reserveHelp, helpReserve, statusHelp, doctorHelp, top]) {
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).toBe('');
+    }
+    expect(reserveHelp.stdout).toMatch(/^Usage: sparkctl reserve \[options\]/);
+    expect(reserveHelp.stdout).toMatch(/^ {2}--pair +two hosts, atomically$/m);
+    expect(reserveHelp.stdout).toMatch(/^ {2}--timeout <duration> /m);
+    expect(reserveHelp.stdout).not.toMatch(/^Commands:/m);
+    expect(helpReserve.stdout).toBe(reserveHelp.stdout);
+    expect(statusHelp.stdout).toMatch(/^Usage: sparkctl status \[options\] \[id\]/);
+    expect(statusHelp.stdout).toMatch(/^ {2}--all /m);
+    expect(statusHelp.stdout).not.toMatch(/--pair|--ttl/);
+    expect(doctorHelp.stdout).toMatch(/^Usage: sparkctl doctor \[options\]/);
+    expect(doctorHelp.stdout).toMatch(/^ {2}--model-cache <dir> /m);
+    expect(top.stdout).toMatch(/^ {2}reserve \[options\] +request a development reservation/m);
+    expect(top.stdout).toMatch(/Exit codes: 0 ok, 1 failed, 2 usage/);
+  });
+
+  it('rejects extra arguments, options of other commands and typos before calling the controller', async () => {
+    // a closed port: a usage error must come first (exit 2), never "unreachable" (exit 3)
+    const env = { SPARK_URL: 'http://127.0.0.1:9', SPARK_TOKEN: 'spk_api_x' };
+    const run = (args: string[]) => runSparkctl(bin, args, env, home.dir);
+    const [extra, foreign, typo, missing, badChoice] = await Promise.all([
+      run(['status', 'r-1', 'extra']),
+      run(['fleet', '--pair', '--ttl', '4h']),
+      run(['reserve', '--pari']),
+      run(['release']),
+      run(['host', 'frob', 'spark-1']),
+    ]);
+    for (const r of [extra, foreign, typo, missing, badChoice]) {
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    }
+    expect(extra.stderr.trim()).toBe(
+      "sparkctl: status: too many arguments for 'status'. Expected 1 argument but got 2. (sparkctl status --help lists what it takes)",
+    );
+    expect(foreign.stderr.trim()).toBe(
+      "sparkctl: fleet: unknown option '--pair' (sparkctl fleet --help lists what it takes)",
+    );
+    expect(typo.stderr).toMatch(/^sparkctl: reserve: unknown option '--pari' \(Did you mean --pair\?\)/);
+    expect(missing.stderr).toMatch(/^sparkctl: release: missing required argument 'id'/);
+    expect(badChoice.stderr).toMatch(/Allowed choices are adopt, unadopt, clear-quarantine/);
+  });
+
+  it('says the URL must be the controller root when it names the API path', async () => {
+    ctl = await startApiController();
+    const api = await runSparkctl(bin, ['--url', `${ctl.c.url}/api`, 'queue'], {}, home.dir);
+    expect(api.code).toBe(2);
+    expect(api.stderr.trim()).toBe(
+      `sparkctl: invalid controller URL '${ctl.c.url}/api' (from --url): it must be the controller's root URL, e.g. ${ctl.c.url}, without /api (sparkctl adds /api/v1 itself)`,
+    );
+    const v1 = await runSparkctl(bin, ['queue'], { SPARK_URL: `${ctl.c.url}/api/v1/` }, home.dir);
+    expect(v1.code).toBe(2);
+    expect(v1.stderr).toMatch(/\(from SPARK_URL\): it must be the controller's root URL/);
+    // another path prefix may be a proxy: it is tried, and a 404 says what to check
+    const prefixed = await runSparkctl(bin, ['queue', '--url', `${ctl.c.url}/spark`], {}, home.dir);
+    expect(prefixed.code).toBe(6);
+    expect(prefixed.stderr.trim()).toBe(
+      `sparkctl: no route for GET /spark/api/v1/queue: the controller URL ${ctl.c.url}/spark has the path /spark; it must be the controller's root URL (${ctl.c.url}, unless a proxy serves it under that path)`,
+    );
+  });
+
+  it('renew past the maximum says it was capped and prints dates', async () => {
+    ctl = await startApiController({ config: { timings: { ...FAST_TIMINGS, devLeaseMaxTtlS: 2 * 3600 } } });
+    const { call, tokens, c } = ctl;
+    await bringOnline(c.ledger);
+    const id = (await call(tokens.dev, 'POST', '/api/v1/reservations', { host: 'spark-2', ttlS: 3600 })).body
+      .reservation.id;
+    await until('grant', async () => (await status(id)) === 'allocated');
+    await agentPrepared(c.ledger, id);
+    const within = await sparkctl(['renew', id, '--ttl', '90m'], tokens.dev);
+    expect(within.code).toBe(0);
+    expect(within.stdout.trim()).toMatch(
+      new RegExp(
+        `^renewed ${id}: spark-2 until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC \\(in 1h (29m|30m)\\)$`,
+      ),
+    );
+    const res = await sparkctl(['renew', id, '--ttl', '99h'], tokens.dev);
+    expect(res.stderr).toBe('');
+    expect(res.code).toBe(0);
+    const [first, second] = res.stdout.trim().split('\n');
+    expect(first).toMatch(
+      new RegExp(
+        `^renewed ${id}: spark-2 until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC \\(in (1h 59m|2h)\\)$`,
+      ),
+    );
+    expect(second).toMatch(
+      /^capped: you asked for 99h, but a development lease holds at most 2h from its grant \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\); release and reserve again for more$/,
+    );
+    const lease = (await c.ledger.leasesOf(undefined, id))[0]!;
+    expect(lease.expiresAt - lease.grantedAt).toBe(2 * 3600_000);
+    // at the maximum, a further renewal is refused with the reason
+    const again = await sparkctl(['renew', id, '--ttl', '30m'], tokens.dev);
+    expect(again.code).toBe(7);
+    expect(again.stderr).toMatch(/already runs to .*the most a development lease may hold/);
+  });
+
+  it('reserve --wait --timeout gives up with exit 8 and says the request is still queued and how to cancel it', async () => {
+    ctl = await startApiController();
+    await occupySpark2();
+    const res = await sparkctl(['reserve', '--host', 'spark-2', '--wait', '--timeout', '1s'], ctl.tokens.dev);
+    expect(res.code).toBe(8);
+    expect(res.stderr.trim()).toMatch(
+      /^sparkctl: gave up waiting for r-2 after 1s: r-2 queued · position 1 .*; r-2 is still queued \(position 1\) and stays in the queue: follow it with `sparkctl status r-2`, withdraw it with `sparkctl cancel r-2`$/,
+    );
+    expect(await status('r-2')).toBe('queued');
+  });
+});
+
 describe('sparkctl doctor', () => {
   it('runs the in-job provisioning doctor with its own options, one named line per check', async () => {
     const { dir, cleanup } = tempDir('sparkctl-doctor-');
@@ -310,42 +433,88 @@ describe('sparkctl doctor', () => {
   });
 });
 
-describe('sparkctl from the checkout', () => {
-  it('bootstraps the first operate token straight into the ledger file, then uses it', async () => {
+describe('sparkctl admin (hands over to the controller script)', () => {
+  /**
+   * A stand-in checkout: this project's package.json, the dependencies, a `scripts/admin.ts` that
+   * reports what it was given (TypeScript, so it proves tsx runs it) and the bundle in
+   * `cli/dist/`, where `npm run build` puts it. The real script is the controller's; its own
+   * tests cover what it writes.
+   */
+  function fakeCheckout(dir: string): string {
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'spark-controller', type: 'module' }));
+    symlinkSync(join(repoRoot, 'node_modules'), join(dir, 'node_modules'));
+    mkdirSync(join(dir, 'scripts'));
+    writeFileSync(
+      join(dir, 'scripts', 'admin.ts'),
+      [
+        'const args: string[] = process.argv.slice(2);',
+        'const seen: { args: string[]; cwd: string; ledger: string | null } = {',
+        '  args, cwd: process.cwd(), ledger: process.env.SPARK_LEDGER_URL ?? null };',
+        'console.log(JSON.stringify(seen));',
+        "const scopes = args[args.indexOf('--scopes') + 1];",
+        "if (scopes === 'root') {",
+        '  console.error("sparkctl: invalid --scopes \'" + scopes + "\': use a comma list of develop, operate, emergency");',
+        '  process.exit(2);',
+        '}',
+        '',
+      ].join('\n'),
+    );
+    mkdirSync(join(dir, 'cli', 'dist'), { recursive: true });
+    const copy = join(dir, 'cli', 'dist', 'sparkctl.mjs');
+    copyFileSync(bin, copy);
+    return copy;
+  }
+
+  it("runs scripts/admin.ts of its checkout with the arguments untouched, in the caller's directory", async () => {
     const { dir, cleanup } = tempDir('sparkctl-admin-');
     try {
-      const ledgerUrl = `file:${join(dir, 'spark.db')}`;
-      const checkoutBin = join(repoRoot, 'cli', 'bin.mjs');
-      const pkg = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as {
-        bin: Record<string, string>;
-      };
-      expect(pkg.bin.sparkctl).toBe('cli/bin.mjs');
-      const created = await runSparkctl(
+      const checkoutBin = fakeCheckout(dir);
+      const cwd = join(dir, 'elsewhere');
+      mkdirSync(cwd);
+      const args = [
+        'token',
+        'create',
+        '--name',
+        'ops',
+        '--scopes',
+        'operate,emergency',
+        '--ledger',
+        'file:./x.db',
+        '--json',
+      ];
+      const ok = await runSparkctl(
         checkoutBin,
-        ['admin', 'token', 'create', '--name', 'ops', '--scopes', 'operate,emergency', '--ledger', ledgerUrl],
-        {},
-        dir,
+        ['admin', ...args],
+        { SPARK_LEDGER_URL: 'file:/env.db' },
+        home.dir,
+        cwd,
       );
-      expect(created.stderr).toBe('');
-      expect(created.code).toBe(0);
-      const token = /store it now\): (spk_api_\S+)/.exec(created.stdout)?.[1];
-      expect(token).toBeDefined();
+      expect(ok.stderr).toBe('');
+      expect(ok.code).toBe(0);
+      const seen = JSON.parse(ok.stdout) as { args: string[]; cwd: string; ledger: string | null };
+      expect(seen.args).toEqual(args);
+      expect(realpathSync(seen.cwd)).toBe(realpathSync(cwd));
+      expect(seen.ledger).toBe('file:/env.db');
+
       const bad = await runSparkctl(
         checkoutBin,
         ['admin', 'token', 'create', '--name', 'x', '--scopes', 'root'],
         {},
-        dir,
+        home.dir,
+        cwd,
       );
       expect(bad.code).toBe(2);
-      expect(bad.stderr).toMatch(/invalid --scopes 'root'/);
+      expect(bad.stderr.trim()).toBe(
+        "sparkctl: invalid --scopes 'root': use a comma list of develop, operate, emergency",
+      );
+    } finally {
+      cleanup();
+    }
+  });
 
-      const c = await startTestController({ ledgerUrl });
-      try {
-        const who = await runSparkctl(bin, ['whoami'], { SPARK_URL: c.url, SPARK_TOKEN: token! }, dir);
-        expect(who.stdout).toMatch(/^ops .* scopes: operate, emergency/);
-      } finally {
-        await c.close();
-      }
+  it('says where to run it when the CLI is not inside a controller checkout', async () => {
+    const { dir, cleanup } = tempDir('sparkctl-laptop-');
+    try {
       const bundled = await runSparkctl(
         bin,
         ['admin', 'token', 'create', '--name', 'x', '--scopes', 'operate'],
@@ -353,7 +522,9 @@ describe('sparkctl from the checkout', () => {
         dir,
       );
       expect(bundled.code).toBe(2);
-      expect(bundled.stderr).toMatch(/run `npx sparkctl admin token create …` in the controller checkout/);
+      expect(bundled.stderr.trim()).toMatch(
+        /^sparkctl: admin needs the controller's checkout \(scripts\/admin\.ts not found\): run this on the controller host from the repository: npm run admin -- token create/,
+      );
     } finally {
       cleanup();
     }

@@ -22,6 +22,7 @@ function row(over: Partial<ReservationRow>): ReservationRow {
     status: 'queued',
     reason: 'spark-2 is busy with r-11',
     position: 2,
+    waitCode: 'hosts-busy',
     outcome: null,
     createdAt: 0,
     updatedAt: 0,

@@ -1,3 +1,6 @@
+import { spawn } from 'node:child_process';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -8,6 +11,7 @@ import {
   agentPrepared,
   bringOnline,
   cleanupBundle,
+  FAST_TIMINGS,
   sparkctlBundle,
   startApiController,
   until,
@@ -51,25 +55,46 @@ async function connect(token: string): Promise<Client> {
   return c;
 }
 
-type TextResult = { content: { type: string; text: string }[]; isError?: boolean };
-const text = (r: unknown) => (r as TextResult).content.map((c) => c.text).join('\n');
-/** The tools answer a summary line, a blank line, then the JSON data. */
-const data = (r: unknown) => {
-  const t = text(r);
-  if (!t.includes('\n\n')) throw new Error(`tool answered without data: ${t}`);
-  return JSON.parse(t.slice(t.indexOf('\n\n') + 2));
+type TextResult = {
+  content: { type: string; text: string }[];
+  structuredContent?: Record<string, unknown>;
+  isError?: boolean;
 };
+const text = (r: unknown) => (r as TextResult).content.map((c) => c.text).join('\n');
+/**
+ * The tools answer `structuredContent` (checked by the SDK against the tool's output schema) and,
+ * for clients that read only text, a summary line, a blank line and the same JSON.
+ */
+const data = (r: unknown) => {
+  const res = r as TextResult;
+  if (!res.structuredContent) throw new Error(`tool answered without structured content: ${text(r)}`);
+  const t = text(r);
+  expect(JSON.parse(t.slice(t.indexOf('\n\n') + 2))).toEqual(res.structuredContent);
+  // biome-ignore lint/suspicious/noExplicitAny: the tests read tool JSON the output schema already checked
+  return res.structuredContent as Record<string, any>;
+};
+const TOOLS = ['cancel', 'fleet', 'history', 'queue', 'release', 'renew', 'reserve', 'status'];
 
 describe('sparkctl mcp (stdio) with the SDK client', () => {
-  it('lists the tools with their input schemas', async () => {
+  it('lists the tools with their input and output schemas and explains the etiquette', async () => {
     ctl = await startApiController();
     client = await connect(ctl.tokens.dev);
     const { tools } = await client.listTools();
-    expect(tools.map((t) => t.name).sort()).toEqual(['cancel', 'queue', 'release', 'reserve', 'status']);
+    expect(tools.map((t) => t.name).sort()).toEqual(TOOLS);
+    for (const t of tools) {
+      expect(t.outputSchema?.type, t.name).toBe('object');
+      expect(Object.keys(t.outputSchema?.properties ?? {}).length, t.name).toBeGreaterThan(0);
+    }
     const reserve = tools.find((t) => t.name === 'reserve')!;
     expect(Object.keys(reserve.inputSchema.properties ?? {}).sort()).toEqual(['host', 'pair', 'ttl']);
+    expect(Object.keys(reserve.outputSchema?.properties ?? {})).toEqual(['reservation']);
     const release = tools.find((t) => t.name === 'release')!;
     expect(release.inputSchema.required).toEqual(['id']);
+    expect(tools.find((t) => t.name === 'renew')!.inputSchema.required).toEqual(['id']);
+    const instructions = client.getInstructions() ?? '';
+    expect(instructions).toMatch(/non-preemptive/);
+    expect(instructions).toMatch(/fencing token/);
+    expect(instructions).toMatch(/call `release` as soon as you are done/);
   });
 
   it('reserves through the same queue, reports readiness, and releases after the agent confirms', async () => {
@@ -79,7 +104,7 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     client = await connect(ctl.tokens.dev);
 
     const reserved = await client.callTool({ name: 'reserve', arguments: { host: 'spark-2', ttl: '1h' } });
-    const r = ReservationInfo.parse(data(reserved));
+    const r = ReservationInfo.parse(data(reserved).reservation);
     expect(r).toMatchObject({ kind: 'development', priority: 100, mine: true, ttlS: 3600 });
     await until(
       'grant',
@@ -87,16 +112,16 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     );
 
     const before = ReservationInfo.parse(
-      data(await client.callTool({ name: 'status', arguments: { id: r.id } })),
+      data(await client.callTool({ name: 'status', arguments: { id: r.id } })).reservation,
     );
     expect(before.ready).toBe(false);
     await agentPrepared(c.ledger, r.id);
     const ready = await client.callTool({ name: 'status', arguments: { id: r.id } });
     expect(text(ready)).toMatch(new RegExp(`^${r.id} is yours: spark-2`));
-    expect(data(ready).ready).toBe(true);
+    expect(data(ready).reservation.ready).toBe(true);
 
     const queued = ReservationInfo.parse(
-      data(await client.callTool({ name: 'reserve', arguments: { host: 'spark-2' } })),
+      data(await client.callTool({ name: 'reserve', arguments: { host: 'spark-2' } })).reservation,
     );
     const q = await client.callTool({ name: 'queue', arguments: {} });
     expect(data(q).queued.map((x: { id: string }) => x.id)).toEqual([queued.id]);
@@ -104,7 +129,7 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     expect((refused as TextResult).isError).toBe(true);
     expect(text(refused)).toMatch(/release it instead/);
     const cancelled = await client.callTool({ name: 'cancel', arguments: { id: queued.id } });
-    expect(data(cancelled).status).toBe('cancelled');
+    expect(data(cancelled).reservation.status).toBe('cancelled');
 
     const releasing = client.callTool({ name: 'release', arguments: { id: r.id, timeoutS: 30 } });
     await until(
@@ -113,13 +138,16 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     );
     await agentCleaned(c.ledger, r.id);
     const released = await releasing;
-    expect(data(released)).toMatchObject({ id: r.id, status: 'done', outcome: 'released' });
+    expect(data(released)).toMatchObject({
+      reservation: { id: r.id, status: 'done', outcome: 'released' },
+      confirmed: true,
+    });
     expect((await c.ledger.getHost(undefined, 'spark-2'))?.phase).toBe('idle');
 
     // a second lease, released while its agent has not confirmed yet: the tool reports the
     // recorded release instead of failing when its wait runs out
     const next = ReservationInfo.parse(
-      data(await client.callTool({ name: 'reserve', arguments: { host: 'spark-2' } })),
+      data(await client.callTool({ name: 'reserve', arguments: { host: 'spark-2' } })).reservation,
     );
     await until(
       'second grant',
@@ -130,6 +158,60 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     expect(text(early)).toMatch(
       /releasing · waiting for the agent to confirm cleanup on spark-2 \(release recorded/,
     );
+    expect(data(early)).toMatchObject({ reservation: { status: 'releasing' }, confirmed: false });
+  });
+
+  it('fleet, renew and history answer with structured content; an unknown host names the valid ones', async () => {
+    ctl = await startApiController({ config: { timings: { ...FAST_TIMINGS, devLeaseMaxTtlS: 2 * 3600 } } });
+    const { c } = ctl;
+    await bringOnline(c.ledger);
+    client = await connect(ctl.tokens.dev);
+
+    const fleet = await client.callTool({ name: 'fleet', arguments: {} });
+    expect(data(fleet).hosts.map((h: { id: string }) => h.id)).toEqual(['spark-1', 'spark-2']);
+    expect(text(fleet)).toMatch(
+      /^2 hosts\nspark-1 service · deckard: serving · heartbeat \d+s ago\nspark-2 idle/,
+    );
+
+    const unknown = await client.callTool({ name: 'reserve', arguments: { host: 'spark-9' } });
+    expect((unknown as TextResult).isError).toBe(true);
+    expect(text(unknown)).toBe('error: unknown host "spark-9": this fleet has spark-1, spark-2');
+    expect((await c.ledger.getReservation(undefined, 'r-1')) ?? null).toBeNull();
+
+    const r = ReservationInfo.parse(
+      data(await client.callTool({ name: 'reserve', arguments: { host: 'spark-2', ttl: '1h' } })).reservation,
+    );
+    await until(
+      'grant',
+      async () => (await c.ledger.getReservation(undefined, r.id))?.status === 'allocated',
+    );
+    await agentPrepared(c.ledger, r.id);
+    const renewed = await client.callTool({ name: 'renew', arguments: { id: r.id, ttl: '99h' } });
+    const out = data(renewed);
+    expect(out).toMatchObject({ capped: true, reservation: { id: r.id } });
+    expect(Date.parse(out.until) - Date.parse(out.reservation.leases[0].grantedAt)).toBe(2 * 3600_000);
+    expect(text(renewed)).toMatch(
+      new RegExp(
+        `^renewed ${r.id}: spark-2 until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC\\ncapped: you asked for 99h, but a development lease holds at most 2h`,
+      ),
+    );
+    const again = await client.callTool({ name: 'renew', arguments: { id: r.id } });
+    expect((again as TextResult).isError).toBe(true);
+    expect(text(again)).toMatch(/the most a development lease may hold/);
+
+    const history = data(await client.callTool({ name: 'history', arguments: { id: r.id } }));
+    expect(history.reservationId).toBe(r.id);
+    expect(history.events.map((e: { type: string }) => e.type)).toEqual(
+      expect.arrayContaining([
+        'reservation.queued',
+        'reservation.allocated',
+        'lease.granted',
+        'lease.renewed',
+      ]),
+    );
+    const missing = await client.callTool({ name: 'history', arguments: { id: 'r-404' } });
+    expect((missing as TextResult).isError).toBe(true);
+    expect(text(missing)).toBe('error: reservation r-404 not found');
   });
 
   it('rejects invalid tool input by schema and reports API refusals as tool errors', async () => {
@@ -141,5 +223,80 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     const unauth = await client.callTool({ name: 'status', arguments: {} });
     expect((unauth as TextResult).isError).toBe(true);
     expect(text(unauth)).toMatch(/unauthorized: unknown or revoked API token/);
+  });
+});
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/**
+ * The official MCP Inspector CLI (`@modelcontextprotocol/inspector-cli`, `--cli` mode) talking to
+ * `node <bundle> mcp` over stdio. It is started from `cli/` because inspector-cli 1.0.3 checks for
+ * its own package.json relative to the working directory (modelcontextprotocol/inspector#1334):
+ * any directory whose parent holds a package.json works.
+ */
+function inspector(args: string[], env: Record<string, string>) {
+  const envArgs = Object.entries(env).flatMap(([k, v]) => ['-e', `${k}=${v}`]);
+  const child = spawn(
+    join(REPO, 'node_modules', '.bin', 'mcp-inspector-cli'),
+    ['--cli', ...envArgs, process.execPath, bin, 'mcp', ...args],
+    { cwd: join(REPO, 'cli'), env: { PATH: process.env.PATH ?? '', HOME: home.dir }, stdio: 'pipe' },
+  );
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (b: Buffer) => {
+    stdout += b.toString();
+  });
+  child.stderr.on('data', (b: Buffer) => {
+    stderr += b.toString();
+  });
+  return new Promise<{ code: number | null; json: Record<string, unknown>; stderr: string }>((done, fail) => {
+    child.once('error', fail);
+    child.once('close', (code) => {
+      try {
+        done({ code, json: JSON.parse(stdout), stderr });
+      } catch {
+        fail(new Error(`inspector exited ${code} without JSON:\n${stdout}\n${stderr}`));
+      }
+    });
+  });
+}
+
+describe('sparkctl mcp with the official MCP Inspector CLI', () => {
+  it('lists reserve, status, queue, release, cancel, fleet, renew and history, each with an output schema', async () => {
+    ctl = await startApiController();
+    const { code, json } = await inspector(['--method', 'tools/list'], {
+      SPARK_URL: ctl.c.url,
+      SPARK_TOKEN: ctl.tokens.dev,
+    });
+    expect(code).toBe(0);
+    const tools = json.tools as { name: string; outputSchema?: { type: string; properties: object } }[];
+    expect(tools.map((t) => t.name).sort()).toEqual(TOOLS);
+    for (const t of tools) {
+      expect(t.outputSchema?.type, t.name).toBe('object');
+      expect(Object.keys(t.outputSchema?.properties ?? {}).length, t.name).toBeGreaterThan(0);
+    }
+  });
+
+  it('calls a tool and gets structured content beside the text', async () => {
+    ctl = await startApiController();
+    await bringOnline(ctl.c.ledger);
+    const env = { SPARK_URL: ctl.c.url, SPARK_TOKEN: ctl.tokens.dev };
+    const reserved = await inspector(
+      ['--method', 'tools/call', '--tool-name', 'reserve', '--tool-arg', 'host=spark-2', 'ttl=1h'],
+      env,
+    );
+    expect(reserved.code).toBe(0);
+    const r = ReservationInfo.parse(
+      (reserved.json.structuredContent as { reservation: unknown }).reservation,
+    );
+    expect(r).toMatchObject({ kind: 'development', targetHost: 'spark-2', ttlS: 3600, mine: true });
+    expect((await ctl.c.ledger.getReservation(undefined, r.id))?.kind).toBe('development');
+    const text = (reserved.json.content as { text: string }[])[0]!.text;
+    expect(JSON.parse(text.slice(text.indexOf('\n\n') + 2))).toEqual(reserved.json.structuredContent);
+
+    const fleet = await inspector(['--method', 'tools/call', '--tool-name', 'fleet'], env);
+    expect(fleet.code).toBe(0);
+    const hosts = (fleet.json.structuredContent as { hosts: { id: string; state: string }[] }).hosts;
+    expect(hosts.map((h) => h.id)).toEqual(['spark-1', 'spark-2']);
   });
 });

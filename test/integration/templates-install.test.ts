@@ -52,6 +52,73 @@ describe('install-spark-templates.sh', () => {
       readFileSync(join(repoRoot, 'workflows-templates', 'iron', 'scripts', 'ci', 'spark-test.sh'), 'utf8'),
     );
     expect(statSync(script).mode & 0o111).not.toBe(0);
+    // actionlint in the consuming repository knows the Spark runner labels
+    const lint = parse(readFileSync(join(iron, '.github', 'actionlint.yaml'), 'utf8')) as {
+      'self-hosted-runner': { labels: string[] };
+    };
+    expect(lint['self-hosted-runner'].labels).toEqual([
+      'self-hosted',
+      'Linux',
+      'ARM64',
+      'waffuru-spark',
+      'spark-single',
+      'spark-pair',
+      'spark-r-*',
+    ]);
+    expect(r.stdout).toContain('fleet label waffuru-spark');
+  });
+
+  it('puts a chosen fleet label into runs-on and actionlint.yaml, and refuses a reserved or malformed one', () => {
+    const butter = checkout('butter-fleet');
+    const r = install('butter', butter, PIN, '--fleet-label=lab-gpus');
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    const wf = parse(readFileSync(join(butter, '.github', 'workflows', 'spark-pr-test.yml'), 'utf8')) as {
+      jobs: Record<string, { 'runs-on': string[] }>;
+    };
+    expect(wf.jobs.single!['runs-on'].slice(0, 5)).toEqual([
+      'self-hosted',
+      'Linux',
+      'ARM64',
+      'lab-gpus',
+      'spark-single',
+    ]);
+    expect(wf.jobs.pair!['runs-on'][3]).toBe('lab-gpus');
+    const lint = readFileSync(join(butter, '.github', 'actionlint.yaml'), 'utf8');
+    expect(lint).toContain("- 'lab-gpus'");
+    expect(lint).not.toContain('waffuru-spark');
+    for (const bad of [
+      '--fleet-label=spark-pair',
+      '--fleet-label=a b',
+      '--fleet-label=',
+      '--fleet-label=x#y',
+    ]) {
+      const other = checkout(`butter-bad-${Math.random().toString(16).slice(2)}`);
+      const refused = install('butter', other, PIN, bad);
+      expect(refused.status, bad).toBe(2);
+      expect(refused.stderr).toContain('fleet label');
+      expect(
+        spawnSync('git', ['-C', other, 'status', '--porcelain', '--untracked-files=all'], {
+          encoding: 'utf8',
+        }).stdout,
+      ).toBe('');
+    }
+  });
+
+  it('leaves an existing actionlint.yml alone and says which labels to add', () => {
+    const iron = checkout('iron-own-lint');
+    execFileSync('mkdir', ['-p', join(iron, '.github')]);
+    execFileSync('bash', [
+      '-c',
+      `printf 'self-hosted-runner:\n  labels: [gpu]\n' > ${JSON.stringify(join(iron, '.github', 'actionlint.yml'))}`,
+    ]);
+    const r = install('iron', iron, PIN, '--force');
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain('actionlint.yml exists; add these to self-hosted-runner.labels');
+    expect(r.stderr).toContain('spark-r-*');
+    expect(readFileSync(join(iron, '.github', 'actionlint.yml'), 'utf8')).toBe(
+      'self-hosted-runner:\n  labels: [gpu]\n',
+    );
   });
 
   it('refuses a branch or tag pin, an unknown project, a non-checkout and silent overwrites', () => {

@@ -110,42 +110,48 @@ describe('spark-pr-test.yml', () => {
       workflow_dispatch: { inputs: Record<string, { required: boolean; options?: string[] }> };
     };
     const inputs = on.workflow_dispatch.inputs;
-    expect(Object.keys(inputs).sort()).toEqual(['head_sha', 'reservation_id', 'suite', 'topology']);
+    expect(Object.keys(inputs).sort()).toEqual(['head_sha', 'nonce', 'reservation_id', 'suite', 'topology']);
     expect(Object.values(inputs).every((i) => i.required)).toBe(true);
     expect(inputs.topology!.options).toEqual(['single', 'pair']);
     expect(inputs.suite!.options).toEqual(['smoke', 'performance']);
     expect(parseConfig({}, 'defaults').github.workflow).toBe('spark-pr-test.yml');
   });
 
-  it('reads contents only, runs one job set per reservation, with a timeout', () => {
+  it('reads contents only, runs one job set per reservation, with the seed timeout of 120 minutes', () => {
     const d = doc();
     expect(d.permissions).toEqual({ contents: 'read' });
     expect((d.concurrency as { group: string }).group).toBe('spark-' + gh('inputs.reservation_id'));
-    for (const job of Object.values(d.jobs)) expect(job['timeout-minutes']).toBeGreaterThan(0);
+    for (const job of Object.values(d.jobs)) expect(job['timeout-minutes']).toBe(120);
   });
 
-  it('has two mutually exclusive jobs with static labels plus the unique reservation label', () => {
+  it('names the run `spark <reservation_id> <nonce>` so the controller can find it (issue 12 item 1)', () => {
+    // a workflow_dispatch run's head_sha is the default branch tip, so the run name is the handle
+    expect(doc()['run-name']).toBe(`spark ${gh('inputs.reservation_id')} ${gh('inputs.nonce')}`);
+  });
+
+  it('has two mutually exclusive jobs with static labels plus the unguessable reservation label', () => {
     const { jobs } = doc();
     expect(Object.keys(jobs).sort()).toEqual(['pair', 'single']);
     expect(jobs.single!.if).toBe(gh("inputs.topology == 'single'"));
     expect(jobs.pair!.if).toBe(gh("inputs.topology == 'pair'"));
-    const pool = parseConfig({}, 'defaults').pools.spark!.runnerLabel;
-    // the label set the GitHub part registers for every JIT runner (cross-part contract step 2)
+    // the seed's label set (DESIGN.md "Binding"): fleet label waffuru-spark (the installer's
+    // --fleet-label replaces it), topology, and spark-r-<id>-<nonce> (reservation ids are r-<n>)
+    const reservation = `spark-${gh('inputs.reservation_id')}-${gh('inputs.nonce')}`;
     expect(jobs.single!['runs-on']).toEqual([
       'self-hosted',
       'Linux',
       'ARM64',
-      pool,
+      'waffuru-spark',
       'spark-single',
-      'spark-' + gh('inputs.reservation_id'),
+      reservation,
     ]);
     expect(jobs.pair!['runs-on']).toEqual([
       'self-hosted',
       'Linux',
       'ARM64',
-      pool,
+      'waffuru-spark',
       'spark-pair',
-      'spark-' + gh('inputs.reservation_id'),
+      reservation,
     ]);
     // both runners of a pair get a job
     expect(jobs.pair!.strategy).toMatchObject({ matrix: { node: [1, 2] } });
@@ -180,7 +186,8 @@ describe('spark-pr-test.yml', () => {
       expect(u.ref, 'third-party actions are pinned by full commit SHA').toMatch(
         /^[\w.-]+\/[\w.-]+@[0-9a-f]{40}$/,
       );
-      expect(u.comment).toMatch(/^# v\d+/);
+      // the exact release the SHA is, not a moving major tag (issue 12 item 7)
+      expect(u.comment).toMatch(/^# v\d+\.\d+\.\d+$/);
     }
   });
 
@@ -194,6 +201,7 @@ describe('spark-pr-test.yml', () => {
     expect(reusable.jobs).toEqual(doc().jobs);
     expect(Object.keys(reusable.on.workflow_call.inputs).sort()).toEqual([
       'head_sha',
+      'nonce',
       'reservation_id',
       'suite',
       'topology',

@@ -1,5 +1,5 @@
 import type { SparkConfig } from '../../core/config.ts';
-import type { HostFacts } from '../../core/model.ts';
+import type { HostFacts, Outcome } from '../../core/model.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { makeTestLedger, testClock } from '../helpers/ledger.ts';
@@ -92,7 +92,8 @@ export async function openLedgerSut(cfg: SparkConfig): Promise<LedgerSut> {
       await ledger.setManaged(hostId, managed, 'operator');
     },
     advance: (id, to) => ok(() => ledger.advanceReservation(id, to, `agent reported ${to}`, 'agent')),
-    beginRelease: (id, outcome) => ok(() => ledger.beginRelease(id, outcome, 'work finished', ACTOR)),
+    beginRelease: (id, outcome) =>
+      ok(() => ledger.beginRelease(id, outcome as Outcome, 'work finished', ACTOR)),
     confirmReleased: (hostId, token, processesRemain) =>
       ok(() => ledger.confirmReleased(hostId, token, `agent:${hostId}`, { processesRemain })),
     verifyLease: (hostId, token) => ok(() => ledger.requireCurrentLease(undefined, hostId, token)),

@@ -1,5 +1,9 @@
+import { chmodSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseAgentConfig } from '../../agent/config.ts';
+import { assertPrivate, resolveRunnerAccount } from '../../agent/host/account.ts';
+import { tempDir } from '../helpers/ledger.ts';
 
 const base = {
   controllerUrl: 'https://spark.example.org',
@@ -33,5 +37,49 @@ describe('agent config', () => {
       /hostId: host ids look like "spark-2".*service\.drain: give the command as an argv array.*service\.healthUrl/,
     );
     expect(() => parseAgentConfig({ ...base, extra: 1 }, 'agent.json', '/etc')).toThrow(/Unrecognized key/);
+  });
+});
+
+describe('agent start-up checks (issue 11)', () => {
+  it('refuses a runner user that is root, missing, or the agent itself, naming the fix', () => {
+    expect(() => resolveRunnerAccount('root', 1234)).toThrow(/is root; the job must run unprivileged/);
+    expect(() => resolveRunnerAccount('no-such-user-xyz', 1234)).toThrow(
+      /does not exist; create it: useradd --system/,
+    );
+    expect(() => resolveRunnerAccount('daemon', 1)).toThrow(/is the agent's own user/);
+    expect(resolveRunnerAccount('daemon', 0)).toMatchObject({ name: 'daemon', uid: 1 });
+  });
+
+  it('refuses config, token or state reachable by other users, naming the chmod', () => {
+    const { dir, cleanup } = tempDir();
+    try {
+      const file = join(dir, 'agent.token');
+      writeFileSync(file, 'spk_agent_x', { mode: 0o644 });
+      chmodSync(file, 0o644);
+      expect(() => assertPrivate(file, 'agent token file')).toThrow(
+        `the agent token file ${file} is accessible to other users (mode 0644); chmod 600 ${file}`,
+      );
+      chmodSync(file, 0o600);
+      expect(() => assertPrivate(file, 'agent token file')).not.toThrow();
+      chmodSync(dir, 0o755);
+      expect(() => assertPrivate(dir, 'state directory', true)).toThrow(/chmod 700/);
+    } finally {
+      cleanup();
+    }
+  });
+});
+
+describe('controller URL (issue 11 item 3)', () => {
+  it('needs https: except to loopback, and no credentials in the URL', () => {
+    const at = (controllerUrl: string) => () =>
+      parseAgentConfig({ ...base, controllerUrl }, 'agent.json', '/etc');
+    expect(at('https://spark.example.org')).not.toThrow();
+    expect(at('http://127.0.0.1:8080')).not.toThrow();
+    expect(at('http://localhost:8080')).not.toThrow();
+    expect(at('http://[::1]:8080')).not.toThrow();
+    expect(at('http://spark.example.org')).toThrow(/controllerUrl: use https:\/\//);
+    expect(at('http://10.0.0.5:8080')).toThrow(/controllerUrl: use https:\/\//);
+    expect(at('https://user:pw@spark.example.org')).toThrow(/controllerUrl/);
+    expect(at('ftp://spark.example.org')).toThrow(/controllerUrl/);
   });
 });

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { baseRunnerEnv, shellJoin } from '../../agent/daemon.ts';
+import { baseRunnerEnv, shellJoin } from '../../agent/executor/runner-env.ts';
 
 describe('runner environment', () => {
   it('passes the basics and locale, never the agent’s other variables', () => {

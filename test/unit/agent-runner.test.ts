@@ -27,8 +27,9 @@ describe('runner process control', () => {
       const r = startRunner({
         runDir,
         command: [script],
-        cwd: dir,
+        workDir: dir,
         env: { ...process.env, ACTIONS_RUNNER_INPUT_JITCONFIG: 'secret-jit' },
+        account: null,
       });
       await r.exited;
       await waitFor('exit file', () => readExitCode(runDir) != null, 5000);
@@ -45,7 +46,13 @@ describe('runner process control', () => {
     try {
       const script = join(dir, 'stubborn.sh');
       writeFileSync(script, '#!/bin/sh\ntrap "" TERM\nsleep 30 &\nwait\n', { mode: 0o755 });
-      const r = startRunner({ runDir: join(dir, 'run'), command: [script], cwd: dir, env: process.env });
+      const r = startRunner({
+        runDir: join(dir, 'run'),
+        command: [script],
+        workDir: dir,
+        env: process.env,
+        account: null,
+      });
       await waitFor('runner alive', () => isRunnerAlive(r.pid, r.startTicks), 5000);
       await stopRunner(r.pid, r.startTicks, 300);
       expect(isRunnerAlive(r.pid, r.startTicks)).toBe(false);

@@ -2,7 +2,7 @@ import { readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { backoffMs } from '../../agent/daemon.ts';
+import { backoffMs } from '../../agent/loops/backoff.ts';
 import { emptyState, loadState, saveState } from '../../agent/state-file.ts';
 import { tempDir } from '../helpers/ledger.ts';
 

@@ -1,4 +1,4 @@
-import { resolve } from 'node:path';
+import { isAbsolute, resolve } from 'node:path';
 import * as core from '@actions/core';
 import { z } from 'zod';
 
@@ -14,6 +14,8 @@ export interface LeasePreflightSettings {
   torch: 'required' | 'skip';
   tools: string[];
   manifestPath: string;
+  /** Host path of the provisioning spec; null: none. */
+  provisioningSpec: string | null;
   workspace: string;
   /** PATH the host command is looked up on. */
   path: string;
@@ -46,6 +48,13 @@ export function getInputs(): LeasePreflightSettings {
   }
   const workspace = resolve(process.env.GITHUB_WORKSPACE ?? process.cwd());
   const manifest = core.getInput('manifest');
+  const spec = core.getInput('provisioning_spec').trim();
+  // the spec says what the environment must be: it comes from the host, never from the checkout
+  if (spec && (!isAbsolute(spec) || `${resolve(spec)}/`.startsWith(`${workspace}/`))) {
+    throw new Error(
+      `invalid input: provisioning_spec must be an absolute path of a host file the operator owns, outside the checkout; got "${spec}"`,
+    );
+  }
   const tools = core.getInput('tools');
   return {
     ...parsed.data,
@@ -53,6 +62,7 @@ export function getInputs(): LeasePreflightSettings {
     softImports: list(core.getInput('soft_imports')),
     tools: tools ? list(tools) : ['ninja', 'nvcc', 'c++'],
     manifestPath: resolve(workspace, manifest || 'PROVISIONING-MANIFEST.json'),
+    provisioningSpec: spec || null,
     workspace,
     path: process.env.PATH ?? '',
     env: process.env,

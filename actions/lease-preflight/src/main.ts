@@ -51,6 +51,7 @@ function args(s: LeasePreflightSettings): string[] {
   a.push('--tools', s.tools.join(','), '--manifest', s.manifestPath, '--source-dir', s.workspace);
   if (s.imports.length) a.push('--imports', s.imports.join(','));
   if (s.softImports.length) a.push('--soft-imports', s.softImports.join(','));
+  if (s.provisioningSpec) a.push('--spec', s.provisioningSpec);
   return a;
 }
 

@@ -12,6 +12,11 @@ export interface SparkTestSettings {
   headSha: string;
   topology: Topology;
   suite: Suite;
+  /**
+   * The seed's lane: `spark-test` (smoke, 30 min) or `spark-test-long` (smoke then performance,
+   * 60 min for both); the action stops the run when the target passes.
+   */
+  lane: { name: 'spark-test' | 'spark-test-long'; targetMinutes: number };
   /** Absolute path of the checkout. */
   repoDir: string;
   /** The script, relative to the checkout as given (for messages) and absolute. */
@@ -46,7 +51,18 @@ const Inputs = z.object({
   suite: z.enum(['smoke', 'performance'], { message: 'suite must be "smoke" or "performance"' }),
   script: z.string().min(1),
   logTailLines: z.coerce.number().int().min(0).max(50, 'log_tail_lines is at most 50'),
+  timeTargetMinutes: z
+    .string()
+    .regex(/^(\d+(\.\d+)?)?$/, 'time_target_minutes must be a number of minutes')
+    .transform((v) => (v === '' ? null : Number(v)))
+    .refine(
+      (v) => v == null || (v > 0 && v <= 24 * 60),
+      'time_target_minutes must be above 0 and at most 1440',
+    ),
 });
+
+/** The seed's lane time targets (issue 14 item 5). */
+export const LANE_TARGET_MINUTES = { 'spark-test': 30, 'spark-test-long': 60 } as const;
 
 const RunnerEnv = z.object({
   SPARK_CONTROLLER_URL: z.url({ message: 'SPARK_CONTROLLER_URL must be an http(s) URL' }),
@@ -67,6 +83,7 @@ export function getInputs(): SparkTestSettings {
     suite: core.getInput('suite', { required: true }),
     script: core.getInput('script') || 'scripts/ci/spark-test.sh',
     logTailLines: core.getInput('log_tail_lines') || '40',
+    timeTargetMinutes: core.getInput('time_target_minutes').trim(),
   });
   if (!inputs.success) {
     throw new Error(`invalid input: ${inputs.error.issues.map((i) => i.message).join('; ')}`);
@@ -101,11 +118,13 @@ export function getInputs(): SparkTestSettings {
         }`
       : undefined;
   const { SPARK_LEASE_TOKEN: _t, SPARK_FENCING_TOKEN: _f, ...childEnv } = env;
+  const laneName = i.suite === 'performance' ? 'spark-test-long' : 'spark-test';
   return {
     reservationId: i.reservationId,
     headSha: i.headSha,
     topology: i.topology,
     suite: i.suite,
+    lane: { name: laneName, targetMinutes: i.timeTargetMinutes ?? LANE_TARGET_MINUTES[laneName] },
     repoDir,
     script: { given: i.script, abs: resolve(repoDir, i.script) },
     distributedAssertion: assertion ? { given: assertion, abs: resolve(repoDir, assertion) } : null,

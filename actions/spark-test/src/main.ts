@@ -8,6 +8,9 @@ import { checkReceipt, postReceipt, receiptDigest, receiptLines, renderSummary }
 import { type Cancellation, RunLog, runPhase, signalPhase } from './run-suite.ts';
 import { collectToolchain } from './toolchain.ts';
 
+/** How long a phase past the lane deadline gets between SIGTERM and SIGKILL. */
+const KILL_GRACE_MS = 10_000;
+
 /** Correctness always runs first; performance only after correctness passed (issue 5 step 3). */
 export function phasesFor(suite: Suite): Suite[] {
   return suite === 'performance' ? ['smoke', 'performance'] : ['smoke'];
@@ -67,12 +70,35 @@ export async function run(): Promise<void> {
     process.on('SIGTERM', onSignal);
 
     const phases: Receipt['phases'] = [];
+    const deadline = startedAt.getTime() + s.lane.targetMinutes * 60_000;
+    const laneExceeded = () => `lane ${s.lane.name} exceeded its ${s.lane.targetMinutes}-minute time target`;
+    let overTime = false;
     let reason = refuseReason(s, toolchain.source ?? '');
     if (reason) {
       log.write(`spark-test: ${reason}\n`);
     } else {
       for (const suite of phasesFor(s.suite)) {
         if (cancel.cancelled) break;
+        if (Date.now() >= deadline) {
+          overTime = true;
+          reason = `${laneExceeded()} before the ${suite} phase`;
+          log.write(`spark-test: ${reason}\n`);
+          break;
+        }
+        // the lane target is enforced here, on the process group this action owns: TERM at the
+        // deadline, KILL after a grace period (DESIGN.md: never stop what it does not own)
+        const timers: NodeJS.Timeout[] = [];
+        timers.push(
+          setTimeout(
+            () => {
+              overTime = true;
+              log.write(`spark-test: ${laneExceeded()}: stopping the ${suite} phase\n`);
+              signalPhase(cancel, 'SIGTERM');
+              timers.push(setTimeout(() => signalPhase(cancel, 'SIGKILL'), KILL_GRACE_MS));
+            },
+            Math.max(0, deadline - Date.now()),
+          ),
+        );
         log.write(
           `spark-test: ${suite === 'smoke' ? 'correctness' : 'performance'} phase (SPARK_TEST_SUITE=${suite})\n`,
         );
@@ -85,14 +111,22 @@ export async function run(): Promise<void> {
             SPARK_WORK_DIR: s.workDir,
             SPARK_MODEL_CACHE: s.modelCache,
             SPARK_HEAD_SHA: s.headSha,
+            SPARK_LANE: s.lane.name,
+            SPARK_LANE_TARGET_MINUTES: String(s.lane.targetMinutes),
+            SPARK_LANE_DEADLINE: String(Math.floor(deadline / 1000)),
             ...(s.distributedAssertion ? { SPARK_DISTRIBUTED_ASSERTION: s.distributedAssertion.abs } : {}),
           },
           log,
           cancel,
         });
+        for (const t of timers) clearTimeout(t);
         phases.push({ suite, exitCode: r.exitCode, durationMs: r.durationMs });
         if (r.exitCode !== 0) {
-          reason = `${suite} phase ${r.signal ? `ended by ${r.signal}` : `exited ${r.exitCode}`}`;
+          // the script itself refuses to start a step past the deadline (exit 124)
+          if (Date.now() >= deadline) overTime = true;
+          reason = overTime
+            ? `${laneExceeded()}: ${suite} phase stopped`
+            : `${suite} phase ${r.signal ? `ended by ${r.signal}` : `exited ${r.exitCode}`}`;
           break;
         }
       }
@@ -102,6 +136,7 @@ export async function run(): Promise<void> {
     const logSha = await log.close();
 
     const last = phases[phases.length - 1];
+    const elapsedMs = Date.now() - startedAt.getTime();
     const result: ReceiptResult = cancel.cancelled
       ? 'cancelled'
       : reason == null && phases.length === phasesFor(s.suite).length
@@ -124,6 +159,12 @@ export async function run(): Promise<void> {
       exitCode: last ? last.exitCode : null,
       ...(reason ? { reason: reason.slice(0, 500) } : cancel.cancelled ? { reason: 'job cancelled' } : {}),
       log: { sha256: logSha, bytes: log.bytes, lines: log.lines },
+      lane: {
+        name: s.lane.name,
+        targetMinutes: s.lane.targetMinutes,
+        elapsedMs,
+        withinTarget: !overTime && elapsedMs <= s.lane.targetMinutes * 60_000,
+      },
       ...(result !== 'passed' && s.logTailLines > 0
         ? { lastLines: receiptLines(log.lastLines().slice(-s.logTailLines), [s.lease.jobToken]) }
         : {}),

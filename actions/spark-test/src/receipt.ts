@@ -49,6 +49,14 @@ export function renderSummary(r: Receipt, digest: string, recorded: string): str
         .join(' → ') || r.suite,
     ],
     ['Topology', r.topology],
+    ...(r.lane
+      ? ([
+          [
+            'Lane',
+            `${r.lane.name}: ${(r.lane.elapsedMs / 60_000).toFixed(1)} of ${r.lane.targetMinutes} min target — ${r.lane.withinTarget ? 'within target' : 'target exceeded'}`,
+          ],
+        ] as [string, string][])
+      : []),
     ['Started', r.startedAt],
     ['Ended', r.endedAt],
     [

@@ -1,12 +1,14 @@
-import { and, desc, eq, inArray, isNull } from 'drizzle-orm';
-import { BINDING_LEASE_STATUSES, type Topology } from '../../core/model.ts';
+import { eq } from 'drizzle-orm';
+import type { Topology } from '../../core/model.ts';
 import type { DesiredState, LeaseRef } from '../../core/protocol/agent.ts';
 import { sha256Hex } from '../auth/tokens.ts';
-import type { Tx } from '../ledger/db.ts';
-import type { HostRow, LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
+import type { Tx } from './db.ts';
+import { bindingLease, currentHandoff } from './queries.ts';
+import type { HandoffRow, HostRow, LeaseRow, ReservationRow } from './rows.ts';
+import * as t from './schema.ts';
+import type { LedgerStore } from './store.ts';
 
-export type HandoffRow = typeof t.jitHandoffs.$inferSelect;
+export { currentHandoff };
 
 /** The desired state of a host as computed from the ledger, before any secret is attached. */
 export interface ComputedState {
@@ -17,26 +19,7 @@ export interface ComputedState {
   pendingHandoff: HandoffRow | null;
 }
 
-type Query = Tx | Ledger['db'];
-
-async function bindingLease(q: Query, hostId: string): Promise<LeaseRow | null> {
-  const rows = await q
-    .select()
-    .from(t.leases)
-    .where(and(eq(t.leases.hostId, hostId), inArray(t.leases.status, [...BINDING_LEASE_STATUSES])));
-  return rows[0] ?? null;
-}
-
-/** The newest runner handoff of a lease that was not deregistered. */
-export async function currentHandoff(q: Query, leaseId: string): Promise<HandoffRow | null> {
-  const rows = await q
-    .select()
-    .from(t.jitHandoffs)
-    .where(and(eq(t.jitHandoffs.leaseId, leaseId), isNull(t.jitHandoffs.deletedAt)))
-    .orderBy(desc(t.jitHandoffs.attempt), desc(t.jitHandoffs.createdAt))
-    .limit(1);
-  return rows[0] ?? null;
-}
+type Query = Tx | LedgerStore['db'];
 
 function leaseRef(lease: LeaseRow, r: ReservationRow, now: number): LeaseRef {
   return {
@@ -56,7 +39,7 @@ function leaseRef(lease: LeaseRow, r: ReservationRow, now: number): LeaseRef {
  * caller's job (in a write transaction).
  */
 export async function computeDesiredState(
-  ledger: Ledger,
+  ledger: LedgerStore,
   q: Query,
   hostId: string,
   now: number,

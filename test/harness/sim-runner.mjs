@@ -3,7 +3,7 @@
 // tests. Usage (the agent's runner.command): sim-runner.mjs ACTIONS_BROKER_URL.
 //
 // It does what a real JIT runner plus the Spark workflow do, against the simulated GitHub Actions
-// service (scripts/demo/system.ts) and the real controller:
+// service (test/harness/github-sim.ts) and the real controller:
 //   1. connect with the JIT config from ACTIONS_RUNNER_INPUT_JITCONFIG (never argv) and wait until
 //      GitHub assigns the dispatched job whose labels it carries (GitHub then sends
 //      workflow_job queued/in_progress);

@@ -1,18 +1,21 @@
 import { and, eq } from 'drizzle-orm';
+import type { LedgerEventType } from '../../core/events.ts';
+import { isJobOutcome, isReleasableStatus, type JobOutcome } from '../../core/model.ts';
 import type { Report } from '../../core/protocol/agent.ts';
 import { conflict } from '../errors.ts';
-import type { Tx } from '../ledger/db.ts';
-import type { LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
-import * as t from '../ledger/schema.ts';
-import { currentHandoff } from './desired-state.ts';
+import type { Tx } from './db.ts';
+import { applyRestoredReport } from './hosts.ts';
+import type { Ledger } from './ledger.ts';
+import { currentHandoff } from './queries.ts';
+import type { LeaseRow, ReservationRow } from './rows.ts';
+import * as t from './schema.ts';
 
-const ACTIVE = ['allocated', 'preparing', 'running'];
-/** Outcomes the GitHub part sets from `workflow_job` completed; anything else in the column is a wait code. */
-const JOB_OUTCOMES = ['passed', 'failed', 'cancelled'];
-
-function jobOutcome(r: ReservationRow): string | null {
-  return r.outcome && JOB_OUTCOMES.includes(r.outcome) ? r.outcome : null;
+/** The GitHub job's result, when `workflow_job` completed already set it. */
+function jobOutcome(r: ReservationRow): JobOutcome | null {
+  return isJobOutcome(r.outcome) ? r.outcome : null;
 }
+
+type LeaseEvent = (type: LedgerEventType, cause: string, data?: Record<string, unknown>) => Promise<void>;
 
 function mergeEvidence(lease: LeaseRow, key: string, value: unknown): string {
   let prev: Record<string, unknown> = {};
@@ -25,7 +28,7 @@ function mergeEvidence(lease: LeaseRow, key: string, value: unknown): string {
 }
 
 /**
- * Applies one agent report in one write transaction (cross-part contract, steps 2–6). The
+ * The agent-report command: applies one agent report in one write transaction (cross-part contract, steps 2–6). The
  * fencing token is checked first; a stale one throws 409 `stale_fencing_token` before anything
  * is written. Returns what changed, in words.
  */
@@ -39,7 +42,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
     // every node of the reservation may have to act on this (pairs move as a unit)
     for (const l of leases) changed.add(`host:${l.hostId}`);
     changed.add('reservation');
-    const event = async (type: string, cause: string, data?: Record<string, unknown>) =>
+    const event: LeaseEvent = async (type, cause, data) =>
       ledger.record(tx, now, {
         subjectType: 'lease',
         subjectId: lease.id,
@@ -96,7 +99,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
           'lease.prepare_failed',
           `preparation failed on ${hostId}: ${report.reason}`.slice(0, 500),
         );
-        if (ACTIVE.includes(r.status)) {
+        if (isReleasableStatus(r.status)) {
           await ledger.beginRelease(
             r.id,
             'failed',
@@ -155,7 +158,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
             `${lease.id} is not being released; cleanup is reported after release`,
           );
         }
-        if (lease.status !== 'releasing' && ACTIVE.includes(r.status)) {
+        if (lease.status !== 'releasing' && isReleasableStatus(r.status)) {
           await ledger.beginRelease(
             r.id,
             jobOutcome(r) ?? 'released',
@@ -197,7 +200,7 @@ async function runnerExited(
     hostId: string;
     actor: string;
     report: Extract<Report, { type: 'runner_exited' }>;
-    event: (type: string, cause: string, data?: Record<string, unknown>) => Promise<void>;
+    event: LeaseEvent;
   },
 ): Promise<string> {
   const { lease, r, leases, hostId, actor, report } = a;
@@ -238,7 +241,7 @@ async function runnerExited(
       exitCode: report.exitCode,
     },
   );
-  if (!ACTIVE.includes(r.status)) return `reservation ${r.id} already ${r.status}`;
+  if (!isReleasableStatus(r.status)) return `reservation ${r.id} already ${r.status}`;
   const failed = report.exitCode !== 0;
   if (failed) {
     // pairs fail as a unit: the other node's runner is stopped by its agent on `clean`
@@ -271,15 +274,6 @@ async function applyRestored(
   report: Extract<Report, { type: 'restored' }>,
   actor: string,
 ): Promise<string> {
-  const host = await ledger.getHost(undefined, hostId);
-  if (!host) throw conflict('unknown_host', `host ${hostId} is not in the ledger`);
-  // the fencing token only moves on a grant, and a restoring host is never granted
-  if (host.fencingToken !== report.fencingToken) {
-    throw conflict(
-      'stale_fencing_token',
-      `fencing token ${report.fencingToken} for ${hostId} is not current (current ${host.fencingToken})`,
-    );
-  }
-  const after = await ledger.recordRestore(hostId, report.ok, report.detail, actor);
+  const after = await applyRestoredReport(ledger, hostId, report, actor);
   return `${hostId} ${after.phase}`;
 }

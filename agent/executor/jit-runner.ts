@@ -1,0 +1,211 @@
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { AgentConfig } from '../config.ts';
+import { runCommand } from '../exec.ts';
+import type { AgentLogger } from '../log.ts';
+import {
+  asAccount,
+  isRunnerAlive,
+  killAccountProcesses,
+  processesOfUid,
+  processStartTicks,
+  type RunnerAccount,
+  readExitCode,
+  redactLines,
+  startRunner,
+  stopRunner,
+  tailLines,
+} from '../runner.ts';
+import type { LeaseState, RunnerState } from '../state-file.ts';
+import { baseRunnerEnv, freshRunnerEnv, shellJoin } from './runner-env.ts';
+import type { Executor, Observation, Termination, Workload } from './types.ts';
+import { assertUnder, childPath } from './work-dir.ts';
+
+export interface JitRunnerDeps {
+  cfg: AgentConfig;
+  log: AgentLogger;
+  /** The runner user (issue 11), or null to run the runner as the agent's user (development only). */
+  account: RunnerAccount | null;
+  /** Persists the agent state (the lease record is part of it). */
+  save(): void;
+  /** Called when a runner this process spawned exits (ends the long-poll early). */
+  onExit(): void;
+}
+
+/**
+ * The `jit-runner` executor (issue 15 item 2): today's path. The workload is one GitHub Actions
+ * runner started with its JIT config in `ACTIONS_RUNNER_INPUT_JITCONFIG`, detached in its own
+ * process group under a small wrapper that records its pid and exit status in a run dir the agent
+ * keeps beside its state file, so a restarted agent finds the job (or its exit status) again.
+ *
+ * With a runner account the runner, the job and the work dir belong to that user: the agent makes
+ * and removes work dirs as it (the work root is the runner user's, 0700), and at the end of a lease
+ * ends every process of it — the host runs one lease at a time and refuses to prepare one while
+ * the runner user still has a process, so all of them are this lease's (ADR 0010).
+ */
+export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
+  const { cfg, log, save, account } = deps;
+  /** The current runner's secrets, in memory only, to redact them from evidence. */
+  let secrets: string[] = [];
+  const runsRoot = join(dirname(cfg.stateFile), 'runs');
+
+  const resolvePid = (r: RunnerState): void => {
+    if (r.pid != null) return;
+    const f = join(r.runDir, 'pid');
+    if (!existsSync(f)) return;
+    const pid = Number(readFileSync(f, 'utf8').trim());
+    if (Number.isInteger(pid) && pid > 0) {
+      r.pid = pid;
+      r.startTicks = processStartTicks(pid);
+      save();
+    }
+  };
+  const alive = (r: RunnerState): boolean => {
+    resolvePid(r);
+    return r.pid != null && isRunnerAlive(r.pid, r.startTicks);
+  };
+  /** Runs a file command as the runner user; its failure is an error naming the command. */
+  const asRunner = async (argv: string[]): Promise<void> => {
+    const r = await runCommand([...asAccount(account!), ...argv], { timeoutMs: 60_000 });
+    if (r.code !== 0)
+      throw new Error(`${argv.join(' ')} as ${account!.name} failed: ${r.stderr.trim() || r.error}`);
+  };
+  const removeWorkDir = async (l: LeaseState): Promise<void> => {
+    // never remove anything outside the work volume, whatever the state file says
+    assertUnder(cfg.workRoot, l.workDir);
+    if (account) await asRunner(['rm', '-rf', '--one-file-system', '--', l.workDir]);
+    else rmSync(l.workDir, { recursive: true, force: true });
+  };
+  const makeWorkDir = async (l: LeaseState): Promise<void> => {
+    assertUnder(cfg.workRoot, l.workDir);
+    if (account) await asRunner(['mkdir', '-p', '-m', '0700', '--', l.workDir]);
+    else mkdirSync(l.workDir, { recursive: true, mode: 0o700 });
+  };
+  /** Processes of the runner user this lease did not start (there must be none before it starts). */
+  const foreign = (): number[] => (account ? processesOfUid(account.uid) : []);
+
+  return {
+    name: 'jit-runner',
+
+    async prepare(l: LeaseState): Promise<Termination> {
+      const left = foreign();
+      if (left.length) {
+        return {
+          ok: false,
+          detail: `runner user ${account!.name} still has ${left.length} process(es) this lease did not start (pid ${left.slice(0, 5).join(', ')})`,
+        };
+      }
+      await removeWorkDir(l);
+      await makeWorkDir(l);
+      return { ok: true };
+    },
+
+    async start(l: LeaseState, w: Workload): Promise<void> {
+      const runDir = childPath(runsRoot, w.name);
+      rmSync(runDir, { recursive: true, force: true });
+      await makeWorkDir(l);
+      // written before the spawn: a crash right after still finds the run dir (and its pid file)
+      l.runner = {
+        runnerName: w.name,
+        runDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: false,
+        stoppedByAgent: false,
+        exitReported: false,
+      };
+      l.phase = 'running';
+      save();
+      const env: NodeJS.ProcessEnv = {
+        // the job runs PR code: it gets a minimal environment, never the agent's own
+        ...(account
+          ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv)
+          : baseRunnerEnv(process.env, cfg.runner.passEnv)),
+        ...(cfg.service
+          ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl }
+          : {}),
+        ...(cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {}),
+        ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
+        SPARK_CONTROLLER_URL: cfg.controllerUrl,
+        SPARK_RESERVATION_ID: l.reservationId,
+        SPARK_HOST_ID: cfg.hostId,
+        SPARK_FENCING_TOKEN: String(l.fencingToken),
+        SPARK_LEASE_TOKEN: w.jobToken ?? '',
+        SPARK_TOPOLOGY: l.topology,
+        SPARK_WORK_DIR: l.workDir,
+        SPARK_MODEL_CACHE: cfg.modelCacheDir,
+      };
+      const started = startRunner({ runDir, command: cfg.runner.command, workDir: l.workDir, env, account });
+      l.runner.pid = started.pid;
+      l.runner.startTicks = started.startTicks;
+      save();
+      secrets = [w.jitConfig, w.jobToken ?? ''];
+      log.info('runner started', { leaseId: l.leaseId, runnerName: w.name, pid: started.pid });
+      void started.exited.then(deps.onExit);
+    },
+
+    observe(l: LeaseState): Observation {
+      const r = l.runner;
+      if (!r) return { state: 'none' };
+      if (alive(r)) return { state: 'running' };
+      if (r.exitCode === undefined) {
+        r.exitCode = readExitCode(r.runDir);
+        save();
+      }
+      return { state: 'exited', exitCode: r.exitCode ?? null };
+    },
+
+    async stop(l: LeaseState): Promise<void> {
+      const r = l.runner;
+      if (r && alive(r)) {
+        r.stoppedByAgent = true;
+        save();
+        log.info('stopping the runner this agent started', { leaseId: l.leaseId, runnerName: r.runnerName });
+        await stopRunner(r.pid!, r.startTicks, cfg.runner.stopGraceS * 1000, account);
+      }
+      // a job may have left its process group (setsid, double fork): as the runner user it is
+      // still this lease's, and it must not live on into the next reservation
+      if (r && account && processesOfUid(account.uid).length) {
+        const left = await killAccountProcesses(account);
+        log.info("ended the runner user's remaining processes", { leaseId: l.leaseId, left: left.length });
+      }
+    },
+
+    async confirmTerminated(l: LeaseState): Promise<Termination> {
+      const r = l.runner;
+      if (r && alive(r)) return { ok: false, detail: `runner ${r.runnerName} (pid ${r.pid}) still runs` };
+      const left = r ? foreign() : [];
+      if (left.length) {
+        return {
+          ok: false,
+          detail: `${left.length} process(es) of ${account!.name} still run (pid ${left.slice(0, 5).join(', ')})`,
+        };
+      }
+      return { ok: true };
+    },
+
+    lastLines(l: LeaseState, n: number): string[] {
+      return l.runner ? redactLines(tailLines(l.runner.runDir, n), secrets) : [];
+    },
+
+    async forget(l: LeaseState): Promise<void> {
+      if (l.runner) {
+        assertUnder(runsRoot, l.runner.runDir);
+        rmSync(l.runner.runDir, { recursive: true, force: true });
+      }
+      l.runner = null;
+      secrets = [];
+      save();
+    },
+
+    async discard(l: LeaseState): Promise<void> {
+      await removeWorkDir(l);
+      if (l.runner) {
+        assertUnder(runsRoot, l.runner.runDir);
+        rmSync(l.runner.runDir, { recursive: true, force: true });
+      }
+      secrets = [];
+    },
+  };
+}

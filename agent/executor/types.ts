@@ -1,0 +1,58 @@
+import type { LeaseState } from '../state-file.ts';
+
+/**
+ * The executor seam (issue 15 item 1): how a lease's workload is prepared, started with the
+ * lease's fencing token, observed, stopped and confirmed terminated. The invariants hold for every
+ * backend: the agent persists the workload record before anything is created, reports `cleaned`
+ * (which releases the lease) only after {@link Executor.confirmTerminated} says so, and stops only
+ * what this lease started.
+ */
+
+/** Backends the agent knows; `jit-runner` (today's one-job GitHub runner) is the default. */
+export const EXECUTOR_NAMES = ['jit-runner'] as const;
+export type ExecutorName = (typeof EXECUTOR_NAMES)[number];
+
+/** What a lease runs. For `jit-runner`: the runner named by the controller and its one-time secrets. */
+export interface Workload {
+  name: string;
+  /** One-time runner configuration (GitHub's encoded JIT config); never persisted. */
+  jitConfig: string;
+  /** Per-lease job token for the in-job actions; never persisted. */
+  jobToken: string | null;
+}
+
+/** What the executor sees of the lease's workload right now. */
+export type Observation =
+  | { state: 'none' }
+  | { state: 'running' }
+  | { state: 'exited'; exitCode: number | null };
+
+/** `ok`, or what is in the way, in words. */
+export type Termination = { ok: true } | { ok: false; detail: string };
+
+export interface Executor {
+  readonly name: ExecutorName;
+  /**
+   * Makes the lease's fresh, private work area (removing a leftover one). Refuses (with the
+   * reason) when something this lease did not start still runs as the workload's user.
+   */
+  prepare(lease: LeaseState): Promise<Termination>;
+  /**
+   * Starts `workload` for `lease` (its fencing token goes along). Records the workload in
+   * `lease.runner` and persists it before anything is created, so a crash right after still
+   * finds it.
+   */
+  start(lease: LeaseState, workload: Workload): Promise<void>;
+  /** The state of the workload recorded in `lease.runner` (`none` when there is none). */
+  observe(lease: LeaseState): Observation;
+  /** Stops the workload this lease started (and only that). */
+  stop(lease: LeaseState): Promise<void>;
+  /** Whether everything the workload started is gone; only then may the lease be released. */
+  confirmTerminated(lease: LeaseState): Promise<Termination>;
+  /** The workload's last output lines for evidence, secrets redacted. */
+  lastLines(lease: LeaseState, n: number): string[];
+  /** Forgets a stopped workload (its record and run files) but keeps the lease's work area. */
+  forget(lease: LeaseState): Promise<void>;
+  /** Removes the lease's work area and what the executor kept for the workload. */
+  discard(lease: LeaseState): Promise<void>;
+}

@@ -1,0 +1,41 @@
+import type { HostFacts } from '../core/model.ts';
+import type { StepContext } from './steps/context.ts';
+
+/** The home service's state as the heartbeat reports it. */
+async function serviceState(ctx: StepContext): Promise<HostFacts['serviceState']> {
+  const svc = ctx.cfg.service;
+  if (!svc) return 'none';
+  if (ctx.state.restore) return 'starting';
+  const l = ctx.state.lease;
+  if (l?.lend) {
+    if (l.lendStep === 'draining') return 'draining';
+    if (l.lendStep === 'stopping' || l.lendStep === 'verifying' || l.lendStep === 'lent') return 'stopped';
+  }
+  const h = await ctx.port.probeHealth(svc.healthUrl, 2000);
+  return h.ok ? 'serving' : h.status == null ? 'stopped' : 'failed';
+}
+
+async function interconnectOk(ctx: StepContext): Promise<boolean | null> {
+  const check = ctx.cfg.interconnectCheck;
+  if (!check) return null;
+  if (!ctx.interconnect || ctx.port.now() - ctx.interconnect.at > 30_000) {
+    const r = await ctx.port.exec(check, { timeoutMs: 30_000 });
+    ctx.interconnect = { ok: r.code === 0, at: ctx.port.now() };
+  }
+  return ctx.interconnect.ok;
+}
+
+/** Host facts for a heartbeat: a GPU that cannot be read is `null` with the reason, never "idle". */
+export async function collectFacts(ctx: StepContext): Promise<HostFacts> {
+  const q = await ctx.port.queryGpu();
+  const l = ctx.state.lease;
+  const seen = l ? ctx.executor.observe(l) : { state: 'none' as const };
+  return {
+    gpuProcesses: q.ok ? q.processes : null,
+    gpuError: q.ok ? null : q.error,
+    freeDiskBytes: ctx.port.freeDiskBytes(ctx.cfg.workRoot),
+    serviceState: await serviceState(ctx),
+    runnerState: seen.state === 'none' ? 'none' : seen.state === 'running' ? 'running' : 'exited',
+    interconnectOk: await interconnectOk(ctx),
+  };
+}

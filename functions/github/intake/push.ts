@@ -1,0 +1,59 @@
+import { enabledRepository } from '../../ledger/queries.ts';
+import { createReservation, queuedOfKind, supersedeQueued } from '../../ledger/reservations.ts';
+import type { GitHubMeta } from '../meta.ts';
+import { PushEvent } from '../payloads.ts';
+import type { GitHubService } from '../service.ts';
+import { type Delivery, type IntakeResult, noOp, withDelivery } from './delivery.ts';
+
+/**
+ * `push` to the default branch: merge correctness CI for the new tip. Queued merge work for an
+ * older tip is superseded (the same supersede command PR pushes use).
+ */
+export async function onPush(svc: GitHubService, d: Delivery, raw: unknown): Promise<IntakeResult> {
+  const p = PushEvent.parse(raw);
+  const repoName = p.repository.full_name;
+  const repo = await enabledRepository(svc.ledger, repoName);
+  if (!repo) return noOp(svc, d, null, `ignored: ${repoName} is not enabled`);
+  const branch = p.repository.default_branch ?? repo.defaultBranch;
+  if (p.ref !== `refs/heads/${branch}`) return noOp(svc, d, null, `ignored: push to ${p.ref}`);
+  if (p.deleted || /^0+$/.test(p.after)) return noOp(svc, d, null, 'ignored: branch deleted');
+  const actor = `github:${p.sender.login}`;
+  return withDelivery(svc, d, null, async (tx) => {
+    const out: string[] = [];
+    const superseded = await supersedeQueued(
+      svc.ledger,
+      { repo: repo.fullName, kind: 'merge' },
+      p.after,
+      actor,
+      `${branch} moved to ${p.after.slice(0, 7)}`,
+      tx,
+    );
+    for (const r of superseded) out.push(`superseded ${r.id}`);
+    const stillQueued = await queuedOfKind(svc.ledger, tx, repo.fullName, 'merge');
+    if (!stillQueued.some((r) => r.headSha === p.after)) {
+      const meta: GitHubMeta = {
+        installationId: p.installation?.id ?? repo.installationId,
+        trigger: 'push',
+        deliveryId: d.id,
+        defaultBranch: branch,
+        workflow: repo.workflow ?? svc.gh.workflow,
+      };
+      const r = await createReservation(
+        svc.ledger,
+        {
+          kind: 'merge',
+          topology: 'single',
+          repo: repo.fullName,
+          headSha: p.after,
+          suite: 'smoke',
+          requester: actor,
+          meta: meta as unknown as Record<string, unknown>,
+        },
+        actor,
+        tx,
+      );
+      out.push(`queued ${r.id}`);
+    }
+    return out.join(', ');
+  });
+}

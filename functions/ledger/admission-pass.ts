@@ -1,0 +1,248 @@
+import { and, asc, desc, eq, inArray, sql } from 'drizzle-orm';
+import { type AdmissionPlan, planAdmission } from '../../core/admission.ts';
+import {
+  BINDING_LEASE_STATUSES,
+  type HostPhase,
+  isReleasableStatus,
+  OPEN_STATUSES,
+  type ReservationStatus,
+} from '../../core/model.ts';
+import { assertHostTransition, assertReservationTransition } from '../../core/state-machines.ts';
+import type { Tx } from './db.ts';
+import { setHostPhase } from './hosts.ts';
+import { setLeaseStatus } from './leases.ts';
+import { beginRelease, transitionReservation } from './reservations.ts';
+import { toHostRecord, toLeaseRecord, toReservationRecord } from './rows.ts';
+import * as t from './schema.ts';
+import type { LedgerStore } from './store.ts';
+
+/** Result of one admission pass as applied to the ledger. */
+export interface PassResult {
+  plan: AdmissionPlan;
+  granted: { reservationId: string; leases: { leaseId: string; hostId: string; fencingToken: number }[] }[];
+}
+
+/** How many queued reservations get their position/reason/wait code written per pass. */
+export const PERSISTED_WAITS_PER_PASS = 200;
+
+/** Loads everything the admission engine needs, inside the caller's transaction. */
+export async function loadAdmissionInput(s: LedgerStore, tx: Tx | undefined) {
+  const q = tx ?? s.db;
+  const [hostRows, leaseRows, resvRows] = await Promise.all([
+    q.select().from(t.hosts),
+    q
+      .select()
+      .from(t.leases)
+      .where(inArray(t.leases.status, [...BINDING_LEASE_STATUSES])),
+    q
+      .select()
+      .from(t.reservations)
+      .where(inArray(t.reservations.status, [...OPEN_STATUSES]))
+      // admission order, so the engine need not sort (priority desc, then FIFO)
+      .orderBy(desc(t.reservations.priority), asc(t.reservations.seq)),
+  ]);
+  return { hostRows, leaseRows, resvRows };
+}
+
+/**
+ * One admission pass in one write transaction (ADR 0002): read the whole state, plan with the
+ * pure engine, write grants with fresh fencing tokens. Another process's pass waits on the
+ * write lock and then sees these grants, so two processes can never double-grant; the partial
+ * unique index on leases is the last line of defence. Queue timeouts end `failed` with outcome
+ * `queue_timeout`; waits are written to `wait_code`, never to `outcome`.
+ */
+export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResult> {
+  return s.write(async (tx, now, changed) => {
+    const { hostRows, leaseRows, resvRows } = await loadAdmissionInput(s, tx);
+    const plan = planAdmission({
+      now,
+      config: s.config,
+      hosts: hostRows.map(toHostRecord),
+      leases: leaseRows.map(toLeaseRecord),
+      reservations: resvRows.map(toReservationRecord),
+    });
+    const resvById = new Map(resvRows.map((r) => [r.id, r]));
+    const hostById = new Map(hostRows.map((h) => [h.id, h]));
+    const leaseById = new Map(leaseRows.map((l) => [l.id, l]));
+    const result: PassResult = { plan, granted: [] };
+
+    for (const id of plan.queueTimeouts) {
+      const r = resvById.get(id)!;
+      await transitionReservation(
+        s,
+        tx,
+        now,
+        r,
+        'failed',
+        `queue timeout: waited ${Math.round((now - r.createdAt) / 60000)} min (limit ${Math.round(
+          s.config.timings.queueTimeoutS / 60,
+        )} min); last reason: ${r.reason ?? 'none'}`,
+        actor,
+        { outcome: 'queue_timeout' },
+      );
+      changed.add('reservation');
+    }
+
+    for (const id of plan.satisfied) {
+      const r = resvById.get(id)!;
+      // an explicit Deckard start whose host already serves: met without a lease
+      await transitionReservation(s, tx, now, r, 'done', `${r.targetHost} already serving`, actor, {
+        outcome: 'already_serving',
+      });
+      changed.add('reservation');
+    }
+
+    for (const ex of plan.expiries) {
+      const lease = leaseById.get(ex.leaseId)!;
+      await setLeaseStatus(s, tx, now, lease, 'expired', 'lease TTL passed without renewal', actor);
+      const host = hostById.get(ex.hostId)!;
+      if (ex.outcome === 'release-required') {
+        if (host.phase === 'allocated') {
+          await setHostPhase(
+            s,
+            tx,
+            now,
+            host,
+            'release-required',
+            'lease expired while processes remain (or are unknown): nothing killed, nothing admitted',
+            actor,
+          );
+        }
+      } else {
+        const r = resvById.get(ex.reservationId);
+        if (r && isReleasableStatus(r.status)) {
+          await beginRelease(
+            s,
+            r.id,
+            'expired',
+            'lease expired; agent asked to confirm termination',
+            actor,
+            tx,
+          );
+        }
+      }
+      changed.add(`host:${ex.hostId}`).add('reservation');
+    }
+
+    // Grants: a few set-based statements for the whole pass (not per grant) so a burst of
+    // grants costs about as much as one; every transition is still checked and recorded.
+    if (plan.grants.length) {
+      const leaseRows: (typeof t.leases.$inferInsert)[] = [];
+      const grantedHosts: string[] = [];
+      for (const g of plan.grants) {
+        const r = resvById.get(g.reservationId)!;
+        const ttlS =
+          r.ttlS ??
+          (r.kind === 'development' ? s.config.timings.devLeaseDefaultTtlS : s.config.timings.ciLeaseTtlS);
+        assertReservationTransition(r.status as ReservationStatus, 'allocated');
+        await s.record(tx, now, {
+          subjectType: 'reservation',
+          subjectId: r.id,
+          type: 'reservation.allocated',
+          fromState: r.status,
+          toState: 'allocated',
+          cause: `granted ${g.hostIds.join(' + ')}${g.lend.length ? ` (lending ${g.lend.join(', ')})` : ''}`,
+          actor,
+          data: { hosts: g.hostIds, lend: g.lend },
+        });
+        Object.assign(r, {
+          status: 'allocated',
+          grantedAt: now,
+          reason: null,
+          position: null,
+          updatedAt: now,
+        });
+        const leases: PassResult['granted'][number]['leases'] = [];
+        for (const hostId of g.hostIds) {
+          const host = hostById.get(hostId)!;
+          assertHostTransition(host.phase as HostPhase, 'allocated');
+          const token = host.fencingToken + 1;
+          const leaseId = `l-${hostId}-${token}`;
+          const lend = g.lend.includes(hostId);
+          leaseRows.push({
+            id: leaseId,
+            reservationId: r.id,
+            hostId,
+            fencingToken: token,
+            status: 'active',
+            lend,
+            grantedAt: now,
+            expiresAt: now + ttlS * 1000,
+          });
+          await s.record(tx, now, {
+            subjectType: 'lease',
+            subjectId: leaseId,
+            type: 'lease.granted',
+            toState: 'active',
+            cause: `admission granted ${r.id}`,
+            actor,
+            data: { reservationId: r.id, hostId, fencingToken: token, lend },
+          });
+          await s.record(tx, now, {
+            subjectType: 'host',
+            subjectId: hostId,
+            type: 'host.phase',
+            fromState: host.phase,
+            toState: 'allocated',
+            cause: `granted to ${r.id}`,
+            actor,
+          });
+          host.fencingToken = token;
+          host.phase = 'allocated';
+          grantedHosts.push(hostId);
+          leases.push({ leaseId, hostId, fencingToken: token });
+          changed.add(`host:${hostId}`);
+        }
+        result.granted.push({ reservationId: r.id, leases });
+      }
+      const ids = plan.grants.map((g) => g.reservationId);
+      // compare-and-set: only still-queued rows move (the write lock makes this exact)
+      await tx
+        .update(t.reservations)
+        .set({
+          status: 'allocated',
+          grantedAt: now,
+          updatedAt: now,
+          reason: null,
+          position: null,
+          waitCode: null,
+          outcome: null,
+        })
+        .where(and(inArray(t.reservations.id, ids), eq(t.reservations.status, 'queued')));
+      // each granted host's token goes up by exactly one: the value the lease rows carry
+      await tx
+        .update(t.hosts)
+        .set({ fencingToken: sql`${t.hosts.fencingToken} + 1`, phase: 'allocated', updatedAt: now })
+        .where(inArray(t.hosts.id, grantedHosts));
+      for (let i = 0; i < leaseRows.length; i += 50)
+        await tx.insert(t.leases).values(leaseRows.slice(i, i + 50));
+      changed.add('reservation');
+    }
+
+    // Persist why each request waits; history gets a row only when the kind of wait changes.
+    // Only the head of the queue is written each pass (a grant shifts every position behind it);
+    // the rest is written as it moves up, and read paths compute live positions anyway.
+    for (const w of plan.waits.slice(0, PERSISTED_WAITS_PER_PASS)) {
+      const r = resvById.get(w.reservationId)!;
+      if (r.reason === w.reason && r.position === w.position) continue;
+      const prevCode = r.reason ? r.waitCode : null;
+      await tx
+        .update(t.reservations)
+        .set({ reason: w.reason, position: w.position, waitCode: w.code })
+        .where(and(eq(t.reservations.id, r.id), eq(t.reservations.status, 'queued')));
+      if (prevCode !== w.code) {
+        await s.record(tx, now, {
+          subjectType: 'reservation',
+          subjectId: r.id,
+          type: 'reservation.waiting',
+          fromState: 'queued',
+          toState: 'queued',
+          cause: w.reason,
+          actor,
+          data: { code: w.code, position: w.position },
+        });
+      }
+    }
+    return result;
+  });
+}

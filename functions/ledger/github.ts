@@ -1,0 +1,256 @@
+import { and, eq, isNull, sql } from 'drizzle-orm';
+import { notFound } from '../errors.ts';
+import type { Tx } from './db.ts';
+import { enqueue } from './outbox.ts';
+import type { HandoffRow, RepositoryRow } from './rows.ts';
+import * as t from './schema.ts';
+import type { LedgerStore } from './store.ts';
+
+/**
+ * The GitHub integration's ledger commands: webhook delivery records, enabled repositories,
+ * JIT runner registrations and handoffs, refusals. The GitHub part decides; these write.
+ */
+
+// ---------------------------------------------------------------- deliveries
+
+/** Claims a delivery id inside the transaction; false when it was already processed. */
+export async function claimDelivery(
+  tx: Tx,
+  now: number,
+  d: { id: string; event: string },
+  action: string | null,
+  result: string,
+): Promise<boolean> {
+  const rows = await tx
+    .insert(t.webhookDeliveries)
+    .values({ deliveryId: d.id, event: d.event, action, receivedAt: now, result })
+    .onConflictDoNothing({ target: t.webhookDeliveries.deliveryId })
+    .returning({ id: t.webhookDeliveries.deliveryId });
+  return rows.length > 0;
+}
+
+/** Records what a claimed delivery did, in words (bounded). */
+export async function setDeliveryResult(tx: Tx, deliveryId: string, result: string): Promise<void> {
+  await tx
+    .update(t.webhookDeliveries)
+    .set({ result: result.slice(0, 300) })
+    .where(eq(t.webhookDeliveries.deliveryId, deliveryId));
+}
+
+// ---------------------------------------------------------------- repositories
+
+const byName = (fullName: string) => sql`lower(${t.repositories.fullName}) = lower(${fullName})`;
+
+/** Enables (or re-enables) a repository; settings not given keep their previous value. */
+export function enableRepository(
+  s: LedgerStore,
+  input: {
+    fullName: string;
+    installationId: number | null;
+    defaultBranch: string;
+    pairEnabled?: boolean | undefined;
+    workflow?: string | null | undefined;
+  },
+  actor: string,
+  describe: (row: RepositoryRow) => { cause: string; data: Record<string, unknown> },
+): Promise<RepositoryRow> {
+  return s.write(async (tx, now) => {
+    const existing = (await tx.select().from(t.repositories).where(byName(input.fullName)))[0];
+    const values: RepositoryRow = {
+      fullName: existing?.fullName ?? input.fullName,
+      installationId: input.installationId,
+      defaultBranch: input.defaultBranch,
+      pairEnabled: input.pairEnabled ?? existing?.pairEnabled ?? false,
+      workflow: input.workflow ?? existing?.workflow ?? null,
+      enabledAt: now,
+      disabledAt: null,
+    };
+    await tx
+      .insert(t.repositories)
+      .values(values)
+      .onConflictDoUpdate({ target: t.repositories.fullName, set: values });
+    const d = describe(values);
+    await s.record(tx, now, {
+      subjectType: 'repository',
+      subjectId: values.fullName,
+      type: 'repository.enabled',
+      cause: d.cause,
+      actor,
+      data: d.data,
+    });
+    return values;
+  });
+}
+
+/** Disables a repository: new webhooks are ignored; queued and active work is untouched. */
+export function disableRepository(
+  s: LedgerStore,
+  fullName: string,
+  actor: string,
+  cause: string,
+): Promise<RepositoryRow> {
+  return s.write(async (tx, now) => {
+    const existing = (await tx.select().from(t.repositories).where(byName(fullName)))[0];
+    if (!existing) throw notFound(`repository ${fullName}`);
+    if (existing.disabledAt != null) return existing;
+    await tx
+      .update(t.repositories)
+      .set({ disabledAt: now })
+      .where(sql`${t.repositories.fullName} = ${existing.fullName}`);
+    await s.record(tx, now, {
+      subjectType: 'repository',
+      subjectId: existing.fullName,
+      type: 'repository.disabled',
+      cause,
+      actor,
+    });
+    return { ...existing, disabledAt: now };
+  });
+}
+
+// ---------------------------------------------------------------- refusals and faults
+
+/**
+ * A visible refusal: a neutral check run on the commit (when known; never the result check's
+ * name, DESIGN.md "Refusals") plus an audited `github.refused` event.
+ */
+export async function recordRefusal(
+  s: LedgerStore,
+  tx: Tx,
+  now: number,
+  o: {
+    deliveryId: string;
+    event: string;
+    repo: string;
+    pr: number | null;
+    headSha: string | null;
+    installationId: number | null;
+    sender: string;
+    reason: string;
+    view: Record<string, unknown>;
+  },
+): Promise<void> {
+  if (o.headSha) {
+    await enqueue(tx, now, {
+      kind: 'refusal-check',
+      key: `refusal:${o.deliveryId}`,
+      payload: { repo: o.repo, headSha: o.headSha, installationId: o.installationId, view: o.view },
+    });
+  }
+  await s.record(tx, now, {
+    subjectType: 'audit',
+    subjectId: o.pr != null ? `${o.repo}#${o.pr}` : o.repo,
+    type: 'github.refused',
+    cause: o.reason,
+    actor: `github:${o.sender}`,
+    data: { delivery: o.deliveryId, event: o.event, headSha: o.headSha },
+  });
+}
+
+/** A workflow job that names a reservation the ledger does not have (audited; changes nothing). */
+export async function recordUnknownJob(
+  s: LedgerStore,
+  tx: Tx,
+  repo: string,
+  cause: string,
+  data: Record<string, unknown>,
+): Promise<void> {
+  await s.record(tx, s.clock(), {
+    subjectType: 'audit',
+    subjectId: repo,
+    type: 'github.job_mismatch',
+    cause,
+    actor: 'github',
+    data,
+  });
+}
+
+// ---------------------------------------------------------------- JIT runners
+
+/** Stores a registered JIT runner and its config, to be handed to the agent exactly once. */
+export async function recordRunnerRegistration(
+  s: LedgerStore,
+  tx: Tx,
+  now: number,
+  h: {
+    runnerName: string;
+    leaseId: string;
+    reservationId: string;
+    hostId: string;
+    attempt: number;
+    runnerId: number;
+    jitConfig: string;
+  },
+): Promise<void> {
+  await tx
+    .insert(t.jitHandoffs)
+    .values({ ...h, createdAt: now })
+    .onConflictDoNothing({ target: t.jitHandoffs.runnerName });
+  await s.record(tx, now, {
+    subjectType: 'reservation',
+    subjectId: h.reservationId,
+    type: 'reservation.runner_registered',
+    cause: `JIT runner ${h.runnerName} registered for ${h.hostId} (attempt ${h.attempt})`,
+    actor: 'github',
+    data: { runnerName: h.runnerName, runnerId: h.runnerId, hostId: h.hostId, attempt: h.attempt },
+  });
+}
+
+/** A config not yet handed over must never be handed over now (release, or a replaced runner). */
+export async function withholdJitConfigs(
+  tx: Tx,
+  which: { reservationId: string } | { runnerName: string },
+): Promise<void> {
+  await tx
+    .update(t.jitHandoffs)
+    .set({ jitConfig: null })
+    .where(
+      'reservationId' in which
+        ? eq(t.jitHandoffs.reservationId, which.reservationId)
+        : eq(t.jitHandoffs.runnerName, which.runnerName),
+    );
+}
+
+/** The runner was deregistered on GitHub (release or pickup timeout). */
+export async function markRunnerDeleted(tx: Tx, now: number, runnerName: string): Promise<void> {
+  await tx
+    .update(t.jitHandoffs)
+    .set({ deletedAt: now, jitConfig: null })
+    .where(eq(t.jitHandoffs.runnerName, runnerName));
+}
+
+/** Runners of a reservation GitHub still knows (not deregistered). */
+export async function liveRunnersOf(tx: Tx, reservationId: string): Promise<HandoffRow[]> {
+  return tx
+    .select()
+    .from(t.jitHandoffs)
+    .where(and(eq(t.jitHandoffs.reservationId, reservationId), isNull(t.jitHandoffs.deletedAt)));
+}
+
+/**
+ * Hands a waiting JIT config to the agent: in one transaction the config is nulled, the handoff
+ * marked consumed and the fresh job token's SHA-256 stored on the lease — so it is given exactly
+ * once (cross-part contract 3).
+ */
+export async function handOverJitConfig(
+  s: LedgerStore,
+  tx: Tx,
+  now: number,
+  h: HandoffRow,
+  jobTokenHash: string,
+  hostId: string,
+): Promise<void> {
+  await tx
+    .update(t.jitHandoffs)
+    .set({ jitConfig: null, consumedAt: now })
+    .where(and(eq(t.jitHandoffs.runnerName, h.runnerName), isNull(t.jitHandoffs.consumedAt)));
+  await tx.update(t.leases).set({ jobTokenHash }).where(eq(t.leases.id, h.leaseId));
+  await s.record(tx, now, {
+    subjectType: 'lease',
+    subjectId: h.leaseId,
+    type: 'lease.runner_handoff',
+    cause: `JIT config for runner ${h.runnerName} handed to the agent (attempt ${h.attempt})`,
+    actor: `agent:${hostId}`,
+    data: { runnerName: h.runnerName, attempt: h.attempt, reservationId: h.reservationId },
+  });
+}

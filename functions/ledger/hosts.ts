@@ -1,0 +1,256 @@
+import { eq } from 'drizzle-orm';
+import type { HostFacts, HostPhase } from '../../core/model.ts';
+import { assertHostTransition } from '../../core/state-machines.ts';
+import { conflict, notFound } from '../errors.ts';
+import type { Tx } from './db.ts';
+import { renewOnHeartbeat } from './leases.ts';
+import type { HostRow } from './rows.ts';
+import * as t from './schema.ts';
+import type { LedgerStore } from './store.ts';
+
+/** Host lifecycle commands: registration from config, adoption, heartbeats, restore, quarantine. */
+
+/** Makes the ledger's host rows match the config (new hosts start unadopted). */
+export async function syncHosts(s: LedgerStore): Promise<void> {
+  await s.write(async (tx, now) => {
+    const existing = new Map((await tx.select().from(t.hosts)).map((h) => [h.id, h]));
+    for (const h of s.config.hosts) {
+      const row = existing.get(h.id);
+      if (!row) {
+        await tx.insert(t.hosts).values({
+          id: h.id,
+          pool: h.pool,
+          gpus: h.gpus,
+          homeService: h.homeService,
+          managed: false,
+          phase: 'idle',
+          updatedAt: now,
+        });
+        await s.record(tx, now, {
+          subjectType: 'host',
+          subjectId: h.id,
+          type: 'host.registered',
+          toState: 'unknown',
+          cause: 'listed in configuration',
+          actor: 'controller',
+        });
+      } else if (row.pool !== h.pool || row.gpus !== h.gpus || row.homeService !== h.homeService) {
+        await tx
+          .update(t.hosts)
+          .set({ pool: h.pool, gpus: h.gpus, homeService: h.homeService, updatedAt: now })
+          .where(eq(t.hosts.id, h.id));
+      }
+    }
+  });
+}
+
+export async function getHost(s: LedgerStore, tx: Tx | undefined, id: string): Promise<HostRow | null> {
+  const rows = await (tx ?? s.db).select().from(t.hosts).where(eq(t.hosts.id, id));
+  return rows[0] ?? null;
+}
+
+/** Moves a host's persisted phase through the transition table and records it. */
+export async function setHostPhase(
+  s: LedgerStore,
+  tx: Tx,
+  now: number,
+  host: HostRow,
+  to: HostPhase,
+  cause: string,
+  actor: string,
+): Promise<void> {
+  if (host.phase === to) return;
+  assertHostTransition(host.phase as HostPhase, to);
+  await tx.update(t.hosts).set({ phase: to, updatedAt: now }).where(eq(t.hosts.id, host.id));
+  await s.record(tx, now, {
+    subjectType: 'host',
+    subjectId: host.id,
+    type: 'host.phase',
+    fromState: host.phase,
+    toState: to,
+    cause,
+    actor,
+  });
+  host.phase = to;
+}
+
+/** Adopt (or un-adopt) a host: only adopted hosts are ever granted (rule 2). */
+export function setManaged(s: LedgerStore, id: string, managed: boolean, actor: string): Promise<HostRow> {
+  return s.write(async (tx, now, changed) => {
+    const host = await getHost(s, tx, id);
+    if (!host) throw notFound(`host ${id}`);
+    if (host.managed === managed) return host;
+    await tx.update(t.hosts).set({ managed, updatedAt: now }).where(eq(t.hosts.id, id));
+    await s.record(tx, now, {
+      subjectType: 'host',
+      subjectId: id,
+      type: managed ? 'host.adopted' : 'host.unadopted',
+      cause: managed ? 'operator adopted the host' : 'operator removed the host from scheduling',
+      actor,
+    });
+    changed.add('reservation').add(`host:${id}`);
+    return { ...host, managed };
+  });
+}
+
+/**
+ * Stores a heartbeat: facts, freshness, the home service's serving state, and renews the TTL
+ * of CI leases on the host (DESIGN.md: a lease's TTL is renewed by heartbeats).
+ */
+export async function recordHeartbeat(
+  s: LedgerStore,
+  hostId: string,
+  facts: HostFacts,
+  actor = `agent:${hostId}`,
+): Promise<void> {
+  await s.write(async (tx, now, changed) => {
+    const host = await getHost(s, tx, hostId);
+    if (!host) throw notFound(`host ${hostId}`);
+    const wasFresh =
+      host.lastHeartbeatAt != null && now - host.lastHeartbeatAt <= s.config.timings.offlineAfterS * 1000;
+    await tx
+      .update(t.hosts)
+      .set({ factsJson: JSON.stringify(facts), lastHeartbeatAt: now, updatedAt: now })
+      .where(eq(t.hosts.id, hostId));
+    if (!wasFresh) {
+      await s.record(tx, now, {
+        subjectType: 'host',
+        subjectId: hostId,
+        type: 'host.online',
+        fromState: 'offline',
+        cause: 'heartbeat received',
+        actor,
+      });
+    }
+    if (host.homeService) {
+      if (host.phase === 'idle' && facts.serviceState === 'serving') {
+        await setHostPhase(s, tx, now, host, 'service', `${host.homeService} reported serving`, actor);
+      } else if (
+        host.phase === 'service' &&
+        (facts.serviceState === 'stopped' || facts.serviceState === 'failed')
+      ) {
+        await setHostPhase(
+          s,
+          tx,
+          now,
+          host,
+          'idle',
+          `${host.homeService} reported ${facts.serviceState}`,
+          actor,
+        );
+      }
+    }
+    await renewOnHeartbeat(s, tx, now, hostId);
+    changed.add('reservation').add(`host:${hostId}`);
+  });
+}
+
+/** The home service came back healthy (or failed to): restoring → service / retry / quarantined. */
+export function recordRestore(
+  s: LedgerStore,
+  hostId: string,
+  ok: boolean,
+  detail: string,
+  actor: string,
+): Promise<HostRow> {
+  return s.write(async (tx, now, changed) => {
+    const host = await getHost(s, tx, hostId);
+    if (!host) throw notFound(`host ${hostId}`);
+    if (host.phase !== 'restoring') {
+      throw conflict('not_restoring', `host ${hostId} is ${host.phase}, not restoring`);
+    }
+    changed.add(`host:${hostId}`).add('reservation');
+    if (ok) {
+      await tx
+        .update(t.hosts)
+        .set({ restoreAttempts: 0, restoreNotBefore: null })
+        .where(eq(t.hosts.id, hostId));
+      await setHostPhase(s, tx, now, host, 'service', `${host.homeService} model-ready health passed`, actor);
+      return host;
+    }
+    const attempts = host.restoreAttempts + 1;
+    const { restoreRetries, restoreBackoffS } = s.config.timings;
+    if (attempts > restoreRetries) {
+      await tx.update(t.hosts).set({ restoreAttempts: attempts, note: detail }).where(eq(t.hosts.id, hostId));
+      await setHostPhase(
+        s,
+        tx,
+        now,
+        host,
+        'quarantined',
+        `restore failed ${attempts} times: ${detail}`.slice(0, 500),
+        actor,
+      );
+      await s.record(tx, now, {
+        subjectType: 'host',
+        subjectId: hostId,
+        type: 'alert.restore_failed',
+        cause: `${host.homeService} restore failed after ${attempts} attempts; host quarantined`,
+        actor,
+        data: { attempts, detail: detail.slice(0, 2000) },
+      });
+      return host;
+    }
+    const notBefore = now + restoreBackoffS * 1000 * 2 ** (attempts - 1);
+    await tx
+      .update(t.hosts)
+      .set({ restoreAttempts: attempts, restoreNotBefore: notBefore, note: detail.slice(0, 500) })
+      .where(eq(t.hosts.id, hostId));
+    await s.record(tx, now, {
+      subjectType: 'host',
+      subjectId: hostId,
+      type: 'host.restore_retry',
+      fromState: 'restoring',
+      toState: 'restoring',
+      cause: `restore attempt ${attempts} failed; retry after backoff`,
+      actor,
+      data: { attempts, notBefore },
+    });
+    return host;
+  });
+}
+
+/**
+ * An agent's `restored` report: the fencing token only moves on a grant and a restoring host is
+ * never granted, so the host's current token is the one the report must carry.
+ */
+export async function applyRestoredReport(
+  s: LedgerStore,
+  hostId: string,
+  report: { fencingToken: number; ok: boolean; detail: string },
+  actor: string,
+): Promise<HostRow> {
+  const host = await getHost(s, undefined, hostId);
+  if (!host) throw conflict('unknown_host', `host ${hostId} is not in the ledger`);
+  if (host.fencingToken !== report.fencingToken) {
+    throw conflict(
+      'stale_fencing_token',
+      `fencing token ${report.fencingToken} for ${hostId} is not current (current ${host.fencingToken})`,
+    );
+  }
+  return recordRestore(s, hostId, report.ok, report.detail, actor);
+}
+
+/** Operator clears quarantine; the host restores its service (or goes idle) before any grant. */
+export function clearQuarantine(s: LedgerStore, hostId: string, actor: string): Promise<HostRow> {
+  return s.write(async (tx, now, changed) => {
+    const host = await getHost(s, tx, hostId);
+    if (!host) throw notFound(`host ${hostId}`);
+    if (host.phase !== 'quarantined') throw conflict('not_quarantined', `host ${hostId} is ${host.phase}`);
+    await tx
+      .update(t.hosts)
+      .set({ restoreAttempts: 0, restoreNotBefore: null, note: null })
+      .where(eq(t.hosts.id, hostId));
+    await setHostPhase(
+      s,
+      tx,
+      now,
+      host,
+      host.homeService ? 'restoring' : 'idle',
+      'operator cleared quarantine',
+      actor,
+    );
+    changed.add(`host:${hostId}`).add('reservation');
+    return host;
+  });
+}

@@ -1,0 +1,263 @@
+import { and, asc, eq, gt, inArray } from 'drizzle-orm';
+import { leaseEvent } from '../../core/events.ts';
+import {
+  BINDING_LEASE_STATUSES,
+  endsDone,
+  isReleasableStatus,
+  type LeaseStatus,
+  type Outcome,
+  type ReservationKind,
+} from '../../core/model.ts';
+import { assertLeaseTransition } from '../../core/state-machines.ts';
+import { conflict, notFound, staleFencingToken } from '../errors.ts';
+import type { Tx } from './db.ts';
+import { getHost, setHostPhase } from './hosts.ts';
+import { beginRelease, getReservation, transitionReservation } from './reservations.ts';
+import type { LeaseRow, ReservationRow } from './rows.ts';
+import * as t from './schema.ts';
+import type { LedgerStore } from './store.ts';
+
+/** Lease commands: fencing checks, status moves, renewal, confirmed release. */
+
+const CI_KINDS: readonly ReservationKind[] = ['manual', 'merge', 'benchmark', 'background'];
+
+/** The leases of a reservation, by host. */
+export async function leasesOf(
+  s: LedgerStore,
+  tx: Tx | undefined,
+  reservationId: string,
+): Promise<LeaseRow[]> {
+  return (tx ?? s.db)
+    .select()
+    .from(t.leases)
+    .where(eq(t.leases.reservationId, reservationId))
+    .orderBy(asc(t.leases.hostId));
+}
+
+/**
+ * Verifies that `fencingToken` is the current binding lease of `hostId`; throws a 409
+ * `stale_fencing_token` otherwise. Every agent command/report, preflight and release calls it.
+ */
+export async function requireCurrentLease(
+  s: LedgerStore,
+  tx: Tx | undefined,
+  hostId: string,
+  fencingToken: number,
+): Promise<LeaseRow> {
+  const rows = await (tx ?? s.db)
+    .select()
+    .from(t.leases)
+    .where(and(eq(t.leases.hostId, hostId), inArray(t.leases.status, [...BINDING_LEASE_STATUSES])));
+  const lease = rows[0];
+  if (!lease || lease.fencingToken !== fencingToken) {
+    throw staleFencingToken(hostId, fencingToken, lease?.fencingToken ?? null);
+  }
+  return lease;
+}
+
+/** The lease a per-lease job token (stored as its SHA-256) was issued for, or null. */
+export async function leaseByJobTokenHash(
+  s: LedgerStore,
+  tx: Tx | undefined,
+  hash: string,
+): Promise<LeaseRow | null> {
+  const rows = await (tx ?? s.db).select().from(t.leases).where(eq(t.leases.jobTokenHash, hash));
+  return rows[0] ?? null;
+}
+
+export async function setLeaseStatus(
+  s: LedgerStore,
+  tx: Tx,
+  now: number,
+  lease: LeaseRow,
+  to: LeaseStatus,
+  cause: string,
+  actor: string,
+): Promise<void> {
+  assertLeaseTransition(lease.status as LeaseStatus, to);
+  await tx
+    .update(t.leases)
+    .set({ status: to, ...(to === 'released' ? { releasedAt: now } : {}) })
+    .where(and(eq(t.leases.id, lease.id), eq(t.leases.status, lease.status)));
+  await s.record(tx, now, {
+    subjectType: 'lease',
+    subjectId: lease.id,
+    type: leaseEvent(to),
+    fromState: lease.status,
+    toState: to,
+    cause,
+    actor,
+    data: { reservationId: lease.reservationId, hostId: lease.hostId, fencingToken: lease.fencingToken },
+  });
+  lease.status = to;
+}
+
+/** Agent progress and evidence on a lease (each field set by a report carrying the current token). */
+export type LeaseProgress = Partial<
+  Pick<
+    LeaseRow,
+    'preparedAt' | 'runnerStartedAt' | 'runnerExitedAt' | 'exitCode' | 'evidenceJson' | 'jobTokenHash'
+  >
+>;
+
+export async function setLeaseProgress(tx: Tx, lease: LeaseRow, patch: LeaseProgress): Promise<void> {
+  await tx.update(t.leases).set(patch).where(eq(t.leases.id, lease.id));
+  Object.assign(lease, patch);
+}
+
+/**
+ * THE renewal rule for CI work: a heartbeat of the host renews its live CI leases to
+ * `now + ciLeaseTtlS` (never shortens one, never revives an expired one: old work may still run).
+ * Development leases are renewed only by their requester ({@link renewDevelopmentLease}).
+ */
+export async function renewOnHeartbeat(s: LedgerStore, tx: Tx, now: number, hostId: string): Promise<void> {
+  const ttl = s.config.timings.ciLeaseTtlS * 1000;
+  const bound = await tx
+    .select({ lease: t.leases, kind: t.reservations.kind })
+    .from(t.leases)
+    .innerJoin(t.reservations, eq(t.reservations.id, t.leases.reservationId))
+    .where(and(eq(t.leases.hostId, hostId), eq(t.leases.status, 'active'), gt(t.leases.expiresAt, now)));
+  for (const { lease, kind } of bound) {
+    if (CI_KINDS.includes(kind as ReservationKind)) {
+      await tx
+        .update(t.leases)
+        .set({ expiresAt: Math.max(lease.expiresAt, now + ttl) })
+        .where(eq(t.leases.id, lease.id));
+    }
+  }
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/**
+ * A requester renews a development lease by hand: up to `ttlS` from now, capped at
+ * `devLeaseMaxTtlS` from grant. An expired lease is never renewed (old work may still run).
+ */
+export function renewDevelopmentLease(
+  s: LedgerStore,
+  id: string,
+  ttlS: number | undefined,
+  actor: string,
+): Promise<void> {
+  const { devLeaseMaxTtlS, devLeaseDefaultTtlS } = s.config.timings;
+  return s.write(async (tx, now, changed) => {
+    const r = await getReservation(s, tx, id);
+    if (!r) throw notFound(`reservation ${id}`);
+    if (r.kind !== 'development') {
+      throw conflict('not_renewable', `${id} is ${r.kind} work; only development leases are renewed by hand`);
+    }
+    if (!isReleasableStatus(r.status)) {
+      throw conflict(
+        'not_active',
+        `${id} is ${r.status}; only an active lease can be renewed${r.status === 'queued' ? ' (it has not been granted yet)' : ''}`,
+      );
+    }
+    const leases = (await leasesOf(s, tx, id)).filter((l) => l.status !== 'released');
+    const expired = leases.find((l) => l.status !== 'active' || l.expiresAt <= now);
+    if (expired) {
+      throw conflict(
+        'lease_expired',
+        `the lease on ${expired.hostId} already expired; an expired lease is never renewed (reserve again)`,
+      );
+    }
+    const ttlMs = (ttlS ?? r.ttlS ?? devLeaseDefaultTtlS) * 1000;
+    for (const l of leases) {
+      const cap = l.grantedAt + devLeaseMaxTtlS * 1000;
+      const next = Math.min(now + ttlMs, cap);
+      if (next <= l.expiresAt) {
+        throw conflict(
+          'renew_limit',
+          `the lease on ${l.hostId} already runs to ${iso(l.expiresAt)}, the most a development lease may hold (${devLeaseMaxTtlS}s from grant); release and reserve again`,
+        );
+      }
+      await tx.update(t.leases).set({ expiresAt: next }).where(eq(t.leases.id, l.id));
+      await s.record(tx, now, {
+        subjectType: 'lease',
+        subjectId: l.id,
+        type: 'lease.renewed',
+        fromState: 'active',
+        toState: 'active',
+        cause: `renewed until ${iso(next)}`,
+        actor,
+        data: { reservationId: id, hostId: l.hostId, expiresAt: next },
+      });
+      changed.add(`host:${l.hostId}`);
+    }
+  });
+}
+
+/**
+ * The agent confirmed that the work under `fencingToken` is gone and the host is clean.
+ * Frees the host (to `idle`, or `restoring` when its home service must come back) and ends the
+ * reservation once every lease of it is released (rule 7).
+ */
+export function confirmReleased(
+  s: LedgerStore,
+  hostId: string,
+  fencingToken: number,
+  actor: string,
+  opts: { processesRemain?: boolean } = {},
+  tx?: Tx,
+): Promise<{ reservation: ReservationRow; lease: LeaseRow }> {
+  return s.within(tx, async (tx, now, changed) => {
+    const lease = await requireCurrentLease(s, tx, hostId, fencingToken);
+    const r = (await getReservation(s, tx, lease.reservationId))!;
+    const host = (await getHost(s, tx, hostId))!;
+    if (opts.processesRemain) {
+      await setHostPhase(s, tx, now, host, 'release-required', 'processes remain after cleanup', actor);
+      changed.add(`host:${hostId}`);
+      return { reservation: r, lease };
+    }
+    if (lease.status !== 'releasing') {
+      // the agent may report termination on its own (runner exited); start the release first
+      if (isReleasableStatus(r.status)) {
+        await beginRelease(
+          s,
+          r.id,
+          (r.outcome as Outcome | null) ?? 'released',
+          'agent reported termination',
+          actor,
+          tx,
+        );
+        Object.assign(
+          lease,
+          (await leasesOf(s, tx, r.id)).find((l) => l.id === lease.id),
+        );
+        Object.assign(r, await getReservation(s, tx, r.id));
+        Object.assign(host, await getHost(s, tx, hostId));
+      } else {
+        await setLeaseStatus(s, tx, now, lease, 'releasing', 'agent reported termination', actor);
+      }
+    }
+    await setLeaseStatus(s, tx, now, lease, 'released', 'agent confirmed termination and cleanup', actor);
+    if (host.phase === 'release-required') {
+      await setHostPhase(s, tx, now, host, 'cleaning', 'processes gone', actor);
+    }
+    if (host.phase === 'allocated')
+      await setHostPhase(s, tx, now, host, 'cleaning', 'cleanup confirmed', actor);
+    await setHostPhase(
+      s,
+      tx,
+      now,
+      host,
+      host.homeService ? 'restoring' : 'idle',
+      host.homeService ? `cleaned; restoring ${host.homeService}` : 'cleaned',
+      actor,
+    );
+    const remaining = (await leasesOf(s, tx, r.id)).filter((l) => l.status !== 'released');
+    if (remaining.length === 0 && r.status === 'releasing') {
+      const failed = !endsDone(r.outcome);
+      await transitionReservation(
+        s,
+        tx,
+        now,
+        r,
+        failed ? 'failed' : 'done',
+        failed ? `ended: ${r.outcome}` : 'released; termination confirmed on every host',
+        actor,
+      );
+    }
+    changed.add('reservation').add(`host:${hostId}`);
+    return { reservation: r, lease };
+  });
+}

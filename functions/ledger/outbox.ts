@@ -1,0 +1,211 @@
+import { and, asc, eq, inArray, isNull, lt, lte, or, sql } from 'drizzle-orm';
+import type { Tx } from './db.ts';
+import type { OutboxRow } from './rows.ts';
+import * as t from './schema.ts';
+import type { LedgerStore } from './store.ts';
+
+/**
+ * The transactional outbox's ledger side (DESIGN.md "GitHub integration"; ADR 0004): rows are
+ * written in the same transaction as the state change that needs them, keyed by an idempotency
+ * key, claimed by one controller process at a time, and marked sent or failed. Sending them is
+ * `functions/github/outbox.ts`.
+ */
+
+export type OutboxKind = 'check-run' | 'refusal-check' | 'dispatch' | 'generate-jitconfig' | 'delete-runner';
+
+export interface EnqueueItem {
+  kind: OutboxKind;
+  key: string;
+  reservationId?: string | null;
+  payload: Record<string, unknown>;
+  notBefore?: number;
+}
+
+/** Inserts an outbox row unless one with the same key exists; true when inserted. */
+export async function enqueue(tx: Tx, now: number, item: EnqueueItem): Promise<boolean> {
+  const rows = await tx
+    .insert(t.outbox)
+    .values({
+      kind: item.kind,
+      idempotencyKey: item.key,
+      reservationId: item.reservationId ?? null,
+      payloadJson: JSON.stringify(item.payload),
+      status: 'pending',
+      nextAttemptAt: item.notBefore ?? now,
+      createdAt: now,
+    })
+    .onConflictDoNothing({ target: t.outbox.idempotencyKey })
+    .returning({ id: t.outbox.id });
+  return rows.length > 0;
+}
+
+/** True when an outbox row with this idempotency key exists. */
+export async function outboxKeyExists(tx: Tx, key: string): Promise<boolean> {
+  const rows = await tx.select({ id: t.outbox.id }).from(t.outbox).where(eq(t.outbox.idempotencyKey, key));
+  return rows.length > 0;
+}
+
+/**
+ * Asks for the reservation's check run to be brought up to date. The sender renders from the
+ * ledger at send time, so one pending, unclaimed row already covers any later change; a row
+ * that is in flight may have rendered an older state, so a new one is queued behind it.
+ */
+export async function enqueueCheckSync(tx: Tx, now: number, reservationId: string): Promise<void> {
+  const rows = await tx
+    .select({ id: t.outbox.id, status: t.outbox.status, claimedUntil: t.outbox.claimedUntil })
+    .from(t.outbox)
+    .where(and(eq(t.outbox.reservationId, reservationId), eq(t.outbox.kind, 'check-run')));
+  if (rows.some((r) => r.status === 'pending' && (r.claimedUntil == null || r.claimedUntil < now))) return;
+  await enqueue(tx, now, {
+    kind: 'check-run',
+    key: `check:${reservationId}:${rows.length + 1}`,
+    reservationId,
+    payload: { reservationId },
+  });
+}
+
+/** A cheap read: is any row due now? Most ticks find nothing and should not take the write lock. */
+export async function outboxDue(s: LedgerStore): Promise<boolean> {
+  const due = await s.db
+    .select({ id: t.outbox.id })
+    .from(t.outbox)
+    .where(and(eq(t.outbox.status, 'pending'), lte(t.outbox.nextAttemptAt, s.clock())))
+    .limit(1);
+  return due.length > 0;
+}
+
+/** The ledger mark that pauses every send until a GitHub rate limit resets. */
+export const PAUSE_KEY = 'github:rate_limit_until';
+
+/**
+ * Claims up to `limit` due rows for `workerId` for `claimMs` (claim token + expiry), so two
+ * controller processes never send the same row at once. Nothing is claimed while paused.
+ */
+export function claimDue(
+  s: LedgerStore,
+  workerId: string,
+  claimMs: number,
+  limit: number,
+): Promise<OutboxRow[]> {
+  return s.write(async (tx, now) => {
+    const pause = await s.getMark(tx, PAUSE_KEY);
+    if (pause && Number(pause) > now) return [];
+    const rows = await tx
+      .select()
+      .from(t.outbox)
+      .where(
+        and(
+          eq(t.outbox.status, 'pending'),
+          lte(t.outbox.nextAttemptAt, now),
+          or(isNull(t.outbox.claimedUntil), lte(t.outbox.claimedUntil, now)),
+          // one check-run send per reservation at a time across processes: two concurrent sends
+          // both find no check run yet and both create one (seen by test/e2e/load-webhooks)
+          sql`NOT (${t.outbox.kind} = 'check-run' AND EXISTS (SELECT 1 FROM outbox AS busy WHERE busy.kind = 'check-run' AND busy.reservation_id = ${t.outbox.reservationId} AND busy.status = 'pending' AND busy.claimed_until > ${now}))`,
+        ),
+      )
+      .orderBy(asc(t.outbox.id))
+      .limit(limit);
+    if (rows.length) {
+      await tx
+        .update(t.outbox)
+        .set({ claimedBy: workerId, claimedUntil: now + claimMs })
+        .where(
+          inArray(
+            t.outbox.id,
+            rows.map((r) => r.id),
+          ),
+        );
+    }
+    return rows;
+  });
+}
+
+/** What a sender hands back to apply with "sent", in the same transaction. */
+export type SentEffects = (tx: Tx, now: number, changed: Set<string>) => Promise<void>;
+
+/** Marks a claimed row sent (only if this worker still holds the claim) and applies its effects. */
+export function markSent(
+  s: LedgerStore,
+  row: OutboxRow,
+  workerId: string,
+  result: Record<string, unknown>,
+  apply?: SentEffects,
+): Promise<void> {
+  return s.write(async (tx, now, changed) => {
+    await tx
+      .update(t.outbox)
+      .set({
+        status: 'sent',
+        sentAt: now,
+        attempts: row.attempts + 1,
+        resultJson: JSON.stringify(result),
+        claimedBy: null,
+        claimedUntil: null,
+        lastError: null,
+      })
+      .where(and(eq(t.outbox.id, row.id), eq(t.outbox.claimedBy, workerId)));
+    await apply?.(tx, now, changed);
+    changed.add('outbox');
+  });
+}
+
+/**
+ * Records a failed send: retried at `nextAttemptAt`, or given up (`final`) with an
+ * `outbox.failed` event. A rate limit on the App pauses every send until `pauseUntil`.
+ */
+export function markFailed(
+  s: LedgerStore,
+  row: OutboxRow,
+  workerId: string,
+  f: {
+    attempts: number;
+    final: boolean;
+    message: string;
+    nextAttemptAt: (now: number) => number;
+    pauseUntil: number | null;
+    status: number | null;
+  },
+): Promise<void> {
+  return s.write(async (tx, now) => {
+    await tx
+      .update(t.outbox)
+      .set({
+        status: f.final ? 'failed' : 'pending',
+        attempts: f.attempts,
+        nextAttemptAt: f.nextAttemptAt(now),
+        lastError: f.message,
+        claimedBy: null,
+        claimedUntil: null,
+      })
+      .where(and(eq(t.outbox.id, row.id), eq(t.outbox.claimedBy, workerId)));
+    if (f.pauseUntil != null) await s.setMark(tx, PAUSE_KEY, String(f.pauseUntil));
+    if (f.final) {
+      await s.record(tx, now, {
+        subjectType: 'outbox',
+        subjectId: String(row.id),
+        type: 'outbox.failed',
+        cause: `${row.kind} gave up after ${f.attempts} attempt(s): ${f.message}`,
+        actor: 'github-outbox',
+        data: { kind: row.kind, reservationId: row.reservationId, status: f.status },
+      });
+    }
+  });
+}
+
+/** GitHub lets an operator redeliver a webhook for 3 days; dedup rows older than 7 days go. */
+export const DELIVERY_RETENTION_MS = 7 * 24 * 3_600_000;
+const PRUNE_KEY = 'github:deliveries_pruned_at';
+
+/** Prunes old webhook dedup rows at most once an hour; returns how many were removed. */
+export async function pruneDeliveries(s: LedgerStore): Promise<number> {
+  const mark = await s.getMark(undefined, PRUNE_KEY);
+  if (mark && s.clock() - Number(mark) < 3_600_000) return 0;
+  return s.write(async (tx, now) => {
+    const removed = await tx
+      .delete(t.webhookDeliveries)
+      .where(lt(t.webhookDeliveries.receivedAt, now - DELIVERY_RETENTION_MS))
+      .returning({ id: t.webhookDeliveries.deliveryId });
+    await s.setMark(tx, PRUNE_KEY, String(now));
+    return removed.length;
+  });
+}

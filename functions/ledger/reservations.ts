@@ -1,0 +1,546 @@
+import { and, eq, inArray, sql } from 'drizzle-orm';
+import { reservationEvent } from '../../core/events.ts';
+import {
+  isActiveStatus,
+  isReleasableStatus,
+  OPEN_STATUSES,
+  type Outcome,
+  type ReservationKind,
+  type ReservationStatus,
+  type Suite,
+  type Topology,
+} from '../../core/model.ts';
+import { assertReservationTransition } from '../../core/state-machines.ts';
+import { ApiError, conflict, notFound } from '../errors.ts';
+import type { Tx } from './db.ts';
+import { getHost, setHostPhase } from './hosts.ts';
+import { leasesOf, setLeaseStatus } from './leases.ts';
+import type { ReservationRow } from './rows.ts';
+import * as t from './schema.ts';
+import type { LedgerStore } from './store.ts';
+
+/**
+ * Reservation lifecycle commands. Each rule has one home here: ONE cancel (outcome `cancelled`),
+ * ONE supersede (outcome `superseded`), one way to start a release; the webhook paths, the
+ * operator API, the agent reports and the model test all call these.
+ */
+
+export interface NewReservation {
+  kind: ReservationKind;
+  topology: Topology;
+  pool?: string | undefined;
+  targetHost?: string | null | undefined;
+  repo?: string | null | undefined;
+  pr?: number | null | undefined;
+  headSha?: string | null | undefined;
+  suite?: Suite | null | undefined;
+  requester: string;
+  ttlS?: number | null | undefined;
+  priority?: number | undefined;
+  meta?: Record<string, unknown> | undefined;
+}
+
+type ReservationPatch = Partial<typeof t.reservations.$inferInsert>;
+
+export async function getReservation(
+  s: LedgerStore,
+  tx: Tx | undefined,
+  id: string,
+): Promise<ReservationRow | null> {
+  const rows = await (tx ?? s.db).select().from(t.reservations).where(eq(t.reservations.id, id));
+  return rows[0] ?? null;
+}
+
+function defaultPool(s: LedgerStore, targetHost: string | null): string {
+  if (targetHost) {
+    const h = s.config.hosts.find((x) => x.id === targetHost);
+    if (h) return h.pool;
+  }
+  return s.config.hosts[0]!.pool;
+}
+
+/** Persists a reservation before any runner exists (rule 7). Admission runs separately. */
+export function createReservation(
+  s: LedgerStore,
+  input: NewReservation,
+  actor: string,
+  tx?: Tx,
+): Promise<ReservationRow> {
+  return s.within(tx, async (tx, now, changed) => {
+    const pool = input.pool ?? defaultPool(s, input.targetHost ?? null);
+    if (!s.config.hosts.some((h) => h.pool === pool)) {
+      throw new ApiError(400, 'invalid_request', `unknown pool "${pool}"`);
+    }
+    if (input.targetHost) {
+      const target = s.config.hosts.find((h) => h.id === input.targetHost);
+      if (!target) throw new ApiError(400, 'invalid_request', `unknown host "${input.targetHost}"`);
+    }
+    const [{ next }] = (await tx.all<{ next: number }>(
+      sql`SELECT coalesce(max(seq), 0) + 1 AS next FROM reservations`,
+    )) as [{ next: number }];
+    const row: typeof t.reservations.$inferInsert = {
+      id: `r-${next}`,
+      seq: next,
+      kind: input.kind,
+      priority: input.priority ?? s.config.priorities[input.kind],
+      topology: input.topology,
+      pool,
+      targetHost: input.targetHost ?? null,
+      repo: input.repo ?? null,
+      pr: input.pr ?? null,
+      headSha: input.headSha ?? null,
+      suite: input.suite ?? null,
+      requester: input.requester,
+      status: 'queued',
+      reason: 'waiting for the next admission pass',
+      createdAt: now,
+      updatedAt: now,
+      queueDeadline: now + s.config.timings.queueTimeoutS * 1000,
+      ttlS: input.ttlS ?? null,
+      metaJson: input.meta ? JSON.stringify(input.meta) : null,
+    };
+    await tx.insert(t.reservations).values(row);
+    await s.record(tx, now, {
+      subjectType: 'reservation',
+      subjectId: row.id!,
+      type: 'reservation.queued',
+      toState: 'queued',
+      cause: `${input.kind} request`,
+      actor,
+      data: {
+        kind: input.kind,
+        topology: input.topology,
+        repo: row.repo,
+        pr: row.pr,
+        headSha: row.headSha,
+        suite: row.suite,
+        targetHost: row.targetHost,
+      },
+    });
+    changed.add('reservation');
+    return (await getReservation(s, tx, row.id!))!;
+  });
+}
+
+/**
+ * Moves a reservation through the transition table and records why. Ending it clears the queue
+ * position and wait code, so a finished reservation never reports how it once waited.
+ */
+export async function transitionReservation(
+  s: LedgerStore,
+  tx: Tx,
+  now: number,
+  r: ReservationRow,
+  to: ReservationStatus,
+  cause: string,
+  actor: string,
+  extra: ReservationPatch & { outcome?: Outcome | null } = {},
+  data?: Record<string, unknown>,
+): Promise<void> {
+  assertReservationTransition(r.status as ReservationStatus, to);
+  const terminal = ['done', 'cancelled', 'superseded', 'failed'].includes(to);
+  const patch: ReservationPatch = {
+    status: to,
+    updatedAt: now,
+    ...(terminal ? { endedAt: now, reason: cause, position: null, waitCode: null } : {}),
+    ...extra,
+  };
+  // compare-and-set on the status read in this transaction
+  await tx
+    .update(t.reservations)
+    .set(patch)
+    .where(and(eq(t.reservations.id, r.id), eq(t.reservations.status, r.status)));
+  await s.record(tx, now, {
+    subjectType: 'reservation',
+    subjectId: r.id,
+    type: reservationEvent(to),
+    fromState: r.status,
+    toState: to,
+    cause,
+    actor,
+    data: data ?? null,
+  });
+  Object.assign(r, patch);
+}
+
+/**
+ * Cancels queued work only; active work must be released (DESIGN.md: cancelled only while
+ * queued). The outcome is `cancelled`, whatever the request last waited on.
+ */
+export function cancelReservation(
+  s: LedgerStore,
+  id: string,
+  actor: string,
+  cause = 'cancelled by requester',
+  tx?: Tx,
+): Promise<ReservationRow> {
+  return s.within(tx, async (tx, now, changed) => {
+    const r = await getReservation(s, tx, id);
+    if (!r) throw notFound(`reservation ${id}`);
+    if (r.status !== 'queued') {
+      throw conflict(
+        'not_queued',
+        `reservation ${id} is ${r.status}; only queued work can be cancelled${
+          isActiveStatus(r.status) ? ' — release it instead' : ''
+        }`,
+      );
+    }
+    await transitionReservation(s, tx, now, r, 'cancelled', cause, actor, { outcome: 'cancelled' });
+    changed.add('reservation');
+    return r;
+  });
+}
+
+/** Which queued work a new commit supersedes. */
+export type SupersedeScope =
+  | { repo: string; pr: number }
+  | { repo: string; kind: ReservationKind; pr?: undefined };
+
+/**
+ * A new head SHA: queued requests in `scope` for another SHA are superseded (outcome
+ * `superseded`); active work keeps the SHA it actually tests (DESIGN.md "GitHub integration").
+ * Returns the superseded rows.
+ */
+export function supersedeQueued(
+  s: LedgerStore,
+  scope: SupersedeScope,
+  newSha: string,
+  actor: string,
+  cause = `new head ${newSha.slice(0, 7)} pushed`,
+  tx?: Tx,
+): Promise<ReservationRow[]> {
+  return s.within(tx, async (tx, now, changed) => {
+    const rows = await tx
+      .select()
+      .from(t.reservations)
+      .where(
+        and(
+          eq(t.reservations.repo, scope.repo),
+          scope.pr != null ? eq(t.reservations.pr, scope.pr) : eq(t.reservations.kind, scope.kind),
+          eq(t.reservations.status, 'queued'),
+        ),
+      )
+      .orderBy(t.reservations.seq);
+    const out: ReservationRow[] = [];
+    for (const r of rows) {
+      if (r.headSha === newSha) continue;
+      await transitionReservation(s, tx, now, r, 'superseded', cause, actor, { outcome: 'superseded' });
+      out.push(r);
+    }
+    if (out.length) changed.add('reservation');
+    return out;
+  });
+}
+
+/** Queued and active reservations of one PR. */
+export async function openReservationsOfPr(
+  s: LedgerStore,
+  tx: Tx | undefined,
+  repo: string,
+  pr: number,
+): Promise<ReservationRow[]> {
+  return (tx ?? s.db)
+    .select()
+    .from(t.reservations)
+    .where(
+      and(
+        eq(t.reservations.repo, repo),
+        eq(t.reservations.pr, pr),
+        inArray(t.reservations.status, [...OPEN_STATUSES]),
+      ),
+    );
+}
+
+/** Queued reservations of a kind for a repository (merge CI, schedules). */
+export async function queuedOfKind(
+  s: LedgerStore,
+  tx: Tx | undefined,
+  repo: string,
+  kind: ReservationKind,
+): Promise<ReservationRow[]> {
+  return (tx ?? s.db)
+    .select()
+    .from(t.reservations)
+    .where(
+      and(eq(t.reservations.repo, repo), eq(t.reservations.kind, kind), eq(t.reservations.status, 'queued')),
+    );
+}
+
+/** Moves a granted reservation forward (allocated → preparing → running). */
+export function advanceReservation(
+  s: LedgerStore,
+  id: string,
+  to: 'preparing' | 'running',
+  cause: string,
+  actor: string,
+  tx?: Tx,
+): Promise<ReservationRow> {
+  return s.within(tx, async (tx, now, changed) => {
+    const r = await getReservation(s, tx, id);
+    if (!r) throw notFound(`reservation ${id}`);
+    if (r.status === to) return r;
+    await transitionReservation(s, tx, now, r, to, cause, actor);
+    changed.add('reservation');
+    return r;
+  });
+}
+
+/**
+ * Starts releasing an active reservation: its leases go to `releasing` and its hosts to
+ * `cleaning`. Hosts are freed only when the agent confirms cleanup ({@link confirmReleased}).
+ */
+export function beginRelease(
+  s: LedgerStore,
+  id: string,
+  outcome: Outcome,
+  cause: string,
+  actor: string,
+  tx?: Tx,
+): Promise<ReservationRow> {
+  return s.within(tx, async (tx, now, changed) => {
+    const r = await getReservation(s, tx, id);
+    if (!r) throw notFound(`reservation ${id}`);
+    if (r.status === 'releasing') return r;
+    if (!isReleasableStatus(r.status)) {
+      throw conflict('not_active', `reservation ${id} is ${r.status}; only active work can be released`);
+    }
+    await transitionReservation(s, tx, now, r, 'releasing', cause, actor, { outcome });
+    for (const lease of await leasesOf(s, tx, id)) {
+      if (lease.status === 'active' || lease.status === 'expired') {
+        await setLeaseStatus(s, tx, now, lease, 'releasing', cause, actor);
+        const host = await getHost(s, tx, lease.hostId);
+        if (host && host.phase === 'allocated') {
+          await setHostPhase(s, tx, now, host, 'cleaning', `release of ${id}`, actor);
+        }
+        changed.add(`host:${lease.hostId}`);
+      }
+    }
+    changed.add('reservation');
+    return r;
+  });
+}
+
+/**
+ * The GitHub job's result (`workflow_job` completed). A failure is sticky: a late success from
+ * the healthy half of a failed pair must not turn the reservation's result into a pass.
+ */
+export async function recordJobOutcome(
+  s: LedgerStore,
+  tx: Tx,
+  r: ReservationRow,
+  reported: 'passed' | 'failed' | 'cancelled',
+  cause: string,
+  data: Record<string, unknown>,
+): Promise<Outcome> {
+  const now = s.clock();
+  const outcome: Outcome = r.outcome === 'failed' ? 'failed' : reported;
+  await tx.update(t.reservations).set({ outcome, updatedAt: now }).where(eq(t.reservations.id, r.id));
+  r.outcome = outcome;
+  await s.record(tx, now, {
+    subjectType: 'reservation',
+    subjectId: r.id,
+    type: 'reservation.job_completed',
+    cause,
+    actor: 'github',
+    data: { outcome, ...data },
+  });
+  return outcome;
+}
+
+/** Records a fact about a reservation that changes no state (audited in its history). */
+export async function noteReservation(
+  s: LedgerStore,
+  tx: Tx,
+  r: Pick<ReservationRow, 'id'>,
+  type: 'reservation.unwanted_while_active' | 'reservation.job_mismatch',
+  cause: string,
+  actor: string,
+  data?: Record<string, unknown>,
+): Promise<void> {
+  await s.record(tx, s.clock(), {
+    subjectType: 'reservation',
+    subjectId: r.id,
+    type,
+    cause,
+    actor,
+    data: data ?? null,
+  });
+}
+
+/**
+ * Replaces the integration-owned `meta_json` of a reservation (the GitHub part keeps its facts
+ * there: delivery, label, current head, check-run state).
+ */
+export async function writeReservationMeta(tx: Tx, r: ReservationRow, json: string): Promise<void> {
+  await tx.update(t.reservations).set({ metaJson: json }).where(eq(t.reservations.id, r.id));
+  r.metaJson = json;
+}
+
+/** Remembers the GitHub check run that shows this reservation. */
+export async function setCheckRunId(tx: Tx, r: ReservationRow, checkRunId: number): Promise<void> {
+  await tx.update(t.reservations).set({ checkRunId }).where(eq(t.reservations.id, r.id));
+  r.checkRunId = checkRunId;
+}
+
+/**
+ * Work that is no longer wanted before dispatch (PR closed, head moved, label removed) is
+ * released with outcome `withdrawn`, and the check run says why in words.
+ */
+export function withdrawBeforeDispatch(s: LedgerStore, id: string, why: string, tx?: Tx): Promise<void> {
+  return s.within(tx, async (tx) => {
+    const cur = await getReservation(s, tx, id);
+    if (!cur || !isReleasableStatus(cur.status)) return;
+    const cause = `no longer wanted before dispatch: ${why}`;
+    await beginRelease(s, id, 'withdrawn', cause, 'github', tx);
+    await tx.update(t.reservations).set({ reason: cause }).where(eq(t.reservations.id, id));
+  });
+}
+
+/** Runner start attempt `attempt` for a reservation whose runner was not picked up. */
+export async function setRunnerAttempt(tx: Tx, id: string, attempt: number): Promise<void> {
+  await tx.update(t.reservations).set({ attempt }).where(eq(t.reservations.id, id));
+}
+
+const iso = (ms: number | null) => (ms == null ? null : new Date(ms).toISOString());
+
+/** What an operator's recovery did. */
+export interface RecoveryResult {
+  action: 'cancelled' | 'release-requested' | 'awaiting-agent' | 'already-ended';
+  awaitingHosts: string[];
+  message: string;
+}
+
+/**
+ * Operator recovery of expired or stuck work: queued → cancelled; granted → release requested
+ * (hosts freed only once the agent confirms, rule 7); releasing → nothing to do but wait.
+ * A live lease is refused: that is a release, not a recovery.
+ */
+export function recoverReservation(s: LedgerStore, id: string, actor: string): Promise<RecoveryResult> {
+  return s.write(async (tx, now, changed) => {
+    const r = await getReservation(s, tx, id);
+    if (!r) throw notFound(`reservation ${id}`);
+    const leases = await leasesOf(s, tx, id);
+    const live = leases.filter((l) => l.status === 'active' && l.expiresAt > now);
+    if (live.length) {
+      throw conflict(
+        'live_lease',
+        `${id} holds a live lease on ${live.map((l) => l.hostId).join(', ')} (expires ${iso(
+          Math.min(...live.map((l) => l.expiresAt)),
+        )}); recovery is for expired or stuck work — release it instead (sparkctl release ${id})`,
+      );
+    }
+    const note = async (action: string, message: string) => {
+      await s.record(tx, now, {
+        subjectType: 'reservation',
+        subjectId: id,
+        type: 'reservation.recovery',
+        fromState: r.status,
+        toState: r.status,
+        cause: message,
+        actor,
+        data: { action },
+      });
+    };
+    if (r.status === 'queued') {
+      await cancelReservation(s, id, actor, 'operator recovery: cancelled while queued', tx);
+      return { action: 'cancelled', awaitingHosts: [], message: `${id} was queued; cancelled` };
+    }
+    if (isReleasableStatus(r.status)) {
+      await beginRelease(
+        s,
+        id,
+        'recovered',
+        'operator recovery: lease no longer live; agent asked to stop what it owns',
+        actor,
+        tx,
+      );
+      const hosts = (await leasesOf(s, tx, id)).filter((l) => l.status !== 'released').map((l) => l.hostId);
+      for (const h of hosts) changed.add(`host:${h}`);
+      const message = `${id} marked for release; hosts ${hosts.join(', ')} are freed only after their agent confirms termination`;
+      await note('release-requested', message);
+      return { action: 'release-requested', awaitingHosts: hosts, message };
+    }
+    if (r.status === 'releasing') {
+      const hosts = leases.filter((l) => l.status !== 'released').map((l) => l.hostId);
+      const message = `${id} is already releasing; waiting for the agent on ${hosts.join(', ') || 'no host'} to confirm termination`;
+      await note('awaiting-agent', message);
+      return { action: 'awaiting-agent', awaitingHosts: hosts, message };
+    }
+    return {
+      action: 'already-ended',
+      awaitingHosts: [],
+      message: `${id} already ended (${r.status}); nothing to recover`,
+    };
+  });
+}
+
+/**
+ * The separately authorized emergency operation (DESIGN.md rule 1): queued work is cancelled,
+ * granted work is released with outcome `terminated`; both leave an `alert.emergency_terminate`.
+ */
+export function terminateReservation(
+  s: LedgerStore,
+  id: string,
+  reason: string,
+  actor: string,
+): Promise<void> {
+  return s.write(async (tx, now, changed) => {
+    const r = await getReservation(s, tx, id);
+    if (!r) throw notFound(`reservation ${id}`);
+    const from = r.status;
+    if (r.status === 'queued') {
+      await cancelReservation(s, id, actor, `emergency: ${reason}`, tx);
+    } else if (isReleasableStatus(r.status)) {
+      await beginRelease(s, id, 'terminated', `emergency terminate: ${reason}`, actor, tx);
+    } else if (r.status !== 'releasing') {
+      throw conflict('not_active', `${id} already ended (${r.status}); nothing to terminate`);
+    }
+    await s.record(tx, now, {
+      subjectType: 'reservation',
+      subjectId: id,
+      type: 'alert.emergency_terminate',
+      fromState: from,
+      toState: from === 'queued' ? 'cancelled' : 'releasing',
+      cause: `emergency terminate by ${actor}: ${reason}`,
+      actor,
+    });
+    changed.add('reservation');
+    for (const l of await leasesOf(s, tx, id)) changed.add(`host:${l.hostId}`);
+  });
+}
+
+/** An operator's request to start a home service: one open request per host (find or create). */
+export function requestServiceStart(
+  s: LedgerStore,
+  hostId: string,
+  requester: string,
+  meta: Record<string, unknown>,
+): Promise<ReservationRow> {
+  return s.write(async (tx) => {
+    const open = await tx
+      .select()
+      .from(t.reservations)
+      .where(
+        and(
+          eq(t.reservations.kind, 'deckard'),
+          eq(t.reservations.targetHost, hostId),
+          inArray(t.reservations.status, [...OPEN_STATUSES]),
+        ),
+      );
+    if (open[0]) return open[0];
+    return createReservation(
+      s,
+      { kind: 'deckard', topology: 'single', targetHost: hostId, requester, meta },
+      requester,
+      tx,
+    );
+  });
+}
+
+/** Stores the evidence receipts of a reservation (JSON owned by core/protocol/receipt.ts). */
+export async function storeReceipts(s: LedgerStore, tx: Tx, id: string, json: string): Promise<void> {
+  await tx
+    .update(t.reservations)
+    .set({ receiptJson: json, updatedAt: s.clock() })
+    .where(eq(t.reservations.id, id));
+}

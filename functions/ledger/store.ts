@@ -1,0 +1,155 @@
+import { eq } from 'drizzle-orm';
+import type { SparkConfig } from '../../core/config.ts';
+import type { LedgerEventType, LedgerSubjectType } from '../../core/events.ts';
+import type { LedgerDb, Tx } from './db.ts';
+import * as t from './schema.ts';
+
+/** One row of the append-only history, as written. */
+export interface LedgerEvent {
+  subjectType: LedgerSubjectType;
+  subjectId: string;
+  type: LedgerEventType;
+  fromState?: string | null;
+  toState?: string | null;
+  cause: string;
+  actor: string;
+  data?: Record<string, unknown> | null;
+}
+
+/**
+ * Called inside the same write transaction as every recorded event, so side effects (check runs,
+ * dispatch, JIT config) land in the outbox atomically with the state change.
+ */
+export type TransitionHook = (tx: Tx, event: LedgerEvent, ctx: { now: number }) => Promise<void>;
+
+export type Clock = () => number;
+
+export interface LedgerOptions {
+  config: SparkConfig;
+  clock?: Clock;
+  hooks?: TransitionHook[];
+}
+
+type EventInsert = typeof t.events.$inferInsert;
+type Listener = (topic: string) => void;
+/** What a write transaction hands its body: the transaction, its clock reading, change topics. */
+export type WriteBody<T> = (tx: Tx, now: number, changed: Set<string>) => Promise<T>;
+
+/**
+ * The ledger's write path: one write transaction per command, an event buffer flushed just
+ * before commit, transition hooks run in the same transaction, and in-process change notices
+ * sent only after commit. Every command in `functions/ledger/` runs through {@link within}.
+ */
+export class LedgerStore {
+  readonly config: SparkConfig;
+  readonly clock: Clock;
+  private readonly hooks: TransitionHook[];
+  private readonly listeners = new Set<Listener>();
+  private readonly eventBuffers = new WeakMap<Tx, EventInsert[]>();
+  private readonly changedSets = new WeakMap<Tx, Set<string>>();
+
+  constructor(
+    readonly store: LedgerDb,
+    opts: LedgerOptions,
+  ) {
+    this.config = opts.config;
+    this.clock = opts.clock ?? Date.now;
+    this.hooks = [...(opts.hooks ?? [])];
+  }
+
+  /** The read handle (queries only; writes go through {@link write}). */
+  get db() {
+    return this.store.db;
+  }
+
+  addHook(hook: TransitionHook): void {
+    this.hooks.push(hook);
+  }
+
+  /** Subscribe to in-process change notices (`reservation`, `host:<id>`, `outbox`). */
+  subscribe(fn: Listener): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  notify(...topics: string[]): void {
+    for (const topic of topics) for (const fn of this.listeners) fn(topic);
+  }
+
+  /** Runs `fn` in one write transaction; change notices go out only after commit. */
+  async write<T>(fn: WriteBody<T>): Promise<T> {
+    const changed = new Set<string>();
+    const result = await this.store.write(async (tx) => {
+      changed.clear();
+      const buffer: EventInsert[] = [];
+      this.eventBuffers.set(tx, buffer);
+      this.changedSets.set(tx, changed);
+      try {
+        const out = await fn(tx, this.clock(), changed);
+        await this.flushEvents(tx, buffer);
+        return out;
+      } finally {
+        this.eventBuffers.delete(tx);
+        this.changedSets.delete(tx);
+      }
+    });
+    if (changed.size) this.notify(...changed);
+    return result;
+  }
+
+  /**
+   * Runs a command inside the caller's transaction when one is given (so several commands commit
+   * as one, e.g. a webhook's delivery claim and its effects), else in a transaction of its own.
+   */
+  within<T>(tx: Tx | undefined, fn: WriteBody<T>): Promise<T> {
+    if (!tx) return this.write(fn);
+    return fn(tx, this.clock(), this.changedSets.get(tx) ?? new Set());
+  }
+
+  /**
+   * Appends one event and lets the hooks enqueue its side effects in the same transaction.
+   * Inside {@link write} the event rows are buffered and inserted in one statement just before
+   * commit (same transaction, same order), which keeps a busy admission pass to a few statements.
+   */
+  async record(tx: Tx, now: number, ev: LedgerEvent): Promise<void> {
+    const row: EventInsert = {
+      at: now,
+      subjectType: ev.subjectType,
+      subjectId: ev.subjectId,
+      type: ev.type,
+      fromState: ev.fromState ?? null,
+      toState: ev.toState ?? null,
+      cause: ev.cause,
+      actor: ev.actor,
+      dataJson: ev.data ? JSON.stringify(ev.data) : null,
+    };
+    const buffer = this.eventBuffers.get(tx);
+    if (buffer) buffer.push(row);
+    else await tx.insert(t.events).values(row);
+    for (const hook of this.hooks) await hook(tx, ev, { now });
+  }
+
+  private async flushEvents(tx: Tx, buffer: EventInsert[]): Promise<void> {
+    // 9 columns per row keeps each statement far below SQLite's bound-parameter limit
+    for (let i = 0; i < buffer.length; i += 100) await tx.insert(t.events).values(buffer.slice(i, i + 100));
+    buffer.length = 0;
+  }
+
+  /** Reads a small key/value mark (sequence counters, cron last-run marks, rate-limit pauses). */
+  async getMark(tx: Tx | undefined, key: string): Promise<string | null> {
+    const rows = await (tx ?? this.db).select().from(t.meta).where(eq(t.meta.key, key));
+    return rows[0]?.value ?? null;
+  }
+
+  /** Sets a key/value mark inside the caller's transaction. */
+  async setMark(tx: Tx, key: string, value: string, opts: { onlyIfAbsent?: boolean } = {}): Promise<void> {
+    const insert = tx.insert(t.meta).values({ key, value });
+    if (opts.onlyIfAbsent) await insert.onConflictDoNothing();
+    else await insert.onConflictDoUpdate({ target: t.meta.key, set: { value } });
+  }
+
+  /** Cheap reachability probe for /healthz. */
+  async ping(): Promise<void> {
+    await this.store.client.execute('SELECT 1');
+  }
+}

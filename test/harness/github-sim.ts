@@ -1,0 +1,370 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { sign } from '@octokit/webhooks-methods';
+import { waitFor } from '../doubles/index.ts';
+import { example, SECRET } from '../fake-github/harness.ts';
+import { type CheckRun, type FakeGitHub, type RepoState, startFakeGitHub } from '../fake-github/server.ts';
+
+/**
+ * GitHub, simulated for the system harness: the fake GitHub REST API (checked against GitHub's
+ * OpenAPI description, test/fake-github/server.ts), signed webhooks to the controller as GitHub
+ * sends them (docs: "Validating webhook deliveries", X-Hub-Signature-256 over the raw body;
+ * "Redelivering webhooks" keeps the delivery id), pull request activity, and a small GitHub
+ * Actions service that hands a dispatched job to the JIT runner carrying its labels
+ * (test/harness/sim-runner.mjs) and sends the `workflow_job` queued / in_progress / completed
+ * webhooks GitHub would send for it.
+ */
+
+export const REPO = 'acme/butter';
+export const MAINTAINER = 'alice';
+
+/** What the simulated job does on one host (GitHub hands it to the runner with the job). */
+export interface JobPlan {
+  result: 'passed' | 'failed';
+  exitCode: number;
+  /** Test duration before any gate. */
+  workMs: number;
+  /** Gates a test opens with {@link GitHubSim.openGate}: `work` holds the test running, `exit` holds the runner after the job completed. */
+  gates: ('work' | 'exit')[];
+  receipt: boolean;
+  lastLines: string[];
+}
+
+/** A job GitHub assigned to a runner. */
+export interface SimJob {
+  id: number;
+  runId: number;
+  reservationId: string;
+  hostId: string;
+  runnerName: string;
+  headSha: string;
+  repo: string;
+  topology: string;
+  suite: string;
+  pid: number;
+  plan: JobPlan;
+  /** The labels of the runner GitHub matched the job to. */
+  labels: string[];
+  gates: Set<string>;
+  conclusion: string | null;
+}
+
+export interface Delivery {
+  id: string;
+  event: string;
+  status: number;
+  result: string | null;
+}
+
+export interface PullRequest {
+  number: number;
+  headSha: string;
+  headRepo: string;
+  labels: string[];
+  state: 'open' | 'closed';
+}
+
+export interface GitHubSimOptions {
+  /** Where webhooks go (the controller's root URL). */
+  controllerUrl: string;
+  /** The plan for each job GitHub hands out (default: passes after 300 ms). */
+  plan?: (job: { reservationId: string; hostId: string; headSha: string }) => Partial<JobPlan>;
+  /** Called with every line worth showing on a timeline (webhooks, GitHub Actions). */
+  onNote?: (line: string) => void;
+}
+
+export interface GitHubSim {
+  gh: FakeGitHub;
+  repo: RepoState;
+  /** Where runners connect to be handed their job (the runner command's argument). */
+  actionsUrl: string;
+  jobs: SimJob[];
+  deliveries: Delivery[];
+  /** Every JIT config a runner presented to GitHub (secrets: for leak checks only). */
+  jitConfigsSeen: string[];
+  /** Opens a PR in the fake GitHub (no webhook: the label is what matters here). */
+  openPr(n: number, o: { sha: string; fork?: boolean }): PullRequest;
+  label(n: number, label: string, sender?: string): Promise<Delivery>;
+  unlabel(n: number, label: string, sender?: string): Promise<Delivery>;
+  closePr(n: number, sender?: string): Promise<Delivery>;
+  push(n: number, sha: string, sender?: string): Promise<Delivery>;
+  /** Sends a signed webhook to the controller; a refused connection is recorded for redelivery. */
+  deliver(event: string, payload: unknown, id?: string): Promise<Delivery>;
+  /** Redelivers every delivery that did not get a 2xx (GitHub's "Redeliver"), same delivery id. */
+  redeliverFailed(): Promise<Delivery[]>;
+  openGate(reservationId: string, gate: 'work' | 'exit', hostId?: string): void;
+  /** The check run the controller keeps for a reservation. */
+  checkRun(reservationId: string): CheckRun | undefined;
+  waitCheck(reservationId: string, title: string | RegExp, timeoutMs?: number): Promise<CheckRun>;
+  waitJob(reservationId: string, hostId?: string, timeoutMs?: number): Promise<SimJob>;
+  close(): Promise<void>;
+}
+
+const DEFAULT_PLAN: JobPlan = {
+  result: 'passed',
+  exitCode: 0,
+  workMs: 300,
+  gates: [],
+  receipt: true,
+  lastLines: ['ok 1 - cuda kernels match reference', 'ok 2 - model loads from the managed cache'],
+};
+
+async function readBody(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  const text = Buffer.concat(chunks).toString('utf8');
+  return text ? JSON.parse(text) : null;
+}
+
+function send(res: ServerResponse, status: number, body: unknown) {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(body));
+}
+
+let deliverySeq = 0;
+
+/** Starts the fake GitHub with {@link REPO} (installed; {@link MAINTAINER} is an admin) and the Actions service. */
+export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim> {
+  const note = opts.onNote ?? (() => undefined);
+  const gh = await startFakeGitHub();
+  const repoState = gh.addRepo(REPO, {
+    installationId: 77,
+    collaborators: { [MAINTAINER]: 'admin', mallory: 'read' },
+  });
+  const jobs: SimJob[] = [];
+  const jitConfigsSeen: string[] = [];
+  const deliveries: Delivery[] = [];
+  const failed = new Map<string, { event: string; body: string }>();
+  let jobSeq = 500;
+
+  // ------------------------------------------------------------ webhooks
+
+  const deliverRaw = async (id: string, event: string, body: string): Promise<Delivery> => {
+    let d: Delivery;
+    try {
+      const res = await fetch(`${opts.controllerUrl}/github/webhooks`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-github-event': event,
+          'x-github-delivery': id,
+          'x-hub-signature-256': await sign(SECRET, body),
+        },
+        body,
+        signal: AbortSignal.timeout(10_000),
+      });
+      const text = await res.text();
+      let result: string | null = null;
+      try {
+        result = (JSON.parse(text) as { result?: string }).result ?? null;
+      } catch {
+        result = text.slice(0, 200);
+      }
+      d = { id, event, status: res.status, result };
+    } catch (e) {
+      // what GitHub shows as a failed delivery: the controller did not answer
+      d = { id, event, status: 0, result: `not delivered: ${(e as Error).message}` };
+    }
+    if (d.status >= 200 && d.status < 300) failed.delete(id);
+    else failed.set(id, { event, body });
+    deliveries.push(d);
+    note(`github → controller: ${event} ${d.status ? d.status : 'refused'} ${d.result ?? ''}`.trim());
+    return d;
+  };
+  const deliver = (event: string, payload: unknown, id?: string) =>
+    deliverRaw(id ?? `sys-${process.pid}-${++deliverySeq}`, event, JSON.stringify(payload));
+
+  // ------------------------------------------------------------ GitHub Actions
+
+  const workflowJob = (job: SimJob, action: 'queued' | 'in_progress' | 'completed') => {
+    const p = example('workflow_job', action);
+    p.repository.full_name = job.repo;
+    p.repository.name = job.repo.split('/')[1];
+    p.installation = { id: repoState.installationId };
+    p.workflow_job.id = job.id;
+    p.workflow_job.run_id = job.runId;
+    p.workflow_job.head_sha = job.headSha;
+    p.workflow_job.status = action;
+    p.workflow_job.conclusion = action === 'completed' ? job.conclusion : null;
+    p.workflow_job.labels = job.labels;
+    p.workflow_job.runner_name = action === 'queued' ? null : job.runnerName;
+    p.workflow_job.html_url = `https://github.com/${job.repo}/actions/runs/${job.runId}/job/${job.id}`;
+    return p;
+  };
+
+  const actions: Server = createServer((req, res) => {
+    void (async () => {
+      const url = new URL(req.url ?? '/', 'http://x');
+      if (req.method === 'POST' && url.pathname === '/runner/acquire') {
+        const b = (await readBody(req)) as { jitConfig: string; pid: number; hostId: string };
+        const runner = gh.runners.find((r) => r.encodedJitConfig === b.jitConfig);
+        if (!runner) return send(res, 401, { message: 'this runner is not registered (JIT config unknown)' });
+        if (!jitConfigsSeen.includes(b.jitConfig)) jitConfigsSeen.push(b.jitConfig);
+        const existing = jobs.find((j) => j.runnerName === runner.name);
+        if (existing) return send(res, 200, existing);
+        const label = runner.labels.find((l) => /^spark-r-\d+$/.test(l));
+        const rid = label?.slice('spark-'.length);
+        const dispatch = gh.dispatches.find((d) => d.inputs.reservation_id === rid);
+        // no job asks for this runner's labels yet: a real runner just keeps listening
+        if (!rid || !dispatch) return send(res, 202, { waiting: true });
+        const base = jobs.find((j) => j.reservationId === rid);
+        const job: SimJob = {
+          id: ++jobSeq,
+          runId: base?.runId ?? 9000 + jobSeq,
+          reservationId: rid,
+          hostId: b.hostId,
+          runnerName: runner.name,
+          headSha: dispatch.inputs.head_sha!,
+          repo: dispatch.repo,
+          topology: dispatch.inputs.topology!,
+          suite: dispatch.inputs.suite!,
+          pid: b.pid,
+          plan: {
+            ...DEFAULT_PLAN,
+            ...(opts.plan?.({ reservationId: rid, hostId: b.hostId, headSha: dispatch.inputs.head_sha! }) ??
+              {}),
+          },
+          labels: [...runner.labels],
+          gates: new Set(),
+          conclusion: null,
+        };
+        jobs.push(job);
+        runner.busy = true;
+        note(`GitHub Actions: job ${job.id} of ${rid} assigned to runner ${runner.name}`);
+        await deliver('workflow_job', workflowJob(job, 'queued'));
+        await deliver('workflow_job', workflowJob(job, 'in_progress'));
+        return send(res, 200, job);
+      }
+      const gate = /^\/jobs\/(\d+)\/gates\/(work|exit)$/.exec(url.pathname);
+      if (req.method === 'GET' && gate) {
+        const job = jobs.find((j) => j.id === Number(gate[1]));
+        return send(res, job ? 200 : 404, { open: job?.gates.has(gate[2]!) ?? false });
+      }
+      const done = /^\/jobs\/(\d+)\/complete$/.exec(url.pathname);
+      if (req.method === 'POST' && done) {
+        const job = jobs.find((j) => j.id === Number(done[1]));
+        if (!job) return send(res, 404, { message: 'no such job' });
+        const b = (await readBody(req)) as { conclusion: string };
+        if (job.conclusion == null) {
+          job.conclusion = b.conclusion;
+          note(
+            `GitHub Actions: job ${job.id} of ${job.reservationId} on ${job.hostId} completed: ${b.conclusion}`,
+          );
+          // the runner is idle again; deregistering it is the controller's job on release
+          const runner = gh.runners.find((r) => r.name === job.runnerName);
+          if (runner) runner.busy = false;
+          await deliver('workflow_job', workflowJob(job, 'completed'));
+        }
+        return send(res, 200, { ok: true });
+      }
+      send(res, 404, { message: 'not found' });
+    })().catch((e) => send(res, 500, { message: String(e) }));
+  });
+  try {
+    await new Promise<void>((r) => actions.listen(0, '127.0.0.1', r));
+  } catch (e) {
+    await gh.close();
+    throw e;
+  }
+  const actionsUrl = `http://127.0.0.1:${(actions.address() as AddressInfo).port}`;
+
+  // ------------------------------------------------------------ pull requests
+
+  const prs = repoState.pulls;
+  const prPayload = (action: string, n: number, sender: string) => {
+    const pr = prs[n];
+    if (!pr) throw new TypeError(`PR #${n} was not opened with openPr()`);
+    const p = example('pull_request', action);
+    p.action = action;
+    p.number = n;
+    p.repository.full_name = REPO;
+    p.repository.name = REPO.split('/')[1];
+    p.repository.default_branch = 'main';
+    p.installation = { id: repoState.installationId };
+    p.sender.login = sender;
+    p.sender.type = 'User';
+    p.pull_request.number = n;
+    p.pull_request.state = pr.state;
+    p.pull_request.labels = pr.labels.map((name, i) => ({ id: i + 1, name, color: 'ededed' }));
+    p.pull_request.head.sha = pr.headSha;
+    p.pull_request.head.ref = `topic-${n}`;
+    p.pull_request.head.repo = pr.headRepo ? { ...p.pull_request.base.repo, full_name: pr.headRepo } : null;
+    p.pull_request.base.ref = 'main';
+    p.pull_request.base.repo = { ...p.pull_request.base.repo, full_name: REPO };
+    return p;
+  };
+
+  const sim: GitHubSim = {
+    gh,
+    repo: repoState,
+    actionsUrl,
+    jobs,
+    deliveries,
+    jitConfigsSeen,
+    openPr(n, o) {
+      const headRepo = o.fork ? `mallory/${REPO.split('/')[1]}` : REPO;
+      prs[n] = { state: 'open', headSha: o.sha, headRepo, labels: [] };
+      return { number: n, headSha: o.sha, headRepo, labels: [], state: 'open' };
+    },
+    async label(n, label, sender = MAINTAINER) {
+      prs[n]!.labels = [...new Set([...prs[n]!.labels, label])];
+      const p = prPayload('labeled', n, sender);
+      p.label = { id: 99, name: label, color: 'ededed' };
+      return deliver('pull_request', p);
+    },
+    async unlabel(n, label, sender = MAINTAINER) {
+      prs[n]!.labels = prs[n]!.labels.filter((l) => l !== label);
+      const p = prPayload('unlabeled', n, sender);
+      p.label = { id: 99, name: label, color: 'ededed' };
+      return deliver('pull_request', p);
+    },
+    async closePr(n, sender = MAINTAINER) {
+      prs[n]!.state = 'closed';
+      return deliver('pull_request', prPayload('closed', n, sender));
+    },
+    async push(n, sha, sender = MAINTAINER) {
+      prs[n]!.headSha = sha;
+      return deliver('pull_request', prPayload('synchronize', n, sender));
+    },
+    deliver,
+    async redeliverFailed() {
+      const out: Delivery[] = [];
+      for (const [id, f] of [...failed]) out.push(await deliverRaw(id, f.event, f.body));
+      return out;
+    },
+    openGate(reservationId, gate, hostId) {
+      const js = jobs.filter((j) => j.reservationId === reservationId && (!hostId || j.hostId === hostId));
+      if (!js.length) throw new TypeError(`no job of ${reservationId}${hostId ? ` on ${hostId}` : ''} yet`);
+      for (const j of js) j.gates.add(gate);
+    },
+    checkRun(reservationId) {
+      return gh.checkRuns.find((c) => c.external_id === reservationId);
+    },
+    waitCheck(reservationId, title, timeoutMs = 60_000) {
+      return waitFor(
+        `check run of ${reservationId} to read ${String(title)} (now: ${sim.checkRun(reservationId)?.output.title ?? 'none'})`,
+        () => {
+          const c = sim.checkRun(reservationId);
+          const ti = c?.output.title ?? '';
+          return c && (typeof title === 'string' ? ti === title : title.test(ti)) ? c : null;
+        },
+        timeoutMs,
+        100,
+      );
+    },
+    waitJob(reservationId, hostId, timeoutMs = 60_000) {
+      return waitFor(
+        `a job of ${reservationId}${hostId ? ` on ${hostId}` : ''}`,
+        () => jobs.find((j) => j.reservationId === reservationId && (!hostId || j.hostId === hostId)),
+        timeoutMs,
+        100,
+      );
+    },
+    async close() {
+      actions.closeAllConnections();
+      await new Promise<void>((r) => actions.close(() => r()));
+      await gh.close();
+    },
+  };
+  return sim;
+}

@@ -1,0 +1,479 @@
+import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { SparkConfigInput } from '../../core/config.ts';
+import { createApiToken } from '../../functions/auth/tokens.ts';
+import { silentLogger } from '../../functions/log.ts';
+import { openNodeLedger } from '../../functions/node-server.ts';
+import { settingsFromEnv } from '../../functions/settings.ts';
+import { agentBundle } from '../doubles/fleet.ts';
+import {
+  FakeDeckard,
+  FakeGpu,
+  freePort,
+  REPO_ROOT,
+  simulatedAgentConfig,
+  waitFor,
+} from '../doubles/index.ts';
+import { SECRET } from '../fake-github/harness.ts';
+import type { CheckRun, FakeGitHub } from '../fake-github/server.ts';
+import { tempDir } from '../helpers/ledger.ts';
+import {
+  type Delivery,
+  type GitHubSim,
+  type JobPlan,
+  type PullRequest,
+  REPO,
+  type SimJob,
+  startGitHubSim,
+} from './github-sim.ts';
+import {
+  type HostRow,
+  type LeaseRow,
+  type LedgerReader,
+  openLedgerReader,
+  type ReservationRow,
+} from './ledger-reader.ts';
+import { baseEnv, killGroup, type ProcessHandle, sweepProcessesUnder, track } from './processes.ts';
+
+/**
+ * The whole system on loopback, for `npm run demo` and the system tests (issue 7): the real
+ * controller (`functions/node.ts`) and one relay agent per host (the shipped agent bundle) as
+ * separate processes, the agent test doubles (fake nvidia-smi, fake Deckard), and, in this
+ * process, GitHub (./github-sim.ts). The harness reads the ledger with plain SQL
+ * (./ledger-reader.ts) and changes it only through the controller's HTTP API.
+ */
+
+export const SIM_RUNNER = join(REPO_ROOT, 'test', 'harness', 'sim-runner.mjs');
+
+export interface SystemHost {
+  id: string;
+  homeService?: string | null;
+}
+
+export interface SystemOptions {
+  hosts?: SystemHost[];
+  timings?: NonNullable<SparkConfigInput['timings']>;
+  /** The plan for each job GitHub hands out (default: passes after 300 ms). */
+  plan?: (job: { reservationId: string; hostId: string; headSha: string }) => Partial<JobPlan>;
+  /** Called with every line worth showing on a timeline (webhooks, GitHub actions). */
+  onNote?: (line: string) => void;
+  deckardReadyDelayMs?: number;
+  /** Aborting it while starting (Ctrl-C in the demo) stops what already runs and rejects. */
+  signal?: AbortSignal;
+}
+
+export interface SparkSystem {
+  dir: string;
+  gh: FakeGitHub;
+  controllerUrl: string;
+  /** A read connection to the ledger file (the controller process owns all writes). */
+  reader: LedgerReader;
+  operatorToken: string;
+  gpu: Record<string, FakeGpu>;
+  deckard: FakeDeckard | null;
+  agents: Record<string, ProcessHandle>;
+  controller: ProcessHandle;
+  jobs: SimJob[];
+  deliveries: Delivery[];
+  /** Every JIT config a runner presented to GitHub (secrets: for leak checks only). */
+  jitConfigsSeen: string[];
+  /** HTTP call to the controller (JSON); `token` defaults to the operator token, `null` sends none. */
+  api<T = unknown>(
+    method: string,
+    path: string,
+    body?: unknown,
+    token?: string | null,
+  ): Promise<{ status: number; body: T }>;
+  openPr: GitHubSim['openPr'];
+  label: GitHubSim['label'];
+  unlabel: GitHubSim['unlabel'];
+  closePr: GitHubSim['closePr'];
+  push: GitHubSim['push'];
+  deliver: GitHubSim['deliver'];
+  redeliverFailed: GitHubSim['redeliverFailed'];
+  openGate: GitHubSim['openGate'];
+  checkRun: GitHubSim['checkRun'];
+  waitCheck: GitHubSim['waitCheck'];
+  waitJob: GitHubSim['waitJob'];
+  reservation(id: string): Promise<ReservationRow>;
+  leases(id: string): Promise<LeaseRow[]>;
+  host(id: string): Promise<HostRow>;
+  history(id: string): Promise<{ type: string; cause: string | null }[]>;
+  waitReservation(id: string, statuses: string[], timeoutMs?: number): Promise<ReservationRow>;
+  waitHostPhase(id: string, phases: string[], timeoutMs?: number): Promise<void>;
+  startAgent(hostId: string): ProcessHandle;
+  /** What to look at when a scenario fails: host phases, open reservations, recent log lines. */
+  diagnostics(): Promise<string>;
+  stopController(signal?: NodeJS.Signals): Promise<void>;
+  startController(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export type { CheckRun, Delivery, JobPlan, PullRequest, SimJob };
+
+const DEFAULT_TIMINGS = {
+  heartbeatIntervalS: 1,
+  offlineAfterS: 4,
+  ciLeaseTtlS: 60,
+  runnerPickupTimeoutS: 600,
+  restoreRetries: 1,
+  restoreBackoffS: 1,
+  restoreHealthTimeoutS: 3,
+};
+
+/** Starts everything; the fleet is adopted, agents heartbeat and {@link REPO} is enabled (pairs too). */
+export async function startSystem(opts: SystemOptions = {}): Promise<SparkSystem> {
+  const parts: Parts = { agents: {} };
+  try {
+    return await buildSystem(opts, parts);
+  } catch (e) {
+    // a failed or interrupted start leaves nothing running and no temp dir behind
+    await teardown(parts);
+    throw e;
+  }
+}
+
+/** What a (possibly half-started) system has running, so it can always be torn down. */
+interface Parts {
+  dir?: string;
+  cleanup?: () => void;
+  github?: GitHubSim;
+  controller?: ProcessHandle;
+  agents: Record<string, ProcessHandle>;
+  deckard?: FakeDeckard | null;
+  reader?: LedgerReader;
+}
+
+async function teardown(p: Parts): Promise<void> {
+  await Promise.all(Object.values(p.agents).map((a) => a.stop('SIGKILL')));
+  // runners are detached from their agents on purpose (they survive an agent crash)
+  for (const j of p.github?.jobs ?? []) killGroup(j.pid);
+  p.deckard?.kill();
+  // whatever else runs from this system's dir: a runner not yet given a job, a Deckard a
+  // restore was starting, a service command cut short when its agent was killed
+  if (p.dir) await sweepProcessesUnder(p.dir);
+  await p.controller?.stop('SIGTERM');
+  p.reader?.close();
+  await p.github?.close();
+  p.cleanup?.();
+}
+
+/**
+ * The first operate token, written into the ledger file as the controller's admin bootstrap
+ * (`npm run admin -- token create`) does, before any token exists to ask the API with.
+ */
+async function bootstrapOperatorToken(
+  ledgerUrl: string,
+  config: unknown,
+  configPath: string,
+): Promise<string> {
+  const settings = settingsFromEnv(
+    { SPARK_LEDGER_URL: ledgerUrl },
+    { text: JSON.stringify(config), source: configPath },
+  );
+  const ledger = await openNodeLedger(settings, { log: silentLogger });
+  try {
+    return (await createApiToken(ledger, { name: 'demo-operator', scopes: ['operate'] }, 'demo bootstrap'))
+      .token;
+  } finally {
+    ledger.store.close();
+  }
+}
+
+async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSystem> {
+  const interrupted = () => {
+    if (opts.signal?.aborted) throw new Error('interrupted while starting');
+  };
+  const { dir, cleanup } = tempDir('spark-system-');
+  parts.dir = dir;
+  parts.cleanup = cleanup;
+  const hosts = opts.hosts ?? [{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }];
+
+  const controllerPort = await freePort();
+  const controllerUrl = `http://127.0.0.1:${controllerPort}`;
+  const github = await startGitHubSim({
+    controllerUrl,
+    ...(opts.plan ? { plan: opts.plan } : {}),
+    ...(opts.onNote ? { onNote: opts.onNote } : {}),
+  });
+  parts.github = github;
+  const { gh } = github;
+  const config = {
+    listen: { host: '127.0.0.1', port: controllerPort },
+    hosts: hosts.map((h) => ({ id: h.id, homeService: h.homeService ?? null })),
+    preferHosts: hosts.some((h) => h.id === 'spark-2') ? ['spark-2'] : [],
+    timings: { ...DEFAULT_TIMINGS, ...(opts.timings ?? {}) },
+    github: { apiUrl: gh.url },
+  };
+  const configPath = join(dir, 'spark.config.json');
+  writeFileSync(configPath, JSON.stringify(config, null, 2));
+  const ledgerUrl = `file:${join(dir, 'spark.db')}`;
+
+  // ------------------------------------------------------------ controller process
+
+  const controllerEnv = {
+    ...baseEnv(),
+    SPARK_CONFIG: configPath,
+    SPARK_LEDGER_URL: ledgerUrl,
+    SPARK_WEBHOOK_SECRET: SECRET,
+    SPARK_GITHUB_APP_ID: String(gh.appId),
+    SPARK_GITHUB_PRIVATE_KEY: gh.privateKey,
+    SPARK_PUBLIC_URL: controllerUrl,
+    SPARK_AGENT_LONG_POLL_S: '5',
+    SPARK_LOG_LEVEL: 'info',
+  };
+  const bootController = async (): Promise<ProcessHandle> => {
+    const h = track(
+      spawn(process.execPath, ['--import', 'tsx', join(REPO_ROOT, 'functions', 'node.ts')], {
+        cwd: REPO_ROOT,
+        env: controllerEnv,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+      join(dir, 'controller.log'),
+    );
+    const ready = waitFor(
+      'the controller to answer /healthz',
+      async () => (await fetch(`${controllerUrl}/healthz`).catch(() => null))?.ok,
+      30_000,
+      100,
+    );
+    const died = h.exited.then((code) => {
+      throw new Error(`the controller exited with ${code} before answering /healthz`);
+    });
+    await Promise.race([ready, died]).catch((e) => {
+      h.proc.kill('SIGKILL');
+      throw new Error(`${(e as Error).message}\ncontroller output:\n${h.output().slice(-3000)}`);
+    });
+    died.catch(() => undefined);
+    return h;
+  };
+  // the agent bundle builds while the controller boots
+  const bundleP = agentBundle();
+  interrupted();
+  let controller = await bootController();
+  parts.controller = controller;
+  const reader = openLedgerReader(ledgerUrl);
+  parts.reader = reader;
+  const operatorToken = await bootstrapOperatorToken(ledgerUrl, config, configPath);
+
+  const api = async <T = unknown>(
+    method: string,
+    path: string,
+    body?: unknown,
+    token: string | null = operatorToken,
+  ): Promise<{ status: number; body: T }> => {
+    const res = await fetch(`${controllerUrl}${path}`, {
+      method,
+      headers: {
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      },
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+      signal: AbortSignal.timeout(15_000),
+    });
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // HTML or plain text (dashboard, metrics)
+    }
+    return { status: res.status, body: parsed as T };
+  };
+  const must = async (what: string, p: Promise<{ status: number; body: unknown }>) => {
+    const r = await p;
+    if (r.status >= 300) throw new Error(`${what} failed: ${r.status} ${JSON.stringify(r.body)}`);
+    return r.body;
+  };
+
+  // ------------------------------------------------------------ agents with simulated hosts
+
+  const bundle = await bundleP;
+  const gpu: Record<string, FakeGpu> = {};
+  const agents = parts.agents;
+  const configPaths: Record<string, string> = {};
+  let deckard: FakeDeckard | null = null;
+  for (const h of hosts) {
+    const hd = join(dir, h.id);
+    mkdirSync(hd, { recursive: true });
+    gpu[h.id] = new FakeGpu(join(hd, 'gpu'));
+    const created = (await must(
+      `agent token for ${h.id}`,
+      api('POST', `/api/v1/hosts/${h.id}/agent-tokens`),
+    )) as { token: string };
+    writeFileSync(join(hd, 'agent.token'), `${created.token}\n`, { mode: 0o600 });
+    let service: Record<string, unknown> | null = null;
+    if (h.homeService) {
+      interrupted();
+      deckard = new FakeDeckard(
+        join(hd, 'deckard'),
+        gpu[h.id]!,
+        await freePort(),
+        opts.deckardReadyDelayMs ?? 0,
+      );
+      parts.deckard = deckard;
+      await deckard.start();
+      service = {
+        name: h.homeService,
+        ...deckard.commands(),
+        healthUrl: deckard.healthUrl,
+        commandTimeoutS: 20,
+        releaseVerifyTimeoutS: 2,
+        healthPollMs: 100,
+      };
+    }
+    configPaths[h.id] = join(hd, 'agent.json');
+    writeFileSync(
+      configPaths[h.id]!,
+      JSON.stringify(
+        simulatedAgentConfig({
+          controllerUrl,
+          hostId: h.id,
+          runnerCommand: [process.execPath, SIM_RUNNER, github.actionsUrl],
+          service,
+          logLevel: 'info',
+        }),
+        null,
+        2,
+      ),
+    );
+  }
+  const startAgent = (hostId: string): ProcessHandle => {
+    const h = track(
+      spawn(process.execPath, [bundle, '--config', configPaths[hostId]!], {
+        cwd: join(dir, hostId),
+        env: { ...baseEnv(), ...gpu[hostId]!.env() },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+      join(dir, hostId, 'agent.log'),
+    );
+    agents[hostId] = h;
+    return h;
+  };
+  interrupted();
+  for (const h of hosts) startAgent(h.id);
+  for (const h of hosts) await must(`adopt ${h.id}`, api('POST', `/api/v1/hosts/${h.id}/adopt`));
+  await must(
+    `enable ${REPO}`,
+    api('POST', `/api/v1/repositories/${REPO}/enable`, { pairEnabled: hosts.length > 1 }),
+  );
+
+  const sys: SparkSystem = {
+    dir,
+    gh,
+    controllerUrl,
+    reader,
+    operatorToken,
+    gpu,
+    deckard,
+    agents,
+    get controller() {
+      return controller;
+    },
+    jobs: github.jobs,
+    deliveries: github.deliveries,
+    jitConfigsSeen: github.jitConfigsSeen,
+    api,
+    openPr: github.openPr,
+    label: github.label,
+    unlabel: github.unlabel,
+    closePr: github.closePr,
+    push: github.push,
+    deliver: github.deliver,
+    redeliverFailed: github.redeliverFailed,
+    openGate: github.openGate,
+    checkRun: github.checkRun,
+    waitCheck: github.waitCheck,
+    waitJob: github.waitJob,
+    async reservation(id) {
+      const r = await reader.reservation(id);
+      if (!r) throw new Error(`no reservation ${id}`);
+      return r;
+    },
+    leases: (id) => reader.leases(id),
+    async host(id) {
+      const h = await reader.host(id);
+      if (!h) throw new Error(`no host ${id}`);
+      return h;
+    },
+    async history(id) {
+      return (await reader.history(id)).map((e) => ({ type: e.type, cause: e.cause }));
+    },
+    waitReservation(id, statuses, timeoutMs = 60_000) {
+      return waitFor(
+        `reservation ${id} to be ${statuses.join('|')}`,
+        async () => {
+          const r = await reader.reservation(id).catch(() => null);
+          return r && statuses.includes(r.status) ? r : null;
+        },
+        timeoutMs,
+        100,
+      );
+    },
+    async waitHostPhase(id, phases, timeoutMs = 60_000) {
+      await waitFor(
+        `host ${id} to be ${phases.join('|')}`,
+        async () => phases.includes((await sys.host(id)).phase),
+        timeoutMs,
+        100,
+      );
+    },
+    startAgent,
+    async diagnostics() {
+      const out: string[] = [];
+      for (const h of hosts) {
+        const row = await sys.host(h.id);
+        out.push(`${h.id}: phase ${row.phase}, note ${row.note ?? '-'}`);
+      }
+      const all = await reader.reservations();
+      for (const r of all.slice(-8))
+        out.push(
+          `${r.id} ${r.kind} ${r.status} ${r.outcome ?? ''} ${r.reason ?? ''} check: ${github.checkRun(r.id)?.output.title ?? '-'}`,
+        );
+      const tail = (text: string, n: number) => text.trimEnd().split('\n').slice(-n).join('\n');
+      out.push('--- controller (warnings and errors)');
+      out.push(
+        tail(
+          controller
+            .output()
+            .split('\n')
+            .filter((l) => /"level":"(warn|error)"/.test(l))
+            .join('\n'),
+          20,
+        ),
+      );
+      for (const [id, a] of Object.entries(agents)) out.push(`--- agent ${id}`, tail(a.output(), 25));
+      return out.join('\n');
+    },
+    async stopController(signal: NodeJS.Signals = 'SIGKILL') {
+      await controller.stop(signal);
+    },
+    async startController() {
+      controller = await bootController();
+      parts.controller = controller;
+    },
+    async close() {
+      await teardown(parts);
+    },
+  };
+  await waitFor(
+    'every agent to heartbeat',
+    async () => {
+      if (opts.signal?.aborted) return true;
+      for (const h of hosts) if ((await sys.host(h.id)).lastHeartbeatAt == null) return false;
+      return true;
+    },
+    30_000,
+    100,
+  );
+  interrupted();
+  return sys;
+}
+
+/** `queued r-3` → `r-3` (the intake's answer to a delivery that queued work). */
+export function queuedId(d: Delivery): string {
+  const m = /queued (r-\d+)/.exec(d.result ?? '');
+  if (!m) throw new Error(`delivery ${d.id} (${d.event}) queued nothing: ${d.status} ${d.result}`);
+  return m[1]!;
+}

@@ -1,0 +1,88 @@
+import { spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { tempDir } from '../helpers/ledger.ts';
+
+/**
+ * `npm test` installs its own Debian prerequisites (package.json "pretest" →
+ * scripts/setup-test-deps.sh). The script is run by the real bash with a PATH holding only stand-in
+ * commands, so each case decides what is "installed", who the user is, and records what apt-get
+ * was asked to do instead of installing anything.
+ */
+
+const SCRIPT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'scripts', 'setup-test-deps.sh');
+const EVERY = [
+  'chromium',
+  'shellcheck',
+  'promtool',
+  'sbatch',
+  'squeue',
+  'sacct',
+  'scancel',
+  'slurmctld',
+  'slurmd',
+  'munge',
+  'munged',
+];
+
+let dir: { dir: string; cleanup: () => void } | null = null;
+afterEach(() => {
+  dir?.cleanup();
+  dir = null;
+});
+
+function run(o: { have: string[]; uid: number; sudo?: boolean }) {
+  dir = tempDir('setup-deps-');
+  const bin = join(dir.dir, 'bin');
+  mkdirSync(bin);
+  const log = join(dir.dir, 'apt.log');
+  const stub = (name: string, body: string) => {
+    writeFileSync(join(bin, name), `#!/bin/bash\n${body}\n`);
+    chmodSync(join(bin, name), 0o755);
+  };
+  for (const c of o.have) stub(c, 'exit 0');
+  stub('id', `[ "$1" = "-u" ] && echo ${o.uid}`);
+  stub('apt-get', `echo "$*" >> ${log}`);
+  stub('tr', '/usr/bin/tr "$@"');
+  if (o.sudo) stub('sudo', `[ "$1" = "-n" ] && shift; [ "$1" = "true" ] && exit 0; "$@"`);
+  const r = spawnSync('/bin/bash', [SCRIPT], { env: { PATH: bin }, encoding: 'utf8' });
+  return {
+    code: r.status,
+    stdout: r.stdout,
+    stderr: r.stderr,
+    apt: existsSync(log) ? readFileSync(log, 'utf8') : '',
+  };
+}
+
+describe('scripts/setup-test-deps.sh (npm test pretest)', () => {
+  it('does nothing and prints nothing when every tool is there', () => {
+    const r = run({ have: EVERY, uid: 1000 });
+    expect(r).toEqual({ code: 0, stdout: '', stderr: '', apt: '' });
+  });
+
+  it('installs only the missing packages when it may (root or passwordless sudo)', () => {
+    const root = run({ have: EVERY.filter((c) => c !== 'promtool' && c !== 'munged'), uid: 0 });
+    expect(root.code).toBe(0);
+    expect(root.stdout).toBe(
+      'setup-test-deps: installing prometheus munge (Debian packages the tests use)\n',
+    );
+    expect(root.apt).toBe('update -qq\ninstall -y -qq --no-install-recommends prometheus munge\n');
+    const sudo = run({ have: EVERY.filter((c) => c !== 'sbatch'), uid: 1000, sudo: true });
+    expect(sudo.code).toBe(0);
+    expect(sudo.apt).toBe('update -qq\ninstall -y -qq --no-install-recommends slurm-wlm\n');
+  });
+
+  it('without root or sudo installs nothing, fails and says what to run', () => {
+    const r = run({ have: ['shellcheck'], uid: 1000 });
+    expect(r.code).toBe(1);
+    expect(r.apt).toBe('');
+    expect(r.stderr).toContain(
+      'setup-test-deps: npm test needs these Debian packages, which are missing: chromium prometheus slurm-wlm munge',
+    );
+    expect(r.stderr).toContain(
+      'apt-get update && apt-get install -y --no-install-recommends chromium prometheus slurm-wlm munge',
+    );
+  });
+});
