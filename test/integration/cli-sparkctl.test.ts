@@ -119,6 +119,19 @@ describe('sparkctl against a real controller', () => {
     const res = await p.done;
     expect(res.code).toBe(0);
     expect(res.stdout).toMatch(/r-1 done: termination and cleanup confirmed on spark-2/);
+
+    // --no-wait returns once the release is recorded and says what frees the host
+    const { call, tokens, target } = ctl;
+    const next = (await call(tokens.dev2, 'POST', '/api/v1/reservations', { host: 'spark-2' })).body
+      .reservation.id;
+    await until('second grant', async () => (await status(next)) === 'allocated');
+    await agentReportsPrepared(target, next);
+    const quick = await sparkctl(['release', next, '--no-wait'], tokens.dev2);
+    expect(quick.code).toBe(0);
+    expect(quick.stdout.trim()).toBe(
+      `${next} releasing · waiting for the agent to confirm cleanup on spark-2\nthe host is freed when its agent confirms cleanup`,
+    );
+    expect(await status(next)).toBe('releasing');
   });
 
   it('--json on every read command parses and matches the wire schemas', async () => {

@@ -193,6 +193,10 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     expect((again as TextResult).isError).toBe(true);
     expect(text(again)).toMatch(/the most a development lease may hold/);
 
+    const mine = await client.callTool({ name: 'status', arguments: {} });
+    expect(data(mine).reservations.map((x: { id: string }) => x.id)).toEqual([r.id]);
+    expect(text(mine)).toMatch(new RegExp(`^${r.id} preparing on spark-2\\n`));
+
     const history = data(await client.callTool({ name: 'history', arguments: { id: r.id } }));
     expect(history.reservationId).toBe(r.id);
     expect(history.events.map((e: { type: string }) => e.type)).toEqual(
