@@ -11,6 +11,8 @@ export default defineConfig({
     // agent and doctor unit tests exercise agent/ (they spawn processes), not core/
     exclude: ['test/unit/agent-*.test.ts', 'test/unit/doctor-*.test.ts'],
     testTimeout: 60_000,
+    // a killed mutant needs one failing case, not a shrunk one: skip fast-check's shrinking
+    env: { SPARK_MUTATION: '1' },
     maxWorkers: 1,
   },
 });

@@ -56,6 +56,10 @@ export class Agent {
       state,
       save: () => saveState(cfg.stateFile, ctx.state),
       report: (r) => this.report(r),
+      collectFacts: (gpu) => collectFacts(this.ctx, gpu),
+      heartbeat: async (facts) => {
+        this.heartbeatS = clampHeartbeatS((await this.client.heartbeat(facts)).heartbeatIntervalS);
+      },
       sleep: (ms) => this.sleep(ms),
       stopped: () => this.isStopped,
       heartbeatMs: () => this.heartbeatS * 1000,
@@ -89,6 +93,7 @@ export class Agent {
         setPeriodS,
         sleep: (ms) => this.sleep(ms),
         stopped: () => this.isStopped,
+        stats: () => ({ newConnections: this.client.newConnections }),
       }),
       pollLoop({
         log: this.log,
@@ -104,6 +109,7 @@ export class Agent {
         stopped: () => this.isStopped,
       }),
     ]);
+    this.client.close();
   }
 
   stop(): void {

@@ -42,6 +42,11 @@ export const RELEASABLE_STATUSES = [
   'running',
 ] as const satisfies readonly ReservationStatus[];
 export type ReleasableStatus = (typeof RELEASABLE_STATUSES)[number];
+/** Every host prepared: the workflow is dispatched and its one-job runner registered or running. */
+export const RUNNER_STATUSES = ['preparing', 'running'] as const satisfies readonly ReservationStatus[];
+export function isRunnerStatus(s: string): s is (typeof RUNNER_STATUSES)[number] {
+  return (RUNNER_STATUSES as readonly string[]).includes(s);
+}
 /** Statuses in which a reservation holds hosts (granted until termination is confirmed, rule 7). */
 export const ACTIVE_STATUSES = [
   ...RELEASABLE_STATUSES,

@@ -95,15 +95,28 @@ export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
           detail: `runner user ${account!.name} still has ${left.length} process(es) this lease did not start (pid ${left.slice(0, 5).join(', ')})`,
         };
       }
-      await removeWorkDir(l);
-      await makeWorkDir(l);
+      // fresh: whatever a crash left of an earlier attempt goes (one command as the runner user)
+      assertUnder(cfg.workRoot, l.workDir);
+      if (account) {
+        await asRunner([
+          '/bin/sh',
+          '-c',
+          'rm -rf --one-file-system -- "$1" && mkdir -m 0700 -- "$1"',
+          'sh',
+          l.workDir,
+        ]);
+      } else {
+        rmSync(l.workDir, { recursive: true, force: true });
+        mkdirSync(l.workDir, { recursive: true, mode: 0o700 });
+      }
       return { ok: true };
     },
 
     async start(l: LeaseState, w: Workload): Promise<void> {
       const runDir = childPath(runsRoot, w.name);
       rmSync(runDir, { recursive: true, force: true });
-      await makeWorkDir(l);
+      // prepared leases have their work dir; one adopted in another phase (a restart) may not
+      if (l.phase !== 'prepared') await makeWorkDir(l);
       // written before the spawn: a crash right after still finds the run dir (and its pid file)
       l.runner = {
         runnerName: w.name,

@@ -19,7 +19,9 @@ export const githubModule: AppModule = {
   },
   routes(app, ctx) {
     mountWebhook(app, () => githubService(ctx));
-    mountRepositoryRoutes(app, () => githubService(ctx));
+  },
+  operatorRoutes(api, ctx) {
+    mountRepositoryRoutes(api, () => githubService(ctx));
   },
   async tick(ctx: AppContext) {
     const svc = githubService(ctx);
