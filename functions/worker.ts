@@ -8,6 +8,7 @@
 import { createClient } from '@libsql/client/web';
 import type { Controller } from './controller.ts';
 import { createController } from './controller.ts';
+import { drainGitHubOutbox } from './github/module.ts';
 import { openLedgerDb } from './ledger/db.ts';
 import { Ledger } from './ledger/ledger.ts';
 import { createLogger } from './log.ts';
@@ -35,7 +36,14 @@ function stringEnv(env: Record<string, unknown>): Record<string, string | undefi
 
 /** The Worker adapter's one controller per isolate (hosts synced as it is built). */
 async function build(env: Record<string, unknown>): Promise<Controller> {
-  const settings = settingsFromEnv(stringEnv(env), null);
+  const vars = stringEnv(env);
+  // the Node default (a local file) means nothing here: say the binding is missing instead
+  if (!vars.SPARK_LEDGER_URL?.trim()) {
+    throw new Error(
+      'SPARK_LEDGER_URL is not set: a Worker needs a remote libSQL URL (libsql:// or https://); set it with "wrangler secret put SPARK_LEDGER_URL" (or in .dev.vars for wrangler dev)',
+    );
+  }
+  const settings = settingsFromEnv(vars, null);
   const log = createLogger(settings.logLevel, 'worker');
   if (settings.ledgerUrl.startsWith('file:')) {
     throw new Error(
@@ -86,7 +94,16 @@ export default {
       return startupError(e);
     }
     const res = await inst.app.fetch(request, env, exec);
-    exec.waitUntil(inst.loop.settle());
+    // a request that wrote (webhook, operator call, agent report) may have queued GitHub side
+    // effects, directly or through the admission pass it triggers: send them right after the
+    // response instead of at the next one-minute cron (issue 12 item 7)
+    const writes = request.method !== 'GET' && request.method !== 'HEAD';
+    exec.waitUntil(
+      inst.loop
+        .settle()
+        .then(() => (writes ? drainGitHubOutbox(inst.ctx) : undefined))
+        .catch((e) => inst.ctx.log.error('outbox drain after request failed', { error: String(e) })),
+    );
     return res;
   },
 

@@ -8,6 +8,16 @@ import { pruneDeliveries, refreshQueuedChecks, runSchedules, sweepRunnerPickup }
 import { mountWebhook } from './webhook.ts';
 
 /**
+ * Sends the GitHub outbox's due rows now. The Worker calls it after each request that may have
+ * queued side effects, so a check run or dispatch does not wait for the one-minute cron
+ * (issue 12 item 7); a cheap read answers first when nothing is due.
+ */
+export async function drainGitHubOutbox(ctx: AppContext): Promise<void> {
+  const svc = githubService(ctx);
+  if (svc.client.configured) await drainOutbox(svc, senders);
+}
+
+/**
  * The GitHub front door (issue 3): signed webhooks → reservations, authorization, check runs,
  * dispatch, JIT runner configs and runner deletion through the outbox, schedules, and the
  * operator routes that enable repositories.
@@ -29,6 +39,6 @@ export const githubModule: AppModule = {
     await sweepRunnerPickup(svc);
     await refreshQueuedChecks(svc);
     await pruneDeliveries(svc);
-    if (svc.client.configured) await drainOutbox(svc, senders);
+    await drainGitHubOutbox(ctx);
   },
 };
