@@ -201,6 +201,65 @@ describe('system: cancellation and new commits', { timeout: 180_000 }, () => {
   });
 });
 
+describe('system: a foreign job takes the runner', { timeout: 180_000 }, () => {
+  it('a job of another run on the reservation runner is stopped: check fails, the host is cleaned, an alert fires', async () => {
+    // another workflow in the repository asks for the fleet labels only (no nonce), and is
+    // queued before the admitted job: GitHub gives the next fitting runner to it
+    const now = new Date().toISOString();
+    const runId = 777_001;
+    sys.gh.runs.push({
+      id: runId,
+      repo: REPO,
+      workflow: 'grab.yml',
+      name: 'grab',
+      displayTitle: 'grab',
+      runNumber: 1,
+      runAttempt: 1,
+      event: 'workflow_dispatch',
+      headSha: DEFAULT_BRANCH_TIP,
+      headBranch: 'main',
+      inputs: {},
+      status: 'queued',
+      conclusion: null,
+      createdAt: now,
+    });
+    sys.gh.jobs.unshift({
+      id: 777_002,
+      runId,
+      repo: REPO,
+      name: 'grab',
+      labels: ['self-hosted', 'Linux', 'ARM64', 'waffuru-spark', 'spark-single'],
+      headSha: DEFAULT_BRANCH_TIP,
+      headBranch: 'main',
+      status: 'queued',
+      conclusion: null,
+      runnerId: null,
+      runnerName: null,
+      createdAt: now,
+      startedAt: null,
+      completedAt: null,
+    });
+    sys.openPr(8, { sha: sha('8') });
+    const rid = queuedId(await sys.label(8, 'spark-test'));
+    const job = await sys.waitJob(rid);
+    expect(job.id).toBe(777_002);
+    const check = await sys.waitCheck(rid, 'Spark test failed — runner taken by a foreign job — stopped');
+    expect(check).toMatchObject({ status: 'completed', conclusion: 'failure', head_sha: sha('8') });
+    const ended = await sys.waitReservation(rid, ['done', 'failed']);
+    expect(ended).toMatchObject({ status: 'failed', outcome: 'foreign_job' });
+    // the agent stopped the runner it started (the foreign job never finished its work) and
+    // cleaned the host, which is schedulable again
+    expect(isLive(job.pid)).toBe(false);
+    await sys.waitHostPhase(job.hostId, ['idle']);
+    const history = await sys.history(rid);
+    expect(history.find((e) => e.type === 'alert.foreign_job')?.cause).toMatch(
+      /^runner taken by a foreign job — stopped: workflow job 777002 \(run 777001, .*\) on runner "spark-spark-2-r-\d+-a0"/,
+    );
+    // the foreign job's result is never taken as the reservation's
+    expect(history.map((e) => e.type)).not.toContain('reservation.job_completed');
+  });
+});
+
 function waitForRefusal(headSha: string) {
   return waitFor('the refusal check run', () => sys.gh.checkRuns.find((c) => c.head_sha === headSha));
 }

@@ -214,9 +214,15 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
         // fake's dispatch queued the run's jobs); none yet: a real runner just keeps listening
         const taken = gh.pickUp(runner.name);
         const run = taken ? gh.runs.find((r) => r.id === taken.runId) : undefined;
-        const rid = run?.inputs.reservation_id;
-        if (!taken || !run || !rid) return send(res, 202, { waiting: true });
-        const dispatch = { repo: run.repo, inputs: run.inputs };
+        if (!taken || !run) return send(res, 202, { waiting: true });
+        // a run the controller did not dispatch (a test's foreign workflow) has no Spark inputs:
+        // its job runs in the environment of the reservation whose runner it took
+        const foreign = !run.inputs.reservation_id;
+        const rid = run.inputs.reservation_id ?? /-(r-\d+)-a\d+$/.exec(runner.name)?.[1];
+        const dispatch = foreign
+          ? gh.dispatches.find((d) => d.inputs.reservation_id === rid)
+          : { repo: run.repo, inputs: run.inputs };
+        if (!rid || !dispatch) return send(res, 202, { waiting: true });
         const job: SimJob = {
           id: taken.id,
           runId: taken.runId,
@@ -233,13 +239,17 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
             ...DEFAULT_PLAN,
             ...(opts.plan?.({ reservationId: rid, hostId: b.hostId, headSha: dispatch.inputs.head_sha! }) ??
               {}),
+            // the foreign job keeps the runner until someone stops it
+            ...(foreign ? { gates: ['work' as const] } : {}),
           },
           labels: [...taken.labels],
           gates: new Set(),
           conclusion: null,
         };
         jobs.push(job);
-        note(`GitHub Actions: job ${job.id} of ${rid} assigned to runner ${runner.name}`);
+        note(
+          `GitHub Actions: ${foreign ? `FOREIGN job ${job.id} (run ${run.id})` : `job ${job.id} of ${rid}`} assigned to runner ${runner.name}`,
+        );
         await deliver('workflow_job', workflowJob(job, 'queued'));
         await deliver('workflow_job', workflowJob(job, 'in_progress'));
         return send(res, 200, job);
