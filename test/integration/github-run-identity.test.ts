@@ -110,7 +110,16 @@ describe('runner label nonce (controller + fake GitHub)', () => {
     // public and operator surfaces: dashboard, queue, fleet, metrics, events, check runs
     const token = await h.operatorToken();
     const texts: Record<string, string> = {};
-    for (const path of ['/', '/api/v1/queue', '/api/v1/fleet', '/metrics', '/api/v1/reservations/r-1']) {
+    for (const path of [
+      '/',
+      '/dashboard/live',
+      '/api/v1/queue',
+      '/api/v1/fleet',
+      '/metrics',
+      '/api/v1/reservations?status=all',
+      '/api/v1/reservations/r-1',
+      '/api/v1/reservations/r-1/history',
+    ]) {
       for (const auth of [false, true]) {
         const res = await fetch(
           `${h.c.url}${path}`,
