@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
+import { fleetLabelOf, parseConfig } from '../../core/config.ts';
 import { readMeta } from '../../functions/github/meta.ts';
 import {
   newRunnerNonce,
@@ -42,6 +43,24 @@ describe('runner label nonce (pure)', () => {
         // `spark-r-1-…` can never be read as `r-12` and the other way round
         expect(parseReservationLabel(reservationLabel(a, nonce))).toEqual({ reservationId: a, nonce });
       }),
+    );
+  });
+
+  it('the fleet label is configurable (github.fleetLabel, default waffuru-spark); a pool may set its own', () => {
+    expect(fleetLabelOf(parseConfig({}), 'spark')).toBe('waffuru-spark');
+    const cfg = parseConfig({
+      hosts: [
+        { id: 'a-1', pool: 'a' },
+        { id: 'b-1', pool: 'b' },
+      ],
+      preferHosts: [],
+      pools: { a: {}, b: { runnerLabel: 'gpu-b' } },
+      github: { fleetLabel: 'lab-fleet' },
+    });
+    expect(fleetLabelOf(cfg, 'a')).toBe('lab-fleet');
+    expect(fleetLabelOf(cfg, 'b')).toBe('gpu-b');
+    expect(() => parseConfig({ github: { fleetLabel: 'has space' } })).toThrow(
+      /github\.fleetLabel: a runner label is/,
     );
   });
 
