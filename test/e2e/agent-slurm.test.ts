@@ -119,4 +119,29 @@ describe('slurm executor on a real Slurm', () => {
     expect(JSON.parse(lease!.evidenceJson!).runner.lastLines).toContain('assert failed');
     expect(await f.bindingLeases()).toEqual([]);
   });
+
+  it('runs a pair as one job per host on the Slurm node (exclusive: one after the other), released as a unit', async () => {
+    const f = await startFleet({
+      hosts: [{ id: 'spark-2' }, { id: 'spark-3' }],
+      githubOutcome: () => 'passed',
+      runner: () => ({ exitCode: 0, sleepMs: 300 }),
+      agentConfig: () => ({ executor: 'slurm', slurm: { gres: slurm.gres, conf: slurm.conf } }),
+    });
+    fleet = f;
+    f.startAgent('spark-2');
+    f.startAgent('spark-3');
+    for (const h of ['spark-2', 'spark-3']) {
+      await waitFor(`${h} heartbeat`, async () => (await f.host(h)).lastHeartbeatAt != null);
+    }
+    const id = await f.reserve({ topology: 'pair' });
+    const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(r.status, f.agents['spark-3']!.output().slice(-2000)).toBe('done');
+    const leases = await f.leases(id);
+    expect(leases.map((l) => [l.hostId, l.status, l.exitCode])).toEqual([
+      ['spark-2', 'released', 0],
+      ['spark-3', 'released', 0],
+    ]);
+    const acct = await slurm.client(['sacct', '-c', '-n', '-P', '--name', `spark-${id}`, '-o', 'state']);
+    expect(acct.trim().split('\n')).toEqual(['COMPLETED', 'COMPLETED']);
+  });
 });
