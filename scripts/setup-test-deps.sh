@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite uses (Chromium for the dashboard test, shellcheck for
-# shell scripts, slurm-wlm and munge for the slurm executor tests). Idempotent; needs root (CI runs
-# as root) or passwordless sudo.
+# shell scripts). Idempotent; needs root (CI runs as root) or passwordless sudo.
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
-command -v sbatch >/dev/null 2>&1 || need+=(slurm-wlm)
-command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need+=(munge)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
