@@ -141,7 +141,12 @@ describe('slurm executor on a real Slurm', () => {
       ['spark-2', 'released', 0],
       ['spark-3', 'released', 0],
     ]);
-    const acct = await slurm.client(['sacct', '-c', '-n', '-P', '--name', `spark-${id}`, '-o', 'state']);
+    // this fleet's jobs (reservation ids restart with each fleet; job ids do not)
+    const ids = ['spark-2', 'spark-3'].flatMap((h) =>
+      [...f.agents[h]!.output().matchAll(/"msg":"slurm job submitted".*?"jobId":"(\d+)"/g)].map((m) => m[1]!),
+    );
+    expect(ids).toHaveLength(2);
+    const acct = await slurm.client(['sacct', '-c', '-n', '-P', '-j', ids.join(','), '-o', 'state']);
     expect(acct.trim().split('\n')).toEqual(['COMPLETED', 'COMPLETED']);
   });
 });
