@@ -1,5 +1,6 @@
 import { createSign } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { workflowJobEvent } from './harness.ts';
 import { type FakeGitHub, startFakeGitHub } from './server.ts';
 
 /**
@@ -189,6 +190,18 @@ describe('JIT runners (DOC.jit, DOC.runnerLabels)', () => {
     const left = await call('GET', '/repos/acme/butter/actions/runners', t);
     expect(left.body.runners.map((r: { id: number }) => r.id)).toEqual([guessed.body.runner.id]);
     expect(gh.runs[0]).toMatchObject({ status: 'completed', conclusion: 'success' });
+    // the webhook a test sends for this job carries the run's head_sha (the branch tip), not the PR's
+    const event = workflowJobEvent(job, 'completed');
+    expect(event.workflow_job).toMatchObject({
+      id: job.id,
+      run_id: gh.runs[0]!.id,
+      head_sha: TIP,
+      head_branch: 'main',
+      runner_name: 'spark-2-r-12-a1',
+      conclusion: 'success',
+      labels: ['self-hosted', 'Linux', 'ARM64', 'waffuru-spark', 'spark-single', `spark-r-12-${NONCE}`],
+    });
+    expect(event.repository.full_name).toBe('acme/butter');
   });
 });
 
