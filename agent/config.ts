@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
+import { EXECUTOR_NAMES } from './executor/types.ts';
 
 /**
  * The agent's boundary module: the only place that reads its configuration file. Relative paths
@@ -81,7 +82,7 @@ export const AgentConfigSchema = z
       })
       .strict(),
     executor: z
-      .enum(['jit-runner', 'slurm'], { message: 'executor is one of jit-runner, slurm' })
+      .enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(', ')}` })
       .default('jit-runner')
       .describe('How a lease runs its workload (issue 15): a one-job JIT runner, or a Slurm batch job.'),
     slurm: z
