@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
+import { EXECUTOR_NAMES } from './executor/types.ts';
 
 /**
  * The agent's boundary module: the only place that reads its configuration file. Relative paths
@@ -80,6 +81,29 @@ export const AgentConfigSchema = z
           ),
       })
       .strict(),
+    executor: z
+      .enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(', ')}` })
+      .default('jit-runner')
+      .describe('How a lease runs its workload (issue 15): a one-job JIT runner, or a Slurm batch job.'),
+    slurm: z
+      .object({
+        /** Directory of sbatch/squeue/sacct/scancel; empty: PATH. */
+        bin: z.string().default(''),
+        /** Generic resource the job asks for (the lease's GPUs), e.g. "gpu:1". */
+        gres: z
+          .string()
+          .regex(/^[a-z][a-z0-9_]*(:[a-z0-9_]+)?(:[0-9]+)?$/, 'a gres like "gpu:1"')
+          .default('gpu:1'),
+        partition: z
+          .string()
+          .regex(/^[A-Za-z0-9_-]+$/)
+          .nullable()
+          .default(null),
+        /** SLURM_CONF for the commands; null: Slurm's default. */
+        conf: z.string().nullable().default(null),
+      })
+      .strict()
+      .prefault({}),
     nvidiaSmi: z.string().min(1).default('nvidia-smi').describe('nvidia-smi binary (PATH lookup if bare).'),
     service: serviceSchema.nullable().default(null).describe('Home service (Deckard on spark-1), or null.'),
     interconnectCheck: z

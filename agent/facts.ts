@@ -33,7 +33,7 @@ async function interconnectOk(ctx: StepContext): Promise<boolean | null> {
 export async function collectFacts(ctx: StepContext, gpu?: GpuQuery): Promise<HostFacts> {
   const q = gpu ?? (await ctx.port.queryGpu());
   const l = ctx.state.lease;
-  const seen = l ? ctx.executor.observe(l) : { state: 'none' as const };
+  const seen = l ? await ctx.executor.observe(l) : { state: 'none' as const };
   return {
     gpuProcesses: q.ok ? q.processes : null,
     gpuError: q.ok ? null : q.error,

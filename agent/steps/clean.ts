@@ -19,7 +19,7 @@ export function beginClean(ctx: StepContext): StepResult {
 export async function stopWorkload(ctx: StepContext): Promise<StepResult> {
   const l = currentLease(ctx);
   await ctx.executor.stop(l);
-  return ctx.executor.observe(l).state === 'running' ? waitFor(1000) : again;
+  return (await ctx.executor.observe(l)).state === 'running' ? waitFor(1000) : again;
 }
 
 /**

@@ -147,4 +147,59 @@ describe('wait reasons', () => {
       [single.id, 2, 'pool-too-small', 'needs 1 host in pool none; 0 schedulable now'],
     ]);
   });
+
+  it('a large pool counts only its own held hosts', () => {
+    const running = req({ status: 'running' });
+    const pair = req({ topology: 'pair', pool: 'gpu' });
+    const ci = req();
+    const hosts = [
+      host('gpu-1', { pool: 'gpu' }),
+      host('gpu-2', { pool: 'gpu', managed: true, phase: 'cleaning' }),
+      ...[1, 2, 3, 4, 5].map((n) => host(`spark-${n}`, { phase: 'cleaning', homeService: null })),
+    ];
+    const plan = planAdmission(input(hosts, [running, pair, ci]));
+    expect(plan.holds).toEqual([{ hostId: 'gpu-1', reservationId: pair.id }]);
+    expect(waits(plan)[1]).toEqual([
+      ci.id,
+      2,
+      'hosts-busy',
+      'waiting for a host in pool spark: 5 busy, 0 held, 0 unavailable of 5 hosts',
+    ]);
+  });
+
+  it('reasons name the drains that later requests in the same pass add', () => {
+    const a = req({ status: 'running', pr: 1 });
+    const b = req({ status: 'running', pr: 2 });
+    // an operator-raised manual request ahead of development work sees the pool first
+    const urgent = req({ kind: 'manual', priority: 100 });
+    const devAny = req({ kind: 'development', repo: null, pr: null });
+    const devB = req({ kind: 'development', targetHost: 'spark-b', repo: null, pr: null });
+    const ci = req();
+    const hosts = [host('spark-a', { phase: 'allocated' }), host('spark-b', { phase: 'allocated' })];
+    const plan = planAdmission(
+      input(hosts, [a, b, urgent, devAny, devB, ci], [lease(a.id, 'spark-a', 1), lease(b.id, 'spark-b', 1)]),
+    );
+    expect(waits(plan)).toEqual([
+      [
+        urgent.id,
+        1,
+        'hosts-busy',
+        `waiting for a host in pool spark: spark-a allocated to ${a.id}; spark-b allocated to ${b.id}`,
+      ],
+      [
+        devAny.id,
+        2,
+        'hosts-busy',
+        `waiting for a host in pool spark: spark-a draining for ${devAny.id}; spark-b allocated to ${b.id}`,
+      ],
+      [devB.id, 3, 'hosts-busy', `spark-b draining: spark-b allocated to ${b.id}; active job finishing`],
+      [
+        ci.id,
+        4,
+        'hosts-busy',
+        `waiting for a host in pool spark: spark-a draining for ${devAny.id}; spark-b draining for ${devB.id}`,
+      ],
+    ]);
+    expect(plan.hostStates).toEqual({ 'spark-a': 'draining', 'spark-b': 'draining' });
+  });
 });

@@ -56,7 +56,7 @@ function harness(gpu: { pid: number; name: string; usedMemoryMiB: number }[], te
       return { ok: true };
     },
     start: async () => {},
-    observe: () => ({ state: 'none' }),
+    observe: async () => ({ state: 'none' }),
     stop: async () => {
       calls.push('executor.stop');
     },
@@ -64,7 +64,7 @@ function harness(gpu: { pid: number; name: string; usedMemoryMiB: number }[], te
       calls.push('executor.confirm');
       return termination ? { ok: true } : { ok: false, detail: 'pid 9 still runs' };
     },
-    lastLines: () => [],
+    lastLines: async () => [],
     forget: async () => {},
     discard: async () => {
       calls.push('executor.discard');
