@@ -30,7 +30,7 @@ describe('runner label nonce (pure)', () => {
         // each reservation draws its own nonce, as the GitHub hook does at `preparing`
         const labels = ids.map((id) => reservationLabel(id, newRunnerNonce()));
         expect(new Set(labels.map((l) => l.toLowerCase())).size).toBe(ids.length);
-        labels.forEach((l, i) => expect(parseReservationLabel(l)?.reservationId).toBe(ids[i]));
+        for (const [i, l] of labels.entries()) expect(parseReservationLabel(l)?.reservationId).toBe(ids[i]);
       }),
     );
   });
