@@ -72,6 +72,9 @@ export async function buildTarget(t: Target, outfile = t.outfile): Promise<void>
     target: 'node20',
     legalComments: 'none',
     logLevel: 'warning',
+    // a checkout whose node_modules is a link (a git worktree sharing one install) must build the same
+    // bytes as a plain checkout: the bundle's path comments name node_modules/, not the link's target
+    preserveSymlinks: true,
     // createRequire lets bundled CommonJS dependencies require Node built-ins from ESM
     banner: {
       js: "import { createRequire as __spark_createRequire } from 'node:module'; const require = __spark_createRequire(import.meta.url);",

@@ -33,7 +33,7 @@ const OUTPUT = '.spark-slurm.out';
 /**
  * The `slurm` executor (issue 15 item 4): the lease's workload (the runner command, with the same
  * environment as `jit-runner`) is one Slurm batch job — `sbatch` with the lease's GPU gres on one
- * exclusive node, named `spark-<reservation>`, submitted as the runner user so it runs as that
+ * exclusive node, named `spark-<reservation>-<host>`, submitted as the runner user so it runs as that
  * user — observed with `squeue`/`sacct`, stopped with `scancel`, and confirmed terminated only
  * when `squeue` no longer lists it and `sacct` reports a final state. A job whose id was lost in
  * a crash between submit and record is found again by its name.
@@ -59,7 +59,8 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
     });
   };
   let secrets: string[] = [];
-  const jobName = (l: LeaseState) => `spark-${l.reservationId}`;
+  // per host too: the two nodes of a pair may share one Slurm cluster, and a lost id is found by name
+  const jobName = (l: LeaseState) => `spark-${l.reservationId}-${cfg.hostId}`;
 
   /** The job's id: recorded, or found by name (submitted, then the agent crashed before recording). */
   const jobId = async (l: LeaseState): Promise<string | null> => {

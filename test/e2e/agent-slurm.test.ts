@@ -59,11 +59,11 @@ describe('slurm executor on a real Slurm', () => {
       '-n',
       '-P',
       '--name',
-      `spark-${id}`,
+      `spark-${id}-spark-2`,
       '-o',
       'jobname,state,exitcode',
     ]);
-    expect(acct.trim().split('\n')).toContain(`spark-${id}|COMPLETED|0:0`);
+    expect(acct.trim().split('\n')).toContain(`spark-${id}-spark-2|COMPLETED|0:0`);
     expect((await slurm.client(['squeue', '-h', '-o', '%i'])).trim()).toBe('');
     expect(await f.bindingLeases()).toEqual([]);
   });
@@ -83,7 +83,16 @@ describe('slurm executor on a real Slurm', () => {
       status: 'done',
     });
     expect(isLive(m.pid)).toBe(false);
-    const acct = await slurm.client(['sacct', '-c', '-n', '-P', '--name', `spark-${id}`, '-o', 'state']);
+    const acct = await slurm.client([
+      'sacct',
+      '-c',
+      '-n',
+      '-P',
+      '--name',
+      `spark-${id}-spark-2`,
+      '-o',
+      'state',
+    ]);
     expect(acct).toContain('CANCELLED');
     const released = (await f.controller.ledger.history('reservation', id)).find(
       (e) => e.type === 'reservation.done',
@@ -108,9 +117,9 @@ describe('slurm executor on a real Slurm', () => {
     );
     await f.agents['spark-2']!.kill('SIGKILL');
     // the job runs on without the agent (Slurm owns it)
-    expect((await slurm.client(['squeue', '-h', '--name', `spark-${id}`, '-o', '%T'])).trim()).toMatch(
-      /RUNNING|PENDING/,
-    );
+    expect(
+      (await slurm.client(['squeue', '-h', '--name', `spark-${id}-spark-2`, '-o', '%T'])).trim(),
+    ).toMatch(/RUNNING|PENDING/);
     f.startAgent('spark-2');
     const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
     expect(r.status).toBe('failed');
@@ -146,7 +155,9 @@ describe('slurm executor on a real Slurm', () => {
       [...f.agents[h]!.output().matchAll(/"msg":"slurm job submitted".*?"jobId":"(\d+)"/g)].map((m) => m[1]!),
     );
     expect(ids).toHaveLength(2);
-    const acct = await slurm.client(['sacct', '-c', '-n', '-P', '-j', ids.join(','), '-o', 'state']);
-    expect(acct.trim().split('\n')).toEqual(['COMPLETED', 'COMPLETED']);
+    for (const jobId of ids) {
+      const acct = await slurm.client(['sacct', '-c', '-n', '-P', '-j', jobId, '-o', 'jobid,state']);
+      expect(acct.trim().split('\n')).toContain(`${jobId}|COMPLETED`);
+    }
   });
 });
