@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { AdmissionLoop } from './admission-loop.ts';
 import { createOperatorApi, type OperatorApi } from './api/operator.ts';
@@ -40,12 +41,32 @@ export interface AppModule {
 /** Body size guard shared by routes (413 before parsing). */
 export const MAX_BODY_BYTES = 1024 * 1024;
 
+/**
+ * The webhook route bounds its own body (it must refuse a missing or malformed signature header
+ * before reading any of it), so the app-wide limit leaves it alone.
+ */
+const OWN_BODY_LIMIT = new Set(['/github/webhooks']);
+
+/**
+ * Issue 11 item 2: every body is bounded while it streams. Hono's `bodyLimit` trusts a
+ * Content-Length (refusing a larger one before reading) and otherwise counts the chunks as they
+ * arrive and stops at `maxSize`, so a 200 MiB chunked body costs at most `maxSize` bytes of memory.
+ * Route modules may set a lower limit of their own (agent API, in-job leases API).
+ */
+const boundedBody = bodyLimit({
+  maxSize: MAX_BODY_BYTES,
+  onError: () => {
+    throw new ApiError(413, 'payload_too_large', `request bodies are limited to ${MAX_BODY_BYTES} bytes`);
+  },
+});
+
 export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
   const app = new Hono<AppEnv>();
   app.use('*', async (c, next) => {
     c.set('ctx', ctx);
     await next();
   });
+  app.use('*', (c, next) => (OWN_BODY_LIMIT.has(c.req.path) ? next() : boundedBody(c, next)));
 
   app.onError((err, c) => {
     if (err instanceof ApiError) {
