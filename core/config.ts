@@ -230,3 +230,24 @@ export function parseConfigText(text: string, source: string): SparkConfig {
 export function defaultConfig(): SparkConfig {
   return parseConfig({}, 'defaults');
 }
+
+/**
+ * A URL fit for logs and error messages (issue 11 item 8): userinfo and the query string (where
+ * libSQL URLs carry `?authToken=`) and the fragment are cut. Text that is not a URL loses
+ * everything after the first `?` or `#` and any `user:pass@` part.
+ */
+export function redactUrl(raw: string): string {
+  try {
+    const u = new URL(raw);
+    const hadSecrets = u.username || u.password || u.search || u.hash;
+    u.username = '';
+    u.password = '';
+    u.search = '';
+    u.hash = '';
+    const out = u.href;
+    // `new URL('file:data/x.db')` rewrites relative paths; keep the operator's spelling when safe
+    return hadSecrets || !raw.startsWith(u.protocol) ? out : raw;
+  } catch {
+    return raw.replace(/[?#].*$/s, '').replace(/\/\/[^/@]*@/, '//');
+  }
+}

@@ -5,6 +5,7 @@ import type { AdmissionLoop } from './admission-loop.ts';
 import { createOperatorApi, type OperatorApi } from './api/operator.ts';
 import { ApiError } from './errors.ts';
 import type { Ledger, TransitionHook } from './ledger/ledger.ts';
+import { isLedgerUnavailable, ledgerUnavailable } from './ledger/unavailable.ts';
 import type { Logger } from './log.ts';
 import type { Settings } from './settings.ts';
 import { buildViews } from './views.ts';
@@ -60,6 +61,32 @@ const boundedBody = bodyLimit({
   },
 });
 
+/** How long one write-probe result answers `/healthz` (anonymous callers must not each cost a write). */
+export const WRITE_PROBE_TTL_MS = 5_000;
+
+/**
+ * The health check's write probe (issue 11 item 7), shared by concurrent callers and reused for
+ * {@link WRITE_PROBE_TTL_MS}, so a flood of anonymous `/healthz` calls costs one small write per
+ * few seconds rather than one each.
+ */
+function createWriteProbe(ctx: Pick<AppContext, 'ledger' | 'log'>) {
+  let last: { at: number; result: Promise<boolean> } | null = null;
+  return () => {
+    const now = Date.now();
+    if (last && now - last.at < WRITE_PROBE_TTL_MS) return last.result;
+    // the cause goes to the log only: /healthz is public
+    const result = ctx.ledger.probeWrite().then(
+      () => true,
+      (e: unknown) => {
+        ctx.log.error('ledger write probe failed', { error: String(e) });
+        return false;
+      },
+    );
+    last = { at: now, result };
+    return result;
+  };
+}
+
 export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
   const app = new Hono<AppEnv>();
   app.use('*', async (c, next) => {
@@ -85,6 +112,13 @@ export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
         status,
       );
     }
+    if (isLedgerUnavailable(err)) {
+      // disk full, read-only or I/O error: the request changed nothing (its transaction rolled back)
+      ctx.log.error('ledger write failed', { path: c.req.path, error: String(err) });
+      const e = ledgerUnavailable();
+      for (const [k, v] of Object.entries(e.headers)) c.header(k, v);
+      return c.json({ error: { code: e.code, message: e.message } }, 503);
+    }
     ctx.log.error('unhandled error', { path: c.req.path, error: String((err as Error)?.stack ?? err) });
     return c.json({ error: { code: 'internal', message: 'internal error' } }, 500);
   });
@@ -92,14 +126,26 @@ export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
     c.json({ error: { code: 'not_found', message: `no route for ${c.req.method} ${c.req.path}` } }, 404),
   );
 
+  const probe = createWriteProbe(ctx);
   app.get('/healthz', async (c) => {
     try {
       await ctx.ledger.ping();
-      return c.json({ ok: true, ledger: 'reachable', runtime: ctx.runtime });
     } catch (e) {
       ctx.log.warn('ledger unreachable', { error: String(e) });
       return c.json({ error: { code: 'ledger_unreachable', message: 'the ledger cannot be reached' } }, 503);
     }
+    if (!(await probe()))
+      return c.json(
+        {
+          error: {
+            code: 'ledger_unavailable',
+            message:
+              'the ledger can be read but not written; an operator should check its disk and permissions',
+          },
+        },
+        503,
+      );
+    return c.json({ ok: true, ledger: 'reachable', writable: true, runtime: ctx.runtime });
   });
 
   app.get('/api/v1/fleet', async (c) => c.json((await buildViews(ctx.ledger)).fleet));

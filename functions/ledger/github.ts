@@ -228,7 +228,7 @@ export async function liveRunnersOf(tx: Tx, reservationId: string): Promise<Hand
 }
 
 /**
- * Hands a waiting JIT config to the agent: in one transaction the config is nulled, the handoff
+ * Hands a waiting JIT config to the agent: in one transaction the config is erased, the handoff
  * marked consumed and the fresh job token's SHA-256 stored on the lease — so it is given exactly
  * once (cross-part contract 3).
  */
@@ -240,6 +240,9 @@ export async function handOverJitConfig(
   jobTokenHash: string,
   hostId: string,
 ): Promise<void> {
+  // zero the config's bytes in the page rather than only unlinking them (issue 11 item 8); the
+  // caller truncates the WAL after commit (`checkpointWal`)
+  await s.secureErase(tx);
   await tx
     .update(t.jitHandoffs)
     .set({ jitConfig: null, consumedAt: now })
