@@ -118,6 +118,46 @@ const scheduleSchema = z
   })
   .strict();
 
+/**
+ * Node server limits (issue 11 item 4). The defaults keep a 10 s agent heartbeat on one
+ * keep-alive connection (15 s > 10 s) and leave file descriptors for the ledger and GitHub under
+ * a `LimitNOFILE` of 4096 (docs/operations in SECURITY.md).
+ */
+const serverSchema = z
+  .object({
+    maxConnections: z.number().int().min(16).default(1024).describe('Open connections at most.'),
+    headersTimeoutS: z.number().int().min(1).max(120).default(10).describe('Time to send the headers.'),
+    requestTimeoutS: z
+      .number()
+      .int()
+      .min(1)
+      .max(600)
+      .default(30)
+      .describe('Time to send the whole request (headers and body); answers may take longer (long-poll).'),
+    keepAliveTimeoutS: z
+      .number()
+      .int()
+      .min(1)
+      .max(120)
+      .default(15)
+      .describe('Idle keep-alive connections are closed after this; above the agent heartbeat.'),
+    sseMaxClients: z.number().int().min(1).default(200).describe('Dashboard change streams in all.'),
+    sseMaxPerAddress: z
+      .number()
+      .int()
+      .min(1)
+      .default(4)
+      .describe('Dashboard change streams per client address.'),
+    publicViewCacheMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(60_000)
+      .default(1000)
+      .describe('Anonymous views are reused this long unless the ledger changes first.'),
+  })
+  .strict();
+
 export const DEFAULT_HOSTS = [
   { id: 'spark-1', pool: 'spark', gpus: 1, homeService: 'deckard' },
   { id: 'spark-2', pool: 'spark', gpus: 1, homeService: null },
@@ -153,6 +193,17 @@ export const ConfigSchema = z
     timings: timingsSchema.prefault({}),
     github: githubSchema.prefault({}),
     schedules: z.array(scheduleSchema).default([]),
+    server: serverSchema.prefault({}),
+    publicViews: z
+      .enum(['open', 'token'])
+      .default('open')
+      .describe(
+        '"token": `/`, the dashboard, `/api/v1/queue`, `/api/v1/fleet` and `/metrics` need an API token (any scope).',
+      ),
+    repoAliases: z
+      .record(z.string().regex(/^[^/\s]+\/[^/\s]+$/), z.string().min(1).max(60))
+      .default({})
+      .describe('Public names for private repositories; a private repository without one is not shown.'),
   })
   .strict()
   .superRefine((cfg, ctx) => {

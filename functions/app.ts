@@ -3,12 +3,14 @@ import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { AdmissionLoop } from './admission-loop.ts';
 import { createOperatorApi, type OperatorApi } from './api/operator.ts';
+import { requirePublicRead } from './auth/public-read.ts';
 import { ApiError } from './errors.ts';
 import type { Ledger, TransitionHook } from './ledger/ledger.ts';
 import { isLedgerUnavailable, ledgerUnavailable } from './ledger/unavailable.ts';
 import type { Logger } from './log.ts';
 import type { Settings } from './settings.ts';
 import { buildViews } from './views.ts';
+import { publicViewCache } from './views-cache.ts';
 
 /** Everything a route module may use; built once per process by the entry (Node or Worker). */
 export interface AppContext {
@@ -148,8 +150,15 @@ export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
     return c.json({ ok: true, ledger: 'reachable', writable: true, runtime: ctx.runtime });
   });
 
-  app.get('/api/v1/fleet', async (c) => c.json((await buildViews(ctx.ledger)).fleet));
-  app.get('/api/v1/queue', async (c) => c.json((await buildViews(ctx.ledger)).queue));
+  // anonymous views: from the short public cache (issue 11 item 4), behind a token when
+  // `publicViews: "token"` (item 6)
+  const views = () =>
+    publicViewCache(ctx.ledger, ctx.ledger.config.server.publicViewCacheMs).get('views', () =>
+      buildViews(ctx.ledger),
+    );
+  const publicRead = requirePublicRead(ctx);
+  app.get('/api/v1/fleet', publicRead, async (c) => c.json((await views()).fleet));
+  app.get('/api/v1/queue', publicRead, async (c) => c.json((await views()).queue));
 
   for (const m of modules) m.routes?.(app, ctx);
   const operator = createOperatorApi(ctx);

@@ -1,10 +1,11 @@
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
+import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serve } from '@hono/node-server';
 import { createClient } from '@libsql/client';
-import { redactUrl } from '../core/config.ts';
+import { redactUrl, type SparkConfig } from '../core/config.ts';
 import type { AdmissionLoop } from './admission-loop.ts';
 import type { App, AppContext, AppModule } from './app.ts';
 import { createController } from './controller.ts';
@@ -93,6 +94,19 @@ export function protectLedgerFiles(path: string, log?: Logger): void {
   }
 }
 
+/**
+ * Issue 11 item 4: Node's HTTP server limits. `maxConnections` refuses sockets beyond the cap
+ * (so SSE clients or idle sockets cannot take every file descriptor from `/healthz`, webhooks
+ * and agents); headers and whole requests must arrive in bounded time (slowloris); idle
+ * keep-alive sockets live 15 s so a 10 s agent heartbeat reuses its connection.
+ */
+export function applyServerLimits(server: HttpServer, limits: SparkConfig['server']): void {
+  server.maxConnections = limits.maxConnections;
+  server.headersTimeout = limits.headersTimeoutS * 1000;
+  server.requestTimeout = limits.requestTimeoutS * 1000;
+  server.keepAliveTimeout = limits.keepAliveTimeoutS * 1000;
+}
+
 /** The Node adapter: opens the ledger, builds the controller, serves it and runs its timers. */
 export async function startController(opts: StartOptions): Promise<RunningController> {
   const log = opts.log ?? createLogger(opts.settings.logLevel);
@@ -134,6 +148,7 @@ export async function startController(opts: StartOptions): Promise<RunningContro
       const s = serve({ fetch: app.fetch, hostname: host, port: wanted }, () => res(s));
       s.once('error', rej);
     });
+    applyServerLimits(server as unknown as HttpServer, opts.settings.config.server);
     port = (server.address() as AddressInfo).port;
   }
   const url = `http://${opts.settings.config.listen.host}:${port}`;
