@@ -203,7 +203,15 @@ export const ConfigSchema = z
     repoAliases: z
       .record(z.string().regex(/^[^/\s]+\/[^/\s]+$/), z.string().min(1).max(60))
       .default({})
-      .describe('Public names for private repositories; a private repository without one is not shown.'),
+      .describe(
+        'Public names for repositories (e.g. private ones): shown instead of the real name, without links.',
+      ),
+    publicRepos: z
+      .enum(['all', 'aliased'])
+      .default('all')
+      .describe(
+        '"aliased": public views show only repositories listed in repoAliases (under the alias); others not at all.',
+      ),
   })
   .strict()
   .superRefine((cfg, ctx) => {

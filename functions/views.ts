@@ -132,10 +132,13 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
     .sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
 
   // issue 11 item 6: a repository with an operator-chosen alias is shown under the alias (and
-  // without links); the others as they are
+  // without links); the others as they are, or — with `publicRepos: "aliased"` — not at all
   const aliases = ledger.config.repoAliases;
+  const onlyAliased = ledger.config.publicRepos === 'aliased';
   const publicRepo = (repo: string | null) =>
-    repo && REPO.test(repo) ? (aliases[repo] ?? aliases[repo.toLowerCase()] ?? repo) : null;
+    repo && REPO.test(repo)
+      ? (aliases[repo] ?? aliases[repo.toLowerCase()] ?? (onlyAliased ? null : repo))
+      : null;
   const item = (r: (typeof resvRows)[number]): QueueItemView => {
     const w = positions.get(r.id);
     return {

@@ -107,3 +107,40 @@ describe('public surface limits', () => {
     expect((await c.app.request('/healthz')).status).toBe(200);
   });
 });
+
+describe('repositories on the public surface', () => {
+  it('an aliased repository appears only under its alias; with publicRepos "aliased" others not at all', async () => {
+    for (const publicRepos of ['all', 'aliased'] as const) {
+      c = await startTestController({
+        config: { repoAliases: { 'acme/secret-engine': 'project A' }, publicRepos },
+        listen: false,
+      });
+      for (const repo of ['acme/secret-engine', 'acme/other-private']) {
+        await c.ledger.createReservation(
+          {
+            kind: 'manual',
+            topology: 'single',
+            suite: 'smoke',
+            requester: 'test',
+            repo,
+            pr: 4,
+            headSha: 'a'.repeat(40),
+          },
+          'test',
+        );
+      }
+      const queue = (await (await c.app.request('/api/v1/queue')).json()) as {
+        queued: Array<{ repo: string | null; prUrl: string | null; pr: number | null }>;
+      };
+      const repos = queue.queued.map((q) => q.repo);
+      expect(repos).toContain('project A');
+      expect(repos).toContain(publicRepos === 'all' ? 'acme/other-private' : null);
+      const html = await (await c.app.request('/')).text();
+      expect(html).not.toContain('secret-engine');
+      if (publicRepos === 'aliased') expect(html).not.toContain('other-private');
+      for (const q of queue.queued) if (q.repo !== 'acme/other-private') expect(q.prUrl).toBeNull();
+      await c.close();
+      c = null;
+    }
+  });
+});
