@@ -16,13 +16,16 @@ afterEach(async () => {
   c = null;
 });
 
+// biome-ignore lint/suspicious/noExplicitAny: loosely typed JSON answers read by the assertions
+type Json = Record<string, any>;
+
 async function call(method: string, path: string, token: string, body?: unknown) {
   const res = await c!.app.request(`/api/v1${path}`, {
     method,
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
     ...(body ? { body: JSON.stringify(body) } : {}),
   });
-  return { status: res.status, json: (await res.json()) as Record<string, any> };
+  return { status: res.status, json: (await res.json()) as Json };
 }
 
 describe('API token rules', () => {
