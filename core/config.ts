@@ -129,6 +129,46 @@ const scheduleSchema = z
   })
   .strict();
 
+/**
+ * Node server limits (issue 11 item 4). The defaults keep a 10 s agent heartbeat on one
+ * keep-alive connection (15 s > 10 s) and leave file descriptors for the ledger and GitHub under
+ * a `LimitNOFILE` of 4096 (docs/operations in SECURITY.md).
+ */
+const serverSchema = z
+  .object({
+    maxConnections: z.number().int().min(16).default(1024).describe('Open connections at most.'),
+    headersTimeoutS: z.number().int().min(1).max(120).default(10).describe('Time to send the headers.'),
+    requestTimeoutS: z
+      .number()
+      .int()
+      .min(1)
+      .max(600)
+      .default(30)
+      .describe('Time to send the whole request (headers and body); answers may take longer (long-poll).'),
+    keepAliveTimeoutS: z
+      .number()
+      .int()
+      .min(1)
+      .max(120)
+      .default(15)
+      .describe('Idle keep-alive connections are closed after this; above the agent heartbeat.'),
+    sseMaxClients: z.number().int().min(1).default(200).describe('Dashboard change streams in all.'),
+    sseMaxPerAddress: z
+      .number()
+      .int()
+      .min(1)
+      .default(4)
+      .describe('Dashboard change streams per client address.'),
+    publicViewCacheMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(60_000)
+      .default(1000)
+      .describe('Anonymous views are reused this long unless the ledger changes first.'),
+  })
+  .strict();
+
 export const DEFAULT_HOSTS = [
   { id: 'spark-1', pool: 'spark', gpus: 1, homeService: 'deckard' },
   { id: 'spark-2', pool: 'spark', gpus: 1, homeService: null },
@@ -164,6 +204,25 @@ export const ConfigSchema = z
     timings: timingsSchema.prefault({}),
     github: githubSchema.prefault({}),
     schedules: z.array(scheduleSchema).default([]),
+    server: serverSchema.prefault({}),
+    publicViews: z
+      .enum(['open', 'token'])
+      .default('open')
+      .describe(
+        '"token": `/`, the dashboard, `/api/v1/queue`, `/api/v1/fleet` and `/metrics` need an API token (any scope).',
+      ),
+    repoAliases: z
+      .record(z.string().regex(/^[^/\s]+\/[^/\s]+$/), z.string().min(1).max(60))
+      .default({})
+      .describe(
+        'Public names for repositories (e.g. private ones): shown instead of the real name, without links.',
+      ),
+    publicRepos: z
+      .enum(['all', 'aliased'])
+      .default('all')
+      .describe(
+        '"aliased": public views show only repositories listed in repoAliases (under the alias); others not at all.',
+      ),
   })
   .strict()
   .superRefine((cfg, ctx) => {
@@ -245,4 +304,25 @@ export function parseConfigText(text: string, source: string): SparkConfig {
 /** The built-in default config: two Sparks, spark-1 homes Deckard. */
 export function defaultConfig(): SparkConfig {
   return parseConfig({}, 'defaults');
+}
+
+/**
+ * A URL fit for logs and error messages (issue 11 item 8): userinfo and the query string (where
+ * libSQL URLs carry `?authToken=`) and the fragment are cut. Text that is not a URL loses
+ * everything after the first `?` or `#` and any `user:pass@` part.
+ */
+export function redactUrl(raw: string): string {
+  try {
+    const u = new URL(raw);
+    const hadSecrets = u.username || u.password || u.search || u.hash;
+    u.username = '';
+    u.password = '';
+    u.search = '';
+    u.hash = '';
+    const out = u.href;
+    // `new URL('file:data/x.db')` rewrites relative paths; keep the operator's spelling when safe
+    return hadSecrets || !raw.startsWith(u.protocol) ? out : raw;
+  } catch {
+    return raw.replace(/[?#].*$/s, '').replace(/\/\/[^/@]*@/, '//');
+  }
 }

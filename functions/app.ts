@@ -1,12 +1,16 @@
 import { Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { AdmissionLoop } from './admission-loop.ts';
 import { createOperatorApi, type OperatorApi } from './api/operator.ts';
+import { requirePublicRead } from './auth/public-read.ts';
 import { ApiError } from './errors.ts';
 import type { Ledger, TransitionHook } from './ledger/ledger.ts';
+import { isLedgerUnavailable, ledgerUnavailable } from './ledger/unavailable.ts';
 import type { Logger } from './log.ts';
 import type { Settings } from './settings.ts';
 import { buildViews } from './views.ts';
+import { publicViewCache } from './views-cache.ts';
 
 /** Everything a route module may use; built once per process by the entry (Node or Worker). */
 export interface AppContext {
@@ -40,12 +44,58 @@ export interface AppModule {
 /** Body size guard shared by routes (413 before parsing). */
 export const MAX_BODY_BYTES = 1024 * 1024;
 
+/**
+ * The webhook route bounds its own body (it must refuse a missing or malformed signature header
+ * before reading any of it), so the app-wide limit leaves it alone.
+ */
+const OWN_BODY_LIMIT = new Set(['/github/webhooks']);
+
+/**
+ * Issue 11 item 2: every body is bounded while it streams. Hono's `bodyLimit` trusts a
+ * Content-Length (refusing a larger one before reading) and otherwise counts the chunks as they
+ * arrive and stops at `maxSize`, so a 200 MiB chunked body costs at most `maxSize` bytes of memory.
+ * Route modules may set a lower limit of their own (agent API, in-job leases API).
+ */
+const boundedBody = bodyLimit({
+  maxSize: MAX_BODY_BYTES,
+  onError: () => {
+    throw new ApiError(413, 'payload_too_large', `request bodies are limited to ${MAX_BODY_BYTES} bytes`);
+  },
+});
+
+/** How long one write-probe result answers `/healthz` (anonymous callers must not each cost a write). */
+export const WRITE_PROBE_TTL_MS = 5_000;
+
+/**
+ * The health check's write probe (issue 11 item 7), shared by concurrent callers and reused for
+ * {@link WRITE_PROBE_TTL_MS}, so a flood of anonymous `/healthz` calls costs one small write per
+ * few seconds rather than one each.
+ */
+function createWriteProbe(ctx: Pick<AppContext, 'ledger' | 'log'>) {
+  let last: { at: number; result: Promise<boolean> } | null = null;
+  return () => {
+    const now = Date.now();
+    if (last && now - last.at < WRITE_PROBE_TTL_MS) return last.result;
+    // the cause goes to the log only: /healthz is public
+    const result = ctx.ledger.probeWrite().then(
+      () => true,
+      (e: unknown) => {
+        ctx.log.error('ledger write probe failed', { error: String(e) });
+        return false;
+      },
+    );
+    last = { at: now, result };
+    return result;
+  };
+}
+
 export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
   const app = new Hono<AppEnv>();
   app.use('*', async (c, next) => {
     c.set('ctx', ctx);
     await next();
   });
+  app.use('*', (c, next) => (OWN_BODY_LIMIT.has(c.req.path) ? next() : boundedBody(c, next)));
 
   app.onError((err, c) => {
     if (err instanceof ApiError) {
@@ -64,6 +114,13 @@ export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
         status,
       );
     }
+    if (isLedgerUnavailable(err)) {
+      // disk full, read-only or I/O error: the request changed nothing (its transaction rolled back)
+      ctx.log.error('ledger write failed', { path: c.req.path, error: String(err) });
+      const e = ledgerUnavailable();
+      for (const [k, v] of Object.entries(e.headers)) c.header(k, v);
+      return c.json({ error: { code: e.code, message: e.message } }, 503);
+    }
     ctx.log.error('unhandled error', { path: c.req.path, error: String((err as Error)?.stack ?? err) });
     return c.json({ error: { code: 'internal', message: 'internal error' } }, 500);
   });
@@ -71,18 +128,37 @@ export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
     c.json({ error: { code: 'not_found', message: `no route for ${c.req.method} ${c.req.path}` } }, 404),
   );
 
+  const probe = createWriteProbe(ctx);
   app.get('/healthz', async (c) => {
     try {
       await ctx.ledger.ping();
-      return c.json({ ok: true, ledger: 'reachable', runtime: ctx.runtime });
     } catch (e) {
       ctx.log.warn('ledger unreachable', { error: String(e) });
       return c.json({ error: { code: 'ledger_unreachable', message: 'the ledger cannot be reached' } }, 503);
     }
+    if (!(await probe()))
+      return c.json(
+        {
+          error: {
+            code: 'ledger_unavailable',
+            message:
+              'the ledger can be read but not written; an operator should check its disk and permissions',
+          },
+        },
+        503,
+      );
+    return c.json({ ok: true, ledger: 'reachable', writable: true, runtime: ctx.runtime });
   });
 
-  app.get('/api/v1/fleet', async (c) => c.json((await buildViews(ctx.ledger)).fleet));
-  app.get('/api/v1/queue', async (c) => c.json((await buildViews(ctx.ledger)).queue));
+  // anonymous views: from the short public cache (issue 11 item 4), behind a token when
+  // `publicViews: "token"` (item 6)
+  const views = () =>
+    publicViewCache(ctx.ledger, ctx.ledger.config.server.publicViewCacheMs).get('views', () =>
+      buildViews(ctx.ledger),
+    );
+  const publicRead = requirePublicRead(ctx);
+  app.get('/api/v1/fleet', publicRead, async (c) => c.json((await views()).fleet));
+  app.get('/api/v1/queue', publicRead, async (c) => c.json((await views()).queue));
 
   for (const m of modules) m.routes?.(app, ctx);
   const operator = createOperatorApi(ctx);

@@ -1,9 +1,11 @@
-import { mkdirSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
+import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serve } from '@hono/node-server';
 import { createClient } from '@libsql/client';
+import { redactUrl, type SparkConfig } from '../core/config.ts';
 import type { AdmissionLoop } from './admission-loop.ts';
 import type { App, AppContext, AppModule } from './app.ts';
 import { createController } from './controller.ts';
@@ -11,6 +13,7 @@ import { openLedgerDb } from './ledger/db.ts';
 import { type Clock, Ledger } from './ledger/ledger.ts';
 import { applyMigrations } from './ledger/migrate.ts';
 import { loadMigrations } from './ledger/migrations-fs.ts';
+import { storageCause } from './ledger/unavailable.ts';
 import { createLogger, type Logger } from './log.ts';
 import { appModules } from './modules.ts';
 import type { Settings } from './settings.ts';
@@ -49,8 +52,11 @@ export async function openNodeLedger(
 ) {
   const url = settings.ledgerUrl;
   if (url.startsWith('file:')) {
-    const path = url.slice('file:'.length).replace(/^\/\/(?=\/)/, '');
-    if (path && !path.startsWith(':memory:')) mkdirSync(dirname(resolve(path)), { recursive: true });
+    const path = url
+      .slice('file:'.length)
+      .replace(/^\/\/(?=\/)/, '')
+      .replace(/\?.*$/, '');
+    if (path && !path.startsWith(':memory:')) protectLedgerFiles(resolve(path), opts.log);
   }
   const store = await openLedgerDb({ url, authToken: settings.ledgerAuthToken, createClient });
   let applied: string[];
@@ -66,6 +72,41 @@ export async function openNodeLedger(
   return ledger;
 }
 
+/**
+ * Issue 11 item 8: the ledger holds token hashes, JIT configs until hand-over and the whole
+ * history, so its files are the controller user's alone — the directory 0700 when we create it,
+ * the database created 0600 before libSQL opens it (SQLite gives its `-wal` and `-shm` the
+ * database file's mode), and an existing database, `-wal` or `-shm` tightened to 0600.
+ */
+export function protectLedgerFiles(path: string, log?: Logger): void {
+  const dir = dirname(path);
+  if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  if (!existsSync(path)) closeSync(openSync(path, 'a', 0o600));
+  for (const f of [path, `${path}-wal`, `${path}-shm`]) {
+    if (!existsSync(f) || (statSync(f).mode & 0o777) === 0o600) continue;
+    try {
+      chmodSync(f, 0o600);
+    } catch (e) {
+      // not ours to change (another owner, an immutable file): the write probe decides whether
+      // the controller can run on it
+      log?.warn('cannot make a ledger file 0600', { file: f, error: String(e) });
+    }
+  }
+}
+
+/**
+ * Issue 11 item 4: Node's HTTP server limits. `maxConnections` refuses sockets beyond the cap
+ * (so SSE clients or idle sockets cannot take every file descriptor from `/healthz`, webhooks
+ * and agents); headers and whole requests must arrive in bounded time (slowloris); idle
+ * keep-alive sockets live 15 s so a 10 s agent heartbeat reuses its connection.
+ */
+export function applyServerLimits(server: HttpServer, limits: SparkConfig['server']): void {
+  server.maxConnections = limits.maxConnections;
+  server.headersTimeout = limits.headersTimeoutS * 1000;
+  server.requestTimeout = limits.requestTimeoutS * 1000;
+  server.keepAliveTimeout = limits.keepAliveTimeoutS * 1000;
+}
+
 /** The Node adapter: opens the ledger, builds the controller, serves it and runs its timers. */
 export async function startController(opts: StartOptions): Promise<RunningController> {
   const log = opts.log ?? createLogger(opts.settings.logLevel);
@@ -75,6 +116,17 @@ export async function startController(opts: StartOptions): Promise<RunningContro
     syncHosts: false,
     ...(opts.clock ? { clock: opts.clock } : {}),
   });
+  // issue 11 item 7: a ledger that can be read but not written (read-only file, directory or
+  // mount, full disk) would accept requests and fail each write; refuse to start instead
+  try {
+    await ledger.probeWrite();
+  } catch (e) {
+    ledger.store.close();
+    throw new Error(
+      `the ledger ${redactUrl(opts.settings.ledgerUrl)} cannot be written (${storageCause(e)}); ` +
+        'the controller refuses to start: make the file, its -wal/-shm and its directory writable by this user, free disk space, or mount it read-write',
+    );
+  }
   const { app, ctx, loop, tick } = await createController({
     ledger,
     settings: opts.settings,
@@ -96,6 +148,7 @@ export async function startController(opts: StartOptions): Promise<RunningContro
       const s = serve({ fetch: app.fetch, hostname: host, port: wanted }, () => res(s));
       s.once('error', rej);
     });
+    applyServerLimits(server as unknown as HttpServer, opts.settings.config.server);
     port = (server.address() as AddressInfo).port;
   }
   const url = `http://${opts.settings.config.listen.host}:${port}`;

@@ -5,12 +5,14 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { ConfigError } from '../core/config.ts';
+import { ConfigError, redactUrl } from '../core/config.ts';
 import { createLogger } from './log.ts';
 import { startController } from './node-server.ts';
 import { settingsFromEnv } from './settings.ts';
 
 async function main() {
+  // issue 11 item 8: every file the controller creates (ledger, -wal, -shm) is its user's alone
+  process.umask(0o077);
   const configPath =
     process.env.SPARK_CONFIG ?? (existsSync('spark.config.json') ? 'spark.config.json' : null);
   let configText: { text: string; source: string } | null = null;
@@ -24,9 +26,7 @@ async function main() {
   const c = await startController({ settings, log });
   log.info('controller listening', {
     url: c.url,
-    ledger: settings.ledgerUrl.startsWith('file:')
-      ? settings.ledgerUrl
-      : settings.ledgerUrl.replace(/\/\/.*@/, '//'),
+    ledger: redactUrl(settings.ledgerUrl),
     config: configPath ?? 'built-in defaults',
   });
   console.log(`Spark controller listening on ${c.url} (dashboard ${c.url}/, health ${c.url}/healthz)`);

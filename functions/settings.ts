@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ConfigError, parseConfig, parseConfigText, type SparkConfig } from '../core/config.ts';
+import { ConfigError, parseConfig, parseConfigText, redactUrl, type SparkConfig } from '../core/config.ts';
 
 /**
  * The controller's boundary: the only place that reads environment variables / Worker bindings.
@@ -10,7 +10,7 @@ const ledgerUrl = z.string().superRefine((u, ctx) => {
   if (!/^(file:|libsql:|https?:|wss?:)/.test(u)) {
     ctx.addIssue({
       code: 'custom',
-      message: `Invalid SPARK_LEDGER_URL '${u}': expected file:, libsql:, http(s): or ws(s):`,
+      message: `Invalid SPARK_LEDGER_URL '${redactUrl(u)}': expected file:, libsql:, http(s): or ws(s):`,
     });
   }
 });

@@ -131,6 +131,14 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
     })
     .sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
 
+  // issue 11 item 6: a repository with an operator-chosen alias is shown under the alias (and
+  // without links); the others as they are, or — with `publicRepos: "aliased"` — not at all
+  const aliases = ledger.config.repoAliases;
+  const onlyAliased = ledger.config.publicRepos === 'aliased';
+  const publicRepo = (repo: string | null) =>
+    repo && REPO.test(repo)
+      ? (aliases[repo] ?? aliases[repo.toLowerCase()] ?? (onlyAliased ? null : repo))
+      : null;
   const item = (r: (typeof resvRows)[number]): QueueItemView => {
     const w = positions.get(r.id);
     return {
@@ -141,9 +149,9 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
       topology: r.topology as Topology,
       status: r.status as ReservationStatus,
       suite: r.suite as Suite | null,
-      repo: r.repo && REPO.test(r.repo) ? r.repo : null,
-      pr: r.pr,
-      prUrl: prUrl(web, r.repo, r.pr),
+      repo: publicRepo(r.repo),
+      pr: publicRepo(r.repo) ? r.pr : null,
+      prUrl: publicRepo(r.repo) === r.repo ? prUrl(web, r.repo, r.pr) : null,
       headSha: r.headSha && SHA.test(r.headSha) ? r.headSha : null,
       hosts: hostsOf.get(r.id) ?? [],
       reason: r.status === 'queued' ? redactText(w?.reason ?? r.reason) || null : null,
@@ -214,6 +222,42 @@ function leaseLabel(dataJson: string | null | undefined): string {
   return 'lease';
 }
 
+/**
+ * The class of an actor as the public may see it (issue 11 item 6): never a login, token name or
+ * host detail. `github:<login>` is a person acting through GitHub (labels and commands need the
+ * maintainer permission), `api:<token>` an operator's token, `agent:<host>` a host's agent, bare
+ * `github` GitHub itself; everything else is the controller.
+ */
+export function actorClass(actor: string): 'maintainer' | 'operator' | 'agent' | 'GitHub' | 'controller' {
+  const [kind, who] = actor.split(':', 2);
+  if (kind === 'github') return who ? 'maintainer' : 'GitHub';
+  if (kind === 'api' || kind === 'operator' || kind === 'cli') return 'operator';
+  if (kind === 'agent') return 'agent';
+  return 'controller';
+}
+
+/**
+ * A public cause from a template (issue 11 item 6): what happened and the actor's class, built
+ * only from the event's type and states — the stored cause (which may say "closed by @login",
+ * "released by api:<token name>" or name a private repository) is never shown publicly.
+ */
+export function publicCause(row: {
+  type: string;
+  fromState: string | null;
+  toState: string | null;
+  actor: string;
+}): string {
+  const by = actorClass(row.actor);
+  const what = row.type.split('.').slice(1).join(' ').replace(/_/g, ' ') || row.type;
+  const move =
+    row.fromState && row.toState
+      ? ` (${row.fromState} → ${row.toState})`
+      : row.toState
+        ? ` (→ ${row.toState})`
+        : '';
+  return `${what}${move} by ${by === 'GitHub' || by === 'controller' ? `the ${by === 'GitHub' ? 'GitHub integration' : by}` : `an ${by}`.replace('an maintainer', 'a maintainer')}`;
+}
+
 /** One row of the event history as shown to people: no event data, causes scrubbed. */
 export interface EventView {
   id: number;
@@ -248,7 +292,7 @@ export function toEventView(
   },
   opts: { publicView: boolean },
 ): EventView {
-  const actor = opts.publicView ? (row.actor.split(':')[0] ?? 'system') : redactText(row.actor, 80);
+  const actor = opts.publicView ? actorClass(row.actor) : redactText(row.actor, 80);
   return {
     id: row.id,
     at: new Date(row.at).toISOString(),
@@ -257,7 +301,7 @@ export function toEventView(
     type: row.type,
     fromState: row.fromState,
     toState: row.toState,
-    cause: redactText(row.cause),
+    cause: opts.publicView ? publicCause(row) : redactText(row.cause),
     actor,
   };
 }

@@ -20,7 +20,8 @@ async function currentState(ctx: AppContext, hostId: string): Promise<PollRespon
   const { ledger } = ctx;
   const read = await computeDesiredState(ledger, ledger.db, hostId, ledger.clock());
   if (!read.pendingHandoff) return response(ctx, hostId, read);
-  return ledger.write(async (tx, now, changed) => {
+  let handedOver = false;
+  const out = await ledger.write(async (tx, now, changed) => {
     // recompute under the write lock: another poll may have taken the config meanwhile
     const c = await computeDesiredState(ledger, tx, hostId, now);
     const h = c.pendingHandoff;
@@ -28,12 +29,17 @@ async function currentState(ctx: AppContext, hostId: string): Promise<PollRespon
     const jitConfig = h.jitConfig!;
     const jobToken = generateToken('spk_job');
     await handOverJitConfig(ledger, tx, now, h, await sha256Hex(jobToken), hostId);
+    handedOver = true;
     changed.add(`host:${hostId}`);
     return response(ctx, hostId, {
       ...c,
       desired: { ...c.desired, jitConfig, jobToken },
     });
   });
+  // issue 11 item 8: the erased config must not be recoverable from an older `-wal` frame
+  if (handedOver)
+    await ledger.checkpointWal().catch((e) => ctx.log.warn('WAL checkpoint failed', { error: String(e) }));
+  return out;
 }
 
 function response(ctx: AppContext, hostId: string, c: ComputedState): PollResponse {

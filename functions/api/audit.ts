@@ -2,6 +2,11 @@ import type { MiddlewareHandler } from 'hono';
 import { type ApiPrincipal, type AuthEnv, authenticateApiToken } from '../auth/tokens.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 
+/** Audited paths are cut to this many characters (issue 11 item 9). */
+export const MAX_AUDITED_PATH = 120;
+const boundedPath = (path: string) =>
+  path.length > MAX_AUDITED_PATH ? `${path.slice(0, MAX_AUDITED_PATH - 1)}…` : path;
+
 /** How often one token's reads of one route are written to the history (per process). */
 export const READ_AUDIT_WINDOW_MS = 60_000;
 
@@ -14,6 +19,20 @@ export const READ_AUDIT_WINDOW_MS = 60_000;
  */
 export function createAuditor(ledger: Ledger, log: { warn(msg: string, f?: Record<string, unknown>): void }) {
   const reads = new Map<string, { since: number; count: number }>();
+  const denials = new Map<string, { since: number; count: number }>();
+  const firstInWindow = (seen: Map<string, { since: number; count: number }>, key: string): boolean => {
+    const now = ledger.clock();
+    const hit = seen.get(key);
+    if (hit && now - hit.since < READ_AUDIT_WINDOW_MS) {
+      hit.count += 1;
+      return false;
+    }
+    seen.set(key, { since: now, count: 1 });
+    if (seen.size > 10_000) {
+      for (const [k, v] of seen) if (now - v.since >= READ_AUDIT_WINDOW_MS) seen.delete(k);
+    }
+    return true;
+  };
 
   async function write(
     p: Pick<ApiPrincipal, 'tokenId' | 'name'>,
@@ -45,8 +64,13 @@ export function createAuditor(ledger: Ledger, log: { warn(msg: string, f?: Recor
     if (status === 403) {
       const header = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
       const p = c.get('principal') ?? (header ? await authenticateApiToken(ledger, header[1]!) : null);
-      if (p)
-        await write(p, 'api.denied', `refused ${c.req.method} ${c.req.path} (HTTP 403)`, { route, status });
+      // issue 11 item 9: one denial row per token and route per window (with the count), and
+      // the path bounded, so a token hammering a forbidden route cannot grow the history
+      if (p && firstInWindow(denials, `${p.tokenId} ${route}`))
+        await write(p, 'api.denied', `refused ${c.req.method} ${boundedPath(c.req.path)} (HTTP 403)`, {
+          route,
+          status,
+        });
       return;
     }
     const p = c.get('principal');
@@ -66,7 +90,7 @@ export function createAuditor(ledger: Ledger, log: { warn(msg: string, f?: Recor
     await write(
       p,
       'api.read',
-      `read ${c.req.path}${previous > 1 ? ` (${previous} calls to ${route} in the minute before)` : ''}`,
+      `read ${boundedPath(c.req.path)}${previous > 1 ? ` (${previous} calls to ${route} in the minute before)` : ''}`,
       { route, status },
     );
   };

@@ -258,7 +258,8 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
 
   api.delete('/tokens/:id', 'operate', async (c) => {
     const id = c.req.param('id');
-    await revokeApiToken(ledger, id, actorOf(c.get('principal')));
+    const p = c.get('principal');
+    await revokeApiToken(ledger, id, actorOf(p), { mayRevokeEmergency: p.scopes.includes('emergency') });
     return c.json({ id, revoked: true });
   });
 }

@@ -68,8 +68,13 @@ export async function createApiToken(
 }
 
 /** Revokes an API token (idempotent); 404 when it never existed. */
-export function revokeApiToken(ledger: Ledger, id: string, actor: string): Promise<void> {
-  return store.revokeApiToken(ledger, id, actor);
+export function revokeApiToken(
+  ledger: Ledger,
+  id: string,
+  actor: string,
+  opts: { mayRevokeEmergency?: boolean } = {},
+): Promise<void> {
+  return store.revokeApiToken(ledger, id, actor, opts);
 }
 
 /** Creates a per-host agent token bound to one host. */
@@ -101,6 +106,8 @@ export async function authenticateApiToken(ledger: Ledger, token: string): Promi
   const hash = await sha256Hex(token);
   const row = await store.apiTokenByHash(ledger, hash);
   if (!row) return null;
+  // best effort: a failed bookkeeping write never refuses a valid token
+  await store.touchApiToken(ledger, row.id, row.lastUsedAt ?? null).catch(() => undefined);
   return { kind: 'api', tokenId: row.id, name: row.name, scopes: row.scopes.split(',') as Scope[] };
 }
 

@@ -1,9 +1,13 @@
+import type { Context } from 'hono';
 import { streamSSE } from 'hono/streaming';
 import type { AppModule } from '../app.ts';
+import { requirePublicRead } from '../auth/public-read.ts';
+import { ApiError } from '../errors.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { recentEventsOf } from '../ledger/queries.ts';
 import { buildViews, toEventView } from '../views.ts';
-import { type DashboardData, DashboardPage, LivePanel } from './page.tsx';
+import { publicViewCache } from '../views-cache.ts';
+import { CLIENT_JS, type DashboardData, DashboardPage, LivePanel } from './page.tsx';
 
 /** Subjects shown in the public history (tokens, webhooks and outbox stay internal). */
 const PUBLIC_SUBJECTS = ['reservation', 'lease', 'host'] as const;
@@ -14,22 +18,104 @@ export async function loadDashboardData(ledger: Ledger, historyLimit = 25): Prom
   return { fleet, queue, events: rows.map((r) => toEventView(r, { publicView: true })) };
 }
 
+/** The dashboard data from the public view cache (issue 11 item 4). */
+function cachedDashboard(ledger: Ledger): Promise<DashboardData> {
+  return publicViewCache(ledger, ledger.config.server.publicViewCacheMs).get('dashboard', () =>
+    loadDashboardData(ledger),
+  );
+}
+
+async function sha256Base64(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text));
+  return btoa(String.fromCharCode(...new Uint8Array(digest)));
+}
+
+let csp: Promise<string> | null = null;
+/**
+ * Issue 11 item 6: the page runs only its own inline script (pinned by hash), talks only to this
+ * origin, and may not be framed. Inline `style=` attributes need 'unsafe-inline' for styles only.
+ */
+function contentSecurityPolicy(): Promise<string> {
+  csp ??= sha256Base64(CLIENT_JS).then((js) =>
+    [
+      "default-src 'none'",
+      `script-src 'sha256-${js}'`,
+      "style-src 'unsafe-inline'",
+      "connect-src 'self'",
+      "img-src 'self' data:",
+      "base-uri 'none'",
+      "form-action 'none'",
+      "frame-ancestors 'none'",
+    ].join('; '),
+  );
+  return csp;
+}
+
+/** Dashboard change streams open in this process, in all and per client address (issue 11 item 4). */
+const streams = { total: 0, byAddress: new Map<string, number>() };
+
+function clientAddress(c: Context): string {
+  const incoming = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming;
+  return incoming?.socket?.remoteAddress ?? c.req.header('cf-connecting-ip') ?? 'unknown';
+}
+
 /**
  * Issue 6: the control room (`GET /`), its live fragment and a change stream. On Node the stream
  * pushes a `changed` event whenever the ledger reports a change; on Workers (no shared process
  * state) it answers once and the browser reconnects after `retry`, which turns it into polling.
  * The page also polls every 5 s, so changes written by another process show up too.
+ * Issue 11: views come from a short cache invalidated by change notices, streams are capped in
+ * all and per address, every answer carries the security headers, and `publicViews: "token"`
+ * puts all of it behind an API token.
  */
 export const dashboardModule: AppModule = {
   name: 'dashboard',
   routes(app, ctx) {
-    app.get('/', async (c) => c.html(DashboardPage({ data: await loadDashboardData(ctx.ledger) })));
+    const guard = requirePublicRead(ctx);
+    const headers = async (c: Context, next: () => Promise<void>) => {
+      await next();
+      c.header('content-security-policy', await contentSecurityPolicy());
+      c.header('x-content-type-options', 'nosniff');
+      c.header('x-frame-options', 'DENY');
+      c.header('referrer-policy', 'no-referrer');
+    };
+    for (const path of ['/', '/dashboard/*']) {
+      app.use(path, headers);
+      app.use(path, guard);
+    }
+    app.get('/', async (c) => c.html(DashboardPage({ data: await cachedDashboard(ctx.ledger) })));
     app.get('/dashboard/live', async (c) => {
       c.header('cache-control', 'no-store');
-      return c.html(LivePanel({ data: await loadDashboardData(ctx.ledger) }));
+      return c.html(LivePanel({ data: await cachedDashboard(ctx.ledger) }));
     });
-    app.get('/dashboard/events', (c) =>
-      streamSSE(c, async (stream) => {
+    app.get('/dashboard/events', (c) => {
+      const { sseMaxClients, sseMaxPerAddress } = ctx.ledger.config.server;
+      const address = clientAddress(c);
+      const mine = streams.byAddress.get(address) ?? 0;
+      if (ctx.runtime === 'node' && (streams.total >= sseMaxClients || mine >= sseMaxPerAddress)) {
+        throw new ApiError(
+          503,
+          'too_many_streams',
+          streams.total >= sseMaxClients
+            ? `at most ${sseMaxClients} dashboard streams are open at once; the page polls instead`
+            : `at most ${sseMaxPerAddress} dashboard streams per address; close other tabs`,
+          { 'Retry-After': '30' },
+        );
+      }
+      if (ctx.runtime === 'node') {
+        streams.total += 1;
+        streams.byAddress.set(address, mine + 1);
+      }
+      let counted = ctx.runtime === 'node';
+      const release = () => {
+        if (!counted) return;
+        counted = false;
+        streams.total -= 1;
+        const n = (streams.byAddress.get(address) ?? 1) - 1;
+        if (n > 0) streams.byAddress.set(address, n);
+        else streams.byAddress.delete(address);
+      };
+      return streamSSE(c, async (stream) => {
         if (ctx.runtime !== 'node') {
           await stream.writeSSE({ event: 'changed', data: 'poll', retry: 5000 });
           return;
@@ -46,19 +132,21 @@ export const dashboardModule: AppModule = {
         });
         stream.onAbort(() => {
           closed = true;
+          release();
         });
-        await stream.writeSSE({ event: 'hello', data: 'ok', retry: 3000 });
         try {
+          await stream.writeSSE({ event: 'hello', data: 'ok', retry: 3000 });
           while (!closed && !stream.aborted) {
             await stream.sleep(15000);
             if (!closed) await stream.write(': keep-alive\n\n');
           }
         } finally {
           closed = true;
+          release();
           unsubscribe();
           if (pending) clearTimeout(pending);
         }
-      }),
-    );
+      });
+    });
   },
 };

@@ -216,7 +216,7 @@ export function LivePanel({ data }: { data: DashboardData }) {
   );
 }
 
-const CLIENT_JS = `
+export const CLIENT_JS = `
 (() => {
   const badge = document.getElementById('live-badge');
   const label = badge.querySelector('.label');

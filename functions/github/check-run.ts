@@ -9,6 +9,11 @@ import type { ReservationRow } from '../ledger/ledger.ts';
  */
 
 export interface CheckRunView {
+  /**
+   * The check run's name when it is not the result check's (`github.checkName`): refusals and
+   * status answers carry their own, so they can never cover a Spark result on a commit.
+   */
+  name?: string;
   status: 'queued' | 'in_progress' | 'completed';
   conclusion?: 'success' | 'failure' | 'neutral' | 'cancelled' | 'timed_out';
   title: string;
@@ -186,9 +191,20 @@ function renderResult(
   }
 }
 
+/**
+ * The name of every refusal's check run (ADR 0030). GitHub shows the latest run of a name per
+ * commit, so a refusal under the result check's name ("Spark test") would let anyone who can
+ * comment cover a failed Spark result; under its own name it sits beside the result instead.
+ */
+export const REFUSAL_CHECK_NAME = 'Spark request refused';
+
+/** The name of the check run that answers `/spark status` when nothing is open (ADR 0030). */
+export const STATUS_CHECK_NAME = 'Spark status';
+
 /** A completed, neutral check run explaining why a request was refused (nothing was queued). */
 export function renderRefusal(reason: string, who: string): CheckRunView {
   return {
+    name: REFUSAL_CHECK_NAME,
     status: 'completed',
     conclusion: 'neutral',
     title: `Spark test refused — ${reason.length > 90 ? `${reason.slice(0, 87)}…` : reason}`,

@@ -5,6 +5,14 @@ import { z } from 'zod';
  * fields pass through untouched, so GitHub adding fields never breaks intake).
  */
 
+/**
+ * A full commit SHA (issue 11 item 10): it is interpolated into GitHub URLs and shown as the
+ * tested commit, so anything else (`../../../orgs/acme`) is refused at intake.
+ */
+export const CommitSha = z
+  .string()
+  .regex(/^[0-9a-f]{40}$/, 'expected a full 40-character lower-case commit SHA');
+
 const user = z.object({ login: z.string(), type: z.string().optional() });
 const repository = z.object({
   full_name: z.string().regex(/^[^/\s]+\/[^/\s]+$/),
@@ -25,7 +33,7 @@ export const PullRequestEvent = z.object({
     state: z.string(),
     labels: z.array(label).default([]),
     head: z.object({
-      sha: z.string(),
+      sha: CommitSha,
       ref: z.string(),
       repo: z.object({ full_name: z.string() }).nullable(),
     }),
@@ -51,7 +59,7 @@ export type IssueCommentEvent = z.infer<typeof IssueCommentEvent>;
 
 export const PushEvent = z.object({
   ref: z.string(),
-  after: z.string(),
+  after: CommitSha,
   deleted: z.boolean().optional(),
   sender: user,
   repository,
@@ -84,7 +92,7 @@ export const PullRequestResource = z.object({
   number: z.number().int(),
   state: z.string(),
   labels: z.array(label).default([]),
-  head: z.object({ sha: z.string(), repo: z.object({ full_name: z.string() }).nullable() }),
+  head: z.object({ sha: CommitSha, repo: z.object({ full_name: z.string() }).nullable() }),
   base: z.object({ repo: z.object({ full_name: z.string() }) }),
 });
 export type PullRequestResource = z.infer<typeof PullRequestResource>;

@@ -12,7 +12,7 @@ import { leasesOf } from '../ledger/leases.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 import { getReservation, setCheckRunId, withdrawBeforeDispatch } from '../ledger/reservations.ts';
 import { buildViews } from '../views.ts';
-import { type CheckRunView, type RenderContext, renderCheckRun } from './check-run.ts';
+import { type CheckRunView, REFUSAL_CHECK_NAME, type RenderContext, renderCheckRun } from './check-run.ts';
 import { GitHubError } from './client.ts';
 import { type GitHubMeta, patchMeta, readMeta } from './meta.ts';
 import { enqueue, type OutboxKind, type Sender, type SendResult } from './outbox.ts';
@@ -117,7 +117,8 @@ const sendRefusalCheck: Sender = async (svc, row, payload) => {
   const view = payload.view as CheckRunView;
   const created = await svc.client.request<{ id: number }>('POST', `/repos/${repo}/check-runs`, {
     body: {
-      name: svc.gh.checkName,
+      // never the result check's name (ADR 0030): a refusal must not cover a Spark result
+      name: view.name && view.name !== svc.gh.checkName ? view.name : REFUSAL_CHECK_NAME,
       head_sha: headSha,
       external_id: row.idempotencyKey.slice(0, 100),
       status: 'completed',

@@ -1,4 +1,4 @@
-import { and, eq, isNull, sql } from 'drizzle-orm';
+import { and, eq, gte, isNull, sql } from 'drizzle-orm';
 import { notFound } from '../errors.ts';
 import type { Tx } from './db.ts';
 import { enqueue } from './outbox.ts';
@@ -119,6 +119,11 @@ export async function recordRefusal(
   tx: Tx,
   now: number,
   o: {
+    /**
+     * Write nothing when the same subject and commit got a refusal within this many ms (issue 11
+     * item 5: a stranger repeating a command costs one bounded refusal per window, not one each).
+     */
+    throttleMs?: number;
     deliveryId: string;
     event: string;
     repo: string;
@@ -129,7 +134,26 @@ export async function recordRefusal(
     reason: string;
     view: Record<string, unknown>;
   },
-): Promise<void> {
+): Promise<boolean> {
+  const subjectId = o.pr != null ? `${o.repo}#${o.pr}` : o.repo;
+  if (o.throttleMs) {
+    const recent = await tx
+      .select({ id: t.events.id })
+      .from(t.events)
+      .where(
+        and(
+          eq(t.events.subjectType, 'audit'),
+          eq(t.events.subjectId, subjectId),
+          eq(t.events.type, 'github.refused'),
+          gte(t.events.at, now - o.throttleMs),
+          o.headSha
+            ? sql`json_extract(${t.events.dataJson}, '$.headSha') = ${o.headSha}`
+            : sql`json_extract(${t.events.dataJson}, '$.headSha') IS NULL`,
+        ),
+      )
+      .limit(1);
+    if (recent.length) return false;
+  }
   if (o.headSha) {
     await enqueue(tx, now, {
       kind: 'refusal-check',
@@ -139,12 +163,13 @@ export async function recordRefusal(
   }
   await s.record(tx, now, {
     subjectType: 'audit',
-    subjectId: o.pr != null ? `${o.repo}#${o.pr}` : o.repo,
+    subjectId,
     type: 'github.refused',
     cause: o.reason,
     actor: `github:${o.sender}`,
     data: { delivery: o.deliveryId, event: o.event, headSha: o.headSha },
   });
+  return true;
 }
 
 /** A workflow job that names a reservation the ledger does not have (audited; changes nothing). */
@@ -228,7 +253,7 @@ export async function liveRunnersOf(tx: Tx, reservationId: string): Promise<Hand
 }
 
 /**
- * Hands a waiting JIT config to the agent: in one transaction the config is nulled, the handoff
+ * Hands a waiting JIT config to the agent: in one transaction the config is erased, the handoff
  * marked consumed and the fresh job token's SHA-256 stored on the lease — so it is given exactly
  * once (cross-part contract 3).
  */
@@ -240,6 +265,9 @@ export async function handOverJitConfig(
   jobTokenHash: string,
   hostId: string,
 ): Promise<void> {
+  // zero the config's bytes in the page rather than only unlinking them (issue 11 item 8); the
+  // caller truncates the WAL after commit (`checkpointWal`)
+  await s.secureErase(tx);
   await tx
     .update(t.jitHandoffs)
     .set({ jitConfig: null, consumedAt: now })

@@ -1,4 +1,4 @@
-import { eq } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
 import type { SparkConfig } from '../../core/config.ts';
 import type { LedgerEventType, LedgerSubjectType } from '../../core/events.ts';
 import type { LedgerDb, Tx } from './db.ts';
@@ -146,6 +146,39 @@ export class LedgerStore {
     const insert = tx.insert(t.meta).values({ key, value });
     if (opts.onlyIfAbsent) await insert.onConflictDoNothing();
     else await insert.onConflictDoUpdate({ target: t.meta.key, set: { value } });
+  }
+
+  /**
+   * Write probe (issue 11 item 7): one tiny write transaction on the `meta` table, so `/healthz`
+   * and startup notice a ledger that can be read but not written (read-only file or mount, full
+   * disk, I/O errors). Throws the storage error.
+   */
+  async probeWrite(): Promise<void> {
+    await this.store.write(async (tx) => {
+      await tx
+        .insert(t.meta)
+        .values({ key: 'health.write-probe', value: String(this.clock()) })
+        .onConflictDoUpdate({ target: t.meta.key, set: { value: String(this.clock()) } });
+    });
+  }
+
+  /**
+   * Makes the transaction's connection zero the bytes of anything it deletes or overwrites
+   * (`PRAGMA secure_delete`, a per-connection setting), so an erased secret does not linger in
+   * the page's free space. Local ledgers only: a remote sqld keeps its own storage.
+   */
+  async secureErase(tx: Tx): Promise<void> {
+    if (this.store.local) await tx.run(sql`PRAGMA secure_delete = ON`);
+  }
+
+  /**
+   * Copies the WAL into the database and truncates it to zero bytes (issue 11 item 8): a secret
+   * erased in the last transaction (a handed-over JIT config) then survives in no older WAL frame.
+   * Local ledgers only; a checkpoint blocked by a reader is retried by SQLite's busy handler and
+   * otherwise left to the next one (the WAL is truncated at the next successful TRUNCATE).
+   */
+  async checkpointWal(): Promise<void> {
+    if (this.store.local) await this.store.client.execute('PRAGMA wal_checkpoint(TRUNCATE)');
   }
 
   /** Cheap reachability probe for /healthz. */

@@ -1,5 +1,5 @@
 import { and, eq, isNull } from 'drizzle-orm';
-import { notFound } from '../errors.ts';
+import { ApiError, notFound } from '../errors.ts';
 import type { AgentTokenRow, ApiTokenRow } from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
@@ -15,6 +15,18 @@ export async function insertApiToken(
   actor: string,
 ): Promise<void> {
   await s.write(async (tx, now) => {
+    // issue 11 item 9: names are unique among live tokens, so the audit actor `api:<name>`
+    // names exactly one credential
+    const taken = await tx
+      .select({ id: t.apiTokens.id })
+      .from(t.apiTokens)
+      .where(and(eq(t.apiTokens.name, row.name), isNull(t.apiTokens.revokedAt)));
+    if (taken.length)
+      throw new ApiError(
+        409,
+        'token_name_taken',
+        `a live API token is already named "${row.name}" (${taken[0]!.id}); choose another name or revoke that one first`,
+      );
     await tx.insert(t.apiTokens).values({
       id: row.id,
       name: row.name,
@@ -33,11 +45,23 @@ export async function insertApiToken(
   });
 }
 
-export async function revokeApiToken(s: LedgerStore, id: string, actor: string): Promise<void> {
+export async function revokeApiToken(
+  s: LedgerStore,
+  id: string,
+  actor: string,
+  opts: { mayRevokeEmergency?: boolean } = {},
+): Promise<void> {
   await s.write(async (tx, now) => {
     const row = (await tx.select().from(t.apiTokens).where(eq(t.apiTokens.id, id)))[0];
     if (!row) throw notFound(`token ${id}`);
     if (row.revokedAt != null) return;
+    // issue 11 item 9: an operate-only token cannot take the emergency scope away
+    if (opts.mayRevokeEmergency === false && row.scopes.split(',').includes('emergency'))
+      throw new ApiError(
+        403,
+        'forbidden',
+        `only a token holding "emergency" may revoke the emergency token ${id}`,
+      );
     await tx.update(t.apiTokens).set({ revokedAt: now }).where(eq(t.apiTokens.id, id));
     await s.record(tx, now, {
       subjectType: 'token',
@@ -46,6 +70,18 @@ export async function revokeApiToken(s: LedgerStore, id: string, actor: string):
       cause: `API token "${row.name}" revoked`,
       actor,
     });
+  });
+}
+
+/** How often a token's `lastUsedAt` is written (issue 11 item 9: maintained, but not per call). */
+export const LAST_USED_WRITE_MS = 60_000;
+
+/** Records that an API token was used, at most once per {@link LAST_USED_WRITE_MS}. */
+export async function touchApiToken(s: LedgerStore, id: string, lastUsedAt: number | null): Promise<void> {
+  const now = s.clock();
+  if (lastUsedAt != null && now - lastUsedAt < LAST_USED_WRITE_MS) return;
+  await s.write(async (tx) => {
+    await tx.update(t.apiTokens).set({ lastUsedAt: now }).where(eq(t.apiTokens.id, id));
   });
 }
 

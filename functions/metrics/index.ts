@@ -1,4 +1,5 @@
 import type { AppModule } from '../app.ts';
+import { requirePublicRead } from '../auth/public-read.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { ADMISSION_BUCKETS_S, collectMetrics } from './collect.ts';
 import { formatPrometheus, LiveHistogram, PROM_CONTENT_TYPE } from './prom-text.ts';
@@ -23,7 +24,7 @@ export const metricsModule: AppModule = {
     return [];
   },
   routes(app, ctx) {
-    app.get('/metrics', async (c) => {
+    app.get('/metrics', requirePublicRead(ctx), async (c) => {
       const text = formatPrometheus(await collectMetrics(ctx.ledger, instrumented.get(ctx.ledger) ?? null));
       return c.body(text, 200, { 'content-type': PROM_CONTENT_TYPE, 'cache-control': 'no-store' });
     });

@@ -1,3 +1,5 @@
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { eq } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type PollResponse, PollResponseSchema } from '../../core/protocol/agent.ts';
@@ -309,6 +311,15 @@ describe('agent API: desired state, fencing and the JIT handoff', () => {
     for (const e of await c!.ledger.db.select().from(t.events)) {
       expect(`${e.cause} ${e.dataJson ?? ''}`).not.toContain(jit);
       expect(`${e.cause} ${e.dataJson ?? ''}`).not.toContain(jobToken);
+    }
+    // issue 11 item 8: nor in any byte of the ledger files — the database, its -wal and -shm
+    // (the config was erased in place and the WAL truncated after the hand-over); all 0600
+    const files = readdirSync(c!.dir).filter((f) => f.startsWith('spark.db'));
+    expect(files).toContain('spark.db');
+    for (const f of files) {
+      const bytes = readFileSync(join(c!.dir, f));
+      expect(bytes.includes(Buffer.from(jit)), `JIT config recoverable from ${f}`).toBe(false);
+      expect(statSync(join(c!.dir, f)).mode & 0o777, `mode of ${f}`).toBe(0o600);
     }
 
     // runner reports move the reservation: running, then releasing on exit, done after cleanup

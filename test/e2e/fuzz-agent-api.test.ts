@@ -23,6 +23,9 @@ import { expectRejectedWroteNothing, type LedgerWatch, watchLedger } from '../he
  * config waits) and heartbeats with valid facts, which may change only their own host's row
  * and history. No request may get a 5xx.
  *
+ * Bodies travel whole, chunked (no Content-Length) or slowly (issue 11 item 2); an oversized
+ * body is refused with 413 however it arrives.
+ *
  * Replay a failure with SPARK_FUZZ_SEED=<seed> (printed with the counterexample).
  */
 
@@ -242,7 +245,33 @@ const request = fc.record({
   body,
   /** Send the body to the route it was made for (most of the time) or to any route. */
   matched: fc.boolean(),
+  /**
+   * Issue 11 item 2: how the body travels — whole (with a Content-Length), chunked (a stream of
+   * pieces and no length, so only counting can bound it) or slow (chunked, yielding to the event
+   * loop between pieces, as a trickling client does).
+   */
+  delivery: fc.record({
+    mode: fc.constantFrom('whole', 'chunked', 'slow'),
+    piece: fc.integer({ min: 1, max: 16 * 1024 }),
+  }),
 });
+
+/** The body as a stream of `piece`-byte chunks; `slow` yields to the event loop between them. */
+function streamed(text: string, piece: number, slow: boolean): ReadableStream<Uint8Array> {
+  const bytes = new TextEncoder().encode(text);
+  let at = 0;
+  return new ReadableStream<Uint8Array>({
+    async pull(ctrl) {
+      if (slow) await new Promise<void>((r) => setImmediate(r));
+      if (at >= bytes.length) {
+        ctrl.close();
+        return;
+      }
+      ctrl.enqueue(bytes.subarray(at, at + piece));
+      at += piece;
+    },
+  });
+}
 
 const ROUTE: Record<string, string> = {
   report: '/agent/v1/report',
@@ -283,10 +312,18 @@ describe(`agent API fuzzing (${RUNS} requests)`, () => {
       const a = authHeader(r.auth);
       if (a !== null) headers.authorization = a;
       const init: RequestInit = { method: r.method, headers };
-      if (r.method !== 'GET') init.body = text;
+      if (r.method !== 'GET') {
+        if (r.delivery.mode === 'whole') init.body = text;
+        else {
+          init.body = streamed(text, r.delivery.piece, r.delivery.mode === 'slow');
+          (init as RequestInit & { duplex: 'half' }).duplex = 'half';
+        }
+      }
       const res = await c.app.request(target, init);
       const out = await res.text();
       tally[res.status] = (tally[res.status] ?? 0) + 1;
+      if (res.status === 413 && r.delivery.mode !== 'whole')
+        tally['413-streamed'] = (tally['413-streamed'] ?? 0) + 1;
       expect(res.status, out).toBeLessThan(500);
       if (res.status >= 400) {
         await expectRejectedWroteNothing(watch, res.status, out, { version, counts });
@@ -333,6 +370,7 @@ describe(`agent API fuzzing (${RUNS} requests)`, () => {
     expect(tally['400'] ?? 0).toBeGreaterThan(RUNS / 20);
     expect(tally['200'] ?? 0).toBeGreaterThan(0);
     expect(tally['413'] ?? 0).toBeGreaterThan(0);
+    expect(tally['413-streamed'] ?? 0, 'no oversized body was refused while streaming').toBeGreaterThan(0);
     // the leases are exactly as before: nothing the fuzz sent moved them
     const leases = await watch.all<{ host_id: string; fencing_token: number; status: string }>(
       "SELECT host_id, fencing_token, status FROM leases WHERE status = 'active'",

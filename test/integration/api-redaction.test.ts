@@ -51,9 +51,65 @@ describe('redactText (public free text)', () => {
       dataJson: JSON.stringify({ reservationId: 'r-1', hostId: 'spark-2', fencingToken: 987655 }),
     };
     const pub = toEventView(row, { publicView: true });
-    expect(pub).toMatchObject({ subjectId: 'r-1 on spark-2', actor: 'github' });
+    // issue 11 item 6: actor classes only (maintainer, operator, agent, GitHub, controller)
+    expect(pub).toMatchObject({ subjectId: 'r-1 on spark-2', actor: 'maintainer' });
     expect(JSON.stringify(pub)).not.toContain('987655');
     expect(toEventView(row, { publicView: false }).actor).toBe('github:octocat');
     expect(toEventView({ ...row, dataJson: 'nope' }, { publicView: true }).subjectId).toBe('lease');
+  });
+
+  it('public causes come from templates with actor classes only: no login, token name or private repo', () => {
+    // issue 11 item 6 (the stored causes below are what main showed publicly before)
+    const seeded = [
+      { type: 'reservation.cancelled', cause: 'PR #2 closed by @octocat', actor: 'github:octocat' },
+      {
+        type: 'reservation.superseded',
+        cause: 'pushed by @mallory to acme/secret-repo',
+        actor: 'github:mallory',
+      },
+      { type: 'reservation.released', cause: 'released by api:alice-laptop', actor: 'api:alice-laptop' },
+      { type: 'host.restored', cause: 'restore ok on 10.0.0.7 as deckard@spark-1', actor: 'agent:spark-1' },
+      { type: 'reservation.queued', cause: 'merge request acme/secret-repo', actor: 'github' },
+    ];
+    const classes: string[] = [];
+    for (const [i, e] of seeded.entries()) {
+      const v = toEventView(
+        {
+          id: i,
+          at: 0,
+          subjectType: 'reservation',
+          subjectId: 'r-1',
+          fromState: 'queued',
+          toState: 'cancelled',
+          dataJson: null,
+          ...e,
+        },
+        { publicView: true },
+      );
+      const text = JSON.stringify(v);
+      for (const secret of ['octocat', 'mallory', 'alice', 'secret-repo', '10.0.0.7', 'deckard@'])
+        expect(text).not.toContain(secret);
+      classes.push(v.actor);
+      expect(v.cause).toMatch(
+        / by (a maintainer|an operator|an agent|the GitHub integration|the controller)$/,
+      );
+    }
+    expect(classes).toEqual(['maintainer', 'maintainer', 'operator', 'agent', 'GitHub']);
+    // the authenticated API keeps the full, scrubbed cause for audits
+    expect(
+      toEventView(
+        {
+          id: 9,
+          at: 0,
+          subjectType: 'reservation',
+          subjectId: 'r-1',
+          fromState: null,
+          toState: null,
+          dataJson: null,
+          ...seeded[2]!,
+        },
+        { publicView: false },
+      ).cause,
+    ).toBe('released by api:alice-laptop');
   });
 });

@@ -382,6 +382,34 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect((await (await h.deliver('push', other)).json()).result).toMatch(/ignored/);
   });
 
+  it('merge CI on push: a malformed SHA is refused, an unauthorized pusher queues nothing (ADR 0003)', async () => {
+    // issue 11 item 10
+    const push = (after: string, sender = 'Codertocat') => {
+      const p = example('push');
+      p.repository.full_name = REPO;
+      p.repository.default_branch = 'main';
+      p.ref = 'refs/heads/main';
+      p.after = after;
+      p.deleted = false;
+      p.sender.login = sender;
+      return p;
+    };
+    for (const after of ['../../../orgs/acme', 'A'.repeat(40), '3'.repeat(39), `${'3'.repeat(40)}/x`]) {
+      const res = await h.deliver('push', push(after));
+      expect(res.status, after).toBe(400);
+    }
+    const refused = await h.deliver('push', push('6'.repeat(40), 'outsider'));
+    expect((await refused.json()).result).toMatch(
+      /^refused: merge CI for 6666666 was not queued: the push by @outsider/,
+    );
+    expect(await h.c.ledger.db.all(sql`SELECT id FROM reservations`)).toEqual([]);
+    const check = await h.until('refusal check', () =>
+      h.gh.checkRuns.find((c) => c.head_sha === '6'.repeat(40)),
+    );
+    expect(check.name).toBe('Spark request refused');
+    expect((await (await h.deliver('push', push('7'.repeat(40)))).json()).result).toBe('queued r-1');
+  });
+
   it('outbox retries after GitHub answers 500 and the check run is created exactly once', async () => {
     h.gh.fail({ method: 'POST', path: /\/check-runs$/, status: 500 });
     await h.deliver('pull_request', labeled());

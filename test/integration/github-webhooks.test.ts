@@ -172,14 +172,22 @@ describe('GitHub webhook endpoint', () => {
   it('fork PRs are refused without asking for permissions', async () => {
     const res = await h.deliver('pull_request', labeled('spark-test', { headRepo: 'evil/Hello-World' }));
     expect((await res.json()).result).toMatch(/refused: PR #2 comes from a fork/);
+    // the same PR commit again (head repository deleted): refused, and throttled (issue 11 item 5)
     const deleted = await h.deliver('pull_request', labeled('spark-test', { headRepo: null }));
-    expect((await deleted.json()).result).toMatch(/fork/);
+    expect((await deleted.json()).result).toMatch(/^refused \(throttled, nothing written\): .*fork/);
+    // another commit of a fork PR gets its own refusal
+    const other = await h.deliver(
+      'pull_request',
+      labeled('spark-test', { headRepo: null, sha: 'a'.repeat(40) }),
+    );
+    expect((await other.json()).result).toMatch(/^refused: .*fork/);
     expect(await count(h, 'reservations')).toBe(0);
     expect(h.gh.calls('GET', /permission/)).toHaveLength(0);
     await h.until(
       'two refusal checks',
       () => h.gh.checkRuns.filter((c) => /fork/.test(c.output.title ?? '')).length === 2,
     );
+    expect(h.gh.checkRuns.map((c) => c.name)).toEqual(['Spark request refused', 'Spark request refused']);
   });
 
   it('a label on a closed PR queues nothing', async () => {
@@ -288,5 +296,66 @@ describe('GitHub webhook endpoint', () => {
     await h.until('cancelled check run', () =>
       h.gh.checkRuns.find((c) => c.external_id === 'r-1' && c.conclusion === 'cancelled'),
     );
+  });
+
+  it("strangers' commands: authorized first, never under the result check's name, throttled, echo bounded", async () => {
+    // issue 11 item 5 / ADR 0030
+    const sha = 'e'.repeat(40);
+    h.gh.repos.get(REPO.toLowerCase())!.pulls[2] = {
+      state: 'open',
+      headSha: sha,
+      headRepo: REPO,
+      labels: [],
+    };
+    const comment = (body: string, sender: string) => {
+      const c = example('issue_comment', 'created');
+      c.issue.pull_request = { url: 'x' };
+      c.issue.number = 2;
+      c.comment.body = body;
+      c.sender.login = sender;
+      c.sender.type = 'User';
+      return c;
+    };
+    // a reader (no permission on the fake) sends a 64 KB malformed command: refused for lack of
+    // permission, before the command is looked at, and nothing of its text is echoed
+    const huge = `/spark test ${'--x'.repeat(20_000)}`;
+    const first = await h.deliver('issue_comment', comment(huge, 'stranger'));
+    const firstResult = (await first.json()).result as string;
+    expect(firstResult).toMatch(/^refused: /);
+    expect(firstResult).not.toContain('--x');
+    expect(await count(h, 'reservations')).toBe(0);
+    const outbox = await count(h, 'outbox');
+    const events = await count(h, 'events');
+    // repeated refusals to the same PR commit are throttled: nothing more is written
+    for (const body of ['/spark test', '/spark status', '/spark cancel', huge]) {
+      const again = await h.deliver('issue_comment', comment(body, 'stranger'));
+      expect((await again.json()).result).toMatch(/^refused \(throttled, nothing written\)/);
+    }
+    expect(await count(h, 'outbox')).toBe(outbox);
+    expect(await count(h, 'events')).toBe(events);
+    const refusals = await h.until('refusal check run', () =>
+      h.gh.checkRuns.filter((c) => c.head_sha === sha).length
+        ? h.gh.checkRuns.filter((c) => c.head_sha === sha)
+        : null,
+    );
+    expect(refusals).toHaveLength(1);
+    expect(refusals[0]!.name).toBe('Spark request refused');
+    // the result check's name is never used, so no refusal can cover a Spark result
+    expect(h.gh.checkRuns.filter((c) => c.head_sha === sha && c.name === 'Spark test')).toEqual([]);
+    for (const run of h.gh.checkRuns) expect(JSON.stringify(run)).not.toContain('--x--x');
+
+    // a maintainer's invalid command is refused with at most 80 characters echoed in a code span
+    h.gh.repos.get(REPO.toLowerCase())!.pulls[2] = {
+      state: 'open',
+      headSha: 'f'.repeat(40),
+      headRepo: REPO,
+      labels: [],
+    };
+    const bad = await h.deliver('issue_comment', comment(`/spark deploy ${'y'.repeat(5000)}`, 'Codertocat'));
+    const badResult = (await bad.json()).result as string;
+    const span = /`([^`]*)`/.exec(badResult);
+    expect(span, badResult).not.toBeNull();
+    expect(span![1]!.length).toBeLessThanOrEqual(80);
+    expect(badResult.length).toBeLessThan(300);
   });
 });

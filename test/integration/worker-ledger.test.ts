@@ -83,7 +83,7 @@ describe('Worker with a reachable remote ledger', () => {
 
   it('health is ok on the Workers runtime', async () => {
     const res = await fetch(`${dev.url}/healthz`);
-    expect(await res.json()).toEqual({ ok: true, ledger: 'reachable', runtime: 'worker' });
+    expect(await res.json()).toEqual({ ok: true, ledger: 'reachable', writable: true, runtime: 'worker' });
   });
 
   it('enable → signed label → queued in the ledger → the check run is sent right after the request', async () => {

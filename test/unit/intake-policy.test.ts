@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
+import { echoSpan, parseSparkCommand } from '../../functions/github/commands.ts';
 import {
+  commandRefusal,
   isForkPr,
+  mergePushRefusal,
   pairDisabledReason,
   pushRefusal,
   refusalFor,
@@ -95,5 +98,50 @@ describe('pushRefusal (new commits on a PR, ADR 0003)', () => {
       /^new commits pushed by @mallory were not queued: @mallory has read; .* re-apply the label or comment "\/spark test"/,
     );
     expect(pushRefusal({ fork: false, auth: null, sender: 'mallory' })).toMatch(/sender not authorized/);
+  });
+});
+
+describe('commandRefusal (issue 11 item 5: authorize first)', () => {
+  const invalid = { kind: 'invalid' as const, message: 'unknown command `/spark deploy`' };
+  it('refuses a stranger for lack of permission whatever the command says', () => {
+    expect(commandRefusal({ pr: pr(), auth: denied, command: invalid, repo })).toBe(denied.reason);
+    expect(
+      commandRefusal({ pr: pr({ head: 'mallory/butter' }), auth: null, command: invalid, repo }),
+    ).toMatch(/comes from a fork/);
+  });
+  it('an authorized sender gets the invalid command explained, then state and pair checks', () => {
+    expect(commandRefusal({ pr: pr(), auth: allowed, command: invalid, repo })).toBe(invalid.message);
+    expect(
+      commandRefusal({ pr: pr(), auth: allowed, command: { kind: 'test', topology: 'pair' }, repo }),
+    ).toBe(pairDisabledReason('acme/butter'));
+    expect(
+      commandRefusal({ pr: pr({ state: 'closed' }), auth: allowed, command: { kind: 'other' }, repo }),
+    ).toMatch(/is closed/);
+    expect(
+      commandRefusal({ pr: pr(), auth: allowed, command: { kind: 'test', topology: 'single' }, repo }),
+    ).toBeNull();
+  });
+});
+
+describe('echoSpan and command parsing (issue 11 item 5: echo at most 80 characters)', () => {
+  it('bounds and neutralizes echoed text', () => {
+    const span = echoSpan(`a\`b\n${'x'.repeat(500)}`);
+    expect(span.startsWith('`') && span.endsWith('`')).toBe(true);
+    expect(span.slice(1, -1)).not.toMatch(/[`\n]/);
+    expect(span.length - 2).toBeLessThanOrEqual(80);
+  });
+  it('a 64 KB option list is echoed in 80 characters at most', () => {
+    const cmd = parseSparkCommand(`/spark test ${'--x '.repeat(16_000)}`);
+    expect(cmd?.kind).toBe('invalid');
+    expect((cmd as { message: string }).message.length).toBeLessThan(200);
+  });
+});
+
+describe('mergePushRefusal (ADR 0003: merge CI needs the pusher permission)', () => {
+  it('queues for an authorized pusher and refuses others, naming the commit', () => {
+    expect(mergePushRefusal({ auth: allowed, sender: 'alice', sha: 'a'.repeat(40) })).toBeNull();
+    expect(mergePushRefusal({ auth: denied, sender: 'mallory', sha: 'b'.repeat(40) })).toMatch(
+      /^merge CI for bbbbbbb was not queued: the push by @mallory is not authorized/,
+    );
   });
 });

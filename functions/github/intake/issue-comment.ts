@@ -1,11 +1,12 @@
 import { enqueue, enqueueCheckSync } from '../../ledger/outbox.ts';
 import { enabledRepository } from '../../ledger/queries.ts';
 import { cancelReservation, noteReservation, openReservationsOfPr } from '../../ledger/reservations.ts';
+import { STATUS_CHECK_NAME } from '../check-run.ts';
 import { parseSparkCommand } from '../commands.ts';
 import { IssueCommentEvent, PullRequestResource } from '../payloads.ts';
 import type { GitHubService } from '../service.ts';
 import { type Delivery, type IntakeResult, noOp, withDelivery } from './delivery.ts';
-import { isForkPr, refusalFor } from './policy.ts';
+import { commandRefusal, isForkPr } from './policy.ts';
 import { queuePrTest, refuse, type TestRequest } from './shared.ts';
 
 /** `issue_comment` on a PR: `/spark test [--pair] [--long]`, `/spark cancel`, `/spark status`. */
@@ -38,15 +39,15 @@ export async function onIssueComment(svc: GitHubService, d: Delivery, raw: unkno
         sender,
         reason,
       });
-    if (cmd.kind === 'invalid') return refuseWith(cmd.message);
     const req: TestRequest | null =
       cmd.kind === 'test'
         ? { topology: cmd.pair ? 'pair' : 'single', suite: cmd.long ? 'performance' : 'smoke', label: null }
         : null;
-    const refusal = refusalFor({
+    const refusal = commandRefusal({
       pr: { ...pr, number: prNumber },
       auth,
-      topology: req?.topology ?? null,
+      command:
+        cmd.kind === 'invalid' ? cmd : req ? { kind: 'test', topology: req.topology } : { kind: 'other' },
       repo,
     });
     if (refusal) return refuseWith(refusal);
@@ -94,6 +95,7 @@ export async function onIssueComment(svc: GitHubService, d: Delivery, raw: unkno
           headSha: pr.head.sha,
           installationId,
           view: {
+            name: STATUS_CHECK_NAME,
             status: 'completed',
             conclusion: 'neutral',
             title: 'Spark status — nothing queued or running for this PR',

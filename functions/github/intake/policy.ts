@@ -69,3 +69,40 @@ export function pushRefusal(f: { fork: boolean; auth: AuthFacts | null; sender: 
   }
   return null;
 }
+
+/**
+ * Why a `/spark` command is refused, or null (issue 11 item 5). Authorization comes first: a
+ * fork or a sender without the permission is refused before the command is even looked at, so a
+ * stranger's malformed command costs no more than a well-formed one and never has its text
+ * echoed; then an invalid command; then the PR state and pair enablement (`refusalFor`).
+ */
+export function commandRefusal(f: {
+  pr: PrFacts;
+  auth: AuthFacts | null;
+  command: { kind: 'invalid'; message: string } | { kind: 'test'; topology: Topology } | { kind: 'other' };
+  repo: { fullName: string; pairEnabled: boolean };
+}): string | null {
+  const { pr } = f;
+  if (isForkPr(pr) || !f.auth?.allowed) return refusalFor({ pr, auth: f.auth, topology: null, repo: f.repo });
+  if (f.command.kind === 'invalid') return f.command.message;
+  return refusalFor({
+    pr,
+    auth: f.auth,
+    topology: f.command.kind === 'test' ? f.command.topology : null,
+    repo: f.repo,
+  });
+}
+
+/** Refusals to one PR commit are written at most once per this window (issue 11 item 5). */
+export const REFUSAL_THROTTLE_MS = 10 * 60_000;
+
+/**
+ * Why a push to the default branch is not queued for merge CI, or null (ADR 0003, "Merge CI on
+ * push"): the pusher must hold the configured permission, the same check as for PR pushes.
+ * Branch protection is not relied on: the controller cannot see whether it is configured, and a
+ * direct push by someone with plain write access would otherwise run unreviewed code on Spark.
+ */
+export function mergePushRefusal(f: { auth: AuthFacts; sender: string; sha: string }): string | null {
+  if (f.auth.allowed) return null;
+  return `merge CI for ${f.sha.slice(0, 7)} was not queued: the push by @${f.sender} is not authorized (${f.auth.reason}). An operator can queue it after review`;
+}

@@ -4,10 +4,13 @@ import type { GitHubMeta } from '../meta.ts';
 import { PushEvent } from '../payloads.ts';
 import type { GitHubService } from '../service.ts';
 import { type Delivery, type IntakeResult, noOp, withDelivery } from './delivery.ts';
+import { mergePushRefusal } from './policy.ts';
+import { refuse } from './shared.ts';
 
 /**
- * `push` to the default branch: merge correctness CI for the new tip. Queued merge work for an
- * older tip is superseded (the same supersede command PR pushes use).
+ * `push` to the default branch: merge correctness CI for the new tip, when the pusher holds the
+ * configured permission (ADR 0003). Queued merge work for an older tip is superseded (the same
+ * supersede command PR pushes use).
  */
 export async function onPush(svc: GitHubService, d: Delivery, raw: unknown): Promise<IntakeResult> {
   const p = PushEvent.parse(raw);
@@ -18,6 +21,21 @@ export async function onPush(svc: GitHubService, d: Delivery, raw: unknown): Pro
   if (p.ref !== `refs/heads/${branch}`) return noOp(svc, d, null, `ignored: push to ${p.ref}`);
   if (p.deleted || /^0+$/.test(p.after)) return noOp(svc, d, null, 'ignored: branch deleted');
   const actor = `github:${p.sender.login}`;
+  const installationId = p.installation?.id ?? repo.installationId;
+  const auth = await svc.authorizer.authorize(repo.fullName, p.sender.login, installationId);
+  const refusal = mergePushRefusal({ auth, sender: p.sender.login, sha: p.after });
+  if (refusal) {
+    return withDelivery(svc, d, null, (tx, now) =>
+      refuse(svc, tx, now, d, {
+        repo: repo.fullName,
+        pr: null,
+        headSha: p.after,
+        installationId,
+        sender: p.sender.login,
+        reason: refusal,
+      }),
+    );
+  }
   return withDelivery(svc, d, null, async (tx) => {
     const out: string[] = [];
     const superseded = await supersedeQueued(
@@ -32,7 +50,7 @@ export async function onPush(svc: GitHubService, d: Delivery, raw: unknown): Pro
     const stillQueued = await queuedOfKind(svc.ledger, tx, repo.fullName, 'merge');
     if (!stillQueued.some((r) => r.headSha === p.after)) {
       const meta: GitHubMeta = {
-        installationId: p.installation?.id ?? repo.installationId,
+        installationId,
         trigger: 'push',
         deliveryId: d.id,
         defaultBranch: branch,

@@ -8,6 +8,7 @@ import { renderRefusal } from '../check-run.ts';
 import type { GitHubMeta } from '../meta.ts';
 import type { GitHubService } from '../service.ts';
 import type { Delivery } from './delivery.ts';
+import { REFUSAL_THROTTLE_MS } from './policy.ts';
 
 /** What a label or `/spark test` asks for. */
 export interface TestRequest {
@@ -24,7 +25,10 @@ export function requestFromLabel(svc: GitHubService, label: string): TestRequest
   return null;
 }
 
-/** Visible refusal: a neutral check run on the commit (when known) plus an audited event. */
+/**
+ * Visible refusal: a neutral check run named "Spark request refused" on the commit (when
+ * known) plus an audited event — at most one per PR commit per {@link REFUSAL_THROTTLE_MS}.
+ */
 export async function refuse(
   svc: GitHubService,
   tx: Tx,
@@ -39,13 +43,14 @@ export async function refuse(
     reason: string;
   },
 ): Promise<string> {
-  await recordRefusal(svc.ledger, tx, now, {
+  const written = await recordRefusal(svc.ledger, tx, now, {
     deliveryId: d.id,
     event: d.event,
     ...o,
+    throttleMs: REFUSAL_THROTTLE_MS,
     view: { ...renderRefusal(o.reason, o.sender) },
   });
-  return `refused: ${o.reason}`;
+  return written ? `refused: ${o.reason}` : `refused (throttled, nothing written): ${o.reason}`;
 }
 
 /** Queues a PR test unless the same commit/topology/suite is already queued or running. */

@@ -1,0 +1,38 @@
+import type { Ledger } from './ledger/ledger.ts';
+
+/**
+ * Issue 11 item 4: anonymous pages (`GET /`, the live fragment, `/api/v1/fleet|queue`) must not
+ * recompute admission and read the whole queue per request (20 clients pushed `/healthz` p50 to
+ * 517 ms). One computation per view is shared by concurrent callers and reused until the ledger
+ * sends a change notice in this process or `ttlMs` passes (another process sharing the ledger
+ * cannot notify this one, so the TTL bounds how stale a view can be).
+ */
+export interface PublicViewCache {
+  get<T>(key: string, compute: () => Promise<T>): Promise<T>;
+}
+
+const caches = new WeakMap<Ledger, PublicViewCache>();
+
+/** The cache of `ledger`'s public views (one per ledger per process). */
+export function publicViewCache(ledger: Ledger, ttlMs: number): PublicViewCache {
+  const existing = caches.get(ledger);
+  if (existing) return existing;
+  const entries = new Map<string, { at: number; value: Promise<unknown> }>();
+  ledger.subscribe(() => entries.clear());
+  const cache: PublicViewCache = {
+    get<T>(key: string, compute: () => Promise<T>): Promise<T> {
+      const now = Date.now();
+      const hit = entries.get(key);
+      if (hit && now - hit.at < ttlMs) return hit.value as Promise<T>;
+      const value = compute();
+      entries.set(key, { at: now, value });
+      // a failed computation is not reused
+      value.catch(() => {
+        if (entries.get(key)?.value === value) entries.delete(key);
+      });
+      return value;
+    },
+  };
+  caches.set(ledger, cache);
+  return cache;
+}
