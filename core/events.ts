@@ -51,6 +51,7 @@ export const LEDGER_EVENTS = [
   // alerts an operator must see
   'alert.restore_failed',
   'alert.emergency_terminate',
+  'alert.pair_node_lost',
   // credentials and repositories
   'token.created',
   'token.revoked',
