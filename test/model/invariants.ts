@@ -37,7 +37,8 @@ function withKeptSlots(w: World, u: Usage): Usage {
   const all = [...w.res.values()];
   for (const r of all) {
     const key = prOf(r);
-    if (r.status !== 'queued' || !key || out.prs.has(key)) continue;
+    // a lane timing out in this pass keeps nothing
+    if (r.status !== 'queued' || r.deadline <= w.now || !key || out.prs.has(key)) continue;
     if (all.some((x) => x.id !== r.id && prOf(x) === key && x.sha === r.sha && granted(x))) {
       out.prs.set(key, 0);
       out.kept!.add(key);
@@ -115,7 +116,23 @@ export function checkPass(w: World, plan: Prediction): void {
     );
   }
 
+  // an explicit Deckard start takes its idle host to restore it (issue 14 item 2): only an idle
+  // host with a home service, targeted by that queued start
   const taken = new Set<string>();
+  for (const x of plan.restores) {
+    const h = w.hosts.get(x.host)!;
+    const r = w.res.get(x.id)!;
+    must(
+      st.get(h.id)!.is === 'free' &&
+        h.phase === 'idle' &&
+        h.home != null &&
+        r.kind === 'deckard' &&
+        r.target === h.id,
+      'Deckard start',
+      () => `${x.id} restores ${x.host}, which is not its idle service host`,
+    );
+    taken.add(x.host);
+  }
   const after = withKeptSlots(w, usage(w));
   for (const g of plan.grants) {
     const r = w.res.get(g.id);
