@@ -28,6 +28,28 @@ export interface AdmissionInput {
   leases: readonly LeaseRecord[];
   /** Queued and active reservations; terminal ones are ignored. */
   reservations: readonly ReservationRecord[];
+  /**
+   * Budget slots ({@link budgetSlot}) whose build already had a lane admitted and still has a lane
+   * queued: the slot stays taken between the lanes until the build's last lane finishes (rule 6,
+   * issue 14 item 6). The ledger computes it; absent means none.
+   */
+  keptSlots?: readonly string[];
+}
+
+/**
+ * The budget slot a reservation takes (rule 6, counted against `maxPrs`): its PR, or for CI not
+ * tied to a PR (merge CI, scheduled benchmark, background) its own build `repo@sha` — such work
+ * consumes a slot and the same GPU budgets as a PR (issue 14 item 6). Development and Deckard
+ * work take no slot: they are not CI.
+ */
+export function budgetSlot(
+  r: Pick<ReservationRecord, 'repo' | 'pr' | 'kind' | 'headSha' | 'id'>,
+): string | null {
+  const pr = prKey(r);
+  if (pr) return pr;
+  if (r.repo && (r.kind === 'merge' || r.kind === 'benchmark' || r.kind === 'background'))
+    return `${r.repo}@${r.headSha ?? r.id}`;
+  return null;
 }
 
 export interface Grant {
@@ -45,7 +67,11 @@ export type WaitCode =
   | 'budget-pr-gpus'
   | 'budget-gpus'
   | 'target-unavailable'
-  | 'pool-too-small';
+  | 'pool-too-small'
+  /** Background CI (class 20) waits while any other class waits in its pool (issue 14 item 4). */
+  | 'background-yields'
+  /** An explicit Deckard start whose idle host is restoring its service for it (issue 14 item 2). */
+  | 'restoring';
 
 export interface Wait {
   reservationId: string;
@@ -72,6 +98,16 @@ export interface AdmissionPlan {
   queueTimeouts: string[];
   /** Deckard-start requests whose host already serves: nothing to grant, the request is met. */
   satisfied: string[];
+  /**
+   * Explicit Deckard starts on an idle host with a home service: the host goes `restoring` at once
+   * (model-ready gate, bounded retries, quarantine on failure); the request is met when it serves.
+   */
+  restores: { hostId: string; reservationId: string }[];
+  /**
+   * Active pairs with a node whose heartbeat went stale: the pair fails as a unit (DESIGN.md
+   * "failed"), the healthy nodes are released, the dark ones need release until their agent returns.
+   */
+  pairLosses: { reservationId: string; lostHosts: string[]; healthyHosts: string[] }[];
   hostStates: Record<string, HostState>;
   /** Why a host that looks free cannot be granted (foreign GPU process, GPU unknown). */
   hostNotes: Record<string, string>;
@@ -155,6 +191,8 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     expiries: [],
     queueTimeouts: [],
     satisfied: [],
+    restores: [],
+    pairLosses: [],
     hostStates: {},
     hostNotes: {},
   };
@@ -167,9 +205,42 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     if (BINDING_LEASE_STATUSES.includes(l.status)) boundLease.set(l.hostId, l);
   }
 
+  // A pair whose node went dark fails as a unit within the offline threshold (issue 14 item 1):
+  // its job cannot finish on one node, so waiting for the lease TTL only keeps the healthy node.
+  const pairHosts = new Map<string, string[]>();
+  for (const l of boundLease.values()) {
+    if (l.status !== 'active') continue;
+    const list = pairHosts.get(l.reservationId) ?? [];
+    list.push(l.hostId);
+    pairHosts.set(l.reservationId, list);
+  }
+  const lostPairs = new Set<string>();
+  const activeById = new Map<string, ReservationRecord>();
+  for (const r of input.reservations) if (isActiveStatus(r.status)) activeById.set(r.id, r);
+  for (const [rid, hostIds] of pairHosts) {
+    const r = activeById.get(rid);
+    if (r?.topology !== 'pair' || r.status === 'releasing') continue;
+    const lost = hostIds.filter((id) => {
+      const h = hostsById.get(id);
+      return !h || !isHeartbeatFresh(h, now, config.timings.offlineAfterS);
+    });
+    if (lost.length === 0) continue;
+    lost.sort((a, b) => a.localeCompare(b, 'en', { numeric: true }));
+    lostPairs.add(rid);
+    plan.pairLosses.push({
+      reservationId: rid,
+      lostHosts: lost,
+      healthyHosts: hostIds
+        .filter((id) => !lost.includes(id))
+        .sort((a, b) => a.localeCompare(b, 'en', { numeric: true })),
+    });
+  }
+
   // Expiry (rule 7): an expired lease never silently frees its host.
   for (const l of boundLease.values()) {
     if (l.status !== 'active' || l.expiresAt > now) continue;
+    // a lost pair is released as a unit above; its leases do not also expire
+    if (lostPairs.has(l.reservationId)) continue;
     const host = hostsById.get(l.hostId);
     const fresh = host ? isHeartbeatFresh(host, now, config.timings.offlineAfterS) : false;
     const procs = host?.facts?.gpuProcesses;
@@ -240,12 +311,25 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     if (!isActiveStatus(r.status)) continue;
     const g = gpusOf(leasesByReservation.get(r.id) ?? []);
     totalGpus += g;
-    const key = prKey(r);
+    const key = budgetSlot(r);
     if (key) prGpus.set(key, (prGpus.get(key) ?? 0) + g);
   }
   // leases whose reservation is not in the input still hold GPUs
   for (const [rid, hostIds] of leasesByReservation) {
     if (!byId.has(rid)) totalGpus += gpusOf(hostIds);
+  }
+  // a build between its lanes keeps its slot (0 GPUs now, but the slot is taken)
+  // (it still needs a free slot itself if others took every one while it had no lane queued)
+  const keptOnly = new Set<string>();
+  if (input.keptSlots?.length) {
+    const kept = new Set(input.keptSlots);
+    for (const r of queued) {
+      const key = budgetSlot(r);
+      if (key && kept.has(key) && !prGpus.has(key)) {
+        prGpus.set(key, 0);
+        keptOnly.add(key);
+      }
+    }
   }
   // the ledger loads queued work already in this order; sort only when it is not
   for (let i = 1; i < queued.length; i++) {
@@ -294,27 +378,37 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     return text;
   };
 
-  // Busy hosts per pool in preference order, computed once; draining only consumes from the front.
   // Hosts with a home service drain last (they go back to it when freed), then preferHosts, then
-  // host id: the same choice whatever order the ledger returns hosts in, and whether or not a host
-  // was granted earlier in this pass.
+  // host id: the same choice whatever order the ledger returns hosts in.
   const drainRank = (h: HostRecord) => (h.homeService ? 1_000_000 : 0) + (prefer.indexOf(h.id) + 1 || 1001);
-  const busyByPool = new Map<string, HostRecord[]>();
-  const busyRanked = (pool: string): HostRecord[] => {
-    let list = busyByPool.get(pool);
-    if (!list) {
-      list = (poolHosts.get(pool) ?? [])
-        .filter((h) => base.get(h.id)!.kind === 'busy')
-        .sort((a, b) => drainRank(a) - drainRank(b) || a.id.localeCompare(b.id, 'en', { numeric: true }));
-      busyByPool.set(pool, list);
+  // Issue 14 item 3: a request waiting because every host is busy is next in line for the best
+  // busy host no earlier request claimed; that host is `draining` for it (its active job
+  // finishes, it accepts nothing new), so the request's check can say so. One claim per host.
+  // Busy now includes hosts granted earlier in this pass. A pool whose busy hosts are all claimed
+  // is skipped until a grant makes another host busy: this runs for every waiting request.
+  const claimedOut = new Set<string>();
+  const claimBusy = (pool: string, want: number, forId: string) => {
+    if (want <= 0 || claimedOut.has(pool)) return;
+    const busy = (poolHosts.get(pool) ?? [])
+      .filter((h) => base.get(h.id)!.kind === 'busy' && !draining.has(h.id))
+      .sort((a, b) => drainRank(a) - drainRank(b) || a.id.localeCompare(b.id, 'en', { numeric: true }));
+    let claimed = 0;
+    for (const h of busy) {
+      if (claimed >= want) break;
+      draining.set(h.id, forId);
+      claimed++;
     }
-    return list;
+    if (claimed > 0) poolBusyReason.delete(pool);
+    if (claimed === busy.length) claimedOut.add(pool);
   };
+  // Issue 14 item 4: background CI yields to every other class waiting in its pool.
+  const othersWaiting = new Set<string>();
 
   let position = 0;
   let r: ReservationRecord;
   // one closure for the whole pass (not one per request): this loop runs 10,000s of times
   const wait = (code: WaitCode, reason: string) => {
+    if (r.kind !== 'background') othersWaiting.add(r.pool);
     position++;
     plan.waits.push({ reservationId: r.id, position, code, reason });
   };
@@ -322,30 +416,64 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     const need = hostsNeeded(r.topology);
     const pool = r.pool;
 
-    // Explicit Deckard start: met at once when its host already serves.
+    // Explicit Deckard start: met at once when its host already serves; on an idle host with a
+    // home service it drives the restore path now instead of taking a lease (issue 14 item 2).
     if (r.kind === 'deckard' && r.targetHost) {
+      const target = hostsById.get(r.targetHost);
       const b = base.get(r.targetHost);
-      if (b?.kind === 'free' && b.state === 'service' && !held.has(r.targetHost)) {
-        plan.satisfied.push(r.id);
+      if (b?.kind === 'free' && !held.has(r.targetHost) && target?.homeService) {
+        if (b.state === 'service') {
+          plan.satisfied.push(r.id);
+          continue;
+        }
+        plan.restores.push({ hostId: target.id, reservationId: r.id });
+        removeFree(freeByPool, target);
+        base.set(target.id, {
+          kind: 'busy',
+          state: 'restoring',
+          why: `${target.id} restoring ${target.homeService}`,
+        });
+        poolBusyReason.delete(target.pool);
+        wait(
+          'restoring',
+          `${target.id} restoring ${target.homeService}: waiting for its model-ready health check`,
+        );
+        continue;
+      }
+      if (b?.kind === 'busy' && b.state === 'restoring') {
+        wait('restoring', `waiting for ${b.why}: model-ready health check`);
         continue;
       }
     }
 
+    if (r.kind === 'background' && othersWaiting.has(pool)) {
+      wait('background-yields', `background CI yields: other work waits in pool ${pool}`);
+      continue;
+    }
+    admitOne(need, pool);
+  }
+
+  function admitOne(need: number, pool: string): void {
     let candidates: HostRecord[];
     if (r.targetHost) {
       const target = hostsById.get(r.targetHost);
       const b = target ? base.get(target.id)! : undefined;
       if (!target || !b || target.pool !== pool) {
         wait('target-unavailable', `${r.targetHost} is not a host of pool ${pool}`);
-        continue;
+        return;
       }
       if (b.kind === 'out') {
         wait('target-unavailable', `waiting for ${b.why}`);
-        continue;
+        return;
       }
       if (b.kind === 'busy' || held.has(target.id)) {
-        // rule 4: a development request drains its target: current work finishes, nothing new starts
-        if (b.kind === 'busy' && r.kind === 'development' && !draining.has(target.id)) {
+        // rule 4: a development request drains its target: current work finishes, nothing new
+        // starts; an explicit Deckard start runs next after active work (issue 14 item 2)
+        if (
+          b.kind === 'busy' &&
+          (r.kind === 'development' || r.kind === 'deckard') &&
+          !draining.has(target.id)
+        ) {
           draining.set(target.id, r.id);
           poolBusyReason.delete(pool);
         }
@@ -356,7 +484,7 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
             ? `${target.id} held for ${by}`
             : `${target.id} draining: ${b.kind === 'busy' ? b.why : ''}; active job finishing`,
         );
-        continue;
+        return;
       }
       candidates = [target];
       if (need > 1) {
@@ -370,9 +498,11 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
         r.kind !== 'development' &&
         need <= (schedulableByPool.get(pool) ?? 0)
       ) {
-        // hot path for a long queue behind a busy pool: nothing to take, hold or drain
+        // hot path for a long queue behind a busy pool: nothing to take or hold; the first
+        // requests claim the busy hosts they are next in line for (issue 14 item 3)
+        claimBusy(pool, need, r.id);
         wait('hosts-busy', describePool(pool));
-        continue;
+        return;
       }
       const schedulable = schedulableByPool.get(pool) ?? 0;
       if (schedulable < need) {
@@ -380,7 +510,7 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
           'pool-too-small',
           `needs ${need} host${need > 1 ? 's' : ''} in pool ${pool}; ${schedulable} schedulable now`,
         );
-        continue;
+        return;
       }
       candidates = (freeByPool.get(pool) ?? []).slice(0, need);
     }
@@ -393,18 +523,9 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
         removeFree(freeByPool, h);
       }
       if (candidates.length > 0) poolBusyReason.delete(pool);
-      if (r.kind === 'development') {
-        // rule 4 for an untargeted request: the best busy hosts drain for it
-        const busy = busyRanked(pool);
-        let want = need - candidates.length;
-        while (want > 0 && busy.length > 0) {
-          const h = busy.shift()!;
-          if (draining.has(h.id) || base.get(h.id)!.kind !== 'busy') continue;
-          draining.set(h.id, r.id);
-          poolBusyReason.delete(pool);
-          want--;
-        }
-      }
+      // rule 4 for an untargeted development request, and issue 14 item 3 for all others: the
+      // best busy hosts no earlier request claimed drain for it
+      claimBusy(pool, need - candidates.length, r.id);
       if (candidates.length > 0) {
         wait(
           'held-for-pair',
@@ -413,31 +534,35 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
       } else {
         wait('hosts-busy', describePool(pool));
       }
-      continue;
+      return;
     }
 
     const g = gpusOf(candidates.map((h) => h.id));
-    const key = prKey(r);
+    const key = budgetSlot(r);
     if (key) {
       const mine = prGpus.get(key);
-      if (mine === undefined && prGpus.size >= maxPrs) {
-        wait('budget-prs', `budget: ${prGpus.size} PRs admitted (limit ${maxPrs})`);
-        continue;
+      const others = prGpus.size - (mine === undefined ? 0 : 1);
+      if ((mine === undefined || keptOnly.has(key)) && others >= maxPrs) {
+        wait('budget-prs', `budget: ${others} PRs admitted (limit ${maxPrs})`);
+        return;
       }
       if ((mine ?? 0) + g > maxGpusPerPr) {
         wait('budget-pr-gpus', `budget: ${key} holds ${mine ?? 0} of ${maxGpusPerPr} GPUs per PR`);
-        continue;
+        return;
       }
     }
     if (totalGpus + g > maxGpus) {
       wait('budget-gpus', `budget: ${totalGpus} of ${maxGpus} GPUs in use`);
-      continue;
+      return;
     }
 
     for (const h of candidates) removeFree(freeByPool, h);
     poolBusyReason.delete(pool);
     totalGpus += g;
-    if (key) prGpus.set(key, (prGpus.get(key) ?? 0) + g);
+    if (key) {
+      prGpus.set(key, (prGpus.get(key) ?? 0) + g);
+      keptOnly.delete(key);
+    }
     const lend = candidates.filter((h) => {
       const b = base.get(h.id)!;
       return b.kind === 'free' && b.state === 'service';
@@ -450,6 +575,7 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     });
     for (const h of candidates)
       base.set(h.id, { kind: 'busy', state: 'allocated', why: `${h.id} allocated to ${r.id}` });
+    claimedOut.delete(pool);
   }
 
   for (const [hostId, reservationId] of draining) plan.draining.push({ hostId, reservationId });

@@ -53,6 +53,7 @@ export const LEDGER_EVENTS = [
   'alert.restore_failed',
   'alert.emergency_terminate',
   'alert.foreign_job',
+  'alert.pair_node_lost',
   // credentials and repositories
   'token.created',
   'token.revoked',

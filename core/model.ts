@@ -97,6 +97,12 @@ export const OUTCOMES = [
   'queue_timeout',
   // a Deckard start whose host already serves: met without a lease
   'already_serving',
+  // a Deckard start that drove the restore path: met when the model-ready gate passed, or ended
+  // when the restore failed past its retry budget and the host was quarantined (issue 14 item 2)
+  'restored',
+  'restore_failed',
+  // a pair whose node lost contact: failed as a unit (issue 14 item 1)
+  'pair_node_lost',
   // released by a person or by the lease running out
   'released',
   'recovered',

@@ -29,7 +29,8 @@ export const LEASE_TRANSITIONS: Readonly<Record<LeaseStatus, readonly LeaseStatu
 };
 
 export const HOST_PHASE_TRANSITIONS: Readonly<Record<HostPhase, readonly HostPhase[]>> = {
-  idle: ['allocated', 'service', 'quarantined'],
+  // idle → restoring: an explicit Deckard start drives the restore path (issue 14 item 2)
+  idle: ['allocated', 'service', 'restoring', 'quarantined'],
   service: ['allocated', 'idle', 'restoring', 'quarantined'],
   allocated: ['cleaning', 'release-required'],
   cleaning: ['idle', 'restoring', 'release-required'],

@@ -74,13 +74,14 @@ export function githubWebBase(apiUrl: string): string {
 
 export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; queue: QueueView }> {
   const now = ledger.clock();
-  const { hostRows, leaseRows, resvRows } = await ledger.loadAdmissionInput(undefined);
+  const { hostRows, leaseRows, resvRows, keptSlots } = await ledger.loadAdmissionInput(undefined);
   const plan = planAdmission({
     now,
     config: ledger.config,
     hosts: hostRows.map(toHostRecord),
     leases: leaseRows.map(toLeaseRecord),
     reservations: resvRows.map(toReservationRecord),
+    keptSlots,
   });
   const web = githubWebBase(ledger.config.github.apiUrl);
   const resvById = new Map(resvRows.map((r) => [r.id, r]));

@@ -163,6 +163,18 @@ function renderResult(
           `A job that is not the admitted one took the reservation's runner; the runner was stopped and the work failed. ${r.reason ?? ''}${ending}`.trim(),
         ),
       };
+    case 'pair_node_lost':
+      // the seed's words; final at once, even while the dark node still awaits its agent
+      return {
+        status: 'completed',
+        conclusion: 'failure',
+        title: (r.reason ?? 'a node lost contact during a pair run — pair failed as a unit')
+          .replace(/^spark-(\d+)/, (m) => displayHost(m))
+          .slice(0, 120),
+        summary: summary(
+          `${r.reason ?? 'A node lost contact during a pair run.'} The healthy node's runner was stopped and its evidence kept; the node that lost contact stays release-required until its agent returns and confirms cleanup.${ending}`,
+        ),
+      };
     case 'queue_timeout':
       return {
         status: 'completed',

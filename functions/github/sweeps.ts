@@ -10,6 +10,7 @@ import * as q from '../ledger/queries.ts';
 import { enabledRepository } from '../ledger/queries.ts';
 import {
   beginRelease,
+  countQueuedOtherThan,
   createReservation,
   getReservation,
   queuedOfKind,
@@ -153,6 +154,15 @@ export async function runSchedules(svc: GitHubService): Promise<string[]> {
     const last = Number(mark);
     const due = cron.nextRun(new Date(last));
     if (!due || due.getTime() > now) continue;
+    if (s.kind === 'background') {
+      // the seed's opportunistic queue: background CI is queued only while the fleet would
+      // otherwise idle; a due slot stays due (fires once) until nothing else waits
+      const others = await countQueuedOtherThan(ledger, undefined, 'background');
+      if (others > 0) {
+        svc.log.info('background CI deferred: other work is queued', { schedule: i, queued: others });
+        continue;
+      }
+    }
     const repo = await enabledRepository(ledger, s.repo);
     if (!repo) continue;
     let sha: string;

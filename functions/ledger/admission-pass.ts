@@ -1,10 +1,11 @@
-import { and, asc, desc, eq, inArray, sql } from 'drizzle-orm';
-import { type AdmissionPlan, planAdmission } from '../../core/admission.ts';
+import { and, asc, desc, eq, inArray, isNotNull, sql } from 'drizzle-orm';
+import { type AdmissionPlan, budgetSlot, planAdmission } from '../../core/admission.ts';
 import {
   BINDING_LEASE_STATUSES,
   type HostPhase,
   isReleasableStatus,
   OPEN_STATUSES,
+  type ReservationKind,
   type ReservationStatus,
 } from '../../core/model.ts';
 import { assertHostTransition, assertReservationTransition } from '../../core/state-machines.ts';
@@ -12,7 +13,13 @@ import type { Tx } from './db.ts';
 import { setHostPhase } from './hosts.ts';
 import { setLeaseStatus } from './leases.ts';
 import { beginRelease, transitionReservation } from './reservations.ts';
-import { toHostRecord, toLeaseRecord, toReservationRecord } from './rows.ts';
+import {
+  type HostRow,
+  type ReservationRow,
+  toHostRecord,
+  toLeaseRecord,
+  toReservationRecord,
+} from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
 
@@ -41,7 +48,39 @@ export async function loadAdmissionInput(s: LedgerStore, tx: Tx | undefined) {
       // admission order, so the engine need not sort (priority desc, then FIFO)
       .orderBy(desc(t.reservations.priority), asc(t.reservations.seq)),
   ]);
-  return { hostRows, leaseRows, resvRows };
+  return { hostRows, leaseRows, resvRows, keptSlots: await keptSlotsOf(q, resvRows) };
+}
+
+/**
+ * Rule 6 between lanes (issue 14 item 6): the budget slots of queued lanes whose build (same
+ * slot, same head SHA) already had a lane granted. Such a build keeps its slot until its last
+ * lane finishes, so a third PR cannot take the slot between a PR's two lanes.
+ */
+async function keptSlotsOf(q: Tx | LedgerStore['db'], open: ReservationRow[]): Promise<string[]> {
+  const queued = open.filter((r) => r.status === 'queued' && r.repo != null && r.headSha != null);
+  if (queued.length === 0) return [];
+  const shas = [...new Set(queued.map((r) => r.headSha!))].slice(0, 500);
+  const granted = await q
+    .select({
+      id: t.reservations.id,
+      kind: t.reservations.kind,
+      repo: t.reservations.repo,
+      pr: t.reservations.pr,
+      headSha: t.reservations.headSha,
+    })
+    .from(t.reservations)
+    .where(and(inArray(t.reservations.headSha, shas), isNotNull(t.reservations.grantedAt)));
+  const admitted = new Set<string>();
+  for (const g of granted) {
+    const slot = budgetSlot({ ...g, kind: g.kind as ReservationKind });
+    if (slot) admitted.add(`${slot} ${g.headSha}`);
+  }
+  const kept = new Set<string>();
+  for (const r of queued) {
+    const slot = budgetSlot({ ...r, kind: r.kind as ReservationKind });
+    if (slot && admitted.has(`${slot} ${r.headSha}`)) kept.add(slot);
+  }
+  return [...kept];
 }
 
 /**
@@ -53,13 +92,14 @@ export async function loadAdmissionInput(s: LedgerStore, tx: Tx | undefined) {
  */
 export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResult> {
   return s.write(async (tx, now, changed) => {
-    const { hostRows, leaseRows, resvRows } = await loadAdmissionInput(s, tx);
+    const { hostRows, leaseRows, resvRows, keptSlots } = await loadAdmissionInput(s, tx);
     const plan = planAdmission({
       now,
       config: s.config,
       hosts: hostRows.map(toHostRecord),
       leases: leaseRows.map(toLeaseRecord),
       reservations: resvRows.map(toReservationRecord),
+      keptSlots,
     });
     const resvById = new Map(resvRows.map((r) => [r.id, r]));
     const hostById = new Map(hostRows.map((h) => [h.id, h]));
@@ -85,11 +125,46 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
 
     for (const id of plan.satisfied) {
       const r = resvById.get(id)!;
-      // an explicit Deckard start whose host already serves: met without a lease
-      await transitionReservation(s, tx, now, r, 'done', `${r.targetHost} already serving`, actor, {
-        outcome: 'already_serving',
-      });
+      // an explicit Deckard start whose host serves: met without a lease — by the restore it
+      // started (issue 14 item 2) or because the host already served
+      const restored = r.waitCode === 'restoring';
+      await transitionReservation(
+        s,
+        tx,
+        now,
+        r,
+        'done',
+        restored ? `${r.targetHost} restored: model-ready health passed` : `${r.targetHost} already serving`,
+        actor,
+        { outcome: restored ? 'restored' : 'already_serving' },
+      );
       changed.add('reservation');
+    }
+
+    for (const rs of plan.restores) {
+      // an explicit Deckard start on an idle host drives the agent's restore path now: the host
+      // goes `restoring` (desired state `restore`: model-ready gate, bounded retries, quarantine)
+      const host = hostById.get(rs.hostId)!;
+      await tx
+        .update(t.hosts)
+        .set({ restoreAttempts: 0, restoreNotBefore: null })
+        .where(eq(t.hosts.id, host.id));
+      await setHostPhase(
+        s,
+        tx,
+        now,
+        host,
+        'restoring',
+        `explicit ${host.homeService} start ${rs.reservationId}`,
+        actor,
+      );
+      changed.add(`host:${host.id}`).add('reservation');
+    }
+
+    for (const loss of plan.pairLosses) {
+      await failLostPair(s, tx, now, loss, hostById, actor);
+      changed.add('reservation');
+      for (const h of [...loss.lostHosts, ...loss.healthyHosts]) changed.add(`host:${h}`);
     }
 
     for (const ex of plan.expiries) {
@@ -244,5 +319,49 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
       }
     }
     return result;
+  });
+}
+
+/**
+ * A pair node went dark (issue 14 item 1): the pair fails as a unit. Every lease goes to
+ * `releasing` (the healthy node's agent stops the runner it started and keeps its evidence); the
+ * dark node is `release-required` until its agent returns and confirms cleanup (rule 7: nothing
+ * there is assumed gone, nothing is granted there).
+ */
+async function failLostPair(
+  s: LedgerStore,
+  tx: Tx,
+  now: number,
+  loss: AdmissionPlan['pairLosses'][number],
+  hostById: Map<string, HostRow>,
+  actor: string,
+): Promise<void> {
+  const lost = loss.lostHosts.join(' and ');
+  const cause = `${lost} lost contact during a pair run — pair failed as a unit`;
+  await beginRelease(s, loss.reservationId, 'pair_node_lost', cause, actor, tx);
+  await tx.update(t.reservations).set({ reason: cause }).where(eq(t.reservations.id, loss.reservationId));
+  for (const id of loss.lostHosts) {
+    const host = hostById.get(id);
+    if (!host) continue;
+    // beginRelease moved it to cleaning; re-read so the transition starts from the stored phase
+    const fresh = (await tx.select().from(t.hosts).where(eq(t.hosts.id, id)))[0];
+    if (fresh?.phase !== 'cleaning') continue;
+    await setHostPhase(
+      s,
+      tx,
+      now,
+      fresh,
+      'release-required',
+      `lost contact during pair run ${loss.reservationId}; released only when its agent confirms cleanup`,
+      actor,
+    );
+  }
+  await s.record(tx, now, {
+    subjectType: 'reservation',
+    subjectId: loss.reservationId,
+    type: 'alert.pair_node_lost',
+    cause,
+    actor,
+    data: { lostHosts: loss.lostHosts, healthyHosts: loss.healthyHosts },
   });
 }

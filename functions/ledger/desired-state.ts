@@ -56,6 +56,10 @@ export async function computeDesiredState(
 
   if (host.phase === 'quarantined') {
     desired = { state: 'hold', reason: quarantineReason(host) };
+  } else if (host.phase === 'release-required' && lease?.status === 'releasing' && ref) {
+    // the controller asked for this release (a pair that lost this node, issue 14 item 1): once
+    // the agent is back it stops what it started and confirms cleanup, which frees the host
+    desired = { state: 'clean', lease: ref };
   } else if (host.phase === 'release-required') {
     desired = {
       state: 'hold',

@@ -1,9 +1,10 @@
-import { eq } from 'drizzle-orm';
+import { and, eq } from 'drizzle-orm';
 import type { HostFacts, HostPhase } from '../../core/model.ts';
 import { assertHostTransition } from '../../core/state-machines.ts';
 import { conflict, notFound } from '../errors.ts';
 import type { Tx } from './db.ts';
 import { renewOnHeartbeat } from './leases.ts';
+import { transitionReservation } from './reservations.ts';
 import type { HostRow } from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
@@ -181,6 +182,29 @@ export function recordRestore(
         `restore failed ${attempts} times: ${detail}`.slice(0, 500),
         actor,
       );
+      // an explicit start that drove this restore ends with it (issue 14 item 2)
+      const starts = await tx
+        .select()
+        .from(t.reservations)
+        .where(
+          and(
+            eq(t.reservations.kind, 'deckard'),
+            eq(t.reservations.targetHost, hostId),
+            eq(t.reservations.status, 'queued'),
+          ),
+        );
+      for (const r of starts) {
+        await transitionReservation(
+          s,
+          tx,
+          now,
+          r,
+          'failed',
+          `${host.homeService} restore failed ${attempts} times; ${hostId} quarantined until an operator clears it`,
+          actor,
+          { outcome: 'restore_failed' },
+        );
+      }
       await s.record(tx, now, {
         subjectType: 'host',
         subjectId: hostId,

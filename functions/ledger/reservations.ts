@@ -266,6 +266,22 @@ export async function queuedOfKind(
     );
 }
 
+/**
+ * How many queued reservations of any class but `kind` wait: background CI is queued only while
+ * nothing else waits, i.e. while the fleet would otherwise idle (issue 14 item 4).
+ */
+export async function countQueuedOtherThan(
+  s: LedgerStore,
+  tx: Tx | undefined,
+  kind: ReservationKind,
+): Promise<number> {
+  const rows = await (tx ?? s.db)
+    .select({ n: sql<number>`count(*)` })
+    .from(t.reservations)
+    .where(and(eq(t.reservations.status, 'queued'), sql`${t.reservations.kind} <> ${kind}`));
+  return Number(rows[0]?.n ?? 0);
+}
+
 /** Moves a granted reservation forward (allocated → preparing → running). */
 export function advanceReservation(
   s: LedgerStore,
@@ -333,7 +349,9 @@ export async function recordJobOutcome(
   data: Record<string, unknown>,
 ): Promise<Outcome> {
   const now = s.clock();
-  const outcome: Outcome = r.outcome === 'failed' ? 'failed' : reported;
+  // a pair failed as a unit stays failed for the node that lost contact (issue 14 item 1)
+  const sticky = r.outcome === 'failed' || r.outcome === 'pair_node_lost';
+  const outcome: Outcome = sticky ? (r.outcome as Outcome) : reported;
   await tx.update(t.reservations).set({ outcome, updatedAt: now }).where(eq(t.reservations.id, r.id));
   r.outcome = outcome;
   await s.record(tx, now, {

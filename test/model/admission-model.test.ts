@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, it } from 'vitest';
-import { type AdmissionInput, planAdmission } from '../../core/admission.ts';
+import { type AdmissionInput, budgetSlot, planAdmission } from '../../core/admission.ts';
 import type { HostRecord, LeaseRecord, ReservationRecord } from '../../core/model.ts';
 import { assertReachedEveryRule, bringUp, commandArbs, configArb, report, type Sut } from './commands.ts';
 import { factsOf, newWorld, type World } from './world.ts';
@@ -57,7 +57,24 @@ function admissionInput(w: World): AdmissionInput {
       queueDeadline: r.deadline,
       ttlS: r.ttlS,
     }));
-  return { now: w.now, config: w.cfg, hosts, leases, reservations };
+  // what the ledger's loadAdmissionInput derives from granted_at: builds between their lanes
+  const all = [...w.res.values()];
+  const wasGranted = (x: (typeof all)[number]) =>
+    ['allocated', 'preparing', 'running', 'releasing', 'done'].includes(x.status) ||
+    (x.status === 'failed' && x.outcome !== 'queue_timeout' && x.outcome !== 'restore_failed');
+  const slotOf = (x: (typeof all)[number]) =>
+    budgetSlot({ id: x.id, kind: x.kind, repo: x.repo, pr: x.pr, headSha: x.sha });
+  const keptSlots = [
+    ...new Set(
+      all
+        .filter((r) => r.status === 'queued' && slotOf(r) != null)
+        .filter((r) =>
+          all.some((x) => x.id !== r.id && slotOf(x) === slotOf(r) && x.sha === r.sha && wasGranted(x)),
+        )
+        .map((r) => slotOf(r)!),
+    ),
+  ];
+  return { now: w.now, config: w.cfg, hosts, leases, reservations, keptSlots };
 }
 
 const engine: Sut = {

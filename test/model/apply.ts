@@ -12,6 +12,12 @@ export function fromPlan(plan: AdmissionPlan): Prediction {
     expiries: plan.expiries.map((e) => ({ leaseId: e.leaseId, outcome: e.outcome })),
     timeouts: plan.queueTimeouts,
     satisfied: plan.satisfied,
+    restores: plan.restores.map((x) => ({ host: x.hostId, id: x.reservationId })),
+    pairLosses: plan.pairLosses.map((x) => ({
+      id: x.reservationId,
+      lost: x.lostHosts,
+      healthy: x.healthyHosts,
+    })),
     hostStates: plan.hostStates,
     noted: Object.keys(plan.hostNotes),
   };
@@ -27,6 +33,8 @@ export function canonical(p: Prediction): Prediction {
     expiries: by(p.expiries, (e) => e.leaseId),
     timeouts: [...p.timeouts].sort(),
     satisfied: [...p.satisfied].sort(),
+    restores: by(p.restores, (x) => x.host),
+    pairLosses: by(p.pairLosses, (x) => x.id),
     noted: [...p.noted].sort(),
   };
 }
@@ -49,8 +57,21 @@ export function applyPlan(w: World, p: Prediction, tokenFor: (resId: string, hos
   for (const id of p.satisfied) {
     const r = w.res.get(id)!;
     r.status = 'done';
-    r.outcome = 'already_serving';
+    r.outcome = r.wait === 'restoring' ? 'restored' : 'already_serving';
     r.wait = null;
+  }
+  for (const x of p.restores) {
+    const h = w.hosts.get(x.host)!;
+    h.phase = 'restoring';
+    h.restoreAttempts = 0;
+  }
+  for (const x of p.pairLosses) {
+    // the pair fails as a unit; the dark node needs release until its agent confirms cleanup
+    beginRelease(w, x.id, 'pair_node_lost');
+    for (const id of x.lost) {
+      const h = w.hosts.get(id)!;
+      if (h.phase === 'cleaning') h.phase = 'release-required';
+    }
   }
   for (const e of p.expiries) {
     const l = w.leases.find((x) => x.id === e.leaseId)!;

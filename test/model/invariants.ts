@@ -17,12 +17,42 @@ function must(ok: boolean, rule: string, what: () => string): asserts ok {
 }
 
 const need = (r: MRes) => (r.topology === 'pair' ? 2 : 1);
-const prOf = (r: Pick<MRes, 'repo' | 'pr'>) => (r.repo && r.pr != null ? `${r.repo}#${r.pr}` : null);
+// rule 6 slots: a PR, or a non-PR CI build of its own (issue 14 item 6)
+const prOf = (r: Pick<MRes, 'repo' | 'pr' | 'kind' | 'sha' | 'id'>) =>
+  r.repo && r.pr != null
+    ? `${r.repo}#${r.pr}`
+    : r.repo && ['merge', 'benchmark', 'background'].includes(r.kind)
+      ? `${r.repo}@${r.sha ?? r.id}`
+      : null;
+
+/**
+ * Rule 6 between lanes (issue 14 item 6): a build whose lane was granted keeps its slot while
+ * another lane of it (same slot, same SHA) waits, so no new slot may be granted over it.
+ */
+function withKeptSlots(w: World, u: Usage): Usage {
+  const out: Usage = { gpus: u.gpus, prs: new Map(u.prs), kept: new Set() };
+  const granted = (x: MRes) =>
+    ['allocated', 'preparing', 'running', 'releasing', 'done'].includes(x.status) ||
+    (x.status === 'failed' && x.outcome !== 'queue_timeout' && x.outcome !== 'restore_failed');
+  const all = [...w.res.values()];
+  for (const r of all) {
+    const key = prOf(r);
+    // a lane timing out in this pass keeps nothing
+    if (r.status !== 'queued' || r.deadline <= w.now || !key || out.prs.has(key)) continue;
+    if (all.some((x) => x.id !== r.id && prOf(x) === key && x.sha === r.sha && granted(x))) {
+      out.prs.set(key, 0);
+      out.kept!.add(key);
+    }
+  }
+  return out;
+}
 const order = (a: MRes, b: MRes) => b.priority - a.priority || a.seq - b.seq;
 
 interface Usage {
   gpus: number;
   prs: Map<string, number>;
+  /** Slots held only by a build between its lanes (no active work of it now). */
+  kept?: Set<string>;
 }
 
 /** GPUs and PRs held by work from grant until termination is confirmed (rule 6). */
@@ -45,7 +75,8 @@ export function usage(w: World): Usage {
 function fits(w: World, u: Usage, r: MRes, gpus: number): boolean {
   const { maxPrs, maxGpusPerPr, maxGpus } = w.cfg.budgets;
   const key = prOf(r);
-  if (key && !u.prs.has(key) && u.prs.size >= maxPrs) return false;
+  const others = u.prs.size - (key && u.prs.has(key) ? 1 : 0);
+  if (key && (!u.prs.has(key) || u.kept?.has(key)) && others >= maxPrs) return false;
   if (key && (u.prs.get(key) ?? 0) + gpus > maxGpusPerPr) return false;
   return u.gpus + gpus <= maxGpus;
 }
@@ -85,8 +116,24 @@ export function checkPass(w: World, plan: Prediction): void {
     );
   }
 
+  // an explicit Deckard start takes its idle host to restore it (issue 14 item 2): only an idle
+  // host with a home service, targeted by that queued start
   const taken = new Set<string>();
-  const after = usage(w);
+  for (const x of plan.restores) {
+    const h = w.hosts.get(x.host)!;
+    const r = w.res.get(x.id)!;
+    must(
+      st.get(h.id)!.is === 'free' &&
+        h.phase === 'idle' &&
+        h.home != null &&
+        r.kind === 'deckard' &&
+        r.target === h.id,
+      'Deckard start',
+      () => `${x.id} restores ${x.host}, which is not its idle service host`,
+    );
+    taken.add(x.host);
+  }
+  const after = withKeptSlots(w, usage(w));
   for (const g of plan.grants) {
     const r = w.res.get(g.id);
     must(r?.status === 'queued' && r.deadline > w.now, 'rule 1', () => `${g.id} granted but not waiting`);
@@ -124,7 +171,10 @@ export function checkPass(w: World, plan: Prediction): void {
     );
     after.gpus += gpus;
     const key = prOf(r);
-    if (key) after.prs.set(key, (after.prs.get(key) ?? 0) + gpus);
+    if (key) {
+      after.prs.set(key, (after.prs.get(key) ?? 0) + gpus);
+      after.kept?.delete(key);
+    }
   }
 
   const held = new Map(plan.holds.map((h) => [h.host, h.id]));
@@ -169,6 +219,21 @@ export function checkPass(w: World, plan: Prediction): void {
         throw new RuleViolation(`rule 1: ${r.id} granted ${g.hosts} while earlier ${q.id} waits`);
       }
     }
+    const code = plan.waits.find((x) => x.id === q.id)?.code;
+    if (code === 'background-yields') {
+      // issue 14 item 4: background CI yields only to other work waiting in its pool
+      must(
+        plan.waits.some((x) => {
+          const o = w.res.get(x.id)!;
+          return o.kind !== 'background' && o.pool === q.pool;
+        }),
+        'background yields',
+        () => `${q.id} yields but no other class waits in pool ${q.pool}`,
+      );
+      continue;
+    }
+    // an explicit Deckard start waits on its host's restore (issue 14 item 2)
+    if (code === 'restoring') continue;
     // work conservation: no schedulable host idles while a grantable request waits
     const pool = free.filter((h) => h.pool === q.pool);
     const mine = q.target ? pool.filter((h) => h.id === q.target) : [];

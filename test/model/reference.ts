@@ -17,7 +17,9 @@ export type WaitCode =
   | 'budget-pr-gpus'
   | 'budget-gpus'
   | 'target-unavailable'
-  | 'pool-too-small';
+  | 'pool-too-small'
+  | 'background-yields'
+  | 'restoring';
 
 export interface Prediction {
   grants: { id: string; hosts: string[]; lend: string[]; gpus: number }[];
@@ -27,6 +29,10 @@ export interface Prediction {
   expiries: { leaseId: string; outcome: 'release' | 'release-required' }[];
   timeouts: string[];
   satisfied: string[];
+  /** Explicit Deckard starts that send their idle host restoring (issue 14 item 2). */
+  restores: { host: string; id: string }[];
+  /** Active pairs with a node gone dark: failed as a unit (issue 14 item 1). */
+  pairLosses: { id: string; lost: string[]; healthy: string[] }[];
   hostStates: Record<string, HostState>;
   /** Hosts that look free but are kept out for what their GPU shows (foreign process / unknown). */
   noted: string[];
@@ -67,15 +73,34 @@ export function predict(w: World): Prediction {
     expiries: [],
     timeouts: [],
     satisfied: [],
+    restores: [],
+    pairLosses: [],
     hostStates: {},
     noted: [],
   };
   const { budgets, preferHosts } = w.cfg;
   const hosts = [...w.hosts.values()];
 
+  // issue 14 item 1: an active pair with a node whose heartbeat is stale fails as a unit
+  const lostPairs = new Set<string>();
+  for (const r of w.res.values()) {
+    if (r.topology !== 'pair' || !['allocated', 'preparing', 'running'].includes(r.status)) continue;
+    const mine = w.leases.filter((l) => l.resId === r.id && l.status === 'active').map((l) => l.hostId);
+    const lost = mine.filter((id) => !isFresh(w, w.hosts.get(id)!));
+    if (lost.length === 0) continue;
+    const byNumber = (a: string, b: string) => hostNumber(a) - hostNumber(b);
+    lostPairs.add(r.id);
+    p.pairLosses.push({
+      id: r.id,
+      lost: lost.sort(byNumber),
+      healthy: mine.filter((id) => !lost.includes(id)).sort(byNumber),
+    });
+  }
+
   // rule 7: an expired lease never frees its host; it is released only if the GPU is known clean
   for (const l of w.leases) {
     if (l.status !== 'active' || l.expiresAt > w.now) continue;
+    if (lostPairs.has(l.resId)) continue;
     const h = w.hosts.get(l.hostId)!;
     const clean = isFresh(w, h) && h.reported && h.procs === 0;
     p.expiries.push({ leaseId: l.id, outcome: clean ? 'release' : 'release-required' });
@@ -101,15 +126,37 @@ export function predict(w: World): Prediction {
   const held = new Map<string, string>();
   const draining = new Map<string, string>();
   const granted = new Set<string>();
-  const freeNow = (h: MHost) => st.get(h.id)!.is === 'free' && !held.has(h.id) && !granted.has(h.id);
-  const busyNow = (h: MHost) => st.get(h.id)!.is === 'busy' || granted.has(h.id);
+  // idle service hosts an explicit Deckard start sends restoring in this pass
+  const restoring = new Set<string>();
+  const freeNow = (h: MHost) =>
+    st.get(h.id)!.is === 'free' && !held.has(h.id) && !granted.has(h.id) && !restoring.has(h.id);
+  const busyNow = (h: MHost) => st.get(h.id)!.is === 'busy' || granted.has(h.id) || restoring.has(h.id);
+  // a service host drains last (it goes back to its service when freed), then preference, number
+  const drainOrder = (a: MHost, b: MHost) =>
+    Number(a.home != null) - Number(b.home != null) ||
+    preferIndex(a.id) - preferIndex(b.id) ||
+    hostNumber(a.id) - hostNumber(b.id);
+  // issue 14 item 3: waiting for hosts, a request is next in line for the best busy hosts no
+  // earlier request claimed; they drain for it
+  const claim = (r: MRes, want: number) => {
+    const busy = hosts.filter((h) => h.pool === r.pool && busyNow(h) && !draining.has(h.id)).sort(drainOrder);
+    for (const h of busy.slice(0, Math.max(0, want))) draining.set(h.id, r.id);
+  };
+  // issue 14 item 4: background CI waits while any other class waits in its pool
+  const othersWaiting = new Set<string>();
   const schedulable = (pool: string) =>
     hosts.filter((h) => h.pool === pool && st.get(h.id)!.is !== 'out').length;
 
   // rule 6: usage counts every binding lease, from grant until termination is confirmed
   let gpusInUse = 0;
   const prUse = new Map<string, number>();
-  const prOf = (r: Pick<MRes, 'repo' | 'pr'>) => (r.repo && r.pr != null ? `${r.repo}#${r.pr}` : null);
+  // a PR's slot, or a non-PR CI build's own slot (issue 14 item 6)
+  const prOf = (r: Pick<MRes, 'repo' | 'pr' | 'kind' | 'sha' | 'id'>) =>
+    r.repo && r.pr != null
+      ? `${r.repo}#${r.pr}`
+      : r.repo && ['merge', 'benchmark', 'background'].includes(r.kind)
+        ? `${r.repo}@${r.sha ?? r.id}`
+        : null;
   for (const r of w.res.values()) {
     if (!isActive(r.status)) continue;
     const key = prOf(r);
@@ -132,16 +179,54 @@ export function predict(w: World): Prediction {
   }
   // rule 1: priority desc, then arrival
   queue.sort((a, b) => b.priority - a.priority || a.seq - b.seq);
+  // rule 6 between lanes: a build (slot + SHA) with a lane that was granted keeps its slot while
+  // another lane of it waits
+  const wasGranted = (x: MRes) =>
+    ['allocated', 'preparing', 'running', 'releasing', 'done'].includes(x.status) ||
+    (x.status === 'failed' && x.outcome !== 'queue_timeout' && x.outcome !== 'restore_failed');
+  const keptOnly = new Set<string>();
+  for (const r of queue) {
+    const key = prOf(r);
+    if (!key || prUse.has(key)) continue;
+    const sibling = [...w.res.values()].some(
+      (x) => x.id !== r.id && prOf(x) === key && x.sha === r.sha && wasGranted(x),
+    );
+    if (sibling) {
+      prUse.set(key, 0);
+      keptOnly.add(key);
+    }
+  }
 
   let position = 0;
-  const wait = (r: MRes, code: WaitCode) => p.waits.push({ id: r.id, position: ++position, code });
+  const wait = (r: MRes, code: WaitCode) => {
+    if (r.kind !== 'background') othersWaiting.add(r.pool);
+    p.waits.push({ id: r.id, position: ++position, code });
+  };
 
   for (const r of queue) {
     const need = r.topology === 'pair' ? 2 : 1;
     const target = r.target ? w.hosts.get(r.target) : undefined;
-    // an explicit Deckard start is met by a host that already serves
-    if (r.kind === 'deckard' && target && freeNow(target) && target.phase === 'service') {
-      p.satisfied.push(r.id);
+    // an explicit Deckard start is met by a host that already serves, and sends an idle host
+    // with a home service restoring at once (issue 14 item 2)
+    if (r.kind === 'deckard' && target && freeNow(target) && target.home != null) {
+      if (target.phase === 'service') {
+        p.satisfied.push(r.id);
+        continue;
+      }
+      restoring.add(target.id);
+      p.restores.push({ host: target.id, id: r.id });
+      wait(r, 'restoring');
+      continue;
+    }
+    if (r.kind === 'deckard' && target) {
+      const s = st.get(target.id)!;
+      if (restoring.has(target.id) || (s.is === 'busy' && s.state === 'restoring')) {
+        wait(r, 'restoring');
+        continue;
+      }
+    }
+    if (r.kind === 'background' && othersWaiting.has(r.pool)) {
+      wait(r, 'background-yields');
       continue;
     }
     let pick: MHost[];
@@ -152,7 +237,7 @@ export function predict(w: World): Prediction {
       }
       if (!freeNow(target)) {
         // rule 4: development drains its target; rule 3: a held target stays with its pair
-        if (r.kind === 'development' && busyNow(target) && !draining.has(target.id))
+        if ((r.kind === 'development' || r.kind === 'deckard') && busyNow(target) && !draining.has(target.id))
           draining.set(target.id, r.id);
         wait(r, held.has(target.id) ? 'held-for-pair' : 'hosts-busy');
         continue;
@@ -175,30 +260,17 @@ export function predict(w: World): Prediction {
         held.set(h.id, r.id);
         p.holds.push({ host: h.id, id: r.id });
       }
-      if (r.kind === 'development') {
-        // rule 4 untargeted: the best busy hosts drain for it; a service host last, as it goes
-        // back to its service when freed (spark-1 stays with Deckard)
-        let want = need - pick.length;
-        const busy = hosts
-          .filter((h) => h.pool === r.pool && busyNow(h) && !draining.has(h.id))
-          .sort(
-            (a, b) =>
-              Number(a.home != null) - Number(b.home != null) ||
-              preferIndex(a.id) - preferIndex(b.id) ||
-              hostNumber(a.id) - hostNumber(b.id),
-          );
-        for (const h of busy) {
-          if (want-- <= 0) break;
-          draining.set(h.id, r.id);
-        }
-      }
+      // rule 4 untargeted (development) and issue 14 item 3 (everyone else): claim busy hosts
+      claim(r, need - pick.length);
       wait(r, pick.length > 0 ? 'held-for-pair' : 'hosts-busy');
       continue;
     }
 
     const g = pick.reduce((n, h) => n + h.gpus, 0);
     const key = prOf(r);
-    if (key && !prUse.has(key) && prUse.size >= budgets.maxPrs) {
+    // a kept slot still needs room among the others once its build had no lane for a while
+    const others = prUse.size - (key && prUse.has(key) ? 1 : 0);
+    if (key && (!prUse.has(key) || keptOnly.has(key)) && others >= budgets.maxPrs) {
       wait(r, 'budget-prs');
       continue;
     }
@@ -211,7 +283,10 @@ export function predict(w: World): Prediction {
       continue;
     }
     gpusInUse += g;
-    if (key) prUse.set(key, (prUse.get(key) ?? 0) + g);
+    if (key) {
+      prUse.set(key, (prUse.get(key) ?? 0) + g);
+      keptOnly.delete(key);
+    }
     for (const h of pick) granted.add(h.id);
     p.grants.push({
       id: r.id,
@@ -227,6 +302,7 @@ export function predict(w: World): Prediction {
     let state: HostState;
     if (held.has(h.id)) state = 'held';
     else if (granted.has(h.id)) state = draining.has(h.id) ? 'draining' : 'allocated';
+    else if (restoring.has(h.id)) state = 'restoring';
     else if (s.is === 'free') state = h.phase === 'service' ? 'service' : 'idle';
     else if (s.is === 'busy' && s.state === 'allocated' && draining.has(h.id)) state = 'draining';
     else state = s.state;

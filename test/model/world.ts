@@ -315,7 +315,17 @@ export function recordRestore(w: World, hostId: string, ok: boolean, token: numb
     return true;
   }
   h.restoreAttempts++;
-  if (h.restoreAttempts > w.cfg.timings.restoreRetries) h.phase = 'quarantined';
+  if (h.restoreAttempts > w.cfg.timings.restoreRetries) {
+    h.phase = 'quarantined';
+    // an explicit start waiting on this restore ends with it (issue 14 item 2)
+    for (const r of w.res.values()) {
+      if (r.kind === 'deckard' && r.target === hostId && r.status === 'queued') {
+        r.status = 'failed';
+        r.outcome = 'restore_failed';
+        r.wait = null;
+      }
+    }
+  }
   return true;
 }
 

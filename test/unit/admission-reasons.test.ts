@@ -16,7 +16,7 @@ describe('wait reasons', () => {
     const running = req({ status: 'running' });
     const dev = req({ kind: 'development', targetHost: 'spark-2', repo: null, pr: null });
     const pair = req({ topology: 'pair' });
-    const ci = req({ kind: 'background' });
+    const ci = req({ kind: 'benchmark' });
     const hosts = [
       host('spark-1'),
       host('spark-2', { phase: 'allocated' }),
@@ -109,7 +109,7 @@ describe('wait reasons', () => {
   it('a named host held for a pair says so', () => {
     const running = req({ status: 'running' });
     const pair = req({ topology: 'pair' });
-    const named = req({ kind: 'background', targetHost: 'spark-2' });
+    const named = req({ kind: 'benchmark', targetHost: 'spark-2' });
     const plan = planAdmission(
       input([host('spark-2'), host('spark-3')], [running, pair, named], [lease(running.id, 'spark-3', 1)]),
     );

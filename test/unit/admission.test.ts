@@ -140,7 +140,7 @@ describe('rule 3: pairs are atomic and hold the first free host', () => {
   it('pair hold: the host that frees first is held, not given to smaller work', () => {
     const running = req({ status: 'running' });
     const pair = req({ topology: 'pair' });
-    const small = req({ kind: 'background' });
+    const small = req({ kind: 'benchmark' });
     const plan = planAdmission(
       input([host('spark-1'), host('spark-2')], [running, pair, small], [lease(running.id, 'spark-2', 9)]),
     );
@@ -247,7 +247,7 @@ describe('rule 6: budgets', () => {
     const hosts = [host('spark-a'), host('spark-b')];
     const running = req({ pr: 1, status: 'running' });
     const blocked = req({ pr: 2 });
-    const sameAsRunning = req({ pr: 1, kind: 'background' });
+    const sameAsRunning = req({ pr: 1, kind: 'benchmark' });
     const plan = planAdmission(
       input(
         hosts,
@@ -305,11 +305,13 @@ describe('rule 7: expiry never silently frees a host', () => {
 describe('why it waits', () => {
   it('every queued request gets a position and a reason', () => {
     const running = req({ status: 'running' });
-    const queued = [req(), req({ kind: 'background' }), req({ kind: 'merge' })];
+    const queued = [req(), req({ kind: 'benchmark' }), req({ kind: 'merge' })];
     const plan = planAdmission(
       input([host('spark-2')], [running, ...queued], [lease(running.id, 'spark-2', 1)]),
     );
     expect(plan.waits.map((w) => w.position)).toEqual([1, 2, 3]);
-    for (const w of plan.waits) expect(w.reason).toMatch(/spark-2 allocated to r-1/);
+    // the head of the queue is next in line for spark-2 (issue 14 item 3); everyone sees it
+    for (const w of plan.waits) expect(w.reason).toMatch(/spark-2 draining for r-2/);
+    expect(plan.draining).toEqual([{ hostId: 'spark-2', reservationId: 'r-2' }]);
   });
 });
