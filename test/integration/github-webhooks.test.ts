@@ -120,7 +120,7 @@ describe('GitHub webhook endpoint', () => {
         (c) =>
           c.external_id === 'r-2' &&
           /^Spark test queued — position 2, (starts in ~|should start now|cannot start yet)/.test(
-            c.output.title,
+            c.output.title ?? '',
           ),
       ),
     );
