@@ -13,6 +13,15 @@ import type { BenchRunner } from './types.ts';
  * error of the estimate's midpoint, the share of real starts inside the estimated range, and two
  * naive baselines (median wait so far; position × mean occupancy ÷ hosts).
  */
+interface SeedResult {
+  seed: number;
+  observations: number;
+  etaMedianAbsErrorMin: number;
+  naiveMedianWaitErrorMin: number;
+  naivePositionErrorMin: number;
+  rangeCoverage: number;
+}
+
 export const run: BenchRunner = async (progress) => {
   const rows: { metric: string; value: string; target?: string; met?: boolean }[] = [];
   const json: Record<string, unknown> = {};
@@ -20,7 +29,7 @@ export const run: BenchRunner = async (progress) => {
     ['moderate load (1 request / 12 min)', 12],
     ['busy load (1 request / 10 min)', 10],
   ] as const) {
-    const perSeed = [];
+    const perSeed: SeedResult[] = [];
     for (const seed of [1, 2, 3, 4, 5]) {
       progress(`${label}: replaying seed ${seed}`);
       const obs = replay(syntheticTrace(3000, seed, gapMin), 3);
@@ -33,8 +42,8 @@ export const run: BenchRunner = async (progress) => {
         rangeCoverage: rangeCoverage(obs),
       });
     }
-    const avg = (k: keyof (typeof perSeed)[number]) =>
-      perSeed.reduce((a, s) => a + Number(s[k]), 0) / perSeed.length;
+    const avg = (k: Exclude<keyof SeedResult, 'seed'>) =>
+      perSeed.reduce((a, s) => a + s[k], 0) / perSeed.length;
     const eta = avg('etaMedianAbsErrorMin');
     const naive = Math.min(avg('naiveMedianWaitErrorMin'), avg('naivePositionErrorMin'));
     json[`gap${gapMin}min`] = perSeed;
