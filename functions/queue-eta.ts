@@ -19,7 +19,7 @@ export const DEFAULT_HELD_S = 1200;
  * release-required and quarantined hosts start nothing until a person acts, so they are left out;
  * a restoring host comes back by itself.
  */
-const SCHEDULABLE: ReadonlySet<HostState> = new Set([
+export const SCHEDULABLE: ReadonlySet<HostState> = new Set([
   'service',
   'idle',
   'held',
