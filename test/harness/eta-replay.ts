@@ -80,8 +80,13 @@ export function syntheticTrace(n: number, seed: number, gapMin = 9): TraceReques
   const out: TraceRequest[] = [];
   for (let i = 0; i < n; i++) {
     t += -Math.log(1 - rnd()) * gapMin * 60_000;
-    let pick = rnd() * total;
-    const c = CLASSES.find((x) => (pick -= x.weight) < 0) ?? CLASSES[0]!;
+    const pick = rnd() * total;
+    let acc = 0;
+    const c =
+      CLASSES.find((x) => {
+        acc += x.weight;
+        return pick < acc;
+      }) ?? CLASSES[0]!;
     const held = c.meanMin * Math.exp(0.4 * normal() - 0.08) * 60_000;
     out.push({
       id: `r-${i + 1}`,
