@@ -153,6 +153,7 @@ function activeEnd(a: EtaActive, heldS: number, now: number, overrunS: number): 
 function simulate(
   input: EtaInput,
   pick: (s: OccupancyStats) => number,
+  long: boolean,
   out: Map<string, number | null>,
 ): void {
   const { now } = input;
@@ -160,7 +161,9 @@ function simulate(
   for (const h of input.hosts) if (h.schedulable) freeAt.set(h.id, now);
   for (const a of input.active) {
     const s = input.stats(a);
-    const end = activeEnd(a, pick(s), now, s.midS * 0.1);
+    // a lease with an end and no history of its own kind: the long bound is that end
+    const unknownKind = a.expiresAt != null && (s.basis === 'all' || s.basis === 'default');
+    const end = unknownKind && long ? Math.max(now, a.expiresAt!) : activeEnd(a, pick(s), now, s.midS * 0.1);
     for (const id of a.hostIds) if (freeAt.has(id)) freeAt.set(id, Math.max(freeAt.get(id)!, end));
   }
   for (const r of input.queue) {
@@ -184,8 +187,8 @@ function simulate(
 export function estimateQueue(input: EtaInput): Eta[] {
   const lo = new Map<string, number | null>();
   const hi = new Map<string, number | null>();
-  simulate(input, (s) => s.loS, lo);
-  simulate(input, (s) => s.hiS, hi);
+  simulate(input, (s) => s.loS, false, lo);
+  simulate(input, (s) => s.hiS, true, hi);
   const schedulable = input.hosts.filter((h) => h.schedulable);
   return input.queue.map((r, i) => {
     const startLo = lo.get(r.id) ?? null;

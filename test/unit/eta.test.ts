@@ -114,7 +114,8 @@ describe('queue ETA estimator (core/eta.ts)', () => {
     );
     // no development history: the default (20 min) is already past, so it ends "soon", never past its expiry
     expect(etas[0]!.startLo).toBeGreaterThan(now);
-    expect(etas[0]!.startHi).toBeLessThanOrEqual(now + 30 * MIN);
+    // with no development history the long bound is the lease's end
+    expect(etas[0]!.startHi).toBe(now + 30 * MIN);
   });
 
   it('says why nothing starts when no host can run the work', () => {
@@ -165,9 +166,9 @@ describe('queue ETA estimator (core/eta.ts)', () => {
 });
 
 describe('queue ETA against replayed history', () => {
-  it('beats both naive baselines and its range holds the real start most of the time', () => {
+  it('beats both naive baselines, and its range holds the real start at a stated rate', () => {
     for (const seed of [7, 11, 23]) {
-      const obs = replay(syntheticTrace(1500, seed, 12), 3);
+      const obs = replay(syntheticTrace(1200, seed, 12), 3);
       const eta = medianAbsErrorMin(obs, midpoint);
       const naiveWait = medianAbsErrorMin(obs, (o) => o.naiveMedianWait);
       const naivePos = medianAbsErrorMin(obs, (o) => o.naivePosition);
