@@ -183,7 +183,7 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
               const ls = leaseRows.filter((l) => l.reservationId === r.id && l.status !== 'released');
               return ls.length ? new Date(Math.min(...ls.map((l) => l.expiresAt))).toISOString() : null;
             })(),
-      holderClass: r.requester.split(':')[0] || 'system',
+      holderClass: holderClassOf(r.requester),
     };
   };
   const queued = resvRows
@@ -201,6 +201,15 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
     },
     queue: { generatedAt, queued, active },
   };
+}
+
+/**
+ * The class of who holds or requested work (`api`, `github`, `operator`…), never the name after
+ * the colon; a requester without a class prefix is shown as `other` (it may be a bare user name).
+ */
+export function holderClassOf(requester: string): string {
+  const m = /^([a-z][a-z-]{0,19}):/.exec(requester);
+  return m ? m[1]! : 'other';
 }
 
 function etaView(e: Eta | undefined, now: number): QueueItemView['eta'] {

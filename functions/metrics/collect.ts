@@ -2,7 +2,7 @@ import { BINDING_LEASE_STATUSES, HOST_STATES, RESERVATION_KINDS } from '../../co
 import { RUNNER_START_BUCKETS_S, WAIT_BUCKETS_S } from '../ledger/counters.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { bindingLeaseHolders, metricCounterRows, metricsReads } from '../ledger/queries.ts';
-import { buildViews } from '../views.ts';
+import { buildViews, holderClassOf } from '../views.ts';
 import { counterFamily, histogramFamily, OUTBOX_STATUSES } from './counters.ts';
 import type { MetricFamily } from './prom-text.ts';
 
@@ -140,7 +140,7 @@ export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily
       help: 'When the lease binding each host runs out unless renewed (Unix time), by host and class.',
       type: 'gauge',
       samples: holders.map((l) => ({
-        labels: { host: l.hostId, kind: l.kind, holder_class: l.requester.split(':')[0] || 'system' },
+        labels: { host: l.hostId, kind: l.kind, holder_class: holderClassOf(l.requester) },
         value: Math.floor(l.expiresAt / 1000),
       })),
     },
