@@ -224,7 +224,7 @@ export async function cmdQueue({ client, io, flags }: CommandContext): Promise<n
   io.out(
     q.queued.length
       ? table(
-          ['POS', 'ID', 'KIND', 'PRIO', 'TOPOLOGY', 'PR', 'WAITING', 'WHY'],
+          ['POS', 'ID', 'KIND', 'PRIO', 'TOPOLOGY', 'PR', 'WAITING', 'STARTS', 'WHY'],
           q.queued.map((x) => [
             x.position,
             x.id,
@@ -233,6 +233,7 @@ export async function cmdQueue({ client, io, flags }: CommandContext): Promise<n
             x.topology,
             pr(x),
             humanDuration(x.ageS),
+            x.eta?.text.replace(/^starts in /, 'in ') ?? '',
             x.reason,
           ]),
         )

@@ -151,7 +151,8 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
       answer(async () => {
         const q = await client.call('GET', '/api/v1/queue', QueueResponse);
         const lines = q.queued.map(
-          (x) => `#${x.position ?? '?'} ${x.id} ${x.kind} ${x.topology}: ${x.reason ?? ''}`,
+          (x) =>
+            `#${x.position ?? '?'} ${x.id} ${x.kind} ${x.topology}${x.eta ? ` (${x.eta.text})` : ''}: ${x.reason ?? ''}`,
         );
         return {
           summary: `${q.queued.length} waiting, ${q.active.length} active${lines.length ? `\n${lines.join('\n')}` : ''}`,

@@ -116,7 +116,13 @@ export function progressLine(r: ReservationInfo): string {
   switch (r.status) {
     case 'queued': {
       const reason = r.reason?.replaceAll(`for ${r.id}`, 'for you') ?? null;
-      const parts = [`${r.id} queued`, r.position != null ? `position ${r.position}` : null, reason];
+      // the estimate in words (issue 16), e.g. "starts in ~12–20 min"
+      const parts = [
+        `${r.id} queued`,
+        r.position != null ? `position ${r.position}` : null,
+        r.eta?.text ?? null,
+        reason,
+      ];
       // hosts kept for this request, unless the admission reason already names them
       for (const w of r.waitingOn) {
         if (!reason?.includes(`${w.hostId} ${w.state}`)) parts.push(`${w.hostId} ${w.state} for you`);

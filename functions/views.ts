@@ -1,7 +1,9 @@
 import { planAdmission } from '../core/admission.ts';
+import { describeEta, type Eta } from '../core/eta.ts';
 import type { HostState, ReservationKind, ReservationStatus, Suite, Topology } from '../core/model.ts';
 import type { Ledger } from './ledger/ledger.ts';
 import { toHostRecord, toLeaseRecord, toReservationRecord } from './ledger/ledger.ts';
+import { queueEtas } from './queue-eta.ts';
 
 /**
  * Sanitized, public views of the ledger (DESIGN.md "Observability"). These types are the only
@@ -42,6 +44,14 @@ export interface QueueItemView {
   hosts: string[];
   reason: string | null;
   ageS: number;
+  /** The host a targeted (development) request asked for, else null. */
+  targetHost: string | null;
+  /** Queued only: when it should start (core/eta.ts), epoch ms range, or why it cannot. */
+  eta: { startLo: string | null; startHi: string | null; text: string; blocked: string | null } | null;
+  /** Active only: when its lease runs out unless renewed (earliest of its hosts), ISO time. */
+  leaseExpiresAt: string | null;
+  /** Who holds it, by class only (`api`, `github`, …): never a user or token name. */
+  holderClass: string;
 }
 
 export interface FleetView {
@@ -92,6 +102,22 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
   for (const h of plan.holds) kept.set(h.hostId, h.reservationId);
   for (const d of plan.draining) kept.set(d.hostId, d.reservationId);
   const positions = new Map(plan.waits.map((w) => [w.reservationId, w]));
+  const queuedOrder = resvRows
+    .filter((r) => r.status === 'queued')
+    .sort(
+      (a, b) =>
+        (positions.get(a.id)?.position ?? a.position ?? 1e9) -
+        (positions.get(b.id)?.position ?? b.position ?? 1e9),
+    )
+    .map((r) => r.id);
+  const etas = await queueEtas(ledger, {
+    now,
+    hostStates: plan.hostStates,
+    hostIds: hostRows.map((h) => h.id),
+    leaseRows,
+    resvRows,
+    order: queuedOrder,
+  });
 
   const hosts: HostView[] = hostRows
     .map((h) => {
@@ -157,6 +183,16 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
       hosts: hostsOf.get(r.id) ?? [],
       reason: r.status === 'queued' ? redactText(w?.reason ?? r.reason) || null : null,
       ageS: Math.max(0, Math.round((now - r.createdAt) / 1000)),
+      targetHost: r.targetHost,
+      eta: etaView(etas.get(r.id), now),
+      leaseExpiresAt:
+        r.status === 'queued'
+          ? null
+          : (() => {
+              const ls = leaseRows.filter((l) => l.reservationId === r.id && l.status !== 'released');
+              return ls.length ? new Date(Math.min(...ls.map((l) => l.expiresAt))).toISOString() : null;
+            })(),
+      holderClass: holderClassOf(r.requester),
     };
   };
   const queued = resvRows
@@ -173,6 +209,25 @@ export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; qu
       hosts,
     },
     queue: { generatedAt, queued, active },
+  };
+}
+
+/**
+ * The class of who holds or requested work (`api`, `github`, `operator`…), never the name after
+ * the colon; a requester without a class prefix is shown as `other` (it may be a bare user name).
+ */
+export function holderClassOf(requester: string): string {
+  const m = /^([a-z][a-z-]{0,19}):/.exec(requester);
+  return m ? m[1]! : 'other';
+}
+
+function etaView(e: Eta | undefined, now: number): QueueItemView['eta'] {
+  if (!e) return null;
+  return {
+    startLo: e.startLo == null ? null : new Date(e.startLo).toISOString(),
+    startHi: e.startHi == null ? null : new Date(e.startHi).toISOString(),
+    text: describeEta(e, now),
+    blocked: e.blocked,
   };
 }
 

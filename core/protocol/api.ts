@@ -71,6 +71,18 @@ export const LeaseInfo = z.object({
 });
 export type LeaseInfo = z.infer<typeof LeaseInfo>;
 
+/**
+ * When a queued request should start (core/eta.ts, issue 16): an ISO time range from the
+ * ledger's history, the same range in words, or why nothing can start it.
+ */
+export const EtaInfo = z.object({
+  startLo: z.string().nullable(),
+  startHi: z.string().nullable(),
+  text: z.string(),
+  blocked: z.string().nullable(),
+});
+export type EtaInfo = z.infer<typeof EtaInfo>;
+
 /** A reservation as its requester and operators see it (never fencing or job tokens). */
 export const ReservationInfo = z.object({
   id: z.string(),
@@ -99,6 +111,8 @@ export const ReservationInfo = z.object({
   leases: z.array(LeaseInfo),
   /** True when the hosts are prepared and the lease is usable (development: attach now). */
   ready: z.boolean(),
+  /** Queued only: the start estimate (absent from controllers older than issue 16). */
+  eta: EtaInfo.nullable().optional(),
 });
 export type ReservationInfo = z.infer<typeof ReservationInfo>;
 
@@ -191,6 +205,11 @@ const QueueItem = z.object({
   hosts: z.array(z.string()),
   reason: z.string().nullable(),
   ageS: z.number(),
+  // issue 16 (optional: absent from older controllers)
+  targetHost: z.string().nullable().optional(),
+  eta: EtaInfo.nullable().optional(),
+  leaseExpiresAt: z.string().nullable().optional(),
+  holderClass: z.string().optional(),
 });
 export const QueueResponse = z.object({
   generatedAt: z.string(),

@@ -100,6 +100,7 @@ export function describeReservation(
       runnerStarted: l.runnerStartedAt != null,
     })),
     ready,
+    eta: status === 'queued' ? (queued?.eta ?? null) : null,
   };
 }
 

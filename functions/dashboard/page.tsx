@@ -1,5 +1,6 @@
 import { raw } from 'hono/html';
 import type { EventView, FleetView, HostView, QueueItemView, QueueView } from '../views.ts';
+import { ActiveTable, age, Clock, KIND_LABEL, QueueTable } from './queue-panel.tsx';
 import { DASHBOARD_CSS } from './style.ts';
 
 /** Everything the control room renders: sanitized views only (functions/views.ts). */
@@ -9,24 +10,7 @@ export interface DashboardData {
   events: EventView[];
 }
 
-const KIND_LABEL: Record<string, string> = {
-  development: 'development',
-  deckard: 'Deckard start',
-  manual: 'PR test',
-  merge: 'merge CI',
-  benchmark: 'benchmark',
-  background: 'background CI',
-};
-
-function age(s: number | null): string {
-  if (s == null) return 'never';
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m`;
-  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
-  return `${Math.floor(s / 86400)}d`;
-}
-
-function HostCard({ h }: { h: HostView }) {
+function HostCard({ h, work, now }: { h: HostView; work: QueueItemView | undefined; now: number }) {
   const kept =
     h.keptFor && (h.state === 'held' || h.state === 'draining')
       ? `${h.state === 'held' ? 'held for' : 'draining for'} ${h.keptFor}`
@@ -57,6 +41,18 @@ function HostCard({ h }: { h: HostView }) {
             <span class="why">none</span>
           )}
         </dd>
+        {work?.leaseExpiresAt ? (
+          <>
+            <dt>lease</dt>
+            <dd class="lease">
+              until <Clock iso={work.leaseExpiresAt} /> ·{' '}
+              {Date.parse(work.leaseExpiresAt) > now
+                ? `in ${age(Math.round((Date.parse(work.leaseExpiresAt) - now) / 1000))}`
+                : 'expired'}
+              <div class="why">held by {work.holderClass}</div>
+            </dd>
+          </>
+        ) : null}
         <dt>heartbeat</dt>
         <dd>{h.lastHeartbeatAgeS == null ? 'never' : `${age(h.lastHeartbeatAgeS)} ago`}</dd>
         <dt>GPU procs</dt>
@@ -68,95 +64,6 @@ function HostCard({ h }: { h: HostView }) {
   );
 }
 
-function PrLink({ q }: { q: QueueItemView }) {
-  if (q.prUrl && q.repo && q.pr != null) {
-    return (
-      <a href={q.prUrl} rel="noreferrer">
-        {q.repo}#{q.pr}
-      </a>
-    );
-  }
-  return <span class="why">{q.repo ?? '—'}</span>;
-}
-
-function QueueTable({ items }: { items: QueueItemView[] }) {
-  if (items.length === 0)
-    return <div class="empty">Nothing is waiting. New work starts as soon as it arrives.</div>;
-  return (
-    <table id="queue">
-      <thead>
-        <tr>
-          <th>#</th>
-          <th>request</th>
-          <th>what</th>
-          <th>PR / commit</th>
-          <th>why it waits</th>
-          <th>waiting</th>
-        </tr>
-      </thead>
-      <tbody>
-        {items.map((q) => (
-          <tr data-reservation={q.id}>
-            <td class="pos">{q.position ?? '·'}</td>
-            <td class="mono">{q.id}</td>
-            <td>
-              <span class="kind">{KIND_LABEL[q.kind] ?? q.kind}</span>
-              <span class="prio">p{q.priority}</span>
-              <div class="why">
-                {q.topology}
-                {q.suite ? ` · ${q.suite}` : ''}
-              </div>
-            </td>
-            <td>
-              <PrLink q={q} />
-              {q.headSha ? <div class="mono why">{q.headSha.slice(0, 7)}</div> : null}
-            </td>
-            <td class="why">{q.reason ?? '—'}</td>
-            <td>{age(q.ageS)}</td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
-  );
-}
-
-function ActiveTable({ items }: { items: QueueItemView[] }) {
-  if (items.length === 0) return <div class="empty">No work holds a host right now.</div>;
-  return (
-    <table id="active">
-      <thead>
-        <tr>
-          <th>request</th>
-          <th>what</th>
-          <th>state</th>
-          <th>hosts</th>
-          <th>PR / commit</th>
-          <th>age</th>
-        </tr>
-      </thead>
-      <tbody>
-        {items.map((q) => (
-          <tr data-reservation={q.id}>
-            <td class="mono">{q.id}</td>
-            <td>
-              <span class="kind">{KIND_LABEL[q.kind] ?? q.kind}</span> <span class="why">· {q.topology}</span>
-            </td>
-            <td>
-              <span class={`pill s-${q.status === 'releasing' ? 'cleaning' : 'allocated'}`}>{q.status}</span>
-            </td>
-            <td>{q.hosts.join(' + ') || '—'}</td>
-            <td>
-              <PrLink q={q} />
-              {q.headSha ? <div class="mono why">{q.headSha.slice(0, 7)}</div> : null}
-            </td>
-            <td>{age(q.ageS)}</td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
-  );
-}
-
 function History({ events }: { events: EventView[] }) {
   if (events.length === 0) return <div class="empty">No history yet.</div>;
   return (
@@ -164,7 +71,9 @@ function History({ events }: { events: EventView[] }) {
       <tbody>
         {events.map((e) => (
           <tr>
-            <td class="t">{e.at.slice(11, 19)}</td>
+            <td class="t">
+              <Clock iso={e.at} seconds />
+            </td>
             <td class="mono">{e.subjectId}</td>
             <td>
               {e.type}
@@ -195,17 +104,21 @@ export function LivePanel({ data }: { data: DashboardData }) {
       </h2>
       <section class="hosts">
         {fleet.hosts.map((h) => (
-          <HostCard h={h} />
+          <HostCard
+            h={h}
+            work={h.reservation ? queue.active.find((q) => q.id === h.reservation!.id) : undefined}
+            now={Date.parse(fleet.generatedAt)}
+          />
         ))}
       </section>
       <h2>
         Queue <span class="count">{queue.queued.length}</span>
       </h2>
-      <QueueTable items={queue.queued} />
+      <QueueTable items={queue.queued} fleet={fleet} />
       <h2>
         Active work <span class="count">{queue.active.length}</span>
       </h2>
-      <ActiveTable items={queue.active} />
+      <ActiveTable items={queue.active} generatedAt={fleet.generatedAt} />
       <h2>Recent history</h2>
       <History events={events} />
       <footer>

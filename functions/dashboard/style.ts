@@ -45,5 +45,9 @@ td.pos{font-weight:700;font-size:16px;width:44px;text-align:center;color:var(--b
 @media (max-width:1100px){.cols{grid-template-columns:1fr}}
 .ev td{font-size:13px}.ev .t{color:var(--muted);white-space:nowrap}
 .arrow{color:var(--muted)}
+td.starts{white-space:nowrap}.eta{color:var(--blue);font-weight:600}.eta-blocked{color:var(--amber)}
+.target{color:var(--violet);font-weight:600}.lease time{font-weight:600}
+.blocker{margin:0 0 12px;padding:12px 16px;border-radius:12px;border:1px solid rgba(210,153,34,.45);background:rgba(210,153,34,.08);color:var(--text);line-height:1.55}
+.blocker strong{color:var(--amber)}
 footer{color:var(--muted);font-size:12px;padding:0 28px 24px;max-width:1500px;margin:0 auto}
 `;

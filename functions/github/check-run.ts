@@ -29,6 +29,8 @@ export interface RenderContext {
   fault?: string | null;
   /** Present when pushed commits were not queued again (push policy). */
   note?: string | null;
+  /** Queued only: the start estimate in words (core/eta.ts `describeEta`), e.g. "starts in ~12–20 min". */
+  eta?: string | null;
 }
 
 /** `spark-2` → `Spark 2` (how people name the hosts). */
@@ -65,11 +67,15 @@ export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunV
           ),
         };
       }
-      const pos = r.position != null ? ` — position ${r.position}` : '';
+      // "Spark test queued — position 2, starts in ~12–20 min" (issue 16)
+      const parts = [r.position != null ? `position ${r.position}` : null, ctx.eta ?? null].filter(Boolean);
+      const estimate = ctx.eta
+        ? `\n\nEstimate: ${ctx.eta}, from the finished work in the ledger and the queue ahead; work that arrives later with a higher priority moves it back.`
+        : '';
       return {
         status: 'queued',
-        title: `Spark test queued${pos}`,
-        summary: summary(`Waiting: ${r.reason ?? 'waiting for the next admission pass'}`),
+        title: `Spark test queued${parts.length ? ` — ${parts.join(', ')}` : ''}`,
+        summary: summary(`Waiting: ${r.reason ?? 'waiting for the next admission pass'}${estimate}`),
       };
     }
     case 'allocated':

@@ -48,6 +48,8 @@ export interface GitHubClientOptions {
   /** Per-request deadline (default 4 s) so a slow GitHub never holds a webhook past its 10 s budget. */
   timeoutMs?: number;
   userAgent?: string;
+  /** Sees every call's status and headers (status 0: unreachable); feeds `/metrics`. */
+  observe?: (o: { status: number; headers: Headers | null }) => void;
 }
 
 /** Reads GitHub's retry hints: `Retry-After` (seconds or date) and primary rate-limit resets. */
@@ -146,8 +148,10 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
         signal: AbortSignal.timeout(opts.timeoutMs ?? 4000),
       });
     } catch (e) {
+      opts.observe?.({ status: 0, headers: null });
       throw new GitHubError(0, `${method} ${path}: GitHub unreachable (${(e as Error).message})`, true);
     }
+    opts.observe?.({ status: res.status, headers: res.headers });
     const text = await res.text();
     let data: unknown = null;
     if (text) {

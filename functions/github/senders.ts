@@ -41,15 +41,18 @@ const skipped = (reason: string): SendResult => ({ result: { skipped: reason } }
 export async function renderContextFor(svc: GitHubService, r: ReservationRow): Promise<RenderContext> {
   const leases = await leasesOf(svc.ledger, undefined, r.id);
   let keptHost: RenderContext['keptHost'] = null;
+  let eta: string | null = null;
   if (r.status === 'queued') {
-    const { fleet } = await buildViews(svc.ledger);
+    const { fleet, queue } = await buildViews(svc.ledger);
     const h = fleet.hosts.find((x) => x.keptFor === r.id && (x.state === 'draining' || x.state === 'held'));
     if (h) keptHost = { id: h.id, state: h.state as 'draining' | 'held' };
+    eta = queue.queued.find((q) => q.id === r.id)?.eta?.text ?? null;
   }
   const meta = readMeta(r);
   return {
     hosts: leases.map((l) => l.hostId),
     keptHost,
+    eta,
     fault: meta?.fault ?? null,
     note: meta?.note ?? null,
   };

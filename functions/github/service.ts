@@ -2,6 +2,7 @@ import type { SparkConfig } from '../../core/config.ts';
 import type { AppContext } from '../app.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import type { Logger } from '../log.ts';
+import { githubApiStats } from '../metrics/github-api.ts';
 import { Authorizer } from './authorize.ts';
 import { createGitHubClient, type GitHubClient } from './client.ts';
 
@@ -32,6 +33,7 @@ export function githubService(ctx: Omit<AppContext, 'loop'>): GitHubService {
     privateKey: ctx.settings.githubPrivateKey,
     fetch: ctx.fetch,
     clock: ctx.ledger.clock,
+    observe: (o) => githubApiStats(ctx.ledger).observe(o),
   });
   const svc: GitHubService = {
     ledger: ctx.ledger,

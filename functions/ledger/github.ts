@@ -1,5 +1,6 @@
 import { and, eq, gte, isNull, sql } from 'drizzle-orm';
 import { notFound } from '../errors.ts';
+import { bumpCounter, LEDGER_COUNTERS } from './counters.ts';
 import type { Tx } from './db.ts';
 import { enqueue } from './outbox.ts';
 import type { HandoffRow, RepositoryRow } from './rows.ts';
@@ -26,6 +27,9 @@ export async function claimDelivery(
     .values({ deliveryId: d.id, event: d.event, action, receivedAt: now, result })
     .onConflictDoNothing({ target: t.webhookDeliveries.deliveryId })
     .returning({ id: t.webhookDeliveries.deliveryId });
+  // counted here, in the claim's transaction: a delivery whose processing rolls back counts nothing
+  const counted = rows.length === 0 ? 'duplicate' : result === 'processing' ? 'processed' : 'ignored';
+  await bumpCounter(tx, LEDGER_COUNTERS.deliveries, { result: counted });
   return rows.length > 0;
 }
 

@@ -252,3 +252,52 @@ export async function deliverySeen(s: LedgerStore, id: string): Promise<boolean>
     .where(eq(t.webhookDeliveries.deliveryId, id));
   return rows.length > 0;
 }
+
+// ---------------------------------------------------------------- queue ETA (issue 16)
+
+/**
+ * The newest finished host occupancies (grant to last host released) per reservation, with the
+ * class the estimator groups them by (core/eta.ts). Bounded: the recent past predicts best.
+ */
+export async function occupancyHistory(s: LedgerStore, limit = 2000) {
+  const rows = await s.db
+    .select({
+      kind: t.reservations.kind,
+      topology: t.reservations.topology,
+      suite: t.reservations.suite,
+      grantedAt: t.reservations.grantedAt,
+      releasedAt: sql<number>`max(${t.leases.releasedAt})`,
+    })
+    .from(t.reservations)
+    .innerJoin(t.leases, eq(t.leases.reservationId, t.reservations.id))
+    .where(and(isNotNull(t.reservations.grantedAt), isNotNull(t.leases.releasedAt)))
+    .groupBy(t.reservations.id)
+    .orderBy(desc(sql`max(${t.leases.releasedAt})`))
+    .limit(limit);
+  return rows.map((r) => ({
+    kind: r.kind,
+    topology: r.topology,
+    suite: r.suite,
+    heldS: Math.max(0, (r.releasedAt - (r.grantedAt ?? r.releasedAt)) / 1000),
+  }));
+}
+
+/** Every persistent counter and histogram-bucket sample (functions/ledger/counters.ts). */
+export async function metricCounterRows(s: LedgerStore) {
+  return s.db.select().from(t.metricCounters);
+}
+
+/** Binding leases with the class of what holds them (lease expiry on /metrics and the dashboard). */
+export async function bindingLeaseHolders(s: LedgerStore) {
+  return s.db
+    .select({
+      hostId: t.leases.hostId,
+      status: t.leases.status,
+      expiresAt: t.leases.expiresAt,
+      kind: t.reservations.kind,
+      requester: t.reservations.requester,
+    })
+    .from(t.leases)
+    .innerJoin(t.reservations, eq(t.leases.reservationId, t.reservations.id))
+    .where(inArray(t.leases.status, [...BINDING_LEASE_STATUSES]));
+}

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { index, integer, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 
 /**
  * The reservation ledger (DESIGN.md: "Every decision lives in one ledger"). Times are epoch ms.
@@ -218,4 +218,20 @@ export const jitHandoffs = sqliteTable(
     deletedAt: integer('deleted_at'),
   },
   (t) => [index('jit_handoffs_lease').on(t.leaseId, t.attempt)],
+);
+
+/**
+ * Persistent Prometheus aggregates (issue 16): counters and cumulative histogram buckets, bumped
+ * by the ledger in the same transaction as the event they count, so they only grow for the life
+ * of the ledger and every controller process reads the same value. `series` is the sample's
+ * label set as sorted `k="v"` text (e.g. `kind="merge",le="60"`), `''` when it has none.
+ */
+export const metricCounters = sqliteTable(
+  'metric_counters',
+  {
+    name: text('name').notNull(),
+    series: text('series').notNull(),
+    value: real('value').notNull().default(0),
+  },
+  (t) => [primaryKey({ columns: [t.name, t.series] })],
 );

@@ -1,6 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import type { SparkConfig } from '../../core/config.ts';
 import type { LedgerEventType, LedgerSubjectType } from '../../core/events.ts';
+import { countEvents } from './counters.ts';
 import type { LedgerDb, Tx } from './db.ts';
 import * as t from './schema.ts';
 
@@ -125,13 +126,17 @@ export class LedgerStore {
     };
     const buffer = this.eventBuffers.get(tx);
     if (buffer) buffer.push(row);
-    else await tx.insert(t.events).values(row);
+    else {
+      await tx.insert(t.events).values(row);
+      await countEvents(tx, [row]);
+    }
     for (const hook of this.hooks) await hook(tx, ev, { now });
   }
 
   private async flushEvents(tx: Tx, buffer: EventInsert[]): Promise<void> {
     // 9 columns per row keeps each statement far below SQLite's bound-parameter limit
     for (let i = 0; i < buffer.length; i += 100) await tx.insert(t.events).values(buffer.slice(i, i + 100));
+    await countEvents(tx, buffer);
     buffer.length = 0;
   }
 

@@ -1,28 +1,32 @@
 import { BINDING_LEASE_STATUSES, HOST_STATES, RESERVATION_KINDS } from '../../core/model.ts';
+import { RUNNER_START_BUCKETS_S, WAIT_BUCKETS_S } from '../ledger/counters.ts';
 import type { Ledger } from '../ledger/ledger.ts';
-import { metricsReads } from '../ledger/queries.ts';
-import { buildViews } from '../views.ts';
-import type { LiveHistogram, MetricFamily } from './prom-text.ts';
+import { bindingLeaseHolders, metricCounterRows, metricsReads } from '../ledger/queries.ts';
+import { buildViews, holderClassOf } from '../views.ts';
+import { counterFamily, histogramFamily, OUTBOX_STATUSES } from './counters.ts';
+import type { MetricFamily } from './prom-text.ts';
 
-export const WAIT_BUCKETS_S = [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 21600] as const;
-export const RUNNER_START_BUCKETS_S = [1, 2, 5, 10, 20, 30, 60, 120, 300, 600] as const;
+export { RUNNER_START_BUCKETS_S, WAIT_BUCKETS_S };
 export const ADMISSION_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5] as const;
 
 /**
- * Reads the ledger into metric families. Everything comes from sanitized views or aggregate
- * counts: host ids and reservation kinds are the only label values.
+ * Reads the ledger into metric families: ledger-wide series, the same from every controller
+ * process on one ledger (docs/metrics.md). Everything comes from sanitized views or aggregate
+ * counts: host ids, classes, statuses and outcomes are the only label values. Counters and
+ * histograms are read from the ledger's persistent aggregates, so they only grow.
  */
-export async function collectMetrics(
-  ledger: Ledger,
-  admission: LiveHistogram | null,
-): Promise<MetricFamily[]> {
+export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily[]> {
   const now = ledger.clock();
   const { fleet, queue } = await buildViews(ledger);
 
   const byKind = <T>(f: (k: (typeof RESERVATION_KINDS)[number]) => T) =>
     RESERVATION_KINDS.map((k) => [k, f(k)] as const);
 
-  const { granted, started, outboxRows, leaseRows } = await metricsReads(ledger);
+  const [{ outboxRows, leaseRows }, counters, holders] = await Promise.all([
+    metricsReads(ledger),
+    metricCounterRows(ledger),
+    bindingLeaseHolders(ledger),
+  ]);
 
   const pendingOutbox = outboxRows.find((r) => r.status === 'pending');
   const families: MetricFamily[] = [
@@ -43,22 +47,12 @@ export async function collectMetrics(
         ([kind, value]) => ({ labels: { kind }, value }),
       ),
     },
-    {
+    histogramFamily(counters, {
       name: 'spark_reservation_wait_seconds',
-      help: 'Time from request to grant, by class.',
-      type: 'histogram',
+      help: 'Time from request to grant, by class (every grant for the life of the ledger).',
       buckets: WAIT_BUCKETS_S,
-      series: byKind((k) =>
-        granted.filter((g) => g.kind === k).map((g) => Math.max(0, (g.grantedAt! - g.createdAt) / 1000)),
-      ).map(([kind, values]) => ({ labels: { kind }, values })),
-    },
-    {
-      name: 'spark_admission_pass_seconds',
-      help: 'Duration of admission passes run by this controller process.',
-      type: 'histogram',
-      buckets: ADMISSION_BUCKETS_S,
-      series: admission ? [{ live: admission }] : [],
-    },
+      ensure: RESERVATION_KINDS.map((kind) => ({ kind })),
+    }),
     {
       name: 'spark_reservations_active',
       help: 'Reservations holding hosts (allocated, preparing, running, releasing), by class.',
@@ -103,7 +97,10 @@ export async function collectMetrics(
       name: 'spark_outbox_items',
       help: 'GitHub side effects in the outbox, by status.',
       type: 'gauge',
-      samples: outboxRows.map((r) => ({ labels: { status: r.status }, value: r.n })),
+      samples: [...new Set([...OUTBOX_STATUSES, ...outboxRows.map((r) => r.status)])].map((status) => ({
+        labels: { status },
+        value: outboxRows.find((r) => r.status === status)?.n ?? 0,
+      })),
     },
     {
       name: 'spark_outbox_backlog',
@@ -119,16 +116,57 @@ export async function collectMetrics(
         { value: pendingOutbox?.oldest != null ? Math.max(0, (now - pendingOutbox.oldest) / 1000) : 0 },
       ],
     },
-    {
+    histogramFamily(counters, {
       name: 'spark_runner_startup_seconds',
-      help: 'Time from a host reported prepared to its JIT runner started.',
-      type: 'histogram',
+      help: 'Time from a host reported prepared to its JIT runner started, by host (observed when the lease is released).',
       buckets: RUNNER_START_BUCKETS_S,
-      series: [
-        {
-          values: started.map((s) => Math.max(0, (s.runnerStartedAt! - s.preparedAt!) / 1000)),
-        },
-      ],
+      ensure: fleet.hosts.map((h) => ({ host: h.id })),
+    }),
+    counterFamily(counters, {
+      name: 'spark_reservations_ended_total',
+      help: 'Reservations that ended, by class, final status and outcome.',
+    }),
+    counterFamily(counters, {
+      name: 'spark_webhook_deliveries_total',
+      help: 'GitHub webhook deliveries claimed, by result (processed, ignored, duplicate).',
+      ensure: ['processed', 'ignored', 'duplicate'].map((result) => ({ result })),
+    }),
+    counterFamily(counters, {
+      name: 'spark_ledger_events_total',
+      help: 'Events appended to the ledger history, by type.',
+    }),
+    {
+      name: 'spark_lease_expiry_timestamp_seconds',
+      help: 'When the lease binding each host runs out unless renewed (Unix time), by host and class.',
+      type: 'gauge',
+      samples: holders.map((l) => ({
+        labels: { host: l.hostId, kind: l.kind, holder_class: holderClassOf(l.requester) },
+        value: Math.floor(l.expiresAt / 1000),
+      })),
+    },
+    {
+      name: 'spark_home_service_up',
+      help: 'Deckard (a host home service) serving and healthy: 1, else 0.',
+      type: 'gauge',
+      samples: fleet.hosts
+        .filter((h) => h.homeService)
+        .map((h) => ({
+          labels: { host: h.id, service: h.homeService! },
+          value: h.serviceHealth === 'serving' ? 1 : 0,
+        })),
+    },
+    {
+      name: 'spark_home_service_health',
+      help: 'Health of each home service (1 for its current health: serving, stopped, starting, draining, failed, unknown).',
+      type: 'gauge',
+      samples: fleet.hosts
+        .filter((h) => h.homeService)
+        .flatMap((h) =>
+          (['serving', 'stopped', 'starting', 'draining', 'failed', 'unknown'] as const).map((health) => ({
+            labels: { host: h.id, service: h.homeService!, health },
+            value: h.serviceHealth === health ? 1 : 0,
+          })),
+        ),
     },
   ];
   return families;

@@ -1,7 +1,10 @@
 import type { AppModule } from '../app.ts';
 import { requirePublicRead } from '../auth/public-read.ts';
+import { badRequest } from '../errors.ts';
 import type { Ledger } from '../ledger/ledger.ts';
-import { ADMISSION_BUCKETS_S, collectMetrics } from './collect.ts';
+import { ADMISSION_BUCKETS_S, collectLedgerMetrics } from './collect.ts';
+import { githubApiStats } from './github-api.ts';
+import { collectProcessMetrics } from './process.ts';
 import { formatPrometheus, LiveHistogram, PROM_CONTENT_TYPE } from './prom-text.ts';
 
 const instrumented = new WeakMap<Ledger, LiveHistogram>();
@@ -16,7 +19,14 @@ export function instrumentAdmission(ledger: Ledger): LiveHistogram {
   return hist;
 }
 
-/** Issue 6: `GET /metrics` in the Prometheus text format (sanitized aggregates only). */
+const SCOPES = ['all', 'ledger', 'process'] as const;
+
+/**
+ * Issue 6/16: `GET /metrics` in the Prometheus text format (sanitized aggregates only).
+ * `?scope=ledger` serves only the ledger-wide series (identical from every process on one
+ * ledger: scrape them once), `?scope=process` only this process's own; the default serves both,
+ * right for a single process (docs/metrics.md, docs/adr/0045-persistent-metric-counters.md).
+ */
 export const metricsModule: AppModule = {
   name: 'metrics',
   hooks(ctx) {
@@ -25,8 +35,28 @@ export const metricsModule: AppModule = {
   },
   routes(app, ctx) {
     app.get('/metrics', requirePublicRead(ctx), async (c) => {
-      const text = formatPrometheus(await collectMetrics(ctx.ledger, instrumented.get(ctx.ledger) ?? null));
-      return c.body(text, 200, { 'content-type': PROM_CONTENT_TYPE, 'cache-control': 'no-store' });
+      const scope = c.req.query('scope') ?? 'all';
+      if (!(SCOPES as readonly string[]).includes(scope)) {
+        throw badRequest(
+          `scope must be one of ${SCOPES.join(', ')}; got "${scope.slice(0, 40)}"`,
+          'bad_scope',
+        );
+      }
+      const families = [
+        ...(scope === 'process' ? [] : await collectLedgerMetrics(ctx.ledger)),
+        ...(scope === 'ledger'
+          ? []
+          : collectProcessMetrics({
+              admission: instrumented.get(ctx.ledger) ?? null,
+              github: githubApiStats(ctx.ledger),
+              runtime: ctx.runtime,
+              buckets: ADMISSION_BUCKETS_S,
+            })),
+      ];
+      return c.body(formatPrometheus(families), 200, {
+        'content-type': PROM_CONTENT_TYPE,
+        'cache-control': 'no-store',
+      });
     });
   },
 };

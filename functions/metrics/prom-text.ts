@@ -23,8 +23,22 @@ export interface HistogramFamily {
   type: 'histogram';
   /** Upper bounds in ascending order; `+Inf` is added. */
   buckets: readonly number[];
-  /** Raw observations, or cumulative counts kept by a {@link LiveHistogram}. */
-  series: ({ labels?: Labels; values: readonly number[] } | { labels?: Labels; live: LiveHistogram })[];
+  /**
+   * Raw observations, cumulative counts kept by a {@link LiveHistogram}, or cumulative counts
+   * read back from the ledger's persistent buckets (`counts` aligned with `buckets`).
+   */
+  series: (
+    | { labels?: Labels; values: readonly number[] }
+    | { labels?: Labels; live: LiveHistogram }
+    | { labels?: Labels; totals: HistogramTotals }
+  )[];
+}
+
+/** Cumulative bucket counts (aligned with the family's buckets), sum and count of one series. */
+export interface HistogramTotals {
+  counts: readonly number[];
+  sum: number;
+  count: number;
 }
 
 /** In-process histogram whose counts only grow (what Prometheus expects of a histogram). */
@@ -99,7 +113,7 @@ export function formatPrometheus(families: readonly MetricFamily[]): string {
         if ('live' in s && s.live.buckets !== f.buckets && s.live.buckets.join() !== f.buckets.join()) {
           throw new TypeError(`live histogram buckets differ from "${f.name}"`);
         }
-        const h = 'live' in s ? s.live : histogramOf(s.values, f.buckets);
+        const h = 'live' in s ? s.live : 'totals' in s ? s.totals : histogramOf(s.values, f.buckets);
         f.buckets.forEach((b, i) => {
           out.push(`${f.name}_bucket${formatLabels({ ...s.labels, le: formatValue(b) })} ${h.counts[i]}`);
         });

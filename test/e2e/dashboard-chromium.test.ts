@@ -270,4 +270,75 @@ describe('control-room dashboard in Chromium', () => {
     expect(texts['chromium text']).toMatch(/quarantined: restore failed; operator must clear/);
     expect(texts[`/api/v1/reservations/${r.id}/history`]).toMatch(/\[address\]/);
   });
+
+  it('with every host offline says why nothing starts and where to begin, and estimates nothing', async () => {
+    // hosts configured but no agent ever heartbeated or was adopted: nothing can start
+    ctl = await startApiController();
+    const page = await browser!.newPage();
+    try {
+      await page.goto(ctl.c.url);
+      const blocker = page.locator('#start-blocker');
+      await blocker.waitFor();
+      const text = (await blocker.textContent()) ?? '';
+      expect(text).toMatch(
+        /^Nothing is waiting\. No host can start work: every host is offline or not adopted\./,
+      );
+      expect(text).toMatch(/Install the relay agent.*sparkctl host adopt/s);
+      expect(await page.locator('body').textContent()).not.toMatch(/New work starts as soon as it arrives/);
+
+      // a request arrives anyway: it queues, and its estimate says why it cannot start
+      const added = await ctl.call(ctl.tokens.dev, 'POST', '/api/v1/reservations', {});
+      const row = page.locator(`#queue tr[data-reservation="${added.body.reservation.id}"]`);
+      await row.waitFor({ timeout: 4_000 });
+      expect(await row.locator('td.starts').textContent()).toBe(
+        'no host is online: install or adopt an agent',
+      );
+      expect(await page.locator('#start-blocker').textContent()).toMatch(/^No host can start work/);
+      await page.screenshot({ path: join(ARTIFACTS, 'dashboard-offline.png'), fullPage: true });
+    } finally {
+      await page.close();
+    }
+  });
+
+  it('shows a development lease end with its zone and holder class, a targeted request and its ETA', async () => {
+    ctl = await startApiController();
+    const { c, call, tokens } = ctl;
+    await bringOnline(c.ledger);
+    const held = (await call(tokens.dev, 'POST', '/api/v1/reservations', { host: 'spark-2', ttlS: 7200 }))
+      .body.reservation.id as string;
+    await until(
+      'granted',
+      async () => (await c.ledger.getReservation(undefined, held))?.status === 'allocated',
+    );
+    await agentPrepared(c.ledger, held);
+    const next = (await call(tokens.dev2, 'POST', '/api/v1/reservations', { host: 'spark-2' })).body
+      .reservation.id as string;
+    await c.loop.runNow();
+    const lease = (await c.ledger.leasesOf(undefined, held))[0]!;
+    const endsAt = new Date(lease.expiresAt).toISOString();
+    const page = await browser!.newPage();
+    try {
+      await page.goto(c.url);
+      const card = page.locator('[data-host="spark-2"] dd.lease');
+      await card.waitFor();
+      // "until 15:30 UTC · in 1h 59m", held by an API token (its class, never its name)
+      expect(await card.textContent()).toMatch(
+        new RegExp(`^until ${endsAt.slice(11, 16)} UTC · in (1h 5\\dm|2h 0m)held by api$`),
+      );
+      expect(await card.locator('time').getAttribute('datetime')).toBe(endsAt);
+      const active = page.locator(`#active tr[data-reservation="${held}"]`);
+      expect(await active.textContent()).toMatch(new RegExp(`held by api.*${endsAt.slice(11, 16)} UTC`, 's'));
+      const queued = page.locator(`#queue tr[data-reservation="${next}"]`);
+      expect(await queued.textContent()).toMatch(/development.*wants spark-2/s);
+      // the queued request waits for the development lease: an estimate no later than its end
+      const eta = (await queued.locator('td.starts').textContent()) ?? '';
+      // no development history yet: the long end of the range is the lease's end
+      expect(eta).toMatch(/^in ~[\d.]+( min| h)?(–[\d.]+)? (min|h)\d\d:\d\d UTC – \d\d:\d\d$/);
+      expect(eta.endsWith(endsAt.slice(11, 16))).toBe(true);
+      expect(await page.locator('#history td.t').first().textContent()).toMatch(/^\d\d:\d\d:\d\d UTC$/);
+      await page.screenshot({ path: join(ARTIFACTS, 'dashboard-lease.png'), fullPage: true });
+    } finally {
+      await page.close();
+    }
+  });
 });

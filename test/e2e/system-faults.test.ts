@@ -143,7 +143,10 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
 
     // out of CI: a pair cannot be admitted while spark-1 is quarantined, though spark-2 is idle
     const { n, rid } = await labelNewPr(sha('2'), 'spark-pair-test');
-    await sys.waitCheck(rid, 'Spark test queued — position 1');
+    await sys.waitCheck(
+      rid,
+      /^Spark test queued — position 1, (starts in ~|should start now|cannot start yet)/,
+    );
     const q = await waitFor('the queue to explain the wait', () => queueItem(rid));
     expect(q.reason).toBe('needs 2 hosts in pool spark; 1 schedulable now');
     expect((await sys.reservation(rid)).status).toBe('queued');
@@ -160,7 +163,10 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
       20_000,
     );
     const { rid } = await labelNewPr(sha('3'));
-    await sys.waitCheck(rid, 'Spark test queued — position 1');
+    await sys.waitCheck(
+      rid,
+      /^Spark test queued — position 1, (starts in ~|should start now|cannot start yet)/,
+    );
     const q = await waitFor('the queue to explain the wait', () => queueItem(rid));
     expect(q.reason).toBe('needs 1 host in pool spark; 0 schedulable now');
     expect((await hostView('spark-2')).state).toBe('offline');
@@ -191,7 +197,10 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
     expect((await sys.leases(dev))[0]!.status).not.toBe('released');
 
     const { rid } = await labelNewPr(sha('4'));
-    await sys.waitCheck(rid, 'Spark test queued — position 1');
+    await sys.waitCheck(
+      rid,
+      /^Spark test queued — position 1, (starts in ~|should start now|cannot start yet)/,
+    );
     expect((await sys.reservation(rid)).status).toBe('queued');
     expect(isLive(job.pid!)).toBe(true); // nothing was killed
     expect((await sys.host('spark-2')).phase).toBe('release-required');

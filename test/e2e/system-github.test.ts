@@ -133,8 +133,14 @@ describe('system: cancellation and new commits', { timeout: 180_000 }, () => {
     const r3 = queuedId(await sys.label(3, 'spark-test'));
     sys.openPr(4, { sha: sha('d') });
     const r4 = queuedId(await sys.label(4, 'spark-test'));
-    await sys.waitCheck(r3, 'Spark test queued — position 1');
-    await sys.waitCheck(r4, 'Spark test queued — position 2');
+    await sys.waitCheck(
+      r3,
+      /^Spark test queued — position 1, (starts in ~|should start now|cannot start yet)/,
+    );
+    await sys.waitCheck(
+      r4,
+      /^Spark test queued — position 2, (starts in ~|should start now|cannot start yet)/,
+    );
 
     // label removed from a queued request: cancelled, with the reason on its check run
     expect((await sys.unlabel(3, 'spark-test')).result).toBe(`cancelled ${r3}`);
@@ -154,7 +160,10 @@ describe('system: cancellation and new commits', { timeout: 180_000 }, () => {
     // a push supersedes the queued request for the old SHA and queues the new one
     sys.openPr(5, { sha: sha('e') });
     const r5 = queuedId(await sys.label(5, 'spark-test'));
-    await sys.waitCheck(r5, 'Spark test queued — position 1');
+    await sys.waitCheck(
+      r5,
+      /^Spark test queued — position 1, (starts in ~|should start now|cannot start yet)/,
+    );
     const pushed = await sys.push(5, sha('f'));
     expect(pushed.result).toMatch(new RegExp(`^superseded ${r5}, queued r-\\d+$`));
     const r6 = queuedId({ ...pushed, result: pushed.result!.split(', ')[1]! });

@@ -8,7 +8,7 @@ import {
   LiveHistogram,
   PROM_CONTENT_TYPE,
 } from '../../functions/metrics/prom-text.ts';
-import { agentPrepared, bringOnline, startApiController, until } from './cli-harness.ts';
+import { agentCleaned, agentPrepared, bringOnline, startApiController, until } from './cli-harness.ts';
 
 /** Parses exposition text into `name{labels}` → value, checking every line is well-formed. */
 function parseExposition(text: string): Map<string, number> {
@@ -163,9 +163,43 @@ describe('GET /metrics', () => {
     expect(pending.length).toBeGreaterThanOrEqual(1);
     expect(m.get('spark_outbox_backlog')).toBe(pending.length);
     expect(m.get('spark_outbox_oldest_pending_seconds')).toBeGreaterThanOrEqual(5);
-    expect(m.get('spark_runner_startup_seconds_bucket{le="2"}')).toBe(0);
-    expect(m.get('spark_runner_startup_seconds_bucket{le="5"}')).toBe(1);
     expect(m.get('spark_admission_pass_seconds_count')).toBeGreaterThan(0);
     expect(m.get('spark_fleet_managed')).toBe(1);
+    // every outbox status is a series, even before the first failure
+    expect(m.get('spark_outbox_items{status="failed"}')).toBe(0);
+    expect(m.get('spark_outbox_items{status="sent"}')).toBeGreaterThanOrEqual(0);
+    expect(m.get('spark_webhook_deliveries_total{result="processed"}')).toBe(0);
+    expect(
+      m.get('spark_build_info{version="0.1.0",runtime="node",node="' + process.versions.node + '"}'),
+    ).toBe(1);
+    // the development lease on spark-2: when it runs out, and who holds it (by class only)
+    const expiry = m.get(
+      'spark_lease_expiry_timestamp_seconds{host="spark-2",kind="development",holder_class="api"}',
+    );
+    expect(expiry).toBeGreaterThan(Date.now() / 1000);
+    expect(m.get('spark_home_service_up{host="spark-1",service="deckard"}')).toBe(1);
+    expect(m.get('spark_home_service_health{host="spark-1",service="deckard",health="serving"}')).toBe(1);
+    expect(m.get('spark_runner_startup_seconds_count{host="spark-2"}')).toBe(0);
+
+    // runner startup is observed once, when the lease is released, with its host
+    expect((await call(tokens.dev, 'POST', `/api/v1/reservations/${a}/release`, {})).status).toBe(200);
+    await agentCleaned(c.ledger, a);
+    const after = parseExposition(await (await fetch(`${c.url}/metrics`)).text());
+    expect(after.get('spark_runner_startup_seconds_bucket{host="spark-2",le="2"}')).toBe(0);
+    expect(after.get('spark_runner_startup_seconds_bucket{host="spark-2",le="5"}')).toBe(1);
+    expect(
+      after.get('spark_reservations_ended_total{kind="development",status="done",outcome="released"}'),
+    ).toBe(1);
+
+    // several processes on one ledger: ledger-wide and per-process series can be scraped apart
+    const ledgerOnly = parseExposition(await (await fetch(`${c.url}/metrics?scope=ledger`)).text());
+    expect(ledgerOnly.has('spark_queue_depth{kind="benchmark"}')).toBe(true);
+    expect([...ledgerOnly.keys()].some((k) => k.startsWith('spark_admission_pass_seconds'))).toBe(false);
+    const processOnly = parseExposition(await (await fetch(`${c.url}/metrics?scope=process`)).text());
+    expect([...processOnly.keys()].some((k) => k.startsWith('spark_queue_depth'))).toBe(false);
+    expect(processOnly.get('spark_github_api_requests_total')).toBeGreaterThanOrEqual(0);
+    const bad = await fetch(`${c.url}/metrics?scope=everything`);
+    expect(bad.status).toBe(400);
+    expect(await bad.text()).toMatch(/scope must be one of all, ledger, process/);
   });
 });

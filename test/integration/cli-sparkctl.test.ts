@@ -74,7 +74,7 @@ describe('sparkctl against a real controller', () => {
       home.dir,
     );
     await p.waitFor(
-      /r-2 queued · position 1 · spark-2 draining: spark-2 allocated to r-1; active job finishing/,
+      /r-2 queued · position 1 · starts in ~[^·]+ · spark-2 draining: spark-2 allocated to r-1; active job finishing/,
     );
     const { call, tokens, target } = ctl;
     expect((await call(tokens.dev2, 'POST', `/api/v1/reservations/${first}/release`, {})).status).toBe(200);

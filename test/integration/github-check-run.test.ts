@@ -48,6 +48,10 @@ describe('check-run rendering (the words on the PR)', () => {
       title: 'Spark test queued — position 2',
     });
     expect(renderCheckRun(row({}), none).summary).toMatch(/^Waiting: spark-2 is busy with r-11/);
+    // issue 16: the queue ETA joins the position
+    const withEta = renderCheckRun(row({}), { ...none, eta: 'starts in ~12–20 min' });
+    expect(withEta.title).toBe('Spark test queued — position 2, starts in ~12–20 min');
+    expect(withEta.summary).toMatch(/Estimate: starts in ~12–20 min, from the finished work in the ledger/);
     expect(renderCheckRun(row({}), { hosts: [], keptHost: { id: 'spark-2', state: 'draining' } }).title).toBe(
       'Spark 2 draining — active job finishing',
     );

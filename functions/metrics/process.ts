@@ -1,0 +1,75 @@
+import pkg from '../../package.json' with { type: 'json' };
+import type { GitHubApiStats } from './github-api.ts';
+import type { LiveHistogram, MetricFamily } from './prom-text.ts';
+
+/**
+ * Series about this controller process only (docs/metrics.md): its build, its admission passes
+ * and its own GitHub API calls. Summed over instances the counters are right; the rate-limit
+ * gauges are one App-wide budget as each process last saw it (aggregate with `min`).
+ */
+export function collectProcessMetrics(o: {
+  admission: LiveHistogram | null;
+  github: GitHubApiStats;
+  runtime: 'node' | 'worker';
+  buckets: readonly number[];
+}): MetricFamily[] {
+  const rl = [...o.github.rateLimit].sort(([a], [b]) => a.localeCompare(b));
+  return [
+    {
+      name: 'spark_build_info',
+      help: 'Build of this controller process (always 1).',
+      type: 'gauge',
+      samples: [
+        {
+          labels: {
+            version: pkg.version,
+            runtime: o.runtime,
+            node: typeof process !== 'undefined' && process.versions?.node ? process.versions.node : 'none',
+          },
+          value: 1,
+        },
+      ],
+    },
+    {
+      name: 'spark_admission_pass_seconds',
+      help: 'Duration of admission passes run by this controller process.',
+      type: 'histogram',
+      buckets: o.buckets,
+      series: o.admission ? [{ live: o.admission }] : [],
+    },
+    {
+      name: 'spark_github_api_requests_total',
+      help: 'GitHub API requests made by this process.',
+      type: 'counter',
+      samples: [{ value: o.github.calls }],
+    },
+    {
+      name: 'spark_github_api_errors_total',
+      help: 'GitHub API requests by this process that failed, by HTTP status (unreachable: no answer).',
+      type: 'counter',
+      samples: [...o.github.errorsByStatus]
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([status, value]) => ({ labels: { status }, value })),
+    },
+    {
+      name: 'spark_github_rate_limit_remaining',
+      help: 'Requests left in the GitHub primary rate-limit window, as last reported to this process, by resource.',
+      type: 'gauge',
+      samples: rl.map(([resource, r]) => ({ labels: { resource }, value: r.remaining })),
+    },
+    {
+      name: 'spark_github_rate_limit_limit',
+      help: 'Size of the GitHub primary rate-limit window, as last reported to this process, by resource.',
+      type: 'gauge',
+      samples: rl
+        .filter(([, r]) => Number.isFinite(r.limit))
+        .map(([resource, r]) => ({ labels: { resource }, value: r.limit })),
+    },
+    {
+      name: 'spark_github_rate_limit_reset_timestamp_seconds',
+      help: 'When the GitHub primary rate-limit window resets (Unix time), as last reported to this process.',
+      type: 'gauge',
+      samples: rl.map(([resource, r]) => ({ labels: { resource }, value: r.resetS })),
+    },
+  ];
+}
