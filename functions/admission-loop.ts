@@ -1,5 +1,71 @@
 import type { Ledger, PassResult } from './ledger/ledger.ts';
 
+/**
+ * Counts the requests this process is answering, so background work (inbox processing,
+ * admission passes, module ticks) can yield to them: acknowledging comes first (issue 13).
+ */
+export interface RequestGate {
+  enter(): void;
+  leave(): void;
+  readonly inFlight: number;
+  /**
+   * Resolves once no request is in flight, or after `maxWaitMs` at the latest, so a steady
+   * stream of requests delays background work but never starves it.
+   */
+  whenQuiet(maxWaitMs?: number): Promise<void>;
+}
+
+/** How long background work defers to requests in flight before it runs anyway. */
+export const MAX_DEFER_MS = 250;
+
+const gates = new WeakMap<object, RequestGate>();
+
+/** The gate shared by everything running on one ledger in this process. */
+export function requestGate(ledger: object): RequestGate {
+  let g = gates.get(ledger);
+  if (!g) {
+    g = createRequestGate();
+    gates.set(ledger, g);
+  }
+  return g;
+}
+
+function createRequestGate(): RequestGate {
+  let inFlight = 0;
+  let waiters: Array<() => void> = [];
+  const release = () => {
+    const w = waiters;
+    waiters = [];
+    for (const fn of w) fn();
+  };
+  return {
+    enter() {
+      inFlight++;
+    },
+    leave() {
+      inFlight = Math.max(0, inFlight - 1);
+      if (inFlight === 0) release();
+    },
+    get inFlight() {
+      return inFlight;
+    },
+    whenQuiet(maxWaitMs = MAX_DEFER_MS) {
+      if (inFlight === 0) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        let done = false;
+        const finish = () => {
+          if (done) return;
+          done = true;
+          clearTimeout(timer);
+          resolve();
+        };
+        const timer = setTimeout(finish, maxWaitMs);
+        waiters.push(finish);
+      });
+    },
+  };
+}
+
 export interface AdmissionLoop {
   /** Ask for a pass soon; calls coalesce while one is running. */
   kick(): void;
@@ -28,8 +94,12 @@ export function startAdmissionLoop(
   let again = false;
   let stopped = false;
 
-  const pass = async (): Promise<PassResult | null> => {
+  const gate = requestGate(ledger);
+  // a pass kicked by a change runs after the requests in flight are answered (so one pass
+  // covers a burst); runNow() callers wait for their pass, so theirs runs at once
+  const pass = async (defer: boolean): Promise<PassResult | null> => {
     try {
+      if (defer) await gate.whenQuiet();
       const r = await ledger.admissionPass();
       opts.onPass?.(r);
       return r;
@@ -38,32 +108,36 @@ export function startAdmissionLoop(
       return null;
     }
   };
-  const runNow = (): Promise<PassResult | null> => {
+  let againDeferred = true;
+  const start = (defer: boolean): Promise<PassResult | null> => {
     if (stopped) return Promise.resolve(null);
     if (running) {
       again = true;
+      againDeferred &&= defer;
       return running;
     }
     running = (async () => {
       let last: PassResult | null;
+      let d = defer;
       do {
         again = false;
-        last = await pass();
+        againDeferred = true;
+        last = await pass(d);
+        d = againDeferred;
       } while (again && !stopped);
       running = null;
       return last;
     })();
     return running;
   };
+  const runNow = () => start(false);
   // A pass that grants notifies again and is followed by one more pass; a pass that changes
   // nothing notifies nothing, so this converges.
   const unsubscribe = ledger.subscribe((topic) => {
     if (topic === 'reservation' || topic.startsWith('host:')) queueMicrotask(kick);
   });
   function kick() {
-    if (stopped) return;
-    if (running) again = true;
-    else void runNow();
+    void start(true);
   }
   const timer = opts.intervalMs === null ? null : setInterval(kick, opts.intervalMs ?? 2000);
   (timer as { unref?: () => void } | null)?.unref?.();

@@ -8,6 +8,7 @@
 import { createClient } from '@libsql/client/web';
 import { type AdmissionLoop, startAdmissionLoop } from './admission-loop.ts';
 import { type App, type AppContext, createApp } from './app.ts';
+import { settleInbox } from './github/inbox.ts';
 import { openLedgerDb } from './ledger/db.ts';
 import { Ledger } from './ledger/ledger.ts';
 import { createLogger } from './log.ts';
@@ -99,6 +100,7 @@ export default {
     }
     const res = await inst.app.fetch(request, env, exec);
     exec.waitUntil(inst.loop.settle());
+    exec.waitUntil(settleInbox(inst.ctx));
     return res;
   },
 

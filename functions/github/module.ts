@@ -1,5 +1,9 @@
+import type { Hono } from 'hono';
 import type { AppContext, AppModule } from '../app.ts';
+import type { AuthEnv } from '../auth/tokens.ts';
 import { createGitHubHook } from './hooks.ts';
+import { inboxProcessor } from './inbox.ts';
+import { mountInboxRoutes } from './inbox-routes.ts';
 import { drainOutbox } from './outbox.ts';
 import { mountRepositoryRoutes } from './repositories.ts';
 import { senders } from './senders.ts';
@@ -19,10 +23,13 @@ export const githubModule: AppModule = {
   },
   routes(app, ctx) {
     mountWebhook(app, () => githubService(ctx));
+    mountInboxRoutes(app as unknown as Hono<AuthEnv>, ctx, () => githubService(ctx));
     mountRepositoryRoutes(app, () => githubService(ctx));
   },
   async tick(ctx: AppContext) {
     const svc = githubService(ctx);
+    // deliveries first: they were acknowledged already and may wait for a retry that is due
+    await inboxProcessor(svc).drain();
     await runSchedules(svc);
     await sweepRunnerPickup(svc);
     await refreshQueuedChecks(svc);

@@ -90,13 +90,13 @@ describe('GitHub webhook endpoint', () => {
   it('answers unknown events and actions with 2xx and changes nothing', async () => {
     const before = await count(h, 'reservations');
     const star = await h.deliver('star', { action: 'created', repository: { full_name: REPO } });
-    expect(star.status).toBe(200);
+    expect(star.status).toBe(202);
     const assigned = await h.deliver('pull_request', example('pull_request', 'assigned'));
-    expect(assigned.status).toBe(200);
+    expect(assigned.status).toBe(202);
     expect((await assigned.json()).result).toMatch(/ignored/);
     for (const odd of ['valueOf', 'constructor', '__proto__', 'toString']) {
       const res = await h.deliver(odd, labeled('spark-test'));
-      expect(res.status, odd).toBe(200);
+      expect(res.status, odd).toBe(202);
       expect((await res.json()).result).toBe(`ignored: ${odd}`);
     }
     const ping = await h.deliver('ping', example('ping'));
@@ -107,7 +107,7 @@ describe('GitHub webhook endpoint', () => {
   it('authorized label → queued reservation and a check run with its position', async () => {
     // no host adopted: both requests wait, so positions are visible
     const r1 = await h.deliver('pull_request', labeled('spark-test'));
-    expect(r1.status).toBe(200);
+    expect(r1.status).toBe(202);
     expect((await r1.json()).result).toMatch(/^queued r-1$/);
     const r2 = await h.deliver(
       'pull_request',
