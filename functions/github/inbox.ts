@@ -153,7 +153,12 @@ async function processOne(svc: GitHubService, row: InboxRow): Promise<'done' | '
   const handler = Object.hasOwn(intakeHandlers, d.event) ? intakeHandlers[d.event] : undefined;
   try {
     const r = handler ? await handler(svc, d, payload) : await ignoreDelivery(svc, d, row.action);
-    svc.log.info('webhook processed', { event: d.event, action: row.action, delivery: d.id, result: r.result });
+    svc.log.info('webhook processed', {
+      event: d.event,
+      action: row.action,
+      delivery: d.id,
+      result: r.result,
+    });
     return 'done';
   } catch (e) {
     if (e instanceof ZodError) {

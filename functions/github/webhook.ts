@@ -46,7 +46,11 @@ export function mountWebhook(app: App, svc: () => GitHubService) {
       const event = c.req.header('x-github-event') ?? '';
       const delivery = c.req.header('x-github-delivery') ?? '';
       if (!event || !DELIVERY.test(delivery))
-        throw new ApiError(400, 'invalid_request', 'X-GitHub-Event and X-GitHub-Delivery headers are required');
+        throw new ApiError(
+          400,
+          'invalid_request',
+          'X-GitHub-Event and X-GitHub-Delivery headers are required',
+        );
       const declared = Number(c.req.header('content-length') ?? '0');
       if (declared > MAX_WEBHOOK_BYTES) throw tooLarge();
 

@@ -98,9 +98,7 @@ export async function completeDelivery(tx: Tx, now: number, id: string, result: 
 
 /** Records what a completed delivery did, in words (bounded), inside its transaction. */
 export async function setDeliveryResult(tx: Tx, id: string, result: string): Promise<void> {
-  await tx.run(
-    sql`UPDATE webhook_deliveries SET result = ${result.slice(0, 300)} WHERE delivery_id = ${id}`,
-  );
+  await tx.run(sql`UPDATE webhook_deliveries SET result = ${result.slice(0, 300)} WHERE delivery_id = ${id}`);
 }
 
 /** Completes a delivery that needs nothing (ignored event, definitive GitHub answer, bad payload). */

@@ -1,4 +1,5 @@
 import { BINDING_LEASE_STATUSES, HOST_STATES, RESERVATION_KINDS } from '../../core/model.ts';
+import { inboxStats } from '../ledger/inbox.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { metricsReads } from '../ledger/queries.ts';
 import { buildViews } from '../views.ts';
@@ -22,7 +23,10 @@ export async function collectMetrics(
   const byKind = <T>(f: (k: (typeof RESERVATION_KINDS)[number]) => T) =>
     RESERVATION_KINDS.map((k) => [k, f(k)] as const);
 
-  const { granted, started, outboxRows, leaseRows } = await metricsReads(ledger);
+  const [{ granted, started, outboxRows, leaseRows }, inbox] = await Promise.all([
+    metricsReads(ledger),
+    inboxStats(ledger),
+  ]);
 
   const pendingOutbox = outboxRows.find((r) => r.status === 'pending');
   const families: MetricFamily[] = [
@@ -118,6 +122,21 @@ export async function collectMetrics(
       samples: [
         { value: pendingOutbox?.oldest != null ? Math.max(0, (now - pendingOutbox.oldest) / 1000) : 0 },
       ],
+    },
+    {
+      name: 'spark_webhook_inbox_depth',
+      help: 'Webhook deliveries acknowledged and not processed yet (pending) or parked after repeated failures.',
+      type: 'gauge',
+      samples: [
+        { labels: { state: 'pending' }, value: inbox.pending },
+        { labels: { state: 'parked' }, value: inbox.parked },
+      ],
+    },
+    {
+      name: 'spark_webhook_inbox_oldest_pending_seconds',
+      help: 'Age of the oldest webhook delivery waiting to be processed (0 when none).',
+      type: 'gauge',
+      samples: [{ value: inbox.oldestPendingAgeMs / 1000 }],
     },
     {
       name: 'spark_runner_startup_seconds',
