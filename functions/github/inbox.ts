@@ -2,7 +2,14 @@ import { ZodError } from 'zod';
 import { requestGate } from '../admission-loop.ts';
 import type { AppContext } from '../app.ts';
 import { ApiError } from '../errors.ts';
-import { failDelivery, finishDelivery, type InboxRow, pendingDeliveries } from '../ledger/inbox.ts';
+import {
+  claimDeliveries,
+  failDelivery,
+  finishDelivery,
+  type InboxRow,
+  pendingDeliveries,
+  releaseClaims,
+} from '../ledger/inbox.ts';
 import { GitHubError } from './client.ts';
 import { ignoreDelivery, intakeHandlers } from './intake/index.ts';
 import { type GitHubService, githubService } from './service.ts';
@@ -26,6 +33,11 @@ import { type GitHubService, githubService } from './service.ts';
 
 /** Attempts before a delivery that keeps failing is parked. */
 export const INBOX_MAX_ATTEMPTS = 6;
+/**
+ * How long a processor's claim on a delivery lasts: another process on the same ledger takes
+ * it over after this if the claimer died (kill -9) before completing it.
+ */
+export const INBOX_CLAIM_MS = 20_000;
 /** Deliveries read per round; each is processed on its own, yielding to requests in between. */
 export const INBOX_BATCH = 64;
 
@@ -69,13 +81,32 @@ function createProcessor(svc: GitHubService): InboxProcessor {
   const round = async (total: DrainResult): Promise<number> => {
     const rows = await pendingDeliveries(svc.ledger, INBOX_BATCH);
     const now = svc.ledger.clock();
+    // what this round may process: due, and nothing earlier of its key still waiting
     const held = new Set<string>();
-    let progressed = 0;
+    const due: InboxRow[] = [];
     for (const row of rows) {
       const key = row.orderKey ?? row.deliveryId;
       if (held.has(key)) continue;
-      if (row.nextAttemptAt > now) {
+      if (row.nextAttemptAt > now) held.add(key);
+      else due.push(row);
+    }
+    const until = now + INBOX_CLAIM_MS;
+    const claimed = await claimDeliveries(
+      svc.ledger,
+      due.map((r) => r.deliveryId),
+      until,
+    );
+    const unused: string[] = [];
+    let progressed = 0;
+    for (const row of due) {
+      const key = row.orderKey ?? row.deliveryId;
+      if (!claimed.has(row.deliveryId)) {
+        // another processor has it: later deliveries of its key wait for that one
         held.add(key);
+        continue;
+      }
+      if (held.has(key)) {
+        unused.push(row.deliveryId);
         continue;
       }
       // acknowledging first: a burst of webhooks is answered before its deliveries are processed
@@ -90,6 +121,7 @@ function createProcessor(svc: GitHubService): InboxProcessor {
         progressed++;
       }
     }
+    await releaseClaims(svc.ledger, unused, until);
     return rows.length === INBOX_BATCH ? progressed : 0;
   };
 

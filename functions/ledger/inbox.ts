@@ -84,6 +84,33 @@ export async function pendingDeliveries(s: LedgerStore, limit: number): Promise<
 }
 
 /**
+ * Claims due deliveries for this processor in one statement by moving their `next_attempt_at`
+ * to `until`: other processes on the same ledger then see them as not due, skip them and hold
+ * back later deliveries of the same key, so order per key holds across processes too. A
+ * processor that dies leaves its claims to expire at `until` (at-least-once). Returns the ids
+ * actually claimed (another processor may have taken some first).
+ */
+export async function claimDeliveries(s: LedgerStore, ids: string[], until: number): Promise<Set<string>> {
+  if (!ids.length) return new Set();
+  const r = await s.store.exec(
+    `UPDATE webhook_deliveries SET next_attempt_at = ? WHERE delivery_id IN (${ids.map(() => '?').join(', ')})
+      AND state = 'pending' AND next_attempt_at <= ? RETURNING delivery_id`,
+    [until, ...ids, s.clock()],
+  );
+  return new Set(r.rows.map((row) => String(row.delivery_id)));
+}
+
+/** Gives back claims this processor did not use (a delivery behind a failed one of its key). */
+export async function releaseClaims(s: LedgerStore, ids: string[], until: number): Promise<void> {
+  if (!ids.length) return;
+  await s.store.exec(
+    `UPDATE webhook_deliveries SET next_attempt_at = ? WHERE delivery_id IN (${ids.map(() => '?').join(', ')})
+      AND state = 'pending' AND next_attempt_at = ?`,
+    [s.clock(), ...ids, until],
+  );
+}
+
+/**
  * Completes a pending delivery inside the caller's transaction (with its effects); false when
  * another processor completed it first, so its effects must not be applied again.
  */

@@ -176,7 +176,8 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
             const p = await lookup(id);
             return p && p.state !== 'pending' ? p : null;
           },
-          30_000,
+          // a claim left by a killed controller expires after INBOX_CLAIM_MS (20 s)
+          60_000,
           25,
         ).then(
           (p) => p.result,
