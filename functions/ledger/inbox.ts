@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import type { DeliveryView, InboxStats } from '../../core/protocol/deliveries.ts';
 import { ApiError, notFound } from '../errors.ts';
 import type { Tx } from './db.ts';
 import type { LedgerStore } from './store.ts';
@@ -22,29 +23,8 @@ export interface InboxRow {
   receivedAt: number;
 }
 
-export type DeliveryState = 'pending' | 'done' | 'parked';
-
-/** A delivery as operators see it (`GET /api/v1/deliveries`, `sparkctl deliveries`). */
-export interface DeliveryView {
-  id: string;
-  event: string;
-  action: string | null;
-  state: DeliveryState;
-  receivedAt: string;
-  processedAt: string | null;
-  attempts: number;
-  nextAttemptAt: string | null;
-  result: string;
-  lastError: string | null;
-}
-
-/** Inbox depth and age for `/metrics` and the dashboard. */
-export interface InboxStats {
-  pending: number;
-  parked: number;
-  /** Age of the oldest pending delivery (ms), 0 when none waits. */
-  oldestPendingAgeMs: number;
-}
+export type DeliveryState = DeliveryView['state'];
+export type { DeliveryView, InboxStats };
 
 const INSERT = `INSERT INTO webhook_deliveries
   (delivery_id, event, action, received_at, result, state, order_key, body, attempts, next_attempt_at)

@@ -1,9 +1,11 @@
 import { request as httpRequest } from 'node:http';
 import { sql } from 'drizzle-orm';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { INBOX_MAX_ATTEMPTS, inboxBackoffMs, inboxProcessor } from '../../functions/github/inbox.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { example, type Harness, SECRET, startHarness } from '../fake-github/harness.ts';
+import { tempDir } from '../helpers/ledger.ts';
+import { cleanupBundle, runSparkctl, sparkctlBundle } from './cli-harness.ts';
 
 /**
  * Issue 13, the webhook inbox through the real app on a real port and a real libSQL file, with
@@ -55,6 +57,7 @@ describe('webhook inbox', () => {
   afterEach(async () => {
     await h.close();
   });
+  afterAll(() => cleanupBundle());
 
   it('a /spark test on a PR GitHub answers 404 for ends with the reason, not a retry (fuzz seed 742671736)', async () => {
     const res = await h.deliver('issue_comment', spark('/spark test', 404));
@@ -162,10 +165,28 @@ describe('webhook inbox', () => {
     const dash = await (await fetch(`${h.c.url}/dashboard/live`)).text();
     expect(dash).toMatch(/webhooks: 1 waiting, 1 parked/);
 
-    // GitHub recovers; the operator retries the parked delivery
-    h.gh.failures.length = 0;
-    const retried = await api('POST', '/api/v1/deliveries/pr1-first/retry');
-    expect(retried.status).toBe(200);
+    // the operator sees it with sparkctl, GitHub recovers, and the operator retries it
+    const env = { SPARK_URL: h.c.url, SPARK_TOKEN: token };
+    const bin = await sparkctlBundle();
+    const home = tempDir('sparkctl-home-');
+    try {
+      const listedCli = await runSparkctl(bin, ['deliveries'], env, home.dir);
+      expect(listedCli.stderr).toBe('');
+      expect(listedCli.stdout).toMatch(/^inbox: 1 waiting \(oldest .+\), 1 parked\n/);
+      expect(listedCli.stdout).toMatch(
+        /pr1-first +issue_comment\.created +parked .+ 6 +parked: GitHub: .*502/,
+      );
+      const jsonCli = JSON.parse((await runSparkctl(bin, ['deliveries', '--json'], env, home.dir)).stdout);
+      expect(jsonCli.inbox).toMatchObject({ pending: 1, parked: 1 });
+      h.gh.failures.length = 0;
+      const retriedCli = await runSparkctl(bin, ['deliveries', 'retry', 'pr1-first'], env, home.dir);
+      expect(retriedCli.stderr).toBe('');
+      expect(retriedCli.stdout.trim()).toBe('delivery pr1-first (issue_comment) queued for processing again');
+      expect((await runSparkctl(bin, ['deliveries', 'retry', 'no-such-id'], env, home.dir)).code).toBe(6);
+    } finally {
+      home.cleanup();
+    }
+    const retried = await api('GET', '/api/v1/deliveries/pr1-first');
     expect(retried.json.delivery).toMatchObject({ state: 'pending', attempts: 0 });
     h.clock.advance(inboxBackoffMs(1) + 1);
     await inboxProcessor(svc).drain();
@@ -193,5 +214,6 @@ describe('webhook inbox', () => {
     expect(await redelivered.json()).toMatchObject({ duplicate: true });
     expect(await count(h, 'reservations')).toBe(2);
     expect((await api('POST', '/api/v1/deliveries/nope/retry')).status).toBe(404);
+    expect((await api('GET', '/api/v1/deliveries?state=bogus')).status).toBe(400);
   });
 });
