@@ -15,6 +15,9 @@ export interface RequestGate {
   whenQuiet(maxWaitMs?: number): Promise<void>;
 }
 
+/** Smallest gap between two admission passes kicked by changes (a burst shares one pass). */
+export const MIN_PASS_GAP_MS = 50;
+
 /** How long background work defers to requests in flight before it runs anyway. */
 export const MAX_DEFER_MS = 250;
 
@@ -30,38 +33,38 @@ export function requestGate(ledger: object): RequestGate {
   return g;
 }
 
+/**
+ * Quiet means no request in flight *and* none started or finished for {@link QUIET_MS}: between
+ * two requests of a burst the count touches 0 while the next connections still wait to be
+ * accepted, and background work started then would delay them.
+ */
+export const QUIET_MS = 25;
+
 function createRequestGate(): RequestGate {
   let inFlight = 0;
-  let waiters: Array<() => void> = [];
-  const release = () => {
-    const w = waiters;
-    waiters = [];
-    for (const fn of w) fn();
-  };
+  let lastActivity = 0;
   return {
     enter() {
       inFlight++;
+      lastActivity = performance.now();
     },
     leave() {
       inFlight = Math.max(0, inFlight - 1);
-      if (inFlight === 0) release();
+      lastActivity = performance.now();
     },
     get inFlight() {
       return inFlight;
     },
-    whenQuiet(maxWaitMs = MAX_DEFER_MS) {
-      if (inFlight === 0) return Promise.resolve();
-      return new Promise<void>((resolve) => {
-        let done = false;
-        const finish = () => {
-          if (done) return;
-          done = true;
-          clearTimeout(timer);
-          resolve();
-        };
-        const timer = setTimeout(finish, maxWaitMs);
-        waiters.push(finish);
-      });
+    async whenQuiet(maxWaitMs = MAX_DEFER_MS) {
+      const until = performance.now() + maxWaitMs;
+      for (;;) {
+        const now = performance.now();
+        const quietFor = now - lastActivity;
+        if ((inFlight === 0 && quietFor >= QUIET_MS) || now >= until) return;
+        // re-check once the quiet period could have passed (or at the deadline)
+        const wait = inFlight === 0 ? QUIET_MS - quietFor : QUIET_MS;
+        await new Promise((r) => setTimeout(r, Math.max(1, Math.min(wait, until - now))));
+      }
     },
   };
 }
@@ -97,9 +100,17 @@ export function startAdmissionLoop(
   const gate = requestGate(ledger);
   // a pass kicked by a change runs after the requests in flight are answered (so one pass
   // covers a burst); runNow() callers wait for their pass, so theirs runs at once
+  let lastPassAt = -Infinity;
   const pass = async (defer: boolean): Promise<PassResult | null> => {
     try {
-      if (defer) await gate.whenQuiet();
+      if (defer) {
+        // debounced: under a burst of changes, kicked passes run at most every MIN_PASS_GAP_MS
+        // (each covers every change before it); runNow() callers are not delayed
+        const gap = lastPassAt + MIN_PASS_GAP_MS - performance.now();
+        if (gap > 0) await new Promise((r) => setTimeout(r, gap));
+        await gate.whenQuiet();
+      }
+      lastPassAt = performance.now();
       const r = await ledger.admissionPass();
       opts.onPass?.(r);
       return r;

@@ -106,41 +106,43 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
   }
   const db = drizzle(client, { schema });
 
-  let chain: Promise<unknown> = Promise.resolve();
-  const write = <T>(fn: (tx: Tx) => Promise<T>): Promise<T> => {
-    const run = async (): Promise<T> => {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          return await db.transaction(fn);
-        } catch (e) {
-          if (!isBusy(e) || attempt >= 50) throw e;
-          await new Promise((r) =>
-            setTimeout(r, Math.min(200, 5 * 2 ** Math.min(attempt, 5)) * Math.random() + 1),
-          );
-        }
-      }
-    };
-    const p = chain.then(run, run);
-    chain = p.catch(() => undefined);
-    return p;
+  // One writer at a time in this process. Two queues: single statements (the webhook insert)
+  // go before waiting transactions (processing, admission passes), so acknowledging never queues
+  // behind background work; transactions run in arrival order.
+  const statements: Array<() => Promise<void>> = [];
+  const transactions: Array<() => Promise<void>> = [];
+  let busy = false;
+  const pump = () => {
+    if (busy) return;
+    const job = statements.shift() ?? transactions.shift();
+    if (!job) return;
+    busy = true;
+    void job().finally(() => {
+      busy = false;
+      pump();
+    });
   };
-  const exec = (stmt: string, args: InArgs): Promise<ResultSet> => {
-    const run = async (): Promise<ResultSet> => {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          return await client.execute({ sql: stmt, args });
-        } catch (e) {
-          if (!isBusy(e) || attempt >= 50) throw e;
-          await new Promise((r) =>
-            setTimeout(r, Math.min(200, 5 * 2 ** Math.min(attempt, 5)) * Math.random() + 1),
-          );
-        }
+  const enqueue = <T>(queue: Array<() => Promise<void>>, run: () => Promise<T>): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      queue.push(() => run().then(resolve, reject));
+      pump();
+    });
+  const retryBusy = async <T>(fn: () => Promise<T>): Promise<T> => {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn();
+      } catch (e) {
+        if (!isBusy(e) || attempt >= 50) throw e;
+        await new Promise((r) =>
+          setTimeout(r, Math.min(200, 5 * 2 ** Math.min(attempt, 5)) * Math.random() + 1),
+        );
       }
-    };
-    const p = chain.then(run, run);
-    chain = p.catch(() => undefined);
-    return p;
+    }
   };
+  const write = <T>(fn: (tx: Tx) => Promise<T>): Promise<T> =>
+    enqueue(transactions, () => retryBusy(() => db.transaction(fn)));
+  const exec = (stmt: string, args: InArgs): Promise<ResultSet> =>
+    enqueue(statements, () => retryBusy(() => client.execute({ sql: stmt, args })));
 
   return { db, client, local, write, exec, close: () => client.close() };
 }
