@@ -8,9 +8,17 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/unit/**/*.test.ts', 'test/model/**/*.test.ts'],
-    // agent and doctor unit tests exercise agent/ (they spawn processes), not core/
-    exclude: ['test/unit/agent-*.test.ts', 'test/unit/doctor-*.test.ts'],
+    // these exercise agent/ with real processes and files (the doctor suite takes ~50 s), not core/
+    exclude: [
+      'test/unit/doctor-*.test.ts',
+      'test/unit/agent-runner*.test.ts',
+      'test/unit/agent-state.test.ts',
+      'test/unit/agent-config.test.ts',
+    ],
     testTimeout: 60_000,
+    // a killed mutant needs one failing case, not a shrunk one: skip fast-check's shrinking
+    // and 150 model sequences find what 300 find in practice (each admission mutant runs them)
+    env: { SPARK_MUTATION: '1', SPARK_MODEL_RUNS: '150' },
     maxWorkers: 1,
   },
 });

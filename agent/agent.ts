@@ -3,6 +3,7 @@ import type { DesiredState, Report } from '../core/protocol/agent.ts';
 import { ControllerClient, ControllerRejected, ControllerUnreachable } from './client.ts';
 import type { AgentConfig } from './config.ts';
 import { createJitRunnerExecutor } from './executor/jit-runner.ts';
+import { createSlurmExecutor } from './executor/slurm.ts';
 import type { Executor } from './executor/types.ts';
 import { collectFacts } from './facts.ts';
 import { createHostPort, type HostPort } from './host/port.ts';
@@ -56,6 +57,10 @@ export class Agent {
       state,
       save: () => saveState(cfg.stateFile, ctx.state),
       report: (r) => this.report(r),
+      collectFacts: (gpu) => collectFacts(this.ctx, gpu),
+      heartbeat: async (facts) => {
+        this.heartbeatS = clampHeartbeatS((await this.client.heartbeat(facts)).heartbeatIntervalS);
+      },
       sleep: (ms) => this.sleep(ms),
       stopped: () => this.isStopped,
       heartbeatMs: () => this.heartbeatS * 1000,
@@ -63,7 +68,15 @@ export class Agent {
     };
     ctx.executor =
       opts.executor?.(ctx) ??
-      createJitRunnerExecutor({ cfg, log, account, save: ctx.save, onExit: () => this.pollAbort?.abort() });
+      (cfg.executor === 'slurm'
+        ? createSlurmExecutor({ cfg, log, account, save: ctx.save })
+        : createJitRunnerExecutor({
+            cfg,
+            log,
+            account,
+            save: ctx.save,
+            onExit: () => this.pollAbort?.abort(),
+          }));
     this.ctx = ctx;
   }
 
@@ -89,6 +102,7 @@ export class Agent {
         setPeriodS,
         sleep: (ms) => this.sleep(ms),
         stopped: () => this.isStopped,
+        stats: () => ({ newConnections: this.client.newConnections }),
       }),
       pollLoop({
         log: this.log,
@@ -104,6 +118,7 @@ export class Agent {
         stopped: () => this.isStopped,
       }),
     ]);
+    this.client.close();
   }
 
   stop(): void {
@@ -138,7 +153,7 @@ export class Agent {
         const step = reconcile(d, {
           maxFencingToken: ctx.state.maxFencingToken,
           lease: l,
-          workload: l ? ctx.executor.observe(l) : { state: 'none' },
+          workload: l ? await ctx.executor.observe(l) : { state: 'none' },
           hasService: this.cfg.service != null,
           heartbeatMs: this.heartbeatS * 1000,
         });

@@ -8,6 +8,7 @@ import {
   type Report,
   type ReportResponse,
 } from '../core/protocol/agent.ts';
+import { type HttpAnswer, HttpClient } from './http.ts';
 
 /** The controller could not be reached (network, timeout, 5xx, 429): nothing new may start. */
 export class ControllerUnreachable extends Error {
@@ -32,46 +33,44 @@ export class ControllerRejected extends Error {
   }
 }
 
-/** The agent's only way out: HTTP requests to the controller's agent API. */
+/** The agent's only way out: HTTP requests to the controller's agent API, over kept-alive sockets. */
 export class ControllerClient {
+  /** Requests that had to open a new connection (the rest reused one); for the bench and logs. */
+  newConnections = 0;
+  private readonly http = new HttpClient();
+
   constructor(
     private readonly baseUrl: string,
     private readonly token: string,
     private readonly requestTimeoutMs: number,
-    private readonly fetchImpl: typeof fetch = fetch,
   ) {}
 
   private async call(path: string, body: unknown, timeoutMs: number, signal?: AbortSignal): Promise<unknown> {
-    const timeout = AbortSignal.timeout(timeoutMs);
-    const both = signal ? AbortSignal.any([signal, timeout]) : timeout;
-    let res: Response;
+    let res: HttpAnswer;
     try {
-      res = await this.fetchImpl(new URL(`${AGENT_API_PREFIX}${path}`, this.baseUrl), {
+      res = await this.http.request({
         method: 'POST',
+        url: new URL(`${AGENT_API_PREFIX}${path}`, this.baseUrl),
         headers: { authorization: `Bearer ${this.token}`, 'content-type': 'application/json' },
         body: JSON.stringify(body),
-        signal: both,
+        timeoutMs,
+        ...(signal ? { signal } : {}),
       });
     } catch (e) {
       if (signal?.aborted) throw e;
-      const cause = (e as { cause?: { code?: string } }).cause?.code;
-      throw new ControllerUnreachable(
-        timeout.aborted
-          ? `no answer within ${Math.round(timeoutMs / 1000)} s`
-          : `${cause ?? (e as Error).message}`,
-      );
+      throw new ControllerUnreachable((e as Error).message);
     }
-    const text = await res.text().catch(() => '');
+    if (!res.reused) this.newConnections++;
     let json: unknown = null;
     try {
-      json = text ? JSON.parse(text) : null;
+      json = res.text ? JSON.parse(res.text) : null;
     } catch {
       json = null;
     }
-    if (res.ok) return json;
+    if (res.status >= 200 && res.status < 300) return json;
     const err = (json as { error?: { code?: string; message?: string } } | null)?.error;
     if (res.status === 429 || res.status >= 500) {
-      const ra = Number(res.headers.get('retry-after'));
+      const ra = Number(res.headers['retry-after']);
       throw new ControllerUnreachable(
         `controller answered ${res.status}${err?.message ? `: ${err.message}` : ''}`,
         Number.isFinite(ra) && ra > 0 ? ra * 1000 : null,
@@ -106,5 +105,10 @@ export class ControllerClient {
 
   async report(report: Report): Promise<ReportResponse> {
     return (await this.call('/report', report, this.requestTimeoutMs)) as ReportResponse;
+  }
+
+  /** Closes kept-alive sockets. */
+  close(): void {
+    this.http.close();
   }
 }

@@ -80,6 +80,29 @@ export const AgentConfigSchema = z
           ),
       })
       .strict(),
+    executor: z
+      .enum(['jit-runner', 'slurm'], { message: 'executor is one of jit-runner, slurm' })
+      .default('jit-runner')
+      .describe('How a lease runs its workload (issue 15): a one-job JIT runner, or a Slurm batch job.'),
+    slurm: z
+      .object({
+        /** Directory of sbatch/squeue/sacct/scancel; empty: PATH. */
+        bin: z.string().default(''),
+        /** Generic resource the job asks for (the lease's GPUs), e.g. "gpu:1". */
+        gres: z
+          .string()
+          .regex(/^[a-z][a-z0-9_]*(:[a-z0-9_]+)?(:[0-9]+)?$/, 'a gres like "gpu:1"')
+          .default('gpu:1'),
+        partition: z
+          .string()
+          .regex(/^[A-Za-z0-9_-]+$/)
+          .nullable()
+          .default(null),
+        /** SLURM_CONF for the commands; null: Slurm's default. */
+        conf: z.string().nullable().default(null),
+      })
+      .strict()
+      .prefault({}),
     nvidiaSmi: z.string().min(1).default('nvidia-smi').describe('nvidia-smi binary (PATH lookup if bare).'),
     service: serviceSchema.nullable().default(null).describe('Home service (Deckard on spark-1), or null.'),
     interconnectCheck: z

@@ -1,4 +1,5 @@
 import type { HostFacts } from '../core/model.ts';
+import type { GpuQuery } from './gpu.ts';
 import type { StepContext } from './steps/context.ts';
 
 /** The home service's state as the heartbeat reports it. */
@@ -25,11 +26,14 @@ async function interconnectOk(ctx: StepContext): Promise<boolean | null> {
   return ctx.interconnect.ok;
 }
 
-/** Host facts for a heartbeat: a GPU that cannot be read is `null` with the reason, never "idle". */
-export async function collectFacts(ctx: StepContext): Promise<HostFacts> {
-  const q = await ctx.port.queryGpu();
+/**
+ * Host facts for a heartbeat: a GPU that cannot be read is `null` with the reason, never "idle".
+ * `gpu` is a query just made (the cleanup's), to not run nvidia-smi twice.
+ */
+export async function collectFacts(ctx: StepContext, gpu?: GpuQuery): Promise<HostFacts> {
+  const q = gpu ?? (await ctx.port.queryGpu());
   const l = ctx.state.lease;
-  const seen = l ? ctx.executor.observe(l) : { state: 'none' as const };
+  const seen = l ? await ctx.executor.observe(l) : { state: 'none' as const };
   return {
     gpuProcesses: q.ok ? q.processes : null,
     gpuError: q.ok ? null : q.error,

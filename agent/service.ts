@@ -1,3 +1,5 @@
+import { HttpClient, type HttpError } from './http.ts';
+
 /**
  * The home service's model-ready health check (Deckard on spark-1). Restore is gated on it:
  * the service is advertised again only after it answers 2xx (DESIGN.md rule 5).
@@ -12,16 +14,18 @@ export interface HealthResult {
   detail: string;
 }
 
+const client = new HttpClient();
+
 /** One model-ready probe. Never throws. */
 export async function probeHealth(url: string, timeoutMs: number): Promise<HealthResult> {
   try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
-    const body = (await res.text().catch(() => '')).replace(/\s+/g, ' ').trim().slice(0, 300);
-    return { ok: res.ok, status: res.status, detail: `HTTP ${res.status}${body ? ` ${body}` : ''}` };
+    const res = await client.request({ method: 'GET', url: new URL(url), timeoutMs });
+    const body = res.text.replace(/\s+/g, ' ').trim().slice(0, 300);
+    const ok = res.status >= 200 && res.status < 300;
+    return { ok, status: res.status, detail: `HTTP ${res.status}${body ? ` ${body}` : ''}` };
   } catch (e) {
-    const err = e as { name?: string; cause?: { code?: string }; message?: string };
-    const why =
-      err.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : (err.cause?.code ?? err.message);
+    const err = e as HttpError;
+    const why = err.code === 'ETIMEDOUT' ? `no answer within ${timeoutMs} ms` : err.message;
     return { ok: false, status: null, detail: `health check unreachable: ${why}` };
   }
 }

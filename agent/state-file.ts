@@ -19,6 +19,8 @@ const runnerSchema = z.object({
   /** Set when the agent itself stopped the runner (release or replacement). */
   stoppedByAgent: z.boolean(),
   exitCode: z.number().int().nullable().optional(),
+  /** The Slurm job id (executor `slurm`); null until sbatch answered. */
+  jobId: z.string().nullable().optional(),
   exitReported: z.boolean(),
 });
 export type RunnerState = z.infer<typeof runnerSchema>;

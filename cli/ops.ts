@@ -140,8 +140,11 @@ export function progressLine(r: ReservationInfo): string {
         done.length ? ` · ${done.join(', ')} cleaned` : ''
       }`;
     }
-    default:
-      return `${r.id} ${r.status}${r.outcome ? ` (${r.outcome})` : ''}${r.reason ? ` · ${r.reason}` : ''}`;
+    default: {
+      // `cancelled (cancelled)` says nothing twice: the outcome is shown only where it adds to the status
+      const outcome = r.outcome && r.outcome !== r.status ? ` (${r.outcome})` : '';
+      return `${r.id} ${r.status}${outcome}${r.reason ? ` · ${r.reason}` : ''}`;
+    }
   }
 }
 

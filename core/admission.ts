@@ -279,12 +279,15 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     } else {
       let busy = 0;
       let out = 0;
+      let kept = 0;
       for (const h of hosts) {
         const b = base.get(h.id)!;
         if (b.kind === 'busy') busy++;
         else if (b.kind === 'out') out++;
+        else if (held.has(h.id)) kept++;
       }
-      text = `${busy} busy, ${held.size} held, ${out} unavailable of ${hosts.length} hosts`;
+      // held hosts of this pool only: a pair waiting in another pool keeps nothing here
+      text = `${busy} busy, ${kept} held, ${out} unavailable of ${hosts.length} hosts`;
     }
     text = `waiting for a host in pool ${pool}: ${text}`;
     poolBusyReason.set(pool, text);

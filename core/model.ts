@@ -42,14 +42,28 @@ export const RELEASABLE_STATUSES = [
   'running',
 ] as const satisfies readonly ReservationStatus[];
 export type ReleasableStatus = (typeof RELEASABLE_STATUSES)[number];
+/** Every host prepared: the workflow is dispatched and its one-job runner registered or running. */
+export const RUNNER_STATUSES = ['preparing', 'running'] as const satisfies readonly ReservationStatus[];
+export function isRunnerStatus(s: string): s is (typeof RUNNER_STATUSES)[number] {
+  return (RUNNER_STATUSES as readonly string[]).includes(s);
+}
 /** Statuses in which a reservation holds hosts (granted until termination is confirmed, rule 7). */
+// written out, not spread: a bundle importing core/model.ts can then drop what it does not use
 export const ACTIVE_STATUSES = [
-  ...RELEASABLE_STATUSES,
+  'allocated',
+  'preparing',
+  'running',
   'releasing',
 ] as const satisfies readonly ReservationStatus[];
 export type ActiveStatus = (typeof ACTIVE_STATUSES)[number];
 /** Queued or active: work a PR still has open. */
-export const OPEN_STATUSES = ['queued', ...ACTIVE_STATUSES] as const satisfies readonly ReservationStatus[];
+export const OPEN_STATUSES = [
+  'queued',
+  'allocated',
+  'preparing',
+  'running',
+  'releasing',
+] as const satisfies readonly ReservationStatus[];
 export const TERMINAL_STATUSES = [
   'done',
   'cancelled',

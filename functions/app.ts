@@ -1,6 +1,7 @@
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import type { AdmissionLoop } from './admission-loop.ts';
+import { createOperatorApi, type OperatorApi } from './api/operator.ts';
 import { ApiError } from './errors.ts';
 import type { Ledger, TransitionHook } from './ledger/ledger.ts';
 import type { Logger } from './log.ts';
@@ -30,6 +31,8 @@ export interface AppModule {
   name: string;
   hooks?(ctx: Omit<AppContext, 'loop'>): TransitionHook[];
   routes?(app: App, ctx: AppContext): void;
+  /** Routes of the operator API under `/api/v1`: each one audited and token-checked the same way. */
+  operatorRoutes?(api: OperatorApi, ctx: AppContext): void;
   /** Periodic work (outbox drain, sweeps); the Node entry runs it on a timer, the Worker on cron. */
   tick?(ctx: AppContext): Promise<void>;
 }
@@ -82,5 +85,8 @@ export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
   app.get('/api/v1/queue', async (c) => c.json((await buildViews(ctx.ledger)).queue));
 
   for (const m of modules) m.routes?.(app, ctx);
+  const operator = createOperatorApi(ctx);
+  for (const m of modules) m.operatorRoutes?.(operator.api, ctx);
+  app.route('/api/v1', operator.app as unknown as App);
   return app;
 }

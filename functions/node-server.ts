@@ -4,8 +4,9 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serve } from '@hono/node-server';
 import { createClient } from '@libsql/client';
-import { type AdmissionLoop, startAdmissionLoop } from './admission-loop.ts';
-import { type App, type AppContext, type AppModule, createApp } from './app.ts';
+import type { AdmissionLoop } from './admission-loop.ts';
+import type { App, AppContext, AppModule } from './app.ts';
+import { createController } from './controller.ts';
 import { openLedgerDb } from './ledger/db.ts';
 import { type Clock, Ledger } from './ledger/ledger.ts';
 import { applyMigrations } from './ledger/migrate.ts';
@@ -37,8 +38,15 @@ export interface StartOptions {
   noListen?: boolean;
 }
 
-/** Opens (and migrates) a ledger for Node: embedded file or remote libSQL through one code path. */
-export async function openNodeLedger(settings: Settings, opts: { clock?: Clock; log?: Logger } = {}) {
+/**
+ * Opens (and migrates) a ledger for Node: embedded file or remote libSQL through one code path.
+ * Tools (agent-token, admin) get host rows synced here; the controller leaves that to
+ * {@link createController}, which syncs at the same moment on Node and Workers.
+ */
+export async function openNodeLedger(
+  settings: Settings,
+  opts: { clock?: Clock; log?: Logger; syncHosts?: boolean } = {},
+) {
   const url = settings.ledgerUrl;
   if (url.startsWith('file:')) {
     const path = url.slice('file:'.length).replace(/^\/\/(?=\/)/, '');
@@ -54,40 +62,28 @@ export async function openNodeLedger(settings: Settings, opts: { clock?: Clock; 
   }
   if (applied.length) opts.log?.info('ledger migrated', { applied });
   const ledger = new Ledger(store, { config: settings.config, ...(opts.clock ? { clock: opts.clock } : {}) });
-  await ledger.syncHosts();
+  if (opts.syncHosts !== false) await ledger.syncHosts();
   return ledger;
 }
 
-/** Starts the controller on Node with its embedded (or remote) ledger. */
+/** The Node adapter: opens the ledger, builds the controller, serves it and runs its timers. */
 export async function startController(opts: StartOptions): Promise<RunningController> {
   const log = opts.log ?? createLogger(opts.settings.logLevel);
   const modules = opts.modules ?? appModules;
-  const ledger = await openNodeLedger(opts.settings, { log, ...(opts.clock ? { clock: opts.clock } : {}) });
-  const base = { ledger, settings: opts.settings, log, fetch: opts.fetch ?? fetch, runtime: 'node' as const };
-  for (const m of modules) for (const h of m.hooks?.(base) ?? []) ledger.addHook(h);
-  const loop = startAdmissionLoop(ledger, {
-    intervalMs: opts.admissionIntervalMs ?? 2000,
-    onError: (e) => log.error('admission pass failed', { error: String(e) }),
+  const ledger = await openNodeLedger(opts.settings, {
+    log,
+    syncHosts: false,
+    ...(opts.clock ? { clock: opts.clock } : {}),
   });
-  const ctx: AppContext = { ...base, loop };
-  const app = createApp(ctx, modules);
-
-  let ticking = false;
-  const tick = async () => {
-    if (ticking) return;
-    ticking = true;
-    try {
-      for (const m of modules) {
-        try {
-          await m.tick?.(ctx);
-        } catch (e) {
-          log.error('module tick failed', { module: m.name, error: String(e) });
-        }
-      }
-    } finally {
-      ticking = false;
-    }
-  };
+  const { app, ctx, loop, tick } = await createController({
+    ledger,
+    settings: opts.settings,
+    log,
+    fetch: opts.fetch ?? fetch,
+    runtime: 'node',
+    modules,
+    admissionIntervalMs: opts.admissionIntervalMs ?? 2000,
+  });
   const tickTimer = setInterval(() => void tick(), opts.tickMs ?? 1000);
   tickTimer.unref();
   void loop.runNow();

@@ -44,6 +44,14 @@ main().catch((e) => {
     console.error(e.message);
     process.exit(2);
   }
+  if ((e as NodeJS.ErrnoException)?.code === 'EADDRINUSE') {
+    // a second `npm start` on the same machine: say which knob moves it
+    console.error(
+      `spark controller failed to start: ${(e as Error).message}. Another process (maybe another controller) ` +
+        'listens on that port: stop it, or choose a port with SPARK_PORT=8788 npm start.',
+    );
+    process.exit(1);
+  }
   console.error(`spark controller failed to start: ${(e as Error)?.message ?? e}`);
   process.exit(1);
 });

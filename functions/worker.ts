@@ -6,8 +6,8 @@
  * `npm run deploy`, never from a request.
  */
 import { createClient } from '@libsql/client/web';
-import { type AdmissionLoop, startAdmissionLoop } from './admission-loop.ts';
-import { type App, type AppContext, createApp } from './app.ts';
+import type { Controller } from './controller.ts';
+import { createController } from './controller.ts';
 import { settleInbox } from './github/inbox.ts';
 import { openLedgerDb } from './ledger/db.ts';
 import { Ledger } from './ledger/ledger.ts';
@@ -26,14 +26,7 @@ interface ScheduledController {
   cron: string;
 }
 
-interface Instance {
-  app: App;
-  ctx: AppContext;
-  loop: AdmissionLoop;
-  hostsSynced: boolean;
-}
-
-let instance: Promise<Instance> | null = null;
+let instance: Promise<Controller> | null = null;
 
 function stringEnv(env: Record<string, unknown>): Record<string, string | undefined> {
   const out: Record<string, string | undefined> = {};
@@ -41,7 +34,8 @@ function stringEnv(env: Record<string, unknown>): Record<string, string | undefi
   return out;
 }
 
-async function build(env: Record<string, unknown>): Promise<Instance> {
+/** The Worker adapter's one controller per isolate (hosts synced as it is built). */
+async function build(env: Record<string, unknown>): Promise<Controller> {
   const settings = settingsFromEnv(stringEnv(env), null);
   const log = createLogger(settings.logLevel, 'worker');
   if (settings.ledgerUrl.startsWith('file:')) {
@@ -54,26 +48,20 @@ async function build(env: Record<string, unknown>): Promise<Instance> {
     authToken: settings.ledgerAuthToken,
     createClient,
   });
-  const ledger = new Ledger(store, { config: settings.config });
-  const base = {
-    ledger,
+  // no timer in an isolate: passes run after a response that changed something (waitUntil) and
+  // on every cron tick
+  return createController({
+    ledger: new Ledger(store, { config: settings.config }),
     settings,
     log,
     fetch: globalThis.fetch.bind(globalThis),
-    runtime: 'worker' as const,
-  };
-  for (const m of appModules) for (const h of m.hooks?.(base) ?? []) ledger.addHook(h);
-  // no timer in an isolate: passes run after a response that changed something (waitUntil) and
-  // on every cron tick
-  const loop = startAdmissionLoop(ledger, {
-    intervalMs: null,
-    onError: (e) => log.error('admission pass failed', { error: String(e) }),
+    runtime: 'worker',
+    modules: appModules,
+    admissionIntervalMs: null,
   });
-  const ctx: AppContext = { ...base, loop };
-  return { app: createApp(ctx, appModules), ctx, loop, hostsSynced: false };
 }
 
-function getInstance(env: Record<string, unknown>): Promise<Instance> {
+function getInstance(env: Record<string, unknown>): Promise<Controller> {
   instance ??= build(env).catch((e) => {
     instance = null;
     throw e;
@@ -92,7 +80,7 @@ function startupError(e: unknown): Response {
 
 export default {
   async fetch(request: Request, env: Record<string, unknown>, exec: ExecutionContext): Promise<Response> {
-    let inst: Instance;
+    let inst: Controller;
     try {
       inst = await getInstance(env);
     } catch (e) {
@@ -107,18 +95,10 @@ export default {
   async scheduled(_controller: ScheduledController, env: Record<string, unknown>, exec: ExecutionContext) {
     const inst = await getInstance(env);
     const work = (async () => {
-      if (!inst.hostsSynced) {
-        await inst.ctx.ledger.syncHosts();
-        inst.hostsSynced = true;
-      }
+      // fail closed: without host rows (ledger unreachable) nothing runs half-way
+      await inst.syncHosts();
       await inst.loop.runNow();
-      for (const m of appModules) {
-        try {
-          await m.tick?.(inst.ctx);
-        } catch (e) {
-          inst.ctx.log.error('module tick failed', { module: m.name, error: String(e) });
-        }
-      }
+      await inst.tick();
       await inst.loop.settle();
     })();
     exec.waitUntil(work);

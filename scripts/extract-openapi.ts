@@ -8,8 +8,9 @@
  *
  * `@octokit/openapi` is ~400 MB unpacked and is never a dependency of this repository. To refresh:
  *
- *   npm install --prefix /tmp/oa @octokit/openapi
- *   npx tsx scripts/extract-openapi.ts /tmp/oa/node_modules/@octokit/openapi
+ *   (cd /tmp/oa && npm pack @octokit/openapi && tar xzf octokit-openapi-*.tgz \
+ *     package/package.json package/generated/api.github.com.deref.json)
+ *   npx tsx scripts/extract-openapi.ts /tmp/oa/package
  *
  * Descriptions and examples are dropped to keep the fixture small; types, enums, required
  * fields and nullability are kept as published.
@@ -37,6 +38,13 @@ export const OPERATIONS: ReadonlyArray<readonly [string, string]> = [
   ['get', '/orgs/{org}/actions/runner-groups/{runner_group_id}'],
   ['get', '/orgs/{org}/actions/runner-groups/{runner_group_id}/repositories'],
   ['post', '/repos/{owner}/{repo}/labels'],
+  // run identity and job binding (issue 12): the dispatched run, its jobs, the org runner list
+  ['get', '/repos/{owner}/{repo}/actions/runs'],
+  ['get', '/repos/{owner}/{repo}/actions/workflows/{workflow_id}/runs'],
+  ['get', '/repos/{owner}/{repo}/actions/runs/{run_id}'],
+  ['get', '/repos/{owner}/{repo}/actions/runs/{run_id}/jobs'],
+  ['post', '/repos/{owner}/{repo}/actions/runs/{run_id}/cancel'],
+  ['get', '/orgs/{org}/actions/runners'],
 ];
 
 const DROP = new Set(['description', 'example', 'examples', 'summary', 'externalDocs', 'x-github', 'title']);

@@ -1,10 +1,8 @@
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { AgentConfig } from '../config.ts';
-import { runCommand } from '../exec.ts';
 import type { AgentLogger } from '../log.ts';
 import {
-  asAccount,
   isRunnerAlive,
   killAccountProcesses,
   processesOfUid,
@@ -17,8 +15,9 @@ import {
   tailLines,
 } from '../runner.ts';
 import type { LeaseState, RunnerState } from '../state-file.ts';
-import { baseRunnerEnv, freshRunnerEnv, shellJoin } from './runner-env.ts';
+import { jobEnv } from './runner-env.ts';
 import type { Executor, Observation, Termination, Workload } from './types.ts';
+import { createWorkArea } from './work-area.ts';
 import { assertUnder, childPath } from './work-dir.ts';
 
 export interface JitRunnerDeps {
@@ -64,46 +63,23 @@ export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
     resolvePid(r);
     return r.pid != null && isRunnerAlive(r.pid, r.startTicks);
   };
-  /** Runs a file command as the runner user; its failure is an error naming the command. */
-  const asRunner = async (argv: string[]): Promise<void> => {
-    const r = await runCommand([...asAccount(account!), ...argv], { timeoutMs: 60_000 });
-    if (r.code !== 0)
-      throw new Error(`${argv.join(' ')} as ${account!.name} failed: ${r.stderr.trim() || r.error}`);
-  };
-  const removeWorkDir = async (l: LeaseState): Promise<void> => {
-    // never remove anything outside the work volume, whatever the state file says
-    assertUnder(cfg.workRoot, l.workDir);
-    if (account) await asRunner(['rm', '-rf', '--one-file-system', '--', l.workDir]);
-    else rmSync(l.workDir, { recursive: true, force: true });
-  };
-  const makeWorkDir = async (l: LeaseState): Promise<void> => {
-    assertUnder(cfg.workRoot, l.workDir);
-    if (account) await asRunner(['mkdir', '-p', '-m', '0700', '--', l.workDir]);
-    else mkdirSync(l.workDir, { recursive: true, mode: 0o700 });
-  };
-  /** Processes of the runner user this lease did not start (there must be none before it starts). */
-  const foreign = (): number[] => (account ? processesOfUid(account.uid) : []);
+  const area = createWorkArea(cfg, account);
+  const foreign = area.foreign;
+  const removeWorkDir = area.remove;
+  const makeWorkDir = area.make;
 
   return {
     name: 'jit-runner',
 
     async prepare(l: LeaseState): Promise<Termination> {
-      const left = foreign();
-      if (left.length) {
-        return {
-          ok: false,
-          detail: `runner user ${account!.name} still has ${left.length} process(es) this lease did not start (pid ${left.slice(0, 5).join(', ')})`,
-        };
-      }
-      await removeWorkDir(l);
-      await makeWorkDir(l);
-      return { ok: true };
+      return area.fresh(l);
     },
 
     async start(l: LeaseState, w: Workload): Promise<void> {
       const runDir = childPath(runsRoot, w.name);
       rmSync(runDir, { recursive: true, force: true });
-      await makeWorkDir(l);
+      // prepared leases have their work dir; one adopted in another phase (a restart) may not
+      if (l.phase !== 'prepared') await makeWorkDir(l);
       // written before the spawn: a crash right after still finds the run dir (and its pid file)
       l.runner = {
         runnerName: w.name,
@@ -117,25 +93,7 @@ export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
       };
       l.phase = 'running';
       save();
-      const env: NodeJS.ProcessEnv = {
-        // the job runs PR code: it gets a minimal environment, never the agent's own
-        ...(account
-          ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv)
-          : baseRunnerEnv(process.env, cfg.runner.passEnv)),
-        ...(cfg.service
-          ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl }
-          : {}),
-        ...(cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {}),
-        ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
-        SPARK_CONTROLLER_URL: cfg.controllerUrl,
-        SPARK_RESERVATION_ID: l.reservationId,
-        SPARK_HOST_ID: cfg.hostId,
-        SPARK_FENCING_TOKEN: String(l.fencingToken),
-        SPARK_LEASE_TOKEN: w.jobToken ?? '',
-        SPARK_TOPOLOGY: l.topology,
-        SPARK_WORK_DIR: l.workDir,
-        SPARK_MODEL_CACHE: cfg.modelCacheDir,
-      };
+      const env = jobEnv(cfg, account, l, w);
       const started = startRunner({ runDir, command: cfg.runner.command, workDir: l.workDir, env, account });
       l.runner.pid = started.pid;
       l.runner.startTicks = started.startTicks;
@@ -145,7 +103,7 @@ export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
       void started.exited.then(deps.onExit);
     },
 
-    observe(l: LeaseState): Observation {
+    async observe(l: LeaseState): Promise<Observation> {
       const r = l.runner;
       if (!r) return { state: 'none' };
       if (alive(r)) return { state: 'running' };
@@ -185,7 +143,7 @@ export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
       return { ok: true };
     },
 
-    lastLines(l: LeaseState, n: number): string[] {
+    async lastLines(l: LeaseState, n: number): Promise<string[]> {
       return l.runner ? redactLines(tailLines(l.runner.runDir, n), secrets) : [];
     },
 

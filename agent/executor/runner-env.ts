@@ -1,3 +1,8 @@
+import type { AgentConfig } from '../config.ts';
+import type { RunnerAccount } from '../runner.ts';
+import type { LeaseState } from '../state-file.ts';
+import type { Workload } from './types.ts';
+
 /** Variables a runner legitimately needs from the host; everything else of the agent's stays out. */
 const RUNNER_ENV_KEEP = ['PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'LANG', 'TZ', 'TMPDIR'];
 
@@ -36,4 +41,35 @@ export function freshRunnerEnv(
   };
   for (const k of passEnv) if (from[k] !== undefined) env[k] = from[k];
   return env;
+}
+
+/**
+ * The whole environment of a lease's workload: a minimal base (fresh with a runner user), what
+ * the in-job actions need (SPARK_*), and the JIT config — in the environment only, never argv.
+ */
+export function jobEnv(
+  cfg: AgentConfig,
+  account: RunnerAccount | null,
+  l: LeaseState,
+  w: Workload,
+): NodeJS.ProcessEnv {
+  return {
+    // the job runs PR code: it gets a minimal environment, never the agent's own
+    ...(account
+      ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv)
+      : baseRunnerEnv(process.env, cfg.runner.passEnv)),
+    ...(cfg.service
+      ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl }
+      : {}),
+    ...(cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {}),
+    ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
+    SPARK_CONTROLLER_URL: cfg.controllerUrl,
+    SPARK_RESERVATION_ID: l.reservationId,
+    SPARK_HOST_ID: cfg.hostId,
+    SPARK_FENCING_TOKEN: String(l.fencingToken),
+    SPARK_LEASE_TOKEN: w.jobToken ?? '',
+    SPARK_TOPOLOGY: l.topology,
+    SPARK_WORK_DIR: l.workDir,
+    SPARK_MODEL_CACHE: cfg.modelCacheDir,
+  };
 }

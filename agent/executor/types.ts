@@ -9,7 +9,7 @@ import type { LeaseState } from '../state-file.ts';
  */
 
 /** Backends the agent knows; `jit-runner` (today's one-job GitHub runner) is the default. */
-export const EXECUTOR_NAMES = ['jit-runner'] as const;
+export const EXECUTOR_NAMES = ['jit-runner', 'slurm'] as const;
 export type ExecutorName = (typeof EXECUTOR_NAMES)[number];
 
 /** What a lease runs. For `jit-runner`: the runner named by the controller and its one-time secrets. */
@@ -44,13 +44,13 @@ export interface Executor {
    */
   start(lease: LeaseState, workload: Workload): Promise<void>;
   /** The state of the workload recorded in `lease.runner` (`none` when there is none). */
-  observe(lease: LeaseState): Observation;
+  observe(lease: LeaseState): Promise<Observation>;
   /** Stops the workload this lease started (and only that). */
   stop(lease: LeaseState): Promise<void>;
   /** Whether everything the workload started is gone; only then may the lease be released. */
   confirmTerminated(lease: LeaseState): Promise<Termination>;
   /** The workload's last output lines for evidence, secrets redacted. */
-  lastLines(lease: LeaseState, n: number): string[];
+  lastLines(lease: LeaseState, n: number): Promise<string[]>;
   /** Forgets a stopped workload (its record and run files) but keeps the lease's work area. */
   forget(lease: LeaseState): Promise<void>;
   /** Removes the lease's work area and what the executor kept for the workload. */

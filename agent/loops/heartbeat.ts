@@ -12,6 +12,8 @@ export interface HeartbeatLoopDeps {
   setPeriodS(s: number): void;
   sleep(ms: number): Promise<void>;
   stopped(): boolean;
+  /** Extra fields for the debug line of each heartbeat. */
+  stats?(): Record<string, unknown>;
 }
 
 /** Sends host facts every period; on failure retries with backoff, never faster than the period. */
@@ -25,7 +27,7 @@ export async function heartbeatLoop(deps: HeartbeatLoopDeps): Promise<void> {
       // the controller sets the period: the first sleep must already use it, or a host whose
       // default period exceeds the controller's offline limit would flap offline
       deps.setPeriodS((await deps.send(facts)).heartbeatIntervalS);
-      deps.log.debug('heartbeat sent', { factsMs: t1 - t0, sendMs: Date.now() - t1 });
+      deps.log.debug('heartbeat sent', { factsMs: t1 - t0, sendMs: Date.now() - t1, ...deps.stats?.() });
       failures = 0;
     } catch (e) {
       failures++;

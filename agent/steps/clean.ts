@@ -19,7 +19,7 @@ export function beginClean(ctx: StepContext): StepResult {
 export async function stopWorkload(ctx: StepContext): Promise<StepResult> {
   const l = currentLease(ctx);
   await ctx.executor.stop(l);
-  return ctx.executor.observe(l).state === 'running' ? waitFor(1000) : again;
+  return (await ctx.executor.observe(l)).state === 'running' ? waitFor(1000) : again;
 }
 
 /**
@@ -54,7 +54,19 @@ export async function finishClean(ctx: StepContext): Promise<StepResult> {
     }
     return waitFor(ctx.heartbeatMs());
   }
-  await ctx.report({ type: 'cleaned', fencingToken: l.fencingToken });
+  // the host is about to be free: the controller gets what the GPU shows now, in a heartbeat
+  // (which today's controller applies) and in the report, so the next grant need not wait up to a
+  // heartbeat period for facts that still list the finished job's processes
+  const facts = {
+    ...(await ctx.collectFacts()),
+    gpuProcesses: q.processes,
+    gpuError: null,
+    runnerState: 'none' as const,
+  };
+  await ctx
+    .heartbeat(facts)
+    .catch((e: Error) => ctx.log.warn('fresh facts not delivered', { error: e.message }));
+  await ctx.report({ type: 'cleaned', fencingToken: l.fencingToken, facts });
   ctx.state.lease = null;
   ctx.save();
   return waitFor(null);

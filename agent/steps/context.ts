@@ -1,6 +1,8 @@
+import type { HostFacts } from '../../core/model.ts';
 import type { Report } from '../../core/protocol/agent.ts';
 import type { AgentConfig } from '../config.ts';
 import type { Executor } from '../executor/types.ts';
+import type { GpuQuery } from '../gpu.ts';
 import type { HostPort } from '../host/port.ts';
 import type { AgentLogger } from '../log.ts';
 import type { AgentState, LeaseState } from '../state-file.ts';
@@ -16,6 +18,10 @@ export interface StepContext {
   save(): void;
   /** Sends a step result to the controller (throws `ControllerRejected`/`ControllerUnreachable`). */
   report(r: Report): Promise<void>;
+  /** Host facts as a heartbeat would send them now (`gpu`: a GPU query just made). */
+  collectFacts(gpu?: GpuQuery): Promise<HostFacts>;
+  /** Sends a heartbeat with `facts` at once (outside the heartbeat period). */
+  heartbeat(facts: HostFacts): Promise<void>;
   /** Interruptible sleep (ends early when the agent stops). */
   sleep(ms: number): Promise<void>;
   stopped(): boolean;

@@ -27,24 +27,26 @@ export async function reportPrepareFailed(ctx: StepContext): Promise<StepResult>
  */
 export async function prepareHost(ctx: StepContext): Promise<StepResult> {
   const l = currentLease(ctx);
-  if (!l.lend) {
-    const q = await ctx.port.queryGpu();
-    if (!q.ok) return failPrepare(ctx, `GPU state unknown: ${q.error}`);
-    if (q.processes.length) {
-      return failPrepare(
-        ctx,
-        `GPU busy: ${q.processes.length} process(es) outside the lease (${describeProcesses(q.processes)})`,
-      );
-    }
+  // the GPU check and the work area do not depend on each other: do them at once (a fresh work
+  // area for a lease that then fails is removed by its cleanup like any other)
+  const [q, ready] = await Promise.all([
+    l.lend ? Promise.resolve(null) : ctx.port.queryGpu(),
+    ctx.executor.prepare(l),
+  ]);
+  if (q && !q.ok) return failPrepare(ctx, `GPU state unknown: ${q.error}`);
+  if (q?.ok && q.processes.length) {
+    return failPrepare(
+      ctx,
+      `GPU busy: ${q.processes.length} process(es) outside the lease (${describeProcesses(q.processes)})`,
+    );
   }
+  if (!ready.ok) return failPrepare(ctx, ready.detail);
   const check = ctx.cfg.interconnectCheck;
   if (l.topology === 'pair' && check) {
     const r = await ctx.port.exec(check, { timeoutMs: 60_000 });
     ctx.interconnect = { ok: r.code === 0, at: ctx.port.now() };
     if (r.code !== 0) return failPrepare(ctx, `interconnect check failed: ${describeFailure(check, r)}`);
   }
-  const ready = await ctx.executor.prepare(l);
-  if (!ready.ok) return failPrepare(ctx, ready.detail);
   l.phase = 'prepared';
   ctx.save();
   return again;

@@ -32,14 +32,14 @@ export async function reportStarted(ctx: StepContext): Promise<StepResult> {
 export async function reportExited(ctx: StepContext, bestEffort: boolean): Promise<StepResult> {
   const l = currentLease(ctx);
   const r = l.runner!;
-  const seen = ctx.executor.observe(l);
+  const seen = await ctx.executor.observe(l);
   try {
     await ctx.report({
       type: 'runner_exited',
       fencingToken: l.fencingToken,
       runnerName: r.runnerName,
       exitCode: seen.state === 'exited' ? seen.exitCode : null,
-      lastLines: ctx.executor.lastLines(l, 30),
+      lastLines: await ctx.executor.lastLines(l, 30),
     });
   } catch (e) {
     if (!bestEffort || !(e instanceof ControllerRejected)) throw e;

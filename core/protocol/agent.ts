@@ -181,7 +181,15 @@ export const ReportSchema = z.discriminatedUnion('type', [
   }),
   /** A development lease is in use on the host. */
   z.object({ type: z.literal('lease_active'), fencingToken: token }),
-  z.object({ type: z.literal('cleaned'), fencingToken: token }),
+  z.object({
+    type: z.literal('cleaned'),
+    fencingToken: token,
+    /**
+     * Host facts read right after cleanup (issue 13 item 3): the report that frees the host says
+     * what its GPU shows now, so admission need not wait for the next heartbeat.
+     */
+    facts: HostFactsSchema.optional(),
+  }),
   z.object({
     type: z.literal('processes_remain'),
     fencingToken: token,

@@ -1,6 +1,5 @@
 import type { Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import type { z } from 'zod';
 import {
   AGENT_API_PREFIX,
   AGENT_MAX_BODY_BYTES,
@@ -8,16 +7,16 @@ import {
   PollRequestSchema,
   ReportSchema,
 } from '../../core/protocol/agent.ts';
+import { parseBody } from '../api/body.ts';
 import type { AppModule } from '../app.ts';
 import {
   type AgentAuthEnv,
   type AgentPrincipal,
   createAgentToken,
   requireAgent,
-  requireScope,
   revokeAgentToken,
 } from '../auth/tokens.ts';
-import { ApiError, badRequest } from '../errors.ts';
+import { ApiError } from '../errors.ts';
 import { applyReport } from '../ledger/agent-reports.ts';
 import { handlePoll } from './poll.ts';
 import { RateLimiter } from './rate-limit.ts';
@@ -28,25 +27,6 @@ import { RateLimiter } from './rate-limit.ts';
  * carries a per-host agent token; the host is the token's, never one named in the body. Plus the
  * operator routes that create and revoke agent tokens.
  */
-
-async function readJson<S extends z.ZodType>(c: Context, schema: S): Promise<z.output<S>> {
-  let raw: unknown;
-  try {
-    const text = await c.req.text();
-    raw = text.trim() === '' ? {} : JSON.parse(text);
-  } catch {
-    throw badRequest('request body is not valid JSON', 'invalid_json');
-  }
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) {
-    throw badRequest(
-      `invalid body: ${parsed.error.issues
-        .map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`)
-        .join('; ')}`,
-    );
-  }
-  return parsed.data;
-}
 
 /** The agent principal `requireAgent()` set; these routes are only mounted behind it. */
 function principalOf(c: Context): AgentPrincipal {
@@ -92,12 +72,12 @@ export const agentApiModule: AppModule = {
     const hostOf = (c: Context) => principalOf(c).hostId;
 
     agent.post('/poll', async (c) => {
-      const req = await readJson(c, PollRequestSchema);
+      const req = await parseBody(c, PollRequestSchema);
       return c.json(await handlePoll(ctx, hostOf(c), req, c.req.raw.signal));
     });
 
     agent.post('/heartbeat', async (c) => {
-      const { facts } = await readJson(c, HeartbeatRequestSchema);
+      const { facts } = await parseBody(c, HeartbeatRequestSchema);
       await ctx.ledger.recordHeartbeat(hostOf(c), {
         ...facts,
         gpuError: facts.gpuError ?? null,
@@ -106,20 +86,21 @@ export const agentApiModule: AppModule = {
     });
 
     agent.post('/report', async (c) => {
-      const report = await readJson(c, ReportSchema);
+      const report = await parseBody(c, ReportSchema);
       const hostId = hostOf(c);
       const result = await applyReport(ctx.ledger, hostId, report);
       ctx.log.info('agent report', { hostId, type: report.type, result });
       return c.json({ ok: true as const, result });
     });
-
-    app.post('/api/v1/hosts/:id/agent-tokens', requireScope('operate'), async (c) => {
+  },
+  operatorRoutes(api, ctx) {
+    api.post('/hosts/:id/agent-tokens', 'operate', async (c) => {
       const created = await createAgentToken(ctx.ledger, c.req.param('id'), `api:${c.get('principal').name}`);
       // the plaintext is shown here once; only its SHA-256 is stored
       return c.json(created, 201);
     });
 
-    app.delete('/api/v1/agent-tokens/:id', requireScope('operate'), async (c) => {
+    api.delete('/agent-tokens/:id', 'operate', async (c) => {
       await revokeAgentToken(ctx.ledger, c.req.param('id'), `api:${c.get('principal').name}`);
       return c.json({ ok: true, id: c.req.param('id'), revoked: true });
     });

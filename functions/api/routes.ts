@@ -1,4 +1,3 @@
-import type { Hono } from 'hono';
 import { ACTIVE_STATUSES, OPEN_STATUSES, type ReservationStatus } from '../../core/model.ts';
 import {
   CreateReservationBody,
@@ -9,20 +8,13 @@ import {
   TerminateBody,
 } from '../../core/protocol/api.ts';
 import type { AppContext } from '../app.ts';
-import {
-  type ApiPrincipal,
-  type AuthEnv,
-  createApiToken,
-  requireScope,
-  revokeApiToken,
-} from '../auth/tokens.ts';
+import { type ApiPrincipal, createApiToken, revokeApiToken } from '../auth/tokens.ts';
 import { ApiError, badRequest, conflict, notFound } from '../errors.ts';
 import { renewDevelopmentLease } from '../ledger/leases.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 import { listApiTokens, reservationHistory } from '../ledger/queries.ts';
 import { recoverReservation, requestServiceStart, terminateReservation } from '../ledger/reservations.ts';
 import { toEventView } from '../views.ts';
-import { createAuditor } from './audit.ts';
 import { parseBody } from './body.ts';
 import {
   describeReservation,
@@ -32,6 +24,7 @@ import {
   mayAct,
   ownerTokenOf,
 } from './describe.ts';
+import type { OperatorApi } from './operator.ts';
 
 const actorOf = (p: ApiPrincipal) => `api:${p.name}`;
 const iso = (ms: number | null) => (ms == null ? null : new Date(ms).toISOString());
@@ -46,12 +39,10 @@ function forbiddenOwner(id: string): ApiError {
 
 /**
  * Mounts the operator/user API. Every change runs in one ledger transaction whose events carry
- * the calling token's name as actor; reads and refusals are audited by {@link createAuditor}.
+ * the calling token's name as actor; reads and refusals are audited by the operator sub-app every route joins.
  */
-export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
+export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
   const { ledger } = ctx;
-  const api = root.basePath('/api/v1');
-  const audit = createAuditor(ledger, ctx.log);
 
   async function info(id: string, p: ApiPrincipal): Promise<ReservationInfo> {
     const one = await loadOne(ledger, id);
@@ -66,14 +57,14 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return r;
   }
 
-  api.get('/whoami', audit, requireScope('develop'), (c) => {
+  api.get('/whoami', 'develop', (c) => {
     const p = c.get('principal');
     return c.json({ tokenId: p.tokenId, name: p.name, scopes: p.scopes });
   });
 
   // ------------------------------------------------------------ reservations
 
-  api.post('/reservations', audit, requireScope('develop'), async (c) => {
+  api.post('/reservations', 'develop', async (c) => {
     const p = c.get('principal');
     const body = await parseBody(c, CreateReservationBody);
     const { timings } = ledger.config;
@@ -101,7 +92,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservation: await info(row.id, p) }, 201);
   });
 
-  api.get('/reservations', audit, requireScope('develop'), async (c) => {
+  api.get('/reservations', 'develop', async (c) => {
     const p = c.get('principal');
     const status = c.req.query('status') ?? 'open';
     const groups: Record<string, readonly ReservationStatus[] | undefined> = {
@@ -123,11 +114,11 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservations: list });
   });
 
-  api.get('/reservations/:id', audit, requireScope('develop'), async (c) =>
+  api.get('/reservations/:id', 'develop', async (c) =>
     c.json({ reservation: await info(c.req.param('id'), c.get('principal')) }),
   );
 
-  api.get('/reservations/:id/history', audit, requireScope('develop'), async (c) => {
+  api.get('/reservations/:id/history', 'develop', async (c) => {
     const id = c.req.param('id');
     const one = await loadOne(ledger, id);
     if (!one) throw notFound(`reservation ${id}`);
@@ -139,7 +130,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservationId: id, events: rows.map((r) => toEventView(r, { publicView: false })) });
   });
 
-  api.post('/reservations/:id/renew', audit, requireScope('develop'), async (c) => {
+  api.post('/reservations/:id/renew', 'develop', async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
     const body = await parseBody(c, RenewBody);
@@ -148,7 +139,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservation: await info(id, p) });
   });
 
-  api.post('/reservations/:id/release', audit, requireScope('develop'), async (c) => {
+  api.post('/reservations/:id/release', 'develop', async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
     const r = await ledger.getReservation(undefined, id);
@@ -172,7 +163,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservation: await info(id, p) });
   });
 
-  api.post('/reservations/:id/cancel', audit, requireScope('develop'), async (c) => {
+  api.post('/reservations/:id/cancel', 'develop', async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
     await requireMine(id, p);
@@ -180,14 +171,14 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json({ reservation: await info(id, p) });
   });
 
-  api.post('/reservations/:id/recover', audit, requireScope('operate'), async (c) => {
+  api.post('/reservations/:id/recover', 'operate', async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
     const result = await recoverReservation(ledger, id, actorOf(p));
     return c.json({ reservation: await info(id, p), ...result });
   });
 
-  api.post('/reservations/:id/terminate', audit, requireScope('emergency'), async (c) => {
+  api.post('/reservations/:id/terminate', 'emergency', async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
     const { reason } = await parseBody(c, TerminateBody);
@@ -200,20 +191,20 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
   const hostBody = (h: { id: string; managed: boolean; phase: string }) => ({
     host: { id: h.id, managed: h.managed, phase: h.phase },
   });
-  api.post('/hosts/:id/adopt', audit, requireScope('operate'), async (c) =>
+  api.post('/hosts/:id/adopt', 'operate', async (c) =>
     c.json(hostBody(await ledger.setManaged(c.req.param('id'), true, actorOf(c.get('principal'))))),
   );
-  api.post('/hosts/:id/unadopt', audit, requireScope('operate'), async (c) =>
+  api.post('/hosts/:id/unadopt', 'operate', async (c) =>
     c.json(hostBody(await ledger.setManaged(c.req.param('id'), false, actorOf(c.get('principal'))))),
   );
-  api.post('/hosts/:id/clear-quarantine', audit, requireScope('operate'), async (c) => {
+  api.post('/hosts/:id/clear-quarantine', 'operate', async (c) => {
     const id = c.req.param('id');
     await ledger.clearQuarantine(id, actorOf(c.get('principal')));
     const h = await ledger.getHost(undefined, id);
     return c.json(hostBody(h!));
   });
 
-  api.post('/deckard/start', audit, requireScope('operate'), async (c) => {
+  api.post('/deckard/start', 'operate', async (c) => {
     const p = c.get('principal');
     const body = await parseBody(c, DeckardStartBody);
     const hosts = ledger.config.hosts;
@@ -236,7 +227,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
 
   // ------------------------------------------------------------ API tokens
 
-  api.post('/tokens', audit, requireScope('operate'), async (c) => {
+  api.post('/tokens', 'operate', async (c) => {
     const p = c.get('principal');
     const body = await parseBody(c, CreateTokenBody);
     // emergency is never implied by operate, so it cannot be minted by an operate-only token
@@ -251,7 +242,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     return c.json(created, 201);
   });
 
-  api.get('/tokens', audit, requireScope('operate'), async (c) => {
+  api.get('/tokens', 'operate', async (c) => {
     const rows = await listApiTokens(ledger);
     return c.json({
       tokens: rows.map((r) => ({
@@ -265,7 +256,7 @@ export function mountApiRoutes(root: Hono<AuthEnv>, ctx: AppContext): void {
     });
   });
 
-  api.delete('/tokens/:id', audit, requireScope('operate'), async (c) => {
+  api.delete('/tokens/:id', 'operate', async (c) => {
     const id = c.req.param('id');
     await revokeApiToken(ledger, id, actorOf(c.get('principal')));
     return c.json({ id, revoked: true });

@@ -1,6 +1,4 @@
-import type { Hono } from 'hono';
 import type { AppContext, AppModule } from '../app.ts';
-import type { AuthEnv } from '../auth/tokens.ts';
 import { createGitHubHook } from './hooks.ts';
 import { inboxProcessor } from './inbox.ts';
 import { mountInboxRoutes } from './inbox-routes.ts';
@@ -23,8 +21,10 @@ export const githubModule: AppModule = {
   },
   routes(app, ctx) {
     mountWebhook(app, () => githubService(ctx));
-    mountInboxRoutes(app as unknown as Hono<AuthEnv>, ctx, () => githubService(ctx));
-    mountRepositoryRoutes(app, () => githubService(ctx));
+  },
+  operatorRoutes(api, ctx) {
+    mountRepositoryRoutes(api, () => githubService(ctx));
+    mountInboxRoutes(api, ctx, () => githubService(ctx));
   },
   async tick(ctx: AppContext) {
     const svc = githubService(ctx);

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import type { App } from '../app.ts';
-import { requireScope } from '../auth/tokens.ts';
+import { parseBody } from '../api/body.ts';
+import type { OperatorApi } from '../api/operator.ts';
 import { ApiError } from '../errors.ts';
 import { disableRepository, enableRepository } from '../ledger/github.ts';
 import type { RepositoryRow } from '../ledger/ledger.ts';
@@ -92,39 +92,19 @@ async function checkRunnerGroup(
   }
 }
 
-export function mountRepositoryRoutes(app: App, svc: () => GitHubService) {
-  app.get('/api/v1/repositories', requireScope('develop'), async (c) => {
+export function mountRepositoryRoutes(api: OperatorApi, svc: () => GitHubService) {
+  api.get('/repositories', 'develop', async (c) => {
     const s = svc();
     const rows = await listRepositories(s.ledger);
     return c.json({ repositories: rows.map((r) => view(s, r)) });
   });
 
-  app.post('/api/v1/repositories/:owner/:name/enable', requireScope('operate'), async (c) => {
+  api.post('/repositories/:owner/:name/enable', 'operate', async (c) => {
     const s = svc();
     const { owner, name } = c.req.param();
     if (!NAME.test(owner) || !NAME.test(name))
       throw new ApiError(400, 'invalid_request', 'expected /repositories/OWNER/NAME');
-    let raw: unknown = {};
-    const text = await c.req.text();
-    if (text.trim()) {
-      try {
-        raw = JSON.parse(text);
-      } catch {
-        throw new ApiError(
-          400,
-          'invalid_json',
-          'body must be JSON: {"pairEnabled"?: boolean, "installationId"?: number}',
-        );
-      }
-    }
-    const parsed = EnableBody.safeParse(raw);
-    if (!parsed.success)
-      throw new ApiError(
-        400,
-        'invalid_request',
-        parsed.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; '),
-      );
-    const body = parsed.data;
+    const body = await parseBody(c, EnableBody);
     const repo = `${owner}/${name}`;
 
     let installationId: number;
@@ -207,7 +187,7 @@ export function mountRepositoryRoutes(app: App, svc: () => GitHubService) {
     });
   });
 
-  app.post('/api/v1/repositories/:owner/:name/disable', requireScope('operate'), async (c) => {
+  api.post('/repositories/:owner/:name/disable', 'operate', async (c) => {
     const s = svc();
     const { owner, name } = c.req.param();
     const repo = `${owner}/${name}`;

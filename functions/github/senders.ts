@@ -1,3 +1,4 @@
+import { isRunnerStatus } from '../../core/model.ts';
 import type { Tx } from '../ledger/db.ts';
 import {
   liveRunnersOf,
@@ -147,7 +148,7 @@ const sendDispatch: Sender = async (svc, _row, payload) => {
   const rid = String(payload.reservationId);
   const r = await svc.ledger.getReservation(undefined, rid);
   if (!r?.repo || !r.headSha) return skipped('reservation has no GitHub commit');
-  if (!['preparing', 'running'].includes(r.status)) return skipped(`reservation is ${r.status}`);
+  if (!isRunnerStatus(r.status)) return skipped(`reservation is ${r.status}`);
   const meta = readMeta(r);
   if (!meta) return skipped('reservation was not created by GitHub');
   const why = await whyNotWanted(svc, r, meta);
@@ -211,7 +212,7 @@ const sendGenerateJit: Sender = async (svc, _row, payload) => {
   const attempt = Number(payload.attempt ?? 0);
   const r = await svc.ledger.getReservation(undefined, rid);
   if (!r?.repo) return skipped('reservation has no repository');
-  if (!['preparing', 'running'].includes(r.status)) return skipped(`reservation is ${r.status}`);
+  if (!isRunnerStatus(r.status)) return skipped(`reservation is ${r.status}`);
   const lease = (await svc.ledger.leasesOf(undefined, rid)).find((l) => l.id === leaseId);
   if (lease?.status !== 'active') return skipped(`lease ${leaseId} is ${lease?.status ?? 'gone'}`);
   const meta = readMeta(r);
@@ -258,7 +259,7 @@ const sendGenerateJit: Sender = async (svc, _row, payload) => {
         jitConfig,
       });
       const cur = await getReservation(svc.ledger, tx, rid);
-      if (cur && !['preparing', 'running'].includes(cur.status)) {
+      if (cur && !isRunnerStatus(cur.status)) {
         // released while we were registering: the runner must go again, config never handed out
         await withholdJitConfigs(tx, { runnerName: name });
         await enqueueRunnerDeletes(tx, now, cur);

@@ -1,4 +1,5 @@
 import { Cron } from 'croner';
+import { isRunnerStatus, RUNNER_STATUSES } from '../../core/model.ts';
 import {
   enqueue,
   enqueueCheckSync,
@@ -31,7 +32,7 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
   const { ledger } = svc;
   const { runnerPickupTimeoutS, runnerRetries } = svc.config.timings;
   const now = ledger.clock();
-  const candidates = await q.githubReservations(ledger, ['preparing', 'running']);
+  const candidates = await q.githubReservations(ledger, RUNNER_STATUSES);
   let acted = 0;
   for (const r of candidates) {
     const meta = readMeta(r);
@@ -47,8 +48,7 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
       const next = h.attempt + 1;
       const did = await ledger.write(async (tx, now, changed) => {
         const cur = await getReservation(ledger, tx, r.id);
-        if (!cur || !['preparing', 'running'].includes(cur.status) || readMeta(cur)?.jobPickedUpAt)
-          return false;
+        if (!cur || !isRunnerStatus(cur.status) || readMeta(cur)?.jobPickedUpAt) return false;
         const key = `jit:${h.leaseId}:a${next}`;
         if (await outboxKeyExists(tx, key)) return false;
         const waited = Math.round((now - h.createdAt) / 1000);

@@ -1,9 +1,6 @@
-import type { Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import type { z } from 'zod';
 import { isActiveStatus, isReleasableStatus } from '../../core/model.ts';
 import {
-  describeIssues,
   LeaseVerifyRequestSchema,
   type LeaseVerifyResponse,
   MAX_RECEIPT_BYTES,
@@ -13,7 +10,8 @@ import {
   ReceiptSchema,
   type StoredReceipts,
 } from '../../core/protocol/receipt.ts';
-import type { AppEnv, AppModule } from '../app.ts';
+import { parseBody } from '../api/body.ts';
+import type { AppModule } from '../app.ts';
 import { ApiError, badRequest, conflict, notFound, staleFencingToken } from '../errors.ts';
 import { storeReceipts } from '../ledger/reservations.ts';
 import { leaseForJobToken, requireBearer } from './job-token.ts';
@@ -34,18 +32,6 @@ const limit = (maxSize: number) =>
     },
   });
 
-async function readBody<S extends z.ZodType>(c: Context<AppEnv>, schema: S): Promise<z.output<S>> {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(await c.req.text());
-  } catch {
-    throw badRequest('request body is not valid JSON', 'invalid_json');
-  }
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) throw badRequest(`invalid body: ${describeIssues(parsed.error)}`);
-  return parsed.data;
-}
-
 /** Canonical JSON (sorted keys) so a retried POST of the same receipt is recognised. */
 function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
@@ -64,7 +50,7 @@ export const leasesApiModule: AppModule = {
     app.post('/api/v1/leases/:reservationId/verify', limit(VERIFY_MAX_BYTES), async (c) => {
       const reservationId = c.req.param('reservationId');
       const token = requireBearer(c.req.header('authorization'));
-      const body = await readBody(c, LeaseVerifyRequestSchema);
+      const body = await parseBody(c, LeaseVerifyRequestSchema);
       const { ledger } = ctx;
       const lease = await leaseForJobToken(ledger, undefined, token, reservationId, body.hostId);
       const current = await ledger.requireCurrentLease(undefined, body.hostId, body.fencingToken);
@@ -110,7 +96,7 @@ export const leasesApiModule: AppModule = {
     app.post('/api/v1/leases/:reservationId/receipt', limit(MAX_RECEIPT_BYTES), async (c) => {
       const reservationId = c.req.param('reservationId');
       const token = requireBearer(c.req.header('authorization'));
-      const receipt = await readBody(c, ReceiptSchema);
+      const receipt = await parseBody(c, ReceiptSchema);
       if (receipt.reservationId !== reservationId) {
         throw badRequest(
           `receipt is for ${receipt.reservationId} but was posted to ${reservationId}`,

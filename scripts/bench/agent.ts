@@ -1,9 +1,14 @@
 /**
- * Agent benchmark (issue 4): on loopback with the fake GitHub handoff at zero latency,
+ * Agent benchmark (issues 4 and 13), measured on the shipped bundle (built once, as the test
+ * fleet does), with the runner as its own user (when run as root), the production heartbeat
+ * (10 s, offline after 40 s) and long-poll (25 s):
  *  - host freed → next runner process started, p50/p99 over ≥ 20 back-to-back cycles on one host
- *    ("freed" = the ledger's `lease.released` event; "started" = the fake runner's own clock on
- *    its first line, both on this machine's clock);
- *  - the agent's idle RSS and CPU over 60 s with the production heartbeat (10 s) and long-poll (25 s).
+ *    ("freed" = the ledger's `lease.released` event; "started" = the fake runner's own start time,
+ *    both on this machine's clock). Each job shows in the fake nvidia-smi while it runs, and the
+ *    JIT config arrives `SPARK_BENCH_GITHUB_LATENCY_MS` (default 150) after `preparing`, as
+ *    GitHub's registration answer would;
+ *  - the agent's idle RSS and CPU over 60 s (children — nvidia-smi — included), and how many of
+ *    its heartbeats had to open a new connection.
  */
 import { readFileSync } from 'node:fs';
 import { startFleet } from '../../test/doubles/fleet.ts';
@@ -12,6 +17,12 @@ import type { BenchRunner } from './types.ts';
 
 const CYCLES = 21;
 const IDLE_S = 60;
+const GITHUB_LATENCY_MS = Number(process.env.SPARK_BENCH_GITHUB_LATENCY_MS ?? 150);
+const PRODUCTION = {
+  timings: { heartbeatIntervalS: 10, offlineAfterS: 40 },
+  agentConfig: () => ({ timeouts: { requestS: 10, gpuQueryS: 15, backoffMaxS: 30, longPollS: 25 } }),
+  controllerEnv: { SPARK_AGENT_LONG_POLL_S: '25' },
+};
 
 function quantile(sorted: number[], q: number): number {
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
@@ -32,9 +43,11 @@ function rssKiB(pid: number): number {
 
 async function handoverLatency(progress: (m: string) => void) {
   const fleet = await startFleet({
+    ...PRODUCTION,
     hosts: [{ id: 'spark-2' }],
-    runner: () => ({ exitCode: 0, sleepMs: 200 }),
+    runner: () => ({ exitCode: 0, sleepMs: 200, onGpu: true }),
     githubOutcome: () => 'passed',
+    handoffLatencyMs: GITHUB_LATENCY_MS,
   });
   try {
     fleet.startAgent('spark-2');
@@ -58,19 +71,14 @@ async function handoverLatency(progress: (m: string) => void) {
       if (!next) throw new Error(`no runner started for ${ids[i]}`);
       deltas.push(next.startedAt - released.at);
     }
-    return deltas.sort((a, b) => a - b);
+    return { deltas: deltas.sort((a, b) => a - b), runnerUser: Object.keys(fleet.runnerUsers).length > 0 };
   } finally {
     await fleet.close();
   }
 }
 
 async function idleCost(progress: (m: string) => void) {
-  const fleet = await startFleet({
-    hosts: [{ id: 'spark-2' }],
-    timings: { heartbeatIntervalS: 10, offlineAfterS: 40 },
-    agentConfig: () => ({ timeouts: { longPollS: 25 } }),
-    controllerEnv: { SPARK_AGENT_LONG_POLL_S: '25' },
-  });
+  const fleet = await startFleet({ ...PRODUCTION, hosts: [{ id: 'spark-2' }] });
   try {
     const agent = fleet.startAgent('spark-2');
     await waitFor(
@@ -91,7 +99,15 @@ async function idleCost(progress: (m: string) => void) {
     }
     const cpuS = (cpuTicks(pid) - c0) / hz;
     const wallS = (performance.now() - t0) / 1000;
+    // the agent logs each heartbeat with its count of requests that opened a new connection
+    const beats = agent
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('"heartbeat sent"'))
+      .map((l) => JSON.parse(l) as { newConnections: number });
     return {
+      heartbeats: beats.length,
+      newConnectionsDuringIdle: (beats.at(-1)?.newConnections ?? 0) - (beats[0]?.newConnections ?? 0),
       cpuPercent: (cpuS / wallS) * 100,
       cpuSeconds: cpuS,
       rssMiBMean: rss.reduce((a, b) => a + b, 0) / rss.length / 1024,
@@ -103,7 +119,7 @@ async function idleCost(progress: (m: string) => void) {
 }
 
 export const run: BenchRunner = async (progress) => {
-  const deltas = await handoverLatency(progress);
+  const { deltas, runnerUser } = await handoverLatency(progress);
   const p50 = quantile(deltas, 0.5);
   const p99 = quantile(deltas, 0.99);
   progress(`host freed → next runner started: p50 ${p50} ms, p99 ${p99} ms over ${deltas.length} cycles`);
@@ -112,6 +128,8 @@ export const run: BenchRunner = async (progress) => {
     key: 'agent',
     json: {
       handover: {
+        githubLatencyMs: GITHUB_LATENCY_MS,
+        runnerUser,
         cycles: deltas.length,
         p50Ms: p50,
         p99Ms: p99,
@@ -123,16 +141,32 @@ export const run: BenchRunner = async (progress) => {
     },
     rows: [
       {
-        metric: `agent: host freed → next runner started, p50 (${deltas.length} cycles)`,
+        metric: `agent: host freed → next runner started, p50 (${deltas.length} cycles, GitHub ${GITHUB_LATENCY_MS} ms)`,
         value: `${p50} ms`,
-        target: '≤ 1000 ms',
-        met: p50 <= 1000,
+        target: '≤ 250 ms',
+        met: p50 <= 250,
       },
-      { metric: 'agent: host freed → next runner started, p99', value: `${p99} ms` },
-      { metric: `agent: idle CPU over ${IDLE_S} s`, value: `${idle.cpuPercent.toFixed(2)} %` },
       {
-        metric: 'agent: idle RSS (mean / max)',
-        value: `${idle.rssMiBMean.toFixed(1)} / ${idle.rssMiBMax.toFixed(1)} MiB`,
+        metric: 'agent: host freed → next runner started, p99',
+        value: `${p99} ms`,
+        target: '≤ 1000 ms',
+        met: p99 <= 1000,
+      },
+      {
+        metric: `agent: idle CPU over ${IDLE_S} s (bundle)`,
+        value: `${idle.cpuPercent.toFixed(2)} %`,
+        target: '≤ 0.5 %',
+        met: idle.cpuPercent <= 0.5,
+      },
+      {
+        metric: 'agent: idle RSS max (mean)',
+        value: `${idle.rssMiBMax.toFixed(1)} MiB (${idle.rssMiBMean.toFixed(1)})`,
+        target: '≤ 60 MiB',
+        met: idle.rssMiBMax <= 60,
+      },
+      {
+        metric: 'agent: idle heartbeats that opened a new connection',
+        value: `${idle.newConnectionsDuringIdle} of ${Math.max(0, idle.heartbeats - 1)}`,
       },
     ],
   };

@@ -78,9 +78,10 @@ done
 
 mkdir -p "$(dirname "${workflow}")" "$(dirname "${script}")"
 # your-org/spark-controller/actions/<name>@v1 → <repo>/actions/<name>@<sha> # spark-controller <sha>
-# and the seed's fleet label → the chosen one (only in runs-on lines)
+# and the seed's fleet label → the chosen one, in runs-on lists written on one line or one per line
 sed -E -e "s#your-org/spark-controller/actions/([a-z-]+)@v1#${repo}/actions/\\1@${sha} \\# spark-controller ${sha:0:12}#" \
   -e "/^ *runs-on:/s#, waffuru-spark, #, ${fleet_label}, #" \
+  -e "s#^( +)waffuru-spark,\$#\\1${fleet_label},#" \
   "${templates}/spark-pr-test.yml" >"${workflow}"
 cp "${templates}/${project}/scripts/ci/spark-test.sh" "${script}"
 chmod +x "${script}"

@@ -149,6 +149,13 @@ if (fake.markerDir) {
     }),
   );
 }
+if (fake.onGpu && process.env.FAKE_NVIDIA_SMI_STATE) {
+  // a job on the GPU: listed by the fake nvidia-smi while this process lives (bin/nvidia-smi live-*)
+  writeFileSync(
+    join(process.env.FAKE_NVIDIA_SMI_STATE, `live-${process.pid}`),
+    `${process.pid}, python3, 1024\n`,
+  );
+}
 console.log('√ Connected to GitHub');
 console.log(`Listening for Jobs as ${jit.runnerName}`);
 console.log('Running job: spark-test');

@@ -55,6 +55,11 @@ export interface FleetOptions {
    * here as soon as the reservation runs. Default: none, as when the webhook has not arrived.
    */
   githubOutcome?: (reservationId: string) => 'passed' | 'failed' | null;
+  /**
+   * GitHub's latency on the JIT hand-off: the runner's JIT config arrives this long after the
+   * reservation reaches `preparing` (default 0: in the same transaction).
+   */
+  handoffLatencyMs?: number;
   /** Deckard model-ready delay after start. */
   deckardReadyDelayMs?: number;
   controllerEnv?: Record<string, string>;
@@ -121,10 +126,11 @@ function handoffModule(
   markerDir: string,
   runner: NonNullable<FleetOptions['runner']>,
   outcome: FleetOptions['githubOutcome'],
+  latencyMs: number,
 ): AppModule {
   return {
     name: 'test-fake-github-handoffs',
-    hooks: () => [
+    hooks: ({ ledger }) => [
       async (tx, ev, { now }) => {
         if (ev.type === 'reservation.running' && outcome) {
           const o = outcome(ev.subjectId);
@@ -136,9 +142,9 @@ function handoffModule(
         const r = (await tx.select().from(t.reservations).where(eq(t.reservations.id, ev.subjectId)))[0];
         if (!r || r.kind === 'development') return;
         const leases = await tx.select().from(t.leases).where(eq(t.leases.reservationId, r.id));
-        for (const l of leases) {
+        const rows = leases.map((l) => {
           const runnerName = `spark-${l.hostId}-${r.id}-a0`;
-          await tx.insert(t.jitHandoffs).values({
+          return {
             runnerName,
             leaseId: l.id,
             reservationId: r.id,
@@ -146,8 +152,23 @@ function handoffModule(
             attempt: 0,
             jitConfig: fakeJitConfig(runnerName, markerDir, runner(r.id, l.hostId, 0)),
             createdAt: now,
-          });
+          };
+        });
+        if (latencyMs <= 0) {
+          for (const row of rows) await tx.insert(t.jitHandoffs).values(row);
+          return;
         }
+        // GitHub answers the JIT registration later, outside this transaction (as the outbox does)
+        setTimeout(() => {
+          void ledger
+            .write(async (tx2, at, changed) => {
+              for (const row of rows) {
+                await tx2.insert(t.jitHandoffs).values({ ...row, createdAt: at });
+                changed.add(`host:${row.hostId}`);
+              }
+            })
+            .catch(() => undefined);
+        }, latencyMs);
       },
     ],
   };
@@ -191,7 +212,10 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   };
   const ledgerUrl = `file:${join(dir, 'spark.db')}`;
   let port = 0;
-  const modules = [agentApiModule, handoffModule(markerDir, runner, opts.githubOutcome)];
+  const modules = [
+    agentApiModule,
+    handoffModule(markerDir, runner, opts.githubOutcome, opts.handoffLatencyMs ?? 0),
+  ];
   const boot = async () => {
     const settings = settingsFromEnv(
       { SPARK_LEDGER_URL: ledgerUrl, SPARK_AGENT_LONG_POLL_S: '5', ...(opts.controllerEnv ?? {}) },
@@ -213,7 +237,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     mkdirSync(hd, { recursive: true, mode: 0o711 });
     chmodSync(hd, 0o711);
     gpu[h.id] = new FakeGpu(join(hd, 'gpu'));
-    chmodSync(gpu[h.id]!.dir, 0o755);
+    // like a real GPU, a job's process shows in nvidia-smi: fake runners (any user) add themselves
+    chmodSync(gpu[h.id]!.dir, 0o1777);
     const user = withUsers ? await createTestUser() : null;
     if (user) {
       runnerUsers[h.id] = user;

@@ -157,6 +157,8 @@ export interface FakeRunnerBehavior {
   probe?: { read: string[] };
   /** Leave a process behind (setsid) that keeps trying to write into other work dirs. */
   leaveDaemon?: boolean;
+  /** Show up in the fake nvidia-smi while running, as a CUDA job does. */
+  onGpu?: boolean;
 }
 
 /** A JIT config shaped like GitHub's (base64 JSON) that also tells the fake runner what to do. */

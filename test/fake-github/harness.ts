@@ -11,7 +11,7 @@ import { appModules } from '../../functions/modules.ts';
 import { type RunningController, startController } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
 import { tempDir } from '../helpers/ledger.ts';
-import { type FakeGitHub, startFakeGitHub } from './server.ts';
+import { type FakeGitHub, type Job, startFakeGitHub } from './server.ts';
 
 /**
  * One scenario's world: a fake GitHub on loopback, a real controller (libSQL file, real HTTP
@@ -30,6 +30,32 @@ export function example(event: string, action?: string): Payload {
   const ex = def?.examples.find((e) => action === undefined || e.action === action);
   if (!ex) throw new Error(`no ${event}${action ? `.${action}` : ''} example in @octokit/webhooks-examples`);
   return structuredClone(ex);
+}
+
+/**
+ * The `workflow_job` webhook GitHub sends for one of the fake's jobs (a real example payload with
+ * the job's fields): its `head_sha`/`head_branch` are the run's, i.e. the dispatched branch tip,
+ * and `runner_name` is set once a runner took it.
+ */
+export function workflowJobEvent(job: Job, action: 'queued' | 'in_progress' | 'completed'): Payload {
+  const p = example('workflow_job', action);
+  const [owner, name] = job.repo.split('/') as [string, string];
+  Object.assign(p.workflow_job, {
+    id: job.id,
+    run_id: job.runId,
+    name: job.name,
+    labels: job.labels,
+    head_sha: job.headSha,
+    head_branch: job.headBranch,
+    status: action,
+    conclusion: action === 'completed' ? job.conclusion : null,
+    runner_id: action === 'queued' ? null : job.runnerId,
+    runner_name: action === 'queued' ? null : job.runnerName,
+    html_url: `https://github.com/${job.repo}/actions/runs/${job.runId}/job/${job.id}`,
+  });
+  Object.assign(p.repository, { full_name: job.repo, name });
+  p.repository.owner.login = owner;
+  return p;
 }
 
 export const SECRET = "test-webhook-secret-It's a Secret to Everybody";
@@ -73,6 +99,8 @@ export async function startHarness(
       offset += ms;
     },
   });
+  // GitHub's time moves with the test's: tokens expire and JWTs age on the same clock
+  gh.clock = clock;
   const logs: string[] = [];
   const capture =
     (level: string) =>

@@ -4,6 +4,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { exampleOf, overlay, type Schema, validate } from './schema.ts';
+import { loadWorkflow, type WorkflowDef } from './workflows.ts';
 
 /**
  * A local fake of the GitHub REST calls the controller makes, on 127.0.0.1. Every request body
@@ -11,7 +12,46 @@ import { exampleOf, overlay, type Schema, validate } from './schema.ts';
  * subset extracted by scripts/extract-openapi.ts); any mismatch lands in `violations`, which
  * tests assert is empty, so the fake cannot drift from GitHub. Responses start from the
  * smallest schema-valid body and overlay the fields a scenario needs.
+ *
+ * Beyond the schema, it plays the behaviours of GitHub the controller depends on, each with the
+ * documentation it follows (the `DOC` links below):
+ * - a `workflow_dispatch` run's `head_sha`/`head_branch` are the tip of the dispatched ref (the
+ *   default branch), never a commit passed as an input (DOC.dispatchEvent);
+ * - a dispatch is refused for an unknown workflow (404), an unknown ref, a missing required, an
+ *   undeclared or an out-of-options input (422), checked against the workflow file itself;
+ * - a JIT runner runs one job and then removes itself, so a later DELETE answers 404 (DOC.jit);
+ * - a user who exists but is not a collaborator gets 200 with `none` (`read` on a public repo);
+ *   only a user that does not exist is 404 (DOC.permission);
+ * - installation tokens expire after one hour and open only their own installation's
+ *   repositories (DOC.installationToken); App JWTs need `iat` in the past and `exp` at most 10
+ *   minutes after it (DOC.jwt);
+ * - list endpoints paginate with `per_page` (default 30, max 100), `page` and a `Link` header
+ *   (DOC.pagination);
+ * - label names are unique case-insensitively (DOC.labels); a job goes to a runner whose labels
+ *   include all of the job's `runs-on` labels, compared case-insensitively (DOC.runnerLabels).
+ * GitHub-shaped refusals that the OpenAPI description leaves out (its 404s, the dispatch 422s)
+ * are recorded in `refused`, not in `violations`.
  */
+export const DOC = {
+  dispatchEvent:
+    'https://docs.github.com/en/actions/reference/workflows-and-actions/events-that-trigger-workflows#workflow_dispatch (GITHUB_SHA: last commit on the GITHUB_REF branch or tag)',
+  dispatchApi:
+    'https://docs.github.com/en/rest/actions/workflows#create-a-workflow-dispatch-event (return_run_details → 200 with workflow_run_id)',
+  jit: 'https://docs.github.com/en/actions/reference/security/secure-use#using-just-in-time-runners (a JIT runner performs at most one job and is then removed automatically)',
+  permission:
+    'https://docs.github.com/en/rest/collaborators/collaborators#get-repository-permissions-for-a-user (permission: admin, write, read or none)',
+  installationToken:
+    'https://docs.github.com/en/apps/creating-github-apps/authenticating-with-a-github-app/generating-an-installation-access-token-for-a-github-app (expires after one hour; only the repositories of that installation)',
+  jwt: 'https://docs.github.com/en/apps/creating-github-apps/authenticating-with-a-github-app/generating-a-json-web-token-jwt-for-a-github-app (iat 60 s in the past; exp no more than 10 minutes into the future)',
+  pagination:
+    'https://docs.github.com/en/rest/using-the-rest-api/using-pagination-in-the-rest-api (per_page default 30, max 100; Link rel=next/last)',
+  labels:
+    'https://docs.github.com/en/rest/issues/labels#create-a-label (422 already_exists; names compare case-insensitively)',
+  runnerLabels:
+    'https://docs.github.com/en/actions/how-tos/manage-runners/self-hosted-runners/apply-labels (labels are case-insensitive; a job needs a runner with all its labels)',
+  notFound:
+    'https://docs.github.com/en/rest/using-the-rest-api/troubleshooting-the-rest-api#404-not-found-for-an-existing-resource',
+} as const;
 
 interface Operation {
   method: string;
@@ -38,11 +78,59 @@ export interface PullState {
 export interface RepoState {
   installationId: number;
   defaultBranch: string;
+  visibility: 'private' | 'public';
   /** login → role_name */
   collaborators: Record<string, 'admin' | 'maintain' | 'write' | 'triage' | 'read'>;
   pulls: Record<number, PullState>;
+  /** Tip of the default branch. */
   headSha: string;
+  /** Other branches → tip SHA (the default branch is `headSha`). */
+  branches: Record<string, string>;
   labels: Set<string>;
+  /** Workflow files by name (`spark-pr-test.yml`), as the dispatch API resolves `workflow_id`. */
+  workflows: Record<string, WorkflowDef>;
+}
+
+export interface WorkflowRun {
+  id: number;
+  repo: string;
+  workflow: string;
+  name: string;
+  displayTitle: string;
+  runNumber: number;
+  runAttempt: number;
+  event: 'workflow_dispatch';
+  /** The dispatched ref's tip at dispatch time: never an input (DOC.dispatchEvent). */
+  headSha: string;
+  headBranch: string;
+  inputs: Record<string, string>;
+  status: 'queued' | 'in_progress' | 'completed';
+  conclusion: string | null;
+  createdAt: string;
+}
+
+export interface Job {
+  id: number;
+  runId: number;
+  repo: string;
+  name: string;
+  labels: string[];
+  headSha: string;
+  headBranch: string;
+  status: 'queued' | 'in_progress' | 'completed';
+  conclusion: string | null;
+  runnerId: number | null;
+  runnerName: string | null;
+  createdAt: string;
+  startedAt: string | null;
+  completedAt: string | null;
+}
+
+export interface Refusal {
+  method: string;
+  path: string;
+  status: number;
+  message: string;
 }
 
 export interface CheckRun {
@@ -65,6 +153,8 @@ export interface Runner {
   runnerGroupId: number;
   busy: boolean;
   encodedJitConfig: string;
+  /** The job a JIT runner took; it removes itself when that job completes (DOC.jit). */
+  jobId: number | null;
 }
 
 export interface Failure {
@@ -85,6 +175,21 @@ export interface RecordedRequest {
   /** Wall-clock time the request arrived (ms). */
   at: number;
 }
+
+/** The workflow the controller dispatches, read from the template consuming repositories install. */
+const sparkWorkflow = loadWorkflow(
+  readFileSync(join(import.meta.dirname, '..', '..', 'workflows-templates', 'spark-pr-test.yml'), 'utf8'),
+);
+
+const PAGINATED = new Set([
+  'get /repos/{owner}/{repo}/actions/runners',
+  'get /orgs/{org}/actions/runners',
+  'get /orgs/{org}/actions/runner-groups/{runner_group_id}/repositories',
+  'get /repos/{owner}/{repo}/commits/{ref}/check-runs',
+  'get /repos/{owner}/{repo}/actions/runs',
+  'get /repos/{owner}/{repo}/actions/workflows/{workflow_id}/runs',
+  'get /repos/{owner}/{repo}/actions/runs/{run_id}/jobs',
+]);
 
 const fixture = JSON.parse(
   readFileSync(join(import.meta.dirname, '..', 'fixtures', 'openapi', 'github-rest-subset.json'), 'utf8'),
@@ -114,9 +219,21 @@ export class FakeGitHub {
   runnerGroups = new Map<number, { name: string; visibility: 'all' | 'selected'; repositories: string[] }>();
   requests: RecordedRequest[] = [];
   violations: string[] = [];
+  /** GitHub-shaped refusals (404/422) the OpenAPI description does not list: not violations. */
+  refused: Refusal[] = [];
   failures: Failure[] = [];
-  tokens = new Map<string, number>();
+  /** Installation token → its installation and expiry (ms). */
+  tokens = new Map<string, { installationId: number; expiresAt: number }>();
+  runs: WorkflowRun[] = [];
+  jobs: Job[] = [];
+  /** Logins that do not exist on GitHub (every other login does). */
+  ghostUsers = new Set<string>();
+  /** Org login → installation id; defaults to the installation of the org's first repository. */
+  orgInstallations = new Map<string, number>();
+  /** GitHub's clock (ms); a harness shares its test clock so tokens and JWTs age with it. */
+  clock: () => number = Date.now;
   private nextId = 1000;
+  private runNumbers = new Map<string, number>();
 
   constructor() {
     const { privateKey, publicKey } = generateKeyPairSync('rsa', {
@@ -145,14 +262,69 @@ export class FakeGitHub {
     const st: RepoState = {
       installationId: 77,
       defaultBranch: 'main',
+      visibility: 'private',
       collaborators: {},
       pulls: {},
       headSha: 'a'.repeat(40),
+      branches: {},
       labels: new Set(),
+      workflows: { 'spark-pr-test.yml': sparkWorkflow },
       ...over,
     };
     this.repos.set(fullName.toLowerCase(), st);
+    const org = fullName.split('/')[0]!.toLowerCase();
+    if (!this.orgInstallations.has(org)) this.orgInstallations.set(org, st.installationId);
     return st;
+  }
+
+  /**
+   * A registered runner picks up the oldest queued job whose labels it carries (all of them,
+   * case-insensitively: DOC.runnerLabels); null when none fits. The job is in_progress on it.
+   */
+  pickUp(runnerName: string): Job | null {
+    const runner = this.runners.find((r) => r.name === runnerName);
+    if (!runner || runner.busy || runner.jobId != null) return null;
+    const have = new Set(runner.labels.map((l) => l.toLowerCase()));
+    const job = this.jobs.find(
+      (j) => j.status === 'queued' && j.labels.every((l) => have.has(l.toLowerCase())),
+    );
+    if (!job) return null;
+    const now = new Date(this.clock()).toISOString();
+    Object.assign(job, {
+      status: 'in_progress',
+      runnerId: runner.id,
+      runnerName: runner.name,
+      startedAt: now,
+    });
+    runner.busy = true;
+    runner.jobId = job.id;
+    const run = this.runs.find((r) => r.id === job.runId);
+    if (run) run.status = 'in_progress';
+    return job;
+  }
+
+  /** Completes a job; its JIT runner removes itself right after (DOC.jit). */
+  completeJob(jobId: number, conclusion: 'success' | 'failure' | 'cancelled' = 'success'): Job {
+    const job = this.jobs.find((j) => j.id === jobId);
+    if (!job) throw new TypeError(`no job ${jobId}`);
+    Object.assign(job, {
+      status: 'completed',
+      conclusion,
+      completedAt: new Date(this.clock()).toISOString(),
+    });
+    this.runners = this.runners.filter((r) => r.jobId !== jobId);
+    const run = this.runs.find((r) => r.id === job.runId);
+    const siblings = this.jobs.filter((j) => j.runId === job.runId);
+    if (run && siblings.every((j) => j.status === 'completed')) {
+      run.status = 'completed';
+      run.conclusion = siblings.every((j) => j.conclusion === 'success') ? 'success' : 'failure';
+    }
+    return job;
+  }
+
+  /** The run a dispatch created, by the `spark <reservation> <nonce>` run name. */
+  runNamed(displayTitle: string): WorkflowRun | undefined {
+    return this.runs.find((r) => r.displayTitle === displayTitle);
   }
 
   /** The next `times` matching calls answer `status` (with headers/body) instead of succeeding. */
@@ -168,17 +340,27 @@ export class FakeGitHub {
     return this.repos.get(`${owner}/${name}`.toLowerCase());
   }
 
-  private verifyJwt(auth: string | undefined): boolean {
+  /** Null when the App JWT is valid, else GitHub's message for it (DOC.jwt). */
+  private jwtProblem(auth: string | undefined): string | null {
     const m = /^Bearer (.+)\.(.+)\.(.+)$/.exec(auth ?? '');
-    if (!m) return false;
+    if (!m) return 'A JSON web token could not be decoded';
     const v = createVerify('RSA-SHA256');
     v.update(`${m[1]}.${m[2]}`);
-    if (!v.verify(this.publicKey, Buffer.from(m[3]!, 'base64url'))) return false;
+    if (!v.verify(this.publicKey, Buffer.from(m[3]!, 'base64url')))
+      return 'A JSON web token could not be decoded';
     const claims = JSON.parse(Buffer.from(m[2]!, 'base64url').toString()) as {
-      iss: string | number;
-      exp: number;
+      iss?: string | number;
+      iat?: unknown;
+      exp?: unknown;
     };
-    return String(claims.iss) === String(this.appId) && claims.exp * 1000 > Date.now() - 60_000;
+    const now = Math.floor(this.clock() / 1000);
+    if (String(claims.iss) !== String(this.appId)) return "'Issuer' claim ('iss') must be the App's ID";
+    if (typeof claims.iat !== 'number' || !Number.isInteger(claims.iat) || claims.iat > now)
+      return "'Issued at' claim ('iat') must be an Integer representing a time in the past";
+    if (typeof claims.exp !== 'number' || !Number.isInteger(claims.exp) || claims.exp <= now)
+      return "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires";
+    if (claims.exp - now > 600) return "'Expiration time' claim ('exp') is too far in the future";
+    return null;
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse) {
@@ -203,9 +385,26 @@ export class FakeGitHub {
           for (const v of validate(schema, data))
             this.violations.push(`response ${method.toUpperCase()} ${op.path} ${status} ${v}`);
         } else if (!(String(status) in op.responses) && status < 500 && status !== 401 && status !== 403) {
-          this.violations.push(
-            `response ${method.toUpperCase()} ${op.path}: status ${status} is not documented`,
-          );
+          // GitHub answers 404 for a resource that does not exist or the caller cannot see on
+          // every endpoint (DOC.notFound), and 422 for a dispatch it refuses; the description
+          // leaves these out, so they are recorded as refusals, checked for GitHub's error shape
+          if (status === 404 || (status === 422 && op.path.endsWith('/dispatches'))) {
+            const e = data as { message?: unknown; documentation_url?: unknown } | null;
+            if (typeof e?.message !== 'string' || typeof e.documentation_url !== 'string')
+              this.violations.push(
+                `response ${method.toUpperCase()} ${op.path} ${status}: not GitHub's error shape`,
+              );
+            this.refused.push({
+              method: method.toUpperCase(),
+              path: url.pathname,
+              status,
+              message: String(e?.message),
+            });
+          } else {
+            this.violations.push(
+              `response ${method.toUpperCase()} ${op.path}: status ${status} is not documented`,
+            );
+          }
         }
       }
       const auth = /^Bearer /.test(req.headers.authorization ?? '')
@@ -219,7 +418,7 @@ export class FakeGitHub {
         body,
         status,
         auth,
-        at: Date.now(),
+        at: this.clock(),
       });
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(data == null ? '' : JSON.stringify(data));
@@ -253,25 +452,43 @@ export class FakeGitHub {
     );
     const isAppCall = op.path.startsWith('/app/') || op.path === '/repos/{owner}/{repo}/installation';
     const auth = req.headers.authorization;
-    if (isAppCall) {
-      if (!this.verifyJwt(auth))
-        return send(401, { message: 'A JSON web token could not be decoded', documentation_url: 'x' });
-    } else {
-      const tok = /^token (.+)$/.exec(auth ?? '')?.[1];
-      if (!tok || !this.tokens.has(tok))
-        return send(401, { message: 'Bad credentials', documentation_url: 'x' });
-    }
-    const full = (data: unknown, status: number) => overlay(exampleOf(op.responses[String(status)]), data);
     const notFound = () =>
       send(404, { message: 'Not Found', documentation_url: 'https://docs.github.com/rest' });
+    let tokenInstallation: number | null = null;
+    if (isAppCall) {
+      const problem = this.jwtProblem(auth);
+      if (problem) return send(401, { message: problem, documentation_url: DOC.jwt });
+    } else {
+      const tok = /^(?:token|Bearer) (ghs_\S+)$/.exec(auth ?? '')?.[1];
+      const t = tok ? this.tokens.get(tok) : undefined;
+      // an expired installation token is no token at all (DOC.installationToken)
+      if (!t || t.expiresAt <= this.clock())
+        return send(401, { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' });
+      tokenInstallation = t.installationId;
+    }
+    const full = (data: unknown, status: number) => overlay(exampleOf(op.responses[String(status)]), data);
     const repo = params.owner ? this.repo(params.owner, params.repo!) : undefined;
+    // a token opens only its own installation's repositories and organization (DOC.installationToken)
+    if (tokenInstallation != null) {
+      if (repo && repo.installationId !== tokenInstallation) return notFound();
+      if (params.org && this.orgInstallations.get(params.org.toLowerCase()) !== tokenInstallation)
+        return notFound();
+    }
     const key = `${method} ${op.path}`;
+    const page = PAGINATED.has(key) ? this.pager(url) : null;
+    const paged = <T>(items: T[]): { items: T[]; headers: Record<string, string> } =>
+      page ? page.take(items) : { items, headers: {} };
 
     switch (key) {
       case 'post /app/installations/{installation_id}/access_tokens': {
+        const installationId = Number(params.installation_id);
+        const known = [...this.repos.values()].some((r) => r.installationId === installationId);
+        if (!known) return notFound();
         const token = `ghs_${randomBytes(12).toString('hex')}`;
-        this.tokens.set(token, Number(params.installation_id));
-        return send(201, full({ token, expires_at: new Date(Date.now() + 3600_000).toISOString() }, 201));
+        // installation tokens expire after one hour (DOC.installationToken)
+        const expiresAt = this.clock() + 3600_000;
+        this.tokens.set(token, { installationId, expiresAt });
+        return send(201, full({ token, expires_at: new Date(expiresAt).toISOString() }, 201));
       }
       case 'get /repos/{owner}/{repo}/installation':
         return repo ? send(200, full({ id: repo.installationId }, 200)) : notFound();
@@ -290,10 +507,18 @@ export class FakeGitHub {
             )
           : notFound();
       case 'get /repos/{owner}/{repo}/collaborators/{username}/permission': {
-        const role = repo?.collaborators[params.username!];
-        if (!repo || !role) return notFound();
+        if (!repo || this.ghostUsers.has(params.username!.toLowerCase())) return notFound();
+        // logins are case-insensitive; an existing user without access is `none` (`read` where
+        // the repository is public), not a 404 (DOC.permission)
+        const login = Object.keys(repo.collaborators).find(
+          (c) => c.toLowerCase() === params.username!.toLowerCase(),
+        );
+        const role = login ? repo.collaborators[login]! : repo.visibility === 'public' ? 'read' : 'none';
         const permission = role === 'maintain' ? 'write' : role === 'triage' ? 'read' : role;
-        return send(200, full({ permission, role_name: role, user: { login: params.username } }, 200));
+        return send(
+          200,
+          full({ permission, role_name: role, user: { login: login ?? params.username } }, 200),
+        );
       }
       case 'get /repos/{owner}/{repo}/pulls/{pull_number}': {
         const pr = repo?.pulls[Number(params.pull_number)];
@@ -370,28 +595,59 @@ export class FakeGitHub {
             c.head_sha === params.ref &&
             (!name || c.name === name),
         );
+        const p = paged(runs);
         return send(
           200,
           full(
             {
               total_count: runs.length,
-              check_runs: runs.map((r) =>
+              check_runs: p.items.map((r) =>
                 overlay(exampleOf(op.responses['200']?.properties?.check_runs?.items), this.checkRunBody(r)),
               ),
             },
             200,
           ),
+          p.headers,
         );
       }
       case 'post /repos/{owner}/{repo}/actions/workflows/{workflow_id}/dispatches': {
         if (!repo) return notFound();
-        const b = body as { ref: string; inputs: Record<string, string> };
-        this.dispatches.push({
-          repo: `${params.owner}/${params.repo}`,
-          workflow: params.workflow_id!,
-          ref: b.ref,
-          inputs: b.inputs,
-        });
+        const b = body as { ref: string; inputs?: Record<string, unknown>; return_run_details?: boolean };
+        const wf = repo.workflows[params.workflow_id!];
+        if (!wf) return notFound();
+        const refused = (message: string) => send(422, { message, documentation_url: DOC.dispatchApi });
+        // the run is created on the tip of the dispatched ref, whatever the inputs say (DOC.dispatchEvent)
+        const branch = String(b.ref ?? '').replace(/^refs\/heads\//, '');
+        const tip = branch === repo.defaultBranch ? repo.headSha : repo.branches[branch];
+        if (!tip) return refused(`No ref found for: ${b.ref}`);
+        const given = b.inputs ?? {};
+        const unexpected = Object.keys(given).filter((k) => !(k in wf.inputs));
+        if (unexpected.length) return refused(`Unexpected inputs provided: ${JSON.stringify(unexpected)}`);
+        const inputs: Record<string, string> = {};
+        for (const [name, def] of Object.entries(wf.inputs)) {
+          const v = name in given ? String(given[name]) : def.default;
+          if (v == null || (def.required && v === ''))
+            return refused(`Required input '${name}' not provided`);
+          if (def.options && !def.options.includes(v))
+            return refused(`Provided value '${v}' for input '${name}' not in the list of allowed values`);
+          inputs[name] = v;
+        }
+        const full_name = `${params.owner}/${params.repo}`;
+        this.dispatches.push({ repo: full_name, workflow: params.workflow_id!, ref: b.ref, inputs });
+        const run = this.createRun(full_name, params.workflow_id!, wf, branch, tip, inputs);
+        if (b.return_run_details) {
+          return send(
+            200,
+            full(
+              {
+                workflow_run_id: run.id,
+                run_url: `${this.url}/repos/${full_name}/actions/runs/${run.id}`,
+                html_url: `https://github.com/${full_name}/actions/runs/${run.id}`,
+              },
+              200,
+            ),
+          );
+        }
         return send(204, null);
       }
       case 'post /repos/{owner}/{repo}/actions/runners/generate-jitconfig':
@@ -412,6 +668,7 @@ export class FakeGitHub {
           runnerGroupId: b.runner_group_id,
           busy: false,
           encodedJitConfig: `JITCONFIG-SECRET-${randomBytes(16).toString('hex')}`,
+          jobId: null,
         };
         this.runners.push(runner);
         return send(
@@ -434,8 +691,10 @@ export class FakeGitHub {
       }
       case 'delete /repos/{owner}/{repo}/actions/runners/{runner_id}':
       case 'delete /orgs/{org}/actions/runners/{runner_id}': {
-        const i = this.runners.findIndex((r) => r.id === Number(params.runner_id));
-        if (i < 0) return send(404, { message: 'Not Found', documentation_url: 'x' });
+        const scope = params.org ? `org:${params.org}` : `repo:${params.owner}/${params.repo}`;
+        const i = this.runners.findIndex((r) => r.id === Number(params.runner_id) && r.scope === scope);
+        // a JIT runner that ran its job has removed itself: 404 (DOC.jit)
+        if (i < 0) return notFound();
         if (this.runners[i]!.busy)
           return send(422, {
             message: 'Bad request - Runner is currently running a job',
@@ -444,20 +703,32 @@ export class FakeGitHub {
         this.runners.splice(i, 1);
         return send(204, null);
       }
-      case 'get /repos/{owner}/{repo}/actions/runners': {
+      case 'get /repos/{owner}/{repo}/actions/runners':
+      case 'get /orgs/{org}/actions/runners': {
+        if (!params.org && !repo) return notFound();
         const name = url.searchParams.get('name');
-        const scope = `repo:${params.owner}/${params.repo}`;
+        const scope = params.org ? `org:${params.org}` : `repo:${params.owner}/${params.repo}`;
         const rs = this.runners.filter((r) => r.scope === scope && (!name || r.name === name));
         const item = op.responses['200']?.properties?.runners?.items;
+        const p = paged(rs);
         return send(
           200,
           full(
             {
               total_count: rs.length,
-              runners: rs.map((r) => overlay(exampleOf(item), { id: r.id, name: r.name, busy: r.busy })),
+              runners: p.items.map((r) =>
+                overlay(exampleOf(item), {
+                  id: r.id,
+                  name: r.name,
+                  busy: r.busy,
+                  status: r.busy ? 'online' : 'offline',
+                  labels: r.labels.map((l) => ({ name: l, type: 'custom' })),
+                }),
+              ),
             },
             200,
           ),
+          p.headers,
         );
       }
       case 'get /orgs/{org}/actions/runner-groups/{runner_group_id}': {
@@ -473,21 +744,24 @@ export class FakeGitHub {
         const g = this.runnerGroups.get(Number(params.runner_group_id));
         if (!g) return notFound();
         const item = op.responses['200']?.properties?.repositories?.items;
+        const p = paged(g.repositories);
         return send(
           200,
           full(
             {
               total_count: g.repositories.length,
-              repositories: g.repositories.map((full_name) => overlay(exampleOf(item), { full_name })),
+              repositories: p.items.map((full_name) => overlay(exampleOf(item), { full_name })),
             },
             200,
           ),
+          p.headers,
         );
       }
       case 'post /repos/{owner}/{repo}/labels': {
         if (!repo) return notFound();
         const b = body as { name: string; color?: string };
-        if (repo.labels.has(b.name))
+        // label names are unique regardless of case (DOC.labels)
+        if ([...repo.labels].some((l) => l.toLowerCase() === b.name.toLowerCase()))
           return send(422, {
             message: 'Validation Failed',
             documentation_url: 'x',
@@ -496,10 +770,219 @@ export class FakeGitHub {
         repo.labels.add(b.name);
         return send(201, full({ name: b.name, color: b.color ?? 'ededed' }, 201));
       }
+      case 'get /repos/{owner}/{repo}/actions/runs':
+      case 'get /repos/{owner}/{repo}/actions/workflows/{workflow_id}/runs': {
+        if (!repo) return notFound();
+        if (params.workflow_id && !repo.workflows[params.workflow_id]) return notFound();
+        const q = url.searchParams;
+        const rs = this.runs
+          .filter(
+            (r) =>
+              r.repo.toLowerCase() === `${params.owner}/${params.repo}`.toLowerCase() &&
+              (!params.workflow_id || r.workflow === params.workflow_id) &&
+              (!q.get('event') || r.event === q.get('event')) &&
+              (!q.get('branch') || r.headBranch === q.get('branch')) &&
+              (!q.get('head_sha') || r.headSha === q.get('head_sha')) &&
+              (!q.get('status') || r.status === q.get('status') || r.conclusion === q.get('status')),
+          )
+          .reverse(); // newest first, as GitHub lists them
+        const item = op.responses['200']?.properties?.workflow_runs?.items;
+        const p = paged(rs);
+        return send(
+          200,
+          full(
+            {
+              total_count: rs.length,
+              workflow_runs: p.items.map((r) => overlay(exampleOf(item), this.runBody(r))),
+            },
+            200,
+          ),
+          p.headers,
+        );
+      }
+      case 'get /repos/{owner}/{repo}/actions/runs/{run_id}': {
+        const run = this.runs.find(
+          (r) =>
+            r.id === Number(params.run_id) &&
+            r.repo.toLowerCase() === `${params.owner}/${params.repo}`.toLowerCase(),
+        );
+        return run ? send(200, full(this.runBody(run), 200)) : notFound();
+      }
+      case 'get /repos/{owner}/{repo}/actions/runs/{run_id}/jobs': {
+        const run = this.runs.find(
+          (r) =>
+            r.id === Number(params.run_id) &&
+            r.repo.toLowerCase() === `${params.owner}/${params.repo}`.toLowerCase(),
+        );
+        if (!run) return notFound();
+        const js = this.jobs.filter((j) => j.runId === run.id);
+        const item = op.responses['200']?.properties?.jobs?.items;
+        const p = paged(js);
+        return send(
+          200,
+          full(
+            {
+              total_count: js.length,
+              jobs: p.items.map((j) => overlay(exampleOf(item), this.jobBody(j, run))),
+            },
+            200,
+          ),
+          p.headers,
+        );
+      }
+      case 'post /repos/{owner}/{repo}/actions/runs/{run_id}/cancel': {
+        const run = this.runs.find(
+          (r) =>
+            r.id === Number(params.run_id) &&
+            r.repo.toLowerCase() === `${params.owner}/${params.repo}`.toLowerCase(),
+        );
+        if (!run) return notFound();
+        if (run.status === 'completed')
+          return send(409, {
+            message: 'Cannot cancel a workflow run that is completed.',
+            documentation_url: 'https://docs.github.com/rest',
+          });
+        for (const j of this.jobs.filter((x) => x.runId === run.id && x.status !== 'completed')) {
+          if (j.status === 'queued')
+            Object.assign(j, {
+              status: 'completed',
+              conclusion: 'cancelled',
+              completedAt: new Date(this.clock()).toISOString(),
+            });
+          else this.completeJob(j.id, 'cancelled');
+        }
+        Object.assign(run, { status: 'completed', conclusion: 'cancelled' });
+        return send(202, {});
+      }
       default:
         this.violations.push(`no fake implementation for ${key}`);
         return notFound();
     }
+  }
+
+  /** `per_page`/`page` of a list endpoint, with GitHub's Link header (DOC.pagination). */
+  private pager(url: URL): { take<T>(items: T[]): { items: T[]; headers: Record<string, string> } } {
+    const asInt = (v: string | null, dflt: number) => {
+      const n = Number(v ?? dflt);
+      return Number.isInteger(n) && n >= 1 ? n : dflt;
+    };
+    const pageNo = asInt(url.searchParams.get('page'), 1);
+    const size = Math.min(asInt(url.searchParams.get('per_page'), 30), 100);
+    return {
+      take: <T>(items: T[]) => {
+        const last = Math.max(1, Math.ceil(items.length / size));
+        const link = (n: number, rel: string) => {
+          const u = new URL(url.pathname + url.search, this.url);
+          u.searchParams.set('per_page', String(size));
+          u.searchParams.set('page', String(n));
+          return `<${u.toString()}>; rel="${rel}"`;
+        };
+        const rels: string[] = [];
+        if (pageNo > 1) rels.push(link(pageNo - 1, 'prev'), link(1, 'first'));
+        if (pageNo < last) rels.push(link(pageNo + 1, 'next'), link(last, 'last'));
+        return {
+          items: items.slice((pageNo - 1) * size, pageNo * size),
+          headers: (rels.length ? { link: rels.join(', ') } : {}) as Record<string, string>,
+        };
+      },
+    };
+  }
+
+  private createRun(
+    repo: string,
+    workflow: string,
+    wf: WorkflowDef,
+    branch: string,
+    tip: string,
+    inputs: Record<string, string>,
+  ): WorkflowRun {
+    const key = `${repo.toLowerCase()}/${workflow}`;
+    const runNumber = (this.runNumbers.get(key) ?? 0) + 1;
+    this.runNumbers.set(key, runNumber);
+    const createdAt = new Date(this.clock()).toISOString();
+    const run: WorkflowRun = {
+      id: this.nextId++,
+      repo,
+      workflow,
+      name: wf.name,
+      displayTitle: wf.renderRunName(inputs),
+      runNumber,
+      runAttempt: 1,
+      event: 'workflow_dispatch',
+      headSha: tip,
+      headBranch: branch,
+      inputs,
+      status: 'queued',
+      conclusion: null,
+      createdAt,
+    };
+    this.runs.push(run);
+    for (const j of wf.jobsFor(inputs)) {
+      this.jobs.push({
+        id: this.nextId++,
+        runId: run.id,
+        repo,
+        name: j.name,
+        labels: j.labels,
+        headSha: tip,
+        headBranch: branch,
+        status: 'queued',
+        conclusion: null,
+        runnerId: null,
+        runnerName: null,
+        createdAt,
+        startedAt: null,
+        completedAt: null,
+      });
+    }
+    return run;
+  }
+
+  private runBody(r: WorkflowRun) {
+    return {
+      id: r.id,
+      name: r.name,
+      display_title: r.displayTitle,
+      run_number: r.runNumber,
+      run_attempt: r.runAttempt,
+      event: r.event,
+      status: r.status,
+      conclusion: r.conclusion,
+      head_sha: r.headSha,
+      head_branch: r.headBranch,
+      path: `.github/workflows/${r.workflow}`,
+      created_at: r.createdAt,
+      updated_at: r.createdAt,
+      html_url: `https://github.com/${r.repo}/actions/runs/${r.id}`,
+      url: `${this.url}/repos/${r.repo}/actions/runs/${r.id}`,
+      head_commit: null,
+      pull_requests: [],
+    };
+  }
+
+  private jobBody(j: Job, run: WorkflowRun) {
+    return {
+      id: j.id,
+      run_id: j.runId,
+      run_attempt: run.runAttempt,
+      name: j.name,
+      workflow_name: run.name,
+      labels: j.labels,
+      head_sha: j.headSha,
+      head_branch: j.headBranch,
+      status: j.status,
+      conclusion: j.conclusion,
+      runner_id: j.runnerId,
+      runner_name: j.runnerName,
+      runner_group_id: j.runnerId == null ? null : 1,
+      runner_group_name: j.runnerId == null ? null : 'Default',
+      created_at: j.createdAt,
+      started_at: j.startedAt ?? j.createdAt,
+      completed_at: j.completedAt,
+      html_url: `https://github.com/${j.repo}/actions/runs/${j.runId}/job/${j.id}`,
+      url: `${this.url}/repos/${j.repo}/actions/jobs/${j.id}`,
+      run_url: `${this.url}/repos/${j.repo}/actions/runs/${j.runId}`,
+    };
   }
 
   private checkRunBody(r: CheckRun) {

@@ -4,6 +4,7 @@
  */
 import { createClient } from '@libsql/client';
 import { parseConfig } from '../../core/config.ts';
+import { isReleasableStatus } from '../../core/model.ts';
 import { openLedgerDb } from '../../functions/ledger/db.ts';
 import { Ledger } from '../../functions/ledger/ledger.ts';
 import { idleFacts } from './ledger.ts';
@@ -51,7 +52,7 @@ for (let i = 0; i < ops; i++) {
   } else if (x < 0.95) {
     // act as the agent for some active reservation: release and confirm (other racers may win)
     const { resvRows } = await ledger.loadAdmissionInput(undefined);
-    const active = resvRows.filter((r) => ['allocated', 'preparing', 'running'].includes(r.status));
+    const active = resvRows.filter((r) => isReleasableStatus(r.status));
     const pick = active[Math.floor(rand() * active.length)];
     if (pick) {
       try {

@@ -59,7 +59,8 @@ describe('operator/user API', () => {
     for (const [body, message] of cases) {
       const res = await call(tokens.dev, 'POST', '/api/v1/reservations', body);
       expect(res.status, JSON.stringify(body)).toBe(400);
-      expect(res.body.error.code).toBe('invalid_request');
+      // one body parser for every route: unparseable text is invalid_json, a refused body invalid_request
+      expect(res.body.error.code).toBe(typeof body === 'string' ? 'invalid_json' : 'invalid_request');
       expect(res.body.error.message).toMatch(message);
     }
     expect(await counts(c)).toEqual(before);
@@ -118,6 +119,45 @@ describe('operator/user API', () => {
     const before = (await c.ledger.recentEvents(1))[0]!.id;
     await call('spk_api_unknown', 'GET', '/api/v1/reservations');
     expect((await c.ledger.recentEvents(1))[0]!.id).toBe(before);
+  });
+
+  it('every /api/v1 route family joins the same audit trail: operator, agent-token and repository routes', async () => {
+    ctl = await startApiController();
+    const { call, tokens, c } = ctl;
+    const dev = (await call(tokens.dev, 'GET', '/api/v1/whoami')).body.tokenId as string;
+    const ops = (await call(tokens.ops, 'GET', '/api/v1/whoami')).body.tokenId as string;
+    const audited = async (tokenId: string, type: 'api.read' | 'api.denied') =>
+      (await c.ledger.history('audit', tokenId)).filter((e) => e.type === type).map((e) => e.dataJson);
+
+    // reads of each family: one api.read row each, naming the route
+    expect((await call(tokens.dev, 'GET', '/api/v1/reservations')).status).toBe(200);
+    expect((await call(tokens.dev, 'GET', '/api/v1/repositories')).status).toBe(200);
+    const reads = await audited(dev, 'api.read');
+    expect(reads).toContainEqual(JSON.stringify({ route: 'GET /api/v1/reservations', status: 200 }));
+    expect(reads).toContainEqual(JSON.stringify({ route: 'GET /api/v1/repositories', status: 200 }));
+
+    // refusals for lack of scope in each family: one api.denied row each
+    expect((await call(tokens.dev, 'POST', '/api/v1/hosts/spark-2/adopt')).status).toBe(403);
+    expect((await call(tokens.dev, 'POST', '/api/v1/hosts/spark-2/agent-tokens')).status).toBe(403);
+    expect((await call(tokens.dev, 'DELETE', '/api/v1/agent-tokens/agt-000000000000')).status).toBe(403);
+    expect((await call(tokens.dev, 'POST', '/api/v1/repositories/acme/butter/disable')).status).toBe(403);
+    expect(await audited(dev, 'api.denied')).toEqual([
+      JSON.stringify({ route: 'POST /api/v1/hosts/:id/adopt', status: 403 }),
+      JSON.stringify({ route: 'POST /api/v1/hosts/:id/agent-tokens', status: 403 }),
+      JSON.stringify({ route: 'DELETE /api/v1/agent-tokens/:id', status: 403 }),
+      JSON.stringify({ route: 'POST /api/v1/repositories/:owner/:name/disable', status: 403 }),
+    ]);
+
+    // changes are audited by their own events, carrying the token name as actor
+    const created = await call(tokens.ops, 'POST', '/api/v1/hosts/spark-2/agent-tokens');
+    expect(created.status).toBe(201);
+    const id = created.body.id as string;
+    expect((await call(tokens.ops, 'DELETE', `/api/v1/agent-tokens/${id}`)).status).toBe(200);
+    expect((await c.ledger.history('token', id)).map((e) => [e.type, e.actor])).toEqual([
+      ['agent_token.created', 'api:ops'],
+      ['agent_token.revoked', 'api:ops'],
+    ]);
+    expect(await audited(ops, 'api.denied')).toEqual([]);
   });
 
   it('lets a develop token act only on its own reservations', async () => {

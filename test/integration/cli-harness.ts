@@ -2,20 +2,30 @@ import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { eq } from 'drizzle-orm';
 import type { SparkConfigInput } from '../../core/config.ts';
+import type { HostFacts } from '../../core/model.ts';
+import { type DesiredState, PollResponseSchema, type Report } from '../../core/protocol/agent.ts';
+import { FleetResponse, type ReservationInfo, ReservationResponse } from '../../core/protocol/api.ts';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
-import * as t from '../../functions/ledger/schema.ts';
+import * as schema from '../../functions/ledger/schema.ts';
 import { buildTarget, targets } from '../../scripts/build.ts';
 import { startTestController } from '../helpers/controller.ts';
 import { idleFacts, servingFacts, tempDir } from '../helpers/ledger.ts';
 
 /**
- * Shared harness of the issue-6 tests: a real controller on loopback with API tokens, an agent
- * stand-in that moves leases through the ledger like the agent API does, and the sparkctl bundle
- * run as real child processes.
+ * Shared harness of the sparkctl and MCP tests: a real controller on loopback with API tokens, an
+ * agent stand-in that speaks the real agent API over HTTP (heartbeat, poll, report: what the relay
+ * agent does, without the host work), and the sparkctl bundle run as real child processes. The
+ * tests read state through the operator API, so they depend on the controller's interfaces only.
  */
 
 export const FAST_TIMINGS = { heartbeatIntervalS: 1, offlineAfterS: 30 } as const;
+
+/** A controller the stand-ins talk to: its root URL and an operate token. */
+export interface ApiTarget {
+  url: string;
+  ops: string;
+}
 
 export async function startApiController(opts: { config?: SparkConfigInput; clock?: () => number } = {}) {
   const c = await startTestController({
@@ -26,20 +36,123 @@ export async function startApiController(opts: { config?: SparkConfigInput; cloc
   const dev = await createApiToken(c.ledger, { name: 'dev', scopes: ['develop'] }, 'test');
   const dev2 = await createApiToken(c.ledger, { name: 'dev2', scopes: ['develop'] }, 'test');
   const em = await createApiToken(c.ledger, { name: 'oncall', scopes: ['operate', 'emergency'] }, 'test');
-  const call = async (token: string | null, method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${c.url}${path}`, {
-      method,
-      headers: {
-        ...(token ? { authorization: `Bearer ${token}` } : {}),
-        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
-      },
-      ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
-    });
-    const text = await res.text();
-    return { status: res.status, body: text ? JSON.parse(text) : null, text };
-  };
-  return { c, tokens: { ops: ops.token, dev: dev.token, dev2: dev2.token, em: em.token }, call };
+  const call = (token: string | null, method: string, path: string, body?: unknown) =>
+    http(c.url, token, method, path, body);
+  const target: ApiTarget = { url: c.url, ops: ops.token };
+  return { c, target, tokens: { ops: ops.token, dev: dev.token, dev2: dev2.token, em: em.token }, call };
 }
+
+/** One JSON call; answers the status and the parsed body. */
+export async function http(url: string, token: string | null, method: string, path: string, body?: unknown) {
+  const res = await fetch(`${url}${path}`, {
+    method,
+    headers: {
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+    },
+    ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null, text };
+}
+
+async function must(t: ApiTarget, token: string, method: string, path: string, body?: unknown) {
+  const r = await http(t.url, token, method, path, body);
+  if (r.status >= 300) throw new Error(`${method} ${path} answered ${r.status}: ${r.text}`);
+  return r.body;
+}
+
+/** A reservation as the operator API shows it. */
+export async function reservationOf(t: ApiTarget, id: string): Promise<ReservationInfo | null> {
+  const r = await http(t.url, t.ops, 'GET', `/api/v1/reservations/${id}`);
+  if (r.status === 404) return null;
+  if (r.status !== 200) throw new Error(`GET reservation ${id}: ${r.status} ${r.text}`);
+  return ReservationResponse.parse(r.body).reservation;
+}
+
+/** A host as the public fleet view shows it. */
+export async function hostOf(t: ApiTarget, id: string) {
+  const f = FleetResponse.parse(await must(t, t.ops, 'GET', '/api/v1/fleet'));
+  const h = f.hosts.find((x) => x.id === id);
+  if (!h) throw new Error(`no host ${id} in the fleet`);
+  return h;
+}
+
+const agentTokens = new Map<string, string>();
+
+/** The host's agent token (created once per controller through the operator API). */
+async function agentToken(t: ApiTarget, hostId: string): Promise<string> {
+  const key = `${t.url} ${hostId}`;
+  let token = agentTokens.get(key);
+  if (!token) {
+    token = (await must(t, t.ops, 'POST', `/api/v1/hosts/${hostId}/agent-tokens`)).token as string;
+    agentTokens.set(key, token);
+  }
+  return token;
+}
+
+/** An agent heartbeat (POST /agent/v1/heartbeat) with these facts. */
+export async function heartbeat(t: ApiTarget, hostId: string, facts: HostFacts): Promise<void> {
+  await must(t, await agentToken(t, hostId), 'POST', '/agent/v1/heartbeat', { facts });
+}
+
+/** Adopts hosts and heartbeats them like live agents (home-service hosts report serving). */
+export async function agentOnline(t: ApiTarget, hostIds?: string[]): Promise<void> {
+  const fleet = FleetResponse.parse(await must(t, t.ops, 'GET', '/api/v1/fleet'));
+  for (const h of fleet.hosts) {
+    if (hostIds && !hostIds.includes(h.id)) continue;
+    await must(t, t.ops, 'POST', `/api/v1/hosts/${h.id}/adopt`, {});
+    await heartbeat(t, h.id, h.homeService ? servingFacts() : idleFacts());
+  }
+}
+
+/** Polls the host's desired state until it is `state`; answers it. */
+async function desired(t: ApiTarget, hostId: string, state: DesiredState['state']) {
+  const token = await agentToken(t, hostId);
+  return until(`${hostId} to be asked to ${state}`, async () => {
+    const d = PollResponseSchema.parse(
+      await must(t, token, 'POST', '/agent/v1/poll', { maxWaitMs: 0 }),
+    ).desired;
+    return d.state === state ? d : undefined;
+  });
+}
+
+async function report(t: ApiTarget, hostId: string, body: Report): Promise<void> {
+  await must(t, await agentToken(t, hostId), 'POST', '/agent/v1/report', body);
+}
+
+/**
+ * What each host's agent does for a granted lease: (a lent home service drained, stopped and the
+ * GPU verified free, so the heartbeat says so) then the `prepared` report with the lease's
+ * fencing token.
+ */
+export async function agentReportsPrepared(t: ApiTarget, reservationId: string): Promise<void> {
+  const r = await reservationOf(t, reservationId);
+  for (const l of r?.leases.filter((x) => x.status === 'active') ?? []) {
+    const d = await desired(t, l.hostId, 'prepare');
+    if (d.state !== 'prepare') continue;
+    if (d.lease.lend) await heartbeat(t, l.hostId, idleFacts({ serviceState: 'stopped' }));
+    await report(t, l.hostId, {
+      type: 'prepared',
+      fencingToken: d.lease.fencingToken,
+      serviceLent: d.lease.lend,
+    });
+  }
+}
+
+/** What each host's agent does when asked to clean: the `cleaned` report with the fencing token. */
+export async function agentReportsCleaned(t: ApiTarget, reservationId: string): Promise<void> {
+  const r = await reservationOf(t, reservationId);
+  for (const l of r?.leases.filter((x) => x.status === 'releasing') ?? []) {
+    const d = await desired(t, l.hostId, 'clean');
+    if (d.state === 'clean')
+      await report(t, l.hostId, { type: 'cleaned', fencingToken: d.lease.fencingToken });
+  }
+}
+
+// ------------------------------------------------------------ in-process ledger shortcuts
+// Used by the controller's own API tests (metrics, dashboard, operator API): they write the
+// ledger directly; the sparkctl and MCP tests use the agent API stand-in above instead.
 
 /** Adopts hosts and heartbeats them like live agents (spark-1 style hosts serve their service). */
 export async function bringOnline(ledger: Ledger, hostIds?: string[]): Promise<void> {
@@ -54,7 +167,7 @@ export async function bringOnline(ledger: Ledger, hostIds?: string[]): Promise<v
 export async function agentPrepared(ledger: Ledger, reservationId: string): Promise<void> {
   await ledger.write(async (tx, now, changed) => {
     for (const l of await ledger.leasesOf(tx, reservationId)) {
-      await tx.update(t.leases).set({ preparedAt: now }).where(eq(t.leases.id, l.id));
+      await tx.update(schema.leases).set({ preparedAt: now }).where(eq(schema.leases.id, l.id));
       // a lent home service is stopped and the GPU verified free before `prepared`
       if (l.lend) await ledger.recordHeartbeat(l.hostId, idleFacts({ serviceState: 'stopped' }));
       changed.add(`host:${l.hostId}`);
@@ -71,6 +184,10 @@ export async function agentCleaned(ledger: Ledger, reservationId: string): Promi
   }
 }
 
+export async function reservationRow(ledger: Ledger, id: string) {
+  return ledger.getReservation(undefined, id);
+}
+
 /** Polls `check` until it returns a value (not undefined/false) or the deadline passes. */
 export async function until<T>(
   what: string,
@@ -84,10 +201,6 @@ export async function until<T>(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 25));
   }
-}
-
-export async function reservationRow(ledger: Ledger, id: string) {
-  return ledger.getReservation(undefined, id);
 }
 
 let bundle: { path: string; cleanup: () => void } | null = null;

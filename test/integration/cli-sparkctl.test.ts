@@ -14,11 +14,13 @@ import { startHarness } from '../fake-github/harness.ts';
 import { startTestController } from '../helpers/controller.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import {
-  agentCleaned,
-  agentPrepared,
-  bringOnline,
+  agentOnline,
+  agentReportsCleaned,
+  agentReportsPrepared,
   cleanupBundle,
   FAST_TIMINGS,
+  hostOf,
+  reservationOf,
   runSparkctl,
   sparkctlBundle,
   spawnSparkctl,
@@ -47,17 +49,17 @@ const env = (token?: string) => ({ SPARK_URL: ctl!.c.url, ...(token ? { SPARK_TO
 const sparkctl = (args: string[], token?: string) => runSparkctl(bin, args, env(token), home.dir);
 
 async function status(id: string) {
-  return (await ctl!.c.ledger.getReservation(undefined, id))?.status;
+  return (await reservationOf(ctl!.target, id))?.status;
 }
 
 /** spark-2 busy with someone else's development lease; returns its id. */
 async function occupySpark2(): Promise<string> {
-  const { call, tokens, c } = ctl!;
-  await bringOnline(c.ledger);
+  const { call, tokens, target } = ctl!;
+  await agentOnline(target);
   const id = (await call(tokens.dev2, 'POST', '/api/v1/reservations', { host: 'spark-2' })).body.reservation
     .id;
   await until('first grant', async () => (await status(id)) === 'allocated');
-  await agentPrepared(c.ledger, id);
+  await agentReportsPrepared(target, id);
   return id;
 }
 
@@ -74,18 +76,18 @@ describe('sparkctl against a real controller', () => {
     await p.waitFor(
       /r-2 queued · position 1 · spark-2 draining: spark-2 allocated to r-1; active job finishing/,
     );
-    const { c } = ctl;
-    await c.ledger.beginRelease(first, 'released', 'done for the day', 'api:dev2');
-    await agentCleaned(c.ledger, first);
+    const { call, tokens, target } = ctl;
+    expect((await call(tokens.dev2, 'POST', `/api/v1/reservations/${first}/release`, {})).status).toBe(200);
+    await agentReportsCleaned(target, first);
     await p.waitFor(/r-2 allocated spark-2 · preparing spark-2/);
-    await agentPrepared(c.ledger, 'r-2');
+    await agentReportsPrepared(target, 'r-2');
     const res = await p.done;
     expect(res.code).toBe(0);
     expect(res.stdout).toMatch(/r-2 is yours: spark-2 \(single\), lease until/);
     expect(res.stdout).toMatch(/attach: {3}ssh spark-2/);
     expect(res.stdout).toMatch(/release: {2}sparkctl release r-2/);
-    const lease = (await c.ledger.leasesOf(undefined, 'r-2'))[0]!;
-    expect(lease.expiresAt - lease.grantedAt).toBe(2 * 3600_000);
+    const lease = (await reservationOf(target, 'r-2'))!.leases[0]!;
+    expect(Date.parse(lease.expiresAt) - Date.parse(lease.grantedAt)).toBe(2 * 3600_000);
   });
 
   it('Ctrl-C while queued cancels the request', async () => {
@@ -98,8 +100,8 @@ describe('sparkctl against a real controller', () => {
     expect(res.code).toBe(130);
     expect(res.stderr).toMatch(/interrupted: cancelled r-2 \(it was still queued\)/);
     expect(await status('r-2')).toBe('cancelled');
-    const hist = await ctl.c.ledger.history('reservation', 'r-2');
-    expect(hist.at(-1)).toMatchObject({ type: 'reservation.cancelled', actor: 'api:dev' });
+    const hist = await ctl.call(ctl.tokens.ops, 'GET', '/api/v1/reservations/r-2/history');
+    expect(hist.body.events.at(-1)).toMatchObject({ type: 'reservation.cancelled', actor: 'api:dev' });
   });
 
   it('cancel refuses active work; release waits for the agent cleanup acknowledgement with progress', async () => {
@@ -113,10 +115,23 @@ describe('sparkctl against a real controller', () => {
     const p = spawnSparkctl(bin, ['release', id], env(ctl.tokens.dev2), home.dir);
     await p.waitFor(/r-1 releasing · waiting for the agent to confirm cleanup on spark-2/);
     expect(await status(id)).toBe('releasing');
-    await agentCleaned(ctl.c.ledger, id);
+    await agentReportsCleaned(ctl.target, id);
     const res = await p.done;
     expect(res.code).toBe(0);
     expect(res.stdout).toMatch(/r-1 done: termination and cleanup confirmed on spark-2/);
+
+    // --no-wait returns once the release is recorded and says what frees the host
+    const { call, tokens, target } = ctl;
+    const next = (await call(tokens.dev2, 'POST', '/api/v1/reservations', { host: 'spark-2' })).body
+      .reservation.id;
+    await until('second grant', async () => (await status(next)) === 'allocated');
+    await agentReportsPrepared(target, next);
+    const quick = await sparkctl(['release', next, '--no-wait'], tokens.dev2);
+    expect(quick.code).toBe(0);
+    expect(quick.stdout.trim()).toBe(
+      `${next} releasing · waiting for the agent to confirm cleanup on spark-2\nthe host is freed when its agent confirms cleanup`,
+    );
+    expect(await status(next)).toBe('releasing');
   });
 
   it('--json on every read command parses and matches the wire schemas', async () => {
@@ -218,7 +233,7 @@ describe('sparkctl against a real controller', () => {
     const tok = ctl.tokens.ops;
     const adopt = await sparkctl(['host', 'adopt', 'spark-2'], tok);
     expect(adopt.stdout).toMatch(/spark-2 adopted/);
-    expect((await ctl.c.ledger.getHost(undefined, 'spark-2'))?.managed).toBe(true);
+    expect((await hostOf(ctl.target, 'spark-2')).managed).toBe(true);
     const deckard = await sparkctl(['deckard', 'start'], tok);
     expect(deckard.stdout).toMatch(/Deckard start requested as r-1 \(priority 90\)/);
     const created = await sparkctl(['token', 'create', '--name', 'laptop', '--scopes', 'develop'], tok);
@@ -365,12 +380,12 @@ describe('sparkctl command line: per-command help and options', () => {
 
   it('renew past the maximum says it was capped and prints dates', async () => {
     ctl = await startApiController({ config: { timings: { ...FAST_TIMINGS, devLeaseMaxTtlS: 2 * 3600 } } });
-    const { call, tokens, c } = ctl;
-    await bringOnline(c.ledger);
+    const { call, tokens, target } = ctl;
+    await agentOnline(target);
     const id = (await call(tokens.dev, 'POST', '/api/v1/reservations', { host: 'spark-2', ttlS: 3600 })).body
       .reservation.id;
     await until('grant', async () => (await status(id)) === 'allocated');
-    await agentPrepared(c.ledger, id);
+    await agentReportsPrepared(target, id);
     const within = await sparkctl(['renew', id, '--ttl', '90m'], tokens.dev);
     expect(within.code).toBe(0);
     expect(within.stdout.trim()).toMatch(
@@ -390,8 +405,8 @@ describe('sparkctl command line: per-command help and options', () => {
     expect(second).toMatch(
       /^capped: you asked for 99h, but a development lease holds at most 2h from its grant \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\); release and reserve again for more$/,
     );
-    const lease = (await c.ledger.leasesOf(undefined, id))[0]!;
-    expect(lease.expiresAt - lease.grantedAt).toBe(2 * 3600_000);
+    const lease = (await reservationOf(target, id))!.leases[0]!;
+    expect(Date.parse(lease.expiresAt) - Date.parse(lease.grantedAt)).toBe(2 * 3600_000);
     // at the maximum, a further renewal is refused with the reason
     const again = await sparkctl(['renew', id, '--ttl', '30m'], tokens.dev);
     expect(again.code).toBe(7);

@@ -149,3 +149,104 @@ describe('Node controller (npm start)', () => {
     }
   });
 });
+
+/** Runs `node --import tsx scripts/admin.ts …` from the repository root, as `sparkctl admin` does. */
+function runAdmin(args: string[], env: Record<string, string> = {}) {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/admin.ts', ...args], {
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d) => {
+    stdout += d;
+  });
+  child.stderr!.on('data', (d) => {
+    stderr += d;
+  });
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((r) =>
+    child.on('exit', (code) => r({ code, stdout, stderr })),
+  );
+}
+
+describe('admin bootstrap (npm run admin -- token create)', () => {
+  it('creates the first operate token in the ledger file; it works against the controller', async () => {
+    const { dir, cleanup } = tempDir();
+    const ledgerUrl = `file:${join(dir, 'spark.db')}`;
+    try {
+      const created = await runAdmin([
+        'token',
+        'create',
+        '--name',
+        'ops',
+        '--scopes',
+        'operate,emergency',
+        '--ledger',
+        ledgerUrl,
+      ]);
+      expect(created.stderr).toBe('');
+      expect(created.code).toBe(0);
+      const lines = created.stdout.trim().split('\n');
+      expect(lines[0]).toMatch(/^created token tok-[0-9a-f]{12} "ops" with scopes operate, emergency$/);
+      const token = /^token \(shown once, store it now\): (spk_api_\S+)$/.exec(lines[1]!)?.[1];
+      expect(token).toBeDefined();
+      expect(lines.slice(2)).toEqual([
+        `use it with: export SPARK_TOKEN=${token}`,
+        `(written to ${ledgerUrl})`,
+      ]);
+
+      const json = await runAdmin([
+        'token',
+        'create',
+        '--name',
+        'ci',
+        '--scopes',
+        'operate',
+        '--ledger',
+        ledgerUrl,
+        '--json',
+      ]);
+      expect(json.code).toBe(0);
+      expect(Object.keys(JSON.parse(json.stdout))).toEqual(['id', 'token', 'name', 'scopes', 'ledgerUrl']);
+
+      const c = await startTestController({ ledgerUrl });
+      try {
+        const who = await fetch(`${c.url}/api/v1/whoami`, { headers: { authorization: `Bearer ${token}` } });
+        expect(await who.json()).toMatchObject({ name: 'ops', scopes: ['operate', 'emergency'] });
+        // the creation is in the history, attributed to the local admin
+        const events = await c.ledger.recentEvents(200);
+        expect(events.filter((e) => e.type === 'token.created').map((e) => e.actor)).toEqual([
+          'admin:local',
+          'admin:local',
+        ]);
+      } finally {
+        await c.close();
+      }
+    } finally {
+      cleanup();
+    }
+  });
+
+  it('refuses bad arguments with exit 2 and an unreachable ledger with exit 3', async () => {
+    const bad = await runAdmin(['token', 'create', '--name', 'x', '--scopes', 'root']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/invalid --scopes 'root': use a comma list of develop, operate, emergency/);
+    expect(bad.stdout).toBe('');
+    const usage = await runAdmin(['token', 'delete']);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toMatch(/usage: sparkctl admin token create --name NAME --scopes/);
+    const down = await runAdmin([
+      'token',
+      'create',
+      '--name',
+      'x',
+      '--scopes',
+      'operate',
+      '--ledger',
+      'http://127.0.0.1:9',
+    ]);
+    expect(down.code).toBe(3);
+    expect(down.stderr).toMatch(/cannot open the ledger http:\/\/127\.0\.0\.1:9/);
+  });
+});

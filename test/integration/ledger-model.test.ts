@@ -25,7 +25,7 @@ describe('ledger + admission against the reference model', () => {
       await fc.assert(
         fc.asyncProperty(
           configArb,
-          fc.commands(commandArbs(), { maxCommands: 30, size: 'max' }),
+          fc.commands(commandArbs(), { maxCommands: 20, size: 'max' }),
           async (cfg, cmds) => {
             const sut = await openLedgerSut(cfg);
             try {

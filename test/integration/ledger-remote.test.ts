@@ -3,6 +3,7 @@ import { createClient } from '@libsql/client';
 import { asc, count } from 'drizzle-orm';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { parseConfig, type SparkConfigInput } from '../../core/config.ts';
+import { isReleasableStatus } from '../../core/model.ts';
 import { type LedgerDb, openLedgerDb } from '../../functions/ledger/db.ts';
 import { Ledger } from '../../functions/ledger/ledger.ts';
 import { applyMigrations } from '../../functions/ledger/migrate.ts';
@@ -221,7 +222,7 @@ describe('ledger on a remote libSQL server (Hrana over HTTP)', () => {
           grants += (await ledger.admissionPass(name)).granted.length;
         } else if (x < 0.95) {
           const { resvRows } = await ledger.loadAdmissionInput(undefined);
-          const active = resvRows.filter((r) => ['allocated', 'preparing', 'running'].includes(r.status));
+          const active = resvRows.filter((r) => isReleasableStatus(r.status));
           const pick = active[Math.floor(rand() * active.length)];
           if (!pick) continue;
           try {

@@ -7,11 +7,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ReservationInfo } from '../../core/protocol/api.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import {
-  agentCleaned,
-  agentPrepared,
-  bringOnline,
+  agentOnline,
+  agentReportsCleaned,
+  agentReportsPrepared,
   cleanupBundle,
   FAST_TIMINGS,
+  hostOf,
+  reservationOf,
   sparkctlBundle,
   startApiController,
   until,
@@ -99,23 +101,19 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
 
   it('reserves through the same queue, reports readiness, and releases after the agent confirms', async () => {
     ctl = await startApiController();
-    const { c } = ctl;
-    await bringOnline(c.ledger);
+    await agentOnline(ctl.target);
     client = await connect(ctl.tokens.dev);
 
     const reserved = await client.callTool({ name: 'reserve', arguments: { host: 'spark-2', ttl: '1h' } });
     const r = ReservationInfo.parse(data(reserved).reservation);
     expect(r).toMatchObject({ kind: 'development', priority: 100, mine: true, ttlS: 3600 });
-    await until(
-      'grant',
-      async () => (await c.ledger.getReservation(undefined, r.id))?.status === 'allocated',
-    );
+    await until('grant', async () => (await reservationOf(ctl!.target, r.id))?.status === 'allocated');
 
     const before = ReservationInfo.parse(
       data(await client.callTool({ name: 'status', arguments: { id: r.id } })).reservation,
     );
     expect(before.ready).toBe(false);
-    await agentPrepared(c.ledger, r.id);
+    await agentReportsPrepared(ctl.target, r.id);
     const ready = await client.callTool({ name: 'status', arguments: { id: r.id } });
     expect(text(ready)).toMatch(new RegExp(`^${r.id} is yours: spark-2`));
     expect(data(ready).reservation.ready).toBe(true);
@@ -134,15 +132,15 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     const releasing = client.callTool({ name: 'release', arguments: { id: r.id, timeoutS: 30 } });
     await until(
       'release requested',
-      async () => (await c.ledger.getReservation(undefined, r.id))?.status === 'releasing',
+      async () => (await reservationOf(ctl!.target, r.id))?.status === 'releasing',
     );
-    await agentCleaned(c.ledger, r.id);
+    await agentReportsCleaned(ctl.target, r.id);
     const released = await releasing;
     expect(data(released)).toMatchObject({
       reservation: { id: r.id, status: 'done', outcome: 'released' },
       confirmed: true,
     });
-    expect((await c.ledger.getHost(undefined, 'spark-2'))?.phase).toBe('idle');
+    expect((await hostOf(ctl.target, 'spark-2')).state).toBe('idle');
 
     // a second lease, released while its agent has not confirmed yet: the tool reports the
     // recorded release instead of failing when its wait runs out
@@ -151,7 +149,7 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     );
     await until(
       'second grant',
-      async () => (await c.ledger.getReservation(undefined, next.id))?.status === 'allocated',
+      async () => (await reservationOf(ctl!.target, next.id))?.status === 'allocated',
     );
     const early = await client.callTool({ name: 'release', arguments: { id: next.id, timeoutS: 1 } });
     expect((early as TextResult).isError).toBeFalsy();
@@ -163,8 +161,7 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
 
   it('fleet, renew and history answer with structured content; an unknown host names the valid ones', async () => {
     ctl = await startApiController({ config: { timings: { ...FAST_TIMINGS, devLeaseMaxTtlS: 2 * 3600 } } });
-    const { c } = ctl;
-    await bringOnline(c.ledger);
+    await agentOnline(ctl.target);
     client = await connect(ctl.tokens.dev);
 
     const fleet = await client.callTool({ name: 'fleet', arguments: {} });
@@ -176,16 +173,13 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     const unknown = await client.callTool({ name: 'reserve', arguments: { host: 'spark-9' } });
     expect((unknown as TextResult).isError).toBe(true);
     expect(text(unknown)).toBe('error: unknown host "spark-9": this fleet has spark-1, spark-2');
-    expect((await c.ledger.getReservation(undefined, 'r-1')) ?? null).toBeNull();
+    expect(await reservationOf(ctl.target, 'r-1')).toBeNull();
 
     const r = ReservationInfo.parse(
       data(await client.callTool({ name: 'reserve', arguments: { host: 'spark-2', ttl: '1h' } })).reservation,
     );
-    await until(
-      'grant',
-      async () => (await c.ledger.getReservation(undefined, r.id))?.status === 'allocated',
-    );
-    await agentPrepared(c.ledger, r.id);
+    await until('grant', async () => (await reservationOf(ctl!.target, r.id))?.status === 'allocated');
+    await agentReportsPrepared(ctl.target, r.id);
     const renewed = await client.callTool({ name: 'renew', arguments: { id: r.id, ttl: '99h' } });
     const out = data(renewed);
     expect(out).toMatchObject({ capped: true, reservation: { id: r.id } });
@@ -198,6 +192,10 @@ describe('sparkctl mcp (stdio) with the SDK client', () => {
     const again = await client.callTool({ name: 'renew', arguments: { id: r.id } });
     expect((again as TextResult).isError).toBe(true);
     expect(text(again)).toMatch(/the most a development lease may hold/);
+
+    const mine = await client.callTool({ name: 'status', arguments: {} });
+    expect(data(mine).reservations.map((x: { id: string }) => x.id)).toEqual([r.id]);
+    expect(text(mine)).toMatch(new RegExp(`^${r.id} preparing on spark-2\\n`));
 
     const history = data(await client.callTool({ name: 'history', arguments: { id: r.id } }));
     expect(history.reservationId).toBe(r.id);
@@ -279,7 +277,7 @@ describe('sparkctl mcp with the official MCP Inspector CLI', () => {
 
   it('calls a tool and gets structured content beside the text', async () => {
     ctl = await startApiController();
-    await bringOnline(ctl.c.ledger);
+    await agentOnline(ctl.target);
     const env = { SPARK_URL: ctl.c.url, SPARK_TOKEN: ctl.tokens.dev };
     const reserved = await inspector(
       ['--method', 'tools/call', '--tool-name', 'reserve', '--tool-arg', 'host=spark-2', 'ttl=1h'],
@@ -290,7 +288,7 @@ describe('sparkctl mcp with the official MCP Inspector CLI', () => {
       (reserved.json.structuredContent as { reservation: unknown }).reservation,
     );
     expect(r).toMatchObject({ kind: 'development', targetHost: 'spark-2', ttlS: 3600, mine: true });
-    expect((await ctl.c.ledger.getReservation(undefined, r.id))?.kind).toBe('development');
+    expect((await reservationOf(ctl.target, r.id))?.kind).toBe('development');
     const text = (reserved.json.content as { text: string }[])[0]!.text;
     expect(JSON.parse(text.slice(text.indexOf('\n\n') + 2))).toEqual(reserved.json.structuredContent);
 

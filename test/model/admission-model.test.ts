@@ -80,7 +80,7 @@ describe('admission engine against the reference model', () => {
           await fc.asyncModelRun(() => ({ model: w, real: engine }), cmds);
         },
       ),
-      { numRuns: RUNS, reporter: report },
+      { numRuns: RUNS, reporter: report, endOnFailure: process.env.SPARK_MUTATION === '1' },
     );
     // a short debugging run (SPARK_MODEL_RUNS) may not reach everything
     if (RUNS >= 100) assertReachedEveryRule();

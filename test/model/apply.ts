@@ -57,7 +57,9 @@ export function applyPlan(w: World, p: Prediction, tokenFor: (resId: string, hos
     if (l.status === 'active') l.status = 'expired';
     const h = w.hosts.get(l.hostId)!;
     if (e.outcome === 'release-required') {
-      if (h.phase === 'allocated') h.phase = 'release-required';
+      // processes outlived the lease: release-required, even when the other node of its pair
+      // expired clean in this same pass and started the release (whichever lease comes first)
+      if (h.phase === 'allocated' || h.phase === 'cleaning') h.phase = 'release-required';
     } else {
       const r = w.res.get(l.resId)!;
       if (['allocated', 'preparing', 'running'].includes(r.status)) beginRelease(w, r.id, 'expired');

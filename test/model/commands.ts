@@ -28,7 +28,10 @@ export interface Sut {
   confirmReleased?(hostId: string, token: number, processesRemain: boolean): Promise<boolean>;
   /** A preflight's lease check: is `token` the host's current lease? */
   verifyLease?(hostId: string, token: number): Promise<boolean>;
-  recordRestore?(hostId: string, ok: boolean): Promise<boolean>;
+  /** The agent's `restored` report (Deckard's model-ready health, or its failure). */
+  recordRestore?(hostId: string, ok: boolean, token: number): Promise<boolean>;
+  /** The agent's `cleaned` / `processes_remain` report through the agent-report command. */
+  report?(hostId: string, token: number, type: 'cleaned' | 'processes_remain'): Promise<boolean>;
   clearQuarantine?(hostId: string): Promise<boolean>;
   /** Runs `fn` (a command that must be refused) and checks the system changed nothing at all. */
   unchanged?<T>(fn: () => Promise<T>): Promise<T>;
@@ -373,6 +376,32 @@ export class ConfirmCmd extends Base {
   }
 }
 
+/** The agent reports a host cleaned, or processes left over, through the agent-report command. */
+export class ReportCmd extends Base {
+  constructor(
+    readonly pick: number,
+    readonly type: 'cleaned' | 'processes_remain',
+  ) {
+    super();
+  }
+  override check(w: Readonly<M.World>) {
+    return w.leases.some(M.isBinding);
+  }
+  async act(w: M.World, sut: Sut) {
+    const bound = w.leases.filter(M.isBinding);
+    const l = bound[this.pick % bound.length]!;
+    const ok = M.report(w, l.hostId, l.token, this.type);
+    if (!sut.report) return;
+    const got = ok
+      ? await sut.report(l.hostId, l.token, this.type)
+      : await refused(sut, () => sut.report!(l.hostId, l.token, this.type));
+    same(`report ${this.type} on ${l.id}`, got, ok);
+  }
+  toString() {
+    return `report(#${this.pick},${this.type})`;
+  }
+}
+
 /**
  * A stale fencing token (an old lease of the host, one never issued, or another host's) is
  * refused by every lease-bound call and changes nothing.
@@ -419,6 +448,7 @@ export class RestoreCmd extends Base {
   constructor(
     readonly host: number,
     readonly ok: boolean,
+    readonly staleToken = false,
   ) {
     super();
   }
@@ -430,15 +460,16 @@ export class RestoreCmd extends Base {
       restoring.length > 0 && this.host % 3 !== 0
         ? restoring[this.host % restoring.length]!
         : hosts[this.host % hosts.length]!;
-    const ok = M.recordRestore(w, h.id, this.ok);
+    const token = (h.tokens.at(-1) ?? 0) + (this.staleToken ? 1 : 0);
+    const ok = M.recordRestore(w, h.id, this.ok, token);
     if (!sut.recordRestore) return;
     const got = ok
-      ? await sut.recordRestore(h.id, this.ok)
-      : await refused(sut, () => sut.recordRestore!(h.id, this.ok));
+      ? await sut.recordRestore(h.id, this.ok, token)
+      : await refused(sut, () => sut.recordRestore!(h.id, this.ok, token));
     same(`restore ${h.id}`, got, ok);
   }
   toString() {
-    return `restore(#${this.host},${this.ok ? 'healthy' : 'failed'})`;
+    return `restore(#${this.host},${this.ok ? 'healthy' : 'failed'}${this.staleToken ? ',stale' : ''})`;
   }
 }
 
@@ -528,7 +559,12 @@ export function commandArbs(): fc.Arbitrary<Cmd>[] {
         fc.constantFrom('confirm', 'leftovers', 'verify'),
       )
       .map(([h, wh, c]) => new StaleTokenCmd(h, wh as 'future', c as 'verify')),
-    fc.tuple(host, fc.boolean()).map(([h, ok]) => new RestoreCmd(h, ok)),
+    fc
+      .tuple(host, fc.boolean(), fc.constantFrom(false, false, false, true))
+      .map(([h, ok, stale]) => new RestoreCmd(h, ok, stale)),
+    fc
+      .tuple(fc.nat(), fc.constantFrom('cleaned', 'cleaned', 'processes_remain'))
+      .map(([n, type]) => new ReportCmd(n, type as 'cleaned')),
     fc
       .tuple(host, fc.constantFrom('adopt', 'unadopt', 'clear-quarantine', 'clear-quarantine'))
       .map(([h, op]) => new OperatorCmd(h, op as 'adopt')),

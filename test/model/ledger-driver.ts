@@ -1,6 +1,8 @@
 import type { SparkConfig } from '../../core/config.ts';
 import type { HostFacts, Outcome } from '../../core/model.ts';
+import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
+import { cancelReservation, supersedeQueued } from '../../functions/ledger/reservations.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { makeTestLedger, testClock } from '../helpers/ledger.ts';
 import type { Sut } from './commands.ts';
@@ -83,9 +85,10 @@ export async function openLedgerSut(cfg: SparkConfig): Promise<LedgerSut> {
         throw e;
       }
     },
-    cancel: (id) => ok(() => ledger.cancelReservation(id, ACTOR)),
+    // the cancel and supersede commands the webhook intake (`/spark cancel`, unlabel, push) calls
+    cancel: (id) => ok(() => cancelReservation(ledger, id, ACTOR, 'cancelled by requester')),
     async supersede(repo, pr, sha) {
-      return (await ledger.supersedeQueued(repo, pr, sha, ACTOR)).map((r) => r.id);
+      return (await supersedeQueued(ledger, { repo, pr }, sha, ACTOR)).map((r) => r.id);
     },
     heartbeat: (hostId, facts: HostFacts) => ledger.recordHeartbeat(hostId, facts),
     async setManaged(hostId, managed) {
@@ -97,9 +100,25 @@ export async function openLedgerSut(cfg: SparkConfig): Promise<LedgerSut> {
     confirmReleased: (hostId, token, processesRemain) =>
       ok(() => ledger.confirmReleased(hostId, token, `agent:${hostId}`, { processesRemain })),
     verifyLease: (hostId, token) => ok(() => ledger.requireCurrentLease(undefined, hostId, token)),
-    recordRestore: (hostId, healthy) =>
+    // agent reports go through the same command the agent API calls
+    recordRestore: (hostId, healthy, fencingToken) =>
       ok(() =>
-        ledger.recordRestore(hostId, healthy, healthy ? 'model-ready' : 'health check failed', 'agent'),
+        applyReport(ledger, hostId, {
+          type: 'restored',
+          fencingToken,
+          ok: healthy,
+          detail: healthy ? 'model-ready' : 'health check failed',
+        }),
+      ),
+    report: (hostId, fencingToken, type) =>
+      ok(() =>
+        applyReport(
+          ledger,
+          hostId,
+          type === 'cleaned'
+            ? { type, fencingToken }
+            : { type, fencingToken, processes: [{ pid: 100, name: 'proc-0', usedMemoryMiB: 512 }] },
+        ),
       ),
     clearQuarantine: (hostId) => ok(() => ledger.clearQuarantine(hostId, 'operator')),
 
@@ -189,14 +208,10 @@ export async function openLedgerSut(cfg: SparkConfig): Promise<LedgerSut> {
   };
 }
 
-/** How the ledger stores a reservation's end outcome and its current wait code. */
+/** A reservation's end outcome and its current wait code (issue 10: two columns, never mixed). */
 function outcomeAndWait(r: typeof t.reservations.$inferSelect): {
   outcome: string | null;
   wait: string | null;
 } {
-  // before issue 10's command layer the wait code lived in `outcome` while queued, and a cancel
-  // kept it there (the bug the issue names): read it as what the cancel was until the merge
-  if (r.status === 'queued') return { outcome: null, wait: r.outcome };
-  if (r.status === 'cancelled') return { outcome: 'cancelled', wait: null };
-  return { outcome: r.outcome, wait: null };
+  return { outcome: r.outcome, wait: r.waitCode };
 }

@@ -274,10 +274,41 @@ export function confirmReleased(w: World, hostId: string, token: number, process
   return true;
 }
 
-/** The home service's model-ready health passed (service) or failed (retry, then quarantine). */
-export function recordRestore(w: World, hostId: string, ok: boolean): boolean {
+/**
+ * The agent's step reports about a lease (`cleaned`, `processes_remain`): checked against the
+ * current token first; cleanup is reported only once the lease ended (released, expired, or the
+ * host left release-required); leftovers only once the lease no longer covers them.
+ */
+export function report(
+  w: World,
+  hostId: string,
+  token: number,
+  type: 'cleaned' | 'processes_remain',
+): boolean {
+  const lease = bindingLease(w, hostId);
+  if (!lease || lease.token !== token) return false;
   const h = w.hosts.get(hostId)!;
-  if (h.phase !== 'restoring') return false;
+  const r = w.res.get(lease.resId)!;
+  const expired = lease.status === 'expired' || lease.expiresAt <= w.now;
+  if (type === 'processes_remain') {
+    if (lease.status !== 'releasing' && !expired) return false;
+    return confirmReleased(w, hostId, token, true);
+  }
+  if (lease.status !== 'releasing' && h.phase !== 'release-required' && !expired) return false;
+  if (lease.status !== 'releasing' && ['allocated', 'preparing', 'running'].includes(r.status)) {
+    const job = r.outcome && ['passed', 'failed', 'cancelled'].includes(r.outcome) ? r.outcome : null;
+    beginRelease(w, r.id, job ?? 'released');
+  }
+  return confirmReleased(w, hostId, token, false);
+}
+
+/**
+ * The home service's model-ready health passed (service) or failed (retry, then quarantine),
+ * reported with the host's current fencing token (0 before any lease).
+ */
+export function recordRestore(w: World, hostId: string, ok: boolean, token: number): boolean {
+  const h = w.hosts.get(hostId)!;
+  if (token !== (h.tokens.at(-1) ?? 0) || h.phase !== 'restoring') return false;
   if (ok) {
     h.restoreAttempts = 0;
     h.phase = 'service';

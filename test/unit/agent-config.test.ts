@@ -83,3 +83,18 @@ describe('controller URL (issue 11 item 3)', () => {
     expect(at('ftp://spark.example.org')).toThrow(/controllerUrl/);
   });
 });
+
+describe('executor (issue 15)', () => {
+  it('defaults to jit-runner and names the allowed values for an unknown one', () => {
+    expect(parseAgentConfig(base, 'agent.json', '/etc').executor).toBe('jit-runner');
+    expect(parseAgentConfig({ ...base, executor: 'slurm' }, 'agent.json', '/etc').slurm).toEqual({
+      bin: '',
+      gres: 'gpu:1',
+      partition: null,
+      conf: null,
+    });
+    expect(() => parseAgentConfig({ ...base, executor: 'k8s' }, 'agent.json', '/etc')).toThrow(
+      'executor: executor is one of jit-runner, slurm',
+    );
+  });
+});

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { dateTime, humanDuration, parseDuration } from '../../cli/format.ts';
+import { progressLine } from '../../cli/ops.ts';
+import type { ReservationInfo } from '../../core/protocol/api.ts';
 
 describe('sparkctl durations and dates', () => {
   it('rounds before splitting into units, so no unit ever reads 60', () => {
@@ -38,5 +40,44 @@ describe('sparkctl durations and dates', () => {
     expect(parseDuration('45')).toBe(45);
     expect(parseDuration('soon')).toBeNull();
     expect(parseDuration('4h ')).toBe(14_400);
+  });
+});
+
+describe('sparkctl progress lines for ended reservations', () => {
+  const base: ReservationInfo = {
+    id: 'r-7',
+    kind: 'development',
+    priority: 100,
+    topology: 'single',
+    status: 'cancelled',
+    position: null,
+    reason: 'cancelled by its requester',
+    outcome: 'cancelled',
+    targetHost: null,
+    requester: 'api:dev',
+    mine: true,
+    repo: null,
+    pr: null,
+    prUrl: null,
+    headSha: null,
+    suite: null,
+    ttlS: 3600,
+    createdAt: '2026-11-30T12:00:00Z',
+    grantedAt: null,
+    endedAt: '2026-11-30T12:05:00Z',
+    queueDeadline: '2026-11-30T18:00:00Z',
+    waitingOn: [],
+    leases: [],
+    ready: false,
+  };
+
+  it('does not repeat an outcome that equals the status', () => {
+    expect(progressLine(base)).toBe('r-7 cancelled · cancelled by its requester');
+  });
+
+  it('shows an outcome that adds to the status, never a wait code', () => {
+    expect(progressLine({ ...base, status: 'failed', outcome: 'queue_timeout', reason: null })).toBe(
+      'r-7 failed (queue_timeout)',
+    );
   });
 });

@@ -116,7 +116,7 @@ describe('agent protocol', () => {
       { state: 'serve' },
       { state: 'prepare', lease },
       { state: 'wait', lease },
-      { state: 'run', lease, runnerName: 'spark-r-1', jitConfig: 'abc', jobToken: 'tok' },
+      { state: 'run', lease, runnerName: 'spark-r-1', jitConfig: 'abc', jobToken: 'spk_job_0123456789abcdef' },
       { state: 'run', lease, runnerName: 'spark-r-1' },
       { state: 'develop', lease },
       { state: 'clean', lease },

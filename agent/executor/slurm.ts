@@ -1,0 +1,226 @@
+import { join } from 'node:path';
+import type { AgentConfig } from '../config.ts';
+import { type CommandResult, runCommand } from '../exec.ts';
+import type { AgentLogger } from '../log.ts';
+import { asAccount, type RunnerAccount, redactLines } from '../runner.ts';
+import type { LeaseState } from '../state-file.ts';
+import { jobEnv, shellJoin } from './runner-env.ts';
+import type { Executor, Observation, Termination, Workload } from './types.ts';
+import { createWorkArea } from './work-area.ts';
+
+export interface SlurmDeps {
+  cfg: AgentConfig;
+  log: AgentLogger;
+  account: RunnerAccount | null;
+  save(): void;
+}
+
+/** Slurm job states after which nothing of the job runs any more (sacct/squeue `%T`). */
+const TERMINAL = new Set([
+  'COMPLETED',
+  'FAILED',
+  'CANCELLED',
+  'TIMEOUT',
+  'NODE_FAIL',
+  'PREEMPTED',
+  'OUT_OF_MEMORY',
+  'BOOT_FAIL',
+  'DEADLINE',
+]);
+
+const OUTPUT = '.spark-slurm.out';
+
+/**
+ * The `slurm` executor (issue 15 item 4): the lease's workload (the runner command, with the same
+ * environment as `jit-runner`) is one Slurm batch job — `sbatch` with the lease's GPU gres on one
+ * exclusive node, named `spark-<reservation>`, submitted as the runner user so it runs as that
+ * user — observed with `squeue`/`sacct`, stopped with `scancel`, and confirmed terminated only
+ * when `squeue` no longer lists it and `sacct` reports a final state. A job whose id was lost in
+ * a crash between submit and record is found again by its name.
+ */
+export function createSlurmExecutor(deps: SlurmDeps): Executor {
+  const { cfg, log, save, account } = deps;
+  const area = createWorkArea(cfg, account);
+  const s = cfg.slurm;
+  const bin = (name: string) => (s.bin ? join(s.bin, name) : name);
+  const slurmEnv = (): NodeJS.ProcessEnv => ({
+    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    ...(s.conf ? { SLURM_CONF: s.conf } : {}),
+  });
+  /**
+   * Runs a Slurm client command. sbatch and scancel run as the runner user (the job is theirs, and
+   * scancel reaches only their jobs); squeue and sacct only read, as the agent.
+   */
+  const slurm = (argv: string[], env: NodeJS.ProcessEnv = slurmEnv()): Promise<CommandResult> => {
+    const asRunner = account && (argv[0] === 'sbatch' || argv[0] === 'scancel');
+    return runCommand([...(asRunner ? asAccount(account) : []), bin(argv[0]!), ...argv.slice(1)], {
+      timeoutMs: 30_000,
+      env,
+    });
+  };
+  let secrets: string[] = [];
+  const jobName = (l: LeaseState) => `spark-${l.reservationId}`;
+
+  /** The job's id: recorded, or found by name (submitted, then the agent crashed before recording). */
+  const jobId = async (l: LeaseState): Promise<string | null> => {
+    const r = l.runner;
+    if (!r) return null;
+    if (r.jobId) return r.jobId;
+    const q = await slurm(['squeue', '-h', '--name', jobName(l), '-o', '%i']);
+    const id = q.code === 0 ? (q.stdout.trim().split('\n')[0]?.trim() ?? '') : '';
+    if (/^\d+$/.test(id)) {
+      r.jobId = id;
+      save();
+      return id;
+    }
+    return null;
+  };
+  /** squeue's state of the job, or null when it no longer lists it. */
+  const queued = async (id: string): Promise<string | null> => {
+    const q = await slurm(['squeue', '-h', '-j', id, '-o', '%T']);
+    const state = q.stdout.trim();
+    if (q.code !== 0 || !state) return null;
+    return state;
+  };
+  /** sacct's final record of the job: state and exit code, or null when it has none (yet). */
+  const accounted = async (id: string): Promise<{ state: string; exitCode: number | null } | null> => {
+    // without slurmdbd, sacct reads the job completion log (`-c`, JobCompType=jobcomp/filetxt)
+    let q = await slurm(['sacct', '-n', '-P', '-X', '-j', id, '-o', 'state,exitcode']);
+    if (q.code !== 0 || !q.stdout.trim())
+      q = await slurm(['sacct', '-c', '-n', '-P', '-j', id, '-o', 'state,exitcode']);
+    const line = q.stdout.trim().split('\n')[0];
+    if (q.code !== 0 || !line) return null;
+    const [state = '', exit = ''] = line.split('|');
+    const st = state.split(' ')[0]!.toUpperCase();
+    const code = Number(exit.split(':')[0]);
+    return { state: st, exitCode: st === 'CANCELLED' || !Number.isInteger(code) ? null : code };
+  };
+
+  return {
+    name: 'slurm',
+
+    prepare: (l) => area.fresh(l),
+
+    async start(l: LeaseState, w: Workload): Promise<void> {
+      if (l.phase !== 'prepared') await area.make(l);
+      // persisted before the job exists: a crash after sbatch finds it again by its name
+      l.runner = {
+        runnerName: w.name,
+        runDir: l.workDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: false,
+        stoppedByAgent: false,
+        exitReported: false,
+        jobId: null,
+      };
+      l.phase = 'running';
+      save();
+      const argv = [
+        'sbatch',
+        '--parsable',
+        `--job-name=${jobName(l)}`,
+        `--gres=${s.gres}`,
+        '--exclusive',
+        '--nodes=1',
+        ...(s.partition ? [`--partition=${s.partition}`] : []),
+        `--chdir=${l.workDir}`,
+        `--output=${join(l.workDir, OUTPUT)}`,
+        // the job gets exactly the environment built here (the JIT config travels in it, not argv)
+        '--export=ALL',
+        '--wrap',
+        shellJoin(cfg.runner.command),
+      ];
+      const r = await slurm(argv, {
+        ...jobEnv(cfg, account, l, w),
+        ...(s.conf ? { SLURM_CONF: s.conf } : {}),
+      });
+      const id = r.stdout.trim().split(';')[0] ?? '';
+      if (r.code !== 0 || !/^\d+$/.test(id)) {
+        throw new Error(`sbatch failed: ${(r.stderr.trim() || r.error || r.stdout.trim()).slice(0, 300)}`);
+      }
+      l.runner.jobId = id;
+      save();
+      secrets = [w.jitConfig, w.jobToken ?? ''];
+      log.info('slurm job submitted', { leaseId: l.leaseId, runnerName: w.name, jobId: id });
+    },
+
+    async observe(l: LeaseState): Promise<Observation> {
+      const r = l.runner;
+      if (!r) return { state: 'none' };
+      const id = await jobId(l);
+      if (!id) return { state: 'exited', exitCode: null };
+      const st = await queued(id);
+      if (st && !TERMINAL.has(st)) return { state: 'running' };
+      if (r.exitCode === undefined) {
+        const acc = await accounted(id);
+        // not accounted yet: still "running" for the agent, so nothing is reported early
+        if (!acc) return { state: 'running' };
+        r.exitCode = acc.exitCode;
+        save();
+      }
+      return { state: 'exited', exitCode: r.exitCode ?? null };
+    },
+
+    async stop(l: LeaseState): Promise<void> {
+      const id = await jobId(l);
+      if (!id || !l.runner) return;
+      if (!(await queued(id))) return;
+      l.runner.stoppedByAgent = true;
+      save();
+      log.info('cancelling the slurm job this lease submitted', { leaseId: l.leaseId, jobId: id });
+      await slurm(['scancel', id]);
+      const deadline = Date.now() + (cfg.runner.stopGraceS + 30) * 1000;
+      while (Date.now() < deadline && (await queued(id))) await new Promise((res) => setTimeout(res, 200));
+    },
+
+    async confirmTerminated(l: LeaseState): Promise<Termination> {
+      if (!l.runner) return { ok: true };
+      const id = await jobId(l);
+      if (!id) {
+        // submitted or not, no job of this name is queued; with no id there is nothing to account
+        return { ok: true };
+      }
+      const st = await queued(id);
+      if (st && !TERMINAL.has(st)) return { ok: false, detail: `slurm job ${id} is ${st}` };
+      const acc = await accounted(id);
+      if (!acc || !TERMINAL.has(acc.state)) {
+        return {
+          ok: false,
+          detail: `slurm job ${id}: termination not confirmed by sacct (${acc?.state ?? 'no record'})`,
+        };
+      }
+      return { ok: true };
+    },
+
+    async lastLines(l: LeaseState, n: number): Promise<string[]> {
+      if (!l.runner) return [];
+      const file = join(l.workDir, OUTPUT);
+      const r = account
+        ? await runCommand([...asAccount(account), 'tail', '-n', String(n), '--', file], {
+            timeoutMs: 10_000,
+          })
+        : await runCommand(['tail', '-n', String(n), '--', file], { timeoutMs: 10_000 });
+      const lines =
+        r.code === 0
+          ? r.stdout
+              .split('\n')
+              .map((x) => x.trimEnd())
+              .filter(Boolean)
+          : [];
+      return redactLines(lines.slice(-n), secrets);
+    },
+
+    async forget(l: LeaseState): Promise<void> {
+      l.runner = null;
+      secrets = [];
+      save();
+    },
+
+    async discard(l: LeaseState): Promise<void> {
+      await area.remove(l);
+      secrets = [];
+    },
+  };
+}

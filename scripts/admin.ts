@@ -1,0 +1,172 @@
+/**
+ * Controller-side admin bootstrap (issue 10): creates the very first operate token straight in
+ * the ledger, before any token exists to call the API with. Same settings as `npm start`
+ * (SPARK_CONFIG or ./spark.config.json, SPARK_LEDGER_URL, or --ledger). `sparkctl admin` runs
+ * this script as a process from the controller checkout; its arguments, output and exit codes
+ * are the ones `sparkctl admin token create` always had.
+ *
+ *   npm run admin -- token create --name NAME --scopes operate[,emergency] [--ledger URL] [--json]
+ *
+ * Exit codes: 0 created · 2 usage or configuration error · 3 the ledger cannot be opened · 1 bug.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { ConfigError } from '../core/config.ts';
+import { createApiToken, SCOPES, type Scope } from '../functions/auth/tokens.ts';
+import { ApiError } from '../functions/errors.ts';
+import { silentLogger } from '../functions/log.ts';
+import { openNodeLedger } from '../functions/node-server.ts';
+import { type Settings, settingsFromEnv } from '../functions/settings.ts';
+
+const EXIT = { ok: 0, failed: 1, usage: 2, unreachable: 3 } as const;
+const USAGE =
+  'usage: sparkctl admin token create --name NAME --scopes operate[,emergency] [--ledger file:./data/spark.db]';
+
+/** A failure the operator can fix: one line on stderr and an exit code. */
+export class AdminError extends Error {
+  override name = 'AdminError';
+  constructor(
+    readonly exitCode: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface CreatedToken {
+  id: string;
+  token: string;
+  name: string;
+  scopes: Scope[];
+  ledgerUrl: string;
+}
+
+/** Validates the request, opens the ledger with the controller's settings and creates the token. */
+export async function createFirstToken(opts: {
+  name: string | undefined;
+  scopes: string | undefined;
+  ledger: string | undefined;
+  env: Record<string, string | undefined>;
+}): Promise<CreatedToken> {
+  if (!opts.name || !opts.scopes) throw new AdminError(EXIT.usage, USAGE);
+  const scopes = opts.scopes
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  const bad = scopes.filter((s) => !(SCOPES as readonly string[]).includes(s));
+  if (bad.length || scopes.length === 0) {
+    throw new AdminError(
+      EXIT.usage,
+      `invalid --scopes '${opts.scopes}': use a comma list of ${SCOPES.join(', ')}`,
+    );
+  }
+  if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(opts.name)) {
+    throw new AdminError(EXIT.usage, `invalid --name '${opts.name}': letters, digits, "_", "." or "-"`);
+  }
+  const env: Record<string, string | undefined> = {
+    ...opts.env,
+    ...(opts.ledger ? { SPARK_LEDGER_URL: opts.ledger } : {}),
+  };
+  const configPath = env.SPARK_CONFIG ?? (existsSync('spark.config.json') ? 'spark.config.json' : null);
+  let settings: Settings;
+  try {
+    const configText = configPath
+      ? { text: readFileSync(resolve(configPath), 'utf8'), source: configPath }
+      : null;
+    settings = settingsFromEnv(env, configText);
+  } catch (e) {
+    if (e instanceof ConfigError) throw new AdminError(EXIT.usage, e.message.replace(/\n\s*/g, ' '));
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new AdminError(EXIT.usage, `config file ${configPath} not found (SPARK_CONFIG)`);
+    throw e;
+  }
+  let ledger: Awaited<ReturnType<typeof openNodeLedger>>;
+  try {
+    ledger = await openNodeLedger(settings, { log: silentLogger });
+  } catch (e) {
+    throw new AdminError(
+      EXIT.unreachable,
+      `cannot open the ledger ${settings.ledgerUrl}: ${(e as Error).message}`,
+    );
+  }
+  try {
+    const created = await createApiToken(
+      ledger,
+      { name: opts.name, scopes: scopes as Scope[] },
+      'admin:local',
+    );
+    return { ...created, ledgerUrl: settings.ledgerUrl };
+  } catch (e) {
+    if (e instanceof ApiError) throw new AdminError(EXIT.usage, e.message);
+    throw e;
+  } finally {
+    ledger.store.close();
+  }
+}
+
+/** Runs one admin invocation with `argv` (after the script name); returns the exit code. */
+export async function runAdmin(
+  argv: string[],
+  io: { out(text: string): void; err(text: string): void },
+  env: Record<string, string | undefined>,
+): Promise<number> {
+  try {
+    let parsed: ReturnType<typeof parse>;
+    try {
+      parsed = parse(argv);
+    } catch (e) {
+      throw new AdminError(EXIT.usage, `${(e as Error).message}; ${USAGE}`);
+    }
+    const { values, positionals } = parsed;
+    if (positionals[0] !== 'token' || positionals[1] !== 'create' || positionals.length > 2) {
+      throw new AdminError(EXIT.usage, USAGE);
+    }
+    const created = await createFirstToken({
+      name: values.name,
+      scopes: values.scopes,
+      ledger: values.ledger,
+      env,
+    });
+    if (values.json) io.out(JSON.stringify(created, null, 2));
+    else {
+      io.out(`created token ${created.id} "${created.name}" with scopes ${created.scopes.join(', ')}`);
+      io.out(`token (shown once, store it now): ${created.token}`);
+      io.out(`use it with: export SPARK_TOKEN=${created.token}`);
+      io.out(`(written to ${created.ledgerUrl})`);
+    }
+    return EXIT.ok;
+  } catch (e) {
+    if (e instanceof AdminError) {
+      io.err(`sparkctl: ${e.message}`);
+      return e.exitCode;
+    }
+    io.err(`sparkctl: internal error: ${(e as Error)?.stack ?? e}`);
+    return EXIT.failed;
+  }
+}
+
+function parse(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      name: { type: 'string' },
+      scopes: { type: 'string' },
+      ledger: { type: 'string' },
+      json: { type: 'boolean' },
+    },
+  });
+}
+
+// run as a process (npm run admin, sparkctl admin); importing it (tests) runs nothing
+if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
+  const code = await runAdmin(
+    process.argv.slice(2),
+    { out: (t) => process.stdout.write(`${t}\n`), err: (t) => process.stderr.write(`${t}\n`) },
+    process.env,
+  );
+  process.stdout.write('', () => process.exit(code));
+}

@@ -1,0 +1,152 @@
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { AgentState } from '../../agent/state-file.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
+import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import { startSlurm, type TestSlurm } from '../doubles/slurm.ts';
+
+/**
+ * The `slurm` executor (issue 15 item 4) against a real single-node Slurm (test/doubles/slurm.ts):
+ * the agent submits the lease's runner as a batch job (as the runner user), watches it with
+ * squeue/sacct, cancels it with scancel, and reports cleaned only after sacct confirms the end.
+ */
+
+let slurm: TestSlurm;
+beforeAll(async () => {
+  slurm = await startSlurm();
+}, 60_000);
+afterAll(async () => {
+  await slurm?.stop();
+});
+
+let fleet: Fleet | null = null;
+afterEach(async () => {
+  await fleet?.close();
+  fleet = null;
+});
+
+async function slurmFleet(opts: FleetOptions) {
+  const f = await startFleet({
+    hosts: [{ id: 'spark-2' }],
+    githubOutcome: () => 'passed',
+    ...opts,
+    agentConfig: () => ({ executor: 'slurm', slurm: { gres: slurm.gres, conf: slurm.conf } }),
+  });
+  f.startAgent('spark-2');
+  await waitFor('spark-2 heartbeat', async () => (await f.host('spark-2')).lastHeartbeatAt != null);
+  return f;
+}
+
+describe('slurm executor on a real Slurm', () => {
+  it('runs a reservation as a batch job of the runner user, accounted by sacct, then releases it', async () => {
+    fleet = await slurmFleet({
+      runner: () => ({ exitCode: 0, sleepMs: 300, lastLines: ['smoke: 3 passed'] }),
+    });
+    const f = fleet;
+    const id = await f.reserve();
+    const done = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(done.status, f.agents['spark-2']!.output().slice(-3000)).toBe('done');
+    const [lease] = await f.leases(id);
+    expect(lease!.exitCode).toBe(0);
+    expect(JSON.parse(lease!.evidenceJson!).runner.lastLines).toContain('smoke: 3 passed');
+    const m = readRunnerMarkers(f.markerDir).find((x) => x.reservationId === id)!;
+    if (f.runnerUsers['spark-2']) expect(m.uid).toBe(f.runnerUsers['spark-2'].uid);
+    // the job was Slurm's: named after the reservation, finished and accounted
+    const acct = await slurm.client([
+      'sacct',
+      '-c',
+      '-n',
+      '-P',
+      '--name',
+      `spark-${id}`,
+      '-o',
+      'jobname,state,exitcode',
+    ]);
+    expect(acct.trim().split('\n')).toContain(`spark-${id}|COMPLETED|0:0`);
+    expect((await slurm.client(['squeue', '-h', '-o', '%i'])).trim()).toBe('');
+    expect(await f.bindingLeases()).toEqual([]);
+  });
+
+  it('a release while the job runs cancels it with scancel and waits for sacct before cleaned', async () => {
+    fleet = await slurmFleet({ runner: () => ({ exitCode: 0, sleepMs: 120_000 }) });
+    const f = fleet;
+    const id = await f.reserve();
+    await f.waitReservation(id, ['running'], 60_000);
+    const m = await waitFor(
+      'the job to start',
+      () => readRunnerMarkers(f.markerDir).find((x) => x.reservationId === id),
+      30_000,
+    );
+    await f.controller.ledger.beginRelease(id, 'released', 'operator release', 'test');
+    await expect(f.waitReservation(id, ['done', 'failed'], 60_000)).resolves.toMatchObject({
+      status: 'done',
+    });
+    expect(isLive(m.pid)).toBe(false);
+    const acct = await slurm.client(['sacct', '-c', '-n', '-P', '--name', `spark-${id}`, '-o', 'state']);
+    expect(acct).toContain('CANCELLED');
+    const released = (await f.controller.ledger.history('reservation', id)).find(
+      (e) => e.type === 'reservation.done',
+    )!;
+    expect(released).toBeDefined();
+    expect(f.agents['spark-2']!.output()).toContain('cancelling the slurm job this lease submitted');
+  });
+
+  it('kill -9 of the agent while the job runs: the restarted agent finds the job, reports its exit, releases', async () => {
+    fleet = await slurmFleet({
+      runner: () => ({ exitCode: 4, sleepMs: 3000, lastLines: ['assert failed'] }),
+      // no GitHub result: the runner's exit status decides
+      githubOutcome: () => null,
+    });
+    const f = fleet;
+    const stateFile = join(dirname(f.agentConfigPath('spark-2')), 'state', 'agent-state.json');
+    const id = await f.reserve();
+    await waitFor(
+      'the job id in the state file',
+      () => (JSON.parse(readFileSync(stateFile, 'utf8')) as AgentState).lease?.runner?.jobId,
+      30_000,
+    );
+    await f.agents['spark-2']!.kill('SIGKILL');
+    // the job runs on without the agent (Slurm owns it)
+    expect((await slurm.client(['squeue', '-h', '--name', `spark-${id}`, '-o', '%T'])).trim()).toMatch(
+      /RUNNING|PENDING/,
+    );
+    f.startAgent('spark-2');
+    const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(r.status).toBe('failed');
+    const [lease] = await f.leases(id);
+    expect(lease!.exitCode).toBe(4);
+    expect(JSON.parse(lease!.evidenceJson!).runner.lastLines).toContain('assert failed');
+    expect(await f.bindingLeases()).toEqual([]);
+  });
+
+  it('runs a pair as one job per host on the Slurm node (exclusive: one after the other), released as a unit', async () => {
+    const f = await startFleet({
+      hosts: [{ id: 'spark-2' }, { id: 'spark-3' }],
+      githubOutcome: () => 'passed',
+      runner: () => ({ exitCode: 0, sleepMs: 300 }),
+      agentConfig: () => ({ executor: 'slurm', slurm: { gres: slurm.gres, conf: slurm.conf } }),
+    });
+    fleet = f;
+    f.startAgent('spark-2');
+    f.startAgent('spark-3');
+    for (const h of ['spark-2', 'spark-3']) {
+      await waitFor(`${h} heartbeat`, async () => (await f.host(h)).lastHeartbeatAt != null);
+    }
+    const id = await f.reserve({ topology: 'pair' });
+    const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(r.status, f.agents['spark-3']!.output().slice(-2000)).toBe('done');
+    const leases = await f.leases(id);
+    expect(leases.map((l) => [l.hostId, l.status, l.exitCode])).toEqual([
+      ['spark-2', 'released', 0],
+      ['spark-3', 'released', 0],
+    ]);
+    // this fleet's jobs (reservation ids restart with each fleet; job ids do not)
+    const ids = ['spark-2', 'spark-3'].flatMap((h) =>
+      [...f.agents[h]!.output().matchAll(/"msg":"slurm job submitted".*?"jobId":"(\d+)"/g)].map((m) => m[1]!),
+    );
+    expect(ids).toHaveLength(2);
+    const acct = await slurm.client(['sacct', '-c', '-n', '-P', '-j', ids.join(','), '-o', 'state']);
+    expect(acct.trim().split('\n')).toEqual(['COMPLETED', 'COMPLETED']);
+  });
+});

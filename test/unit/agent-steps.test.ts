@@ -1,0 +1,156 @@
+import { describe, expect, it } from 'vitest';
+import type { Executor } from '../../agent/executor/types.ts';
+import type { HostPort } from '../../agent/host/port.ts';
+import type { AgentLogger } from '../../agent/log.ts';
+import { emptyState, type LeaseState } from '../../agent/state-file.ts';
+import { finishClean } from '../../agent/steps/clean.ts';
+import type { StepContext } from '../../agent/steps/context.ts';
+import { prepareHost } from '../../agent/steps/prepare.ts';
+import type { HostFacts } from '../../core/model.ts';
+import type { Report } from '../../core/protocol/agent.ts';
+
+/**
+ * Steps against a precise fake of the host port and the executor (no processes): what each one
+ * sends and in which order.
+ */
+
+const quiet: AgentLogger = { debug() {}, info() {}, warn() {}, error() {} };
+
+function lease(over: Partial<LeaseState> = {}): LeaseState {
+  return {
+    leaseId: 'l-spark-2-5',
+    reservationId: 'r-1',
+    fencingToken: 5,
+    kind: 'manual',
+    topology: 'single',
+    lend: false,
+    workDir: '/w/r-1-spark-2-t5',
+    lendStep: 'none',
+    phase: 'cleaning',
+    failure: null,
+    runner: null,
+    activeReported: false,
+    remainReported: false,
+    ...over,
+  };
+}
+
+function harness(gpu: { pid: number; name: string; usedMemoryMiB: number }[], termination = true) {
+  const calls: string[] = [];
+  const sent: (Report | { type: 'heartbeat'; facts: HostFacts })[] = [];
+  const port: HostPort = {
+    exec: async () => ({ code: 0, signal: null, stdout: '', stderr: '', error: null }),
+    queryGpu: async () => {
+      calls.push('gpu');
+      return { ok: true, processes: gpu };
+    },
+    probeHealth: async () => ({ ok: true, status: 200, detail: 'HTTP 200' }),
+    waitHealthy: async () => ({ ok: true, status: 200, detail: 'HTTP 200' }),
+    freeDiskBytes: () => 1e12,
+    now: () => 0,
+  };
+  const executor: Executor = {
+    name: 'jit-runner',
+    prepare: async () => {
+      calls.push('executor.prepare');
+      return { ok: true };
+    },
+    start: async () => {},
+    observe: async () => ({ state: 'none' }),
+    stop: async () => {
+      calls.push('executor.stop');
+    },
+    confirmTerminated: async () => {
+      calls.push('executor.confirm');
+      return termination ? { ok: true } : { ok: false, detail: 'pid 9 still runs' };
+    },
+    lastLines: async () => [],
+    forget: async () => {},
+    discard: async () => {
+      calls.push('executor.discard');
+    },
+  };
+  const state = { ...emptyState(), maxFencingToken: 5, lease: lease() };
+  const ctx: StepContext = {
+    cfg: { workRoot: '/w', service: null, interconnectCheck: null } as unknown as StepContext['cfg'],
+    port,
+    executor,
+    log: quiet,
+    state,
+    save: () => calls.push('save'),
+    report: async (r) => {
+      sent.push(r);
+    },
+    collectFacts: async (q) => ({
+      gpuProcesses: q?.ok ? q.processes : null,
+      gpuError: null,
+      freeDiskBytes: 1,
+      serviceState: 'none',
+      runnerState: 'exited',
+      interconnectOk: null,
+    }),
+    heartbeat: async (facts) => {
+      sent.push({ type: 'heartbeat', facts });
+    },
+    sleep: async () => {},
+    stopped: () => false,
+    heartbeatMs: () => 10_000,
+    interconnect: null,
+  };
+  return { ctx, calls, sent };
+}
+
+describe('finish-clean', () => {
+  it('frees the host only after termination is confirmed, with fresh GPU facts in a heartbeat and the report', async () => {
+    const h = harness([]);
+    expect(await finishClean(h.ctx)).toEqual({ next: 'wait', ms: null });
+    expect(h.calls.slice(0, 4)).toEqual(['executor.stop', 'executor.confirm', 'executor.discard', 'gpu']);
+    // one GPU query serves the check and the facts
+    expect(h.calls.filter((c) => c === 'gpu')).toHaveLength(1);
+    expect(h.sent.map((s) => s.type)).toEqual(['heartbeat', 'cleaned']);
+    const fresh = { gpuProcesses: [], runnerState: 'none' };
+    expect(h.sent[0]).toMatchObject({ facts: fresh });
+    expect(h.sent[1]).toMatchObject({ type: 'cleaned', fencingToken: 5, facts: fresh });
+    expect(h.ctx.state.lease).toBeNull();
+  });
+
+  it('reports nothing and keeps the lease while the workload is not confirmed terminated', async () => {
+    const h = harness([], false);
+    expect(await finishClean(h.ctx)).toEqual({ next: 'wait', ms: 1000 });
+    expect(h.sent).toEqual([]);
+    expect(h.calls).not.toContain('executor.discard');
+    expect(h.ctx.state.lease).not.toBeNull();
+  });
+
+  it('reports processes that remain (once) instead of cleaned, killing nothing', async () => {
+    const h = harness([{ pid: 77, name: 'python3', usedMemoryMiB: 10 }]);
+    await finishClean(h.ctx);
+    await finishClean(h.ctx);
+    expect(h.sent.map((s) => s.type)).toEqual(['processes_remain']);
+    expect(h.ctx.state.lease).not.toBeNull();
+  });
+});
+
+describe('prepare-host', () => {
+  it('fails the lease when the GPU is busy, and says with what', async () => {
+    const h = harness([{ pid: 77, name: '/usr/bin/python3', usedMemoryMiB: 10 }]);
+    h.ctx.state.lease = lease({ phase: 'preparing' });
+    await prepareHost(h.ctx);
+    expect(h.sent).toEqual([
+      {
+        type: 'prepare_failed',
+        fencingToken: 5,
+        reason: 'GPU busy: 1 process(es) outside the lease (pid 77 python3)',
+      },
+    ]);
+    expect(h.ctx.state.lease!.phase).toBe('prepare_failed');
+  });
+
+  it('is prepared once the GPU is free and the executor made the work area', async () => {
+    const h = harness([]);
+    h.ctx.state.lease = lease({ phase: 'preparing' });
+    expect(await prepareHost(h.ctx)).toEqual({ next: 'again' });
+    expect(h.calls).toContain('executor.prepare');
+    expect(h.ctx.state.lease!.phase).toBe('prepared');
+  });
+});
