@@ -101,9 +101,12 @@ export function startAdmissionLoop(
   // a pass kicked by a change runs after the requests in flight are answered (so one pass
   // covers a burst); runNow() callers wait for their pass, so theirs runs at once
   let lastPassAt = -Infinity;
+  const deferrable = opts.intervalMs !== null;
   const pass = async (defer: boolean): Promise<PassResult | null> => {
     try {
-      if (defer) {
+      // (not in a Worker isolate: a timer there may outlive the request that set it, and the
+      // pass with it; there the pass runs at once, inside the request's waitUntil)
+      if (defer && deferrable) {
         // debounced: under a burst of changes, kicked passes run at most every MIN_PASS_GAP_MS
         // (each covers every change before it); runNow() callers are not delayed
         const gap = lastPassAt + MIN_PASS_GAP_MS - performance.now();

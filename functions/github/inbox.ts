@@ -160,11 +160,14 @@ function createProcessor(svc: GitHubService): InboxProcessor {
 }
 
 /**
- * Resolves when the inbox drain this isolate started (after a webhook's 202) is done: the
- * Worker entry hands it to `waitUntil` so processing finishes after the response.
+ * Resolves when the inbox drain this isolate started (after a webhook's 202) and the admission
+ * passes it kicked are done: the Worker entry hands it to `waitUntil` so processing finishes
+ * after the response, inside that request's lifetime.
  */
-export function settleInbox(ctx: Omit<AppContext, 'loop'>): Promise<void> {
-  return inboxProcessor(githubService(ctx)).settle();
+export async function settleInbox(ctx: AppContext): Promise<void> {
+  await inboxProcessor(githubService(ctx)).settle();
+  // and the admission passes the processed deliveries kicked
+  await ctx.loop.settle();
 }
 
 /** Processes one delivery; says whether it is done, waits for a retry, or was parked. */
