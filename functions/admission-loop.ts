@@ -19,7 +19,7 @@ export interface RequestGate {
 export const MIN_PASS_GAP_MS = 50;
 
 /** How long background work defers to requests in flight before it runs anyway. */
-export const MAX_DEFER_MS = 250;
+export const MAX_DEFER_MS = 1000;
 
 const gates = new WeakMap<object, RequestGate>();
 
@@ -38,7 +38,7 @@ export function requestGate(ledger: object): RequestGate {
  * two requests of a burst the count touches 0 while the next connections still wait to be
  * accepted, and background work started then would delay them.
  */
-export const QUIET_MS = 25;
+export const QUIET_MS = 100;
 
 function createRequestGate(): RequestGate {
   let inFlight = 0;

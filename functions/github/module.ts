@@ -1,3 +1,4 @@
+import { requestGate } from '../admission-loop.ts';
 import type { AppContext, AppModule } from '../app.ts';
 import { createGitHubHook } from './hooks.ts';
 import { inboxProcessor } from './inbox.ts';
@@ -28,6 +29,8 @@ export const githubModule: AppModule = {
   },
   async tick(ctx: AppContext) {
     const svc = githubService(ctx);
+    // timers yield to webhook requests in flight: acknowledging comes first (issue 13)
+    if (ctx.runtime === 'node') await requestGate(ctx.ledger).whenQuiet();
     // deliveries first: they were acknowledged already and may wait for a retry that is due
     await inboxProcessor(svc).drain();
     await runSchedules(svc);
