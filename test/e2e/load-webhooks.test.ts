@@ -43,7 +43,9 @@ import { replayGrants } from '../helpers/load/verify.ts';
 
 const LONG = process.env.SPARK_TEST_LONG === '1';
 const SENDS = Number(process.env.SPARK_LOAD_SENDS ?? (LONG ? 2000 : 400));
-const SEED = Number(process.env.SPARK_LOAD_SEED ?? Date.now() % 1_000_000_000);
+/** `npm test` runs a recorded seed (a CI run never fails by the luck of a seed); test:long a new one, printed. */
+const RECORDED_SEED = 43575009;
+const SEED = Number(process.env.SPARK_LOAD_SEED ?? (LONG ? Date.now() % 1_000_000_000 : RECORDED_SEED));
 const PROCESSES = 4;
 const CONCURRENCY = 64;
 const HOSTS = ['spark-1', 'spark-2', 'spark-3', 'spark-4'];
