@@ -110,7 +110,15 @@ function createProcessor(svc: GitHubService): InboxProcessor {
         continue;
       }
       // acknowledging first: a burst of webhooks is answered before its deliveries are processed
-      await gate.whenQuiet();
+      // (a drain someone waits for — tick, cron, waitUntil, a test — does not wait)
+      if (deferring)
+        await Promise.race([
+          gate.whenQuiet(),
+          new Promise<void>((r) => {
+            wake = r;
+          }),
+        ]);
+      wake = null;
       const outcome = await processOne(svc, row);
       if (outcome === 'retry') {
         held.add(key);
@@ -125,11 +133,17 @@ function createProcessor(svc: GitHubService): InboxProcessor {
     return rows.length === INBOX_BATCH ? progressed : 0;
   };
 
-  const drain = (): Promise<DrainResult> => {
+  let deferring = false;
+  // ends a kicked drain's wait for quiet when someone now waits for the drain itself
+  let wake: (() => void) | null = null;
+  const drain = (defer = false): Promise<DrainResult> => {
     if (running) {
       again = true;
+      deferring &&= defer;
+      if (!defer) wake?.();
       return running;
     }
+    deferring = defer;
     running = (async () => {
       const total: DrainResult = { processed: 0, retried: 0, parked: 0 };
       try {
@@ -150,9 +164,9 @@ function createProcessor(svc: GitHubService): InboxProcessor {
 
   return {
     kick() {
-      void drain();
+      void drain(true);
     },
-    drain,
+    drain: () => drain(false),
     async settle() {
       await running;
     },
