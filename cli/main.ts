@@ -21,6 +21,7 @@ import {
   cmdWhoami,
   type Flags,
 } from './commands.ts';
+import { cmdDeliveries } from './deliveries.ts';
 import { CliError, EXIT } from './errors.ts';
 import { resolveSettings } from './settings.ts';
 
@@ -202,6 +203,14 @@ function buildProgram(
     )
     .option('--json', JSON_HELP)
     .action(withApi((ctx) => cmdRepo({ ...ctx, args: ['enable', ...ctx.args] })));
+
+  const deliveries = sub(program, 'deliveries', 'the webhook inbox: waiting, parked and recent deliveries')
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdDeliveries));
+  sub(deliveries, 'retry', 'process a parked delivery again (operate token; audited)')
+    .argument('<id>', 'the X-GitHub-Delivery id')
+    .option('--json', JSON_HELP)
+    .action(withApi((ctx) => cmdDeliveries({ ...ctx, args: ['retry', ...ctx.args] })));
 
   sub(program, 'doctor', 'provisioning checks of this machine (the in-job doctor, as npm run doctor)')
     .option('--model-cache <dir>', 'the managed model cache to check (SPARK_MODEL_CACHE)')

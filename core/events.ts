@@ -65,6 +65,9 @@ export const LEDGER_EVENTS = [
   'github.refused',
   'github.job_mismatch',
   'outbox.failed',
+  // webhook inbox (issue 13): a delivery that kept failing, and an operator's retry of it
+  'webhook.parked',
+  'webhook.retried',
   // operator API audit trail
   'api.read',
   'api.denied',

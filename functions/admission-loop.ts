@@ -1,5 +1,74 @@
 import type { Ledger, PassResult } from './ledger/ledger.ts';
 
+/**
+ * Counts the requests this process is answering, so background work (inbox processing,
+ * admission passes, module ticks) can yield to them: acknowledging comes first (issue 13).
+ */
+export interface RequestGate {
+  enter(): void;
+  leave(): void;
+  readonly inFlight: number;
+  /**
+   * Resolves once no request is in flight, or after `maxWaitMs` at the latest, so a steady
+   * stream of requests delays background work but never starves it.
+   */
+  whenQuiet(maxWaitMs?: number): Promise<void>;
+}
+
+/** Smallest gap between two admission passes kicked by changes (a burst shares one pass). */
+export const MIN_PASS_GAP_MS = 50;
+
+/** How long background work defers to requests in flight before it runs anyway. */
+export const MAX_DEFER_MS = 1000;
+
+const gates = new WeakMap<object, RequestGate>();
+
+/** The gate shared by everything running on one ledger in this process. */
+export function requestGate(ledger: object): RequestGate {
+  let g = gates.get(ledger);
+  if (!g) {
+    g = createRequestGate();
+    gates.set(ledger, g);
+  }
+  return g;
+}
+
+/**
+ * Quiet means no request in flight *and* none started or finished for {@link QUIET_MS}: between
+ * two requests of a burst the count touches 0 while the next connections still wait to be
+ * accepted, and background work started then would delay them.
+ */
+export const QUIET_MS = 100;
+
+function createRequestGate(): RequestGate {
+  let inFlight = 0;
+  let lastActivity = 0;
+  return {
+    enter() {
+      inFlight++;
+      lastActivity = performance.now();
+    },
+    leave() {
+      inFlight = Math.max(0, inFlight - 1);
+      lastActivity = performance.now();
+    },
+    get inFlight() {
+      return inFlight;
+    },
+    async whenQuiet(maxWaitMs = MAX_DEFER_MS) {
+      const until = performance.now() + maxWaitMs;
+      for (;;) {
+        const now = performance.now();
+        const quietFor = now - lastActivity;
+        if ((inFlight === 0 && quietFor >= QUIET_MS) || now >= until) return;
+        // re-check once the quiet period could have passed (or at the deadline)
+        const wait = inFlight === 0 ? QUIET_MS - quietFor : QUIET_MS;
+        await new Promise((r) => setTimeout(r, Math.max(1, Math.min(wait, until - now))));
+      }
+    },
+  };
+}
+
 export interface AdmissionLoop {
   /** Ask for a pass soon; calls coalesce while one is running. */
   kick(): void;
@@ -28,8 +97,23 @@ export function startAdmissionLoop(
   let again = false;
   let stopped = false;
 
-  const pass = async (): Promise<PassResult | null> => {
+  const gate = requestGate(ledger);
+  // a pass kicked by a change runs after the requests in flight are answered (so one pass
+  // covers a burst); runNow() callers wait for their pass, so theirs runs at once
+  let lastPassAt = -Infinity;
+  const deferrable = opts.intervalMs !== null;
+  const pass = async (defer: boolean): Promise<PassResult | null> => {
     try {
+      // (not in a Worker isolate: a timer there may outlive the request that set it, and the
+      // pass with it; there the pass runs at once, inside the request's waitUntil)
+      if (defer && deferrable) {
+        // debounced: under a burst of changes, kicked passes run at most every MIN_PASS_GAP_MS
+        // (each covers every change before it); runNow() callers are not delayed
+        const gap = lastPassAt + MIN_PASS_GAP_MS - performance.now();
+        if (gap > 0) await new Promise((r) => setTimeout(r, gap));
+        await gate.whenQuiet();
+      }
+      lastPassAt = performance.now();
       const r = await ledger.admissionPass();
       opts.onPass?.(r);
       return r;
@@ -38,32 +122,36 @@ export function startAdmissionLoop(
       return null;
     }
   };
-  const runNow = (): Promise<PassResult | null> => {
+  let againDeferred = true;
+  const start = (defer: boolean): Promise<PassResult | null> => {
     if (stopped) return Promise.resolve(null);
     if (running) {
       again = true;
+      againDeferred &&= defer;
       return running;
     }
     running = (async () => {
       let last: PassResult | null;
+      let d = defer;
       do {
         again = false;
-        last = await pass();
+        againDeferred = true;
+        last = await pass(d);
+        d = againDeferred;
       } while (again && !stopped);
       running = null;
       return last;
     })();
     return running;
   };
+  const runNow = () => start(false);
   // A pass that grants notifies again and is followed by one more pass; a pass that changes
   // nothing notifies nothing, so this converges.
   const unsubscribe = ledger.subscribe((topic) => {
     if (topic === 'reservation' || topic.startsWith('host:')) queueMicrotask(kick);
   });
   function kick() {
-    if (stopped) return;
-    if (running) again = true;
-    else void runNow();
+    void start(true);
   }
   const timer = opts.intervalMs === null ? null : setInterval(kick, opts.intervalMs ?? 2000);
   (timer as { unref?: () => void } | null)?.unref?.();

@@ -8,6 +8,7 @@
 import { createClient } from '@libsql/client/web';
 import type { Controller } from './controller.ts';
 import { createController } from './controller.ts';
+import { settleInbox } from './github/inbox.ts';
 import { drainGitHubOutbox } from './github/module.ts';
 import { openLedgerDb } from './ledger/db.ts';
 import { Ledger } from './ledger/ledger.ts';
@@ -95,14 +96,16 @@ export default {
     }
     const res = await inst.app.fetch(request, env, exec);
     // a request that wrote (webhook, operator call, agent report) may have queued GitHub side
-    // effects, directly or through the admission pass it triggers: send them right after the
-    // response instead of at the next one-minute cron (issue 12 item 7)
+    // effects, directly, through the inbox, or through the admission pass it triggers: process the
+    // inbox and send them right after the response instead of at the next one-minute cron
+    // (issue 12 item 7, issue 13 item 1)
     const writes = request.method !== 'GET' && request.method !== 'HEAD';
     exec.waitUntil(
       inst.loop
         .settle()
+        .then(() => settleInbox(inst.ctx))
         .then(() => (writes ? drainGitHubOutbox(inst.ctx) : undefined))
-        .catch((e) => inst.ctx.log.error('outbox drain after request failed', { error: String(e) })),
+        .catch((e) => inst.ctx.log.error('inbox/outbox drain after request failed', { error: String(e) })),
     );
     return res;
   },

@@ -3,6 +3,7 @@ import { streamSSE } from 'hono/streaming';
 import type { AppModule } from '../app.ts';
 import { requirePublicRead } from '../auth/public-read.ts';
 import { ApiError } from '../errors.ts';
+import { inboxStats } from '../ledger/inbox.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { recentEventsOf } from '../ledger/queries.ts';
 import { buildViews, toEventView } from '../views.ts';
@@ -13,9 +14,17 @@ import { CLIENT_JS, type DashboardData, DashboardPage, LivePanel } from './page.
 const PUBLIC_SUBJECTS = ['reservation', 'lease', 'host'] as const;
 
 export async function loadDashboardData(ledger: Ledger, historyLimit = 25): Promise<DashboardData> {
-  const { fleet, queue } = await buildViews(ledger);
-  const rows = await recentEventsOf(ledger, PUBLIC_SUBJECTS, historyLimit);
-  return { fleet, queue, events: rows.map((r) => toEventView(r, { publicView: true })) };
+  const [{ fleet, queue }, rows, inbox] = await Promise.all([
+    buildViews(ledger),
+    recentEventsOf(ledger, PUBLIC_SUBJECTS, historyLimit),
+    inboxStats(ledger),
+  ]);
+  return {
+    fleet,
+    queue,
+    events: rows.map((r) => toEventView(r, { publicView: true })),
+    inbox: { pending: inbox.pending, parked: inbox.parked },
+  };
 }
 
 /** The dashboard data from the public view cache (issue 11 item 4). */

@@ -8,6 +8,8 @@ export interface DashboardData {
   fleet: FleetView;
   queue: QueueView;
   events: EventView[];
+  /** Webhook inbox counts (issue 13): deliveries waiting and parked (counts only). */
+  inbox: { pending: number; parked: number };
 }
 
 function HostCard({ h, work, now }: { h: HostView; work: QueueItemView | undefined; now: number }) {
@@ -123,7 +125,11 @@ export function LivePanel({ data }: { data: DashboardData }) {
       <History events={events} />
       <footer>
         Updated {fleet.generatedAt.slice(0, 19).replace('T', ' ')} UTC · fleet{' '}
-        {fleet.managed ? 'managed: every host adopted and heartbeating' : 'not fully managed'}
+        {fleet.managed ? 'managed: every host adopted and heartbeating' : 'not fully managed'} ·{' '}
+        <span class="inbox" data-pending={String(data.inbox.pending)} data-parked={String(data.inbox.parked)}>
+          webhooks: {data.inbox.pending} waiting, {data.inbox.parked} parked
+          {data.inbox.parked ? ' (sparkctl deliveries)' : ''}
+        </span>
       </footer>
     </div>
   );

@@ -1,5 +1,8 @@
+import { requestGate } from '../admission-loop.ts';
 import type { AppContext, AppModule } from '../app.ts';
 import { createGitHubHook } from './hooks.ts';
+import { inboxProcessor } from './inbox.ts';
+import { mountInboxRoutes } from './inbox-routes.ts';
 import { drainOutbox } from './outbox.ts';
 import { mountRepositoryRoutes } from './repositories.ts';
 import { senders } from './senders.ts';
@@ -32,9 +35,14 @@ export const githubModule: AppModule = {
   },
   operatorRoutes(api, ctx) {
     mountRepositoryRoutes(api, () => githubService(ctx));
+    mountInboxRoutes(api, ctx, () => githubService(ctx));
   },
   async tick(ctx: AppContext) {
     const svc = githubService(ctx);
+    // timers yield to webhook requests in flight: acknowledging comes first (issue 13)
+    if (ctx.runtime === 'node') await requestGate(ctx.ledger).whenQuiet();
+    // deliveries first: they were acknowledged already and may wait for a retry that is due
+    await inboxProcessor(svc).drain();
     await runSchedules(svc);
     await sweepRunnerPickup(svc);
     await refreshQueuedChecks(svc);

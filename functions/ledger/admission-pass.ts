@@ -1,7 +1,6 @@
 import { and, asc, desc, eq, inArray, isNotNull, sql } from 'drizzle-orm';
 import { type AdmissionPlan, budgetSlot, planAdmission } from '../../core/admission.ts';
 import {
-  BINDING_LEASE_STATUSES,
   type HostPhase,
   isReleasableStatus,
   OPEN_STATUSES,
@@ -9,7 +8,7 @@ import {
   type ReservationStatus,
 } from '../../core/model.ts';
 import { assertHostTransition, assertReservationTransition } from '../../core/state-machines.ts';
-import type { Tx } from './db.ts';
+import { bindingLeases, type Tx } from './db.ts';
 import { setHostPhase } from './hosts.ts';
 import { setLeaseStatus } from './leases.ts';
 import { beginRelease, transitionReservation } from './reservations.ts';
@@ -37,10 +36,7 @@ export async function loadAdmissionInput(s: LedgerStore, tx: Tx | undefined) {
   const q = tx ?? s.db;
   const [hostRows, leaseRows, resvRows] = await Promise.all([
     q.select().from(t.hosts),
-    q
-      .select()
-      .from(t.leases)
-      .where(inArray(t.leases.status, [...BINDING_LEASE_STATUSES])),
+    q.select().from(t.leases).where(bindingLeases),
     q
       .select()
       .from(t.reservations)

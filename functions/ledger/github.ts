@@ -1,6 +1,5 @@
 import { and, eq, gte, isNull, sql } from 'drizzle-orm';
 import { notFound } from '../errors.ts';
-import { bumpCounter, LEDGER_COUNTERS } from './counters.ts';
 import type { Tx } from './db.ts';
 import { enqueue } from './outbox.ts';
 import type { HandoffRow, RepositoryRow } from './rows.ts';
@@ -12,34 +11,7 @@ import type { LedgerStore } from './store.ts';
  * JIT runner registrations and handoffs, refusals. The GitHub part decides; these write.
  */
 
-// ---------------------------------------------------------------- deliveries
-
-/** Claims a delivery id inside the transaction; false when it was already processed. */
-export async function claimDelivery(
-  tx: Tx,
-  now: number,
-  d: { id: string; event: string },
-  action: string | null,
-  result: string,
-): Promise<boolean> {
-  const rows = await tx
-    .insert(t.webhookDeliveries)
-    .values({ deliveryId: d.id, event: d.event, action, receivedAt: now, result })
-    .onConflictDoNothing({ target: t.webhookDeliveries.deliveryId })
-    .returning({ id: t.webhookDeliveries.deliveryId });
-  // counted here, in the claim's transaction: a delivery whose processing rolls back counts nothing
-  const counted = rows.length === 0 ? 'duplicate' : result === 'processing' ? 'processed' : 'ignored';
-  await bumpCounter(tx, LEDGER_COUNTERS.deliveries, { result: counted });
-  return rows.length > 0;
-}
-
-/** Records what a claimed delivery did, in words (bounded). */
-export async function setDeliveryResult(tx: Tx, deliveryId: string, result: string): Promise<void> {
-  await tx
-    .update(t.webhookDeliveries)
-    .set({ result: result.slice(0, 300) })
-    .where(eq(t.webhookDeliveries.deliveryId, deliveryId));
-}
+// webhook deliveries: see inbox.ts
 
 // ---------------------------------------------------------------- repositories
 

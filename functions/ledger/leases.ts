@@ -1,7 +1,6 @@
-import { and, asc, eq, gt, inArray } from 'drizzle-orm';
+import { and, asc, eq, gt } from 'drizzle-orm';
 import { leaseEvent } from '../../core/events.ts';
 import {
-  BINDING_LEASE_STATUSES,
   endsDone,
   isReleasableStatus,
   type LeaseStatus,
@@ -10,7 +9,7 @@ import {
 } from '../../core/model.ts';
 import { assertLeaseTransition } from '../../core/state-machines.ts';
 import { conflict, notFound, staleFencingToken } from '../errors.ts';
-import type { Tx } from './db.ts';
+import { bindingLeases, type Tx } from './db.ts';
 import { getHost, setHostPhase } from './hosts.ts';
 import { beginRelease, getReservation, transitionReservation } from './reservations.ts';
 import type { LeaseRow, ReservationRow } from './rows.ts';
@@ -47,7 +46,7 @@ export async function requireCurrentLease(
   const rows = await (tx ?? s.db)
     .select()
     .from(t.leases)
-    .where(and(eq(t.leases.hostId, hostId), inArray(t.leases.status, [...BINDING_LEASE_STATUSES])));
+    .where(and(eq(t.leases.hostId, hostId), bindingLeases));
   const lease = rows[0];
   if (!lease || lease.fencingToken !== fencingToken) {
     throw staleFencingToken(hostId, fencingToken, lease?.fencingToken ?? null);

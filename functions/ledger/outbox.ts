@@ -209,7 +209,13 @@ export async function pruneDeliveries(s: LedgerStore): Promise<number> {
   return s.write(async (tx, now) => {
     const removed = await tx
       .delete(t.webhookDeliveries)
-      .where(lt(t.webhookDeliveries.receivedAt, now - DELIVERY_RETENTION_MS))
+      // pending and parked deliveries stay until processed or retried by an operator
+      .where(
+        and(
+          lt(t.webhookDeliveries.receivedAt, now - DELIVERY_RETENTION_MS),
+          eq(t.webhookDeliveries.state, 'done'),
+        ),
+      )
       .returning({ id: t.webhookDeliveries.deliveryId });
     await s.setMark(tx, PRUNE_KEY, String(now));
     return removed.length;

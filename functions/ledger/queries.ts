@@ -1,7 +1,7 @@
 import { and, asc, count, desc, eq, inArray, isNotNull, isNull, min, or, sql } from 'drizzle-orm';
 import type { LedgerSubjectType } from '../../core/events.ts';
-import { BINDING_LEASE_STATUSES, type ReservationStatus } from '../../core/model.ts';
-import type { Tx } from './db.ts';
+import type { ReservationStatus } from '../../core/model.ts';
+import { bindingLeases, type Tx } from './db.ts';
 import type {
   ApiTokenRow,
   EventRow,
@@ -138,7 +138,7 @@ export async function bindingLease(q: Query, hostId: string): Promise<LeaseRow |
   const rows = await q
     .select()
     .from(t.leases)
-    .where(and(eq(t.leases.hostId, hostId), inArray(t.leases.status, [...BINDING_LEASE_STATUSES])));
+    .where(and(eq(t.leases.hostId, hostId), bindingLeases));
   return rows[0] ?? null;
 }
 
@@ -213,7 +213,7 @@ export async function metricsReads(s: LedgerStore) {
     s.db
       .select({ status: t.leases.status, n: count() })
       .from(t.leases)
-      .where(inArray(t.leases.status, [...BINDING_LEASE_STATUSES]))
+      .where(bindingLeases)
       .groupBy(t.leases.status),
   ]);
   return { granted, started, outboxRows, leaseRows };
@@ -299,5 +299,5 @@ export async function bindingLeaseHolders(s: LedgerStore) {
     })
     .from(t.leases)
     .innerJoin(t.reservations, eq(t.leases.reservationId, t.reservations.id))
-    .where(inArray(t.leases.status, [...BINDING_LEASE_STATUSES]));
+    .where(bindingLeases);
 }

@@ -123,13 +123,31 @@ export const events = sqliteTable(
   (t) => [index('events_subject').on(t.subjectType, t.subjectId, t.id)],
 );
 
-export const webhookDeliveries = sqliteTable('webhook_deliveries', {
-  deliveryId: text('delivery_id').primaryKey(),
-  event: text('event').notNull(),
-  action: text('action'),
-  receivedAt: integer('received_at').notNull(),
-  result: text('result').notNull(),
-});
+/**
+ * The webhook inbox (issue 13): one row per delivery id, inserted by the webhook route in one
+ * statement before it answers 202, then processed in arrival order (rowid) per `order_key`.
+ * `state`: `pending` (waiting or retrying), `done` (its result recorded), `parked` (failed
+ * `attempts` times; visible to operators and retryable). The raw body is kept until done.
+ */
+export const webhookDeliveries = sqliteTable(
+  'webhook_deliveries',
+  {
+    deliveryId: text('delivery_id').primaryKey(),
+    event: text('event').notNull(),
+    action: text('action'),
+    receivedAt: integer('received_at').notNull(),
+    result: text('result').notNull(),
+    state: text('state').notNull().default('done'),
+    /** `owner/repo#pr` (or `owner/repo`): deliveries with the same key are processed in order. */
+    orderKey: text('order_key'),
+    body: text('body'),
+    attempts: integer('attempts').notNull().default(0),
+    nextAttemptAt: integer('next_attempt_at'),
+    lastError: text('last_error'),
+    processedAt: integer('processed_at'),
+  },
+  (t) => [index('webhook_deliveries_open').on(t.state).where(sql`state <> 'done'`)],
+);
 
 export const outbox = sqliteTable(
   'outbox',

@@ -1,5 +1,6 @@
 import { BINDING_LEASE_STATUSES, HOST_STATES, RESERVATION_KINDS } from '../../core/model.ts';
 import { RUNNER_START_BUCKETS_S, WAIT_BUCKETS_S } from '../ledger/counters.ts';
+import { inboxStats } from '../ledger/inbox.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { bindingLeaseHolders, metricCounterRows, metricsReads } from '../ledger/queries.ts';
 import { buildViews, holderClassOf } from '../views.ts';
@@ -22,10 +23,11 @@ export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily
   const byKind = <T>(f: (k: (typeof RESERVATION_KINDS)[number]) => T) =>
     RESERVATION_KINDS.map((k) => [k, f(k)] as const);
 
-  const [{ outboxRows, leaseRows }, counters, holders] = await Promise.all([
+  const [{ outboxRows, leaseRows }, counters, holders, inbox] = await Promise.all([
     metricsReads(ledger),
     metricCounterRows(ledger),
     bindingLeaseHolders(ledger),
+    inboxStats(ledger),
   ]);
 
   const pendingOutbox = outboxRows.find((r) => r.status === 'pending');
@@ -115,6 +117,21 @@ export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily
       samples: [
         { value: pendingOutbox?.oldest != null ? Math.max(0, (now - pendingOutbox.oldest) / 1000) : 0 },
       ],
+    },
+    {
+      name: 'spark_webhook_inbox_depth',
+      help: 'Webhook deliveries acknowledged and not processed yet (pending) or parked after repeated failures.',
+      type: 'gauge',
+      samples: [
+        { labels: { state: 'pending' }, value: inbox.pending },
+        { labels: { state: 'parked' }, value: inbox.parked },
+      ],
+    },
+    {
+      name: 'spark_webhook_inbox_oldest_pending_seconds',
+      help: 'Age of the oldest webhook delivery waiting to be processed (0 when none).',
+      type: 'gauge',
+      samples: [{ value: inbox.oldestPendingAgeMs / 1000 }],
     },
     histogramFamily(counters, {
       name: 'spark_runner_startup_seconds',

@@ -12,6 +12,8 @@ import type { BenchRunner } from './types.ts';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const FREE_PLAN_GZIP = 3 * 1024 * 1024;
+/** Issue 13: the bundle a Worker cold start parses, gzip. */
+const TARGET_GZIP = 250 * 1024;
 
 export const run: BenchRunner = async (progress) => {
   const out = mkdtempSync(join(tmpdir(), 'spark-worker-bundle-'));
@@ -53,14 +55,15 @@ export const run: BenchRunner = async (progress) => {
         gzipBytes: gzip,
         bundleMs: Math.round(buildMs),
         limitGzipBytes: FREE_PLAN_GZIP,
+        targetGzipBytes: TARGET_GZIP,
       },
       rows: [
         { metric: 'Worker bundle (raw)', value: kib(raw) },
         {
           metric: 'Worker bundle (gzip)',
           value: kib(gzip),
-          target: '< 3 MiB (free plan)',
-          met: gzip < FREE_PLAN_GZIP,
+          target: '≤ 250 KiB (issue 13; Cloudflare allows 3 MiB)',
+          met: gzip <= TARGET_GZIP,
         },
         { metric: 'Worker bundle time', value: `${(buildMs / 1000).toFixed(1)} s` },
       ],

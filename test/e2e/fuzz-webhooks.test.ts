@@ -1,8 +1,14 @@
 import { createHmac } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { type ServerType, serve } from '@hono/node-server';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiToken } from '../../functions/auth/tokens.ts';
+import { inboxProcessor } from '../../functions/github/inbox.ts';
+import { githubService } from '../../functions/github/service.ts';
+import { WEBHOOK_BODY_DEADLINE_MS } from '../../functions/github/webhook.ts';
 import { silentLogger } from '../../functions/log.ts';
 import { appModules } from '../../functions/modules.ts';
 import { type RunningController, startController } from '../../functions/node-server.ts';
@@ -33,7 +39,19 @@ import { expectRejectedWroteNothing, type LedgerWatch, watchLedger } from '../he
 
 const LONG = process.env.SPARK_TEST_LONG === '1';
 const RUNS = Number(process.env.SPARK_FUZZ_WEBHOOK_RUNS ?? (LONG ? 50_000 : 10_000));
-const SEED = Number(process.env.SPARK_FUZZ_SEED ?? Date.now() % 2 ** 31);
+/**
+ * `npm test` runs these recorded seeds, so a CI run never fails by the luck of a seed. Every
+ * seed that ever failed stays here as a regression case, with what it found:
+ * - 742671736: a `/spark test` comment on a PR GitHub answers 404 for got a 502 (issue 13); now
+ *   the delivery ends with the reason.
+ * `npm run test:long` explores a new random seed and prints it; SPARK_FUZZ_SEED replays one.
+ */
+const RECORDED_SEEDS = [742671736];
+const SEEDS = process.env.SPARK_FUZZ_SEED
+  ? [Number(process.env.SPARK_FUZZ_SEED)]
+  : LONG
+    ? [Date.now() % 2 ** 31]
+    : RECORDED_SEEDS;
 const REPO = 'Codertocat/Hello-World';
 const MAX = 2 * 1024 * 1024;
 
@@ -316,69 +334,209 @@ async function signatureFor(mode: SigMode, body: string, garbage: string): Promi
 
 // ------------------------------------------------------------------------------ property
 
-describe(`webhook endpoint fuzzing (${RUNS} requests)`, () => {
-  it('never answers 5xx and a rejected request writes nothing', {
-    timeout: LONG ? 1_800_000 : 240_000,
-  }, async () => {
-    let version = await watch.dataVersion();
-    let counts = await watch.counts();
-    const seen = new Set<string>();
-    const tally: Record<string, number> = {};
-    // a redelivery of an id the ledger already holds must be a no-op
-    const prop = fc.asyncProperty(request, async (r) => {
-      const signature = await signatureFor(r.sig, r.body.body, r.garbage);
-      const event = r.event ?? r.body.event;
-      const headers: Record<string, string> = { 'content-type': r.contentType };
-      if (signature !== null) headers['x-hub-signature-256'] = signature;
-      if (r.id !== null) headers['x-github-delivery'] = r.id;
-      if (event !== null) headers['x-github-event'] = event;
-      const res = await c.app.request('/github/webhooks', { method: 'POST', headers, body: r.body.body });
-      // what the server saw (the Headers API trims surrounding whitespace)
-      const id = new Headers(headers).get('x-github-delivery');
-      const text = await res.text();
-      tally[res.status] = (tally[res.status] ?? 0) + 1;
-      expect(res.status, text).toBeLessThan(500);
-      if (res.status >= 400) {
-        await expectRejectedWroteNothing(watch, res.status, text, { version, counts });
-        return;
-      }
-      expect(res.status).toBe(200);
-      const json = JSON.parse(text) as { duplicate?: boolean; pong?: boolean };
-      // accepted: let the admission pass this delivery may have kicked finish before snapshotting
-      await c.loop.runNow();
-      const after = await watch.counts();
-      if (json.pong || json.duplicate) {
-        expect(json.duplicate ? seen.has(id!) || id === 'fuzz-seen-1' : true).toBe(true);
-        expect(after.webhook_deliveries).toBe(counts.webhook_deliveries);
-      } else {
-        expect(seen.has(id!), `delivery ${r.id} processed twice`).toBe(false);
-        expect(after.webhook_deliveries).toBe(counts.webhook_deliveries! + 1);
-        const row = await watch.all('SELECT delivery_id FROM webhook_deliveries WHERE delivery_id = ?', [
-          id!,
-        ]);
-        expect(row).toHaveLength(1);
-        seen.add(id!);
-        if (!['pull_request', 'issue_comment', 'push', 'workflow_job'].includes(event!)) {
-          // an event the controller does not handle records its delivery and nothing else
-          expect({ ...after, webhook_deliveries: counts.webhook_deliveries }).toEqual(counts);
+describe(`webhook endpoint fuzzing (${RUNS} requests per seed)`, () => {
+  it.each(SEEDS)(
+    'seed %i: never answers 5xx and a rejected request writes nothing',
+    {
+      timeout: LONG ? 1_800_000 : 240_000,
+    },
+    async (SEED) => {
+      if (LONG) console.log(`webhook fuzz: exploring seed ${SEED} (replay: SPARK_FUZZ_SEED=${SEED})`);
+      let version = await watch.dataVersion();
+      let counts = await watch.counts();
+      const seen = new Set<string>();
+      const tally: Record<string, number> = {};
+      // a redelivery of an id the ledger already holds must be a no-op
+      const prop = fc.asyncProperty(request, async (r) => {
+        const signature = await signatureFor(r.sig, r.body.body, r.garbage);
+        const event = r.event ?? r.body.event;
+        const headers: Record<string, string> = { 'content-type': r.contentType };
+        if (signature !== null) headers['x-hub-signature-256'] = signature;
+        if (r.id !== null) headers['x-github-delivery'] = r.id;
+        if (event !== null) headers['x-github-event'] = event;
+        const res = await c.app.request('/github/webhooks', { method: 'POST', headers, body: r.body.body });
+        // what the server saw (the Headers API trims surrounding whitespace)
+        const id = new Headers(headers).get('x-github-delivery');
+        const text = await res.text();
+        tally[res.status] = (tally[res.status] ?? 0) + 1;
+        expect(res.status, text).toBeLessThan(500);
+        if (res.status >= 400) {
+          await expectRejectedWroteNothing(watch, res.status, text, { version, counts });
+          return;
         }
+        const json = JSON.parse(text) as { duplicate?: boolean; pong?: boolean; accepted?: boolean };
+        // a ping and a known id are answered 200 and change nothing; a new delivery is 202
+        expect(res.status).toBe(json.pong || json.duplicate ? 200 : 202);
+        // accepted: let the inbox process it, and the admission pass it may have kicked finish,
+        // before snapshotting
+        await inboxProcessor(githubService(c.ctx)).drain();
+        await c.loop.runNow();
+        const after = await watch.counts();
+        if (json.pong || json.duplicate) {
+          expect(json.duplicate ? seen.has(id!) || id === 'fuzz-seen-1' : true).toBe(true);
+          expect(after.webhook_deliveries).toBe(counts.webhook_deliveries);
+        } else {
+          expect(seen.has(id!), `delivery ${r.id} processed twice`).toBe(false);
+          expect(after.webhook_deliveries).toBe(counts.webhook_deliveries! + 1);
+          const row = await watch.all<{ state: string; result: string }>(
+            'SELECT state, result FROM webhook_deliveries WHERE delivery_id = ?',
+            [id!],
+          );
+          expect(row).toHaveLength(1);
+          // processed to a recorded result: the fake GitHub never fails transiently, so nothing waits
+          expect(row[0]!.state, row[0]!.result).toBe('done');
+          expect(row[0]!.result).not.toBe('received');
+          seen.add(id!);
+          if (!['pull_request', 'issue_comment', 'push', 'workflow_job'].includes(event!)) {
+            // an event the controller does not handle records its delivery and nothing else
+            expect({ ...after, webhook_deliveries: counts.webhook_deliveries }).toEqual(counts);
+          }
+        }
+        version = await watch.dataVersion();
+        counts = after;
+      });
+      try {
+        await fc.assert(prop, { numRuns: RUNS, seed: SEED, endOnFailure: true });
+      } catch (e) {
+        const cause = (e as Error).cause;
+        throw new Error(
+          `webhook fuzzing failed (replay: SPARK_FUZZ_SEED=${SEED}): ${(e as Error).message}${cause ? `\nCause: ${(cause as Error).message ?? cause}` : ''}`,
+        );
       }
-      version = await watch.dataVersion();
-      counts = after;
+      console.log(`webhook fuzz: ${RUNS} requests, statuses ${JSON.stringify(tally)}, seed ${SEED}`);
+      // the run exercised both sides of the property
+      expect(tally['401'] ?? 0).toBeGreaterThan(RUNS / 10);
+      expect(tally['400'] ?? 0).toBeGreaterThan(RUNS / 20);
+      expect(tally['202'] ?? 0).toBeGreaterThan(RUNS / 20);
+      expect(tally['413'] ?? 0).toBeGreaterThan(0);
+    },
+  );
+});
+
+// ------------------------------------------------------------------------------ body streams
+
+/**
+ * The same route through a real socket (`@hono/node-server`, as `npm start` serves it): bodies
+ * that arrive chunked, without end, or not at all. The headers are judged before a byte of
+ * the body is read, and the body is read as a bounded stream, so a 200 MiB chunked body costs
+ * the controller at most a few MiB (issue 11 item 2, issue 13).
+ */
+describe('webhook bodies over a real socket', () => {
+  let server: ServerType;
+  let port = 0;
+  beforeAll(async () => {
+    server = await new Promise<ServerType>((res) => {
+      const s = serve({ fetch: c.app.fetch, hostname: '127.0.0.1', port: 0 }, () => res(s));
     });
-    try {
-      await fc.assert(prop, { numRuns: RUNS, seed: SEED, endOnFailure: true });
-    } catch (e) {
-      const cause = (e as Error).cause;
-      throw new Error(
-        `webhook fuzzing failed (replay: SPARK_FUZZ_SEED=${SEED}): ${(e as Error).message}${cause ? `\nCause: ${(cause as Error).message ?? cause}` : ''}`,
+    port = (server.address() as AddressInfo).port;
+  });
+  afterAll(async () => {
+    (server as unknown as { closeAllConnections(): void }).closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+
+  /** Streams `total` bytes as chunks of one reused buffer until the server answers. */
+  function stream(
+    headers: Record<string, string>,
+    o: { total: number; stallAfter?: number },
+  ): Promise<{ status: number; body: string; sent: number; peakRss: number }> {
+    const chunk = Buffer.alloc(1024 * 1024, 'x');
+    let peakRss = process.memoryUsage.rss();
+    const sampler = setInterval(() => {
+      peakRss = Math.max(peakRss, process.memoryUsage.rss());
+    }, 10);
+    return new Promise((resolve, reject) => {
+      let sent = 0;
+      let answered = false;
+      const req = httpRequest(
+        {
+          host: '127.0.0.1',
+          port,
+          path: '/github/webhooks',
+          method: 'POST',
+          headers: { ...headers, 'transfer-encoding': 'chunked' },
+        },
+        (res) => {
+          answered = true;
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (d: string) => {
+            body += d;
+          });
+          res.on('end', () => {
+            clearInterval(sampler);
+            peakRss = Math.max(peakRss, process.memoryUsage.rss());
+            req.destroy();
+            resolve({ status: res.statusCode ?? 0, body, sent, peakRss });
+          });
+        },
       );
+      req.on('error', (e) => {
+        // the server may close the socket once it has answered; the answer is what counts
+        if (!answered) {
+          clearInterval(sampler);
+          reject(e);
+        }
+      });
+      req.write('{"action":"labeled","x":"');
+      const pump = () => {
+        while (!answered && sent < o.total) {
+          if (o.stallAfter !== undefined && sent >= o.stallAfter) return;
+          sent += chunk.length;
+          if (!req.write(chunk)) {
+            req.once('drain', pump);
+            return;
+          }
+        }
+        if (!answered && o.stallAfter === undefined) req.end('"}');
+      };
+      pump();
+    });
+  }
+
+  const validHeaders = (id: string) => ({
+    'content-type': 'application/json',
+    'x-github-event': 'pull_request',
+    'x-github-delivery': id,
+    // well-formed, but over another body: the body is read (bounded) before it can be checked
+    'x-hub-signature-256': `sha256=${'0'.repeat(64)}`,
+  });
+
+  it('a 200 MiB chunked body is refused at 2 MiB; RSS stays within 64 MiB and nothing is written', async () => {
+    const version = await watch.dataVersion();
+    const counts = await watch.counts();
+    const before = process.memoryUsage.rss();
+    const r = await stream(validHeaders('huge-chunked'), { total: 200 * 1024 * 1024 });
+    expect(r.status, r.body).toBe(413);
+    await expectRejectedWroteNothing(watch, r.status, r.body, { version, counts });
+    const grewMiB = (r.peakRss - before) / 1024 / 1024;
+    console.log(
+      `200 MiB chunked webhook: 413 after ${Math.round(r.sent / 1024 / 1024)} MiB sent, RSS +${grewMiB.toFixed(1)} MiB`,
+    );
+    expect(grewMiB).toBeLessThan(64);
+  });
+
+  it('a missing or malformed signature is refused before the body is read', async () => {
+    for (const sig of [null, 'sha256=abc', `sha1=${'0'.repeat(40)}`]) {
+      const headers: Record<string, string> = { ...validHeaders(`no-sig-${sig}`) };
+      if (sig === null) delete headers['x-hub-signature-256'];
+      else headers['x-hub-signature-256'] = sig;
+      // the body never ends: only an answer that did not wait for it can arrive
+      const r = await stream(headers, { total: 1024 * 1024, stallAfter: 0 });
+      expect(r.status, r.body).toBe(401);
     }
-    console.log(`webhook fuzz: ${RUNS} requests, statuses ${JSON.stringify(tally)}, seed ${SEED}`);
-    // the run exercised both sides of the property
-    expect(tally['401'] ?? 0).toBeGreaterThan(RUNS / 10);
-    expect(tally['400'] ?? 0).toBeGreaterThan(RUNS / 20);
-    expect(tally['200'] ?? 0).toBeGreaterThan(RUNS / 20);
-    expect(tally['413'] ?? 0).toBeGreaterThan(0);
+    const noEvent: Record<string, string> = { ...validHeaders('no-event') };
+    delete noEvent['x-github-event'];
+    expect((await stream(noEvent, { total: 1024 * 1024, stallAfter: 0 })).status).toBe(400);
+  });
+
+  it(`a body that stops arriving is refused after ${WEBHOOK_BODY_DEADLINE_MS / 1000} s and writes nothing`, {
+    timeout: WEBHOOK_BODY_DEADLINE_MS + 30_000,
+  }, async () => {
+    const version = await watch.dataVersion();
+    const counts = await watch.counts();
+    const r = await stream(validHeaders('stalled'), { total: 4 * 1024 * 1024, stallAfter: 1024 * 1024 });
+    expect(r.status, r.body).toBe(408);
+    await expectRejectedWroteNothing(watch, r.status, r.body, { version, counts });
   });
 });

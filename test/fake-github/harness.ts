@@ -3,7 +3,9 @@ import { join } from 'node:path';
 import { sign } from '@octokit/webhooks-methods';
 import type { SparkConfigInput } from '../../core/config.ts';
 import { createApiToken } from '../../functions/auth/tokens.ts';
+import { inboxProcessor } from '../../functions/github/inbox.ts';
 import { githubService } from '../../functions/github/service.ts';
+import { getDelivery } from '../../functions/ledger/inbox.ts';
 import type { Logger } from '../../functions/log.ts';
 import { appModules } from '../../functions/modules.ts';
 import { type RunningController, startController } from '../../functions/node-server.ts';
@@ -63,6 +65,10 @@ export interface Harness {
   c: RunningController;
   logs: string[];
   clock: { (): number; advance(ms: number): void };
+  /**
+   * Sends a signed webhook. A delivery the inbox accepted (202) is processed before this returns,
+   * and the answer carries its `state` and `result` (what `GET /api/v1/deliveries/:id` shows).
+   */
   deliver(
     event: string,
     payload: unknown,
@@ -139,7 +145,7 @@ export async function startHarness(
     async deliver(event, payload, o = {}) {
       const body = JSON.stringify(payload);
       const signature = o.signature ?? (await sign(o.secret ?? SECRET, body));
-      return fetch(`${c.url}/github/webhooks`, {
+      const res = await fetch(`${c.url}/github/webhooks`, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
@@ -149,6 +155,14 @@ export async function startHarness(
         },
         body,
       });
+      if (res.status !== 202) return res;
+      // the inbox acknowledged it (202); process it now and answer with what it did, as the
+      // operator API shows it (GET /api/v1/deliveries/:id)
+      const ack = (await res.json()) as { delivery: string };
+      await inboxProcessor(githubService(c.ctx)).drain();
+      await c.loop.settle();
+      const d = await getDelivery(c.ledger, ack.delivery);
+      return Response.json({ ...ack, state: d?.state, result: d?.result }, { status: 202 });
     },
     async operatorToken() {
       token ??= (await createApiToken(c.ledger, { name: 'test-operator', scopes: ['operate'] }, 'test'))

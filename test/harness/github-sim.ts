@@ -93,6 +93,12 @@ export interface GitHubSim {
   push(n: number, sha: string, sender?: string): Promise<Delivery>;
   /** Sends a signed webhook to the controller; a refused connection is recorded for redelivery. */
   deliver(event: string, payload: unknown, id?: string): Promise<Delivery>;
+  /**
+   * How the harness learns what an acknowledged (202) delivery did once the controller's inbox
+   * processed it (the operator API's `GET /api/v1/deliveries/:id`); set once a token exists.
+   * GitHub itself never sees this: it only records the 2xx.
+   */
+  processed: ((id: string) => Promise<{ state: string; result: string } | null>) | null;
   /** Redelivers every delivery that did not get a 2xx (GitHub's "Redeliver"), same delivery id. */
   redeliverFailed(): Promise<Delivery[]>;
   openGate(reservationId: string, gate: 'work' | 'exit', hostId?: string): void;
@@ -169,6 +175,23 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
         result = text.slice(0, 200);
       }
       d = { id, event, status: res.status, result };
+      if (res.status === 202 && sim.processed) {
+        const lookup = sim.processed;
+        // acknowledged is delivered, as far as GitHub is concerned: a slow inbox is a result, not a failure
+        d.result = await waitFor(
+          `delivery ${id} (${event}) to be processed`,
+          async () => {
+            const p = await lookup(id);
+            return p && p.state !== 'pending' ? p : null;
+          },
+          // a claim left by a killed controller expires after INBOX_CLAIM_MS (20 s)
+          60_000,
+          25,
+        ).then(
+          (p) => p.result,
+          (e: Error) => `not processed: ${e.message}`,
+        );
+      }
     } catch (e) {
       // what GitHub shows as a failed delivery: the controller did not answer
       d = { id, event, status: 0, result: `not delivered: ${(e as Error).message}` };
@@ -316,6 +339,7 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
   };
 
   const sim: GitHubSim = {
+    processed: null,
     gh,
     repo: repoState,
     actionsUrl,

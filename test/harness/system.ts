@@ -281,6 +281,10 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     }
     return { status: res.status, body: parsed as T };
   };
+  github.processed = async (id) => {
+    const r = await api<{ delivery?: { state: string; result: string } }>('GET', `/api/v1/deliveries/${id}`);
+    return r.status === 200 && r.body.delivery ? r.body.delivery : null;
+  };
   const must = async (what: string, p: Promise<{ status: number; body: unknown }>) => {
     const r = await p;
     if (r.status >= 300) throw new Error(`${what} failed: ${r.status} ${JSON.stringify(r.body)}`);

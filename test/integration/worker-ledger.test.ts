@@ -110,10 +110,19 @@ describe('Worker with a reachable remote ledger', () => {
         'x-hub-signature-256': await sign(SECRET, body),
       },
       body,
+      signal: AbortSignal.timeout(10_000),
+    }).catch((e) => {
+      throw new Error(`webhook POST failed (${e}):\n${dev.output().slice(-3000)}`);
     });
-    expect(res.status).toBe(200);
-    expect(await res.json()).toMatchObject({ ok: true, result: 'queued r-1' });
-    expect((await ledger.getReservation(undefined, 'r-1'))?.status).toBe('queued');
+    // the inbox acknowledges; the Worker processes the delivery in waitUntil after answering
+    expect(res.status).toBe(202);
+    expect(await res.json()).toMatchObject({ ok: true, accepted: true, delivery: 'worker-e2e-1' });
+    const processedBy = Date.now() + 15_000;
+    while ((await ledger.getReservation(undefined, 'r-1'))?.status !== 'queued') {
+      if (Date.now() > processedBy)
+        throw new Error(`delivery not processed after the 202:\n${dev.output().slice(-3000)}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
 
     // the outbox is drained right after the request that filled it (waitUntil): this test never
     // calls the scheduled handler, and wrangler dev fires no cron by itself

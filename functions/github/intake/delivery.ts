@@ -1,8 +1,8 @@
 import type { Tx } from '../../ledger/db.ts';
-import { claimDelivery, setDeliveryResult } from '../../ledger/github.ts';
+import { completeDelivery, finishDelivery, setDeliveryResult } from '../../ledger/inbox.ts';
 import type { GitHubService } from '../service.ts';
 
-/** One verified webhook delivery (`X-GitHub-Event`, `X-GitHub-Delivery`). */
+/** One verified webhook delivery (`X-GitHub-Event`, `X-GitHub-Delivery`), taken from the inbox. */
 export interface Delivery {
   id: string;
   event: string;
@@ -13,18 +13,20 @@ export type IntakeResult = { result: string; duplicate?: boolean };
 const DUPLICATE: IntakeResult = { result: 'duplicate delivery', duplicate: true };
 
 /**
- * Runs `apply` for a delivery exactly once: one ledger transaction claims the delivery id, applies
- * everything and records the result in words, so a redelivery changes nothing and a failure
- * half-way writes nothing (GitHub look-ups happen before, outside the transaction).
+ * Runs `apply` for a delivery exactly once: one ledger transaction completes the inbox row
+ * (pending → done), applies everything and records the result in words, so a second processor
+ * or a retry changes nothing and a failure half-way writes nothing (GitHub look-ups happen
+ * before, outside the transaction).
  */
 export function withDelivery(
   svc: GitHubService,
   d: Delivery,
-  action: string | null,
+  _action: string | null,
   apply: (tx: Tx, now: number, changed: Set<string>) => Promise<string>,
 ): Promise<IntakeResult> {
   return svc.ledger.write(async (tx, now, changed) => {
-    if (!(await claimDelivery(tx, now, d, action, 'processing'))) return DUPLICATE;
+    // claim first: a delivery completed by another processor must not apply its effects twice
+    if (!(await completeDelivery(tx, now, d.id, 'processing'))) return DUPLICATE;
     const result = await apply(tx, now, changed);
     await setDeliveryResult(tx, d.id, result);
     return { result };
@@ -35,9 +37,9 @@ export function withDelivery(
 export async function noOp(
   svc: GitHubService,
   d: Delivery,
-  action: string | null,
+  _action: string | null,
   result: string,
 ): Promise<IntakeResult> {
-  const fresh = await svc.ledger.write((tx, now) => claimDelivery(tx, now, d, action, result));
+  const fresh = await finishDelivery(svc.ledger, d.id, result);
   return fresh ? { result } : DUPLICATE;
 }

@@ -1,4 +1,3 @@
-import { deliverySeen as seen } from '../../ledger/queries.ts';
 import type { GitHubService } from '../service.ts';
 import { type Delivery, type IntakeResult, noOp } from './delivery.ts';
 import { onIssueComment } from './issue-comment.ts';
@@ -7,10 +6,11 @@ import { onPush } from './push.ts';
 import { onWorkflowJob } from './workflow-job.ts';
 
 /**
- * Turns verified webhook deliveries into ledger commands (DESIGN.md "GitHub integration"). Each
- * event has its own file; the refusal decision is the pure `policy.ts`; `withDelivery` claims a
- * delivery id and records its result once. GitHub calls (permission, PR lookup) happen before
- * the write, so a redelivery changes nothing and a failure half-way writes nothing.
+ * Turns deliveries taken from the webhook inbox (`../inbox.ts`) into ledger commands (DESIGN.md
+ * "GitHub integration"). Each event has its own file; the refusal decision is the pure
+ * `policy.ts`; `withDelivery` completes a delivery and records its result once, in the
+ * transaction of its effects. GitHub calls (permission, PR lookup) happen before the write, so a
+ * retry changes nothing twice and a failure half-way writes nothing.
  */
 
 export type { Delivery, IntakeResult } from './delivery.ts';
@@ -32,9 +32,4 @@ export function ignoreDelivery(
   action: string | null,
 ): Promise<IntakeResult> {
   return noOp(svc, d, action, `ignored: ${d.event}`);
-}
-
-/** True when the delivery id was already recorded (a redelivery answers at once). */
-export function deliverySeen(svc: GitHubService, id: string): Promise<boolean> {
-  return seen(svc.ledger, id);
 }
