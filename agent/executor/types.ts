@@ -9,7 +9,7 @@ import type { LeaseState } from '../state-file.ts';
  */
 
 /** Backends the agent knows; `jit-runner` (today's one-job GitHub runner) is the default. */
-export const EXECUTOR_NAMES = ['jit-runner', 'slurm'] as const;
+export const EXECUTOR_NAMES = ['jit-runner', 'slurm', 'dstack'] as const;
 export type ExecutorName = (typeof EXECUTOR_NAMES)[number];
 
 /** What a lease runs. For `jit-runner`: the runner named by the controller and its one-time secrets. */
