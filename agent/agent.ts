@@ -159,6 +159,7 @@ export class Agent {
           workload: l ? await ctx.executor.observe(l) : { state: 'none' },
           hasService: this.cfg.service != null,
           heartbeatMs: this.heartbeatS * 1000,
+          devEnvironments: ctx.executor.startDevelopment != null,
         });
         this.log.debug('step', { state: d.state, step: step.kind });
         const res = await runStep(ctx, step, d);

@@ -40,16 +40,23 @@ export function dstackRunName(
 /** The attempt number the controller put at the end of a runner name (`…-a2`), else 0. */
 const attemptOf = (workloadName: string): number => Number(/-a(\d{1,4})$/.exec(workloadName)?.[1] ?? 0);
 
+/** The dev environment of a development lease (one per host: a pair gets one on each host). */
+export function devRunName(l: Pick<LeaseState, 'reservationId' | 'fencingToken'>, hostId: string): string {
+  return `spark-${l.reservationId}-${hostId}-t${l.fencingToken}-dev`.replace(/[^a-z0-9-]/g, '-').slice(0, 41);
+}
+
 /** The command a developer runs to attach to the lease's dev environment (`dstack attach`). */
 export const attachCommand = (runName: string): string => `dstack attach ${runName}`;
 
 /**
- * The `dstack` executor (issue 15 item 3, CI part): the lease's workload — the runner command with
+ * The `dstack` executor (issue 15 item 3). CI leases: the lease's workload — the runner command with
  * the same environment as `jit-runner` — is one dstack task pinned to this host's on-prem SSH fleet
  * (`fleets: [<fleet>]`, `nodes: 1`), created with `runs/apply`, observed with `runs/get`, stopped
  * with `runs/stop`, and confirmed terminated only when dstack reports the run finished
  * (`terminated`, `failed` or `done`). Anything dstack does not answer clearly (unreachable, a
  * timeout, 5xx) counts as "may still run": the lease is kept until a later look confirms the end.
+ * Development leases: a dstack dev environment pinned the same way; its attach command is reported
+ * once dstack says it runs, and the release stops it and waits for `terminated` like a task.
  */
 export function createDstackExecutor(deps: DstackDeps): Executor {
   const { cfg, log, save } = deps;
@@ -189,6 +196,47 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
     async lastLines(): Promise<string[]> {
       // the job's own receipt carries its evidence; dstack keeps the run's logs (`dstack logs <run>`)
       return [];
+    },
+
+    async startDevelopment(l: LeaseState): Promise<void> {
+      if (l.phase !== 'prepared') await area.make(l);
+      const name = devRunName(l, cfg.hostId);
+      // persisted before the run exists; nothing of a dev environment is reported as a runner
+      l.runner = {
+        runnerName: name,
+        runDir: l.workDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: true,
+        stoppedByAgent: false,
+        exitReported: true,
+        jobId: name,
+      };
+      l.phase = 'running';
+      save();
+      await client.apply({
+        run_name: name,
+        configuration: {
+          type: 'dev-environment',
+          name,
+          ide: d.ide,
+          ...(d.image ? { image: d.image } : {}),
+          fleets: [d.fleet ?? cfg.hostId],
+          // the controller's lease decides how long it lives, not dstack's idle timer
+          inactivity_duration: 'off',
+        },
+      });
+      log.info('dstack dev environment submitted', { leaseId: l.leaseId, run: name });
+    },
+
+    async attach(l: LeaseState) {
+      const run = await look(l);
+      if (run === undefined) return null;
+      if (run === null) return { ended: `dstack has no run ${runName(l)}` };
+      if (run.status === 'running') return { command: attachCommand(run.run_spec.run_name ?? runName(l)) };
+      if (isFinished(run)) return { ended: `dstack run ${runName(l)} is ${run.status}` };
+      return null;
     },
 
     async forget(l: LeaseState): Promise<void> {

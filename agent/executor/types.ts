@@ -55,4 +55,15 @@ export interface Executor {
   forget(lease: LeaseState): Promise<void>;
   /** Removes the lease's work area and what the executor kept for the workload. */
   discard(lease: LeaseState): Promise<void>;
+  /**
+   * Backends with development environments (`dstack`): creates the development lease's environment
+   * pinned to this host, recording it in `lease.runner` and persisting that before it is created.
+   * Stopped and confirmed terminated like any workload.
+   */
+  startDevelopment?(lease: LeaseState): Promise<void>;
+  /**
+   * The development environment's attach command once it runs (`dstack attach <run>`); `null`
+   * while it is still starting; `ended` when it finished before it ever ran (a new one is started).
+   */
+  attach?(lease: LeaseState): Promise<{ command: string } | { ended: string } | null>;
 }

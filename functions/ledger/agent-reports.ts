@@ -137,6 +137,13 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
         if (r.kind !== 'development') {
           throw conflict('not_development', `reservation ${r.id} is ${r.kind}, not a development lease`);
         }
+        if (report.attach) {
+          // the dev environment's attach command (executor dstack, issue 15), shown to the requester
+          await tx
+            .update(t.leases)
+            .set({ evidenceJson: mergeEvidence(lease, 'develop', { attach: report.attach }) })
+            .where(eq(t.leases.id, lease.id));
+        }
         if (r.status === 'preparing') {
           await ledger.advanceReservation(
             r.id,

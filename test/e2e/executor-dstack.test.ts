@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AgentState } from '../../agent/state-file.ts';
+import { attachText } from '../../cli/ops.ts';
+import { describeReservation } from '../../functions/api/describe.ts';
 import { type DstackStandIn, startDstackStandIn } from '../doubles/dstack-server.ts';
 import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
 import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
@@ -205,6 +207,82 @@ describe('dstack executor (stand-in dstack server)', () => {
     expect(f.agents['spark-2']!.output()).toContain('dstack stop not confirmed');
     const [run] = runsOf(id);
     expect(run!.status).toBe('terminated');
+    await releasedAfterTermination(f, id);
+  });
+
+  const devReservation = (f: Fleet, input: Record<string, unknown>) =>
+    f.reserve({
+      kind: 'development',
+      ttlS: 600,
+      requester: 'dev',
+      repo: null,
+      pr: null,
+      headSha: null,
+      suite: null,
+      ...input,
+    });
+
+  /** The reservation as sparkctl/MCP get it from the operator API. */
+  async function info(f: Fleet, id: string) {
+    const principal = { kind: 'api' as const, tokenId: 't-1', name: 'dev', scopes: [] };
+    return describeReservation(
+      f.controller.ledger,
+      await f.reservation(id),
+      await f.leases(id),
+      principal,
+      null,
+    );
+  }
+
+  it('a development lease gets a dev environment on the host fleet; sparkctl shows `dstack attach`, release waits for terminated', async () => {
+    fleet = await dstackFleet(['spark-2'], {});
+    const f = fleet;
+    const id = await devReservation(f, { targetHost: 'spark-2' });
+    await f.waitReservation(id, ['running'], 60_000);
+    const [run] = runsOf(id);
+    // reported active only once dstack runs it
+    expect(run!.status).toBe('running');
+    expect(run!.spec.configuration).toMatchObject({ type: 'dev-environment', fleets: ['spark-2'] });
+    const r = await info(f, id);
+    expect(r.leases.map((l) => l.attach)).toEqual([`dstack attach ${run!.name}`]);
+    const text = attachText(r);
+    expect(text).toContain(`attach:   dstack attach ${run!.name}`);
+    expect(text).not.toMatch(/ssh/);
+    await f.controller.ledger.beginRelease(id, 'released', 'developer release', 'dev');
+    await expect(f.waitReservation(id, ['done', 'failed'], 60_000)).resolves.toMatchObject({
+      status: 'done',
+    });
+    expect(run!.history.slice(-2)).toEqual(['terminating', 'terminated']);
+    await releasedAfterTermination(f, id);
+  });
+
+  it('a pair development lease gets one dev environment per host, each attachable, both stopped before release', async () => {
+    fleet = await dstackFleet(['spark-2', 'spark-3'], {});
+    const f = fleet;
+    const id = await devReservation(f, { topology: 'pair' });
+    await f.waitReservation(id, ['running'], 60_000);
+    const first = await info(f, id);
+    // the reservation runs once a host reports; until both have, the other is "still starting"
+    if (first.leases.some((l) => !l.attach)) expect(attachText(first)).toContain('is still starting');
+    const r = await waitFor(
+      'both dev environments to be attachable',
+      async () => {
+        const x = await info(f, id);
+        return x.leases.every((l) => l.attach) ? x : null;
+      },
+      30_000,
+    );
+    const names = runsOf(id)
+      .map((x) => x.name)
+      .sort();
+    expect(names).toHaveLength(2);
+    expect(r.leases.map((l) => l.attach).sort()).toEqual(names.map((n) => `dstack attach ${n}`));
+    expect(attachText(r).match(/attach: {3}dstack attach /g)).toHaveLength(2);
+    await f.controller.ledger.beginRelease(id, 'released', 'developer release', 'dev');
+    await expect(f.waitReservation(id, ['done', 'failed'], 60_000)).resolves.toMatchObject({
+      status: 'done',
+    });
+    expect(runsOf(id).map((x) => x.status)).toEqual(['terminated', 'terminated']);
     await releasedAfterTermination(f, id);
   });
 });

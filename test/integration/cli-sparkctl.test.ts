@@ -84,7 +84,9 @@ describe('sparkctl against a real controller', () => {
     const res = await p.done;
     expect(res.code).toBe(0);
     expect(res.stdout).toMatch(/r-2 is yours: spark-2 \(single\), lease until/);
-    expect(res.stdout).toMatch(/attach: {3}ssh spark-2/);
+    // a jit-runner host runs no dev environment: no SSH hint, the lease holds the host (issue 15)
+    expect(res.stdout).toMatch(/attach: {3}no dev environment on spark-2/);
+    expect(res.stdout).not.toMatch(/ssh spark/);
     expect(res.stdout).toMatch(/release: {2}sparkctl release r-2/);
     const lease = (await reservationOf(target, 'r-2'))!.leases[0]!;
     expect(Date.parse(lease.expiresAt) - Date.parse(lease.grantedAt)).toBe(2 * 3600_000);
