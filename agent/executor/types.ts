@@ -8,9 +8,10 @@ import type { LeaseState } from '../state-file.ts';
  * what this lease started.
  */
 
-/** Backends the agent knows; `jit-runner` (today's one-job GitHub runner) is the default. */
-export const EXECUTOR_NAMES = ['jit-runner', 'slurm', 'dstack'] as const;
-export type ExecutorName = (typeof EXECUTOR_NAMES)[number];
+/** Backends the agent knows (core's vocabulary); `jit-runner` (today's one-job GitHub runner) is the default. */
+import type { ExecutorName } from '../../core/protocol/agent.ts';
+
+export { EXECUTOR_NAMES, type ExecutorName } from '../../core/protocol/agent.ts';
 
 /** What a lease runs. For `jit-runner`: the runner named by the controller and its one-time secrets. */
 export interface Workload {

@@ -5,6 +5,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import type { AgentState } from '../../agent/state-file.ts';
 import { attachText } from '../../cli/ops.ts';
 import { describeReservation } from '../../functions/api/describe.ts';
+import { renderCheckRun } from '../../functions/github/check-run.ts';
+import { renderContextFor } from '../../functions/github/senders.ts';
+import type { GitHubService } from '../../functions/github/service.ts';
 import { type DstackStandIn, startDstackStandIn } from '../doubles/dstack-server.ts';
 import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
 import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
@@ -103,6 +106,10 @@ describe('dstack executor (stand-in dstack server)', () => {
     const [lease] = await f.leases(id);
     expect(lease!.exitCode).toBe(0);
     expect(readRunnerMarkers(f.markerDir).some((m) => m.reservationId === id)).toBe(true);
+    // the check run names the backend the agent reported (issue 15 item 5); renderContextFor reads the ledger only
+    const svc = { ledger: f.controller.ledger } as unknown as GitHubService;
+    const row = await f.reservation(id);
+    expect(renderCheckRun(row, await renderContextFor(svc, row)).summary).toContain('- Backend: dstack');
     expect(await f.bindingLeases()).toEqual([]);
     await releasedAfterTermination(f, id);
   });
