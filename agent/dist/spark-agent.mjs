@@ -6,9 +6,12 @@ var __export = (target, all) => {
     __defProp(target, name, { get: all[name], enumerable: true });
 };
 
-// agent/config.ts
-import { readFileSync } from "node:fs";
-import { dirname, isAbsolute, resolve } from "node:path";
+// agent/main.ts
+import { existsSync as existsSync3, mkdirSync as mkdirSync5 } from "node:fs";
+import { dirname as dirname4 } from "node:path";
+
+// agent/agent.ts
+import { mkdirSync as mkdirSync4 } from "node:fs";
 
 // ../../main/node_modules/zod/v4/classic/external.js
 var external_exports = {};
@@ -19727,114 +19730,15 @@ function date4(params) {
   return _coercedDate(ZodDate, params);
 }
 
-// agent/config.ts
-var argv = external_exports.array(external_exports.string().min(1)).min(1, 'give the command as an argv array, e.g. ["systemctl", "start", "deckard"]');
-var serviceSchema = external_exports.object({
-  name: external_exports.string().min(1).default("deckard").describe("Name used in reports and logs."),
-  drain: argv.describe("Stops new work on the service and lets in-flight requests finish."),
-  stop: argv.describe("Stops the service completely (a paused container is not stopped)."),
-  start: argv.describe("Recreates the service; its model-ready health check gates the restore."),
-  healthUrl: external_exports.url().describe("Model-ready health URL: 2xx means the model is loaded and serving."),
-  commandTimeoutS: external_exports.number().int().positive().default(300),
-  /** How long the GPU may take to show the service's processes gone after `stop`. */
-  releaseVerifyTimeoutS: external_exports.number().int().positive().default(60),
-  healthPollMs: external_exports.number().int().positive().default(1e3)
-}).strict();
-var AgentConfigSchema = external_exports.object({
-  controllerUrl: external_exports.url().describe("Base URL of the controller (outbound HTTPS only)."),
-  hostId: external_exports.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'host ids look like "spark-2"'),
-  tokenFile: external_exports.string().min(1).describe("File holding this host's agent token (mode 0600)."),
-  stateFile: external_exports.string().min(1).describe("Local progress file, written by atomic rename."),
-  workRoot: external_exports.string().min(1).describe("Volume under which each lease gets a fresh work dir."),
-  modelCacheDir: external_exports.string().min(1).describe("Managed model cache passed to jobs as SPARK_MODEL_CACHE."),
-  runner: external_exports.object({
-    dir: external_exports.string().min(1).describe("Directory of the GitHub Actions runner."),
-    command: external_exports.array(external_exports.string().min(1)).min(1).default(["./run.sh"]).describe("Relative to runner.dir."),
-    stopGraceS: external_exports.number().positive().default(10),
-    passEnv: external_exports.array(external_exports.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names only")).default([]).describe(
-      "Extra variables of the agent passed to the runner (besides PATH, HOME, locale); the job runs PR code."
-    )
-  }).strict(),
-  nvidiaSmi: external_exports.string().min(1).default("nvidia-smi").describe("nvidia-smi binary (PATH lookup if bare)."),
-  service: serviceSchema.nullable().default(null).describe("Home service (Deckard on spark-1), or null."),
-  interconnectCheck: external_exports.array(external_exports.string().min(1)).min(1).nullable().default(null).describe("Command that exits 0 when the pair interconnect is up."),
-  timeouts: external_exports.object({
-    requestS: external_exports.number().positive().default(10),
-    gpuQueryS: external_exports.number().positive().default(15),
-    backoffMaxS: external_exports.number().positive().default(30),
-    /** Longest a poll is held by the controller (it caps this too). */
-    longPollS: external_exports.number().int().min(0).max(55).default(25)
-  }).strict().prefault({}),
-  logLevel: external_exports.enum(["debug", "info", "warn", "error"]).default("info")
-}).strict();
-var AgentConfigError = class extends Error {
-  name = "AgentConfigError";
-  exitCode = 2;
-};
-function resolvePaths(cfg, base) {
-  const abs = (p) => isAbsolute(p) ? p : resolve(base, p);
-  const cmd = (c, cwd) => {
-    const [head, ...rest] = c;
-    return [head.includes("/") && !isAbsolute(head) ? resolve(cwd, head) : head, ...rest];
-  };
-  const runnerDir = abs(cfg.runner.dir);
-  return {
-    ...cfg,
-    tokenFile: abs(cfg.tokenFile),
-    stateFile: abs(cfg.stateFile),
-    workRoot: abs(cfg.workRoot),
-    modelCacheDir: abs(cfg.modelCacheDir),
-    runner: { ...cfg.runner, dir: runnerDir, command: cmd(cfg.runner.command, runnerDir) },
-    nvidiaSmi: cfg.nvidiaSmi.includes("/") ? abs(cfg.nvidiaSmi) : cfg.nvidiaSmi,
-    service: cfg.service ? {
-      ...cfg.service,
-      drain: cmd(cfg.service.drain, base),
-      stop: cmd(cfg.service.stop, base),
-      start: cmd(cfg.service.start, base)
-    } : null,
-    interconnectCheck: cfg.interconnectCheck ? cmd(cfg.interconnectCheck, base) : null
-  };
-}
-function parseAgentConfig(input2, source, base) {
-  const r = AgentConfigSchema.safeParse(input2);
-  if (!r.success) {
-    throw new AgentConfigError(
-      `invalid agent config ${source}: ${r.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`).join("; ")}`
-    );
-  }
-  return resolvePaths(r.data, base);
-}
-function loadAgentConfig(path) {
-  let text;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    throw new AgentConfigError(`cannot read agent config ${path}: ${e.message}`);
-  }
-  let raw;
-  try {
-    raw = JSON.parse(text);
-  } catch (e) {
-    throw new AgentConfigError(`agent config ${path} is not valid JSON: ${e.message}`);
-  }
-  return parseAgentConfig(raw, path, dirname(resolve(path)));
-}
-function readAgentToken(cfg) {
-  let token2;
-  try {
-    token2 = readFileSync(cfg.tokenFile, "utf8").trim();
-  } catch (e) {
-    throw new AgentConfigError(
-      `cannot read the agent token file ${cfg.tokenFile} (${e.message}); create a token with \`npm run agent-token -- create ${cfg.hostId}\` and save it there`
-    );
-  }
-  if (!token2) throw new AgentConfigError(`agent token file ${cfg.tokenFile} is empty`);
-  return token2;
-}
-
-// agent/daemon.ts
-import { existsSync as existsSync2, mkdirSync as mkdirSync3, readFileSync as readFileSync4, rmSync, statfsSync } from "node:fs";
-import { dirname as dirname3, join as join2, relative, resolve as resolve2 } from "node:path";
+// core/model.ts
+var RESERVATION_KINDS = [
+  "development",
+  "deckard",
+  "manual",
+  "merge",
+  "benchmark",
+  "background"
+];
 
 // core/protocol/agent.ts
 var AGENT_API_PREFIX = "/agent/v1";
@@ -19851,17 +19755,27 @@ var HostFactsSchema = external_exports.object({
   runnerState: external_exports.enum(["none", "starting", "running", "exited"]),
   interconnectOk: external_exports.boolean().nullable()
 });
-var token = external_exports.number().int().positive();
+var token = external_exports.number().int().positive().max(Number.MAX_SAFE_INTEGER);
+var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
+var RESERVATION_ID_PATTERN = /^r-[0-9]{1,15}$/;
+var LEASE_ID_PATTERN = /^l-[a-z0-9][a-z0-9-]{0,90}$/;
+var RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
+var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
+var ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
+var MAX_WAIT_MS = 864e5;
 var LeaseRefSchema = external_exports.object({
-  leaseId: external_exports.string(),
-  reservationId: external_exports.string(),
+  leaseId: external_exports.string().regex(LEASE_ID_PATTERN, 'lease ids look like "l-spark-2-7"'),
+  reservationId: external_exports.string().regex(RESERVATION_ID_PATTERN, 'reservation ids look like "r-12"'),
   fencingToken: token,
-  kind: external_exports.string(),
+  /** One of RESERVATION_KINDS (a pattern, not the enum, so the ledger's string column types it). */
+  kind: external_exports.string().refine((k) => RESERVATION_KINDS.includes(k), {
+    message: `kind is one of ${RESERVATION_KINDS.join(", ")}`
+  }),
   topology: external_exports.enum(["single", "pair"]),
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: external_exports.boolean(),
   /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
-  expiresInMs: external_exports.number().int()
+  expiresInMs: external_exports.number().int().min(-MAX_WAIT_MS * 366).max(MAX_WAIT_MS * 366)
 });
 var DesiredStateSchema = external_exports.discriminatedUnion("state", [
   /** Nothing bound: heartbeat only. */
@@ -19879,9 +19793,10 @@ var DesiredStateSchema = external_exports.discriminatedUnion("state", [
   external_exports.object({
     state: external_exports.literal("run"),
     lease: LeaseRefSchema,
-    runnerName: external_exports.string(),
-    jitConfig: external_exports.string().optional(),
-    jobToken: external_exports.string().optional()
+    runnerName: external_exports.string().regex(RUNNER_NAME_PATTERN, 'runner names are one plain name like "spark-spark-2-r-12-a0"'),
+    /** GitHub's encoded JIT config: printable ASCII, no whitespace. */
+    jitConfig: external_exports.string().max(65536).regex(/^[!-~]+$/, "a JIT config is printable ASCII without spaces").optional(),
+    jobToken: external_exports.string().regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_\u2026"').optional()
   }),
   /** A development lease is active: no runner; report it active, watch the expiry. */
   external_exports.object({ state: external_exports.literal("develop"), lease: LeaseRefSchema }),
@@ -19890,17 +19805,17 @@ var DesiredStateSchema = external_exports.discriminatedUnion("state", [
   /** Recreate the home service and report once its model-ready health check passed (or failed). */
   external_exports.object({
     state: external_exports.literal("restore"),
-    fencingToken: external_exports.number().int().nonnegative(),
-    attempt: external_exports.number().int().nonnegative(),
+    fencingToken: external_exports.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    attempt: external_exports.number().int().nonnegative().max(1e3),
     /** Wait this long before the attempt (backoff after a failed restore). */
-    waitMs: external_exports.number().int().nonnegative(),
-    healthTimeoutS: external_exports.number().int().positive()
+    waitMs: external_exports.number().int().nonnegative().max(MAX_WAIT_MS),
+    healthTimeoutS: external_exports.number().int().positive().max(86400)
   }),
   /**
    * Touch nothing (quarantined, or release-required: processes outlived the lease). With a lease,
    * the agent reports `cleaned` once the GPU shows no process, never killing anything.
    */
-  external_exports.object({ state: external_exports.literal("hold"), reason: external_exports.string(), lease: LeaseRefSchema.optional() })
+  external_exports.object({ state: external_exports.literal("hold"), reason: external_exports.string().max(2e3), lease: LeaseRefSchema.optional() })
 ]);
 var PollRequestSchema = external_exports.object({
   /** `version` of the last desired state the agent got; the server holds the poll while it is current. */
@@ -19908,13 +19823,17 @@ var PollRequestSchema = external_exports.object({
   /** Longest the agent is willing to wait (the server caps it; Workers always answer at once). */
   maxWaitMs: external_exports.number().int().min(0).max(6e4).optional()
 });
+var HEARTBEAT_INTERVAL_RANGE_S = { min: 1, max: 86400 };
 var PollResponseSchema = external_exports.object({
-  hostId: external_exports.string(),
+  hostId: external_exports.string().regex(HOST_ID_PATTERN, 'host ids look like "spark-2"'),
   /** Fingerprint of the desired state without its secrets. */
-  version: external_exports.string(),
+  version: external_exports.string().regex(/^[A-Za-z0-9_-]{1,128}$/, "a version is a short fingerprint"),
   /** Heartbeat period the controller expects, seconds. */
-  heartbeatIntervalS: external_exports.number().int().positive(),
+  heartbeatIntervalS: external_exports.number().int().min(HEARTBEAT_INTERVAL_RANGE_S.min).max(HEARTBEAT_INTERVAL_RANGE_S.max),
   desired: DesiredStateSchema
+});
+var HeartbeatResponseSchema = external_exports.object({
+  heartbeatIntervalS: PollResponseSchema.shape.heartbeatIntervalS
 });
 var HeartbeatRequestSchema = external_exports.object({ facts: HostFactsSchema });
 var lastLines = external_exports.array(external_exports.string().max(2e3)).max(100);
@@ -19933,7 +19852,13 @@ var ReportSchema = external_exports.discriminatedUnion("type", [
     reason: external_exports.string().min(1).max(1e3),
     evidence
   }),
-  external_exports.object({ type: external_exports.literal("runner_started"), fencingToken: token, runnerName: external_exports.string().min(1) }),
+  external_exports.object({
+    type: external_exports.literal("runner_started"),
+    fencingToken: token,
+    runnerName: external_exports.string().min(1),
+    /** The backend that runs the work (issue 15 item 5), named on the check run. */
+    executor: external_exports.enum(EXECUTOR_NAMES).optional()
+  }),
   external_exports.object({
     type: external_exports.literal("runner_exited"),
     fencingToken: token,
@@ -19942,9 +19867,24 @@ var ReportSchema = external_exports.discriminatedUnion("type", [
     exitCode: external_exports.number().int().nullable(),
     lastLines
   }),
-  /** A development lease is in use on the host. */
-  external_exports.object({ type: external_exports.literal("lease_active"), fencingToken: token }),
-  external_exports.object({ type: external_exports.literal("cleaned"), fencingToken: token }),
+  /**
+   * A development lease is in use on the host. `attach`: the command that attaches to its
+   * development environment (executor `dstack`, issue 15) — a fixed shape, since the requester runs it.
+   */
+  external_exports.object({
+    type: external_exports.literal("lease_active"),
+    fencingToken: token,
+    attach: external_exports.string().regex(ATTACH_COMMAND_PATTERN, 'an attach command looks like "dstack attach spark-r-12-spark-2-t7-dev"').optional()
+  }),
+  external_exports.object({
+    type: external_exports.literal("cleaned"),
+    fencingToken: token,
+    /**
+     * Host facts read right after cleanup (issue 13 item 3): the report that frees the host says
+     * what its GPU shows now, so admission need not wait for the next heartbeat.
+     */
+    facts: HostFactsSchema.optional()
+  }),
   external_exports.object({
     type: external_exports.literal("processes_remain"),
     fencingToken: token,
@@ -19966,6 +19906,111 @@ var ReportResponseSchema = external_exports.object({
 });
 var AGENT_MAX_BODY_BYTES = 64 * 1024;
 
+// agent/http.ts
+import * as http from "node:http";
+import * as https from "node:https";
+var HttpError = class extends Error {
+  constructor(message, code) {
+    super(message);
+    this.code = code;
+  }
+  code;
+  name = "HttpError";
+};
+var MAX_ANSWER_BYTES = 1024 * 1024;
+var HttpClient = class {
+  agents;
+  constructor() {
+    const opts = {
+      keepAlive: true,
+      keepAliveMsecs: 1e3,
+      maxSockets: 4,
+      maxFreeSockets: 2,
+      scheduling: "lifo"
+    };
+    this.agents = { http: new http.Agent(opts), https: new https.Agent(opts) };
+  }
+  /**
+   * Sends one request. A request that failed on a reused socket the server had just closed
+   * (ECONNRESET/EPIPE before any answer) is repeated once on a new connection — every agent call
+   * is idempotent on the controller.
+   */
+  async request(req) {
+    try {
+      return await this.once(req);
+    } catch (e) {
+      const err = e;
+      if (err.reusedSocket && (err.code === "ECONNRESET" || err.code === "EPIPE") && !req.signal?.aborted) {
+        return this.once(req);
+      }
+      throw e;
+    }
+  }
+  once(r) {
+    const isHttps = r.url.protocol === "https:";
+    const mod = isHttps ? https : http;
+    return new Promise((resolve3, reject) => {
+      let settled = false;
+      const finish = (f) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        r.signal?.removeEventListener("abort", onAbort);
+        f();
+      };
+      const headers = { ...r.headers ?? {} };
+      if (r.body != null) headers["content-length"] = String(Buffer.byteLength(r.body));
+      const req = mod.request(r.url, {
+        method: r.method,
+        headers,
+        agent: isHttps ? this.agents.https : this.agents.http
+      });
+      const fail = (message, code) => {
+        const err = Object.assign(new HttpError(message, code), { reusedSocket: req.reusedSocket });
+        finish(() => reject(err));
+        req.destroy();
+      };
+      const timer = setTimeout(
+        () => fail(`no answer within ${Math.round(r.timeoutMs / 1e3)} s`, "ETIMEDOUT"),
+        r.timeoutMs
+      );
+      const onAbort = () => fail("aborted", "ABORT_ERR");
+      if (r.signal?.aborted) {
+        onAbort();
+        return;
+      }
+      r.signal?.addEventListener("abort", onAbort, { once: true });
+      req.on("error", (e) => fail(e.code ?? e.message, e.code ?? "EIO"));
+      req.on("response", (res) => {
+        const chunks = [];
+        let size = 0;
+        res.on("data", (b) => {
+          size += b.length;
+          if (size <= MAX_ANSWER_BYTES) chunks.push(b);
+        });
+        res.on("error", (e) => fail(e.code ?? e.message, e.code ?? "EIO"));
+        res.on(
+          "end",
+          () => finish(
+            () => resolve3({
+              status: res.statusCode ?? 0,
+              headers: res.headers,
+              text: Buffer.concat(chunks).toString("utf8"),
+              reused: req.reusedSocket
+            })
+          )
+        );
+      });
+      req.end(r.body);
+    });
+  }
+  /** Closes idle sockets (the agent is stopping). */
+  close() {
+    this.agents.http.destroy();
+    this.agents.https.destroy();
+  }
+};
+
 // agent/client.ts
 var ControllerUnreachable = class extends Error {
   constructor(message, retryAfterMs = null) {
@@ -19986,45 +20031,43 @@ var ControllerRejected = class extends Error {
   name = "ControllerRejected";
 };
 var ControllerClient = class {
-  constructor(baseUrl, token2, requestTimeoutMs, fetchImpl = fetch) {
+  constructor(baseUrl, token2, requestTimeoutMs) {
     this.baseUrl = baseUrl;
     this.token = token2;
     this.requestTimeoutMs = requestTimeoutMs;
-    this.fetchImpl = fetchImpl;
   }
   baseUrl;
   token;
   requestTimeoutMs;
-  fetchImpl;
+  /** Requests that had to open a new connection (the rest reused one); for the bench and logs. */
+  newConnections = 0;
+  http = new HttpClient();
   async call(path, body, timeoutMs, signal) {
-    const timeout = AbortSignal.timeout(timeoutMs);
-    const both = signal ? AbortSignal.any([signal, timeout]) : timeout;
     let res;
     try {
-      res = await this.fetchImpl(new URL(`${AGENT_API_PREFIX}${path}`, this.baseUrl), {
+      res = await this.http.request({
         method: "POST",
+        url: new URL(`${AGENT_API_PREFIX}${path}`, this.baseUrl),
         headers: { authorization: `Bearer ${this.token}`, "content-type": "application/json" },
         body: JSON.stringify(body),
-        signal: both
+        timeoutMs,
+        ...signal ? { signal } : {}
       });
     } catch (e) {
       if (signal?.aborted) throw e;
-      const cause = e.cause?.code;
-      throw new ControllerUnreachable(
-        timeout.aborted ? `no answer within ${Math.round(timeoutMs / 1e3)} s` : `${cause ?? e.message}`
-      );
+      throw new ControllerUnreachable(e.message);
     }
-    const text = await res.text().catch(() => "");
+    if (!res.reused) this.newConnections++;
     let json2 = null;
     try {
-      json2 = text ? JSON.parse(text) : null;
+      json2 = res.text ? JSON.parse(res.text) : null;
     } catch {
       json2 = null;
     }
-    if (res.ok) return json2;
+    if (res.status >= 200 && res.status < 300) return json2;
     const err = json2?.error;
     if (res.status === 429 || res.status >= 500) {
-      const ra = Number(res.headers.get("retry-after"));
+      const ra = Number(res.headers["retry-after"]);
       throw new ControllerUnreachable(
         `controller answered ${res.status}${err?.message ? `: ${err.message}` : ""}`,
         Number.isFinite(ra) && ra > 0 ? ra * 1e3 : null
@@ -20036,21 +20079,221 @@ var ControllerClient = class {
   async poll(req, signal) {
     const json2 = await this.call("/poll", req, this.requestTimeoutMs + (req.maxWaitMs ?? 0), signal);
     const parsed = PollResponseSchema.safeParse(json2);
-    if (!parsed.success)
-      throw new ControllerUnreachable(`malformed poll response: ${parsed.error.issues[0]?.message}`);
+    if (!parsed.success) {
+      const i = parsed.error.issues[0];
+      throw new ControllerUnreachable(
+        `malformed poll response: ${i ? `${i.path.join(".") || "(root)"}: ${i.message}` : "invalid"}`
+      );
+    }
     return parsed.data;
   }
   /** Sends host facts; the answer carries the heartbeat period the controller expects. */
   async heartbeat(facts) {
-    const json2 = await this.call("/heartbeat", { facts }, this.requestTimeoutMs);
-    const s = Number(json2?.heartbeatIntervalS);
-    if (!Number.isFinite(s) || s <= 0) throw new ControllerUnreachable("malformed heartbeat response");
-    return { heartbeatIntervalS: s };
+    const parsed = HeartbeatResponseSchema.safeParse(
+      await this.call("/heartbeat", { facts }, this.requestTimeoutMs)
+    );
+    if (!parsed.success) {
+      throw new ControllerUnreachable(`malformed heartbeat response: ${parsed.error.issues[0]?.message}`);
+    }
+    return parsed.data;
   }
   async report(report) {
     return await this.call("/report", report, this.requestTimeoutMs);
   }
+  /** Closes kept-alive sockets. */
+  close() {
+    this.http.close();
+  }
 };
+
+// agent/executor/dstack.ts
+import { readFileSync as readFileSync2 } from "node:fs";
+
+// agent/executor/dstack-api.ts
+var RUN_STATUSES = [
+  "pending",
+  "submitted",
+  "provisioning",
+  "running",
+  "terminating",
+  "terminated",
+  "failed",
+  "done"
+];
+var FINISHED_RUN_STATUSES = ["terminated", "failed", "done"];
+var RUN_NAME_PATTERN = /^[a-z][a-z0-9-]{1,40}$/;
+var TaskConfigurationSchema = external_exports.object({
+  type: external_exports.literal("task"),
+  name: external_exports.string().regex(RUN_NAME_PATTERN).optional(),
+  commands: external_exports.array(external_exports.string()).min(1),
+  env: external_exports.record(external_exports.string(), external_exports.string()).optional(),
+  /** `TaskConfigurationParams.nodes` (ge=1): a distributed task spans this many instances. */
+  nodes: external_exports.number().int().min(1).optional(),
+  working_dir: external_exports.string().nullable().optional(),
+  image: external_exports.string().nullable().optional(),
+  /** `ProfileParams.fleets`: run only on instances of these fleets. */
+  fleets: external_exports.array(external_exports.string()).nullable().optional(),
+  max_duration: external_exports.union([external_exports.literal("off"), external_exports.number().int(), external_exports.string()]).nullable().optional()
+}).strict();
+var DevEnvironmentConfigurationSchema = external_exports.object({
+  type: external_exports.literal("dev-environment"),
+  name: external_exports.string().regex(RUN_NAME_PATTERN).optional(),
+  /** `DevEnvironmentConfigurationParams.ide`; absent means SSH only. */
+  ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().optional(),
+  init: external_exports.array(external_exports.string()).optional(),
+  env: external_exports.record(external_exports.string(), external_exports.string()).optional(),
+  image: external_exports.string().nullable().optional(),
+  fleets: external_exports.array(external_exports.string()).nullable().optional(),
+  inactivity_duration: external_exports.union([external_exports.literal("off"), external_exports.number().int(), external_exports.string()]).nullable().optional()
+}).strict();
+var RunSpecSchema = external_exports.object({
+  run_name: external_exports.string().regex(RUN_NAME_PATTERN).nullable().optional(),
+  repo_id: external_exports.string().nullable().optional(),
+  configuration_path: external_exports.string().nullable().optional(),
+  configuration: external_exports.discriminatedUnion("type", [TaskConfigurationSchema, DevEnvironmentConfigurationSchema]),
+  ssh_key_pub: external_exports.string().nullable().optional()
+}).strict();
+var ApplyRunPlanRequestSchema = external_exports.object({
+  plan: external_exports.object({ run_spec: RunSpecSchema, current_resource: external_exports.null().optional() }).strict(),
+  force: external_exports.boolean()
+}).strict();
+var GetRunRequestSchema = external_exports.object({ run_name: external_exports.string().nullable().optional(), id: external_exports.string().nullable().optional() }).strict();
+var StopRunsRequestSchema = external_exports.object({ runs_names: external_exports.array(external_exports.string()).min(1), abort: external_exports.boolean() }).strict();
+var JobSubmissionSchema = external_exports.object({
+  status: external_exports.string(),
+  exit_status: external_exports.number().int().nullable().optional(),
+  termination_reason: external_exports.string().nullable().optional()
+});
+var RunSchema = external_exports.object({
+  id: external_exports.string(),
+  project_name: external_exports.string(),
+  status: external_exports.enum(RUN_STATUSES),
+  termination_reason: external_exports.string().nullable().optional(),
+  run_spec: external_exports.object({ run_name: external_exports.string().nullable().optional() }).passthrough(),
+  jobs: external_exports.array(
+    external_exports.object({
+      job_spec: external_exports.object({ job_num: external_exports.number().int(), job_name: external_exports.string() }).passthrough(),
+      job_submissions: external_exports.array(JobSubmissionSchema)
+    })
+  ),
+  latest_job_submission: JobSubmissionSchema.nullable().optional()
+});
+var ErrorBodySchema = external_exports.object({
+  detail: external_exports.array(external_exports.object({ msg: external_exports.string(), code: external_exports.string().optional() }).passthrough())
+});
+
+// agent/executor/dstack-client.ts
+var DstackUncertain = class extends Error {
+  name = "DstackUncertain";
+};
+var DstackRefused = class extends Error {
+  name = "DstackRefused";
+};
+var isFinished = (run) => FINISHED_RUN_STATUSES.includes(run.status);
+function createDstackClient(o) {
+  const base = `${o.url.replace(/\/+$/, "")}/api/project/${encodeURIComponent(o.project)}/runs`;
+  const call = async (route, body) => {
+    let res;
+    try {
+      res = await fetch(`${base}/${route}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${o.token}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(o.timeoutMs)
+      });
+    } catch (e) {
+      throw new DstackUncertain(`dstack ${route}: ${e.message}`);
+    }
+    const text = await res.text().catch(() => "");
+    let json2 = null;
+    try {
+      json2 = text ? JSON.parse(text) : null;
+    } catch {
+      json2 = null;
+    }
+    if (res.status >= 500) throw new DstackUncertain(`dstack ${route}: HTTP ${res.status}`);
+    return { status: res.status, json: json2 };
+  };
+  const refused = (route, status, json2) => {
+    const e = ErrorBodySchema.safeParse(json2);
+    const msg = e.success ? e.data.detail.map((d) => d.msg).join("; ") : `HTTP ${status}`;
+    return new DstackRefused(`dstack ${route} refused: ${msg.slice(0, 300)}`);
+  };
+  const run = (route, json2) => {
+    const r = RunSchema.safeParse(json2);
+    if (!r.success)
+      throw new DstackUncertain(`dstack ${route}: unexpected run shape (${r.error.issues[0]?.message})`);
+    return r.data;
+  };
+  return {
+    async apply(spec) {
+      const r = await call("apply", { plan: { run_spec: spec, current_resource: null }, force: false });
+      if (r.status !== 200) throw refused("apply", r.status, r.json);
+      return run("apply", r.json);
+    },
+    async get(runName) {
+      const r = await call("get", { run_name: runName });
+      if (r.status === 200) return run("get", r.json);
+      const e = ErrorBodySchema.safeParse(r.json);
+      if (r.status === 400 && e.success && e.data.detail.some((d) => d.code === "resource_not_exists"))
+        return null;
+      if (r.status === 401 || r.status === 403) throw refused("get", r.status, r.json);
+      throw new DstackUncertain(`dstack get: HTTP ${r.status}`);
+    },
+    async stop(runNames, abort) {
+      const r = await call("stop", { runs_names: runNames, abort });
+      if (r.status !== 200) throw refused("stop", r.status, r.json);
+    }
+  };
+}
+
+// agent/executor/runner-env.ts
+var RUNNER_ENV_KEEP = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"];
+function baseRunnerEnv(from, passEnv = []) {
+  const env = {};
+  for (const [k, v] of Object.entries(from)) {
+    if (v !== void 0 && (RUNNER_ENV_KEEP.includes(k) || k.startsWith("LC_") || passEnv.includes(k)))
+      env[k] = v;
+  }
+  return env;
+}
+function shellJoin(argv2) {
+  return argv2.map((a) => /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`).join(" ");
+}
+function freshRunnerEnv(from, account, path, passEnv = []) {
+  const env = {
+    PATH: path,
+    HOME: account.home,
+    USER: account.name,
+    LOGNAME: account.name,
+    SHELL: "/bin/sh",
+    LANG: "C.UTF-8"
+  };
+  for (const k of passEnv) if (from[k] !== void 0) env[k] = from[k];
+  return env;
+}
+function jobEnv(cfg, account, l, w) {
+  return {
+    // the job runs PR code: it gets a minimal environment, never the agent's own
+    ...account ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv) : baseRunnerEnv(process.env, cfg.runner.passEnv),
+    ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
+    ...cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {},
+    ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
+    SPARK_CONTROLLER_URL: cfg.controllerUrl,
+    SPARK_RESERVATION_ID: l.reservationId,
+    SPARK_HOST_ID: cfg.hostId,
+    SPARK_FENCING_TOKEN: String(l.fencingToken),
+    SPARK_LEASE_TOKEN: w.jobToken ?? "",
+    SPARK_TOPOLOGY: l.topology,
+    SPARK_WORK_DIR: l.workDir,
+    SPARK_MODEL_CACHE: cfg.modelCacheDir,
+    // the in-job receipt names the backend that ran the work (issue 15 item 5)
+    SPARK_EXECUTOR: cfg.executor
+  };
+}
+
+// agent/executor/work-area.ts
+import { mkdirSync as mkdirSync2, rmSync } from "node:fs";
 
 // agent/exec.ts
 import { spawn } from "node:child_process";
@@ -20095,6 +20338,769 @@ function describeFailure(argv2, r) {
   const out = (r.stderr.trim() || r.stdout.trim()).split("\n").slice(-3).join(" | ").slice(0, 300);
   return `${what} exited ${r.code ?? r.signal}${out ? `: ${out}` : ""}`;
 }
+
+// agent/runner.ts
+import { spawn as spawn2 } from "node:child_process";
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  statSync
+} from "node:fs";
+import { join } from "node:path";
+var WRAPPER = [
+  'cd "$1" || exit 126',
+  "shift",
+  "echo $$ >&3",
+  "exec 3>&-",
+  '"$@" 4>&-',
+  "c=$?",
+  'printf "%s\\n" "$c" >&4',
+  'exit "$c"'
+].join("\n");
+function asAccount(account) {
+  return [
+    "setpriv",
+    `--reuid=${account.uid}`,
+    `--regid=${account.gid}`,
+    "--init-groups",
+    "--inh-caps=-all",
+    "--ambient-caps=-all",
+    "--no-new-privs",
+    "--"
+  ];
+}
+function processStartTicks(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return rest[19] ?? null;
+  } catch {
+    return null;
+  }
+}
+function startRunner(opts) {
+  mkdirSync(opts.runDir, { recursive: true, mode: 448 });
+  const fds = [
+    openSync(join(opts.runDir, "output.log"), "a", 384),
+    openSync(join(opts.runDir, "pid"), "w", 384),
+    openSync(join(opts.runDir, "exit"), "w", 384)
+  ];
+  try {
+    const argv2 = [
+      ...opts.account ? asAccount(opts.account) : [],
+      "/bin/sh",
+      "-c",
+      WRAPPER,
+      "spark-runner",
+      opts.workDir,
+      ...opts.command
+    ];
+    const child = spawn2(argv2[0], argv2.slice(1), {
+      cwd: "/",
+      env: opts.env,
+      detached: true,
+      stdio: ["ignore", fds[0], fds[0], fds[1], fds[2]]
+    });
+    const exited = new Promise((resolve3) => {
+      child.once("exit", () => resolve3());
+      child.once("error", () => resolve3());
+    });
+    child.unref();
+    if (child.pid == null) throw new Error(`could not start the runner ${opts.command[0]}`);
+    return { pid: child.pid, startTicks: processStartTicks(child.pid), exited };
+  } finally {
+    for (const fd of fds) closeSync(fd);
+  }
+}
+function statFields(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  } catch {
+    return null;
+  }
+}
+function isRunnerAlive(pid, startTicks) {
+  const leader = statFields(String(pid));
+  if (leader && startTicks != null && leader[19] !== startTicks && leader[2] === String(pid)) return false;
+  let procs;
+  try {
+    procs = readdirSync("/proc").filter((d) => /^\d+$/.test(d));
+  } catch {
+    try {
+      process.kill(-pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+  for (const p of procs) {
+    const f = statFields(p);
+    if (f && f[2] === String(pid) && f[0] !== "Z" && f[0] !== "X") return true;
+  }
+  return false;
+}
+function readExitCode(runDir) {
+  const f = join(runDir, "exit");
+  if (!existsSync(f)) return null;
+  const text = readFileSync(f, "utf8").trim();
+  if (!text) return null;
+  const n = Number(text);
+  return Number.isInteger(n) ? n : null;
+}
+function tailLines(runDir, n = 30) {
+  const f = join(runDir, "output.log");
+  if (!existsSync(f)) return [];
+  const size = statSync(f).size;
+  const len = Math.min(size, 64 * 1024);
+  const buf = Buffer.alloc(len);
+  const fd = openSync(f, "r");
+  try {
+    readSync(fd, buf, 0, len, size - len);
+  } finally {
+    closeSync(fd);
+  }
+  return buf.toString("utf8").split("\n").map((l) => l.trimEnd()).filter((l) => l.length > 0).slice(-n);
+}
+var delay = (ms) => new Promise((r) => setTimeout(r, ms));
+async function signalGroup(pgid, signal, account) {
+  if (!account) {
+    try {
+      process.kill(-pgid, `SIG${signal}`);
+    } catch {
+    }
+    return;
+  }
+  await runCommand([...asAccount(account), "/bin/sh", "-c", `kill -s ${signal} -- -${pgid}`], {
+    timeoutMs: 1e4
+  });
+}
+function processesOfUid(uid) {
+  const out = [];
+  let procs;
+  try {
+    procs = readdirSync("/proc").filter((d) => /^\d+$/.test(d));
+  } catch {
+    return out;
+  }
+  for (const p of procs) {
+    let status;
+    try {
+      status = readFileSync(`/proc/${p}/status`, "utf8");
+    } catch {
+      continue;
+    }
+    const state = /^State:\s+(\S)/m.exec(status)?.[1];
+    if (state === "Z" || state === "X") continue;
+    const ids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
+    if (ids?.slice(1, 4).some((v) => Number(v) === uid)) out.push(Number(p));
+  }
+  return out;
+}
+async function killAccountProcesses(account, waitMs = 5e3) {
+  const deadline = Date.now() + waitMs;
+  for (; ; ) {
+    const left = processesOfUid(account.uid);
+    if (!left.length || Date.now() >= deadline) return left;
+    await runCommand([...asAccount(account), "/bin/sh", "-c", "kill -s KILL -- -1"], { timeoutMs: 1e4 });
+    await delay(50);
+  }
+}
+async function stopRunner(pid, startTicks, graceMs, account = null) {
+  if (!isRunnerAlive(pid, startTicks)) return;
+  await signalGroup(pid, "TERM", account);
+  const deadline = Date.now() + graceMs;
+  while (Date.now() < deadline) {
+    if (!isRunnerAlive(pid, startTicks)) return;
+    await delay(50);
+  }
+  await signalGroup(pid, "KILL", account);
+  const hard = Date.now() + 5e3;
+  while (Date.now() < hard && isRunnerAlive(pid, startTicks)) await delay(50);
+}
+function redactLines(lines, secrets) {
+  return lines.map((l) => {
+    let out = l;
+    for (const s of secrets) if (s && s.length >= 8) out = out.split(s).join("[redacted]");
+    return out.replace(/[A-Za-z0-9+/=_-]{120,}/g, "[redacted]").slice(0, 500);
+  });
+}
+
+// agent/executor/work-dir.ts
+import { isAbsolute, join as join2, relative, resolve } from "node:path";
+var PathOutsideRoot = class extends Error {
+  name = "PathOutsideRoot";
+};
+function childPath(root, name) {
+  if (!name || name === "." || name === ".." || /[/\\\0]/.test(name)) {
+    throw new PathOutsideRoot(`refusing path segment ${JSON.stringify(name.slice(0, 80))}: not a plain name`);
+  }
+  const p = join2(root, name);
+  assertUnder(root, p);
+  return p;
+}
+function assertUnder(root, path) {
+  const rel = relative(resolve(root), resolve(path));
+  if (!rel || rel.startsWith("..") || isAbsolute(rel) || resolve(root, rel) !== resolve(path)) {
+    throw new PathOutsideRoot(`refusing ${path}: not under ${root}`);
+  }
+}
+
+// agent/executor/work-area.ts
+function createWorkArea(cfg, account) {
+  const asRunner = async (argv2) => {
+    const r = await runCommand([...asAccount(account), ...argv2], { timeoutMs: 6e4 });
+    if (r.code !== 0) throw new Error(`${argv2[0]} as ${account.name} failed: ${r.stderr.trim() || r.error}`);
+    return r.stdout;
+  };
+  return {
+    asRunner,
+    /** Processes of the runner user (there must be none before a lease starts). */
+    foreign: () => account ? processesOfUid(account.uid) : [],
+    /** A fresh, empty work dir (whatever a crash left of an earlier attempt goes). */
+    async fresh(l) {
+      const left = account ? processesOfUid(account.uid) : [];
+      if (left.length) {
+        return {
+          ok: false,
+          detail: `runner user ${account.name} still has ${left.length} process(es) this lease did not start (pid ${left.slice(0, 5).join(", ")})`
+        };
+      }
+      assertUnder(cfg.workRoot, l.workDir);
+      if (account) {
+        await asRunner([
+          "/bin/sh",
+          "-c",
+          'rm -rf --one-file-system -- "$1" && mkdir -m 0700 -- "$1"',
+          "sh",
+          l.workDir
+        ]);
+      } else {
+        rmSync(l.workDir, { recursive: true, force: true });
+        mkdirSync2(l.workDir, { recursive: true, mode: 448 });
+      }
+      return { ok: true };
+    },
+    async make(l) {
+      assertUnder(cfg.workRoot, l.workDir);
+      if (account) await asRunner(["mkdir", "-p", "-m", "0700", "--", l.workDir]);
+      else mkdirSync2(l.workDir, { recursive: true, mode: 448 });
+    },
+    async remove(l) {
+      assertUnder(cfg.workRoot, l.workDir);
+      if (account) await asRunner(["rm", "-rf", "--one-file-system", "--", l.workDir]);
+      else rmSync(l.workDir, { recursive: true, force: true });
+    }
+  };
+}
+
+// agent/executor/dstack.ts
+function dstackRunName(l, hostId, attempt = 0) {
+  return `spark-${l.reservationId}-${hostId}-t${l.fencingToken}-a${attempt}`.replace(/[^a-z0-9-]/g, "-").slice(0, 41);
+}
+var attemptOf = (workloadName) => Number(/-a(\d{1,4})$/.exec(workloadName)?.[1] ?? 0);
+function devRunName(l, hostId) {
+  return `spark-${l.reservationId}-${hostId}-t${l.fencingToken}-dev`.replace(/[^a-z0-9-]/g, "-").slice(0, 41);
+}
+var attachCommand = (runName) => `dstack attach ${runName}`;
+function createDstackExecutor(deps) {
+  const { cfg, log, save } = deps;
+  const d = cfg.dstack;
+  if (!d) throw new TypeError('the dstack executor needs the "dstack" section of the agent config');
+  const client2 = deps.client ?? createDstackClient({
+    url: d.url,
+    project: d.project,
+    token: readFileSync2(d.tokenFile, "utf8").trim(),
+    timeoutMs: d.requestTimeoutS * 1e3
+  });
+  const area = createWorkArea(cfg, null);
+  const runName = (l) => l.runner?.jobId ?? dstackRunName(l, cfg.hostId);
+  const look = async (l) => {
+    try {
+      return await client2.get(runName(l));
+    } catch (e) {
+      log.warn("dstack did not answer about the run", { run: runName(l), error: e.message });
+      return void 0;
+    }
+  };
+  const exitOf = (run) => {
+    const sub = run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1);
+    if (run.status === "done") return sub?.exit_status ?? 0;
+    return sub?.exit_status ?? null;
+  };
+  return {
+    name: "dstack",
+    prepare: (l) => area.fresh(l),
+    async start(l, w) {
+      if (l.phase !== "prepared") await area.make(l);
+      const name = dstackRunName(l, cfg.hostId, attemptOf(w.name));
+      l.runner = {
+        runnerName: w.name,
+        runDir: l.workDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: false,
+        stoppedByAgent: false,
+        exitReported: false,
+        jobId: name
+      };
+      l.phase = "running";
+      save();
+      const env = Object.fromEntries(
+        Object.entries(jobEnv(cfg, null, l, w)).filter((e) => e[1] !== void 0)
+      );
+      const spec = {
+        run_name: name,
+        configuration: {
+          type: "task",
+          name,
+          commands: [shellJoin(cfg.runner.command)],
+          env,
+          nodes: 1,
+          working_dir: l.workDir,
+          ...d.image ? { image: d.image } : {},
+          fleets: [d.fleet ?? cfg.hostId]
+        }
+      };
+      try {
+        await client2.apply(spec);
+      } catch (e) {
+        if (e instanceof DstackRefused) throw e;
+        log.warn("dstack apply not confirmed; the run is looked up by name", {
+          run: name,
+          error: e.message
+        });
+        throw e;
+      }
+      log.info("dstack task submitted", { leaseId: l.leaseId, runnerName: w.name, run: name });
+    },
+    async observe(l) {
+      const r = l.runner;
+      if (!r) return { state: "none" };
+      if (r.exitCode !== void 0) return { state: "exited", exitCode: r.exitCode };
+      const run = await look(l);
+      if (run === void 0) return { state: "running" };
+      if (run === null) return { state: "exited", exitCode: null };
+      if (!isFinished(run)) return { state: "running" };
+      r.exitCode = exitOf(run);
+      save();
+      return { state: "exited", exitCode: r.exitCode };
+    },
+    async stop(l) {
+      if (!l.runner) return;
+      const name = runName(l);
+      const run = await look(l);
+      if (run === null || run && isFinished(run)) return;
+      l.runner.stoppedByAgent = true;
+      save();
+      log.info("stopping the dstack run this lease created", { leaseId: l.leaseId, run: name });
+      try {
+        await client2.stop([name], false);
+      } catch (e) {
+        log.warn("dstack stop not confirmed; will look again", { run: name, error: e.message });
+        return;
+      }
+      const deadline = Date.now() + (cfg.runner.stopGraceS + 30) * 1e3;
+      for (; ; ) {
+        const now = await look(l);
+        if (now === null || now && isFinished(now) || Date.now() >= deadline) return;
+        await new Promise((res) => setTimeout(res, 200));
+      }
+    },
+    async confirmTerminated(l) {
+      if (!l.runner) return { ok: true };
+      const run = await look(l);
+      if (run === void 0) {
+        return {
+          ok: false,
+          detail: `dstack run ${runName(l)}: the server did not answer, termination unconfirmed`
+        };
+      }
+      if (run === null) return { ok: true };
+      if (!isFinished(run)) return { ok: false, detail: `dstack run ${runName(l)} is ${run.status}` };
+      return { ok: true };
+    },
+    async lastLines() {
+      return [];
+    },
+    async startDevelopment(l) {
+      if (l.phase !== "prepared") await area.make(l);
+      const name = devRunName(l, cfg.hostId);
+      l.runner = {
+        runnerName: name,
+        runDir: l.workDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: true,
+        stoppedByAgent: false,
+        exitReported: true,
+        jobId: name
+      };
+      l.phase = "running";
+      save();
+      await client2.apply({
+        run_name: name,
+        configuration: {
+          type: "dev-environment",
+          name,
+          ide: d.ide,
+          ...d.image ? { image: d.image } : {},
+          fleets: [d.fleet ?? cfg.hostId],
+          // the controller's lease decides how long it lives, not dstack's idle timer
+          inactivity_duration: "off"
+        }
+      });
+      log.info("dstack dev environment submitted", { leaseId: l.leaseId, run: name });
+    },
+    async attach(l) {
+      const run = await look(l);
+      if (run === void 0) return null;
+      if (run === null) return { ended: `dstack has no run ${runName(l)}` };
+      if (run.status === "running") return { command: attachCommand(run.run_spec.run_name ?? runName(l)) };
+      if (isFinished(run)) return { ended: `dstack run ${runName(l)} is ${run.status}` };
+      return null;
+    },
+    async forget(l) {
+      l.runner = null;
+      save();
+    },
+    async discard(l) {
+      await area.remove(l);
+    }
+  };
+}
+
+// agent/executor/jit-runner.ts
+import { existsSync as existsSync2, readFileSync as readFileSync3, rmSync as rmSync2 } from "node:fs";
+import { dirname, join as join3 } from "node:path";
+function createJitRunnerExecutor(deps) {
+  const { cfg, log, save, account } = deps;
+  let secrets = [];
+  const runsRoot = join3(dirname(cfg.stateFile), "runs");
+  const resolvePid = (r) => {
+    if (r.pid != null) return;
+    const f = join3(r.runDir, "pid");
+    if (!existsSync2(f)) return;
+    const pid = Number(readFileSync3(f, "utf8").trim());
+    if (Number.isInteger(pid) && pid > 0) {
+      r.pid = pid;
+      r.startTicks = processStartTicks(pid);
+      save();
+    }
+  };
+  const alive = (r) => {
+    resolvePid(r);
+    return r.pid != null && isRunnerAlive(r.pid, r.startTicks);
+  };
+  const area = createWorkArea(cfg, account);
+  const foreign = area.foreign;
+  const removeWorkDir = area.remove;
+  const makeWorkDir = area.make;
+  return {
+    name: "jit-runner",
+    async prepare(l) {
+      return area.fresh(l);
+    },
+    async start(l, w) {
+      const runDir = childPath(runsRoot, w.name);
+      rmSync2(runDir, { recursive: true, force: true });
+      if (l.phase !== "prepared") await makeWorkDir(l);
+      l.runner = {
+        runnerName: w.name,
+        runDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: false,
+        stoppedByAgent: false,
+        exitReported: false
+      };
+      l.phase = "running";
+      save();
+      const env = jobEnv(cfg, account, l, w);
+      const started = startRunner({ runDir, command: cfg.runner.command, workDir: l.workDir, env, account });
+      l.runner.pid = started.pid;
+      l.runner.startTicks = started.startTicks;
+      save();
+      secrets = [w.jitConfig, w.jobToken ?? ""];
+      log.info("runner started", { leaseId: l.leaseId, runnerName: w.name, pid: started.pid });
+      void started.exited.then(deps.onExit);
+    },
+    async observe(l) {
+      const r = l.runner;
+      if (!r) return { state: "none" };
+      if (alive(r)) return { state: "running" };
+      if (r.exitCode === void 0) {
+        r.exitCode = readExitCode(r.runDir);
+        save();
+      }
+      return { state: "exited", exitCode: r.exitCode ?? null };
+    },
+    async stop(l) {
+      const r = l.runner;
+      if (r && alive(r)) {
+        r.stoppedByAgent = true;
+        save();
+        log.info("stopping the runner this agent started", { leaseId: l.leaseId, runnerName: r.runnerName });
+        await stopRunner(r.pid, r.startTicks, cfg.runner.stopGraceS * 1e3, account);
+      }
+      if (r && account && processesOfUid(account.uid).length) {
+        const left = await killAccountProcesses(account);
+        log.info("ended the runner user's remaining processes", { leaseId: l.leaseId, left: left.length });
+      }
+    },
+    async confirmTerminated(l) {
+      const r = l.runner;
+      if (r && alive(r)) return { ok: false, detail: `runner ${r.runnerName} (pid ${r.pid}) still runs` };
+      const left = r ? foreign() : [];
+      if (left.length) {
+        return {
+          ok: false,
+          detail: `${left.length} process(es) of ${account.name} still run (pid ${left.slice(0, 5).join(", ")})`
+        };
+      }
+      return { ok: true };
+    },
+    async lastLines(l, n) {
+      return l.runner ? redactLines(tailLines(l.runner.runDir, n), secrets) : [];
+    },
+    async forget(l) {
+      if (l.runner) {
+        assertUnder(runsRoot, l.runner.runDir);
+        rmSync2(l.runner.runDir, { recursive: true, force: true });
+      }
+      l.runner = null;
+      secrets = [];
+      save();
+    },
+    async discard(l) {
+      await removeWorkDir(l);
+      if (l.runner) {
+        assertUnder(runsRoot, l.runner.runDir);
+        rmSync2(l.runner.runDir, { recursive: true, force: true });
+      }
+      secrets = [];
+    }
+  };
+}
+
+// agent/executor/slurm.ts
+import { join as join4 } from "node:path";
+var TERMINAL = /* @__PURE__ */ new Set([
+  "COMPLETED",
+  "FAILED",
+  "CANCELLED",
+  "TIMEOUT",
+  "NODE_FAIL",
+  "PREEMPTED",
+  "OUT_OF_MEMORY",
+  "BOOT_FAIL",
+  "DEADLINE"
+]);
+var OUTPUT = ".spark-slurm.out";
+function createSlurmExecutor(deps) {
+  const { cfg, log, save, account } = deps;
+  const area = createWorkArea(cfg, account);
+  const s = cfg.slurm;
+  const bin = (name) => s.bin ? join4(s.bin, name) : name;
+  const slurmEnv = () => ({
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    ...s.conf ? { SLURM_CONF: s.conf } : {}
+  });
+  const slurm = (argv2, env = slurmEnv()) => {
+    const asRunner = account && (argv2[0] === "sbatch" || argv2[0] === "scancel");
+    return runCommand([...asRunner ? asAccount(account) : [], bin(argv2[0]), ...argv2.slice(1)], {
+      timeoutMs: 3e4,
+      env
+    });
+  };
+  let secrets = [];
+  const jobName = (l) => `spark-${l.reservationId}`;
+  const jobId = async (l) => {
+    const r = l.runner;
+    if (!r) return null;
+    if (r.jobId) return r.jobId;
+    const q = await slurm(["squeue", "-h", "--name", jobName(l), "-o", "%i"]);
+    const id = q.code === 0 ? q.stdout.trim().split("\n")[0]?.trim() ?? "" : "";
+    if (/^\d+$/.test(id)) {
+      r.jobId = id;
+      save();
+      return id;
+    }
+    return null;
+  };
+  const queued = async (id) => {
+    const q = await slurm(["squeue", "-h", "-j", id, "-o", "%T"]);
+    const state = q.stdout.trim();
+    if (q.code !== 0 || !state) return null;
+    return state;
+  };
+  const accounted = async (id) => {
+    let q = await slurm(["sacct", "-n", "-P", "-X", "-j", id, "-o", "state,exitcode"]);
+    if (q.code !== 0 || !q.stdout.trim())
+      q = await slurm(["sacct", "-c", "-n", "-P", "-j", id, "-o", "state,exitcode"]);
+    const line = q.stdout.trim().split("\n")[0];
+    if (q.code !== 0 || !line) return null;
+    const [state = "", exit = ""] = line.split("|");
+    const st = state.split(" ")[0].toUpperCase();
+    const code = Number(exit.split(":")[0]);
+    return { state: st, exitCode: st === "CANCELLED" || !Number.isInteger(code) ? null : code };
+  };
+  return {
+    name: "slurm",
+    prepare: (l) => area.fresh(l),
+    async start(l, w) {
+      if (l.phase !== "prepared") await area.make(l);
+      l.runner = {
+        runnerName: w.name,
+        runDir: l.workDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: false,
+        stoppedByAgent: false,
+        exitReported: false,
+        jobId: null
+      };
+      l.phase = "running";
+      save();
+      const argv2 = [
+        "sbatch",
+        "--parsable",
+        `--job-name=${jobName(l)}`,
+        `--gres=${s.gres}`,
+        "--exclusive",
+        "--nodes=1",
+        ...s.partition ? [`--partition=${s.partition}`] : [],
+        `--chdir=${l.workDir}`,
+        `--output=${join4(l.workDir, OUTPUT)}`,
+        // the job gets exactly the environment built here (the JIT config travels in it, not argv)
+        "--export=ALL",
+        "--wrap",
+        shellJoin(cfg.runner.command)
+      ];
+      const r = await slurm(argv2, {
+        ...jobEnv(cfg, account, l, w),
+        ...s.conf ? { SLURM_CONF: s.conf } : {}
+      });
+      const id = r.stdout.trim().split(";")[0] ?? "";
+      if (r.code !== 0 || !/^\d+$/.test(id)) {
+        throw new Error(`sbatch failed: ${(r.stderr.trim() || r.error || r.stdout.trim()).slice(0, 300)}`);
+      }
+      l.runner.jobId = id;
+      save();
+      secrets = [w.jitConfig, w.jobToken ?? ""];
+      log.info("slurm job submitted", { leaseId: l.leaseId, runnerName: w.name, jobId: id });
+    },
+    async observe(l) {
+      const r = l.runner;
+      if (!r) return { state: "none" };
+      const id = await jobId(l);
+      if (!id) return { state: "exited", exitCode: null };
+      const st = await queued(id);
+      if (st && !TERMINAL.has(st)) return { state: "running" };
+      if (r.exitCode === void 0) {
+        const acc = await accounted(id);
+        if (!acc) return { state: "running" };
+        r.exitCode = acc.exitCode;
+        save();
+      }
+      return { state: "exited", exitCode: r.exitCode ?? null };
+    },
+    async stop(l) {
+      const id = await jobId(l);
+      if (!id || !l.runner) return;
+      if (!await queued(id)) return;
+      l.runner.stoppedByAgent = true;
+      save();
+      log.info("cancelling the slurm job this lease submitted", { leaseId: l.leaseId, jobId: id });
+      await slurm(["scancel", id]);
+      const deadline = Date.now() + (cfg.runner.stopGraceS + 30) * 1e3;
+      while (Date.now() < deadline && await queued(id)) await new Promise((res) => setTimeout(res, 200));
+    },
+    async confirmTerminated(l) {
+      if (!l.runner) return { ok: true };
+      const id = await jobId(l);
+      if (!id) {
+        return { ok: true };
+      }
+      const st = await queued(id);
+      if (st && !TERMINAL.has(st)) return { ok: false, detail: `slurm job ${id} is ${st}` };
+      const acc = await accounted(id);
+      if (!acc || !TERMINAL.has(acc.state)) {
+        return {
+          ok: false,
+          detail: `slurm job ${id}: termination not confirmed by sacct (${acc?.state ?? "no record"})`
+        };
+      }
+      return { ok: true };
+    },
+    async lastLines(l, n) {
+      if (!l.runner) return [];
+      const file2 = join4(l.workDir, OUTPUT);
+      const r = account ? await runCommand([...asAccount(account), "tail", "-n", String(n), "--", file2], {
+        timeoutMs: 1e4
+      }) : await runCommand(["tail", "-n", String(n), "--", file2], { timeoutMs: 1e4 });
+      const lines = r.code === 0 ? r.stdout.split("\n").map((x) => x.trimEnd()).filter(Boolean) : [];
+      return redactLines(lines.slice(-n), secrets);
+    },
+    async forget(l) {
+      l.runner = null;
+      secrets = [];
+      save();
+    },
+    async discard(l) {
+      await area.remove(l);
+      secrets = [];
+    }
+  };
+}
+
+// agent/facts.ts
+async function serviceState(ctx) {
+  const svc = ctx.cfg.service;
+  if (!svc) return "none";
+  if (ctx.state.restore) return "starting";
+  const l = ctx.state.lease;
+  if (l?.lend) {
+    if (l.lendStep === "draining") return "draining";
+    if (l.lendStep === "stopping" || l.lendStep === "verifying" || l.lendStep === "lent") return "stopped";
+  }
+  const h = await ctx.port.probeHealth(svc.healthUrl, 2e3);
+  return h.ok ? "serving" : h.status == null ? "stopped" : "failed";
+}
+async function interconnectOk(ctx) {
+  const check2 = ctx.cfg.interconnectCheck;
+  if (!check2) return null;
+  if (!ctx.interconnect || ctx.port.now() - ctx.interconnect.at > 3e4) {
+    const r = await ctx.port.exec(check2, { timeoutMs: 3e4 });
+    ctx.interconnect = { ok: r.code === 0, at: ctx.port.now() };
+  }
+  return ctx.interconnect.ok;
+}
+async function collectFacts(ctx, gpu) {
+  const q = gpu ?? await ctx.port.queryGpu();
+  const l = ctx.state.lease;
+  const seen = l ? await ctx.executor.observe(l) : { state: "none" };
+  return {
+    gpuProcesses: q.ok ? q.processes : null,
+    gpuError: q.ok ? null : q.error,
+    freeDiskBytes: ctx.port.freeDiskBytes(ctx.cfg.workRoot),
+    serviceState: await serviceState(ctx),
+    runnerState: seen.state === "none" ? "none" : seen.state === "running" ? "running" : "exited",
+    interconnectOk: await interconnectOk(ctx)
+  };
+}
+
+// agent/host/port.ts
+import { statfsSync } from "node:fs";
 
 // agent/gpu.ts
 var NVIDIA_SMI_ARGS = [
@@ -20145,143 +21151,17 @@ function describeProcesses(ps) {
   return ps.slice(0, 5).map((p) => `pid ${p.pid} ${p.name.split("/").pop()}`).join(", ");
 }
 
-// agent/runner.ts
-import { spawn as spawn2 } from "node:child_process";
-import {
-  closeSync,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync as readFileSync2,
-  readSync,
-  statSync
-} from "node:fs";
-import { join } from "node:path";
-var WRAPPER = [
-  "d=$1; shift",
-  'echo $$ > "$d/pid"',
-  '"$@"',
-  "c=$?",
-  'printf "%s\\n" "$c" > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"',
-  'exit "$c"'
-].join("\n");
-function processStartTicks(pid) {
-  try {
-    const stat = readFileSync2(`/proc/${pid}/stat`, "utf8");
-    const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return rest[19] ?? null;
-  } catch {
-    return null;
-  }
-}
-function startRunner(opts) {
-  mkdirSync(opts.runDir, { recursive: true });
-  const log = openSync(join(opts.runDir, "output.log"), "a", 384);
-  try {
-    const child = spawn2("/bin/sh", ["-c", WRAPPER, "spark-runner", opts.runDir, ...opts.command], {
-      cwd: opts.cwd,
-      env: opts.env,
-      detached: true,
-      stdio: ["ignore", log, log]
-    });
-    const exited = new Promise((resolve3) => {
-      child.once("exit", () => resolve3());
-      child.once("error", () => resolve3());
-    });
-    child.unref();
-    if (child.pid == null) throw new Error(`could not start the runner ${opts.command[0]}`);
-    return { pid: child.pid, startTicks: processStartTicks(child.pid), exited };
-  } finally {
-    closeSync(log);
-  }
-}
-function statFields(pid) {
-  try {
-    const stat = readFileSync2(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  } catch {
-    return null;
-  }
-}
-function isRunnerAlive(pid, startTicks) {
-  const leader = statFields(String(pid));
-  if (leader && startTicks != null && leader[19] !== startTicks && leader[2] === String(pid)) return false;
-  let procs;
-  try {
-    procs = readdirSync("/proc").filter((d) => /^\d+$/.test(d));
-  } catch {
-    try {
-      process.kill(-pid, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  }
-  for (const p of procs) {
-    const f = statFields(p);
-    if (f && f[2] === String(pid) && f[0] !== "Z" && f[0] !== "X") return true;
-  }
-  return false;
-}
-function readExitCode(runDir) {
-  const f = join(runDir, "exit");
-  if (!existsSync(f)) return null;
-  const n = Number(readFileSync2(f, "utf8").trim());
-  return Number.isInteger(n) ? n : null;
-}
-function tailLines(runDir, n = 30) {
-  const f = join(runDir, "output.log");
-  if (!existsSync(f)) return [];
-  const size = statSync(f).size;
-  const len = Math.min(size, 64 * 1024);
-  const buf = Buffer.alloc(len);
-  const fd = openSync(f, "r");
-  try {
-    readSync(fd, buf, 0, len, size - len);
-  } finally {
-    closeSync(fd);
-  }
-  return buf.toString("utf8").split("\n").map((l) => l.trimEnd()).filter((l) => l.length > 0).slice(-n);
-}
-var delay = (ms) => new Promise((r) => setTimeout(r, ms));
-async function stopRunner(pid, startTicks, graceMs) {
-  if (!isRunnerAlive(pid, startTicks)) return;
-  try {
-    process.kill(-pid, "SIGTERM");
-  } catch {
-    return;
-  }
-  const deadline = Date.now() + graceMs;
-  while (Date.now() < deadline) {
-    if (!isRunnerAlive(pid, startTicks)) return;
-    await delay(50);
-  }
-  try {
-    process.kill(-pid, "SIGKILL");
-  } catch {
-    return;
-  }
-  const hard = Date.now() + 5e3;
-  while (Date.now() < hard && isRunnerAlive(pid, startTicks)) await delay(50);
-}
-function redactLines(lines, secrets) {
-  return lines.map((l) => {
-    let out = l;
-    for (const s of secrets) if (s && s.length >= 8) out = out.split(s).join("[redacted]");
-    return out.replace(/[A-Za-z0-9+/=_-]{120,}/g, "[redacted]").slice(0, 500);
-  });
-}
-
 // agent/service.ts
+var client = new HttpClient();
 async function probeHealth(url2, timeoutMs) {
   try {
-    const res = await fetch(url2, { signal: AbortSignal.timeout(timeoutMs) });
-    const body = (await res.text().catch(() => "")).replace(/\s+/g, " ").trim().slice(0, 300);
-    return { ok: res.ok, status: res.status, detail: `HTTP ${res.status}${body ? ` ${body}` : ""}` };
+    const res = await client.request({ method: "GET", url: new URL(url2), timeoutMs });
+    const body = res.text.replace(/\s+/g, " ").trim().slice(0, 300);
+    const ok = res.status >= 200 && res.status < 300;
+    return { ok, status: res.status, detail: `HTTP ${res.status}${body ? ` ${body}` : ""}` };
   } catch (e) {
     const err = e;
-    const why = err.name === "TimeoutError" ? `no answer within ${timeoutMs} ms` : err.cause?.code ?? err.message;
+    const why = err.code === "ETIMEDOUT" ? `no answer within ${timeoutMs} ms` : err.message;
     return { ok: false, status: null, detail: `health check unreachable: ${why}` };
   }
 }
@@ -20298,8 +21178,201 @@ async function waitHealthy(url2, timeoutMs, pollMs, stopped = () => false) {
   }
 }
 
+// agent/host/port.ts
+function createHostPort(cfg) {
+  return {
+    exec: runCommand,
+    queryGpu: () => queryGpu(cfg.nvidiaSmi, cfg.timeouts.gpuQueryS * 1e3),
+    probeHealth,
+    waitHealthy,
+    freeDiskBytes(path) {
+      try {
+        const s = statfsSync(path);
+        return s.bavail * s.bsize;
+      } catch {
+        return null;
+      }
+    },
+    now: () => Date.now()
+  };
+}
+
+// agent/loops/backoff.ts
+function backoffMs(failures, capMs, baseMs = 500) {
+  const ceiling = Math.min(capMs, baseMs * 2 ** Math.min(failures, 16));
+  return Math.round(ceiling / 2 + Math.random() * ceiling / 2);
+}
+var MAX_TIMER_MS = 2 ** 31 - 1;
+function clampHeartbeatS(s) {
+  return Number.isFinite(s) ? Math.min(600, Math.max(1, s)) : 10;
+}
+function clampDelayMs(ms) {
+  return Number.isFinite(ms) ? Math.min(MAX_TIMER_MS, Math.max(0, ms)) : ms > 0 ? MAX_TIMER_MS : 0;
+}
+
+// agent/loops/heartbeat.ts
+async function heartbeatLoop(deps) {
+  let failures = 0;
+  while (!deps.stopped()) {
+    try {
+      const t0 = Date.now();
+      const facts = await deps.collectFacts();
+      const t1 = Date.now();
+      deps.setPeriodS((await deps.send(facts)).heartbeatIntervalS);
+      deps.log.debug("heartbeat sent", { factsMs: t1 - t0, sendMs: Date.now() - t1, ...deps.stats?.() });
+      failures = 0;
+    } catch (e) {
+      failures++;
+      deps.log.warn("heartbeat failed", { error: e.message, failures });
+    }
+    const base = deps.periodMs();
+    await deps.sleep(failures ? Math.max(base, backoffMs(failures, deps.backoffMaxMs)) : base);
+  }
+}
+
+// agent/loops/poll.ts
+async function pollLoop(deps) {
+  let failures = 0;
+  let recheckMs = null;
+  let version2 = null;
+  while (!deps.stopped()) {
+    const ac = new AbortController();
+    deps.setAbort(ac);
+    const maxWaitMs = Math.min(deps.longPollMs, recheckMs ?? Number.POSITIVE_INFINITY);
+    let desired;
+    try {
+      const res = await deps.poll({ since: version2, maxWaitMs }, ac.signal);
+      failures = 0;
+      deps.setPeriodS(res.heartbeatIntervalS);
+      version2 = res.version;
+      desired = res.desired;
+    } catch (e) {
+      if (deps.stopped()) break;
+      if (ac.signal.aborted) {
+        version2 = null;
+        continue;
+      }
+      failures++;
+      const wait2 = Math.max(
+        e.retryAfterMs ?? 0,
+        backoffMs(failures, deps.backoffMaxMs)
+      );
+      if (e instanceof ControllerRejected) {
+        deps.log.error("controller refused the poll", { status: e.status, code: e.code, error: e.message });
+      } else {
+        deps.log.warn("controller unreachable; starting nothing new", {
+          error: e.message,
+          failures,
+          retryInMs: wait2
+        });
+      }
+      await deps.sleep(wait2);
+      continue;
+    } finally {
+      deps.setAbort(null);
+    }
+    const r = await deps.converge(desired);
+    recheckMs = r.recheckMs;
+    if (r.forget) version2 = null;
+  }
+}
+
+// agent/reconcile.ts
+var wait = (ms, why) => ({ kind: "wait", ms, why });
+function fencingTokenOf(d) {
+  if ("lease" in d && d.lease) return d.lease.fencingToken;
+  return d.state === "restore" ? d.fencingToken : null;
+}
+function reconcile(d, local) {
+  const token2 = fencingTokenOf(d);
+  if (token2 != null) {
+    if (token2 < local.maxFencingToken) {
+      return { kind: "refuse-stale", fencingToken: token2, highest: local.maxFencingToken };
+    }
+    if (token2 > local.maxFencingToken) return { kind: "raise-fencing-token", fencingToken: token2 };
+  }
+  const lease = "lease" in d ? d.lease : void 0;
+  const l = local.lease;
+  if (l && l.fencingToken !== lease?.fencingToken && d.state !== "hold") {
+    return { kind: "drop-lease", why: `lease ${l.leaseId} is no longer current (now: ${d.state})` };
+  }
+  const mine = lease && l && l.fencingToken === lease.fencingToken ? l : null;
+  switch (d.state) {
+    case "idle":
+    case "serve":
+      return wait(null, "nothing bound");
+    case "prepare": {
+      if (!mine) return { kind: "adopt-lease", lease: d.lease };
+      if (mine.phase === "prepare_failed") return { kind: "report-prepare-failed" };
+      if (mine.phase === "preparing") {
+        if (mine.lend) {
+          if (!local.hasService) {
+            return {
+              kind: "fail-prepare",
+              reason: "lease lends the home service but this agent has none configured"
+            };
+          }
+          if (mine.lendStep === "none" || mine.lendStep === "draining") return { kind: "lend-drain" };
+          if (mine.lendStep === "stopping") return { kind: "lend-stop" };
+          if (mine.lendStep === "verifying") return { kind: "lend-verify" };
+        }
+        return { kind: "prepare-host" };
+      }
+      return { kind: "report-prepared" };
+    }
+    case "wait":
+      if (!mine) return { kind: "adopt-lease", lease: d.lease };
+      return wait(null, "prepared; waiting for the other node or the runner config");
+    case "run": {
+      if (!mine) return { kind: "adopt-lease", lease: d.lease };
+      const r = mine.runner;
+      if (r && r.runnerName !== d.runnerName) return { kind: "replace-workload", next: d.runnerName };
+      if (!r) {
+        if (!d.jitConfig) return wait(null, "runner config was handed over but no runner of it runs here");
+        return {
+          kind: "start-workload",
+          workload: { name: d.runnerName, jitConfig: d.jitConfig, jobToken: d.jobToken ?? null }
+        };
+      }
+      if (local.workload.state === "running") {
+        return r.startReported ? wait(1e3, "runner running") : { kind: "report-started" };
+      }
+      return r.exitReported ? wait(null, "runner exited and reported") : { kind: "report-exited", bestEffort: false };
+    }
+    case "develop": {
+      if (!mine) return { kind: "adopt-lease", lease: d.lease };
+      if (local.devEnvironments && !mine.runner && !mine.activeReported) return { kind: "start-development" };
+      if (!mine.activeReported) return { kind: "report-active" };
+      const graceMs = 2 * local.heartbeatMs;
+      if (d.lease.expiresInMs > -graceMs) return wait(d.lease.expiresInMs + graceMs + 250, "lease live");
+      return { kind: "check-expired" };
+    }
+    case "clean":
+      if (!mine) return { kind: "adopt-lease", lease: d.lease };
+      return cleanStep(mine, local);
+    case "hold": {
+      if (!d.lease) return wait(null, `hold: ${d.reason}`);
+      if (!mine) return { kind: "adopt-lease", lease: d.lease };
+      if (mine.phase === "cleaning") return cleanStep(mine, local);
+      if (mine.runner && local.workload.state === "running")
+        return wait(local.heartbeatMs, "runner still running");
+      return { kind: "check-hold" };
+    }
+    case "restore":
+      if (d.waitMs > 0) return wait(d.waitMs, "restore backoff");
+      if (!local.hasService) return { kind: "report-restore-impossible" };
+      return { kind: "restore" };
+  }
+}
+function cleanStep(l, local) {
+  if (l.phase !== "cleaning") return { kind: "begin-clean" };
+  if (l.runner && local.workload.state === "running") return { kind: "stop-workload" };
+  if (l.runner && !l.runner.exitReported) return { kind: "report-exited", bestEffort: true };
+  return { kind: "finish-clean" };
+}
+
 // agent/state-file.ts
-import { closeSync as closeSync2, fsyncSync, mkdirSync as mkdirSync2, openSync as openSync2, readFileSync as readFileSync3, renameSync, writeSync } from "node:fs";
+import { closeSync as closeSync2, fsyncSync, mkdirSync as mkdirSync3, openSync as openSync2, readFileSync as readFileSync4, renameSync, writeSync } from "node:fs";
 import { dirname as dirname2 } from "node:path";
 var runnerSchema = external_exports.object({
   runnerName: external_exports.string(),
@@ -20312,6 +21385,8 @@ var runnerSchema = external_exports.object({
   /** Set when the agent itself stopped the runner (release or replacement). */
   stoppedByAgent: external_exports.boolean(),
   exitCode: external_exports.number().int().nullable().optional(),
+  /** The Slurm job id (executor `slurm`); null until sbatch answered. */
+  jobId: external_exports.string().nullable().optional(),
   exitReported: external_exports.boolean()
 });
 var leaseSchema = external_exports.object({
@@ -20342,7 +21417,7 @@ var emptyState = () => ({ v: 1, maxFencingToken: 0, lease: null, restore: null }
 function loadState(path) {
   let text;
   try {
-    text = readFileSync3(path, "utf8");
+    text = readFileSync4(path, "utf8");
   } catch (e) {
     if (e.code === "ENOENT") return emptyState();
     throw e;
@@ -20356,7 +21431,7 @@ function loadState(path) {
   return parsed.data;
 }
 function saveState(path, state) {
-  mkdirSync2(dirname2(path), { recursive: true });
+  mkdirSync3(dirname2(path), { recursive: true });
   const tmp = `${path}.tmp-${process.pid}`;
   const fd = openSync2(tmp, "w", 384);
   try {
@@ -20375,48 +21450,489 @@ function saveState(path, state) {
   }
 }
 
-// agent/daemon.ts
-function backoffMs(failures, capMs, baseMs = 500) {
-  const ceiling = Math.min(capMs, baseMs * 2 ** Math.min(failures, 16));
-  return Math.round(ceiling / 2 + Math.random() * ceiling / 2);
+// agent/steps/context.ts
+var again = { next: "again" };
+var waitFor = (ms) => ({ next: "wait", ms });
+function currentLease(ctx) {
+  const l = ctx.state.lease;
+  if (!l) throw new TypeError("step needs a local lease record but there is none");
+  return l;
 }
-var Agent = class {
-  constructor(cfg, token2, log) {
+
+// agent/steps/clean.ts
+function remaining(l, processes) {
+  if (l.lend && l.lendStep !== "lent") return [];
+  return [...processes];
+}
+function beginClean(ctx) {
+  currentLease(ctx).phase = "cleaning";
+  ctx.save();
+  return again;
+}
+async function stopWorkload(ctx) {
+  const l = currentLease(ctx);
+  await ctx.executor.stop(l);
+  return (await ctx.executor.observe(l)).state === "running" ? waitFor(1e3) : again;
+}
+async function finishClean(ctx) {
+  const l = currentLease(ctx);
+  await ctx.executor.stop(l);
+  const gone = await ctx.executor.confirmTerminated(l);
+  if (!gone.ok) {
+    ctx.log.warn("cannot confirm cleanup: the workload has not terminated", { detail: gone.detail });
+    return waitFor(1e3);
+  }
+  await ctx.executor.discard(l);
+  const q = await ctx.port.queryGpu();
+  if (!q.ok) {
+    ctx.log.warn("cannot confirm cleanup: GPU state unknown", { error: q.error });
+    return waitFor(1e3);
+  }
+  const left = remaining(l, q.processes);
+  if (left.length) {
+    if (!l.remainReported) {
+      ctx.log.warn("processes remain after cleanup; nothing is killed", {
+        processes: describeProcesses(left)
+      });
+      await ctx.report({ type: "processes_remain", fencingToken: l.fencingToken, processes: left });
+      l.remainReported = true;
+      ctx.save();
+    }
+    return waitFor(ctx.heartbeatMs());
+  }
+  const facts = {
+    ...await ctx.collectFacts(),
+    gpuProcesses: q.processes,
+    gpuError: null,
+    runnerState: "none"
+  };
+  await ctx.heartbeat(facts).catch((e) => ctx.log.warn("fresh facts not delivered", { error: e.message }));
+  await ctx.report({ type: "cleaned", fencingToken: l.fencingToken, facts });
+  ctx.state.lease = null;
+  ctx.save();
+  return waitFor(null);
+}
+async function checkHold(ctx) {
+  const l = currentLease(ctx);
+  const q = await ctx.port.queryGpu();
+  if (!q.ok || remaining(l, q.processes).length) return waitFor(ctx.heartbeatMs());
+  return beginClean(ctx);
+}
+
+// agent/steps/develop.ts
+async function startDevelopment(ctx) {
+  const start = ctx.executor.startDevelopment;
+  if (!start)
+    throw new TypeError("start-development chosen for an executor without development environments");
+  await start.call(ctx.executor, currentLease(ctx));
+  return again;
+}
+async function reportActive(ctx) {
+  const l = currentLease(ctx);
+  let attach;
+  if (ctx.executor.attach && l.runner) {
+    const a = await ctx.executor.attach(l);
+    if (a === null) return waitFor(1e3);
+    if ("ended" in a) {
+      ctx.log.warn("the development environment ended before it ran; starting a new one", {
+        detail: a.ended
+      });
+      l.runner = null;
+      ctx.save();
+      return waitFor(5e3);
+    }
+    attach = a.command;
+  }
+  await ctx.report({ type: "lease_active", fencingToken: l.fencingToken, ...attach ? { attach } : {} });
+  l.activeReported = true;
+  ctx.save();
+  return again;
+}
+async function checkExpired(ctx) {
+  const l = currentLease(ctx);
+  const q = await ctx.port.queryGpu();
+  if (q.ok && q.processes.length && !l.remainReported) {
+    await ctx.report({ type: "processes_remain", fencingToken: l.fencingToken, processes: q.processes });
+    l.remainReported = true;
+    ctx.save();
+  }
+  return waitFor(ctx.heartbeatMs());
+}
+
+// agent/steps/lease-record.ts
+function refuseStale(ctx, state, fencingToken, highest) {
+  ctx.log.warn("refusing a command with a stale fencing token", {
+    state,
+    fencingToken,
+    highestSeen: highest
+  });
+  return waitFor(null);
+}
+function raiseFencingToken(ctx, fencingToken) {
+  ctx.state.maxFencingToken = fencingToken;
+  ctx.save();
+  return again;
+}
+function adoptLease(ctx, lease) {
+  const l = {
+    leaseId: lease.leaseId,
+    reservationId: lease.reservationId,
+    fencingToken: lease.fencingToken,
+    kind: lease.kind,
+    topology: lease.topology,
+    lend: lease.lend,
+    workDir: childPath(ctx.cfg.workRoot, `${lease.reservationId}-${ctx.cfg.hostId}-t${lease.fencingToken}`),
+    lendStep: "none",
+    phase: "preparing",
+    failure: null,
+    runner: null,
+    activeReported: false,
+    remainReported: false
+  };
+  ctx.state.lease = l;
+  ctx.save();
+  return again;
+}
+async function dropLease(ctx, why) {
+  const l = ctx.state.lease;
+  if (!l) return again;
+  ctx.log.info("cleaning up local work of an ended lease", { leaseId: l.leaseId, why });
+  await ctx.executor.stop(l);
+  await ctx.executor.discard(l);
+  ctx.state.lease = null;
+  ctx.save();
+  return again;
+}
+
+// agent/steps/prepare.ts
+async function failPrepare(ctx, reason) {
+  const l = currentLease(ctx);
+  l.phase = "prepare_failed";
+  l.failure = reason;
+  if (l.lend && l.lendStep !== "lent") l.lendStep = "failed";
+  ctx.save();
+  ctx.log.warn("preparation failed", { leaseId: l.leaseId, reason });
+  await ctx.report({ type: "prepare_failed", fencingToken: l.fencingToken, reason });
+  return waitFor(null);
+}
+async function reportPrepareFailed(ctx) {
+  const l = currentLease(ctx);
+  await ctx.report({ type: "prepare_failed", fencingToken: l.fencingToken, reason: l.failure ?? "failed" });
+  return waitFor(null);
+}
+async function prepareHost(ctx) {
+  const l = currentLease(ctx);
+  const [q, ready] = await Promise.all([
+    l.lend ? Promise.resolve(null) : ctx.port.queryGpu(),
+    ctx.executor.prepare(l)
+  ]);
+  if (q && !q.ok) return failPrepare(ctx, `GPU state unknown: ${q.error}`);
+  if (q?.ok && q.processes.length) {
+    return failPrepare(
+      ctx,
+      `GPU busy: ${q.processes.length} process(es) outside the lease (${describeProcesses(q.processes)})`
+    );
+  }
+  if (!ready.ok) return failPrepare(ctx, ready.detail);
+  const check2 = ctx.cfg.interconnectCheck;
+  if (l.topology === "pair" && check2) {
+    const r = await ctx.port.exec(check2, { timeoutMs: 6e4 });
+    ctx.interconnect = { ok: r.code === 0, at: ctx.port.now() };
+    if (r.code !== 0) return failPrepare(ctx, `interconnect check failed: ${describeFailure(check2, r)}`);
+  }
+  l.phase = "prepared";
+  ctx.save();
+  return again;
+}
+async function reportPrepared(ctx) {
+  const l = currentLease(ctx);
+  await ctx.report({
+    type: "prepared",
+    fencingToken: l.fencingToken,
+    serviceLent: l.lend && l.lendStep === "lent",
+    evidence: { gpuProcesses: 0, interconnectOk: ctx.interconnect?.ok ?? null }
+  });
+  return waitFor(null);
+}
+
+// agent/steps/lend.ts
+function service(ctx) {
+  const svc = ctx.cfg.service;
+  if (!svc) throw new TypeError("lend step chosen without a home service");
+  return svc;
+}
+async function lendDrain(ctx) {
+  const l = currentLease(ctx);
+  const svc = service(ctx);
+  l.lendStep = "draining";
+  ctx.save();
+  ctx.log.info("draining the home service", { service: svc.name, leaseId: l.leaseId });
+  const r = await ctx.port.exec(svc.drain, { timeoutMs: svc.commandTimeoutS * 1e3 });
+  if (r.code !== 0) return failPrepare(ctx, `${svc.name} drain failed: ${describeFailure(svc.drain, r)}`);
+  l.lendStep = "stopping";
+  ctx.save();
+  return again;
+}
+async function lendStop(ctx) {
+  const l = currentLease(ctx);
+  const svc = service(ctx);
+  ctx.log.info("stopping the home service", { service: svc.name, leaseId: l.leaseId });
+  const r = await ctx.port.exec(svc.stop, { timeoutMs: svc.commandTimeoutS * 1e3 });
+  if (r.code !== 0) return failPrepare(ctx, `${svc.name} stop failed: ${describeFailure(svc.stop, r)}`);
+  l.lendStep = "verifying";
+  ctx.save();
+  return again;
+}
+async function lendVerify(ctx) {
+  const l = currentLease(ctx);
+  const svc = service(ctx);
+  const deadline = ctx.port.now() + svc.releaseVerifyTimeoutS * 1e3;
+  for (; ; ) {
+    const q = await ctx.port.queryGpu();
+    if (!q.ok) return failPrepare(ctx, `GPU could not be verified after stopping ${svc.name}: ${q.error}`);
+    if (q.processes.length === 0) break;
+    if (ctx.port.now() >= deadline || ctx.stopped()) {
+      return failPrepare(
+        ctx,
+        `GPU still busy after stopping ${svc.name}: ${q.processes.length} process(es) (${describeProcesses(q.processes)}); not lent`
+      );
+    }
+    await ctx.sleep(250);
+  }
+  l.lendStep = "lent";
+  ctx.save();
+  return again;
+}
+
+// agent/steps/restore.ts
+async function restoreService(ctx, d) {
+  const svc = ctx.cfg.service;
+  if (!svc) throw new TypeError("restore step chosen without a home service");
+  ctx.state.restore = { fencingToken: d.fencingToken, attempt: d.attempt, startedAt: ctx.port.now() };
+  ctx.save();
+  ctx.log.info("restoring the home service", { service: svc.name, attempt: d.attempt });
+  const start = await ctx.port.exec(svc.start, { timeoutMs: svc.commandTimeoutS * 1e3 });
+  let ok = false;
+  let detail;
+  if (start.code !== 0) {
+    detail = `${svc.name} start failed: ${describeFailure(svc.start, start)}`;
+  } else {
+    const h = await ctx.port.waitHealthy(
+      svc.healthUrl,
+      d.healthTimeoutS * 1e3,
+      svc.healthPollMs,
+      ctx.stopped
+    );
+    ok = h.ok;
+    detail = h.ok ? `${svc.name} model-ready: ${h.detail}` : `${svc.name} model-ready check did not pass within ${d.healthTimeoutS} s: ${h.detail}`;
+  }
+  if (ctx.stopped()) return waitFor(null);
+  await ctx.report({ type: "restored", fencingToken: d.fencingToken, ok, detail });
+  ctx.state.restore = null;
+  ctx.save();
+  return waitFor(null);
+}
+async function reportRestoreImpossible(ctx, fencingToken) {
+  await ctx.report({
+    type: "restored",
+    fencingToken,
+    ok: false,
+    detail: `the agent of ${ctx.cfg.hostId} has no home service configured`
+  });
+  return waitFor(null);
+}
+
+// agent/steps/run.ts
+async function replaceWorkload(ctx, next) {
+  const l = currentLease(ctx);
+  ctx.log.info("runner replaced by the controller", { old: l.runner?.runnerName, new: next });
+  await ctx.executor.stop(l);
+  await ctx.executor.forget(l);
+  return again;
+}
+async function startWorkload(ctx, w) {
+  await ctx.executor.start(currentLease(ctx), w);
+  return again;
+}
+async function reportStarted(ctx) {
+  const l = currentLease(ctx);
+  const r = l.runner;
+  await ctx.report({
+    type: "runner_started",
+    fencingToken: l.fencingToken,
+    runnerName: r.runnerName,
+    executor: ctx.executor.name
+  });
+  r.startReported = true;
+  ctx.save();
+  return again;
+}
+async function reportExited(ctx, bestEffort) {
+  const l = currentLease(ctx);
+  const r = l.runner;
+  const seen = await ctx.executor.observe(l);
+  try {
+    await ctx.report({
+      type: "runner_exited",
+      fencingToken: l.fencingToken,
+      runnerName: r.runnerName,
+      exitCode: seen.state === "exited" ? seen.exitCode : null,
+      lastLines: await ctx.executor.lastLines(l, 30)
+    });
+  } catch (e) {
+    if (!bestEffort || !(e instanceof ControllerRejected)) throw e;
+  }
+  r.exitReported = true;
+  ctx.save();
+  return bestEffort ? again : waitFor(null);
+}
+
+// agent/steps/index.ts
+async function runStep(ctx, step, d) {
+  switch (step.kind) {
+    case "refuse-stale":
+      return refuseStale(ctx, d.state, step.fencingToken, step.highest);
+    case "raise-fencing-token":
+      return raiseFencingToken(ctx, step.fencingToken);
+    case "drop-lease":
+      return dropLease(ctx, step.why);
+    case "adopt-lease":
+      return adoptLease(ctx, step.lease);
+    case "fail-prepare":
+      return failPrepare(ctx, step.reason);
+    case "report-prepare-failed":
+      return reportPrepareFailed(ctx);
+    case "lend-drain":
+      return lendDrain(ctx);
+    case "lend-stop":
+      return lendStop(ctx);
+    case "lend-verify":
+      return lendVerify(ctx);
+    case "prepare-host":
+      return prepareHost(ctx);
+    case "report-prepared":
+      return reportPrepared(ctx);
+    case "replace-workload":
+      return replaceWorkload(ctx, step.next);
+    case "start-workload":
+      return startWorkload(ctx, step.workload);
+    case "report-started":
+      return reportStarted(ctx);
+    case "report-exited":
+      return reportExited(ctx, step.bestEffort);
+    case "start-development":
+      return startDevelopment(ctx);
+    case "report-active":
+      return reportActive(ctx);
+    case "check-expired":
+      return checkExpired(ctx);
+    case "begin-clean":
+      return beginClean(ctx);
+    case "stop-workload":
+      return stopWorkload(ctx);
+    case "finish-clean":
+      return finishClean(ctx);
+    case "check-hold":
+      return checkHold(ctx);
+    case "restore":
+      if (d.state !== "restore") throw new TypeError("restore step without a restore desired state");
+      return restoreService(ctx, d);
+    case "report-restore-impossible":
+      if (d.state !== "restore") throw new TypeError("restore step without a restore desired state");
+      return reportRestoreImpossible(ctx, d.fencingToken);
+    case "wait":
+      return { next: "wait", ms: step.ms };
+  }
+}
+
+// agent/agent.ts
+var MAX_STEPS = 32;
+var Agent3 = class {
+  constructor(cfg, token2, log, opts = {}) {
     this.cfg = cfg;
     this.log = log;
-    this.state = loadState(cfg.stateFile);
     this.client = new ControllerClient(cfg.controllerUrl, token2, cfg.timeouts.requestS * 1e3);
-    mkdirSync3(cfg.workRoot, { recursive: true });
+    const account = opts.account ?? null;
+    if (!account) mkdirSync4(cfg.workRoot, { recursive: true });
+    const state = loadState(cfg.stateFile);
+    const ctx = {
+      cfg,
+      port: opts.port ?? createHostPort(cfg),
+      executor: null,
+      log,
+      state,
+      save: () => saveState(cfg.stateFile, ctx.state),
+      report: (r) => this.report(r),
+      collectFacts: (gpu) => collectFacts(this.ctx, gpu),
+      heartbeat: async (facts) => {
+        this.heartbeatS = clampHeartbeatS((await this.client.heartbeat(facts)).heartbeatIntervalS);
+      },
+      sleep: (ms) => this.sleep(ms),
+      stopped: () => this.isStopped,
+      heartbeatMs: () => this.heartbeatS * 1e3,
+      interconnect: null
+    };
+    ctx.executor = opts.executor?.(ctx) ?? (cfg.executor === "slurm" ? createSlurmExecutor({ cfg, log, account, save: ctx.save }) : cfg.executor === "dstack" ? createDstackExecutor({ cfg, log, save: ctx.save }) : createJitRunnerExecutor({
+      cfg,
+      log,
+      account,
+      save: ctx.save,
+      onExit: () => this.pollAbort?.abort()
+    }));
+    this.ctx = ctx;
   }
   cfg;
   log;
-  state;
-  version = null;
+  ctx;
+  client;
   heartbeatS = 10;
-  stopped = false;
+  isStopped = false;
   pollAbort = null;
   sleepers = /* @__PURE__ */ new Set();
-  /** The current runner's secrets, in memory only, to redact them from evidence. */
-  secrets = [];
-  interconnect = null;
-  client;
   /** Runs until {@link stop}. */
   async run() {
     this.log.info("agent started", {
       hostId: this.cfg.hostId,
-      maxFencingToken: this.state.maxFencingToken,
-      resumingLease: this.state.lease?.leaseId ?? null
+      executor: this.ctx.executor.name,
+      maxFencingToken: this.ctx.state.maxFencingToken,
+      resumingLease: this.ctx.state.lease?.leaseId ?? null
     });
-    await Promise.all([this.heartbeatLoop(), this.pollLoop()]);
+    const backoffMaxMs = this.cfg.timeouts.backoffMaxS * 1e3;
+    const setPeriodS = (s) => {
+      this.heartbeatS = clampHeartbeatS(s);
+    };
+    await Promise.all([
+      heartbeatLoop({
+        log: this.log,
+        backoffMaxMs,
+        collectFacts: () => collectFacts(this.ctx),
+        send: (facts) => this.client.heartbeat(facts),
+        periodMs: () => this.heartbeatS * 1e3,
+        setPeriodS,
+        sleep: (ms) => this.sleep(ms),
+        stopped: () => this.isStopped,
+        stats: () => ({ newConnections: this.client.newConnections })
+      }),
+      pollLoop({
+        log: this.log,
+        longPollMs: this.cfg.timeouts.longPollS * 1e3,
+        backoffMaxMs,
+        poll: (req, signal) => this.client.poll(req, signal),
+        converge: (d) => this.converge(d),
+        setPeriodS,
+        setAbort: (ac) => {
+          this.pollAbort = ac;
+        },
+        sleep: (ms) => this.sleep(ms),
+        stopped: () => this.isStopped
+      })
+    ]);
+    this.client.close();
   }
   stop() {
-    this.stopped = true;
+    this.isStopped = true;
     this.pollAbort?.abort();
     for (const wake of this.sleepers) wake();
-  }
-  /** Ends the current long-poll early (a local event, e.g. the runner exited). */
-  wake() {
-    this.pollAbort?.abort();
   }
   sleep(ms) {
     return new Promise((resolve3) => {
@@ -20425,552 +21941,260 @@ var Agent = class {
         this.sleepers.delete(done);
         resolve3();
       };
-      const t = setTimeout(done, ms);
+      const t = setTimeout(done, clampDelayMs(ms));
       this.sleepers.add(done);
     });
-  }
-  save() {
-    saveState(this.cfg.stateFile, this.state);
-  }
-  // ------------------------------------------------------------ loops
-  async heartbeatLoop() {
-    let failures = 0;
-    while (!this.stopped) {
-      try {
-        const t0 = Date.now();
-        const facts = await this.collectFacts();
-        const t1 = Date.now();
-        this.heartbeatS = (await this.client.heartbeat(facts)).heartbeatIntervalS;
-        this.log.debug("heartbeat sent", { factsMs: t1 - t0, sendMs: Date.now() - t1 });
-        failures = 0;
-      } catch (e) {
-        failures++;
-        this.log.warn("heartbeat failed", { error: e.message, failures });
-      }
-      const base = this.heartbeatS * 1e3;
-      await this.sleep(
-        failures ? Math.max(base, backoffMs(failures, this.cfg.timeouts.backoffMaxS * 1e3)) : base
-      );
-    }
-  }
-  async pollLoop() {
-    let failures = 0;
-    let recheckMs = null;
-    while (!this.stopped) {
-      const ac = new AbortController();
-      this.pollAbort = ac;
-      const maxWaitMs = Math.min(this.cfg.timeouts.longPollS * 1e3, recheckMs ?? Number.POSITIVE_INFINITY);
-      let desired;
-      try {
-        const res = await this.client.poll({ since: this.version, maxWaitMs }, ac.signal);
-        failures = 0;
-        this.heartbeatS = res.heartbeatIntervalS;
-        this.version = res.version;
-        desired = res.desired;
-      } catch (e) {
-        if (this.stopped) break;
-        if (ac.signal.aborted) {
-          this.version = null;
-          continue;
-        }
-        failures++;
-        const wait = Math.max(
-          e.retryAfterMs ?? 0,
-          backoffMs(failures, this.cfg.timeouts.backoffMaxS * 1e3)
-        );
-        if (e instanceof ControllerRejected) {
-          this.log.error("controller refused the poll", { status: e.status, code: e.code, error: e.message });
-        } else {
-          this.log.warn("controller unreachable; starting nothing new", {
-            error: e.message,
-            failures,
-            retryInMs: wait
-          });
-        }
-        await this.sleep(wait);
-        continue;
-      } finally {
-        this.pollAbort = null;
-      }
-      recheckMs = await this.safeReconcile(desired);
-    }
-  }
-  async safeReconcile(d) {
-    try {
-      return await this.reconcile(d);
-    } catch (e) {
-      if (e instanceof ControllerRejected && e.code === "stale_fencing_token") {
-        this.log.warn("report refused: fencing token no longer current", { error: e.message });
-        this.version = null;
-        return 0;
-      }
-      if (e instanceof ControllerUnreachable) {
-        this.log.warn("report not delivered; will repeat it", { error: e.message });
-        this.version = null;
-        return 1e3;
-      }
-      this.log.error("step failed; will retry", { state: d.state, error: e.message });
-      this.version = null;
-      return 2e3;
-    }
-  }
-  // ------------------------------------------------------------ reconcile
-  async reconcile(d) {
-    const lease = "lease" in d ? d.lease : void 0;
-    const token2 = lease ? lease.fencingToken : d.state === "restore" ? d.fencingToken : null;
-    if (token2 != null) {
-      if (token2 < this.state.maxFencingToken) {
-        this.log.warn("refusing a command with a stale fencing token", {
-          state: d.state,
-          fencingToken: token2,
-          highestSeen: this.state.maxFencingToken
-        });
-        return null;
-      }
-      if (token2 > this.state.maxFencingToken) {
-        this.state.maxFencingToken = token2;
-        this.save();
-      }
-    }
-    const local = this.state.lease;
-    if (local && local.fencingToken !== lease?.fencingToken && d.state !== "hold") {
-      await this.dropLocalLease(local, `lease ${local.leaseId} is no longer current (now: ${d.state})`);
-    }
-    switch (d.state) {
-      case "idle":
-      case "serve":
-        return null;
-      case "prepare":
-        return this.prepare(d.lease);
-      case "wait":
-        this.adopt(d.lease);
-        return null;
-      case "run":
-        return this.runStep(d);
-      case "develop":
-        return this.develop(d.lease);
-      case "clean":
-        return this.clean(d.lease);
-      case "restore":
-        return this.restore(d);
-      case "hold":
-        return this.hold(d);
-    }
   }
   async report(r) {
     const res = await this.client.report(r);
     this.log.info("reported", { type: r.type, result: res.result });
   }
-  /** The local record of `lease`, created on first sight. */
-  adopt(lease) {
-    const cur = this.state.lease;
-    if (cur && cur.fencingToken === lease.fencingToken) return cur;
-    const l = {
-      leaseId: lease.leaseId,
-      reservationId: lease.reservationId,
-      fencingToken: lease.fencingToken,
-      kind: lease.kind,
-      topology: lease.topology,
-      lend: lease.lend,
-      workDir: join2(this.cfg.workRoot, `${lease.reservationId}-${this.cfg.hostId}-t${lease.fencingToken}`),
-      lendStep: "none",
-      phase: "preparing",
-      failure: null,
-      runner: null,
-      activeReported: false,
-      remainReported: false
-    };
-    this.state.lease = l;
-    this.save();
-    return l;
-  }
-  removeWorkDir(l) {
-    const rel = relative(this.cfg.workRoot, l.workDir);
-    if (!rel || rel.startsWith("..") || resolve2(this.cfg.workRoot, rel) !== l.workDir) {
-      throw new Error(`refusing to remove ${l.workDir}: not under ${this.cfg.workRoot}`);
-    }
-    rmSync(l.workDir, { recursive: true, force: true });
-  }
-  async dropLocalLease(l, why) {
-    this.log.info("cleaning up local work of an ended lease", { leaseId: l.leaseId, why });
-    if (l.runner) await this.stopOwnRunner(l, l.runner);
-    this.removeWorkDir(l);
-    if (l.runner) rmSync(l.runner.runDir, { recursive: true, force: true });
-    this.state.lease = null;
-    this.secrets = [];
-    this.save();
-  }
-  // ------------------------------------------------------------ prepare
-  async fail(l, reason) {
-    l.phase = "prepare_failed";
-    l.failure = reason;
-    if (l.lend && l.lendStep !== "lent") l.lendStep = "failed";
-    this.save();
-    this.log.warn("preparation failed", { leaseId: l.leaseId, reason });
-    await this.report({ type: "prepare_failed", fencingToken: l.fencingToken, reason });
-    return null;
-  }
-  async prepare(lease) {
-    const l = this.adopt(lease);
-    if (l.phase === "prepare_failed") {
-      await this.report({
-        type: "prepare_failed",
-        fencingToken: l.fencingToken,
-        reason: l.failure ?? "failed"
-      });
-      return null;
-    }
-    if (l.phase !== "prepared") {
-      const svc = this.cfg.service;
-      if (lease.lend) {
-        if (!svc)
-          return this.fail(
-            l,
-            `lease lends the home service but the agent of ${this.cfg.hostId} has none configured`
-          );
-        const timeoutMs = svc.commandTimeoutS * 1e3;
-        if (l.lendStep === "none" || l.lendStep === "draining") {
-          l.lendStep = "draining";
-          this.save();
-          this.log.info("draining the home service", { service: svc.name, leaseId: l.leaseId });
-          const r = await runCommand(svc.drain, { timeoutMs });
-          if (r.code !== 0) return this.fail(l, `${svc.name} drain failed: ${describeFailure(svc.drain, r)}`);
-        }
-        if (l.lendStep === "draining" || l.lendStep === "stopping") {
-          l.lendStep = "stopping";
-          this.save();
-          this.log.info("stopping the home service", { service: svc.name, leaseId: l.leaseId });
-          const r = await runCommand(svc.stop, { timeoutMs });
-          if (r.code !== 0) return this.fail(l, `${svc.name} stop failed: ${describeFailure(svc.stop, r)}`);
-          l.lendStep = "verifying";
-          this.save();
-        }
-        if (l.lendStep === "verifying") {
-          const deadline = Date.now() + svc.releaseVerifyTimeoutS * 1e3;
-          for (; ; ) {
-            const q = await queryGpu(this.cfg.nvidiaSmi, this.cfg.timeouts.gpuQueryS * 1e3);
-            if (!q.ok)
-              return this.fail(l, `GPU could not be verified after stopping ${svc.name}: ${q.error}`);
-            if (q.processes.length === 0) break;
-            if (Date.now() >= deadline || this.stopped) {
-              return this.fail(
-                l,
-                `GPU still busy after stopping ${svc.name}: ${q.processes.length} process(es) (${describeProcesses(q.processes)}); not lent`
-              );
-            }
-            await this.sleep(250);
-          }
-          l.lendStep = "lent";
-          this.save();
-        }
-      } else {
-        const q = await queryGpu(this.cfg.nvidiaSmi, this.cfg.timeouts.gpuQueryS * 1e3);
-        if (!q.ok) return this.fail(l, `GPU state unknown: ${q.error}`);
-        if (q.processes.length) {
-          return this.fail(
-            l,
-            `GPU busy: ${q.processes.length} process(es) outside the lease (${describeProcesses(q.processes)})`
-          );
-        }
-      }
-      if (lease.topology === "pair" && this.cfg.interconnectCheck) {
-        const r = await runCommand(this.cfg.interconnectCheck, { timeoutMs: 6e4 });
-        this.interconnect = { ok: r.code === 0, at: Date.now() };
-        if (r.code !== 0)
-          return this.fail(l, `interconnect check failed: ${describeFailure(this.cfg.interconnectCheck, r)}`);
-      }
-      this.removeWorkDir(l);
-      mkdirSync3(l.workDir, { recursive: true, mode: 448 });
-      l.phase = "prepared";
-      this.save();
-    }
-    await this.report({
-      type: "prepared",
-      fencingToken: l.fencingToken,
-      serviceLent: l.lend && l.lendStep === "lent",
-      evidence: { gpuProcesses: 0, interconnectOk: this.interconnect?.ok ?? null }
-    });
-    return null;
-  }
-  // ------------------------------------------------------------ run
-  resolvePid(r) {
-    if (r.pid != null) return;
-    const f = join2(r.runDir, "pid");
-    if (!existsSync2(f)) return;
-    const pid = Number(readFileSync4(f, "utf8").trim());
-    if (Number.isInteger(pid) && pid > 0) {
-      r.pid = pid;
-      r.startTicks = processStartTicks(pid);
-      this.save();
-    }
-  }
-  runnerAlive(r) {
-    this.resolvePid(r);
-    return r.pid != null && isRunnerAlive(r.pid, r.startTicks);
-  }
-  async stopOwnRunner(l, r) {
-    if (!this.runnerAlive(r)) return;
-    r.stoppedByAgent = true;
-    this.save();
-    this.log.info("stopping the runner this agent started", { leaseId: l.leaseId, runnerName: r.runnerName });
-    await stopRunner(r.pid, r.startTicks, this.cfg.runner.stopGraceS * 1e3);
-  }
-  async runStep(d) {
-    const l = this.adopt(d.lease);
-    const cur = l.runner;
-    if (cur && cur.runnerName !== d.runnerName) {
-      this.log.info("runner replaced by the controller", { old: cur.runnerName, new: d.runnerName });
-      await this.stopOwnRunner(l, cur);
-      rmSync(cur.runDir, { recursive: true, force: true });
-      l.runner = null;
-      this.save();
-    }
-    if (!l.runner) {
-      if (!d.jitConfig) {
-        this.log.warn(
-          "runner config was handed over but no runner of it runs here; waiting for a replacement",
-          {
-            runnerName: d.runnerName
-          }
-        );
-        return null;
-      }
-      this.startRunnerFor(l, d);
-    }
-    const r = l.runner;
-    if (this.runnerAlive(r)) {
-      if (!r.startReported) {
-        await this.report({ type: "runner_started", fencingToken: l.fencingToken, runnerName: r.runnerName });
-        r.startReported = true;
-        this.save();
-      }
-      return 1e3;
-    }
-    await this.reportExit(l, r);
-    return null;
-  }
-  startRunnerFor(l, d) {
-    const runDir = join2(dirname3(this.cfg.stateFile), "runs", d.runnerName);
-    rmSync(runDir, { recursive: true, force: true });
-    if (!existsSync2(l.workDir)) mkdirSync3(l.workDir, { recursive: true, mode: 448 });
-    l.runner = {
-      runnerName: d.runnerName,
-      runDir,
-      pid: null,
-      startTicks: null,
-      startedAt: Date.now(),
-      startReported: false,
-      stoppedByAgent: false,
-      exitReported: false
-    };
-    l.phase = "running";
-    this.save();
-    const env = {
-      // the job runs PR code: it gets a minimal environment, never the agent's own
-      ...baseRunnerEnv(process.env, this.cfg.runner.passEnv),
-      ...this.cfg.service ? { SPARK_HOME_SERVICE: this.cfg.service.name, SPARK_SERVICE_HEALTH_URL: this.cfg.service.healthUrl } : {},
-      ...this.cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(this.cfg.interconnectCheck) } : {},
-      ACTIONS_RUNNER_INPUT_JITCONFIG: d.jitConfig,
-      SPARK_CONTROLLER_URL: this.cfg.controllerUrl,
-      SPARK_RESERVATION_ID: l.reservationId,
-      SPARK_HOST_ID: this.cfg.hostId,
-      SPARK_FENCING_TOKEN: String(l.fencingToken),
-      SPARK_LEASE_TOKEN: d.jobToken ?? "",
-      SPARK_TOPOLOGY: l.topology,
-      SPARK_WORK_DIR: l.workDir,
-      SPARK_MODEL_CACHE: this.cfg.modelCacheDir
-    };
-    const started = startRunner({ runDir, command: this.cfg.runner.command, cwd: l.workDir, env });
-    l.runner.pid = started.pid;
-    l.runner.startTicks = started.startTicks;
-    this.save();
-    this.secrets = [d.jitConfig, d.jobToken ?? ""];
-    this.log.info("runner started", { leaseId: l.leaseId, runnerName: d.runnerName, pid: started.pid });
-    void started.exited.then(() => this.wake());
-  }
-  async reportExit(l, r) {
-    if (r.exitReported) return;
-    if (r.exitCode === void 0) {
-      r.exitCode = readExitCode(r.runDir);
-      this.save();
-    }
-    const lastLines2 = redactLines(tailLines(r.runDir, 30), this.secrets);
-    await this.report({
-      type: "runner_exited",
-      fencingToken: l.fencingToken,
-      runnerName: r.runnerName,
-      exitCode: r.exitCode ?? null,
-      lastLines: lastLines2
-    });
-    r.exitReported = true;
-    this.save();
-  }
-  // ------------------------------------------------------------ develop, clean, hold
-  async develop(lease) {
-    const l = this.adopt(lease);
-    if (!l.activeReported) {
-      await this.report({ type: "lease_active", fencingToken: l.fencingToken });
-      l.activeReported = true;
-      this.save();
-    }
-    const graceMs = 2 * this.heartbeatS * 1e3;
-    if (lease.expiresInMs > -graceMs) return lease.expiresInMs + graceMs + 250;
-    const q = await queryGpu(this.cfg.nvidiaSmi, this.cfg.timeouts.gpuQueryS * 1e3);
-    if (q.ok && q.processes.length && !l.remainReported) {
-      await this.report({ type: "processes_remain", fencingToken: l.fencingToken, processes: q.processes });
-      l.remainReported = true;
-      this.save();
-    }
-    return this.heartbeatS * 1e3;
-  }
-  /** GPU processes that count against the release (the home service's own, if never lent, do not). */
-  remaining(l, processes) {
-    if (l.lend && l.lendStep !== "lent") return [];
-    return processes ?? [];
-  }
-  async clean(lease) {
-    const l = this.adopt(lease);
-    if (l.phase !== "cleaning") {
-      l.phase = "cleaning";
-      this.save();
-    }
-    const r = l.runner;
-    if (r) {
-      await this.stopOwnRunner(l, r);
-      if (!r.exitReported) {
-        try {
-          await this.reportExit(l, r);
-        } catch (e) {
-          if (!(e instanceof ControllerRejected)) throw e;
-          r.exitReported = true;
-          this.save();
-        }
-      }
-    }
-    this.removeWorkDir(l);
-    const q = await queryGpu(this.cfg.nvidiaSmi, this.cfg.timeouts.gpuQueryS * 1e3);
-    if (!q.ok) {
-      this.log.warn("cannot confirm cleanup: GPU state unknown", { error: q.error });
-      return 1e3;
-    }
-    const left = this.remaining(l, q.processes);
-    if (left.length) {
-      if (!l.remainReported) {
-        this.log.warn("processes remain after cleanup; nothing is killed", {
-          processes: describeProcesses(left)
-        });
-        await this.report({ type: "processes_remain", fencingToken: l.fencingToken, processes: left });
-        l.remainReported = true;
-        this.save();
-      }
-      return this.heartbeatS * 1e3;
-    }
-    await this.report({ type: "cleaned", fencingToken: l.fencingToken });
-    if (r) rmSync(r.runDir, { recursive: true, force: true });
-    this.state.lease = null;
-    this.secrets = [];
-    this.save();
-    return null;
-  }
-  async hold(d) {
-    if (!d.lease) return null;
-    const l = this.adopt(d.lease);
-    if (l.runner && this.runnerAlive(l.runner)) return this.heartbeatS * 1e3;
-    const q = await queryGpu(this.cfg.nvidiaSmi, this.cfg.timeouts.gpuQueryS * 1e3);
-    if (!q.ok || this.remaining(l, q.processes).length) return this.heartbeatS * 1e3;
-    return this.clean(d.lease);
-  }
-  // ------------------------------------------------------------ restore
-  async restore(d) {
-    const svc = this.cfg.service;
-    if (d.waitMs > 0) return d.waitMs;
-    if (!svc) {
-      await this.report({
-        type: "restored",
-        fencingToken: d.fencingToken,
-        ok: false,
-        detail: `the agent of ${this.cfg.hostId} has no home service configured`
-      });
-      return null;
-    }
-    this.state.restore = { fencingToken: d.fencingToken, attempt: d.attempt, startedAt: Date.now() };
-    this.save();
-    this.log.info("restoring the home service", { service: svc.name, attempt: d.attempt });
-    const start = await runCommand(svc.start, { timeoutMs: svc.commandTimeoutS * 1e3 });
-    let ok = false;
-    let detail;
-    if (start.code !== 0) {
-      detail = `${svc.name} start failed: ${describeFailure(svc.start, start)}`;
-    } else {
-      const h = await waitHealthy(
-        svc.healthUrl,
-        d.healthTimeoutS * 1e3,
-        svc.healthPollMs,
-        () => this.stopped
-      );
-      ok = h.ok;
-      detail = h.ok ? `${svc.name} model-ready: ${h.detail}` : `${svc.name} model-ready check did not pass within ${d.healthTimeoutS} s: ${h.detail}`;
-    }
-    if (this.stopped) return null;
-    await this.report({ type: "restored", fencingToken: d.fencingToken, ok, detail });
-    this.state.restore = null;
-    this.save();
-    return null;
-  }
-  // ------------------------------------------------------------ facts
-  async serviceState() {
-    const svc = this.cfg.service;
-    if (!svc) return "none";
-    if (this.state.restore) return "starting";
-    const l = this.state.lease;
-    if (l?.lend) {
-      if (l.lendStep === "draining") return "draining";
-      if (l.lendStep === "stopping" || l.lendStep === "verifying" || l.lendStep === "lent") return "stopped";
-    }
-    const h = await probeHealth(svc.healthUrl, 2e3);
-    return h.ok ? "serving" : h.status == null ? "stopped" : "failed";
-  }
-  async interconnectOk() {
-    const check2 = this.cfg.interconnectCheck;
-    if (!check2) return null;
-    if (!this.interconnect || Date.now() - this.interconnect.at > 3e4) {
-      const r = await runCommand(check2, { timeoutMs: 3e4 });
-      this.interconnect = { ok: r.code === 0, at: Date.now() };
-    }
-    return this.interconnect.ok;
-  }
-  /** Host facts for a heartbeat: a GPU that cannot be read is `null` with the reason, never "idle". */
-  async collectFacts() {
-    const q = await queryGpu(this.cfg.nvidiaSmi, this.cfg.timeouts.gpuQueryS * 1e3);
-    let freeDiskBytes = null;
+  /** Observe → reconcile → step, until the step says wait. Errors become a retry, never a crash. */
+  async converge(d) {
+    const ctx = this.ctx;
     try {
-      const s = statfsSync(this.cfg.workRoot);
-      freeDiskBytes = s.bavail * s.bsize;
-    } catch {
-      freeDiskBytes = null;
+      for (let i = 0; i < MAX_STEPS && !this.isStopped; i++) {
+        const l = ctx.state.lease;
+        const step = reconcile(d, {
+          maxFencingToken: ctx.state.maxFencingToken,
+          lease: l,
+          workload: l ? await ctx.executor.observe(l) : { state: "none" },
+          hasService: this.cfg.service != null,
+          heartbeatMs: this.heartbeatS * 1e3,
+          devEnvironments: ctx.executor.startDevelopment != null
+        });
+        this.log.debug("step", { state: d.state, step: step.kind });
+        const res = await runStep(ctx, step, d);
+        if (res.next === "wait") return { recheckMs: res.ms, forget: false };
+      }
+      if (!this.isStopped) this.log.error("no settled step after many; will look again", { state: d.state });
+      return { recheckMs: 1e3, forget: true };
+    } catch (e) {
+      if (e instanceof ControllerRejected && e.code === "stale_fencing_token") {
+        this.log.warn("report refused: fencing token no longer current", { error: e.message });
+        return { recheckMs: 0, forget: true };
+      }
+      if (e instanceof ControllerUnreachable) {
+        this.log.warn("report not delivered; will repeat it", { error: e.message });
+        return { recheckMs: 1e3, forget: true };
+      }
+      this.log.error("step failed; will retry", { state: d.state, error: e.message });
+      return { recheckMs: 2e3, forget: true };
     }
-    const r = this.state.lease?.runner;
-    return {
-      gpuProcesses: q.ok ? q.processes : null,
-      gpuError: q.ok ? null : q.error,
-      freeDiskBytes,
-      serviceState: await this.serviceState(),
-      runnerState: r ? this.runnerAlive(r) ? "running" : "exited" : "none",
-      interconnectOk: await this.interconnectOk()
-    };
   }
 };
-var RUNNER_ENV_KEEP = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"];
-function baseRunnerEnv(from, passEnv = []) {
-  const env = {};
-  for (const [k, v] of Object.entries(from)) {
-    if (v !== void 0 && (RUNNER_ENV_KEEP.includes(k) || k.startsWith("LC_") || passEnv.includes(k)))
-      env[k] = v;
+
+// agent/config.ts
+import { readFileSync as readFileSync5 } from "node:fs";
+import { dirname as dirname3, isAbsolute as isAbsolute2, resolve as resolve2 } from "node:path";
+function isSafeControllerUrl(raw) {
+  let u;
+  try {
+    u = new URL(raw);
+  } catch {
+    return false;
   }
-  return env;
+  if (u.username || u.password) return false;
+  if (u.protocol === "https:") return true;
+  if (u.protocol !== "http:") return false;
+  const h = u.hostname;
+  return h === "localhost" || h === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
-function shellJoin(argv2) {
-  return argv2.map((a) => /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`).join(" ");
+var argv = external_exports.array(external_exports.string().min(1)).min(1, 'give the command as an argv array, e.g. ["systemctl", "start", "deckard"]');
+var serviceSchema = external_exports.object({
+  name: external_exports.string().min(1).default("deckard").describe("Name used in reports and logs."),
+  drain: argv.describe("Stops new work on the service and lets in-flight requests finish."),
+  stop: argv.describe("Stops the service completely (a paused container is not stopped)."),
+  start: argv.describe("Recreates the service; its model-ready health check gates the restore."),
+  healthUrl: external_exports.url().describe("Model-ready health URL: 2xx means the model is loaded and serving."),
+  commandTimeoutS: external_exports.number().int().positive().default(300),
+  /** How long the GPU may take to show the service's processes gone after `stop`. */
+  releaseVerifyTimeoutS: external_exports.number().int().positive().default(60),
+  healthPollMs: external_exports.number().int().positive().default(1e3)
+}).strict();
+var AgentConfigSchema = external_exports.object({
+  controllerUrl: external_exports.url().refine(isSafeControllerUrl, {
+    message: "use https:// (plain http:// only to a loopback address such as 127.0.0.1); anyone on the path of an http:// URL could command this host"
+  }).describe("Base URL of the controller (outbound HTTPS only)."),
+  hostId: external_exports.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'host ids look like "spark-2"'),
+  tokenFile: external_exports.string().min(1).describe("File holding this host's agent token (mode 0600)."),
+  stateFile: external_exports.string().min(1).describe("Local progress file, written by atomic rename."),
+  workRoot: external_exports.string().min(1).describe("Volume under which each lease gets a fresh work dir."),
+  modelCacheDir: external_exports.string().min(1).describe("Managed model cache passed to jobs as SPARK_MODEL_CACHE."),
+  runner: external_exports.object({
+    dir: external_exports.string().min(1).describe("Directory of the GitHub Actions runner."),
+    command: external_exports.array(external_exports.string().min(1)).min(1).default(["./run.sh"]).describe("Relative to runner.dir."),
+    stopGraceS: external_exports.number().positive().default(10),
+    user: external_exports.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'a user name, e.g. "spark-runner"').nullable().default("spark-runner").describe(
+      "Unprivileged user the runner and the job run as (issue 11); null runs them as the agent (development only)."
+    ),
+    path: external_exports.string().regex(/^\/[^:]*(:\/[^:]*)*$/, 'absolute directories separated by ":"').default("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").describe("PATH of the runner (its environment starts fresh; passEnv may override it)."),
+    passEnv: external_exports.array(external_exports.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names only")).default([]).describe(
+      "Extra variables of the agent passed to the runner (besides PATH, HOME, locale); the job runs PR code."
+    )
+  }).strict(),
+  executor: external_exports.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).default("jit-runner").describe(
+    "How a lease runs its workload (issue 15): a one-job JIT runner, a Slurm batch job, or a dstack task (and a dstack dev environment for development leases)."
+  ),
+  slurm: external_exports.object({
+    /** Directory of sbatch/squeue/sacct/scancel; empty: PATH. */
+    bin: external_exports.string().default(""),
+    /** Generic resource the job asks for (the lease's GPUs), e.g. "gpu:1". */
+    gres: external_exports.string().regex(/^[a-z][a-z0-9_]*(:[a-z0-9_]+)?(:[0-9]+)?$/, 'a gres like "gpu:1"').default("gpu:1"),
+    partition: external_exports.string().regex(/^[A-Za-z0-9_-]+$/).nullable().default(null),
+    /** SLURM_CONF for the commands; null: Slurm's default. */
+    conf: external_exports.string().nullable().default(null)
+  }).strict().prefault({}),
+  dstack: external_exports.object({
+    url: external_exports.url().refine(isSafeControllerUrl, {
+      message: "use https:// (plain http:// only to a loopback address): the run spec carries job secrets"
+    }).describe("Base URL of the dstack server (its REST API, e.g. 'https://dstack.internal:3000')."),
+    project: external_exports.string().regex(/^[A-Za-z0-9_-]{1,50}$/, 'a dstack project name, e.g. "main"').default("main"),
+    tokenFile: external_exports.string().min(1).describe("File holding the dstack user token (mode 0600)."),
+    fleet: external_exports.string().regex(/^[a-z][a-z0-9-]{1,40}$/, 'a dstack fleet name, e.g. "spark-2"').nullable().default(null).describe("On-prem SSH fleet holding exactly this host; null: a fleet named like the host id."),
+    image: external_exports.string().min(1).nullable().default(null).describe("Container image of runs; null: dstack's default."),
+    ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().default(null).describe("IDE pre-installed in development environments; null: SSH only (`dstack attach`)."),
+    requestTimeoutS: external_exports.number().positive().max(300).default(20)
+  }).strict().nullable().default(null).describe('dstack server for executor "dstack" (issue 15): CI tasks and development environments.'),
+  nvidiaSmi: external_exports.string().min(1).default("nvidia-smi").describe("nvidia-smi binary (PATH lookup if bare)."),
+  service: serviceSchema.nullable().default(null).describe("Home service (Deckard on spark-1), or null."),
+  interconnectCheck: external_exports.array(external_exports.string().min(1)).min(1).nullable().default(null).describe("Command that exits 0 when the pair interconnect is up."),
+  timeouts: external_exports.object({
+    requestS: external_exports.number().positive().default(10),
+    gpuQueryS: external_exports.number().positive().default(15),
+    backoffMaxS: external_exports.number().positive().default(30),
+    /** Longest a poll is held by the controller (it caps this too). */
+    longPollS: external_exports.number().int().min(0).max(55).default(25)
+  }).strict().prefault({}),
+  logLevel: external_exports.enum(["debug", "info", "warn", "error"]).default("info")
+}).strict().refine((c) => c.executor !== "dstack" || c.dstack != null, {
+  path: ["dstack"],
+  message: 'executor "dstack" needs a "dstack" section: { "url", "project", "tokenFile" }'
+});
+var AgentConfigError = class extends Error {
+  name = "AgentConfigError";
+  exitCode = 2;
+};
+function resolvePaths(cfg, base) {
+  const abs = (p) => isAbsolute2(p) ? p : resolve2(base, p);
+  const cmd = (c, cwd) => {
+    const [head, ...rest] = c;
+    return [head.includes("/") && !isAbsolute2(head) ? resolve2(cwd, head) : head, ...rest];
+  };
+  const runnerDir = abs(cfg.runner.dir);
+  return {
+    ...cfg,
+    tokenFile: abs(cfg.tokenFile),
+    stateFile: abs(cfg.stateFile),
+    workRoot: abs(cfg.workRoot),
+    modelCacheDir: abs(cfg.modelCacheDir),
+    runner: { ...cfg.runner, dir: runnerDir, command: cmd(cfg.runner.command, runnerDir) },
+    nvidiaSmi: cfg.nvidiaSmi.includes("/") ? abs(cfg.nvidiaSmi) : cfg.nvidiaSmi,
+    service: cfg.service ? {
+      ...cfg.service,
+      drain: cmd(cfg.service.drain, base),
+      stop: cmd(cfg.service.stop, base),
+      start: cmd(cfg.service.start, base)
+    } : null,
+    interconnectCheck: cfg.interconnectCheck ? cmd(cfg.interconnectCheck, base) : null,
+    dstack: cfg.dstack ? { ...cfg.dstack, tokenFile: abs(cfg.dstack.tokenFile) } : null
+  };
+}
+function parseAgentConfig(input2, source, base) {
+  const r = AgentConfigSchema.safeParse(input2);
+  if (!r.success) {
+    throw new AgentConfigError(
+      `invalid agent config ${source}: ${r.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`).join("; ")}`
+    );
+  }
+  return resolvePaths(r.data, base);
+}
+function loadAgentConfig(path) {
+  let text;
+  try {
+    text = readFileSync5(path, "utf8");
+  } catch (e) {
+    throw new AgentConfigError(`cannot read agent config ${path}: ${e.message}`);
+  }
+  let raw;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    throw new AgentConfigError(`agent config ${path} is not valid JSON: ${e.message}`);
+  }
+  return parseAgentConfig(raw, path, dirname3(resolve2(path)));
+}
+function readAgentToken(cfg) {
+  let token2;
+  try {
+    token2 = readFileSync5(cfg.tokenFile, "utf8").trim();
+  } catch (e) {
+    throw new AgentConfigError(
+      `cannot read the agent token file ${cfg.tokenFile} (${e.message}); create a token with \`npm run agent-token -- create ${cfg.hostId}\` and save it there`
+    );
+  }
+  if (!token2) throw new AgentConfigError(`agent token file ${cfg.tokenFile} is empty`);
+  return token2;
+}
+
+// agent/host/account.ts
+import { execFileSync } from "node:child_process";
+import { statSync as statSync2 } from "node:fs";
+var CREATE_HINT = (name) => `create it: useradd --system --create-home --home-dir /var/lib/${name} --shell /usr/sbin/nologin ${name}`;
+function resolveRunnerAccount(name, agentUid = process.getuid?.() ?? -1) {
+  let line;
+  try {
+    line = execFileSync("getent", ["passwd", name], { encoding: "utf8" }).trim();
+  } catch {
+    throw new AgentConfigError(`runner user "${name}" does not exist; ${CREATE_HINT(name)}`);
+  }
+  const f = line.split(":");
+  const uid = Number(f[2]);
+  const gid = Number(f[3]);
+  if (!Number.isInteger(uid) || !Number.isInteger(gid)) {
+    throw new AgentConfigError(`runner user "${name}" has an unreadable passwd entry`);
+  }
+  if (uid === 0) throw new AgentConfigError(`runner.user "${name}" is root; the job must run unprivileged`);
+  if (uid === agentUid) {
+    throw new AgentConfigError(
+      `runner.user "${name}" is the agent's own user; the job must not be able to read the agent's token (${CREATE_HINT("spark-runner")})`
+    );
+  }
+  return { name, uid, gid, home: f[5] || "/" };
+}
+function assertPrivate(path, what, dir = false) {
+  let st;
+  try {
+    st = statSync2(path);
+  } catch (e) {
+    throw new AgentConfigError(`cannot check the ${what} ${path}: ${e.message}`);
+  }
+  const uid = process.getuid?.();
+  if (uid != null && st.uid !== uid) {
+    throw new AgentConfigError(
+      `the ${what} ${path} is owned by uid ${st.uid}, not the agent's user (uid ${uid}); chown it to the agent's user`
+    );
+  }
+  if (st.mode & 63) {
+    const mode = (st.mode & 511).toString(8).padStart(4, "0");
+    throw new AgentConfigError(
+      `the ${what} ${path} is accessible to other users (mode ${mode}); chmod ${dir ? "700" : "600"} ${path}`
+    );
+  }
+}
+function assertWorkRoot(path, account) {
+  const hint = `install -d -o ${account.name} -g ${account.gid} -m 0700 ${path}`;
+  let st;
+  try {
+    st = statSync2(path);
+  } catch {
+    throw new AgentConfigError(`workRoot ${path} does not exist; ${hint}`);
+  }
+  if (!st.isDirectory() || st.uid !== account.uid || st.mode & 63) {
+    throw new AgentConfigError(
+      `workRoot ${path} must be a directory owned by ${account.name} with mode 0700 (so no other user reaches a reservation's files); ${hint}`
+    );
+  }
 }
 
 // agent/log.ts
@@ -21003,12 +22227,31 @@ function parseArgs(argv2) {
   if (!config2) throw new AgentConfigError(`missing --config FILE; ${USAGE}`);
   return { config: config2 };
 }
+function checkHost(cfg, configPath, log) {
+  process.umask(63);
+  const stateDir = dirname4(cfg.stateFile);
+  mkdirSync5(stateDir, { recursive: true, mode: 448 });
+  if (!cfg.runner.user) {
+    log.warn(
+      "runner.user is null: the job runs as the agent's own user and can read its token (development only)"
+    );
+    return null;
+  }
+  const account = resolveRunnerAccount(cfg.runner.user);
+  assertPrivate(configPath, "agent config");
+  assertPrivate(cfg.tokenFile, "agent token file");
+  assertPrivate(stateDir, "state directory", true);
+  if (existsSync3(cfg.stateFile)) assertPrivate(cfg.stateFile, "state file");
+  assertWorkRoot(cfg.workRoot, account);
+  return account;
+}
 async function main() {
   const args = parseArgs(process.argv.slice(2));
   const cfg = loadAgentConfig(args.config);
-  const token2 = readAgentToken(cfg);
   const log = createAgentLogger(cfg.logLevel, cfg.hostId);
-  const agent = new Agent(cfg, token2, log);
+  const account = checkHost(cfg, args.config, log);
+  const token2 = readAgentToken(cfg);
+  const agent = new Agent3(cfg, token2, log, { account });
   const stop = (signal) => {
     log.info("stopping", { signal });
     agent.stop();
