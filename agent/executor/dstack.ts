@@ -72,6 +72,8 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
     });
   // the work dir is the lease's bookkeeping area on the host; the task runs on the same host
   const area = createWorkArea(cfg, null);
+  /** Why dstack refused the last run, for the evidence (the run then never existed). */
+  let refusal: string | null = null;
   const runName = (l: LeaseState) => l.runner?.jobId ?? dstackRunName(l, cfg.hostId);
 
   /** The run of the lease, `null` when dstack has none, `undefined` when dstack did not answer. */
@@ -127,10 +129,14 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
           fleets: [d.fleet ?? cfg.hostId],
         },
       };
+      refusal = null;
       try {
         await client.apply(spec);
       } catch (e) {
-        if (e instanceof DstackRefused) throw e;
+        if (e instanceof DstackRefused) {
+          refusal = e.message;
+          throw e;
+        }
         // the run may or may not exist: observe/confirmTerminated find it by name, stop stops it
         log.warn('dstack apply not confirmed; the run is looked up by name', {
           run: name,
@@ -195,7 +201,7 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
 
     async lastLines(): Promise<string[]> {
       // the job's own receipt carries its evidence; dstack keeps the run's logs (`dstack logs <run>`)
-      return [];
+      return refusal ? [refusal] : [];
     },
 
     async startDevelopment(l: LeaseState): Promise<void> {
@@ -240,6 +246,7 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
     },
 
     async forget(l: LeaseState): Promise<void> {
+      refusal = null;
       l.runner = null;
       save();
     },
