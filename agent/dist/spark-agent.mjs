@@ -20619,6 +20619,7 @@ function createDstackExecutor(deps) {
     timeoutMs: d.requestTimeoutS * 1e3
   });
   const area = createWorkArea(cfg, null);
+  let refusal = null;
   const runName = (l) => l.runner?.jobId ?? dstackRunName(l, cfg.hostId);
   const look = async (l) => {
     try {
@@ -20668,10 +20669,14 @@ function createDstackExecutor(deps) {
           fleets: [d.fleet ?? cfg.hostId]
         }
       };
+      refusal = null;
       try {
         await client2.apply(spec);
       } catch (e) {
-        if (e instanceof DstackRefused) throw e;
+        if (e instanceof DstackRefused) {
+          refusal = e.message;
+          throw e;
+        }
         log.warn("dstack apply not confirmed; the run is looked up by name", {
           run: name,
           error: e.message
@@ -20727,7 +20732,7 @@ function createDstackExecutor(deps) {
       return { ok: true };
     },
     async lastLines() {
-      return [];
+      return refusal ? [refusal] : [];
     },
     async startDevelopment(l) {
       if (l.phase !== "prepared") await area.make(l);
@@ -20768,6 +20773,7 @@ function createDstackExecutor(deps) {
       return null;
     },
     async forget(l) {
+      refusal = null;
       l.runner = null;
       save();
     },
