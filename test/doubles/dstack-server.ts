@@ -61,6 +61,8 @@ export interface DstackStandIn {
     stopHang: number;
     /** Answer this many `get` calls with 500. */
     get5xx: number;
+    /** Create the run but answer this many `apply` calls with 502 (a proxy lost the answer). */
+    apply5xxAfterCreate: number;
   };
   /** Runs whose status is not finished. */
   active(): StandInRun[];
@@ -79,7 +81,7 @@ export async function startDstackStandIn(
   const runs = new Map<string, StandInRun>();
   const invalid: DstackStandIn['invalid'] = [];
   const calls: DstackStandIn['calls'] = [];
-  const faults: DstackStandIn['faults'] = { stop5xx: 0, stopHang: 0, get5xx: 0 };
+  const faults: DstackStandIn['faults'] = { stop5xx: 0, stopHang: 0, get5xx: 0, apply5xxAfterCreate: 0 };
   const timers = new Set<NodeJS.Timeout>();
   const hung = new Set<ServerResponse>();
   const later = (ms: number, f: () => void) => {
@@ -245,6 +247,10 @@ export async function startDstackStandIn(
         setStatus(r, 'provisioning');
         later(STEP_MS, () => execute(r));
       });
+      if (faults.apply5xxAfterCreate > 0) {
+        faults.apply5xxAfterCreate--;
+        return error(res, 502, 'Bad gateway', 'server_error');
+      }
       return send(res, 200, view(r));
     }
     if (route === 'get') {

@@ -217,6 +217,20 @@ describe('dstack executor (stand-in dstack server)', () => {
     await releasedAfterTermination(f, id);
   });
 
+  it('an apply whose answer is lost (the run was created, dstack answered 502): the agent finds the run by name, creates no second one', async () => {
+    fleet = await dstackFleet(['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 300 }) });
+    const f = fleet;
+    dstack.faults.apply5xxAfterCreate = 1;
+    const id = await f.reserve();
+    const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(r.status, f.agents['spark-2']!.output().slice(-3000)).toBe('done');
+    expect(f.agents['spark-2']!.output()).toContain('dstack apply not confirmed');
+    expect(dstack.calls.filter((c) => c.route === 'apply')).toHaveLength(1);
+    expect(runsOf(id).map((x) => x.status)).toEqual(['done']);
+    expect((await f.leases(id))[0]!.exitCode).toBe(0);
+    await releasedAfterTermination(f, id);
+  });
+
   const devReservation = (f: Fleet, input: Record<string, unknown>) =>
     f.reserve({
       kind: 'development',
