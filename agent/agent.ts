@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import type { DesiredState, Report } from '../core/protocol/agent.ts';
 import { ControllerClient, ControllerRejected, ControllerUnreachable } from './client.ts';
 import type { AgentConfig } from './config.ts';
+import { createDstackExecutor } from './executor/dstack.ts';
 import { createJitRunnerExecutor } from './executor/jit-runner.ts';
 import { createSlurmExecutor } from './executor/slurm.ts';
 import type { Executor } from './executor/types.ts';
@@ -70,13 +71,15 @@ export class Agent {
       opts.executor?.(ctx) ??
       (cfg.executor === 'slurm'
         ? createSlurmExecutor({ cfg, log, account, save: ctx.save })
-        : createJitRunnerExecutor({
-            cfg,
-            log,
-            account,
-            save: ctx.save,
-            onExit: () => this.pollAbort?.abort(),
-          }));
+        : cfg.executor === 'dstack'
+          ? createDstackExecutor({ cfg, log, save: ctx.save })
+          : createJitRunnerExecutor({
+              cfg,
+              log,
+              account,
+              save: ctx.save,
+              onExit: () => this.pollAbort?.abort(),
+            }));
     this.ctx = ctx;
   }
 
@@ -156,6 +159,7 @@ export class Agent {
           workload: l ? await ctx.executor.observe(l) : { state: 'none' },
           hasService: this.cfg.service != null,
           heartbeatMs: this.heartbeatS * 1000,
+          devEnvironments: ctx.executor.startDevelopment != null,
         });
         this.log.debug('step', { state: d.state, step: step.kind });
         const res = await runStep(ctx, step, d);

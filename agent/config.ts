@@ -84,7 +84,9 @@ export const AgentConfigSchema = z
     executor: z
       .enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(', ')}` })
       .default('jit-runner')
-      .describe('How a lease runs its workload (issue 15): a one-job JIT runner, or a Slurm batch job.'),
+      .describe(
+        'How a lease runs its workload (issue 15): a one-job JIT runner, a Slurm batch job, or a dstack task (and a dstack dev environment for development leases).',
+      ),
     slurm: z
       .object({
         /** Directory of sbatch/squeue/sacct/scancel; empty: PATH. */
@@ -104,6 +106,43 @@ export const AgentConfigSchema = z
       })
       .strict()
       .prefault({}),
+    dstack: z
+      .object({
+        url: z
+          .url()
+          .refine(isSafeControllerUrl, {
+            message:
+              'use https:// (plain http:// only to a loopback address): the run spec carries job secrets',
+          })
+          .describe("Base URL of the dstack server (its REST API, e.g. 'https://dstack.internal:3000')."),
+        project: z
+          .string()
+          .regex(/^[A-Za-z0-9_-]{1,50}$/, 'a dstack project name, e.g. "main"')
+          .default('main'),
+        tokenFile: z.string().min(1).describe('File holding the dstack user token (mode 0600).'),
+        fleet: z
+          .string()
+          .regex(/^[a-z][a-z0-9-]{1,40}$/, 'a dstack fleet name, e.g. "spark-2"')
+          .nullable()
+          .default(null)
+          .describe('On-prem SSH fleet holding exactly this host; null: a fleet named like the host id.'),
+        image: z
+          .string()
+          .min(1)
+          .nullable()
+          .default(null)
+          .describe("Container image of runs; null: dstack's default."),
+        ide: z
+          .enum(['vscode', 'cursor', 'windsurf', 'zed'])
+          .nullable()
+          .default(null)
+          .describe('IDE pre-installed in development environments; null: SSH only (`dstack attach`).'),
+        requestTimeoutS: z.number().positive().max(300).default(20),
+      })
+      .strict()
+      .nullable()
+      .default(null)
+      .describe('dstack server for executor "dstack" (issue 15): CI tasks and development environments.'),
     nvidiaSmi: z.string().min(1).default('nvidia-smi').describe('nvidia-smi binary (PATH lookup if bare).'),
     service: serviceSchema.nullable().default(null).describe('Home service (Deckard on spark-1), or null.'),
     interconnectCheck: z
@@ -124,7 +163,11 @@ export const AgentConfigSchema = z
       .prefault({}),
     logLevel: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
   })
-  .strict();
+  .strict()
+  .refine((c) => c.executor !== 'dstack' || c.dstack != null, {
+    path: ['dstack'],
+    message: 'executor "dstack" needs a "dstack" section: { "url", "project", "tokenFile" }',
+  });
 
 export type AgentConfig = z.output<typeof AgentConfigSchema>;
 export type ServiceConfig = NonNullable<AgentConfig['service']>;
@@ -159,6 +202,7 @@ function resolvePaths(cfg: AgentConfig, base: string): AgentConfig {
         }
       : null,
     interconnectCheck: cfg.interconnectCheck ? cmd(cfg.interconnectCheck, base) : null,
+    dstack: cfg.dstack ? { ...cfg.dstack, tokenFile: abs(cfg.dstack.tokenFile) } : null,
   };
 }
 

@@ -22,6 +22,8 @@ export interface LocalView {
   hasService: boolean;
   /** The current heartbeat period. */
   heartbeatMs: number;
+  /** The executor gives development leases an environment to attach to (`dstack`). */
+  devEnvironments?: boolean;
 }
 
 export type Step =
@@ -50,6 +52,8 @@ export type Step =
   | { kind: 'report-started' }
   /** `bestEffort`: the release has begun, a refused report must not stop the cleanup. */
   | { kind: 'report-exited'; bestEffort: boolean }
+  /** A development lease on a backend with dev environments: create it (persisted first). */
+  | { kind: 'start-development' }
   | { kind: 'report-active' }
   /** A development lease past expiry plus grace: report processes that outlived it, kill nothing. */
   | { kind: 'check-expired' }
@@ -135,6 +139,7 @@ export function reconcile(d: DesiredState, local: LocalView): Step {
     }
     case 'develop': {
       if (!mine) return { kind: 'adopt-lease', lease: d.lease };
+      if (local.devEnvironments && !mine.runner && !mine.activeReported) return { kind: 'start-development' };
       if (!mine.activeReported) return { kind: 'report-active' };
       // the controller's own expiry pass normally acts first (release, or release-required from
       // the heartbeat facts); the agent's report is the fallback if it has not within two heartbeats

@@ -15,6 +15,7 @@ import type { ApiClient } from './client.ts';
 import { CliError, EXIT, usageError } from './errors.ts';
 import { clock, dateTime, humanDuration, parseDuration, table } from './format.ts';
 import {
+  attachLines,
   attachText,
   createReservation,
   getReservation,
@@ -196,6 +197,36 @@ async function stillThere(client: ApiClient, id: string, timedOut: CliError): Pr
         ? `${id} is still queued${r.position != null ? ` (position ${r.position})` : ''} and stays in the queue: follow it with \`sparkctl status ${id}\`, withdraw it with \`sparkctl cancel ${id}\``
         : `${id} is ${r.status} and keeps its hosts: follow it with \`sparkctl status ${id}\`, free them with \`sparkctl release ${id}\``;
   return new CliError(EXIT.timeout, `${timedOut.message}; ${next}`, timedOut.code);
+}
+
+/**
+ * `sparkctl attach r-N`: the command(s) that attach to a ready development reservation's dstack
+ * environment, one line per host (so `$(sparkctl attach r-12)` runs it).
+ */
+export async function cmdAttach({ client, io, flags, args }: CommandContext): Promise<number> {
+  const id = args[0]!;
+  const r = await getReservation(client, id);
+  if (r.kind !== 'development') {
+    throw new CliError(
+      EXIT.conflict,
+      `${id} is a ${r.kind} reservation; only development leases are attached to`,
+    );
+  }
+  if (!r.ready) {
+    throw new CliError(
+      EXIT.conflict,
+      `${id} is not usable yet: ${progressLine(r)}; wait for it with: sparkctl status ${id}`,
+    );
+  }
+  const lines = attachLines(r);
+  if (flags.json) {
+    json(io, { reservation: r.id, attach: lines.map(({ hostId, attach }) => ({ hostId, attach })) });
+    return EXIT.ok;
+  }
+  const missing = lines.filter((a) => !a.attach);
+  for (const a of lines) if (a.attach) io.out(a.attach);
+  for (const a of missing) io.err(a.line);
+  return missing.length ? EXIT.failed : EXIT.ok;
 }
 
 export async function cmdStatus({ client, io, flags, args }: CommandContext): Promise<number> {

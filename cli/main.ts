@@ -4,6 +4,7 @@ import { createApiClient } from './client.ts';
 import {
   type CommandContext,
   type CommandIo,
+  cmdAttach,
   cmdCancel,
   cmdDeckard,
   cmdEmergency,
@@ -114,6 +115,10 @@ function buildProgram(
     )
     .option('--json', JSON_HELP)
     .action(withApi(cmdReserve));
+  sub(program, 'attach', "print the command that attaches to a development lease's dstack environment")
+    .argument('<id>', 'reservation id, e.g. r-12')
+    .option('--json', JSON_HELP)
+    .action(withApi(cmdAttach));
   sub(program, 'status', 'one reservation in detail, or your open ones')
     .argument('[id]', 'reservation id, e.g. r-12')
     .option('--all', "everyone's open reservations")

@@ -116,7 +116,8 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
     'status',
     {
       title: 'Reservation status',
-      description: 'Status of one reservation (with id) or of all your open reservations (without).',
+      description:
+        "Status of one reservation (with id) or of all your open reservations (without); a ready development lease names each host's `dstack attach` command.",
       inputSchema: { id: reservationId.optional() },
       outputSchema: StatusOut,
       annotations: { readOnlyHint: true },

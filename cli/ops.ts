@@ -231,13 +231,35 @@ export async function releaseAndWait(
   return follow(client, id, (x) => ENDED.includes(x.status), o);
 }
 
+/**
+ * How to reach each host of a ready development reservation (issue 15): the dstack attach command
+ * its agent reported, or — on a host whose executor runs no dev environment (`jit-runner`, `slurm`)
+ * — that there is none to attach to: sparkctl never hands out SSH (agents must not automate it).
+ */
+export function attachLines(r: ReservationInfo): { hostId: string; attach: string | null; line: string }[] {
+  const active = r.leases.filter((l) => l.status === 'active');
+  // a pair's hosts report their environments one by one: one with an attach command means the
+  // other's is still starting (the controller does not know each host's executor)
+  const dstack = active.some((l) => l.attach);
+  return active.map((l) => ({
+    hostId: l.hostId,
+    attach: l.attach ?? null,
+    line: l.attach
+      ? l.attach
+      : dstack
+        ? `the dev environment on ${l.hostId} is still starting: run \`sparkctl attach ${r.id}\` again shortly`
+        : `no dev environment on ${l.hostId} (its executor runs none): the lease holds the host for you; log in with your own account, sparkctl does not hand out SSH`,
+  }));
+}
+
 /** How to use a ready development reservation. */
 export function attachText(r: ReservationInfo): string {
   const hosts = r.leases.filter((l) => l.status === 'active').map((l) => l.hostId);
   const until = r.leases.length ? dateTime(r.leases.map((l) => l.expiresAt).sort()[0]!) : '-';
+  const lines = attachLines(r);
   return [
     `${r.id} is yours: ${hosts.join(' + ')} (${r.topology}), lease until ${until}.`,
-    `  attach:   ssh ${hosts[0] ?? '<host>'}${hosts.length > 1 ? `   (and ssh ${hosts.slice(1).join(', ')})` : ''}`,
+    ...lines.map((a) => `  attach:   ${a.line}${lines.length > 1 ? `   (${a.hostId})` : ''}`),
     `  renew:    sparkctl renew ${r.id}`,
     `  release:  sparkctl release ${r.id}   (frees the host once the agent confirms cleanup)`,
   ].join('\n');

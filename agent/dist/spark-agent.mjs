@@ -19760,6 +19760,8 @@ var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
 var RESERVATION_ID_PATTERN = /^r-[0-9]{1,15}$/;
 var LEASE_ID_PATTERN = /^l-[a-z0-9][a-z0-9-]{0,90}$/;
 var RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
+var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
+var ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
 var MAX_WAIT_MS = 864e5;
 var LeaseRefSchema = external_exports.object({
   leaseId: external_exports.string().regex(LEASE_ID_PATTERN, 'lease ids look like "l-spark-2-7"'),
@@ -19850,7 +19852,13 @@ var ReportSchema = external_exports.discriminatedUnion("type", [
     reason: external_exports.string().min(1).max(1e3),
     evidence
   }),
-  external_exports.object({ type: external_exports.literal("runner_started"), fencingToken: token, runnerName: external_exports.string().min(1) }),
+  external_exports.object({
+    type: external_exports.literal("runner_started"),
+    fencingToken: token,
+    runnerName: external_exports.string().min(1),
+    /** The backend that runs the work (issue 15 item 5), named on the check run. */
+    executor: external_exports.enum(EXECUTOR_NAMES).optional()
+  }),
   external_exports.object({
     type: external_exports.literal("runner_exited"),
     fencingToken: token,
@@ -19859,8 +19867,15 @@ var ReportSchema = external_exports.discriminatedUnion("type", [
     exitCode: external_exports.number().int().nullable(),
     lastLines
   }),
-  /** A development lease is in use on the host. */
-  external_exports.object({ type: external_exports.literal("lease_active"), fencingToken: token }),
+  /**
+   * A development lease is in use on the host. `attach`: the command that attaches to its
+   * development environment (executor `dstack`, issue 15) — a fixed shape, since the requester runs it.
+   */
+  external_exports.object({
+    type: external_exports.literal("lease_active"),
+    fencingToken: token,
+    attach: external_exports.string().regex(ATTACH_COMMAND_PATTERN, 'an attach command looks like "dstack attach spark-r-12-spark-2-t7-dev"').optional()
+  }),
   external_exports.object({
     type: external_exports.literal("cleaned"),
     fencingToken: token,
@@ -20091,23 +20106,194 @@ var ControllerClient = class {
   }
 };
 
-// agent/executor/jit-runner.ts
-import { existsSync as existsSync2, readFileSync as readFileSync2, rmSync as rmSync2 } from "node:fs";
-import { dirname, join as join3 } from "node:path";
+// agent/executor/dstack.ts
+import { readFileSync as readFileSync2 } from "node:fs";
 
-// agent/runner.ts
-import { spawn as spawn2 } from "node:child_process";
-import {
-  closeSync,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  readSync,
-  statSync
-} from "node:fs";
-import { join } from "node:path";
+// agent/executor/dstack-api.ts
+var RUN_STATUSES = [
+  "pending",
+  "submitted",
+  "provisioning",
+  "running",
+  "terminating",
+  "terminated",
+  "failed",
+  "done"
+];
+var FINISHED_RUN_STATUSES = ["terminated", "failed", "done"];
+var RUN_NAME_PATTERN = /^[a-z][a-z0-9-]{1,40}$/;
+var TaskConfigurationSchema = external_exports.object({
+  type: external_exports.literal("task"),
+  name: external_exports.string().regex(RUN_NAME_PATTERN).optional(),
+  commands: external_exports.array(external_exports.string()).min(1),
+  env: external_exports.record(external_exports.string(), external_exports.string()).optional(),
+  /** `TaskConfigurationParams.nodes` (ge=1): a distributed task spans this many instances. */
+  nodes: external_exports.number().int().min(1).optional(),
+  working_dir: external_exports.string().nullable().optional(),
+  image: external_exports.string().nullable().optional(),
+  /** `ProfileParams.fleets`: run only on instances of these fleets. */
+  fleets: external_exports.array(external_exports.string()).nullable().optional(),
+  max_duration: external_exports.union([external_exports.literal("off"), external_exports.number().int(), external_exports.string()]).nullable().optional()
+}).strict();
+var DevEnvironmentConfigurationSchema = external_exports.object({
+  type: external_exports.literal("dev-environment"),
+  name: external_exports.string().regex(RUN_NAME_PATTERN).optional(),
+  /** `DevEnvironmentConfigurationParams.ide`; absent means SSH only. */
+  ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().optional(),
+  init: external_exports.array(external_exports.string()).optional(),
+  env: external_exports.record(external_exports.string(), external_exports.string()).optional(),
+  image: external_exports.string().nullable().optional(),
+  fleets: external_exports.array(external_exports.string()).nullable().optional(),
+  inactivity_duration: external_exports.union([external_exports.literal("off"), external_exports.number().int(), external_exports.string()]).nullable().optional()
+}).strict();
+var RunSpecSchema = external_exports.object({
+  run_name: external_exports.string().regex(RUN_NAME_PATTERN).nullable().optional(),
+  repo_id: external_exports.string().nullable().optional(),
+  configuration_path: external_exports.string().nullable().optional(),
+  configuration: external_exports.discriminatedUnion("type", [TaskConfigurationSchema, DevEnvironmentConfigurationSchema]),
+  ssh_key_pub: external_exports.string().nullable().optional()
+}).strict();
+var ApplyRunPlanRequestSchema = external_exports.object({
+  plan: external_exports.object({ run_spec: RunSpecSchema, current_resource: external_exports.null().optional() }).strict(),
+  force: external_exports.boolean()
+}).strict();
+var GetRunRequestSchema = external_exports.object({ run_name: external_exports.string().nullable().optional(), id: external_exports.string().nullable().optional() }).strict();
+var StopRunsRequestSchema = external_exports.object({ runs_names: external_exports.array(external_exports.string()).min(1), abort: external_exports.boolean() }).strict();
+var JobSubmissionSchema = external_exports.object({
+  status: external_exports.string(),
+  exit_status: external_exports.number().int().nullable().optional(),
+  termination_reason: external_exports.string().nullable().optional()
+});
+var RunSchema = external_exports.object({
+  id: external_exports.string(),
+  project_name: external_exports.string(),
+  status: external_exports.enum(RUN_STATUSES),
+  termination_reason: external_exports.string().nullable().optional(),
+  run_spec: external_exports.object({ run_name: external_exports.string().nullable().optional() }).passthrough(),
+  jobs: external_exports.array(
+    external_exports.object({
+      job_spec: external_exports.object({ job_num: external_exports.number().int(), job_name: external_exports.string() }).passthrough(),
+      job_submissions: external_exports.array(JobSubmissionSchema)
+    })
+  ),
+  latest_job_submission: JobSubmissionSchema.nullable().optional()
+});
+var ErrorBodySchema = external_exports.object({
+  detail: external_exports.array(external_exports.object({ msg: external_exports.string(), code: external_exports.string().optional() }).passthrough())
+});
+
+// agent/executor/dstack-client.ts
+var DstackUncertain = class extends Error {
+  name = "DstackUncertain";
+};
+var DstackRefused = class extends Error {
+  name = "DstackRefused";
+};
+var isFinished = (run) => FINISHED_RUN_STATUSES.includes(run.status);
+function createDstackClient(o) {
+  const base = `${o.url.replace(/\/+$/, "")}/api/project/${encodeURIComponent(o.project)}/runs`;
+  const call = async (route, body) => {
+    let res;
+    try {
+      res = await fetch(`${base}/${route}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${o.token}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(o.timeoutMs)
+      });
+    } catch (e) {
+      throw new DstackUncertain(`dstack ${route}: ${e.message}`);
+    }
+    const text = await res.text().catch(() => "");
+    let json2 = null;
+    try {
+      json2 = text ? JSON.parse(text) : null;
+    } catch {
+      json2 = null;
+    }
+    if (res.status >= 500) throw new DstackUncertain(`dstack ${route}: HTTP ${res.status}`);
+    return { status: res.status, json: json2 };
+  };
+  const refused = (route, status, json2) => {
+    const e = ErrorBodySchema.safeParse(json2);
+    const msg = e.success ? e.data.detail.map((d) => d.msg).join("; ") : `HTTP ${status}`;
+    return new DstackRefused(`dstack ${route} refused: ${msg.slice(0, 300)}`);
+  };
+  const run = (route, json2) => {
+    const r = RunSchema.safeParse(json2);
+    if (!r.success)
+      throw new DstackUncertain(`dstack ${route}: unexpected run shape (${r.error.issues[0]?.message})`);
+    return r.data;
+  };
+  return {
+    async apply(spec) {
+      const r = await call("apply", { plan: { run_spec: spec, current_resource: null }, force: false });
+      if (r.status !== 200) throw refused("apply", r.status, r.json);
+      return run("apply", r.json);
+    },
+    async get(runName) {
+      const r = await call("get", { run_name: runName });
+      if (r.status === 200) return run("get", r.json);
+      const e = ErrorBodySchema.safeParse(r.json);
+      if (r.status === 400 && e.success && e.data.detail.some((d) => d.code === "resource_not_exists"))
+        return null;
+      if (r.status === 401 || r.status === 403) throw refused("get", r.status, r.json);
+      throw new DstackUncertain(`dstack get: HTTP ${r.status}`);
+    },
+    async stop(runNames, abort) {
+      const r = await call("stop", { runs_names: runNames, abort });
+      if (r.status !== 200) throw refused("stop", r.status, r.json);
+    }
+  };
+}
+
+// agent/executor/runner-env.ts
+var RUNNER_ENV_KEEP = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"];
+function baseRunnerEnv(from, passEnv = []) {
+  const env = {};
+  for (const [k, v] of Object.entries(from)) {
+    if (v !== void 0 && (RUNNER_ENV_KEEP.includes(k) || k.startsWith("LC_") || passEnv.includes(k)))
+      env[k] = v;
+  }
+  return env;
+}
+function shellJoin(argv2) {
+  return argv2.map((a) => /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`).join(" ");
+}
+function freshRunnerEnv(from, account, path, passEnv = []) {
+  const env = {
+    PATH: path,
+    HOME: account.home,
+    USER: account.name,
+    LOGNAME: account.name,
+    SHELL: "/bin/sh",
+    LANG: "C.UTF-8"
+  };
+  for (const k of passEnv) if (from[k] !== void 0) env[k] = from[k];
+  return env;
+}
+function jobEnv(cfg, account, l, w) {
+  return {
+    // the job runs PR code: it gets a minimal environment, never the agent's own
+    ...account ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv) : baseRunnerEnv(process.env, cfg.runner.passEnv),
+    ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
+    ...cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {},
+    ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
+    SPARK_CONTROLLER_URL: cfg.controllerUrl,
+    SPARK_RESERVATION_ID: l.reservationId,
+    SPARK_HOST_ID: cfg.hostId,
+    SPARK_FENCING_TOKEN: String(l.fencingToken),
+    SPARK_LEASE_TOKEN: w.jobToken ?? "",
+    SPARK_TOPOLOGY: l.topology,
+    SPARK_WORK_DIR: l.workDir,
+    SPARK_MODEL_CACHE: cfg.modelCacheDir,
+    // the in-job receipt names the backend that ran the work (issue 15 item 5)
+    SPARK_EXECUTOR: cfg.executor
+  };
+}
+
+// agent/executor/work-area.ts
+import { mkdirSync as mkdirSync2, rmSync } from "node:fs";
 
 // agent/exec.ts
 import { spawn } from "node:child_process";
@@ -20154,6 +20340,18 @@ function describeFailure(argv2, r) {
 }
 
 // agent/runner.ts
+import { spawn as spawn2 } from "node:child_process";
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  statSync
+} from "node:fs";
+import { join } from "node:path";
 var WRAPPER = [
   'cd "$1" || exit 126',
   "shift",
@@ -20333,52 +20531,6 @@ function redactLines(lines, secrets) {
   });
 }
 
-// agent/executor/runner-env.ts
-var RUNNER_ENV_KEEP = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"];
-function baseRunnerEnv(from, passEnv = []) {
-  const env = {};
-  for (const [k, v] of Object.entries(from)) {
-    if (v !== void 0 && (RUNNER_ENV_KEEP.includes(k) || k.startsWith("LC_") || passEnv.includes(k)))
-      env[k] = v;
-  }
-  return env;
-}
-function shellJoin(argv2) {
-  return argv2.map((a) => /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`).join(" ");
-}
-function freshRunnerEnv(from, account, path, passEnv = []) {
-  const env = {
-    PATH: path,
-    HOME: account.home,
-    USER: account.name,
-    LOGNAME: account.name,
-    SHELL: "/bin/sh",
-    LANG: "C.UTF-8"
-  };
-  for (const k of passEnv) if (from[k] !== void 0) env[k] = from[k];
-  return env;
-}
-function jobEnv(cfg, account, l, w) {
-  return {
-    // the job runs PR code: it gets a minimal environment, never the agent's own
-    ...account ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv) : baseRunnerEnv(process.env, cfg.runner.passEnv),
-    ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
-    ...cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {},
-    ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
-    SPARK_CONTROLLER_URL: cfg.controllerUrl,
-    SPARK_RESERVATION_ID: l.reservationId,
-    SPARK_HOST_ID: cfg.hostId,
-    SPARK_FENCING_TOKEN: String(l.fencingToken),
-    SPARK_LEASE_TOKEN: w.jobToken ?? "",
-    SPARK_TOPOLOGY: l.topology,
-    SPARK_WORK_DIR: l.workDir,
-    SPARK_MODEL_CACHE: cfg.modelCacheDir
-  };
-}
-
-// agent/executor/work-area.ts
-import { mkdirSync as mkdirSync2, rmSync } from "node:fs";
-
 // agent/executor/work-dir.ts
 import { isAbsolute, join as join2, relative, resolve } from "node:path";
 var PathOutsideRoot = class extends Error {
@@ -20447,7 +20599,193 @@ function createWorkArea(cfg, account) {
   };
 }
 
+// agent/executor/dstack.ts
+function dstackRunName(l, hostId, attempt = 0) {
+  return `spark-${l.reservationId}-${hostId}-t${l.fencingToken}-a${attempt}`.replace(/[^a-z0-9-]/g, "-").slice(0, 41);
+}
+var attemptOf = (workloadName) => Number(/-a(\d{1,4})$/.exec(workloadName)?.[1] ?? 0);
+function devRunName(l, hostId) {
+  return `spark-${l.reservationId}-${hostId}-t${l.fencingToken}-dev`.replace(/[^a-z0-9-]/g, "-").slice(0, 41);
+}
+var attachCommand = (runName) => `dstack attach ${runName}`;
+function createDstackExecutor(deps) {
+  const { cfg, log, save } = deps;
+  const d = cfg.dstack;
+  if (!d) throw new TypeError('the dstack executor needs the "dstack" section of the agent config');
+  const client2 = deps.client ?? createDstackClient({
+    url: d.url,
+    project: d.project,
+    token: readFileSync2(d.tokenFile, "utf8").trim(),
+    timeoutMs: d.requestTimeoutS * 1e3
+  });
+  const area = createWorkArea(cfg, null);
+  let refusal = null;
+  const runName = (l) => l.runner?.jobId ?? dstackRunName(l, cfg.hostId);
+  const look = async (l) => {
+    try {
+      return await client2.get(runName(l));
+    } catch (e) {
+      log.warn("dstack did not answer about the run", { run: runName(l), error: e.message });
+      return void 0;
+    }
+  };
+  const exitOf = (run) => {
+    const sub = run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1);
+    if (run.status === "done") return sub?.exit_status ?? 0;
+    return sub?.exit_status ?? null;
+  };
+  return {
+    name: "dstack",
+    prepare: (l) => area.fresh(l),
+    async start(l, w) {
+      if (l.phase !== "prepared") await area.make(l);
+      const name = dstackRunName(l, cfg.hostId, attemptOf(w.name));
+      l.runner = {
+        runnerName: w.name,
+        runDir: l.workDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: false,
+        stoppedByAgent: false,
+        exitReported: false,
+        jobId: name
+      };
+      l.phase = "running";
+      save();
+      const env = Object.fromEntries(
+        Object.entries(jobEnv(cfg, null, l, w)).filter((e) => e[1] !== void 0)
+      );
+      const spec = {
+        run_name: name,
+        configuration: {
+          type: "task",
+          name,
+          commands: [shellJoin(cfg.runner.command)],
+          env,
+          nodes: 1,
+          working_dir: l.workDir,
+          ...d.image ? { image: d.image } : {},
+          fleets: [d.fleet ?? cfg.hostId]
+        }
+      };
+      refusal = null;
+      try {
+        await client2.apply(spec);
+      } catch (e) {
+        if (e instanceof DstackRefused) {
+          refusal = e.message;
+          throw e;
+        }
+        log.warn("dstack apply not confirmed; the run is looked up by name", {
+          run: name,
+          error: e.message
+        });
+        throw e;
+      }
+      log.info("dstack task submitted", { leaseId: l.leaseId, runnerName: w.name, run: name });
+    },
+    async observe(l) {
+      const r = l.runner;
+      if (!r) return { state: "none" };
+      if (r.exitCode !== void 0) return { state: "exited", exitCode: r.exitCode };
+      const run = await look(l);
+      if (run === void 0) return { state: "running" };
+      if (run === null) return { state: "exited", exitCode: null };
+      if (!isFinished(run)) return { state: "running" };
+      r.exitCode = exitOf(run);
+      save();
+      return { state: "exited", exitCode: r.exitCode };
+    },
+    async stop(l) {
+      if (!l.runner) return;
+      const name = runName(l);
+      const run = await look(l);
+      if (run === null || run && isFinished(run)) return;
+      l.runner.stoppedByAgent = true;
+      save();
+      log.info("stopping the dstack run this lease created", { leaseId: l.leaseId, run: name });
+      try {
+        await client2.stop([name], false);
+      } catch (e) {
+        log.warn("dstack stop not confirmed; will look again", { run: name, error: e.message });
+        return;
+      }
+      const deadline = Date.now() + (cfg.runner.stopGraceS + 30) * 1e3;
+      for (; ; ) {
+        const now = await look(l);
+        if (now === null || now && isFinished(now) || Date.now() >= deadline) return;
+        await new Promise((res) => setTimeout(res, 200));
+      }
+    },
+    async confirmTerminated(l) {
+      if (!l.runner) return { ok: true };
+      const run = await look(l);
+      if (run === void 0) {
+        return {
+          ok: false,
+          detail: `dstack run ${runName(l)}: the server did not answer, termination unconfirmed`
+        };
+      }
+      if (run === null) return { ok: true };
+      if (!isFinished(run)) return { ok: false, detail: `dstack run ${runName(l)} is ${run.status}` };
+      return { ok: true };
+    },
+    async lastLines() {
+      return refusal ? [refusal] : [];
+    },
+    async startDevelopment(l) {
+      if (l.phase !== "prepared") await area.make(l);
+      const name = devRunName(l, cfg.hostId);
+      l.runner = {
+        runnerName: name,
+        runDir: l.workDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: true,
+        stoppedByAgent: false,
+        exitReported: true,
+        jobId: name
+      };
+      l.phase = "running";
+      save();
+      await client2.apply({
+        run_name: name,
+        configuration: {
+          type: "dev-environment",
+          name,
+          ide: d.ide,
+          ...d.image ? { image: d.image } : {},
+          fleets: [d.fleet ?? cfg.hostId],
+          // the controller's lease decides how long it lives, not dstack's idle timer
+          inactivity_duration: "off"
+        }
+      });
+      log.info("dstack dev environment submitted", { leaseId: l.leaseId, run: name });
+    },
+    async attach(l) {
+      const run = await look(l);
+      if (run === void 0) return null;
+      if (run === null) return { ended: `dstack has no run ${runName(l)}` };
+      if (run.status === "running") return { command: attachCommand(run.run_spec.run_name ?? runName(l)) };
+      if (isFinished(run)) return { ended: `dstack run ${runName(l)} is ${run.status}` };
+      return null;
+    },
+    async forget(l) {
+      refusal = null;
+      l.runner = null;
+      save();
+    },
+    async discard(l) {
+      await area.remove(l);
+    }
+  };
+}
+
 // agent/executor/jit-runner.ts
+import { existsSync as existsSync2, readFileSync as readFileSync3, rmSync as rmSync2 } from "node:fs";
+import { dirname, join as join3 } from "node:path";
 function createJitRunnerExecutor(deps) {
   const { cfg, log, save, account } = deps;
   let secrets = [];
@@ -20456,7 +20794,7 @@ function createJitRunnerExecutor(deps) {
     if (r.pid != null) return;
     const f = join3(r.runDir, "pid");
     if (!existsSync2(f)) return;
-    const pid = Number(readFileSync2(f, "utf8").trim());
+    const pid = Number(readFileSync3(f, "utf8").trim());
     if (Number.isInteger(pid) && pid > 0) {
       r.pid = pid;
       r.startTicks = processStartTicks(pid);
@@ -21009,6 +21347,7 @@ function reconcile(d, local) {
     }
     case "develop": {
       if (!mine) return { kind: "adopt-lease", lease: d.lease };
+      if (local.devEnvironments && !mine.runner && !mine.activeReported) return { kind: "start-development" };
       if (!mine.activeReported) return { kind: "report-active" };
       const graceMs = 2 * local.heartbeatMs;
       if (d.lease.expiresInMs > -graceMs) return wait(d.lease.expiresInMs + graceMs + 250, "lease live");
@@ -21039,7 +21378,7 @@ function cleanStep(l, local) {
 }
 
 // agent/state-file.ts
-import { closeSync as closeSync2, fsyncSync, mkdirSync as mkdirSync3, openSync as openSync2, readFileSync as readFileSync3, renameSync, writeSync } from "node:fs";
+import { closeSync as closeSync2, fsyncSync, mkdirSync as mkdirSync3, openSync as openSync2, readFileSync as readFileSync4, renameSync, writeSync } from "node:fs";
 import { dirname as dirname2 } from "node:path";
 var runnerSchema = external_exports.object({
   runnerName: external_exports.string(),
@@ -21084,7 +21423,7 @@ var emptyState = () => ({ v: 1, maxFencingToken: 0, lease: null, restore: null }
 function loadState(path) {
   let text;
   try {
-    text = readFileSync3(path, "utf8");
+    text = readFileSync4(path, "utf8");
   } catch (e) {
     if (e.code === "ENOENT") return emptyState();
     throw e;
@@ -21187,9 +21526,30 @@ async function checkHold(ctx) {
 }
 
 // agent/steps/develop.ts
+async function startDevelopment(ctx) {
+  const start = ctx.executor.startDevelopment;
+  if (!start)
+    throw new TypeError("start-development chosen for an executor without development environments");
+  await start.call(ctx.executor, currentLease(ctx));
+  return again;
+}
 async function reportActive(ctx) {
   const l = currentLease(ctx);
-  await ctx.report({ type: "lease_active", fencingToken: l.fencingToken });
+  let attach;
+  if (ctx.executor.attach && l.runner) {
+    const a = await ctx.executor.attach(l);
+    if (a === null) return waitFor(1e3);
+    if ("ended" in a) {
+      ctx.log.warn("the development environment ended before it ran; starting a new one", {
+        detail: a.ended
+      });
+      l.runner = null;
+      ctx.save();
+      return waitFor(5e3);
+    }
+    attach = a.command;
+  }
+  await ctx.report({ type: "lease_active", fencingToken: l.fencingToken, ...attach ? { attach } : {} });
   l.activeReported = true;
   ctx.save();
   return again;
@@ -21403,7 +21763,12 @@ async function startWorkload(ctx, w) {
 async function reportStarted(ctx) {
   const l = currentLease(ctx);
   const r = l.runner;
-  await ctx.report({ type: "runner_started", fencingToken: l.fencingToken, runnerName: r.runnerName });
+  await ctx.report({
+    type: "runner_started",
+    fencingToken: l.fencingToken,
+    runnerName: r.runnerName,
+    executor: ctx.executor.name
+  });
   r.startReported = true;
   ctx.save();
   return again;
@@ -21461,6 +21826,8 @@ async function runStep(ctx, step, d) {
       return reportStarted(ctx);
     case "report-exited":
       return reportExited(ctx, step.bestEffort);
+    case "start-development":
+      return startDevelopment(ctx);
     case "report-active":
       return reportActive(ctx);
     case "check-expired":
@@ -21511,7 +21878,7 @@ var Agent3 = class {
       heartbeatMs: () => this.heartbeatS * 1e3,
       interconnect: null
     };
-    ctx.executor = opts.executor?.(ctx) ?? (cfg.executor === "slurm" ? createSlurmExecutor({ cfg, log, account, save: ctx.save }) : createJitRunnerExecutor({
+    ctx.executor = opts.executor?.(ctx) ?? (cfg.executor === "slurm" ? createSlurmExecutor({ cfg, log, account, save: ctx.save }) : cfg.executor === "dstack" ? createDstackExecutor({ cfg, log, save: ctx.save }) : createJitRunnerExecutor({
       cfg,
       log,
       account,
@@ -21599,7 +21966,8 @@ var Agent3 = class {
           lease: l,
           workload: l ? await ctx.executor.observe(l) : { state: "none" },
           hasService: this.cfg.service != null,
-          heartbeatMs: this.heartbeatS * 1e3
+          heartbeatMs: this.heartbeatS * 1e3,
+          devEnvironments: ctx.executor.startDevelopment != null
         });
         this.log.debug("step", { state: d.state, step: step.kind });
         const res = await runStep(ctx, step, d);
@@ -21623,13 +21991,8 @@ var Agent3 = class {
 };
 
 // agent/config.ts
-import { readFileSync as readFileSync4 } from "node:fs";
+import { readFileSync as readFileSync5 } from "node:fs";
 import { dirname as dirname3, isAbsolute as isAbsolute2, resolve as resolve2 } from "node:path";
-
-// agent/executor/types.ts
-var EXECUTOR_NAMES = ["jit-runner", "slurm"];
-
-// agent/config.ts
 function isSafeControllerUrl(raw) {
   let u;
   try {
@@ -21676,7 +22039,9 @@ var AgentConfigSchema = external_exports.object({
       "Extra variables of the agent passed to the runner (besides PATH, HOME, locale); the job runs PR code."
     )
   }).strict(),
-  executor: external_exports.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).default("jit-runner").describe("How a lease runs its workload (issue 15): a one-job JIT runner, or a Slurm batch job."),
+  executor: external_exports.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).default("jit-runner").describe(
+    "How a lease runs its workload (issue 15): a one-job JIT runner, a Slurm batch job, or a dstack task (and a dstack dev environment for development leases)."
+  ),
   slurm: external_exports.object({
     /** Directory of sbatch/squeue/sacct/scancel; empty: PATH. */
     bin: external_exports.string().default(""),
@@ -21686,6 +22051,17 @@ var AgentConfigSchema = external_exports.object({
     /** SLURM_CONF for the commands; null: Slurm's default. */
     conf: external_exports.string().nullable().default(null)
   }).strict().prefault({}),
+  dstack: external_exports.object({
+    url: external_exports.url().refine(isSafeControllerUrl, {
+      message: "use https:// (plain http:// only to a loopback address): the run spec carries job secrets"
+    }).describe("Base URL of the dstack server (its REST API, e.g. 'https://dstack.internal:3000')."),
+    project: external_exports.string().regex(/^[A-Za-z0-9_-]{1,50}$/, 'a dstack project name, e.g. "main"').default("main"),
+    tokenFile: external_exports.string().min(1).describe("File holding the dstack user token (mode 0600)."),
+    fleet: external_exports.string().regex(/^[a-z][a-z0-9-]{1,40}$/, 'a dstack fleet name, e.g. "spark-2"').nullable().default(null).describe("On-prem SSH fleet holding exactly this host; null: a fleet named like the host id."),
+    image: external_exports.string().min(1).nullable().default(null).describe("Container image of runs; null: dstack's default."),
+    ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().default(null).describe("IDE pre-installed in development environments; null: SSH only (`dstack attach`)."),
+    requestTimeoutS: external_exports.number().positive().max(300).default(20)
+  }).strict().nullable().default(null).describe('dstack server for executor "dstack" (issue 15): CI tasks and development environments.'),
   nvidiaSmi: external_exports.string().min(1).default("nvidia-smi").describe("nvidia-smi binary (PATH lookup if bare)."),
   service: serviceSchema.nullable().default(null).describe("Home service (Deckard on spark-1), or null."),
   interconnectCheck: external_exports.array(external_exports.string().min(1)).min(1).nullable().default(null).describe("Command that exits 0 when the pair interconnect is up."),
@@ -21697,7 +22073,10 @@ var AgentConfigSchema = external_exports.object({
     longPollS: external_exports.number().int().min(0).max(55).default(25)
   }).strict().prefault({}),
   logLevel: external_exports.enum(["debug", "info", "warn", "error"]).default("info")
-}).strict();
+}).strict().refine((c) => c.executor !== "dstack" || c.dstack != null, {
+  path: ["dstack"],
+  message: 'executor "dstack" needs a "dstack" section: { "url", "project", "tokenFile" }'
+});
 var AgentConfigError = class extends Error {
   name = "AgentConfigError";
   exitCode = 2;
@@ -21723,7 +22102,8 @@ function resolvePaths(cfg, base) {
       stop: cmd(cfg.service.stop, base),
       start: cmd(cfg.service.start, base)
     } : null,
-    interconnectCheck: cfg.interconnectCheck ? cmd(cfg.interconnectCheck, base) : null
+    interconnectCheck: cfg.interconnectCheck ? cmd(cfg.interconnectCheck, base) : null,
+    dstack: cfg.dstack ? { ...cfg.dstack, tokenFile: abs(cfg.dstack.tokenFile) } : null
   };
 }
 function parseAgentConfig(input2, source, base) {
@@ -21738,7 +22118,7 @@ function parseAgentConfig(input2, source, base) {
 function loadAgentConfig(path) {
   let text;
   try {
-    text = readFileSync4(path, "utf8");
+    text = readFileSync5(path, "utf8");
   } catch (e) {
     throw new AgentConfigError(`cannot read agent config ${path}: ${e.message}`);
   }
@@ -21753,7 +22133,7 @@ function loadAgentConfig(path) {
 function readAgentToken(cfg) {
   let token2;
   try {
-    token2 = readFileSync4(cfg.tokenFile, "utf8").trim();
+    token2 = readFileSync5(cfg.tokenFile, "utf8").trim();
   } catch (e) {
     throw new AgentConfigError(
       `cannot read the agent token file ${cfg.tokenFile} (${e.message}); create a token with \`npm run agent-token -- create ${cfg.hostId}\` and save it there`

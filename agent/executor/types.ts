@@ -8,9 +8,10 @@ import type { LeaseState } from '../state-file.ts';
  * what this lease started.
  */
 
-/** Backends the agent knows; `jit-runner` (today's one-job GitHub runner) is the default. */
-export const EXECUTOR_NAMES = ['jit-runner', 'slurm'] as const;
-export type ExecutorName = (typeof EXECUTOR_NAMES)[number];
+/** Backends the agent knows (core's vocabulary); `jit-runner` (today's one-job GitHub runner) is the default. */
+import type { ExecutorName } from '../../core/protocol/agent.ts';
+
+export { EXECUTOR_NAMES, type ExecutorName } from '../../core/protocol/agent.ts';
 
 /** What a lease runs. For `jit-runner`: the runner named by the controller and its one-time secrets. */
 export interface Workload {
@@ -55,4 +56,15 @@ export interface Executor {
   forget(lease: LeaseState): Promise<void>;
   /** Removes the lease's work area and what the executor kept for the workload. */
   discard(lease: LeaseState): Promise<void>;
+  /**
+   * Backends with development environments (`dstack`): creates the development lease's environment
+   * pinned to this host, recording it in `lease.runner` and persisting that before it is created.
+   * Stopped and confirmed terminated like any workload.
+   */
+  startDevelopment?(lease: LeaseState): Promise<void>;
+  /**
+   * The development environment's attach command once it runs (`dstack attach <run>`); `null`
+   * while it is still starting; `ended` when it finished before it ever ran (a new one is started).
+   */
+  attach?(lease: LeaseState): Promise<{ command: string } | { ended: string } | null>;
 }

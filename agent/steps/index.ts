@@ -2,7 +2,7 @@ import type { DesiredState } from '../../core/protocol/agent.ts';
 import type { Step } from '../reconcile.ts';
 import { beginClean, checkHold, finishClean, stopWorkload } from './clean.ts';
 import type { StepContext, StepResult } from './context.ts';
-import { checkExpired, reportActive } from './develop.ts';
+import { checkExpired, reportActive, startDevelopment } from './develop.ts';
 import { adoptLease, dropLease, raiseFencingToken, refuseStale } from './lease-record.ts';
 import { lendDrain, lendStop, lendVerify } from './lend.ts';
 import { failPrepare, prepareHost, reportPrepared, reportPrepareFailed } from './prepare.ts';
@@ -44,6 +44,8 @@ export async function runStep(ctx: StepContext, step: Step, d: DesiredState): Pr
       return reportStarted(ctx);
     case 'report-exited':
       return reportExited(ctx, step.bestEffort);
+    case 'start-development':
+      return startDevelopment(ctx);
     case 'report-active':
       return reportActive(ctx);
     case 'check-expired':

@@ -19,7 +19,12 @@ export async function startWorkload(ctx: StepContext, w: Workload): Promise<Step
 export async function reportStarted(ctx: StepContext): Promise<StepResult> {
   const l = currentLease(ctx);
   const r = l.runner!;
-  await ctx.report({ type: 'runner_started', fencingToken: l.fencingToken, runnerName: r.runnerName });
+  await ctx.report({
+    type: 'runner_started',
+    fencingToken: l.fencingToken,
+    runnerName: r.runnerName,
+    executor: ctx.executor.name,
+  });
   r.startReported = true;
   ctx.save();
   return again;

@@ -41,6 +41,12 @@ export const RESERVATION_ID_PATTERN = /^r-[0-9]{1,15}$/;
 export const LEASE_ID_PATTERN = /^l-[a-z0-9][a-z0-9-]{0,90}$/;
 /** Runner names: `spark-<host>-<reservation>-a<attempt>`; one plain path segment, never `..`. */
 export const RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
+/** Execution backends of the agent's executor seam (issue 15); `jit-runner` is the default. */
+export const EXECUTOR_NAMES = ['jit-runner', 'slurm', 'dstack'] as const;
+export type ExecutorName = (typeof EXECUTOR_NAMES)[number];
+
+/** The attach command an agent may report for a development environment: `dstack attach <run>`. */
+export const ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
 /** Longest wait the controller may ask of an agent (a day); longer is a broken controller. */
 const MAX_WAIT_MS = 86_400_000;
 
@@ -170,7 +176,13 @@ export const ReportSchema = z.discriminatedUnion('type', [
     reason: z.string().min(1).max(1000),
     evidence,
   }),
-  z.object({ type: z.literal('runner_started'), fencingToken: token, runnerName: z.string().min(1) }),
+  z.object({
+    type: z.literal('runner_started'),
+    fencingToken: token,
+    runnerName: z.string().min(1),
+    /** The backend that runs the work (issue 15 item 5), named on the check run. */
+    executor: z.enum(EXECUTOR_NAMES).optional(),
+  }),
   z.object({
     type: z.literal('runner_exited'),
     fencingToken: token,
@@ -179,8 +191,18 @@ export const ReportSchema = z.discriminatedUnion('type', [
     exitCode: z.number().int().nullable(),
     lastLines,
   }),
-  /** A development lease is in use on the host. */
-  z.object({ type: z.literal('lease_active'), fencingToken: token }),
+  /**
+   * A development lease is in use on the host. `attach`: the command that attaches to its
+   * development environment (executor `dstack`, issue 15) — a fixed shape, since the requester runs it.
+   */
+  z.object({
+    type: z.literal('lease_active'),
+    fencingToken: token,
+    attach: z
+      .string()
+      .regex(ATTACH_COMMAND_PATTERN, 'an attach command looks like "dstack attach spark-r-12-spark-2-t7-dev"')
+      .optional(),
+  }),
   z.object({
     type: z.literal('cleaned'),
     fencingToken: token,

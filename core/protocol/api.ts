@@ -68,6 +68,8 @@ export const LeaseInfo = z.object({
   releasedAt: z.string().nullable(),
   prepared: z.boolean(),
   runnerStarted: z.boolean(),
+  /** Development lease on a dstack host: the command that attaches to its dev environment. */
+  attach: z.string().nullable().optional(),
 });
 export type LeaseInfo = z.infer<typeof LeaseInfo>;
 

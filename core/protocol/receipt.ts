@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { SUITES, TOPOLOGIES } from '../model.ts';
+import { EXECUTOR_NAMES } from './agent.ts';
 
 /**
  * The in-job protocol (DESIGN.md "In the job", issue 5): what a runner sends to the controller's
@@ -68,6 +69,8 @@ export const ReceiptSchema = z
     runUrl: z.url().max(300).optional(),
     suite: z.enum(SUITES),
     topology: z.enum(TOPOLOGIES),
+    /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
+    executor: z.enum(EXECUTOR_NAMES).optional(),
     /** Correctness (smoke) always runs first; performance only after it passed. */
     phases: z
       .array(

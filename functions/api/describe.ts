@@ -6,6 +6,7 @@ import {
   type Suite,
   type Topology,
 } from '../../core/model.ts';
+import { ATTACH_COMMAND_PATTERN } from '../../core/protocol/agent.ts';
 import type { ReservationInfo } from '../../core/protocol/api.ts';
 import type { ApiPrincipal } from '../auth/tokens.ts';
 import type { LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
@@ -13,6 +14,17 @@ import * as q from '../ledger/queries.ts';
 import { buildViews, githubWebBase, type QueueView, redactText } from '../views.ts';
 
 const iso = (ms: number | null | undefined) => (ms == null ? null : new Date(ms).toISOString());
+
+/** The dev environment's attach command an agent reported (`lease_active.attach`), or null. */
+function attachOf(evidenceJson: string | null): string | null {
+  if (!evidenceJson) return null;
+  try {
+    const a = (JSON.parse(evidenceJson) as { develop?: { attach?: unknown } }).develop?.attach;
+    return typeof a === 'string' && ATTACH_COMMAND_PATTERN.test(a) ? a : null;
+  } catch {
+    return null;
+  }
+}
 
 /** The API token that created a reservation (sparkctl / MCP), from its meta. */
 export function ownerTokenOf(r: ReservationRow): string | null {
@@ -98,6 +110,7 @@ export function describeReservation(
       releasedAt: iso(l.releasedAt),
       prepared: l.preparedAt != null,
       runnerStarted: l.runnerStartedAt != null,
+      attach: attachOf(l.evidenceJson),
     })),
     ready,
     eta: status === 'queued' ? (queued?.eta ?? null) : null,

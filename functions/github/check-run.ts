@@ -23,6 +23,8 @@ export interface CheckRunView {
 export interface RenderContext {
   /** Hosts holding the reservation's leases (any status). */
   hosts: string[];
+  /** Backends that ran the work on its hosts (`jit-runner`, `slurm`, `dstack`), as the agents reported. */
+  executors?: string[];
   /** A host kept (draining or held) for this queued reservation. */
   keptHost: { id: string; state: 'draining' | 'held' } | null;
   /** A fault seen on the job (workflow_job mismatch), shown until the work ends. */
@@ -53,6 +55,7 @@ export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunV
     `- Requested by: @${r.requester.replace(/^github:/, '')}`,
   ];
   if (ctx.hosts.length) facts.push(`- Hosts: ${hostsText(ctx.hosts)}`);
+  if (ctx.executors?.length) facts.push(`- Backend: ${[...new Set(ctx.executors)].join(' + ')}`);
   const extra = [ctx.fault ? `**Fault:** ${ctx.fault}` : null, ctx.note ?? null].filter(Boolean) as string[];
   const summary = (lead: string) => [lead, '', ...facts, ...(extra.length ? ['', ...extra] : [])].join('\n');
 

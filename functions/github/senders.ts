@@ -1,5 +1,6 @@
 import { fleetLabelOf } from '../../core/config.ts';
 import { isRunnerStatus } from '../../core/model.ts';
+import { EXECUTOR_NAMES } from '../../core/protocol/agent.ts';
 import type { Tx } from '../ledger/db.ts';
 import {
   liveRunnersOf,
@@ -38,6 +39,17 @@ export const runnerName = (hostId: string, reservationId: string, attempt: numbe
 const skipped = (reason: string): SendResult => ({ result: { skipped: reason } });
 
 /** Builds what the check-run renderer needs from the ledger. */
+/** The backend a lease's agent reported with `runner_started` (issue 15 item 5), if any. */
+function executorOf(evidenceJson: string | null): string[] {
+  if (!evidenceJson) return [];
+  try {
+    const e = (JSON.parse(evidenceJson) as { executor?: unknown }).executor;
+    return typeof e === 'string' && (EXECUTOR_NAMES as readonly string[]).includes(e) ? [e] : [];
+  } catch {
+    return [];
+  }
+}
+
 export async function renderContextFor(svc: GitHubService, r: ReservationRow): Promise<RenderContext> {
   const leases = await leasesOf(svc.ledger, undefined, r.id);
   let keptHost: RenderContext['keptHost'] = null;
@@ -51,6 +63,7 @@ export async function renderContextFor(svc: GitHubService, r: ReservationRow): P
   const meta = readMeta(r);
   return {
     hosts: leases.map((l) => l.hostId),
+    executors: leases.flatMap((l) => executorOf(l.evidenceJson)),
     keptHost,
     eta,
     fault: meta?.fault ?? null,

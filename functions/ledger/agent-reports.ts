@@ -122,6 +122,13 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
         if (lease.runnerStartedAt == null) {
           await tx.update(t.leases).set({ runnerStartedAt: now }).where(eq(t.leases.id, lease.id));
         }
+        if (report.executor) {
+          // the backend that runs the work, named on the check run (issue 15 item 5)
+          await tx
+            .update(t.leases)
+            .set({ evidenceJson: mergeEvidence(lease, 'executor', report.executor) })
+            .where(eq(t.leases.id, lease.id));
+        }
         await event('lease.runner_started', `runner ${report.runnerName} started`, {
           runnerName: report.runnerName,
         });
@@ -136,6 +143,13 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
       case 'lease_active': {
         if (r.kind !== 'development') {
           throw conflict('not_development', `reservation ${r.id} is ${r.kind}, not a development lease`);
+        }
+        if (report.attach) {
+          // the dev environment's attach command (executor dstack, issue 15), shown to the requester
+          await tx
+            .update(t.leases)
+            .set({ evidenceJson: mergeEvidence(lease, 'develop', { attach: report.attach }) })
+            .where(eq(t.leases.id, lease.id));
         }
         if (r.status === 'preparing') {
           await ledger.advanceReservation(

@@ -151,6 +151,8 @@ describe('actions/spark-test (run as the runner runs it)', () => {
       headSha: head,
       suite: 'smoke',
       topology: 'single',
+      // the receipt names the backend that ran the work (issue 15 item 5)
+      executor: 'dstack',
       result: 'passed',
       exitCode: 0,
       repo: 'acme/butter',

@@ -140,6 +140,24 @@ export async function agentReportsPrepared(t: ApiTarget, reservationId: string):
   }
 }
 
+/** What a `dstack` host's agent reports once the dev environment runs: `lease_active` with its attach command. */
+export async function agentReportsActive(
+  t: ApiTarget,
+  reservationId: string,
+  attach: (hostId: string) => string,
+) {
+  const r = await reservationOf(t, reservationId);
+  for (const l of r?.leases.filter((x) => x.status === 'active') ?? []) {
+    const d = await desired(t, l.hostId, 'develop');
+    if (d.state === 'develop')
+      await report(t, l.hostId, {
+        type: 'lease_active',
+        fencingToken: d.lease.fencingToken,
+        attach: attach(l.hostId),
+      });
+  }
+}
+
 /** What each host's agent does when asked to clean: the `cleaned` report with the fencing token. */
 export async function agentReportsCleaned(t: ApiTarget, reservationId: string): Promise<void> {
   const r = await reservationOf(t, reservationId);

@@ -15,6 +15,7 @@ import { startTestController } from '../helpers/controller.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import {
   agentOnline,
+  agentReportsActive,
   agentReportsCleaned,
   agentReportsPrepared,
   cleanupBundle,
@@ -84,10 +85,24 @@ describe('sparkctl against a real controller', () => {
     const res = await p.done;
     expect(res.code).toBe(0);
     expect(res.stdout).toMatch(/r-2 is yours: spark-2 \(single\), lease until/);
-    expect(res.stdout).toMatch(/attach: {3}ssh spark-2/);
+    // a jit-runner host runs no dev environment: no SSH hint, the lease holds the host (issue 15)
+    expect(res.stdout).toMatch(/attach: {3}no dev environment on spark-2/);
+    expect(res.stdout).not.toMatch(/ssh spark/);
     expect(res.stdout).toMatch(/release: {2}sparkctl release r-2/);
     const lease = (await reservationOf(target, 'r-2'))!.leases[0]!;
     expect(Date.parse(lease.expiresAt) - Date.parse(lease.grantedAt)).toBe(2 * 3600_000);
+
+    // `sparkctl attach`: nothing to attach to on a host without dev environments (exit 1, says why)
+    const none = await sparkctl(['attach', 'r-2'], tokens.dev);
+    expect(none.code).toBe(1);
+    expect(none.stderr).toMatch(/no dev environment on spark-2/);
+    // a dstack host's agent reports its dev environment: attach prints exactly the command
+    await agentReportsActive(target, 'r-2', (h) => `dstack attach spark-r-2-${h}-t2-dev`);
+    const att = await sparkctl(['attach', 'r-2'], tokens.dev);
+    expect([att.code, att.stdout.trim()]).toEqual([0, 'dstack attach spark-r-2-spark-2-t2-dev']);
+    expect((await sparkctl(['status', 'r-2'], tokens.dev)).stdout).toMatch(
+      /attach: {3}dstack attach spark-r-2-spark-2-t2-dev/,
+    );
   });
 
   it('Ctrl-C while queued cancels the request', async () => {

@@ -94,7 +94,38 @@ describe('executor (issue 15)', () => {
       conf: null,
     });
     expect(() => parseAgentConfig({ ...base, executor: 'k8s' }, 'agent.json', '/etc')).toThrow(
-      'executor: executor is one of jit-runner, slurm',
+      'executor: executor is one of jit-runner, slurm, dstack',
     );
+  });
+
+  it('dstack needs its server section; relative token files resolve against the config dir', () => {
+    expect(() => parseAgentConfig({ ...base, executor: 'dstack' }, 'agent.json', '/etc')).toThrow(
+      'dstack: executor "dstack" needs a "dstack" section',
+    );
+    const cfg = parseAgentConfig(
+      {
+        ...base,
+        executor: 'dstack',
+        dstack: { url: 'https://dstack.internal:3000', tokenFile: 'dstack-token' },
+      },
+      'agent.json',
+      '/etc/spark',
+    );
+    expect(cfg.dstack).toEqual({
+      url: 'https://dstack.internal:3000',
+      project: 'main',
+      tokenFile: '/etc/spark/dstack-token',
+      fleet: null,
+      image: null,
+      ide: null,
+      requestTimeoutS: 20,
+    });
+    expect(() =>
+      parseAgentConfig(
+        { ...base, executor: 'dstack', dstack: { url: 'http://dstack.example.org', tokenFile: 't' } },
+        'agent.json',
+        '/etc',
+      ),
+    ).toThrow(/dstack.url: use https:\/\//);
   });
 });

@@ -267,6 +267,24 @@ describe('reconcile: develop', () => {
     ).toMatchObject({ kind: 'wait', ms: 6000 + 2000 + 250 });
   });
 
+  it('with dev environments (dstack), creates the environment first, then reports active (issue 15)', () => {
+    const d: DesiredState = { state: 'develop', lease: ref({ kind: 'development', expiresInMs: 6000 }) };
+    const prepared = record({ kind: 'development', phase: 'prepared' });
+    expect(reconcile(d, view({ devEnvironments: true, lease: prepared }))).toEqual({
+      kind: 'start-development',
+    });
+    const started = record({
+      kind: 'development',
+      phase: 'running',
+      runner: runner({ startReported: true, exitReported: true }),
+    });
+    expect(
+      reconcile(d, view({ devEnvironments: true, workload: { state: 'running' }, lease: started })),
+    ).toEqual({ kind: 'report-active' });
+    // without dev environments nothing is started for a development lease
+    expect(reconcile(d, view({ lease: prepared }))).toEqual({ kind: 'report-active' });
+  });
+
   it('past expiry and grace, checks for processes that outlived it (develop: kill nothing)', () => {
     const d: DesiredState = { state: 'develop', lease: ref({ kind: 'development', expiresInMs: -2500 }) };
     expect(

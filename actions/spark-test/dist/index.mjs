@@ -4166,9 +4166,9 @@ var require_util2 = __commonJS({
       let policy = "";
       if (policyHeader.length > 0) {
         for (let i = policyHeader.length; i !== 0; i--) {
-          const token = policyHeader[i - 1].trim();
-          if (referrerPolicyTokens.has(token)) {
-            policy = token;
+          const token2 = policyHeader[i - 1].trim();
+          if (referrerPolicyTokens.has(token2)) {
+            policy = token2;
             break;
           }
         }
@@ -4401,9 +4401,9 @@ var require_util2 = __commonJS({
     function parseMetadata(metadata) {
       const result = [];
       let empty = true;
-      for (const token of metadata.split(" ")) {
+      for (const token2 of metadata.split(" ")) {
         empty = false;
-        const parsedToken = parseHashWithOptions.exec(token);
+        const parsedToken = parseHashWithOptions.exec(token2);
         if (parsedToken === null || parsedToken.groups === void 0 || parsedToken.groups.algo === void 0) {
           continue;
         }
@@ -22795,9 +22795,9 @@ var $ZodIBAN = /* @__PURE__ */ $constructor("$ZodIBAN", (inst, def) => {
     });
   };
 });
-function isValidJWT(token, algorithm = null) {
+function isValidJWT(token2, algorithm = null) {
   try {
-    const tokensParts = token.split(".");
+    const tokensParts = token2.split(".");
     if (tokensParts.length !== 3)
       return false;
     const [header] = tokensParts;
@@ -39382,6 +39382,183 @@ function date4(params) {
   return _coercedDate(ZodDate, params);
 }
 
+// core/model.ts
+var RESERVATION_KINDS = [
+  "development",
+  "deckard",
+  "manual",
+  "merge",
+  "benchmark",
+  "background"
+];
+var TOPOLOGIES = ["single", "pair"];
+var SUITES = ["smoke", "performance"];
+
+// core/protocol/agent.ts
+var GpuProcessSchema = external_exports.object({
+  pid: external_exports.number().int().nonnegative(),
+  name: external_exports.string().max(512),
+  usedMemoryMiB: external_exports.number().nonnegative()
+});
+var HostFactsSchema = external_exports.object({
+  gpuProcesses: external_exports.array(GpuProcessSchema).max(256).nullable(),
+  gpuError: external_exports.string().max(1e3).nullable().optional(),
+  freeDiskBytes: external_exports.number().nonnegative().nullable(),
+  serviceState: external_exports.enum(["serving", "stopped", "starting", "draining", "failed", "none", "unknown"]),
+  runnerState: external_exports.enum(["none", "starting", "running", "exited"]),
+  interconnectOk: external_exports.boolean().nullable()
+});
+var token = external_exports.number().int().positive().max(Number.MAX_SAFE_INTEGER);
+var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
+var RESERVATION_ID_PATTERN = /^r-[0-9]{1,15}$/;
+var LEASE_ID_PATTERN = /^l-[a-z0-9][a-z0-9-]{0,90}$/;
+var RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
+var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
+var ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
+var MAX_WAIT_MS = 864e5;
+var LeaseRefSchema = external_exports.object({
+  leaseId: external_exports.string().regex(LEASE_ID_PATTERN, 'lease ids look like "l-spark-2-7"'),
+  reservationId: external_exports.string().regex(RESERVATION_ID_PATTERN, 'reservation ids look like "r-12"'),
+  fencingToken: token,
+  /** One of RESERVATION_KINDS (a pattern, not the enum, so the ledger's string column types it). */
+  kind: external_exports.string().refine((k) => RESERVATION_KINDS.includes(k), {
+    message: `kind is one of ${RESERVATION_KINDS.join(", ")}`
+  }),
+  topology: external_exports.enum(["single", "pair"]),
+  /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
+  lend: external_exports.boolean(),
+  /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
+  expiresInMs: external_exports.number().int().min(-MAX_WAIT_MS * 366).max(MAX_WAIT_MS * 366)
+});
+var DesiredStateSchema = external_exports.discriminatedUnion("state", [
+  /** Nothing bound: heartbeat only. */
+  external_exports.object({ state: external_exports.literal("idle") }),
+  /** Nothing bound and the home service serves: keep it, heartbeat only. */
+  external_exports.object({ state: external_exports.literal("serve") }),
+  /** Granted: lend the service if asked, verify the GPU is free, make a fresh work dir, report prepared. */
+  external_exports.object({ state: external_exports.literal("prepare"), lease: LeaseRefSchema }),
+  /** Prepared; waiting for the other node of a pair or for the runner's JIT config. */
+  external_exports.object({ state: external_exports.literal("wait"), lease: LeaseRefSchema }),
+  /**
+   * Run (or keep watching) the one-job runner `runnerName`. `jitConfig` and `jobToken` are present
+   * only in the single response that hands them over; a different `runnerName` replaces the runner.
+   */
+  external_exports.object({
+    state: external_exports.literal("run"),
+    lease: LeaseRefSchema,
+    runnerName: external_exports.string().regex(RUNNER_NAME_PATTERN, 'runner names are one plain name like "spark-spark-2-r-12-a0"'),
+    /** GitHub's encoded JIT config: printable ASCII, no whitespace. */
+    jitConfig: external_exports.string().max(65536).regex(/^[!-~]+$/, "a JIT config is printable ASCII without spaces").optional(),
+    jobToken: external_exports.string().regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_\u2026"').optional()
+  }),
+  /** A development lease is active: no runner; report it active, watch the expiry. */
+  external_exports.object({ state: external_exports.literal("develop"), lease: LeaseRefSchema }),
+  /** Releasing: stop only what the agent started, clean the work dir, report cleaned. */
+  external_exports.object({ state: external_exports.literal("clean"), lease: LeaseRefSchema }),
+  /** Recreate the home service and report once its model-ready health check passed (or failed). */
+  external_exports.object({
+    state: external_exports.literal("restore"),
+    fencingToken: external_exports.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    attempt: external_exports.number().int().nonnegative().max(1e3),
+    /** Wait this long before the attempt (backoff after a failed restore). */
+    waitMs: external_exports.number().int().nonnegative().max(MAX_WAIT_MS),
+    healthTimeoutS: external_exports.number().int().positive().max(86400)
+  }),
+  /**
+   * Touch nothing (quarantined, or release-required: processes outlived the lease). With a lease,
+   * the agent reports `cleaned` once the GPU shows no process, never killing anything.
+   */
+  external_exports.object({ state: external_exports.literal("hold"), reason: external_exports.string().max(2e3), lease: LeaseRefSchema.optional() })
+]);
+var PollRequestSchema = external_exports.object({
+  /** `version` of the last desired state the agent got; the server holds the poll while it is current. */
+  since: external_exports.string().max(128).nullable().optional(),
+  /** Longest the agent is willing to wait (the server caps it; Workers always answer at once). */
+  maxWaitMs: external_exports.number().int().min(0).max(6e4).optional()
+});
+var HEARTBEAT_INTERVAL_RANGE_S = { min: 1, max: 86400 };
+var PollResponseSchema = external_exports.object({
+  hostId: external_exports.string().regex(HOST_ID_PATTERN, 'host ids look like "spark-2"'),
+  /** Fingerprint of the desired state without its secrets. */
+  version: external_exports.string().regex(/^[A-Za-z0-9_-]{1,128}$/, "a version is a short fingerprint"),
+  /** Heartbeat period the controller expects, seconds. */
+  heartbeatIntervalS: external_exports.number().int().min(HEARTBEAT_INTERVAL_RANGE_S.min).max(HEARTBEAT_INTERVAL_RANGE_S.max),
+  desired: DesiredStateSchema
+});
+var HeartbeatResponseSchema = external_exports.object({
+  heartbeatIntervalS: PollResponseSchema.shape.heartbeatIntervalS
+});
+var HeartbeatRequestSchema = external_exports.object({ facts: HostFactsSchema });
+var lastLines = external_exports.array(external_exports.string().max(2e3)).max(100);
+var evidence = external_exports.record(external_exports.string(), external_exports.unknown()).optional();
+var ReportSchema = external_exports.discriminatedUnion("type", [
+  external_exports.object({
+    type: external_exports.literal("prepared"),
+    fencingToken: token,
+    /** True when the home service was lent: drained, stopped and its GPU processes verified gone. */
+    serviceLent: external_exports.boolean(),
+    evidence
+  }),
+  external_exports.object({
+    type: external_exports.literal("prepare_failed"),
+    fencingToken: token,
+    reason: external_exports.string().min(1).max(1e3),
+    evidence
+  }),
+  external_exports.object({
+    type: external_exports.literal("runner_started"),
+    fencingToken: token,
+    runnerName: external_exports.string().min(1),
+    /** The backend that runs the work (issue 15 item 5), named on the check run. */
+    executor: external_exports.enum(EXECUTOR_NAMES).optional()
+  }),
+  external_exports.object({
+    type: external_exports.literal("runner_exited"),
+    fencingToken: token,
+    runnerName: external_exports.string().min(1),
+    /** null when the exit status could not be observed (e.g. stopped by signal). */
+    exitCode: external_exports.number().int().nullable(),
+    lastLines
+  }),
+  /**
+   * A development lease is in use on the host. `attach`: the command that attaches to its
+   * development environment (executor `dstack`, issue 15) — a fixed shape, since the requester runs it.
+   */
+  external_exports.object({
+    type: external_exports.literal("lease_active"),
+    fencingToken: token,
+    attach: external_exports.string().regex(ATTACH_COMMAND_PATTERN, 'an attach command looks like "dstack attach spark-r-12-spark-2-t7-dev"').optional()
+  }),
+  external_exports.object({
+    type: external_exports.literal("cleaned"),
+    fencingToken: token,
+    /**
+     * Host facts read right after cleanup (issue 13 item 3): the report that frees the host says
+     * what its GPU shows now, so admission need not wait for the next heartbeat.
+     */
+    facts: HostFactsSchema.optional()
+  }),
+  external_exports.object({
+    type: external_exports.literal("processes_remain"),
+    fencingToken: token,
+    processes: external_exports.array(GpuProcessSchema).max(256)
+  }),
+  external_exports.object({
+    type: external_exports.literal("restored"),
+    /** The host's current fencing token (the lease that was just released). */
+    fencingToken: external_exports.number().int().nonnegative(),
+    ok: external_exports.boolean(),
+    /** Health check output (status and body excerpt), kept for the operator. */
+    detail: external_exports.string().max(4e3)
+  })
+]);
+var ReportResponseSchema = external_exports.object({
+  ok: external_exports.literal(true),
+  /** What the report changed, in words (e.g. "reservation r-3 preparing"). */
+  result: external_exports.string()
+});
+var AGENT_MAX_BODY_BYTES = 64 * 1024;
+
 // actions/spark-test/src/input-helper.ts
 var sha = external_exports.string().transform((s) => s.trim().toLowerCase()).pipe(external_exports.string().regex(/^[0-9a-f]{40}$/, "head_sha must be the full 40-character admitted commit SHA"));
 var Inputs = external_exports.object({
@@ -39405,7 +39582,9 @@ var RunnerEnv = external_exports.object({
   SPARK_LEASE_TOKEN: external_exports.string().min(16),
   SPARK_TOPOLOGY: external_exports.enum(["single", "pair"]),
   SPARK_WORK_DIR: external_exports.string().min(1),
-  SPARK_MODEL_CACHE: external_exports.string().min(1)
+  SPARK_MODEL_CACHE: external_exports.string().min(1),
+  /** The agent's executor (issue 15); older agents do not set it. */
+  SPARK_EXECUTOR: external_exports.enum(EXECUTOR_NAMES).optional()
 });
 function getInputs() {
   const inputs = Inputs.safeParse({
@@ -39464,6 +39643,7 @@ function getInputs() {
     },
     workDir: e.SPARK_WORK_DIR,
     modelCache: e.SPARK_MODEL_CACHE,
+    executor: e.SPARK_EXECUTOR ?? null,
     github: { repo: env.GITHUB_REPOSITORY, runUrl },
     childEnv
   };
@@ -39471,10 +39651,6 @@ function getInputs() {
 
 // actions/spark-test/src/receipt.ts
 import { createHash } from "node:crypto";
-
-// core/model.ts
-var TOPOLOGIES = ["single", "pair"];
-var SUITES = ["smoke", "performance"];
 
 // core/protocol/receipt.ts
 var MAX_RECEIPT_BYTES = 32 * 1024;
@@ -39516,6 +39692,8 @@ var ReceiptSchema = external_exports.object({
   runUrl: external_exports.url().max(300).optional(),
   suite: external_exports.enum(SUITES),
   topology: external_exports.enum(TOPOLOGIES),
+  /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
+  executor: external_exports.enum(EXECUTOR_NAMES).optional(),
   /** Correctness (smoke) always runs first; performance only after it passed. */
   phases: external_exports.array(
     external_exports.object({
@@ -39597,6 +39775,7 @@ function renderSummary(r, digest, recorded) {
       r.phases.map((p) => `${p.suite} (exit ${p.exitCode ?? "none"}, ${(p.durationMs / 1e3).toFixed(1)} s)`).join(" \u2192 ") || r.suite
     ],
     ["Topology", r.topology],
+    ...r.executor ? [["Backend", r.executor]] : [],
     ...r.lane ? [
       [
         "Lane",
@@ -39927,6 +40106,7 @@ async function run() {
       ...s.github.runUrl ? { runUrl: s.github.runUrl } : {},
       suite: s.suite,
       topology: s.topology,
+      ...s.executor ? { executor: s.executor } : {},
       phases,
       startedAt: startedAt.toISOString(),
       endedAt: (/* @__PURE__ */ new Date()).toISOString(),

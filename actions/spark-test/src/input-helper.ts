@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import * as core from '@actions/core';
 import { z } from 'zod';
 import type { Suite, Topology } from '../../../core/model.ts';
+import { EXECUTOR_NAMES, type ExecutorName } from '../../../core/protocol/agent.ts';
 
 /**
  * Validated inputs and runner environment of the spark-test action: the only module that reads
@@ -16,7 +17,10 @@ export interface SparkTestSettings {
    * The seed's lane: `spark-test` (smoke, 30 min) or `spark-test-long` (smoke then performance,
    * 60 min for both); the action stops the run when the target passes.
    */
-  lane: { name: 'spark-test' | 'spark-test-long'; targetMinutes: number };
+  lane: {
+    name: 'spark-test' | 'spark-test-long';
+    targetMinutes: number;
+  };
   /** Absolute path of the checkout. */
   repoDir: string;
   /** The script, relative to the checkout as given (for messages) and absolute. */
@@ -35,6 +39,8 @@ export interface SparkTestSettings {
   github: { repo: string | undefined; runUrl: string | undefined };
   /** Environment for the test script: the runner's minus the lease credentials. */
   childEnv: Record<string, string | undefined>;
+  /** The backend that runs this job (`SPARK_EXECUTOR`), or null when the agent did not say. */
+  executor: ExecutorName | null;
 }
 
 const sha = z
@@ -73,6 +79,8 @@ const RunnerEnv = z.object({
   SPARK_TOPOLOGY: z.enum(['single', 'pair']),
   SPARK_WORK_DIR: z.string().min(1),
   SPARK_MODEL_CACHE: z.string().min(1),
+  /** The agent's executor (issue 15); older agents do not set it. */
+  SPARK_EXECUTOR: z.enum(EXECUTOR_NAMES).optional(),
 });
 
 export function getInputs(): SparkTestSettings {
@@ -137,6 +145,7 @@ export function getInputs(): SparkTestSettings {
     },
     workDir: e.SPARK_WORK_DIR,
     modelCache: e.SPARK_MODEL_CACHE,
+    executor: e.SPARK_EXECUTOR ?? null,
     github: { repo: env.GITHUB_REPOSITORY, runUrl },
     childEnv,
   };

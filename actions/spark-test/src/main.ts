@@ -152,6 +152,7 @@ export async function run(): Promise<void> {
       ...(s.github.runUrl ? { runUrl: s.github.runUrl } : {}),
       suite: s.suite,
       topology: s.topology,
+      ...(s.executor ? { executor: s.executor } : {}),
       phases,
       startedAt: startedAt.toISOString(),
       endedAt: new Date().toISOString(),

@@ -49,6 +49,7 @@ export function renderSummary(r: Receipt, digest: string, recorded: string): str
         .join(' → ') || r.suite,
     ],
     ['Topology', r.topology],
+    ...(r.executor ? ([['Backend', r.executor]] as [string, string][]) : []),
     ...(r.lane
       ? ([
           [

@@ -1,0 +1,135 @@
+import { z } from 'zod';
+
+/**
+ * The part of dstack's server REST API the `dstack` executor uses (issue 15 item 3), with request
+ * and response shapes taken from dstack's own source (`dstackai/dstack`):
+ *
+ * - routes: `src/dstack/_internal/server/routers/runs.py` — every call is a `POST` under
+ *   `/api/project/{project_name}/runs/` with a JSON body, authenticated by `Authorization: Bearer
+ *   <token>` (`security/permissions.py` `ProjectMember`);
+ * - request bodies: `src/dstack/_internal/server/schemas/runs.py` (`ApplyRunPlanRequest`,
+ *   `GetRunRequest`, `StopRunsRequest`);
+ * - models: `src/dstack/_internal/core/models/runs.py` (`RunSpec`, `Run`, `RunStatus`,
+ *   `JobSubmission`, `ApplyRunPlanInput`) and `core/models/configurations.py`
+ *   (`TaskConfiguration` with `nodes`, `DevEnvironmentConfiguration` with `ide`, the profile
+ *   parameter `fleets`).
+ *
+ * Only the fields this agent sends or reads are modelled; responses are parsed leniently
+ * (dstack adds fields between versions) but every field read is checked.
+ */
+
+/** `RunStatus` (core/models/runs.py). */
+export const RUN_STATUSES = [
+  'pending',
+  'submitted',
+  'provisioning',
+  'running',
+  'terminating',
+  'terminated',
+  'failed',
+  'done',
+] as const;
+export type RunStatus = (typeof RUN_STATUSES)[number];
+/** `RunStatus.finished_statuses()`: nothing of the run executes any more. */
+export const FINISHED_RUN_STATUSES: readonly RunStatus[] = ['terminated', 'failed', 'done'];
+
+/** dstack run names: lower-case letters, digits and dashes (`validate_dstack_resource_name`). */
+export const RUN_NAME_PATTERN = /^[a-z][a-z0-9-]{1,40}$/;
+
+/** `TaskConfiguration` (configurations.py): the fields the agent sets. */
+export const TaskConfigurationSchema = z
+  .object({
+    type: z.literal('task'),
+    name: z.string().regex(RUN_NAME_PATTERN).optional(),
+    commands: z.array(z.string()).min(1),
+    env: z.record(z.string(), z.string()).optional(),
+    /** `TaskConfigurationParams.nodes` (ge=1): a distributed task spans this many instances. */
+    nodes: z.number().int().min(1).optional(),
+    working_dir: z.string().nullable().optional(),
+    image: z.string().nullable().optional(),
+    /** `ProfileParams.fleets`: run only on instances of these fleets. */
+    fleets: z.array(z.string()).nullable().optional(),
+    max_duration: z
+      .union([z.literal('off'), z.number().int(), z.string()])
+      .nullable()
+      .optional(),
+  })
+  .strict();
+
+/** `DevEnvironmentConfiguration` (configurations.py): the fields the agent sets. */
+export const DevEnvironmentConfigurationSchema = z
+  .object({
+    type: z.literal('dev-environment'),
+    name: z.string().regex(RUN_NAME_PATTERN).optional(),
+    /** `DevEnvironmentConfigurationParams.ide`; absent means SSH only. */
+    ide: z.enum(['vscode', 'cursor', 'windsurf', 'zed']).nullable().optional(),
+    init: z.array(z.string()).optional(),
+    env: z.record(z.string(), z.string()).optional(),
+    image: z.string().nullable().optional(),
+    fleets: z.array(z.string()).nullable().optional(),
+    inactivity_duration: z
+      .union([z.literal('off'), z.number().int(), z.string()])
+      .nullable()
+      .optional(),
+  })
+  .strict();
+
+/** `RunSpec` (core/models/runs.py): `configuration` is discriminated by `type`. */
+export const RunSpecSchema = z
+  .object({
+    run_name: z.string().regex(RUN_NAME_PATTERN).nullable().optional(),
+    repo_id: z.string().nullable().optional(),
+    configuration_path: z.string().nullable().optional(),
+    configuration: z.discriminatedUnion('type', [TaskConfigurationSchema, DevEnvironmentConfigurationSchema]),
+    ssh_key_pub: z.string().nullable().optional(),
+  })
+  .strict();
+export type RunSpec = z.infer<typeof RunSpecSchema>;
+
+/** `ApplyRunPlanRequest` (server/schemas/runs.py) around `ApplyRunPlanInput` (core/models/runs.py). */
+export const ApplyRunPlanRequestSchema = z
+  .object({
+    plan: z.object({ run_spec: RunSpecSchema, current_resource: z.null().optional() }).strict(),
+    force: z.boolean(),
+  })
+  .strict();
+/** `GetRunRequest` (server/schemas/runs.py). */
+export const GetRunRequestSchema = z
+  .object({ run_name: z.string().nullable().optional(), id: z.string().nullable().optional() })
+  .strict();
+/** `StopRunsRequest` (server/schemas/runs.py): `abort: false` lets the job stop gracefully. */
+export const StopRunsRequestSchema = z
+  .object({ runs_names: z.array(z.string()).min(1), abort: z.boolean() })
+  .strict();
+
+/** `JobSubmission` (core/models/runs.py): what the agent reads of it. */
+const JobSubmissionSchema = z.object({
+  status: z.string(),
+  exit_status: z.number().int().nullable().optional(),
+  termination_reason: z.string().nullable().optional(),
+});
+
+/** `Run` (core/models/runs.py): what the agent reads of it. */
+export const RunSchema = z.object({
+  id: z.string(),
+  project_name: z.string(),
+  status: z.enum(RUN_STATUSES),
+  termination_reason: z.string().nullable().optional(),
+  run_spec: z.object({ run_name: z.string().nullable().optional() }).passthrough(),
+  jobs: z.array(
+    z.object({
+      job_spec: z.object({ job_num: z.number().int(), job_name: z.string() }).passthrough(),
+      job_submissions: z.array(JobSubmissionSchema),
+    }),
+  ),
+  latest_job_submission: JobSubmissionSchema.nullable().optional(),
+});
+export type DstackRun = z.infer<typeof RunSchema>;
+
+/**
+ * dstack's error body (`server/utils/routers.py` `error_detail`, raised for `ResourceNotExistsError`
+ * as HTTP 400 with code `resource_not_exists`).
+ */
+export const ErrorBodySchema = z.object({
+  detail: z.array(z.object({ msg: z.string(), code: z.string().optional() }).passthrough()),
+});

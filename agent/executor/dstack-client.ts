@@ -1,0 +1,97 @@
+import {
+  type DstackRun,
+  ErrorBodySchema,
+  FINISHED_RUN_STATUSES,
+  RunSchema,
+  type RunSpec,
+} from './dstack-api.ts';
+
+/** The dstack server did not answer clearly (unreachable, timeout, 5xx, a body of the wrong shape). */
+export class DstackUncertain extends Error {
+  override name = 'DstackUncertain';
+}
+
+/** dstack refused the request (4xx other than "not found"): the message says why. */
+export class DstackRefused extends Error {
+  override name = 'DstackRefused';
+}
+
+export interface DstackClientOptions {
+  /** Base URL of the dstack server, e.g. `https://dstack.internal:3000`. */
+  url: string;
+  project: string;
+  token: string;
+  timeoutMs: number;
+}
+
+/** A dstack server's runs API (shapes and routes: `dstack-api.ts`). */
+export interface DstackClient {
+  /** `POST /api/project/{p}/runs/apply` with `ApplyRunPlanRequest{plan:{run_spec}, force:false}`. */
+  apply(spec: RunSpec): Promise<DstackRun>;
+  /** `POST /api/project/{p}/runs/get` with `GetRunRequest{run_name}`; null when dstack has no such run. */
+  get(runName: string): Promise<DstackRun | null>;
+  /** `POST /api/project/{p}/runs/stop` with `StopRunsRequest{runs_names, abort}`. */
+  stop(runNames: string[], abort: boolean): Promise<void>;
+}
+
+/** Whether nothing of `run` executes any more (dstack's `RunStatus.is_finished`). */
+export const isFinished = (run: DstackRun): boolean => FINISHED_RUN_STATUSES.includes(run.status);
+
+/** A client for dstack's server REST API over `fetch`, bearer-token authenticated. */
+export function createDstackClient(o: DstackClientOptions): DstackClient {
+  const base = `${o.url.replace(/\/+$/, '')}/api/project/${encodeURIComponent(o.project)}/runs`;
+  const call = async (route: string, body: unknown): Promise<{ status: number; json: unknown }> => {
+    let res: Response;
+    try {
+      res = await fetch(`${base}/${route}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${o.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(o.timeoutMs),
+      });
+    } catch (e) {
+      throw new DstackUncertain(`dstack ${route}: ${(e as Error).message}`);
+    }
+    const text = await res.text().catch(() => '');
+    let json: unknown = null;
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch {
+      json = null;
+    }
+    if (res.status >= 500) throw new DstackUncertain(`dstack ${route}: HTTP ${res.status}`);
+    return { status: res.status, json };
+  };
+  const refused = (route: string, status: number, json: unknown): DstackRefused => {
+    const e = ErrorBodySchema.safeParse(json);
+    const msg = e.success ? e.data.detail.map((d) => d.msg).join('; ') : `HTTP ${status}`;
+    return new DstackRefused(`dstack ${route} refused: ${msg.slice(0, 300)}`);
+  };
+  const run = (route: string, json: unknown): DstackRun => {
+    const r = RunSchema.safeParse(json);
+    if (!r.success)
+      throw new DstackUncertain(`dstack ${route}: unexpected run shape (${r.error.issues[0]?.message})`);
+    return r.data;
+  };
+  return {
+    async apply(spec) {
+      const r = await call('apply', { plan: { run_spec: spec, current_resource: null }, force: false });
+      if (r.status !== 200) throw refused('apply', r.status, r.json);
+      return run('apply', r.json);
+    },
+    async get(runName) {
+      const r = await call('get', { run_name: runName });
+      if (r.status === 200) return run('get', r.json);
+      const e = ErrorBodySchema.safeParse(r.json);
+      // ResourceNotExistsError is answered 400 with code resource_not_exists (server/utils/routers.py)
+      if (r.status === 400 && e.success && e.data.detail.some((d) => d.code === 'resource_not_exists'))
+        return null;
+      if (r.status === 401 || r.status === 403) throw refused('get', r.status, r.json);
+      throw new DstackUncertain(`dstack get: HTTP ${r.status}`);
+    },
+    async stop(runNames, abort) {
+      const r = await call('stop', { runs_names: runNames, abort });
+      if (r.status !== 200) throw refused('stop', r.status, r.json);
+    },
+  };
+}

@@ -1,0 +1,260 @@
+import { readFileSync } from 'node:fs';
+import type { AgentConfig } from '../config.ts';
+import type { AgentLogger } from '../log.ts';
+import type { LeaseState } from '../state-file.ts';
+import type { DstackRun, RunSpec } from './dstack-api.ts';
+import {
+  createDstackClient,
+  type DstackClient,
+  DstackRefused,
+  DstackUncertain,
+  isFinished,
+} from './dstack-client.ts';
+import { jobEnv, shellJoin } from './runner-env.ts';
+import type { Executor, Observation, Termination, Workload } from './types.ts';
+import { createWorkArea } from './work-area.ts';
+
+export interface DstackDeps {
+  cfg: AgentConfig;
+  log: AgentLogger;
+  save(): void;
+  /** A client for tests; default: dstack's REST API at `cfg.dstack.url`. */
+  client?: DstackClient;
+}
+
+/**
+ * The dstack run of a lease: one name per reservation, host, fencing token and runner attempt, so a restarted
+ * agent (or a second look after an uncertain apply) finds the same run by name, and a later lease
+ * of the same host never mistakes an older run for its own.
+ */
+export function dstackRunName(
+  l: Pick<LeaseState, 'reservationId' | 'fencingToken'>,
+  hostId: string,
+  attempt = 0,
+): string {
+  return `spark-${l.reservationId}-${hostId}-t${l.fencingToken}-a${attempt}`
+    .replace(/[^a-z0-9-]/g, '-')
+    .slice(0, 41);
+}
+
+/** The attempt number the controller put at the end of a runner name (`…-a2`), else 0. */
+const attemptOf = (workloadName: string): number => Number(/-a(\d{1,4})$/.exec(workloadName)?.[1] ?? 0);
+
+/** The dev environment of a development lease (one per host: a pair gets one on each host). */
+export function devRunName(l: Pick<LeaseState, 'reservationId' | 'fencingToken'>, hostId: string): string {
+  return `spark-${l.reservationId}-${hostId}-t${l.fencingToken}-dev`.replace(/[^a-z0-9-]/g, '-').slice(0, 41);
+}
+
+/** The command a developer runs to attach to the lease's dev environment (`dstack attach`). */
+export const attachCommand = (runName: string): string => `dstack attach ${runName}`;
+
+/**
+ * The `dstack` executor (issue 15 item 3). CI leases: the lease's workload — the runner command with
+ * the same environment as `jit-runner` — is one dstack task pinned to this host's on-prem SSH fleet
+ * (`fleets: [<fleet>]`, `nodes: 1`), created with `runs/apply`, observed with `runs/get`, stopped
+ * with `runs/stop`, and confirmed terminated only when dstack reports the run finished
+ * (`terminated`, `failed` or `done`). Anything dstack does not answer clearly (unreachable, a
+ * timeout, 5xx) counts as "may still run": the lease is kept until a later look confirms the end.
+ * Development leases: a dstack dev environment pinned the same way; its attach command is reported
+ * once dstack says it runs, and the release stops it and waits for `terminated` like a task.
+ */
+export function createDstackExecutor(deps: DstackDeps): Executor {
+  const { cfg, log, save } = deps;
+  const d = cfg.dstack;
+  if (!d) throw new TypeError('the dstack executor needs the "dstack" section of the agent config');
+  const client =
+    deps.client ??
+    createDstackClient({
+      url: d.url,
+      project: d.project,
+      token: readFileSync(d.tokenFile, 'utf8').trim(),
+      timeoutMs: d.requestTimeoutS * 1000,
+    });
+  // the work dir is the lease's bookkeeping area on the host; the task runs on the same host
+  const area = createWorkArea(cfg, null);
+  /** Why dstack refused the last run, for the evidence (the run then never existed). */
+  let refusal: string | null = null;
+  const runName = (l: LeaseState) => l.runner?.jobId ?? dstackRunName(l, cfg.hostId);
+
+  /** The run of the lease, `null` when dstack has none, `undefined` when dstack did not answer. */
+  const look = async (l: LeaseState): Promise<DstackRun | null | undefined> => {
+    try {
+      return await client.get(runName(l));
+    } catch (e) {
+      log.warn('dstack did not answer about the run', { run: runName(l), error: (e as Error).message });
+      return undefined;
+    }
+  };
+  const exitOf = (run: DstackRun): number | null => {
+    const sub = run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1);
+    if (run.status === 'done') return sub?.exit_status ?? 0;
+    return sub?.exit_status ?? null;
+  };
+
+  return {
+    name: 'dstack',
+
+    prepare: (l) => area.fresh(l),
+
+    async start(l: LeaseState, w: Workload): Promise<void> {
+      if (l.phase !== 'prepared') await area.make(l);
+      const name = dstackRunName(l, cfg.hostId, attemptOf(w.name));
+      // persisted before the run exists: a crash after apply finds it again by its name
+      l.runner = {
+        runnerName: w.name,
+        runDir: l.workDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: false,
+        stoppedByAgent: false,
+        exitReported: false,
+        jobId: name,
+      };
+      l.phase = 'running';
+      save();
+      const env = Object.fromEntries(
+        Object.entries(jobEnv(cfg, null, l, w)).filter((e): e is [string, string] => e[1] !== undefined),
+      );
+      const spec: RunSpec = {
+        run_name: name,
+        configuration: {
+          type: 'task',
+          name,
+          commands: [shellJoin(cfg.runner.command)],
+          env,
+          nodes: 1,
+          working_dir: l.workDir,
+          ...(d.image ? { image: d.image } : {}),
+          fleets: [d.fleet ?? cfg.hostId],
+        },
+      };
+      refusal = null;
+      try {
+        await client.apply(spec);
+      } catch (e) {
+        if (e instanceof DstackRefused) {
+          refusal = e.message;
+          throw e;
+        }
+        // the run may or may not exist: observe/confirmTerminated find it by name, stop stops it
+        log.warn('dstack apply not confirmed; the run is looked up by name', {
+          run: name,
+          error: (e as Error).message,
+        });
+        throw e;
+      }
+      log.info('dstack task submitted', { leaseId: l.leaseId, runnerName: w.name, run: name });
+    },
+
+    async observe(l: LeaseState): Promise<Observation> {
+      const r = l.runner;
+      if (!r) return { state: 'none' };
+      if (r.exitCode !== undefined) return { state: 'exited', exitCode: r.exitCode };
+      const run = await look(l);
+      // no clear answer: it may still run, so nothing is reported early
+      if (run === undefined) return { state: 'running' };
+      // recorded, never created (apply refused or lost before dstack stored it)
+      if (run === null) return { state: 'exited', exitCode: null };
+      if (!isFinished(run)) return { state: 'running' };
+      r.exitCode = exitOf(run);
+      save();
+      return { state: 'exited', exitCode: r.exitCode };
+    },
+
+    async stop(l: LeaseState): Promise<void> {
+      if (!l.runner) return;
+      const name = runName(l);
+      const run = await look(l);
+      if (run === null || (run && isFinished(run))) return;
+      l.runner.stoppedByAgent = true;
+      save();
+      log.info('stopping the dstack run this lease created', { leaseId: l.leaseId, run: name });
+      try {
+        await client.stop([name], false);
+      } catch (e) {
+        // confirmTerminated keeps the lease until dstack reports the run finished
+        log.warn('dstack stop not confirmed; will look again', { run: name, error: (e as Error).message });
+        return;
+      }
+      const deadline = Date.now() + (cfg.runner.stopGraceS + 30) * 1000;
+      for (;;) {
+        const now = await look(l);
+        if (now === null || (now && isFinished(now)) || Date.now() >= deadline) return;
+        await new Promise((res) => setTimeout(res, 200));
+      }
+    },
+
+    async confirmTerminated(l: LeaseState): Promise<Termination> {
+      if (!l.runner) return { ok: true };
+      const run = await look(l);
+      if (run === undefined) {
+        return {
+          ok: false,
+          detail: `dstack run ${runName(l)}: the server did not answer, termination unconfirmed`,
+        };
+      }
+      if (run === null) return { ok: true };
+      if (!isFinished(run)) return { ok: false, detail: `dstack run ${runName(l)} is ${run.status}` };
+      return { ok: true };
+    },
+
+    async lastLines(): Promise<string[]> {
+      // the job's own receipt carries its evidence; dstack keeps the run's logs (`dstack logs <run>`)
+      return refusal ? [refusal] : [];
+    },
+
+    async startDevelopment(l: LeaseState): Promise<void> {
+      if (l.phase !== 'prepared') await area.make(l);
+      const name = devRunName(l, cfg.hostId);
+      // persisted before the run exists; nothing of a dev environment is reported as a runner
+      l.runner = {
+        runnerName: name,
+        runDir: l.workDir,
+        pid: null,
+        startTicks: null,
+        startedAt: Date.now(),
+        startReported: true,
+        stoppedByAgent: false,
+        exitReported: true,
+        jobId: name,
+      };
+      l.phase = 'running';
+      save();
+      await client.apply({
+        run_name: name,
+        configuration: {
+          type: 'dev-environment',
+          name,
+          ide: d.ide,
+          ...(d.image ? { image: d.image } : {}),
+          fleets: [d.fleet ?? cfg.hostId],
+          // the controller's lease decides how long it lives, not dstack's idle timer
+          inactivity_duration: 'off',
+        },
+      });
+      log.info('dstack dev environment submitted', { leaseId: l.leaseId, run: name });
+    },
+
+    async attach(l: LeaseState) {
+      const run = await look(l);
+      if (run === undefined) return null;
+      if (run === null) return { ended: `dstack has no run ${runName(l)}` };
+      if (run.status === 'running') return { command: attachCommand(run.run_spec.run_name ?? runName(l)) };
+      if (isFinished(run)) return { ended: `dstack run ${runName(l)} is ${run.status}` };
+      return null;
+    },
+
+    async forget(l: LeaseState): Promise<void> {
+      refusal = null;
+      l.runner = null;
+      save();
+    },
+
+    async discard(l: LeaseState): Promise<void> {
+      await area.remove(l);
+    },
+  };
+}
+
+export { DstackRefused, DstackUncertain };

@@ -1,0 +1,309 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { AgentState } from '../../agent/state-file.ts';
+import { attachText } from '../../cli/ops.ts';
+import { describeReservation } from '../../functions/api/describe.ts';
+import { renderCheckRun } from '../../functions/github/check-run.ts';
+import { renderContextFor } from '../../functions/github/senders.ts';
+import type { GitHubService } from '../../functions/github/service.ts';
+import { type DstackStandIn, startDstackStandIn } from '../doubles/dstack-server.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
+import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+
+/**
+ * The `dstack` executor (issue 15 item 3, CI tasks) against the dstack stand-in
+ * (test/doubles/dstack-server.ts: real HTTP, every request validated against dstack's shapes, the
+ * task's commands really run on this machine as the fleet instance). Each case ends with nothing
+ * left running in dstack, no binding lease, and the reservation released only after dstack
+ * reported the run finished.
+ */
+
+let dstack: DstackStandIn;
+let tokenDir: string;
+beforeAll(() => {
+  tokenDir = mkdtempSync(join(tmpdir(), 'spark-dstack-token-'));
+});
+afterAll(() => {
+  rmSync(tokenDir, { recursive: true, force: true });
+});
+
+// a fresh dstack per case: reservation ids and fencing tokens restart with each fleet's ledger
+let fleet: Fleet | null = null;
+beforeEach(async () => {
+  dstack = await startDstackStandIn();
+  writeFileSync(join(tokenDir, 'token'), `${dstack.token}\n`, { mode: 0o600 });
+});
+afterEach(async () => {
+  await fleet?.close();
+  fleet = null;
+  expect(dstack.invalid).toEqual([]);
+  expect(dstack.active().map((r) => r.name)).toEqual([]);
+  await dstack.close();
+});
+
+const dstackConfig = (hostId: string) => ({
+  executor: 'dstack',
+  dstack: {
+    url: dstack.url,
+    project: dstack.project,
+    tokenFile: join(tokenDir, 'token'),
+    fleet: hostId,
+    requestTimeoutS: 1,
+  },
+});
+
+async function dstackFleet(hosts: string[], opts: FleetOptions) {
+  const f = await startFleet({
+    hosts: hosts.map((id) => ({ id })),
+    githubOutcome: () => 'passed',
+    // dstack runs the job as its own runner on the fleet instance, not as the agent's runner user
+    runnerUsers: false,
+    ...opts,
+    agentConfig: dstackConfig,
+  });
+  for (const h of hosts) f.startAgent(h);
+  for (const h of hosts) {
+    await waitFor(`${h} heartbeat`, async () => (await f.host(h)).lastHeartbeatAt != null);
+  }
+  return f;
+}
+
+/** The stand-in's runs of reservation `id` (run names start `spark-<id>-`). */
+const runsOf = (id: string) => [...dstack.runs.values()].filter((r) => r.name.startsWith(`spark-${id}-`));
+
+/** The reservation was released (its `done`/`failed` event) no earlier than its last run finished. */
+async function releasedAfterTermination(f: Fleet, id: string) {
+  const events = await f.controller.ledger.history('reservation', id);
+  const end = events.find((e) => e.type === 'reservation.done' || e.type === 'reservation.failed');
+  expect(end, events.map((e) => e.type).join(',')).toBeDefined();
+  for (const r of runsOf(id)) {
+    expect(r.finishedAt, `${r.name} finished`).not.toBeNull();
+    expect(end!.at).toBeGreaterThanOrEqual(r.finishedAt!);
+  }
+}
+
+describe('dstack executor (stand-in dstack server)', () => {
+  it('runs a single reservation as a dstack task on the host fleet and releases it after dstack reports done', async () => {
+    fleet = await dstackFleet(['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 300 }) });
+    const f = fleet;
+    const id = await f.reserve();
+    const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(r.status, f.agents['spark-2']!.output().slice(-3000)).toBe('done');
+    const [run] = runsOf(id);
+    expect(run!.history).toEqual(['submitted', 'provisioning', 'running', 'done']);
+    const c = run!.spec.configuration;
+    expect(c.type).toBe('task');
+    if (c.type === 'task') {
+      expect(c.fleets).toEqual(['spark-2']);
+      expect(c.nodes).toBe(1);
+      expect(c.env?.SPARK_RESERVATION_ID).toBe(id);
+      // the JIT config goes in the task's environment, never its commands
+      expect(c.env?.ACTIONS_RUNNER_INPUT_JITCONFIG).toBeTruthy();
+      expect(c.commands.join(' ')).not.toContain(c.env!.ACTIONS_RUNNER_INPUT_JITCONFIG!);
+    }
+    const [lease] = await f.leases(id);
+    expect(lease!.exitCode).toBe(0);
+    expect(readRunnerMarkers(f.markerDir).some((m) => m.reservationId === id)).toBe(true);
+    // the check run names the backend the agent reported (issue 15 item 5); renderContextFor reads the ledger only
+    const svc = { ledger: f.controller.ledger } as unknown as GitHubService;
+    const row = await f.reservation(id);
+    expect(renderCheckRun(row, await renderContextFor(svc, row)).summary).toContain('- Backend: dstack');
+    expect(await f.bindingLeases()).toEqual([]);
+    await releasedAfterTermination(f, id);
+  });
+
+  it('runs a pair as one task per host, each pinned to its own fleet, released as a unit', async () => {
+    fleet = await dstackFleet(['spark-2', 'spark-3'], { runner: () => ({ exitCode: 0, sleepMs: 300 }) });
+    const f = fleet;
+    const id = await f.reserve({ topology: 'pair' });
+    const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(r.status, f.agents['spark-3']!.output().slice(-2000)).toBe('done');
+    const leases = await f.leases(id);
+    expect(leases.map((l) => [l.hostId, l.status, l.exitCode])).toEqual([
+      ['spark-2', 'released', 0],
+      ['spark-3', 'released', 0],
+    ]);
+    const fleets = runsOf(id)
+      .map((x) => (x.spec.configuration.type === 'task' ? x.spec.configuration.fleets?.[0] : null))
+      .sort();
+    expect(fleets).toEqual(['spark-2', 'spark-3']);
+    expect(runsOf(id).map((x) => x.status)).toEqual(['done', 'done']);
+    await releasedAfterTermination(f, id);
+  });
+
+  it('a release while the task runs stops it through dstack and waits for terminated before cleaned', async () => {
+    fleet = await dstackFleet(['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 120_000 }) });
+    const f = fleet;
+    const id = await f.reserve();
+    await f.waitReservation(id, ['running'], 60_000);
+    const m = await waitFor(
+      'the task to start',
+      () => readRunnerMarkers(f.markerDir).find((x) => x.reservationId === id),
+      30_000,
+    );
+    await f.controller.ledger.beginRelease(id, 'released', 'operator release', 'test');
+    await expect(f.waitReservation(id, ['done', 'failed'], 60_000)).resolves.toMatchObject({
+      status: 'done',
+    });
+    expect(isLive(m.pid)).toBe(false);
+    const [run] = runsOf(id);
+    expect(run!.history.slice(-2)).toEqual(['terminating', 'terminated']);
+    expect(run!.terminationReason).toBe('stopped_by_user');
+    expect(f.agents['spark-2']!.output()).toContain('stopping the dstack run this lease created');
+    await releasedAfterTermination(f, id);
+  });
+
+  it('kill -9 of the agent while the task runs: the restarted agent finds its run by name and reports its exit', async () => {
+    fleet = await dstackFleet(['spark-2'], {
+      runner: () => ({ exitCode: 4, sleepMs: 3000 }),
+      // no GitHub result: the task's exit status decides
+      githubOutcome: () => null,
+    });
+    const f = fleet;
+    const stateFile = join(dirname(f.agentConfigPath('spark-2')), 'state', 'agent-state.json');
+    const id = await f.reserve();
+    await waitFor(
+      'the run to be running',
+      () =>
+        (JSON.parse(readFileSync(stateFile, 'utf8')) as AgentState).lease?.runner?.jobId &&
+        runsOf(id)[0]?.status === 'running',
+      30_000,
+    );
+    await f.agents['spark-2']!.kill('SIGKILL');
+    // dstack owns the run: it goes on without the agent
+    expect(runsOf(id)[0]!.status).toBe('running');
+    f.startAgent('spark-2');
+    const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(r.status).toBe('failed');
+    const [lease] = await f.leases(id);
+    expect(lease!.exitCode).toBe(4);
+    // found again, never created twice
+    expect(
+      dstack.calls.filter((c) => c.route === 'apply' && c.runName?.startsWith(`spark-${id}-`)),
+    ).toHaveLength(1);
+    expect(await f.bindingLeases()).toEqual([]);
+    await releasedAfterTermination(f, id);
+  });
+
+  it('dstack answering 5xx and timing out on stop (and 5xx on get) keeps the reservation until dstack confirms terminated', async () => {
+    fleet = await dstackFleet(['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 120_000 }) });
+    const f = fleet;
+    const id = await f.reserve();
+    await f.waitReservation(id, ['running'], 60_000);
+    await waitFor(
+      'the task to start',
+      () => readRunnerMarkers(f.markerDir).find((x) => x.reservationId === id),
+      30_000,
+    );
+    dstack.faults.stop5xx = 2;
+    dstack.faults.stopHang = 1;
+    dstack.faults.get5xx = 3;
+    const stops = () => dstack.calls.filter((c) => c.route === 'stop').length;
+    await f.controller.ledger.beginRelease(id, 'released', 'operator release', 'test');
+    await waitFor('two refused stops', () => stops() >= 2, 30_000);
+    // dstack has not stopped the run: the reservation is not released
+    expect(runsOf(id)[0]!.status).toBe('running');
+    expect((await f.reservation(id)).status).not.toBe('done');
+    expect(await f.bindingLeases()).toHaveLength(1);
+    await expect(f.waitReservation(id, ['done', 'failed'], 60_000)).resolves.toMatchObject({
+      status: 'done',
+    });
+    expect(stops()).toBeGreaterThanOrEqual(4);
+    expect(f.agents['spark-2']!.output()).toContain('dstack stop not confirmed');
+    const [run] = runsOf(id);
+    expect(run!.status).toBe('terminated');
+    await releasedAfterTermination(f, id);
+  });
+
+  it('an apply whose answer is lost (the run was created, dstack answered 502): the agent finds the run by name, creates no second one', async () => {
+    fleet = await dstackFleet(['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 300 }) });
+    const f = fleet;
+    dstack.faults.apply5xxAfterCreate = 1;
+    const id = await f.reserve();
+    const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(r.status, f.agents['spark-2']!.output().slice(-3000)).toBe('done');
+    expect(f.agents['spark-2']!.output()).toContain('dstack apply not confirmed');
+    expect(dstack.calls.filter((c) => c.route === 'apply')).toHaveLength(1);
+    expect(runsOf(id).map((x) => x.status)).toEqual(['done']);
+    expect((await f.leases(id))[0]!.exitCode).toBe(0);
+    await releasedAfterTermination(f, id);
+  });
+
+  const devReservation = (f: Fleet, input: Record<string, unknown>) =>
+    f.reserve({
+      kind: 'development',
+      ttlS: 600,
+      requester: 'dev',
+      repo: null,
+      pr: null,
+      headSha: null,
+      suite: null,
+      ...input,
+    });
+
+  /** The reservation as sparkctl/MCP get it from the operator API. */
+  async function info(f: Fleet, id: string) {
+    const principal = { kind: 'api' as const, tokenId: 't-1', name: 'dev', scopes: [] };
+    return describeReservation(
+      f.controller.ledger,
+      await f.reservation(id),
+      await f.leases(id),
+      principal,
+      null,
+    );
+  }
+
+  it('a development lease gets a dev environment on the host fleet; sparkctl shows `dstack attach`, release waits for terminated', async () => {
+    fleet = await dstackFleet(['spark-2'], {});
+    const f = fleet;
+    const id = await devReservation(f, { targetHost: 'spark-2' });
+    await f.waitReservation(id, ['running'], 60_000);
+    const [run] = runsOf(id);
+    // reported active only once dstack runs it
+    expect(run!.status).toBe('running');
+    expect(run!.spec.configuration).toMatchObject({ type: 'dev-environment', fleets: ['spark-2'] });
+    const r = await info(f, id);
+    expect(r.leases.map((l) => l.attach)).toEqual([`dstack attach ${run!.name}`]);
+    const text = attachText(r);
+    expect(text).toContain(`attach:   dstack attach ${run!.name}`);
+    expect(text).not.toMatch(/ssh/);
+    await f.controller.ledger.beginRelease(id, 'released', 'developer release', 'dev');
+    await expect(f.waitReservation(id, ['done', 'failed'], 60_000)).resolves.toMatchObject({
+      status: 'done',
+    });
+    expect(run!.history.slice(-2)).toEqual(['terminating', 'terminated']);
+    await releasedAfterTermination(f, id);
+  });
+
+  it('a pair development lease gets one dev environment per host, each attachable, both stopped before release', async () => {
+    fleet = await dstackFleet(['spark-2', 'spark-3'], {});
+    const f = fleet;
+    const id = await devReservation(f, { topology: 'pair' });
+    await f.waitReservation(id, ['running'], 60_000);
+    const first = await info(f, id);
+    // the reservation runs once a host reports; until both have, the other is "still starting"
+    if (first.leases.some((l) => !l.attach)) expect(attachText(first)).toContain('is still starting');
+    const r = await waitFor(
+      'both dev environments to be attachable',
+      async () => {
+        const x = await info(f, id);
+        return x.leases.every((l) => l.attach) ? x : null;
+      },
+      30_000,
+    );
+    const names = runsOf(id)
+      .map((x) => x.name)
+      .sort();
+    expect(names).toHaveLength(2);
+    expect(r.leases.map((l) => l.attach).sort()).toEqual(names.map((n) => `dstack attach ${n}`));
+    expect(attachText(r).match(/attach: {3}dstack attach /g)).toHaveLength(2);
+    await f.controller.ledger.beginRelease(id, 'released', 'developer release', 'dev');
+    await expect(f.waitReservation(id, ['done', 'failed'], 60_000)).resolves.toMatchObject({
+      status: 'done',
+    });
+    expect(runsOf(id).map((x) => x.status)).toEqual(['terminated', 'terminated']);
+    await releasedAfterTermination(f, id);
+  });
+});
