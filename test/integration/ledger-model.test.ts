@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { describe, it } from 'vitest';
+import { releaseClosedLedgers } from '../helpers/ledger.ts';
 import { assertReachedEveryRule, bringUp, commandArbs, configArb, report } from '../model/commands.ts';
 import { openLedgerSut } from '../model/ledger-driver.ts';
 import { newWorld } from '../model/world.ts';
@@ -18,6 +19,8 @@ import { newWorld } from '../model/world.ts';
 const LONG = process.env.SPARK_TEST_LONG === '1';
 const RUNS = Number(process.env.SPARK_MODEL_RUNS ?? (LONG ? 10_000 : 1_000));
 
+let opened = 0;
+
 describe('ledger + admission against the reference model', () => {
   it(
     `holds rules 1–8 and matches the model over ${RUNS} random fleets and sequences`,
@@ -34,6 +37,7 @@ describe('ledger + admission against the reference model', () => {
               await fc.asyncModelRun(() => ({ model: w, real: sut }), cmds);
             } finally {
               sut.close();
+              if (++opened % 200 === 0) releaseClosedLedgers();
             }
           },
         ),
