@@ -20598,6 +20598,23 @@ function createWorkArea(cfg, account) {
     }
   };
 }
+function recordRunStart(l, run, save) {
+  const runner = {
+    runnerName: run.runnerName,
+    runDir: run.runDir,
+    pid: null,
+    startTicks: null,
+    startedAt: Date.now(),
+    startReported: false,
+    stoppedByAgent: false,
+    exitReported: false,
+    ...run.jobId !== void 0 ? { jobId: run.jobId } : {}
+  };
+  l.runner = runner;
+  l.phase = "running";
+  save();
+  return runner;
+}
 
 // agent/executor/dstack.ts
 function dstackRunName(l, hostId, attempt = 0) {
@@ -20640,19 +20657,7 @@ function createDstackExecutor(deps) {
     async start(l, w) {
       if (l.phase !== "prepared") await area.make(l);
       const name = dstackRunName(l, cfg.hostId, attemptOf(w.name));
-      l.runner = {
-        runnerName: w.name,
-        runDir: l.workDir,
-        pid: null,
-        startTicks: null,
-        startedAt: Date.now(),
-        startReported: false,
-        stoppedByAgent: false,
-        exitReported: false,
-        jobId: name
-      };
-      l.phase = "running";
-      save();
+      recordRunStart(l, { runnerName: w.name, runDir: l.workDir, jobId: name }, save);
       const env = Object.fromEntries(
         Object.entries(jobEnv(cfg, null, l, w)).filter((e) => e[1] !== void 0)
       );
@@ -20818,22 +20823,11 @@ function createJitRunnerExecutor(deps) {
       const runDir = childPath(runsRoot, w.name);
       rmSync2(runDir, { recursive: true, force: true });
       if (l.phase !== "prepared") await makeWorkDir(l);
-      l.runner = {
-        runnerName: w.name,
-        runDir,
-        pid: null,
-        startTicks: null,
-        startedAt: Date.now(),
-        startReported: false,
-        stoppedByAgent: false,
-        exitReported: false
-      };
-      l.phase = "running";
-      save();
+      const run = recordRunStart(l, { runnerName: w.name, runDir }, save);
       const env = jobEnv(cfg, account, l, w);
       const started = startRunner({ runDir, command: cfg.runner.command, workDir: l.workDir, env, account });
-      l.runner.pid = started.pid;
-      l.runner.startTicks = started.startTicks;
+      run.pid = started.pid;
+      run.startTicks = started.startTicks;
       save();
       secrets = [w.jitConfig, w.jobToken ?? ""];
       log.info("runner started", { leaseId: l.leaseId, runnerName: w.name, pid: started.pid });
@@ -20964,19 +20958,7 @@ function createSlurmExecutor(deps) {
     prepare: (l) => area.fresh(l),
     async start(l, w) {
       if (l.phase !== "prepared") await area.make(l);
-      l.runner = {
-        runnerName: w.name,
-        runDir: l.workDir,
-        pid: null,
-        startTicks: null,
-        startedAt: Date.now(),
-        startReported: false,
-        stoppedByAgent: false,
-        exitReported: false,
-        jobId: null
-      };
-      l.phase = "running";
-      save();
+      const run = recordRunStart(l, { runnerName: w.name, runDir: l.workDir, jobId: null }, save);
       const argv2 = [
         "sbatch",
         "--parsable",
@@ -21000,7 +20982,7 @@ function createSlurmExecutor(deps) {
       if (r.code !== 0 || !/^\d+$/.test(id)) {
         throw new Error(`sbatch failed: ${(r.stderr.trim() || r.error || r.stdout.trim()).slice(0, 300)}`);
       }
-      l.runner.jobId = id;
+      run.jobId = id;
       save();
       secrets = [w.jitConfig, w.jobToken ?? ""];
       log.info("slurm job submitted", { leaseId: l.leaseId, runnerName: w.name, jobId: id });

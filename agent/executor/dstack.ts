@@ -12,7 +12,7 @@ import {
 } from './dstack-client.ts';
 import { jobEnv, shellJoin } from './runner-env.ts';
 import type { Executor, Observation, Termination, Workload } from './types.ts';
-import { createWorkArea } from './work-area.ts';
+import { createWorkArea, recordRunStart } from './work-area.ts';
 
 export interface DstackDeps {
   cfg: AgentConfig;
@@ -100,19 +100,7 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
       if (l.phase !== 'prepared') await area.make(l);
       const name = dstackRunName(l, cfg.hostId, attemptOf(w.name));
       // persisted before the run exists: a crash after apply finds it again by its name
-      l.runner = {
-        runnerName: w.name,
-        runDir: l.workDir,
-        pid: null,
-        startTicks: null,
-        startedAt: Date.now(),
-        startReported: false,
-        stoppedByAgent: false,
-        exitReported: false,
-        jobId: name,
-      };
-      l.phase = 'running';
-      save();
+      recordRunStart(l, { runnerName: w.name, runDir: l.workDir, jobId: name }, save);
       const env = Object.fromEntries(
         Object.entries(jobEnv(cfg, null, l, w)).filter((e): e is [string, string] => e[1] !== undefined),
       );

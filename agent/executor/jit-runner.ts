@@ -17,7 +17,7 @@ import {
 import type { LeaseState, RunnerState } from '../state-file.ts';
 import { jobEnv } from './runner-env.ts';
 import type { Executor, Observation, Termination, Workload } from './types.ts';
-import { createWorkArea } from './work-area.ts';
+import { createWorkArea, recordRunStart } from './work-area.ts';
 import { assertUnder, childPath } from './work-dir.ts';
 
 export interface JitRunnerDeps {
@@ -81,22 +81,11 @@ export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
       // prepared leases have their work dir; one adopted in another phase (a restart) may not
       if (l.phase !== 'prepared') await makeWorkDir(l);
       // written before the spawn: a crash right after still finds the run dir (and its pid file)
-      l.runner = {
-        runnerName: w.name,
-        runDir,
-        pid: null,
-        startTicks: null,
-        startedAt: Date.now(),
-        startReported: false,
-        stoppedByAgent: false,
-        exitReported: false,
-      };
-      l.phase = 'running';
-      save();
+      const run = recordRunStart(l, { runnerName: w.name, runDir }, save);
       const env = jobEnv(cfg, account, l, w);
       const started = startRunner({ runDir, command: cfg.runner.command, workDir: l.workDir, env, account });
-      l.runner.pid = started.pid;
-      l.runner.startTicks = started.startTicks;
+      run.pid = started.pid;
+      run.startTicks = started.startTicks;
       save();
       secrets = [w.jitConfig, w.jobToken ?? ''];
       log.info('runner started', { leaseId: l.leaseId, runnerName: w.name, pid: started.pid });

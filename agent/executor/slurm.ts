@@ -6,7 +6,7 @@ import { asAccount, type RunnerAccount, redactLines } from '../runner.ts';
 import type { LeaseState } from '../state-file.ts';
 import { jobEnv, shellJoin } from './runner-env.ts';
 import type { Executor, Observation, Termination, Workload } from './types.ts';
-import { createWorkArea } from './work-area.ts';
+import { createWorkArea, recordRunStart } from './work-area.ts';
 
 export interface SlurmDeps {
   cfg: AgentConfig;
@@ -105,19 +105,7 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
     async start(l: LeaseState, w: Workload): Promise<void> {
       if (l.phase !== 'prepared') await area.make(l);
       // persisted before the job exists: a crash after sbatch finds it again by its name
-      l.runner = {
-        runnerName: w.name,
-        runDir: l.workDir,
-        pid: null,
-        startTicks: null,
-        startedAt: Date.now(),
-        startReported: false,
-        stoppedByAgent: false,
-        exitReported: false,
-        jobId: null,
-      };
-      l.phase = 'running';
-      save();
+      const run = recordRunStart(l, { runnerName: w.name, runDir: l.workDir, jobId: null }, save);
       const argv = [
         'sbatch',
         '--parsable',
@@ -141,7 +129,7 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
       if (r.code !== 0 || !/^\d+$/.test(id)) {
         throw new Error(`sbatch failed: ${(r.stderr.trim() || r.error || r.stdout.trim()).slice(0, 300)}`);
       }
-      l.runner.jobId = id;
+      run.jobId = id;
       save();
       secrets = [w.jitConfig, w.jobToken ?? ''];
       log.info('slurm job submitted', { leaseId: l.leaseId, runnerName: w.name, jobId: id });

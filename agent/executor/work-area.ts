@@ -58,3 +58,29 @@ export function createWorkArea(cfg: AgentConfig, account: RunnerAccount | null) 
     },
   };
 }
+
+/**
+ * Records a run on the lease and persists it before the executor creates anything (rule 7: a
+ * crash right after the spawn, `sbatch` or dstack `apply` still finds the run by what is written).
+ */
+export function recordRunStart(
+  l: LeaseState,
+  run: { runnerName: string; runDir: string; jobId?: string | null },
+  save: () => void,
+): NonNullable<LeaseState['runner']> {
+  const runner: NonNullable<LeaseState['runner']> = {
+    runnerName: run.runnerName,
+    runDir: run.runDir,
+    pid: null,
+    startTicks: null,
+    startedAt: Date.now(),
+    startReported: false,
+    stoppedByAgent: false,
+    exitReported: false,
+    ...(run.jobId !== undefined ? { jobId: run.jobId } : {}),
+  };
+  l.runner = runner;
+  l.phase = 'running';
+  save();
+  return runner;
+}
