@@ -38,15 +38,15 @@ function run(o: { have: string[]; uid: number; sudo?: boolean }) {
   const bin = join(dir.dir, 'bin');
   mkdirSync(bin);
   const log = join(dir.dir, 'apt.log');
-  const stub = (name: string, body: string) => {
+  const standIn = (name: string, body: string) => {
     writeFileSync(join(bin, name), `#!/bin/bash\n${body}\n`);
     chmodSync(join(bin, name), 0o755);
   };
-  for (const c of o.have) stub(c, 'exit 0');
-  stub('id', `[ "$1" = "-u" ] && echo ${o.uid}`);
-  stub('apt-get', `echo "$*" >> ${log}`);
-  stub('tr', '/usr/bin/tr "$@"');
-  if (o.sudo) stub('sudo', `[ "$1" = "-n" ] && shift; [ "$1" = "true" ] && exit 0; "$@"`);
+  for (const c of o.have) standIn(c, 'exit 0');
+  standIn('id', `[ "$1" = "-u" ] && echo ${o.uid}`);
+  standIn('apt-get', `echo "$*" >> ${log}`);
+  standIn('tr', '/usr/bin/tr "$@"');
+  if (o.sudo) standIn('sudo', `[ "$1" = "-n" ] && shift; [ "$1" = "true" ] && exit 0; "$@"`);
   const r = spawnSync('/bin/bash', [SCRIPT], { env: { PATH: bin }, encoding: 'utf8' });
   return {
     code: r.status,
