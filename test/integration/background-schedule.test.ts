@@ -11,6 +11,7 @@ import { type Harness, startHarness } from '../fake-github/harness.ts';
 describe('background CI schedule (opportunistic)', () => {
   let h: Harness;
   afterEach(async () => {
+    expect(h.gh.violations).toEqual([]);
     await h.close();
   });
 
@@ -21,7 +22,8 @@ describe('background CI schedule (opportunistic)', () => {
       },
     });
     h.gh.addRepo('acme/butter', { headSha: '9'.repeat(40) });
-    expect((await h.enable('acme/butter')).status).toBe(200);
+    // no host is adopted (so other work stays queued): the rollout gate needs its override (issue 12 item 6)
+    expect((await h.enable('acme/butter', { forceRollout: true })).status).toBe(200);
     await h.until('schedule first seen', async () =>
       (await h.c.ledger.db.select().from(t.meta)).some((m) => m.key.startsWith('schedule:')),
     );

@@ -57,9 +57,16 @@ describe('boundaries', () => {
   });
 
   it('a host the ledger marks allocated is busy even without a lease row', () => {
-    const plan = planAdmission(input([host('spark-2', { phase: 'allocated' })], [req()]));
+    const r = req();
+    const plan = planAdmission(input([host('spark-2', { phase: 'allocated' })], [r]));
     expect(plan.grants).toEqual([]);
-    expect(plan.hostStates['spark-2']).toBe('allocated');
+    expect(plan.waits.map((w) => [w.reservationId, w.code, w.reason])).toEqual([
+      [r.id, 'hosts-busy', `waiting for a host in pool spark: spark-2 draining for ${r.id}`],
+    ]);
+    // busy as allocated (a free host would be granted), so the request next in line claims it and
+    // it drains for that request (ADR 0050, issue 14 item 3); draining is only ever an allocated host
+    expect(plan.draining).toEqual([{ hostId: 'spark-2', reservationId: r.id }]);
+    expect(plan.hostStates['spark-2']).toBe('draining');
     expect(plan.hostNotes).toEqual({});
   });
 });

@@ -170,36 +170,47 @@ describe('wait reasons', () => {
   it('reasons name the drains that later requests in the same pass add', () => {
     const a = req({ status: 'running', pr: 1 });
     const b = req({ status: 'running', pr: 2 });
-    // an operator-raised manual request ahead of development work sees the pool first
+    const c = req({ status: 'running', pr: 3 });
+    // an operator-raised manual request ahead of development work sees the pool first; each
+    // waiting request claims the best busy host no earlier one claimed (ADR 0050, issue 14 item 3)
     const urgent = req({ kind: 'manual', priority: 100 });
     const devAny = req({ kind: 'development', repo: null, pr: null });
-    const devB = req({ kind: 'development', targetHost: 'spark-b', repo: null, pr: null });
+    const devC = req({ kind: 'development', targetHost: 'spark-c', repo: null, pr: null });
     const ci = req();
-    const hosts = [host('spark-a', { phase: 'allocated' }), host('spark-b', { phase: 'allocated' })];
+    const hosts = ['spark-a', 'spark-b', 'spark-c'].map((id) => host(id, { phase: 'allocated' }));
     const plan = planAdmission(
-      input(hosts, [a, b, urgent, devAny, devB, ci], [lease(a.id, 'spark-a', 1), lease(b.id, 'spark-b', 1)]),
+      input(
+        hosts,
+        [a, b, c, urgent, devAny, devC, ci],
+        [lease(a.id, 'spark-a', 1), lease(b.id, 'spark-b', 1), lease(c.id, 'spark-c', 1)],
+      ),
     );
     expect(waits(plan)).toEqual([
       [
         urgent.id,
         1,
         'hosts-busy',
-        `waiting for a host in pool spark: spark-a allocated to ${a.id}; spark-b allocated to ${b.id}`,
+        `waiting for a host in pool spark: spark-a draining for ${urgent.id}; spark-b allocated to ${b.id}; spark-c allocated to ${c.id}`,
       ],
       [
         devAny.id,
         2,
         'hosts-busy',
-        `waiting for a host in pool spark: spark-a draining for ${devAny.id}; spark-b allocated to ${b.id}`,
+        `waiting for a host in pool spark: spark-a draining for ${urgent.id}; spark-b draining for ${devAny.id}; spark-c allocated to ${c.id}`,
       ],
-      [devB.id, 3, 'hosts-busy', `spark-b draining: spark-b allocated to ${b.id}; active job finishing`],
+      [devC.id, 3, 'hosts-busy', `spark-c draining: spark-c allocated to ${c.id}; active job finishing`],
       [
         ci.id,
         4,
         'hosts-busy',
-        `waiting for a host in pool spark: spark-a draining for ${devAny.id}; spark-b draining for ${devB.id}`,
+        `waiting for a host in pool spark: spark-a draining for ${urgent.id}; spark-b draining for ${devAny.id}; spark-c draining for ${devC.id}`,
       ],
     ]);
-    expect(plan.hostStates).toEqual({ 'spark-a': 'draining', 'spark-b': 'draining' });
+    expect(plan.draining).toEqual([
+      { hostId: 'spark-a', reservationId: urgent.id },
+      { hostId: 'spark-b', reservationId: devAny.id },
+      { hostId: 'spark-c', reservationId: devC.id },
+    ]);
+    expect(plan.hostStates).toEqual({ 'spark-a': 'draining', 'spark-b': 'draining', 'spark-c': 'draining' });
   });
 });

@@ -72,6 +72,7 @@ describe('configuration errors', () => {
       runnerScope: 'repo',
       runnerGroupId: 1,
       checkName: 'Spark test',
+      fleetLabel: 'waffuru-spark',
     });
     expect(parseConfig({ github: { appId: '123' } }).github.appId).toBe('123');
     expect(problems({ github: { appId: '12a' } })[0]).toMatch(/^github\.appId: /);

@@ -15,6 +15,8 @@ const HOST_ALLOWED = [
   // granted, or the home service comes up / stops, or an operator quarantines
   'idle→allocated',
   'idle→service',
+  // an explicit Deckard start on an idle host drives the restore path (ADR 0050, issue 14 item 2)
+  'idle→restoring',
   'idle→quarantined',
   'service→allocated',
   'service→idle',
