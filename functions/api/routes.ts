@@ -236,7 +236,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
     }
     const created = await createApiToken(
       ledger,
-      { name: body.name, scopes: [...new Set(body.scopes)] },
+      { name: body.name, scopes: [...new Set(body.scopes)], expiresInS: body.expiresInS },
       actorOf(p),
     );
     return c.json(created, 201);
@@ -252,6 +252,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
         createdAt: iso(r.createdAt)!,
         revokedAt: iso(r.revokedAt),
         lastUsedAt: iso(r.lastUsedAt),
+        expiresAt: iso(r.expiresAt ?? null),
       })),
     });
   });
