@@ -3,6 +3,8 @@ import { ConfigError, parseConfig, tokenLimitFor } from '../../core/config.ts';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import type { RunningController } from '../../functions/node-server.ts';
 import { startTestController } from '../helpers/controller.ts';
+import { testClock } from '../helpers/ledger.ts';
+import { bringOnline, startApiController, until } from './cli-harness.ts';
 
 /**
  * Issue 11 item 9: per-token limits for development work (`tokenLimits` in the config), so one
@@ -10,9 +12,12 @@ import { startTestController } from '../helpers/controller.ts';
  */
 
 let c: (RunningController & { dir: string }) | null = null;
+let api: Awaited<ReturnType<typeof startApiController>> | null = null;
 afterEach(async () => {
   await c?.close();
   c = null;
+  await api?.c.close();
+  api = null;
 });
 
 // biome-ignore lint/suspicious/noExplicitAny: loosely typed JSON answers read by the assertions
@@ -116,5 +121,33 @@ describe('tokenLimits', () => {
       maxTtlS: 86_400,
       hosts: null,
     });
+  });
+
+  it("bounds renewals by the requesting token's maxTtlS", async () => {
+    const clock = testClock(Date.now());
+    api = await startApiController({
+      clock,
+      config: {
+        timings: { devLeaseMaxTtlS: 7200, devLeaseDefaultTtlS: 1800 },
+        tokenLimits: { byName: { dev: { maxTtlS: 3600 } } },
+      },
+    });
+    const { call, tokens } = api;
+    await bringOnline(api.c.ledger);
+    const id = (await call(tokens.dev, 'POST', '/api/v1/reservations', { host: 'spark-2' })).body.reservation
+      .id as string;
+    await until(
+      'grant',
+      async () => (await api!.c.ledger.getReservation(undefined, id))?.status === 'allocated',
+    );
+    const granted = (await api.c.ledger.leasesOf(undefined, id))[0]!;
+    clock.advance(10 * 60_000);
+    // asks for 2 h (within the global 7200 s) but the token may hold 1 h from grant
+    const r1 = await call(tokens.dev, 'POST', `/api/v1/reservations/${id}/renew`, { ttlS: 7200 });
+    expect(r1.status).toBe(200);
+    expect(Date.parse(r1.body.reservation.leases[0].expiresAt)).toBe(granted.grantedAt + 3600_000);
+    const r2 = await call(tokens.dev, 'POST', `/api/v1/reservations/${id}/renew`, {});
+    expect(r2.status).toBe(409);
+    expect(r2.body.error.message).toMatch(/3600s from grant, tokenLimits maxTtlS of its token/);
   });
 });
