@@ -47,6 +47,8 @@ export interface Flags {
   all?: boolean | undefined;
   name?: string | undefined;
   scopes?: string | undefined;
+  /** `token create --expires 30d`: the token stops working after this long. */
+  expires?: string | undefined;
   reason?: string | undefined;
   ledger?: string | undefined;
   /** `repo enable --force-rollout`: enable although a host is unknown or unmanaged (audited). */
@@ -411,17 +413,19 @@ export async function cmdHost({ client, io, flags, args }: CommandContext): Prom
 
 export async function cmdToken({ client, io, flags, args }: CommandContext): Promise<number> {
   const usage =
-    'token create --name NAME --scopes develop[,operate,emergency] | token revoke ID | token list';
+    'token create --name NAME --scopes develop[,operate,emergency] [--expires 30d] | token revoke ID | token list';
   const action = needArg(args, 0, 'action', usage);
   if (action === 'create') {
     if (!flags.name || !flags.scopes)
       throw usageError(`token create needs --name and --scopes: usage: sparkctl ${usage}`);
+    const expiresInS = durationFlag(flags.expires, '--expires');
     const res = await client.call('POST', '/api/v1/tokens', TokenCreated, {
       name: flags.name,
       scopes: flags.scopes
         .split(',')
         .map((s) => s.trim())
         .filter(Boolean),
+      ...(expiresInS != null ? { expiresInS } : {}),
     });
     if (flags.json) json(io, res);
     else printNewToken(io, res);
@@ -444,8 +448,15 @@ export async function cmdToken({ client, io, flags, args }: CommandContext): Pro
     else
       io.out(
         table(
-          ['ID', 'NAME', 'SCOPES', 'CREATED', 'REVOKED'],
-          res.tokens.map((t) => [t.id, t.name, t.scopes.join(','), t.createdAt, t.revokedAt]),
+          ['ID', 'NAME', 'SCOPES', 'CREATED', 'EXPIRES', 'REVOKED'],
+          res.tokens.map((t) => [
+            t.id,
+            t.name,
+            t.scopes.join(','),
+            t.createdAt,
+            t.expiresAt ?? 'never',
+            t.revokedAt,
+          ]),
         ),
       );
     return EXIT.ok;
@@ -455,9 +466,11 @@ export async function cmdToken({ client, io, flags, args }: CommandContext): Pro
 
 export function printNewToken(
   io: CommandIo,
-  t: { id: string; name: string; scopes: string[]; token: string },
+  t: { id: string; name: string; scopes: string[]; token: string; expiresAt?: string | null },
 ) {
-  io.out(`created token ${t.id} "${t.name}" with scopes ${t.scopes.join(', ')}`);
+  io.out(
+    `created token ${t.id} "${t.name}" with scopes ${t.scopes.join(', ')}${t.expiresAt ? `, expiring ${t.expiresAt}` : ''}`,
+  );
   io.out(`token (shown once, store it now): ${t.token}`);
   io.out(`use it with: export SPARK_TOKEN=${t.token}`);
 }

@@ -170,6 +170,7 @@ function buildProgram(
   sub(token, 'create', 'create a token (shown once)')
     .requiredOption('--name <name>', 'a name for the token, e.g. alice-laptop')
     .requiredOption('--scopes <list>', 'comma list of develop, operate, emergency')
+    .option('--expires <duration>', 'the token stops working after this long, e.g. 30d, 12h (default: never)')
     .option('--json', JSON_HELP)
     .action(withApi((ctx) => cmdToken({ ...ctx, args: ['create'] })));
   sub(token, 'revoke', 'revoke a token')
@@ -243,7 +244,7 @@ function buildProgram(
     'admin',
     "first-token bootstrap, run on the controller host in its checkout: hands ARGS to the controller's scripts/admin.ts",
   )
-    .usage('token create --name NAME --scopes operate[,emergency] [--ledger URL] [--json]')
+    .usage('token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger URL] [--json]')
     .argument('[args...]', 'passed to scripts/admin.ts unchanged')
     .allowUnknownOption()
     .action(async function (this: Command) {

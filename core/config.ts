@@ -169,6 +169,45 @@ const serverSchema = z
   })
   .strict();
 
+/** One token's allowance for development work; unset fields fall back to `tokenLimits.default`. */
+const tokenLimitSchema = z
+  .object({
+    maxConcurrentLeases: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe('Hosts the token may hold or wait for at once (a pair counts 2). Default 4.'),
+    maxTtlS: z
+      .number()
+      .int()
+      .min(60)
+      .optional()
+      .describe(
+        'Longest development lease, from grant, including renewals. Default timings.devLeaseMaxTtlS.',
+      ),
+    hosts: z
+      .array(hostId)
+      .min(1)
+      .optional()
+      .describe('Hosts the token may reserve; a request must then name one with --host. Default: all.'),
+  })
+  .strict();
+
+const tokenLimitsSchema = z
+  .object({
+    default: tokenLimitSchema.prefault({}),
+    byName: z
+      .record(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/), tokenLimitSchema)
+      .default({})
+      .describe('Per API token name; each field overrides the default.'),
+  })
+  .strict()
+  .describe('Development work one API token may hold (issue 11 item 9): one token cannot take the fleet.');
+
+/** Default `maxConcurrentLeases` when the config sets none: a pair and two singles. */
+export const DEFAULT_MAX_CONCURRENT_LEASES = 4;
+
 export const DEFAULT_HOSTS = [
   { id: 'spark-1', pool: 'spark', gpus: 1, homeService: 'deckard' },
   { id: 'spark-2', pool: 'spark', gpus: 1, homeService: null },
@@ -205,6 +244,7 @@ export const ConfigSchema = z
     github: githubSchema.prefault({}),
     schedules: z.array(scheduleSchema).default([]),
     server: serverSchema.prefault({}),
+    tokenLimits: tokenLimitsSchema.prefault({}),
     publicViews: z
       .enum(['open', 'token'])
       .default('open')
@@ -249,6 +289,26 @@ export const ConfigSchema = z
         });
       }
     });
+    const limits = [
+      ['default', cfg.tokenLimits.default],
+      ...Object.entries(cfg.tokenLimits.byName).map(([n, l]) => [`byName.${n}`, l] as const),
+    ] as const;
+    for (const [at, l] of limits) {
+      l.hosts?.forEach((id, i) => {
+        if (!seen.has(id))
+          ctx.addIssue({
+            code: 'custom',
+            path: ['tokenLimits', ...at.split('.'), 'hosts', i],
+            message: `unknown host "${id}" (hosts: ${[...seen].join(', ')})`,
+          });
+      });
+      if (l.maxTtlS != null && l.maxTtlS > cfg.timings.devLeaseMaxTtlS)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['tokenLimits', ...at.split('.'), 'maxTtlS'],
+          message: `maxTtlS ${l.maxTtlS} exceeds timings.devLeaseMaxTtlS (${cfg.timings.devLeaseMaxTtlS}); lower it or raise the global bound`,
+        });
+    }
     if (cfg.timings.offlineAfterS <= cfg.timings.heartbeatIntervalS) {
       ctx.addIssue({
         code: 'custom',
@@ -261,6 +321,25 @@ export const ConfigSchema = z
 export type SparkConfig = z.output<typeof ConfigSchema>;
 export type SparkConfigInput = z.input<typeof ConfigSchema>;
 export type HostConfig = z.output<typeof HostConfigSchema>;
+
+/** What one API token may hold for development work, with defaults filled in. */
+export interface TokenLimit {
+  maxConcurrentLeases: number;
+  maxTtlS: number;
+  /** null = every host. */
+  hosts: string[] | null;
+}
+
+/** The limit that applies to the API token named `name`: its `byName` entry over the default. */
+export function tokenLimitFor(cfg: Pick<SparkConfig, 'tokenLimits' | 'timings'>, name: string): TokenLimit {
+  const d = cfg.tokenLimits.default;
+  const own = Object.hasOwn(cfg.tokenLimits.byName, name) ? cfg.tokenLimits.byName[name] : undefined;
+  return {
+    maxConcurrentLeases: own?.maxConcurrentLeases ?? d.maxConcurrentLeases ?? DEFAULT_MAX_CONCURRENT_LEASES,
+    maxTtlS: Math.min(own?.maxTtlS ?? d.maxTtlS ?? cfg.timings.devLeaseMaxTtlS, cfg.timings.devLeaseMaxTtlS),
+    hosts: own?.hosts ?? d.hosts ?? null,
+  };
+}
 
 /** The fleet label a pool's JIT runners carry: the pool's own, else `github.fleetLabel`. */
 export function fleetLabelOf(cfg: Pick<SparkConfig, 'pools' | 'github'>, pool: string): string {

@@ -5,7 +5,7 @@
  * this script as a process from the controller checkout; its arguments, output and exit codes
  * are the ones `sparkctl admin token create` always had.
  *
- *   npm run admin -- token create --name NAME --scopes operate[,emergency] [--ledger URL] [--json]
+ *   npm run admin -- token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger URL] [--json]
  *
  * Exit codes: 0 created · 2 usage or configuration error · 3 the ledger cannot be opened · 1 bug.
  */
@@ -13,6 +13,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { parseDuration } from '../cli/format.ts';
 import { ConfigError } from '../core/config.ts';
 import { createApiToken, SCOPES, type Scope } from '../functions/auth/tokens.ts';
 import { ApiError } from '../functions/errors.ts';
@@ -22,7 +23,7 @@ import { type Settings, settingsFromEnv } from '../functions/settings.ts';
 
 const EXIT = { ok: 0, failed: 1, usage: 2, unreachable: 3 } as const;
 const USAGE =
-  'usage: sparkctl admin token create --name NAME --scopes operate[,emergency] [--ledger file:./data/spark.db]';
+  'usage: sparkctl admin token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger file:./data/spark.db]';
 
 /** A failure the operator can fix: one line on stderr and an exit code. */
 export class AdminError extends Error {
@@ -40,6 +41,7 @@ export interface CreatedToken {
   token: string;
   name: string;
   scopes: Scope[];
+  expiresAt: string | null;
   ledgerUrl: string;
 }
 
@@ -47,10 +49,19 @@ export interface CreatedToken {
 export async function createFirstToken(opts: {
   name: string | undefined;
   scopes: string | undefined;
+  /** e.g. `30d`, `12h`; omitted = until revoked. */
+  expires?: string | undefined;
   ledger: string | undefined;
   env: Record<string, string | undefined>;
 }): Promise<CreatedToken> {
   if (!opts.name || !opts.scopes) throw new AdminError(EXIT.usage, USAGE);
+  const expiresInS = opts.expires != null ? parseDuration(opts.expires) : undefined;
+  if (expiresInS === null || (expiresInS != null && expiresInS < 60)) {
+    throw new AdminError(
+      EXIT.usage,
+      `invalid --expires '${opts.expires}': use e.g. 30d, 12h or 1h30m (at least 60 seconds)`,
+    );
+  }
   const scopes = opts.scopes
     .split(',')
     .map((s) => s.trim())
@@ -94,7 +105,7 @@ export async function createFirstToken(opts: {
   try {
     const created = await createApiToken(
       ledger,
-      { name: opts.name, scopes: scopes as Scope[] },
+      { name: opts.name, scopes: scopes as Scope[], expiresInS },
       'admin:local',
     );
     return { ...created, ledgerUrl: settings.ledgerUrl };
@@ -126,12 +137,15 @@ export async function runAdmin(
     const created = await createFirstToken({
       name: values.name,
       scopes: values.scopes,
+      expires: values.expires,
       ledger: values.ledger,
       env,
     });
     if (values.json) io.out(JSON.stringify(created, null, 2));
     else {
-      io.out(`created token ${created.id} "${created.name}" with scopes ${created.scopes.join(', ')}`);
+      io.out(
+        `created token ${created.id} "${created.name}" with scopes ${created.scopes.join(', ')}${created.expiresAt ? `, expiring ${created.expiresAt}` : ''}`,
+      );
       io.out(`token (shown once, store it now): ${created.token}`);
       io.out(`use it with: export SPARK_TOKEN=${created.token}`);
       io.out(`(written to ${created.ledgerUrl})`);
@@ -155,6 +169,7 @@ function parse(argv: string[]) {
     options: {
       name: { type: 'string' },
       scopes: { type: 'string' },
+      expires: { type: 'string' },
       ledger: { type: 'string' },
       json: { type: 'boolean' },
     },

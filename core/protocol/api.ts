@@ -56,6 +56,13 @@ export const CreateTokenBody = z
       .string()
       .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/, 'a token name is letters, digits, "_", "." or "-"'),
     scopes: z.array(z.enum(SCOPES)).min(1, 'a token needs at least one scope'),
+    expiresInS: z
+      .number()
+      .int()
+      .min(60, 'a token must live at least 60 seconds')
+      .max(10 * 365 * 86400, 'a token may live at most 10 years; leave expiresInS out for no expiry')
+      .optional()
+      .describe('Seconds until the token stops working (401 "expired"); omitted = until revoked.'),
   })
   .strict();
 
@@ -152,6 +159,8 @@ export const TokenCreated = z.object({
   scopes: z.array(z.enum(SCOPES)),
   /** Shown once; only its SHA-256 is stored. */
   token: z.string(),
+  /** ISO time the token stops working; null = until revoked. */
+  expiresAt: z.string().nullable().default(null),
 });
 export const TokenList = z.object({
   tokens: z.array(
@@ -162,6 +171,7 @@ export const TokenList = z.object({
       createdAt: z.string(),
       revokedAt: z.string().nullable(),
       lastUsedAt: z.string().nullable(),
+      expiresAt: z.string().nullable().default(null),
     }),
   ),
 });

@@ -1,3 +1,4 @@
+import { tokenLimitFor } from '../../core/config.ts';
 import { ACTIVE_STATUSES, OPEN_STATUSES, type ReservationStatus } from '../../core/model.ts';
 import {
   CreateReservationBody,
@@ -13,7 +14,12 @@ import { ApiError, badRequest, conflict, notFound } from '../errors.ts';
 import { renewDevelopmentLease } from '../ledger/leases.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 import { listApiTokens, reservationHistory } from '../ledger/queries.ts';
-import { recoverReservation, requestServiceStart, terminateReservation } from '../ledger/reservations.ts';
+import {
+  createDevelopmentReservation,
+  recoverReservation,
+  requestServiceStart,
+  terminateReservation,
+} from '../ledger/reservations.ts';
 import { toEventView } from '../views.ts';
 import { parseBody } from './body.ts';
 import {
@@ -76,15 +82,19 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
         `ttl ${body.ttlS}s exceeds the development maximum of ${timings.devLeaseMaxTtlS}s; ask for less and renew later`,
       );
     }
-    const row = await ledger.createReservation(
+    const limit = tokenLimitFor(ledger.config, p.name);
+    const row = await createDevelopmentReservation(
+      ledger,
       {
         kind: 'development',
         topology: body.topology,
         targetHost: body.host ?? null,
         requester: actorOf(p),
-        ttlS: body.ttlS ?? timings.devLeaseDefaultTtlS,
+        ttlS: body.ttlS ?? Math.min(timings.devLeaseDefaultTtlS, limit.maxTtlS),
         meta: { source: 'api', tokenId: p.tokenId },
       },
+      p.tokenId,
+      limit,
       actorOf(p),
     );
     // one pass before answering so the reply already says where the request stands
@@ -236,7 +246,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
     }
     const created = await createApiToken(
       ledger,
-      { name: body.name, scopes: [...new Set(body.scopes)] },
+      { name: body.name, scopes: [...new Set(body.scopes)], expiresInS: body.expiresInS },
       actorOf(p),
     );
     return c.json(created, 201);
@@ -252,6 +262,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
         createdAt: iso(r.createdAt)!,
         revokedAt: iso(r.revokedAt),
         lastUsedAt: iso(r.lastUsedAt),
+        expiresAt: iso(r.expiresAt ?? null),
       })),
     });
   });

@@ -48,9 +48,9 @@ function shortId(prefix: string): string {
 /** Creates an API token; the plaintext is returned once and never stored. */
 export async function createApiToken(
   ledger: Ledger,
-  input: { name: string; scopes: Scope[] },
+  input: { name: string; scopes: Scope[]; expiresInS?: number | undefined },
   actor: string,
-): Promise<{ id: string; token: string; name: string; scopes: Scope[] }> {
+): Promise<{ id: string; token: string; name: string; scopes: Scope[]; expiresAt: string | null }> {
   if (input.scopes.length === 0)
     throw new ApiError(400, 'invalid_request', 'a token needs at least one scope');
   const bad = input.scopes.filter((s) => !SCOPES.includes(s));
@@ -62,9 +62,26 @@ export async function createApiToken(
     );
   const token = generateToken('spk_api');
   const id = shortId('tok');
+  if (input.expiresInS != null && !(Number.isInteger(input.expiresInS) && input.expiresInS >= 60))
+    throw new ApiError(
+      400,
+      'invalid_request',
+      `expiry ${input.expiresInS}s is too short or not whole seconds; a token must live at least 60 seconds`,
+    );
   const tokenHash = await sha256Hex(token);
-  await store.insertApiToken(ledger, { id, name: input.name, scopes: input.scopes, tokenHash }, actor);
-  return { id, token, name: input.name, scopes: input.scopes };
+  const expiresAt = input.expiresInS != null ? ledger.clock() + input.expiresInS * 1000 : null;
+  await store.insertApiToken(
+    ledger,
+    { id, name: input.name, scopes: input.scopes, tokenHash, expiresAt },
+    actor,
+  );
+  return {
+    id,
+    token,
+    name: input.name,
+    scopes: input.scopes,
+    expiresAt: expiresAt == null ? null : new Date(expiresAt).toISOString(),
+  };
 }
 
 /** Revokes an API token (idempotent); 404 when it never existed. */
@@ -101,14 +118,27 @@ function bearer(header: string | undefined): string | null {
   return m ? m[1]! : null;
 }
 
-/** Resolves an API bearer token, or null when unknown or revoked. */
-export async function authenticateApiToken(ledger: Ledger, token: string): Promise<ApiPrincipal | null> {
+/**
+ * Resolves an API bearer token: the principal, `{ expiredAt }` when it is past its expiry
+ * (issue 11 item 9), or null when unknown or revoked.
+ */
+export async function resolveApiToken(
+  ledger: Ledger,
+  token: string,
+): Promise<ApiPrincipal | { expiredAt: number } | null> {
   const hash = await sha256Hex(token);
   const row = await store.apiTokenByHash(ledger, hash);
   if (!row) return null;
+  if (row.expiresAt != null && row.expiresAt <= ledger.clock()) return { expiredAt: row.expiresAt };
   // best effort: a failed bookkeeping write never refuses a valid token
   await store.touchApiToken(ledger, row.id, row.lastUsedAt ?? null).catch(() => undefined);
   return { kind: 'api', tokenId: row.id, name: row.name, scopes: row.scopes.split(',') as Scope[] };
+}
+
+/** Resolves an API bearer token, or null when unknown, revoked or expired. */
+export async function authenticateApiToken(ledger: Ledger, token: string): Promise<ApiPrincipal | null> {
+  const p = await resolveApiToken(ledger, token);
+  return p && 'kind' in p ? p : null;
 }
 
 /** Resolves an agent bearer token, or null when unknown or revoked. */
@@ -133,8 +163,12 @@ export function requireScope(scope: Scope): MiddlewareHandler<AuthEnv> {
   return async (c, next) => {
     const token = bearer(c.req.header('authorization'));
     if (!token) throw unauthorized('missing bearer token (Authorization: Bearer spk_api_…)');
-    const p = await authenticateApiToken(c.get('ctx').ledger, token);
+    const p = await resolveApiToken(c.get('ctx').ledger, token);
     if (!p) throw unauthorized('unknown or revoked API token');
+    if (!('kind' in p))
+      throw unauthorized(
+        `this API token expired at ${new Date(p.expiredAt).toISOString()}; ask an operator for a new one`,
+      );
     const ok = p.scopes.includes(scope) || (scope === 'develop' && p.scopes.includes('operate'));
     if (!ok)
       throw new ApiError(

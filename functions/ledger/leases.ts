@@ -1,4 +1,5 @@
 import { and, asc, eq, gt } from 'drizzle-orm';
+import { tokenLimitFor } from '../../core/config.ts';
 import { leaseEvent } from '../../core/events.ts';
 import {
   endsDone,
@@ -160,13 +161,17 @@ export function renewDevelopmentLease(
       );
     }
     const ttlMs = (ttlS ?? r.ttlS ?? devLeaseDefaultTtlS) * 1000;
+    // issue 11 item 9: the requesting token's maxTtlS bounds renewals too, not only the first grant
+    const maxS = r.requester.startsWith('api:')
+      ? tokenLimitFor(s.config, r.requester.slice(4)).maxTtlS
+      : devLeaseMaxTtlS;
     for (const l of leases) {
-      const cap = l.grantedAt + devLeaseMaxTtlS * 1000;
+      const cap = l.grantedAt + maxS * 1000;
       const next = Math.min(now + ttlMs, cap);
       if (next <= l.expiresAt) {
         throw conflict(
           'renew_limit',
-          `the lease on ${l.hostId} already runs to ${iso(l.expiresAt)}, the most a development lease may hold (${devLeaseMaxTtlS}s from grant); release and reserve again`,
+          `the lease on ${l.hostId} already runs to ${iso(l.expiresAt)}, the most a development lease may hold (${maxS}s from grant${maxS < devLeaseMaxTtlS ? ', tokenLimits maxTtlS of its token' : ''}); release and reserve again`,
         );
       }
       await tx.update(t.leases).set({ expiresAt: next }).where(eq(t.leases.id, l.id));

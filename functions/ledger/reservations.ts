@@ -1,4 +1,5 @@
 import { and, eq, inArray, sql } from 'drizzle-orm';
+import type { TokenLimit } from '../../core/config.ts';
 import { reservationEvent } from '../../core/events.ts';
 import {
   isActiveStatus,
@@ -119,6 +120,68 @@ export function createReservation(
     });
     changed.add('reservation');
     return (await getReservation(s, tx, row.id!))!;
+  });
+}
+
+/**
+ * Creates a development reservation for API token `tokenId` within its `tokenLimits` (issue 11
+ * item 9): hosts it may use (403), longest TTL (403), and hosts held or waited for at once
+ * (409; a pair counts 2). Counting and inserting share one write transaction, so concurrent
+ * requests from one token cannot both slip under the limit.
+ */
+export function createDevelopmentReservation(
+  s: LedgerStore,
+  input: NewReservation & { kind: 'development' },
+  tokenId: string,
+  limit: TokenLimit,
+  actor: string,
+): Promise<ReservationRow> {
+  return s.write(async (tx) => {
+    if (limit.hosts) {
+      const allowed = limit.hosts;
+      if (input.topology === 'pair') {
+        const pool = input.pool ?? defaultPool(s, null);
+        const needed = s.config.hosts.filter((h) => h.pool === pool).map((h) => h.id);
+        const missing = needed.filter((h) => !allowed.includes(h));
+        if (missing.length)
+          throw new ApiError(
+            403,
+            'token_limit',
+            `this token may use only hosts ${allowed.join(', ')} (tokenLimits hosts); a pair in pool ${pool} could take ${missing.join(', ')}`,
+          );
+      } else if (!input.targetHost || !allowed.includes(input.targetHost)) {
+        throw new ApiError(
+          403,
+          'token_limit',
+          `this token may use only hosts ${allowed.join(', ')} (tokenLimits hosts): ${input.targetHost ? `not ${input.targetHost}` : 'name one with --host'}`,
+        );
+      }
+    }
+    if (input.ttlS != null && input.ttlS > limit.maxTtlS)
+      throw new ApiError(
+        403,
+        'token_limit',
+        `ttl ${input.ttlS}s exceeds this token's tokenLimits maxTtlS of ${limit.maxTtlS}s; ask for less`,
+      );
+    const open = await tx
+      .select({ topology: t.reservations.topology })
+      .from(t.reservations)
+      .where(
+        and(
+          eq(t.reservations.kind, 'development'),
+          inArray(t.reservations.status, [...OPEN_STATUSES]),
+          sql`json_extract(${t.reservations.metaJson}, '$.tokenId') = ${tokenId}`,
+        ),
+      );
+    const held = open.reduce((n, r) => n + (r.topology === 'pair' ? 2 : 1), 0);
+    const asked = input.topology === 'pair' ? 2 : 1;
+    if (held + asked > limit.maxConcurrentLeases)
+      throw new ApiError(
+        409,
+        'token_limit',
+        `this token already holds or waits for ${held} host(s) and may have at most ${limit.maxConcurrentLeases} at once (tokenLimits maxConcurrentLeases); release one first`,
+      );
+    return createReservation(s, { ...input, meta: { ...input.meta, tokenId } }, actor, tx);
   });
 }
 

@@ -192,6 +192,8 @@ export const apiTokens = sqliteTable('api_tokens', {
   createdAt: integer('created_at').notNull(),
   revokedAt: integer('revoked_at'),
   lastUsedAt: integer('last_used_at'),
+  /** When the token stops working (epoch ms); null = until revoked (issue 11 item 9). */
+  expiresAt: integer('expires_at'),
 });
 
 /** Repositories an operator enabled (DESIGN.md: enabling is explicit). */

@@ -11,7 +11,7 @@ import type { LedgerStore } from './store.ts';
 
 export async function insertApiToken(
   s: LedgerStore,
-  row: { id: string; name: string; scopes: string[]; tokenHash: string },
+  row: { id: string; name: string; scopes: string[]; tokenHash: string; expiresAt?: number | null },
   actor: string,
 ): Promise<void> {
   await s.write(async (tx, now) => {
@@ -33,14 +33,16 @@ export async function insertApiToken(
       scopes: row.scopes.join(','),
       tokenHash: row.tokenHash,
       createdAt: now,
+      expiresAt: row.expiresAt ?? null,
     });
+    const until = row.expiresAt != null ? `, expiring ${new Date(row.expiresAt).toISOString()}` : '';
     await s.record(tx, now, {
       subjectType: 'token',
       subjectId: row.id,
       type: 'token.created',
-      cause: `API token "${row.name}" created with scopes ${row.scopes.join(', ')}`,
+      cause: `API token "${row.name}" created with scopes ${row.scopes.join(', ')}${until}`,
       actor,
-      data: { scopes: row.scopes },
+      data: { scopes: row.scopes, expiresAt: row.expiresAt ?? null },
     });
   });
 }

@@ -73,4 +73,34 @@ describe('API token rules', () => {
     expect(denied).toHaveLength(1);
     expect(String(denied[0]!.cause).length).toBeLessThan(200);
   });
+
+  it('an expired token gets 401 saying when it expired; list and create show the expiry', async () => {
+    let now = Date.parse('2026-01-01T00:00:00Z');
+    c = await startTestController({ listen: false, clock: () => now });
+    const ops = (await createApiToken(c.ledger, { name: 'ops', scopes: ['operate'] }, 'test')).token;
+
+    const bad = await call('POST', '/tokens', ops, { name: 'short', scopes: ['develop'], expiresInS: 5 });
+    expect(bad.status).toBe(400);
+    const made = await call('POST', '/tokens', ops, {
+      name: 'temp',
+      scopes: ['develop'],
+      expiresInS: 30 * 86400,
+    });
+    expect(made.status).toBe(201);
+    expect(made.json.expiresAt).toBe('2026-01-31T00:00:00.000Z');
+    const forever = await call('POST', '/tokens', ops, { name: 'forever', scopes: ['develop'] });
+    expect(forever.json.expiresAt).toBeNull();
+
+    expect((await call('GET', '/whoami', made.json.token)).status).toBe(200);
+    const listed = (await call('GET', '/tokens', ops)).json.tokens as Json[];
+    expect(listed.find((t) => t.name === 'temp')!.expiresAt).toBe('2026-01-31T00:00:00.000Z');
+    expect(listed.find((t) => t.name === 'forever')!.expiresAt).toBeNull();
+
+    now = Date.parse('2026-01-31T00:00:00Z');
+    const expired = await call('GET', '/whoami', made.json.token);
+    expect(expired.status).toBe(401);
+    expect(expired.json.error.message).toContain('expired at 2026-01-31T00:00:00.000Z');
+    // the token without expiry still works
+    expect((await call('GET', '/whoami', forever.json.token)).status).toBe(200);
+  });
 });

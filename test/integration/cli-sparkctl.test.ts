@@ -256,6 +256,21 @@ describe('sparkctl against a real controller', () => {
     expect(token).toBeDefined();
     const who = await sparkctl(['whoami'], token);
     expect(who.stdout).toMatch(/^laptop \(tok-[0-9a-f]+\) scopes: develop/);
+    const temp = await sparkctl(
+      ['token', 'create', '--name', 'temp', '--scopes', 'develop', '--expires', '30d'],
+      tok,
+    );
+    expect(temp.stdout).toMatch(
+      /^created token tok-[0-9a-f]+ "temp" with scopes develop, expiring \d{4}-\d\d-\d\dT/,
+    );
+    const listed = await sparkctl(['token', 'list'], tok);
+    expect(listed.stdout).toMatch(/EXPIRES/);
+    expect(listed.stdout).toMatch(/temp\s+develop\s+\S+\s+\d{4}-\d\d-\d\dT\S+Z/);
+    expect(listed.stdout).toMatch(/laptop\s+develop\s+\S+\s+never/);
+    expect(
+      (await sparkctl(['token', 'create', '--name', 't2', '--scopes', 'develop', '--expires', 'soon'], tok))
+        .code,
+    ).toBe(2);
     const tokId = /\(?(tok-[0-9a-f]+)\)?/.exec(who.stdout)![1]!;
     expect((await sparkctl(['token', 'revoke', tokId], tok)).code).toBe(0);
     expect((await sparkctl(['whoami'], token)).code).toBe(4);

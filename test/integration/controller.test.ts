@@ -203,12 +203,17 @@ describe('admin bootstrap (npm run admin -- token create)', () => {
         'ci',
         '--scopes',
         'operate',
+        '--expires',
+        '30d',
         '--ledger',
         ledgerUrl,
         '--json',
       ]);
       expect(json.code).toBe(0);
-      expect(Object.keys(JSON.parse(json.stdout))).toEqual(['id', 'token', 'name', 'scopes', 'ledgerUrl']);
+      const ci = JSON.parse(json.stdout) as { expiresAt: string };
+      expect(Object.keys(ci)).toEqual(['id', 'token', 'name', 'scopes', 'expiresAt', 'ledgerUrl']);
+      // 30 days from now (the process's clock), to within the time this test takes
+      expect(Math.abs(Date.parse(ci.expiresAt) - (Date.now() + 30 * 86_400_000))).toBeLessThan(600_000);
 
       const c = await startTestController({ ledgerUrl });
       try {
@@ -233,6 +238,18 @@ describe('admin bootstrap (npm run admin -- token create)', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/invalid --scopes 'root': use a comma list of develop, operate, emergency/);
     expect(bad.stdout).toBe('');
+    const never = await runAdmin([
+      'token',
+      'create',
+      '--name',
+      'x',
+      '--scopes',
+      'operate',
+      '--expires',
+      'soon',
+    ]);
+    expect(never.code).toBe(2);
+    expect(never.stderr).toMatch(/invalid --expires 'soon': use e\.g\. 30d/);
     const usage = await runAdmin(['token', 'delete']);
     expect(usage.code).toBe(2);
     expect(usage.stderr).toMatch(/usage: sparkctl admin token create --name NAME --scopes/);
