@@ -181,9 +181,15 @@ export class LedgerStore {
    * erased in the last transaction (a handed-over JIT config) then survives in no older WAL frame.
    * Local ledgers only; a checkpoint blocked by a reader is retried by SQLite's busy handler and
    * otherwise left to the next one (the WAL is truncated at the next successful TRUNCATE).
+   *
+   * It runs in this process's writer queue ({@link LedgerDb.exec}): a TRUNCATE checkpoint takes
+   * the write lock, and SQLite's busy handler waits on the event loop's thread, so run beside
+   * this process's own open transaction (a pair's two hand-overs at once) it blocked the whole
+   * controller for the busy timeout (5 s) while that transaction could not commit — heartbeats
+   * went unanswered and the pair was failed as `pair_node_lost`.
    */
   async checkpointWal(): Promise<void> {
-    if (this.store.local) await this.store.client.execute('PRAGMA wal_checkpoint(TRUNCATE)');
+    if (this.store.local) await this.store.exec('PRAGMA wal_checkpoint(TRUNCATE)', []);
   }
 
   /** Cheap reachability probe for /healthz. */
