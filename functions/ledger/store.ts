@@ -181,9 +181,15 @@ export class LedgerStore {
    * erased in the last transaction (a handed-over JIT config) then survives in no older WAL frame.
    * Local ledgers only; a checkpoint blocked by a reader is retried by SQLite's busy handler and
    * otherwise left to the next one (the WAL is truncated at the next successful TRUNCATE).
+   *
+   * It runs in this process's writer queue, like every write: a TRUNCATE checkpoint waits for
+   * every open transaction, and the local client's busy handler waits synchronously — run beside
+   * one of our own transactions (two agents' hand-overs at once, a pair's) it blocked the event
+   * loop for the whole busy timeout (5 s) while that transaction could not finish, so no
+   * heartbeat was answered and both pair nodes went offline.
    */
   async checkpointWal(): Promise<void> {
-    if (this.store.local) await this.store.client.execute('PRAGMA wal_checkpoint(TRUNCATE)');
+    if (this.store.local) await this.store.exec('PRAGMA wal_checkpoint(TRUNCATE)', []);
   }
 
   /** Cheap reachability probe for /healthz. */
