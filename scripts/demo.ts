@@ -169,7 +169,8 @@ async function story(s: SparkSystem) {
   step('While the pair runs, PR #3 is labeled, then a new commit is pushed to it');
   s.openPr(3, { sha: SHA.pr3old });
   const r3 = queuedId(await s.label(3, 'spark-test'));
-  await s.waitCheck(r3, 'Spark test queued — position 1');
+  // next in line, it claims a busy host and waits for its active job to finish (ADR 0050 item 3)
+  await s.waitCheck(r3, 'Spark 2 draining — active job finishing');
   const pushed = await s.push(3, SHA.pr3new);
   const r4 = queuedId({
     ...pushed,

@@ -133,14 +133,14 @@ describe('system: cancellation and new commits', { timeout: 180_000 }, () => {
     const r3 = queuedId(await sys.label(3, 'spark-test'));
     sys.openPr(4, { sha: sha('d') });
     const r4 = queuedId(await sys.label(4, 'spark-test'));
-    await sys.waitCheck(
-      r3,
-      /^Spark test queued — position 1, (starts in ~|should start now|cannot start yet)/,
-    );
-    await sys.waitCheck(
-      r4,
-      /^Spark test queued — position 2, (starts in ~|should start now|cannot start yet)/,
-    );
+    // each request next in line claims a busy host and waits for it to drain (ADR 0050 item 3):
+    // the first spark-2 (service hosts last), the second spark-1
+    const q3 = await sys.waitCheck(r3, 'Spark 2 draining — active job finishing');
+    expect(q3.status).toBe('queued');
+    expect(q3.output.summary).toContain(`spark-2 draining for ${r3}`);
+    const q4 = await sys.waitCheck(r4, 'Spark 1 draining — active job finishing');
+    expect(q4.status).toBe('queued');
+    expect(q4.output.summary).toContain(`spark-1 draining for ${r4}`);
 
     // label removed from a queued request: cancelled, with the reason on its check run
     expect((await sys.unlabel(3, 'spark-test')).result).toBe(`cancelled ${r3}`);
@@ -160,10 +160,7 @@ describe('system: cancellation and new commits', { timeout: 180_000 }, () => {
     // a push supersedes the queued request for the old SHA and queues the new one
     sys.openPr(5, { sha: sha('e') });
     const r5 = queuedId(await sys.label(5, 'spark-test'));
-    await sys.waitCheck(
-      r5,
-      /^Spark test queued — position 1, (starts in ~|should start now|cannot start yet)/,
-    );
+    await sys.waitCheck(r5, 'Spark 2 draining — active job finishing');
     const pushed = await sys.push(5, sha('f'));
     expect(pushed.result).toMatch(new RegExp(`^superseded ${r5}, queued r-\\d+$`));
     const r6 = queuedId({ ...pushed, result: pushed.result!.split(', ')[1]! });
