@@ -2,7 +2,7 @@ import { eq, sql } from 'drizzle-orm';
 import type { SparkConfig } from '../../core/config.ts';
 import type { LedgerEventType, LedgerSubjectType } from '../../core/events.ts';
 import { countEvents } from './counters.ts';
-import type { LedgerDb, Tx } from './db.ts';
+import { CHECKPOINT_BUSY_MS, type LedgerDb, LOCAL_BUSY_TIMEOUT_MS, type Tx } from './db.ts';
 import * as t from './schema.ts';
 
 /** One row of the append-only history, as written. */
@@ -179,11 +179,18 @@ export class LedgerStore {
   /**
    * Copies the WAL into the database and truncates it to zero bytes (issue 11 item 8): a secret
    * erased in the last transaction (a handed-over JIT config) then survives in no older WAL frame.
-   * Local ledgers only; a checkpoint blocked by a reader is retried by SQLite's busy handler and
-   * otherwise left to the next one (the WAL is truncated at the next successful TRUNCATE).
+   * Local ledgers only; a checkpoint blocked by a writer or reader is retried by SQLite's busy
+   * handler for at most {@link CHECKPOINT_BUSY_MS} and otherwise left to the next one (the WAL is
+   * truncated at the next successful TRUNCATE). The bound matters: TRUNCATE holds the database's
+   * writer lock while it waits for readers, so with the ledger's 5 s busy timeout one hand-over
+   * stalled every process's writes (the load test's webhook inserts answered 503 SQLITE_BUSY).
    */
   async checkpointWal(): Promise<void> {
-    if (this.store.local) await this.store.client.execute('PRAGMA wal_checkpoint(TRUNCATE)');
+    if (!this.store.local) return;
+    // one connection for the three statements: the pool's busy timeout is restored on it
+    await this.store.client.executeMultiple(
+      `PRAGMA busy_timeout = ${CHECKPOINT_BUSY_MS}; PRAGMA wal_checkpoint(TRUNCATE); PRAGMA busy_timeout = ${LOCAL_BUSY_TIMEOUT_MS};`,
+    );
   }
 
   /** Cheap reachability probe for /healthz. */
