@@ -52,22 +52,33 @@ function executorOf(evidenceJson: string | null): string[] {
 
 export async function renderContextFor(svc: GitHubService, r: ReservationRow): Promise<RenderContext> {
   const leases = await leasesOf(svc.ledger, undefined, r.id);
-  let keptHost: RenderContext['keptHost'] = null;
-  let eta: string | null = null;
-  if (r.status === 'queued') {
-    const { fleet, queue } = await buildViews(svc.ledger);
-    const h = fleet.hosts.find((x) => x.keptFor === r.id && (x.state === 'draining' || x.state === 'held'));
-    if (h) keptHost = { id: h.id, state: h.state as 'draining' | 'held' };
-    eta = queue.queued.find((q) => q.id === r.id)?.eta?.text ?? null;
-  }
+  const queued =
+    r.status === 'queued' ? queuedContext(await buildViews(svc.ledger), r.id) : { keptHost: null, eta: null };
   const meta = readMeta(r);
   return {
     hosts: leases.map((l) => l.hostId),
     executors: leases.flatMap((l) => executorOf(l.evidenceJson)),
-    keptHost,
-    eta,
+    ...queued,
     fault: meta?.fault ?? null,
     note: meta?.note ?? null,
+  };
+}
+
+/**
+ * What a queued reservation's check run shows beyond its row: the host kept for it (draining or
+ * held) and the start estimate. One function for the sender and the position refresh
+ * (`refreshQueuedChecks`), so the refresh compares against exactly the title the sender wrote.
+ */
+export function queuedContext(
+  views: Awaited<ReturnType<typeof buildViews>>,
+  reservationId: string,
+): Pick<RenderContext, 'keptHost' | 'eta'> {
+  const h = views.fleet.hosts.find(
+    (x) => x.keptFor === reservationId && (x.state === 'draining' || x.state === 'held'),
+  );
+  return {
+    keptHost: h ? { id: h.id, state: h.state as 'draining' | 'held' } : null,
+    eta: views.queue.queued.find((q) => q.id === reservationId)?.eta?.text ?? null,
   };
 }
 

@@ -20,7 +20,7 @@ import { buildViews } from '../views.ts';
 import { renderCheckRun } from './check-run.ts';
 import { GitHubError } from './client.ts';
 import { readMeta } from './meta.ts';
-import { enqueueRunnerDeletes } from './senders.ts';
+import { enqueueRunnerDeletes, queuedContext } from './senders.ts';
 import type { GitHubService } from './service.ts';
 
 /**
@@ -95,7 +95,7 @@ export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
   const { ledger } = svc;
   const queued = await q.githubReservations(ledger, ['queued'], { withHeadSha: true });
   if (!queued.length) return 0;
-  const { fleet } = await buildViews(ledger);
+  const views = await buildViews(ledger);
   const checkRows = await q.checkRunRowsOf(
     ledger,
     queued.map((r) => r.id),
@@ -111,12 +111,11 @@ export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
     if (!meta) continue;
     // a check run GitHub refuses for good is not retried every tick; the next event tries again
     if (latest.get(r.id)?.status === 'failed') continue;
-    const kept = fleet.hosts.find(
-      (h) => h.keptFor === r.id && (h.state === 'draining' || h.state === 'held'),
-    );
+    // the same context the sender renders with (start estimate included), or every queued
+    // reservation would look changed on every tick and be re-sent
     const view = renderCheckRun(r, {
       hosts: [],
-      keptHost: kept ? { id: kept.id, state: kept.state as 'draining' | 'held' } : null,
+      ...queuedContext(views, r.id),
       fault: meta.fault ?? null,
       note: meta.note ?? null,
     });

@@ -29,6 +29,8 @@ export interface LedgerDb {
    * this process's own transaction holds the lock.
    */
   exec(stmt: string, args: InArgs): Promise<ResultSet>;
+  /** Several statements on one connection, in the same queue as {@link exec} (no busy retry). */
+  execScript(script: string): Promise<void>;
   close(): void;
 }
 
@@ -44,6 +46,15 @@ function isBusy(e: unknown): boolean {
   const text = `${err?.code ?? ''} ${err?.cause?.code ?? ''} ${err?.message ?? ''}`;
   return /SQLITE_BUSY|database is locked/i.test(text);
 }
+
+/** SQLite's busy timeout on a local ledger's connections: writers in other processes wait this long. */
+export const LOCAL_BUSY_TIMEOUT_MS = 5000;
+
+/**
+ * The busy timeout a WAL TRUNCATE checkpoint runs under (`LedgerStore.checkpointWal`): it holds
+ * the writer lock while it waits, so it gives up quickly instead of stalling every writer.
+ */
+export const CHECKPOINT_BUSY_MS = 100;
 
 /** Connections the libSQL client keeps for a local file (its `concurrency`). */
 export const POOL_SIZE = 4;
@@ -97,7 +108,7 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
     url: opts.url,
     ...(opts.authToken ? { authToken: opts.authToken } : {}),
     // libsql's busy timeout (ms) for local files: writers in other processes wait for the lock
-    ...(local ? { timeout: 5000, concurrency: POOL_SIZE } : {}),
+    ...(local ? { timeout: LOCAL_BUSY_TIMEOUT_MS, concurrency: POOL_SIZE } : {}),
   });
   if (local) {
     // journal_mode is stored in the file; the rest are per connection (below)
@@ -144,5 +155,8 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
   const exec = (stmt: string, args: InArgs): Promise<ResultSet> =>
     enqueue(statements, () => retryBusy(() => client.execute({ sql: stmt, args })));
 
-  return { db, client, local, write, exec, close: () => client.close() };
+  const execScript = (script: string): Promise<void> =>
+    enqueue(statements, () => client.executeMultiple(script));
+
+  return { db, client, local, write, exec, execScript, close: () => client.close() };
 }

@@ -2,7 +2,7 @@ import { eq, sql } from 'drizzle-orm';
 import type { SparkConfig } from '../../core/config.ts';
 import type { LedgerEventType, LedgerSubjectType } from '../../core/events.ts';
 import { countEvents } from './counters.ts';
-import type { LedgerDb, Tx } from './db.ts';
+import { CHECKPOINT_BUSY_MS, type LedgerDb, LOCAL_BUSY_TIMEOUT_MS, type Tx } from './db.ts';
 import * as t from './schema.ts';
 
 /** One row of the append-only history, as written. */
@@ -179,17 +179,22 @@ export class LedgerStore {
   /**
    * Copies the WAL into the database and truncates it to zero bytes (issue 11 item 8): a secret
    * erased in the last transaction (a handed-over JIT config) then survives in no older WAL frame.
-   * Local ledgers only; a checkpoint blocked by a reader is retried by SQLite's busy handler and
-   * otherwise left to the next one (the WAL is truncated at the next successful TRUNCATE).
-   *
-   * It runs in this process's writer queue ({@link LedgerDb.exec}): a TRUNCATE checkpoint takes
-   * the write lock, and SQLite's busy handler waits on the event loop's thread, so run beside
-   * this process's own open transaction (a pair's two hand-overs at once) it blocked the whole
-   * controller for the busy timeout (5 s) while that transaction could not commit — heartbeats
-   * went unanswered and the pair was failed as `pair_node_lost`.
+   * Local ledgers only. Two bounds, both found under load: it runs in this process's writer queue
+   * ({@link LedgerDb.execScript}) — SQLite's busy handler waits on the event loop's thread, so run
+   * beside this process's own open transaction (a pair's two hand-overs at once) it blocked the
+   * whole controller for the busy timeout while that transaction could not commit, heartbeats went
+   * unanswered and the pair was failed as `pair_node_lost`; and it waits at most
+   * {@link CHECKPOINT_BUSY_MS} for other processes — TRUNCATE holds the writer lock while it waits
+   * for readers, and with the 5 s busy timeout one hand-over stalled every process's writes (the
+   * load test's webhook inserts answered 503 SQLITE_BUSY). A checkpoint that cannot finish in time
+   * is left to the next one (the WAL is truncated at the next successful TRUNCATE).
    */
   async checkpointWal(): Promise<void> {
-    if (this.store.local) await this.store.exec('PRAGMA wal_checkpoint(TRUNCATE)', []);
+    if (!this.store.local) return;
+    // one connection for the three statements: the pool's busy timeout is restored on it
+    await this.store.execScript(
+      `PRAGMA busy_timeout = ${CHECKPOINT_BUSY_MS}; PRAGMA wal_checkpoint(TRUNCATE); PRAGMA busy_timeout = ${LOCAL_BUSY_TIMEOUT_MS};`,
+    );
   }
 
   /** Cheap reachability probe for /healthz. */

@@ -51,6 +51,9 @@ describe('webhook inbox', () => {
         2: { state: 'open', headSha: 'b'.repeat(40), headRepo: REPO, labels: [] },
       },
     });
+    // the rollout gate (issue 12 item 6) wants every host adopted; without heartbeats they stay
+    // offline (no grants)
+    for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
     expect((await h.enable(REPO)).status).toBe(200);
     token = await h.operatorToken();
   });

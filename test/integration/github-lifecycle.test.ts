@@ -394,10 +394,18 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
       p.sender.login = sender;
       return p;
     };
+    // the inbox acknowledges a signed JSON delivery (202) and records a payload that is not the
+    // event's shape as invalid (ADR 0035); the SHA never reaches a ledger write or a GitHub URL
     for (const after of ['../../../orgs/acme', 'A'.repeat(40), '3'.repeat(39), `${'3'.repeat(40)}/x`]) {
       const res = await h.deliver('push', push(after));
-      expect(res.status, after).toBe(400);
+      expect(res.status, after).toBe(202);
+      expect(await res.json(), after).toMatchObject({
+        state: 'done',
+        result: 'invalid payload: push payload is missing fields: after',
+      });
     }
+    expect(h.gh.requests.filter((r) => /orgs\/acme|A{40}|3{39}/.test(r.path))).toEqual([]);
+    expect(await h.c.ledger.db.all(sql`SELECT id FROM reservations`)).toEqual([]);
     const refused = await h.deliver('push', push('6'.repeat(40), 'outsider'));
     expect((await refused.json()).result).toMatch(
       /^refused: merge CI for 6666666 was not queued: the push by @outsider/,

@@ -170,9 +170,11 @@ describe('/spark command parsing', () => {
     expect(parseSparkCommand('> /spark test\nquoted')).toBeNull();
     expect(parseSparkCommand('/sparkle test')).toBeNull();
     expect(parseSparkCommand(null)).toBeNull();
-    expect(parseSparkCommand('/spark test --force')).toMatchObject({
+    // the option is echoed as one bounded code span (ADR 0030, echoSpan)
+    expect(parseSparkCommand('/spark test --force')).toEqual({
       kind: 'invalid',
-      message: expect.stringMatching(/unknown option --force/),
+      message:
+        'unknown option `--force`; usage: /spark test [--pair] [--long] | /spark status | /spark cancel',
     });
     expect(parseSparkCommand('/spark')).toMatchObject({ kind: 'invalid' });
   });
