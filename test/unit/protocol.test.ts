@@ -327,10 +327,25 @@ describe('operator API', () => {
       accepts(RecoverResponse, { reservation: resv, action, awaitingHosts: ['spark-2'], message: 'm' });
     refuses(RecoverResponse, { reservation: resv, action: 'killed', awaitingHosts: [], message: 'm' });
     accepts(HostResponse, { host: { id: 'spark-2', managed: true, phase: 'idle' } });
-    accepts(TokenCreated, { id: 't1', name: 'ci', scopes: ['operate'], token: 'secret' });
+    accepts(TokenCreated, { id: 't1', name: 'ci', scopes: ['operate'], token: 'secret', expiresAt: null });
+    accepts(TokenCreated, {
+      id: 't2',
+      name: 'ci-2',
+      scopes: ['develop'],
+      token: 'secret',
+      expiresAt: '2026-12-30T00:00:00.000Z',
+    });
     accepts(TokenList, {
       tokens: [
-        { id: 't1', name: 'ci', scopes: ['operate'], createdAt: 'x', revokedAt: null, lastUsedAt: null },
+        {
+          id: 't1',
+          name: 'ci',
+          scopes: ['operate'],
+          createdAt: 'x',
+          revokedAt: null,
+          lastUsedAt: null,
+          expiresAt: null,
+        },
       ],
     });
     accepts(WhoAmI, { tokenId: 't1', name: 'ci', scopes: ['develop'] });
