@@ -19,11 +19,14 @@ let gc: (() => void) | null = null;
  * ledger, measured), so a test that opens thousands of ledgers in one process — the 10,000-sequence
  * model test — ran out of descriptors (SQLITE_CANTOPEN) after ~2,850 sequences without this.
  */
-export function releaseClosedLedgers(): void {
+export async function releaseClosedLedgers(): Promise<void> {
   if (!gc) {
     setFlagsFromString('--expose-gc');
     gc = runInNewContext('gc') as () => void;
   }
+  gc();
+  // the native finalizers that close the files run after the collection, on a later turn
+  await new Promise((r) => setTimeout(r, 20));
   gc();
 }
 

@@ -37,7 +37,7 @@ describe('ledger + admission against the reference model', () => {
               await fc.asyncModelRun(() => ({ model: w, real: sut }), cmds);
             } finally {
               sut.close();
-              if (++opened % 200 === 0) releaseClosedLedgers();
+              if (++opened % 200 === 0) await releaseClosedLedgers();
             }
           },
         ),
