@@ -118,6 +118,17 @@ type Base =
   | { kind: 'busy'; state: HostState; why: string }
   | { kind: 'free'; state: 'idle' | 'service' };
 
+/**
+ * Host ids sort in natural order (`spark-2` before `spark-10`). One collator for every pass:
+ * `localeCompare(b, 'en', { numeric: true })` builds a collator per call, which made sorting 256
+ * hosts cost more than the rest of a 10,000-request pass (issue 13 bench). Same order by spec
+ * (ECMA-402: `localeCompare` with options behaves as `new Intl.Collator(locales, options).compare`).
+ */
+const byHostId = new Intl.Collator('en', { numeric: true }).compare;
+
+/** Pools of up to this many hosts list each host in a wait reason; larger ones give counts. */
+const LIST_HOSTS_UP_TO = 4;
+
 /** Whether a host's last heartbeat is recent enough; a host never heard from is offline (rule 8). */
 export function isHeartbeatFresh(
   host: Pick<HostRecord, 'lastHeartbeatAt'>,
@@ -205,6 +216,27 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     if (BINDING_LEASE_STATUSES.includes(l.status)) boundLease.set(l.hostId, l);
   }
 
+  const leasesByReservation = new Map<string, string[]>();
+  for (const l of boundLease.values()) {
+    const list = leasesByReservation.get(l.reservationId) ?? [];
+    list.push(l.hostId);
+    leasesByReservation.set(l.reservationId, list);
+  }
+  // One walk over the reservations (10,000s queued): a set or map of every id costs more than the
+  // rest of the pass, so only the active ones are indexed.
+  const queued: ReservationRecord[] = [];
+  const active: ReservationRecord[] = [];
+  const activeById = new Map<string, ReservationRecord>();
+  for (const r of input.reservations) {
+    if (r.status === 'queued') {
+      if (r.queueDeadline <= now) plan.queueTimeouts.push(r.id);
+      else queued.push(r);
+    } else if (isActiveStatus(r.status)) {
+      active.push(r);
+      activeById.set(r.id, r);
+    }
+  }
+
   // A pair whose node went dark fails as a unit within the offline threshold (issue 14 item 1):
   // its job cannot finish on one node, so waiting for the lease TTL only keeps the healthy node.
   const pairHosts = new Map<string, string[]>();
@@ -215,8 +247,6 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     pairHosts.set(l.reservationId, list);
   }
   const lostPairs = new Set<string>();
-  const activeById = new Map<string, ReservationRecord>();
-  for (const r of input.reservations) if (isActiveStatus(r.status)) activeById.set(r.id, r);
   for (const [rid, hostIds] of pairHosts) {
     const r = activeById.get(rid);
     if (r?.topology !== 'pair' || r.status === 'releasing') continue;
@@ -225,14 +255,12 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
       return !h || !isHeartbeatFresh(h, now, config.timings.offlineAfterS);
     });
     if (lost.length === 0) continue;
-    lost.sort((a, b) => a.localeCompare(b, 'en', { numeric: true }));
+    lost.sort(byHostId);
     lostPairs.add(rid);
     plan.pairLosses.push({
       reservationId: rid,
       lostHosts: lost,
-      healthyHosts: hostIds
-        .filter((id) => !lost.includes(id))
-        .sort((a, b) => a.localeCompare(b, 'en', { numeric: true })),
+      healthyHosts: hostIds.filter((id) => !lost.includes(id)).sort(byHostId),
     });
   }
 
@@ -253,16 +281,28 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     });
   }
 
+  // Every host sort below ends on the id: rank the ids once so the sorts compare integers.
+  const idRank = new Map<string, number>();
+  const sortedIds = input.hosts.map((h) => h.id).sort(byHostId);
+  for (let i = 0; i < sortedIds.length; i++) idRank.set(sortedIds[i]!, i);
+  const byId = (a: HostRecord, b: HostRecord) => idRank.get(a.id)! - idRank.get(b.id)!;
+  // position in preferHosts, first mention wins (as `indexOf`)
+  const preferAt = new Map<string, number>();
+  config.preferHosts.forEach((id, i) => {
+    if (!preferAt.has(id)) preferAt.set(id, i);
+  });
+
   const base = new Map<string, Base>();
   const rank = new Map<string, number>();
-  const prefer = config.preferHosts;
   for (const h of input.hosts) {
     const b = classify(h, boundLease.get(h.id), now, config);
     base.set(h.id, b);
     if (b.kind === 'out' && b.note) plan.hostNotes[h.id] = b.why;
     // prefer hosts that need no lending, then the configured order, then id order
-    const pi = prefer.indexOf(h.id);
-    rank.set(h.id, (b.kind === 'free' && b.state === 'service' ? 1_000_000 : 0) + (pi >= 0 ? pi : 1000));
+    rank.set(
+      h.id,
+      (b.kind === 'free' && b.state === 'service' ? 1_000_000 : 0) + (preferAt.get(h.id) ?? 1000),
+    );
   }
 
   // Free hosts per pool, best first. Taking a host removes it for the rest of the pass.
@@ -280,9 +320,7 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     }
   }
   for (const list of freeByPool.values()) {
-    list.sort(
-      (a, b) => rank.get(a.id)! - rank.get(b.id)! || a.id.localeCompare(b.id, 'en', { numeric: true }),
-    );
+    list.sort((a, b) => rank.get(a.id)! - rank.get(b.id)! || byId(a, b));
   }
 
   // Budgets (rule 6): count from grant until termination is confirmed.
@@ -291,32 +329,18 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     for (const id of hostIds) g += hostsById.get(id)?.gpus ?? 1;
     return g;
   };
-  const leasesByReservation = new Map<string, string[]>();
-  for (const l of boundLease.values()) {
-    const list = leasesByReservation.get(l.reservationId) ?? [];
-    list.push(l.hostId);
-    leasesByReservation.set(l.reservationId, list);
-  }
   const prGpus = new Map<string, number>();
   let totalGpus = 0;
-  const queued: ReservationRecord[] = [];
-  const byId = new Map<string, ReservationRecord>();
-  for (const r of input.reservations) {
-    byId.set(r.id, r);
-    if (r.status === 'queued') {
-      if (r.queueDeadline <= now) plan.queueTimeouts.push(r.id);
-      else queued.push(r);
-      continue;
-    }
-    if (!isActiveStatus(r.status)) continue;
+  for (const r of active) {
     const g = gpusOf(leasesByReservation.get(r.id) ?? []);
     totalGpus += g;
     const key = budgetSlot(r);
     if (key) prGpus.set(key, (prGpus.get(key) ?? 0) + g);
   }
-  // leases whose reservation is not in the input still hold GPUs
+  // leases whose reservation is not in the input still hold GPUs (a lease of an active
+  // reservation is the rule; only a rare other one costs a walk over the input)
   for (const [rid, hostIds] of leasesByReservation) {
-    if (!byId.has(rid)) totalGpus += gpusOf(hostIds);
+    if (!activeById.has(rid) && !input.reservations.some((r) => r.id === rid)) totalGpus += gpusOf(hostIds);
   }
   // a build between its lanes keeps its slot (0 GPUs now, but the slot is taken)
   // (it still needs a free slot itself if others took every one while it had no lane queued)
@@ -349,7 +373,7 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     if (cached) return cached;
     const hosts = poolHosts.get(pool) ?? [];
     let text: string;
-    if (hosts.length <= 4) {
+    if (hosts.length <= LIST_HOSTS_UP_TO) {
       text = hosts
         .map((h) => {
           const hr = held.get(h.id);
@@ -377,29 +401,45 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     poolBusyReason.set(pool, text);
     return text;
   };
+  // A drain claim shows only in a pool text that lists its hosts one by one; a larger pool's text
+  // counts busy, held and unavailable hosts, which a claim does not change. Recomputing that
+  // count after every claim made a long queue behind a 256-host pool O(queue × hosts).
+  const claimChangesText = (pool: string) => {
+    if (poolHosts.get(pool)!.length <= LIST_HOSTS_UP_TO) poolBusyReason.delete(pool);
+  };
 
   // Hosts with a home service drain last (they go back to it when freed), then preferHosts, then
-  // host id: the same choice whatever order the ledger returns hosts in.
-  const drainRank = (h: HostRecord) => (h.homeService ? 1_000_000 : 0) + (prefer.indexOf(h.id) + 1 || 1001);
+  // host id: the same choice whatever order the ledger returns hosts in. Each pool's hosts in that
+  // order, sorted once per pass (which of them are busy and unclaimed changes as the pass goes).
+  const drainRank = (h: HostRecord) => (h.homeService ? 1_000_000 : 0) + (preferAt.get(h.id) ?? 1000);
+  const drainOrder = new Map<string, HostRecord[]>();
+  for (const h of [...input.hosts].sort((a, b) => drainRank(a) - drainRank(b) || byId(a, b))) {
+    const list = drainOrder.get(h.pool);
+    if (list) list.push(h);
+    else drainOrder.set(h.pool, [h]);
+  }
+  // Where the next claim in a pool starts looking: every host before it is not busy or already
+  // draining. Claims are never undone and no host stops being busy within a pass; and a pool is
+  // claimed from only once its free list is empty (the hot path, or a shortage that held every
+  // free host), after which no grant or restore can make one of its hosts busy in this pass.
+  const drainFrom = new Map<string, number>();
   // Issue 14 item 3: a request waiting because every host is busy is next in line for the best
   // busy host no earlier request claimed; that host is `draining` for it (its active job
   // finishes, it accepts nothing new), so the request's check can say so. One claim per host.
-  // Busy now includes hosts granted earlier in this pass. A pool whose busy hosts are all claimed
-  // is skipped until a grant makes another host busy: this runs for every waiting request.
-  const claimedOut = new Set<string>();
+  // Busy includes hosts granted earlier in this pass. This runs for every waiting request (want ≥ 1);
+  // once a pool's busy hosts are all claimed its cursor stays at the end and a call costs nothing.
   const claimBusy = (pool: string, want: number, forId: string) => {
-    if (want <= 0 || claimedOut.has(pool)) return;
-    const busy = (poolHosts.get(pool) ?? [])
-      .filter((h) => base.get(h.id)!.kind === 'busy' && !draining.has(h.id))
-      .sort((a, b) => drainRank(a) - drainRank(b) || a.id.localeCompare(b.id, 'en', { numeric: true }));
+    const order = drainOrder.get(pool)!;
     let claimed = 0;
-    for (const h of busy) {
-      if (claimed >= want) break;
+    let i = drainFrom.get(pool) ?? 0;
+    for (; i < order.length && claimed < want; i++) {
+      const h = order[i]!;
+      if (base.get(h.id)!.kind !== 'busy' || draining.has(h.id)) continue;
       draining.set(h.id, forId);
       claimed++;
     }
-    if (claimed > 0) poolBusyReason.delete(pool);
-    if (claimed === busy.length) claimedOut.add(pool);
+    drainFrom.set(pool, i);
+    if (claimed > 0) claimChangesText(pool);
   };
   // Issue 14 item 4: background CI yields to every other class waiting in its pool.
   const othersWaiting = new Set<string>();
@@ -475,7 +515,7 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
           !draining.has(target.id)
         ) {
           draining.set(target.id, r.id);
-          poolBusyReason.delete(pool);
+          claimChangesText(pool);
         }
         const by = held.get(target.id);
         wait(
@@ -575,7 +615,6 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     });
     for (const h of candidates)
       base.set(h.id, { kind: 'busy', state: 'allocated', why: `${h.id} allocated to ${r.id}` });
-    claimedOut.delete(pool);
   }
 
   for (const [hostId, reservationId] of draining) plan.draining.push({ hostId, reservationId });
