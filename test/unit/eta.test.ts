@@ -167,7 +167,9 @@ describe('queue ETA estimator (core/eta.ts)', () => {
 
 describe('queue ETA against replayed history', () => {
   it('beats both naive baselines, and its range holds the real start at a stated rate', () => {
-    for (const seed of [7, 11, 23]) {
+    // under StrykerJS every ETA mutant runs this replay: one seed finds what three find, in a third
+    // of the time (npm test keeps all three)
+    for (const seed of process.env.SPARK_MUTATION === '1' ? [7] : [7, 11, 23]) {
       const obs = replay(syntheticTrace(1200, seed, 12), 3);
       const eta = medianAbsErrorMin(obs, midpoint);
       const naiveWait = medianAbsErrorMin(obs, (o) => o.naiveMedianWait);
