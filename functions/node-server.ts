@@ -4,7 +4,6 @@ import type { AddressInfo } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serve } from '@hono/node-server';
-import { createClient } from '@libsql/client';
 import { redactUrl, type SparkConfig } from '../core/config.ts';
 import type { AdmissionLoop } from './admission-loop.ts';
 import type { App, AppContext, AppModule } from './app.ts';
@@ -13,6 +12,7 @@ import { openLedgerDb } from './ledger/db.ts';
 import { type Clock, Ledger } from './ledger/ledger.ts';
 import { applyMigrations } from './ledger/migrate.ts';
 import { loadMigrations } from './ledger/migrations-fs.ts';
+import { createNodeLedgerClient } from './ledger/node-client.ts';
 import { storageCause } from './ledger/unavailable.ts';
 import { createLogger, type Logger } from './log.ts';
 import { appModules } from './modules.ts';
@@ -58,7 +58,11 @@ export async function openNodeLedger(
       .replace(/\?.*$/, '');
     if (path && !path.startsWith(':memory:')) protectLedgerFiles(resolve(path), opts.log);
   }
-  const store = await openLedgerDb({ url, authToken: settings.ledgerAuthToken, createClient });
+  const store = await openLedgerDb({
+    url,
+    authToken: settings.ledgerAuthToken,
+    createClient: createNodeLedgerClient,
+  });
   let applied: string[];
   try {
     applied = await applyMigrations(store, loadMigrations());

@@ -2,11 +2,11 @@
  * One of several processes racing on a shared ledger file (multi-process admission test).
  * argv: <ledgerUrl> <configJson> <seed> <ops>. Prints one JSON line: { created: string[], passes, grants }.
  */
-import { createClient } from '@libsql/client';
 import { parseConfig } from '../../core/config.ts';
 import { isReleasableStatus } from '../../core/model.ts';
 import { openLedgerDb } from '../../functions/ledger/db.ts';
 import { Ledger } from '../../functions/ledger/ledger.ts';
+import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
 import { idleFacts } from './ledger.ts';
 
 const [url, configJson, seedText, opsText] = process.argv.slice(2);
@@ -21,7 +21,7 @@ const rand = () => {
   return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
 };
 
-const store = await openLedgerDb({ url: url!, createClient });
+const store = await openLedgerDb({ url: url!, createClient: createNodeLedgerClient });
 const ledger = new Ledger(store, { config });
 const created: string[] = [];
 let passes = 0;

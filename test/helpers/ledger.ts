@@ -3,13 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { createClient } from '@libsql/client';
 import { parseConfig, type SparkConfig, type SparkConfigInput } from '../../core/config.ts';
 import type { HostFacts } from '../../core/model.ts';
 import { openLedgerDb } from '../../functions/ledger/db.ts';
 import { type Clock, Ledger, type TransitionHook } from '../../functions/ledger/ledger.ts';
 import { applyMigrations } from '../../functions/ledger/migrate.ts';
 import { loadMigrations } from '../../functions/ledger/migrations-fs.ts';
+import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
 
 let gc: (() => void) | null = null;
 
@@ -65,7 +65,7 @@ export async function makeTestLedger(
   const { dir, cleanup } = tempDir();
   const url = opts.url ?? `file:${join(dir, 'spark.db')}`;
   const config = parseConfig(opts.config ?? {}, 'test');
-  const store = await openLedgerDb({ url, createClient });
+  const store = await openLedgerDb({ url, createClient: createNodeLedgerClient });
   await applyMigrations(store, loadMigrations());
   const ledger = new Ledger(store, {
     config,
