@@ -21049,13 +21049,16 @@ var PollRequestSchema = external_exports.object({
   maxWaitMs: external_exports.number().int().min(0).max(6e4).optional()
 });
 var HEARTBEAT_INTERVAL_RANGE_S = { min: 1, max: 86400 };
+var POLL_ANSWERS = ["changed", "notice", "recheck", "timeout", "no-hold"];
 var PollResponseSchema = external_exports.object({
   hostId: external_exports.string().regex(HOST_ID_PATTERN, 'host ids look like "spark-2"'),
   /** Fingerprint of the desired state without its secrets. */
   version: external_exports.string().regex(/^[A-Za-z0-9_-]{1,128}$/, "a version is a short fingerprint"),
   /** Heartbeat period the controller expects, seconds. */
   heartbeatIntervalS: external_exports.number().int().min(HEARTBEAT_INTERVAL_RANGE_S.min).max(HEARTBEAT_INTERVAL_RANGE_S.max),
-  desired: DesiredStateSchema
+  desired: DesiredStateSchema,
+  /** Why the poll was answered now (absent from controllers older than this field). */
+  answered: external_exports.enum(POLL_ANSWERS).optional()
 });
 var HeartbeatResponseSchema = external_exports.object({
   heartbeatIntervalS: PollResponseSchema.shape.heartbeatIntervalS

@@ -137,6 +137,16 @@ export type PollRequest = z.infer<typeof PollRequestSchema>;
 /** Heartbeat periods an agent accepts, seconds (a day at most: beyond, timers overflow). */
 export const HEARTBEAT_INTERVAL_RANGE_S = { min: 1, max: 86_400 } as const;
 
+/**
+ * Why the controller answered a poll when it did: `changed` (the desired state already differed
+ * from `since`, or no `since` was given), `notice` (a change notice for the host came while the
+ * poll was open, and the state differs), `recheck` (held; the periodic re-read found a change
+ * another controller process wrote), `timeout` (held the whole wait; nothing changed), `no-hold`
+ * (nothing changed and the controller does not hold polls: Workers, or a zero wait).
+ */
+export const POLL_ANSWERS = ['changed', 'notice', 'recheck', 'timeout', 'no-hold'] as const;
+export type PollAnswer = (typeof POLL_ANSWERS)[number];
+
 export const PollResponseSchema = z.object({
   hostId: z.string().regex(HOST_ID_PATTERN, 'host ids look like "spark-2"'),
   /** Fingerprint of the desired state without its secrets. */
@@ -148,6 +158,8 @@ export const PollResponseSchema = z.object({
     .min(HEARTBEAT_INTERVAL_RANGE_S.min)
     .max(HEARTBEAT_INTERVAL_RANGE_S.max),
   desired: DesiredStateSchema,
+  /** Why the poll was answered now (absent from controllers older than this field). */
+  answered: z.enum(POLL_ANSWERS).optional(),
 });
 
 /** The controller's answer to a heartbeat. */

@@ -1,4 +1,4 @@
-import type { PollRequest, PollResponse } from '../../core/protocol/agent.ts';
+import type { PollAnswer, PollRequest, PollResponse } from '../../core/protocol/agent.ts';
 import type { AppContext } from '../app.ts';
 import { generateToken, sha256Hex } from '../auth/tokens.ts';
 import { type ComputedState, computeDesiredState } from '../ledger/desired-state.ts';
@@ -16,26 +16,34 @@ const RECHECK_MS = 1000;
  * nulled, the handoff marked consumed and the token's SHA-256 stored on the lease — so it is
  * given exactly once (cross-part contract 3).
  */
-async function currentState(ctx: AppContext, hostId: string): Promise<PollResponse> {
+async function currentState(
+  ctx: AppContext,
+  hostId: string,
+  ownWrite: (writing: boolean) => void,
+): Promise<PollResponse> {
   const { ledger } = ctx;
   const read = await computeDesiredState(ledger, ledger.db, hostId, ledger.clock());
   if (!read.pendingHandoff) return response(ctx, hostId, read);
   let handedOver = false;
-  const out = await ledger.write(async (tx, now, changed) => {
-    // recompute under the write lock: another poll may have taken the config meanwhile
-    const c = await computeDesiredState(ledger, tx, hostId, now);
-    const h = c.pendingHandoff;
-    if (!h || c.desired.state !== 'run') return response(ctx, hostId, c);
-    const jitConfig = h.jitConfig!;
-    const jobToken = generateToken('spk_job');
-    await handOverJitConfig(ledger, tx, now, h, await sha256Hex(jobToken), hostId);
-    handedOver = true;
-    changed.add(`host:${hostId}`);
-    return response(ctx, hostId, {
-      ...c,
-      desired: { ...c.desired, jitConfig, jobToken },
-    });
-  });
+  // the hand-over's own change notice is not a reason to answer (it answers anyway)
+  ownWrite(true);
+  const out = await ledger
+    .write(async (tx, now, changed) => {
+      // recompute under the write lock: another poll may have taken the config meanwhile
+      const c = await computeDesiredState(ledger, tx, hostId, now);
+      const h = c.pendingHandoff;
+      if (!h || c.desired.state !== 'run') return response(ctx, hostId, c);
+      const jitConfig = h.jitConfig!;
+      const jobToken = generateToken('spk_job');
+      await handOverJitConfig(ledger, tx, now, h, await sha256Hex(jobToken), hostId);
+      handedOver = true;
+      changed.add(`host:${hostId}`);
+      return response(ctx, hostId, {
+        ...c,
+        desired: { ...c.desired, jitConfig, jobToken },
+      });
+    })
+    .finally(() => ownWrite(false));
   // issue 11 item 8: the erased config must not be recoverable from an older `-wal` frame
   if (handedOver)
     await ledger.checkpointWal().catch((e) => ctx.log.warn('WAL checkpoint failed', { error: String(e) }));
@@ -51,27 +59,15 @@ function response(ctx: AppContext, hostId: string, c: ComputedState): PollRespon
   };
 }
 
-/** Resolves on the next change notice for the host, after `ms`, or when the client goes away. */
-function nextChange(ctx: AppContext, hostId: string, ms: number, signal: AbortSignal | undefined) {
-  return new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      unsubscribe();
-      signal?.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    const unsubscribe = ctx.ledger.subscribe((topic) => {
-      if (topic === `host:${hostId}` || topic === 'reservation') done();
-    });
-    signal?.addEventListener('abort', done);
-  });
-}
-
 /**
  * Answers a poll. On Node the request is held (up to `settings.agentLongPollS`) while the desired
  * state still has the version the agent already knows, and answered as soon as it changes; on
- * Workers it is answered at once (no long-lived requests there).
+ * Workers it is answered at once (no long-lived requests there). The answer says why it came when
+ * it did (`answered`).
+ *
+ * The change listener is registered before the first read: a change committed between a read and
+ * a later subscription would otherwise be seen only by the next re-read, up to {@link RECHECK_MS}
+ * later (measured as the 1 s tail of the agent bench's freed → next runner started).
  */
 export async function handlePoll(
   ctx: AppContext,
@@ -81,10 +77,52 @@ export async function handlePoll(
 ): Promise<PollResponse> {
   const cap = ctx.runtime === 'node' ? ctx.settings.agentLongPollS * 1000 : 0;
   const deadline = Date.now() + Math.min(req.maxWaitMs ?? cap, cap);
-  for (;;) {
-    const res = await currentState(ctx, hostId);
-    const left = deadline - Date.now();
-    if (!req.since || res.version !== req.since || left <= 0 || signal?.aborted) return res;
-    await nextChange(ctx, hostId, Math.min(left, RECHECK_MS), signal);
+  let noticed = false;
+  let writing = false;
+  let wake: (() => void) | null = null;
+  const unsubscribe = ctx.ledger.subscribe((topic) => {
+    if (writing || (topic !== `host:${hostId}` && topic !== 'reservation')) return;
+    noticed = true;
+    wake?.();
+  });
+  const onAbort = () => wake?.();
+  signal?.addEventListener('abort', onAbort);
+  try {
+    let why: PollAnswer = 'changed';
+    let held = false;
+    for (;;) {
+      noticed = false;
+      const res = await currentState(ctx, hostId, (w) => {
+        writing = w;
+      });
+      // a notice during the read means the change came while the poll was open
+      if (!req.since || res.version !== req.since) return { ...res, answered: noticed ? 'notice' : why };
+      const left = deadline - Date.now();
+      if (left <= 0 || signal?.aborted) return { ...res, answered: held ? 'timeout' : 'no-hold' };
+      held = true;
+      if (noticed) {
+        // a notice arrived while reading: read again at once
+        why = 'notice';
+        continue;
+      }
+      why = await new Promise<PollAnswer>((resolve) => {
+        const timer = setTimeout(
+          () => {
+            wake = null;
+            resolve('recheck');
+          },
+          Math.min(left, RECHECK_MS),
+        );
+        wake = () => {
+          clearTimeout(timer);
+          wake = null;
+          resolve('notice');
+        };
+      });
+    }
+  } finally {
+    wake = null;
+    unsubscribe();
+    signal?.removeEventListener('abort', onAbort);
   }
 }

@@ -20,21 +20,56 @@ const RELEASE_EVENTS = new Set<LedgerEventType>([
  * event, so the side effect is queued atomically with the state change (or not at all).
  * Only reservations GitHub created (repository + head SHA) get check runs; development work
  * from sparkctl has no repository and is ignored here.
+ *
+ * The workflow dispatch and each lease's JIT runner registration are queued at the grant, so
+ * GitHub's answers arrive while the agents prepare their hosts (ADR 0070); the controller hands a
+ * JIT config to its agent only once every node of the reservation is prepared (desired state
+ * `run`), so nothing starts earlier than before.
  */
 export function createGitHubHook(ledger: LedgerStore): TransitionHook {
+  // GitHub reservations granted in a transaction: their `lease.granted` events follow the
+  // `reservation.allocated` event in the same transaction (admission pass), before the lease rows
+  // are written, so the lease's registration is queued from the event without another read
+  const granted = new WeakMap<object, Set<string>>();
   return async (tx, ev, { now }) => {
+    if (ev.type === 'lease.granted') {
+      const rid = String(ev.data?.reservationId ?? '');
+      if (!granted.get(tx)?.has(rid)) return;
+      await enqueue(tx, now, {
+        kind: 'generate-jitconfig',
+        key: `jit:${ev.subjectId}:a0`,
+        reservationId: rid,
+        payload: { reservationId: rid, leaseId: ev.subjectId, attempt: 0 },
+      });
+      return;
+    }
     if (ev.subjectType !== 'reservation') return;
     const r = await getReservation(ledger, tx, ev.subjectId);
     // sparkctl work may name a repo and SHA, but only work GitHub asked for gets a check run
     if (!r?.repo || !r.headSha || !readMeta(r)) return;
     await enqueueCheckSync(tx, now, r.id);
 
-    if (ev.type === 'reservation.preparing') {
+    if (ev.type === 'reservation.allocated') {
       // the runner label's nonce is drawn once, before anything outside the ledger sees it:
       // the dispatch hands it to the workflow and the JIT registration puts it on the runner
       if (!readMeta(r)?.nonce) await patchMeta(tx, r, { nonce: newRunnerNonce() });
-      // every lease reported prepared (agent part): dispatch first, so its "still wanted?"
-      // re-check runs before any runner is registered
+      // dispatch first, so its "still wanted?" re-check runs before any runner is registered (the
+      // registration also waits for the dispatched run to be identified)
+      await enqueue(tx, now, {
+        kind: 'dispatch',
+        key: `dispatch:${r.id}`,
+        reservationId: r.id,
+        payload: { reservationId: r.id },
+      });
+      const set = granted.get(tx) ?? new Set<string>();
+      set.add(r.id);
+      granted.set(tx, set);
+    }
+
+    if (ev.type === 'reservation.preparing') {
+      // every lease reported prepared. Work granted before this version asked GitHub only now:
+      // the same keys make this a no-op for work whose dispatch and runners were queued at grant
+      if (!readMeta(r)?.nonce) await patchMeta(tx, r, { nonce: newRunnerNonce() });
       await enqueue(tx, now, {
         kind: 'dispatch',
         key: `dispatch:${r.id}`,

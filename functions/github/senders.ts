@@ -1,5 +1,5 @@
 import { fleetLabelOf } from '../../core/config.ts';
-import { isRunnerStatus } from '../../core/model.ts';
+import { isReleasableStatus } from '../../core/model.ts';
 import { EXECUTOR_NAMES } from '../../core/protocol/agent.ts';
 import type { Tx } from '../ledger/db.ts';
 import {
@@ -187,7 +187,8 @@ const sendDispatch: Sender = async (svc, row, payload) => {
   const rid = String(payload.reservationId);
   const r = await svc.ledger.getReservation(undefined, rid);
   if (!r?.repo || !r.headSha) return skipped('reservation has no GitHub commit');
-  if (!isRunnerStatus(r.status)) return skipped(`reservation is ${r.status}`);
+  // granted work: dispatched and registered at the grant, while the hosts prepare (ADR 0070)
+  if (!isReleasableStatus(r.status)) return skipped(`reservation is ${r.status}`);
   const meta = readMeta(r);
   if (!meta) return skipped('reservation was not created by GitHub');
   if (meta.runId != null) return skipped(`run ${meta.runId} already recorded`);
@@ -261,7 +262,7 @@ const sendFindRun: Sender = async (svc, row, payload) => {
   const rid = String(payload.reservationId);
   const r = await svc.ledger.getReservation(undefined, rid);
   if (!r?.repo) return skipped('reservation has no repository');
-  if (!isRunnerStatus(r.status)) return skipped(`reservation is ${r.status}`);
+  if (!isReleasableStatus(r.status)) return skipped(`reservation is ${r.status}`);
   const meta = readMeta(r);
   if (!meta) return skipped('reservation was not created by GitHub');
   if (meta.runId != null) return skipped(`run ${meta.runId} already recorded`);
@@ -316,7 +317,7 @@ const sendGenerateJit: Sender = async (svc, _row, payload) => {
   const attempt = Number(payload.attempt ?? 0);
   const r = await svc.ledger.getReservation(undefined, rid);
   if (!r?.repo) return skipped('reservation has no repository');
-  if (!isRunnerStatus(r.status)) return skipped(`reservation is ${r.status}`);
+  if (!isReleasableStatus(r.status)) return skipped(`reservation is ${r.status}`);
   const lease = (await svc.ledger.leasesOf(undefined, rid)).find((l) => l.id === leaseId);
   if (lease?.status !== 'active') return skipped(`lease ${leaseId} is ${lease?.status ?? 'gone'}`);
   const meta = readMeta(r);
@@ -371,7 +372,7 @@ const sendGenerateJit: Sender = async (svc, _row, payload) => {
         jitConfig,
       });
       const cur = await getReservation(svc.ledger, tx, rid);
-      if (cur && !isRunnerStatus(cur.status)) {
+      if (cur && !isReleasableStatus(cur.status)) {
         // released while we were registering: the runner must go again, config never handed out
         await withholdJitConfigs(tx, { runnerName: name });
         await enqueueRunnerDeletes(tx, now, cur);

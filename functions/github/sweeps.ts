@@ -39,20 +39,25 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
     const meta = readMeta(r);
     if (!meta || meta.jobPickedUpAt) continue;
     const handoffs = await q.handoffsOf(ledger.db, r.id);
+    // a runner registered at the grant (ADR 0070) can be picked up only once every node is
+    // prepared and its config handed over: its wait counts from then, as it did when registration
+    // followed the preparation
+    const prepared = Math.max(0, ...(await ledger.leasesOf(undefined, r.id)).map((l) => l.preparedAt ?? 0));
     const latest = new Map<string, (typeof handoffs)[number]>();
     for (const h of handoffs) {
       const cur = latest.get(h.leaseId);
       if (!cur || h.attempt > cur.attempt) latest.set(h.leaseId, h);
     }
     for (const h of latest.values()) {
-      if (now - h.createdAt < runnerPickupTimeoutS * 1000) continue;
+      const since = Math.max(h.createdAt, prepared);
+      if (now - since < runnerPickupTimeoutS * 1000) continue;
       const next = h.attempt + 1;
       const did = await ledger.write(async (tx, now, changed) => {
         const cur = await getReservation(ledger, tx, r.id);
         if (!cur || !isRunnerStatus(cur.status) || readMeta(cur)?.jobPickedUpAt) return false;
         const key = `jit:${h.leaseId}:a${next}`;
         if (await outboxKeyExists(tx, key)) return false;
-        const waited = Math.round((now - h.createdAt) / 1000);
+        const waited = Math.round((now - since) / 1000);
         if (h.attempt >= runnerRetries) {
           await beginRelease(
             ledger,

@@ -24,6 +24,9 @@ const PRODUCTION = {
   controllerEnv: { SPARK_AGENT_LONG_POLL_S: '25' },
 };
 
+/** The parts of freed → started: grant (admission), prepare (agent), handoff (JIT config reaches the agent), spawn. */
+type SegmentName = 'grant' | 'prepare' | 'handoff' | 'spawn';
+
 function quantile(sorted: number[], q: number): number {
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
   return sorted[i]!;
@@ -41,7 +44,7 @@ function rssKiB(pid: number): number {
   return m ? Number(m[1]) : 0;
 }
 
-async function handoverLatency(progress: (m: string) => void) {
+export async function handoverLatency(progress: (m: string) => void) {
   const fleet = await startFleet({
     ...PRODUCTION,
     hosts: [{ id: 'spark-2' }],
@@ -62,16 +65,41 @@ async function handoverLatency(progress: (m: string) => void) {
     await fleet.waitReservation(ids.at(-1)!, ['done', 'failed'], 180_000);
     const markers = readRunnerMarkers(fleet.markerDir);
     const deltas: number[] = [];
+    const segments: Record<SegmentName, number[]> = { grant: [], prepare: [], handoff: [], spawn: [] };
+    const at = async (leaseId: string, type: string) => {
+      const e = (await fleet.controller.ledger.history('lease', leaseId)).find((x) => x.type === type);
+      if (!e) throw new Error(`lease ${leaseId} has no ${type} event`);
+      return e.at;
+    };
     for (let i = 1; i < ids.length; i++) {
       const prev = (await fleet.leases(ids[i - 1]!))[0]!;
-      const released = (await fleet.controller.ledger.history('lease', prev.id)).find(
-        (e) => e.type === 'lease.released',
-      )!;
+      const lease = (await fleet.leases(ids[i]!))[0]!;
+      const released = await at(prev.id, 'lease.released');
       const next = markers.find((m) => m.reservationId === ids[i]);
       if (!next) throw new Error(`no runner started for ${ids[i]}`);
-      deltas.push(next.startedAt - released.at);
+      deltas.push(next.startedAt - released);
+      // where the time goes: freed → granted → prepared (agent) → config handed over → runner process
+      const granted = await at(lease.id, 'lease.granted');
+      const prepared = await at(lease.id, 'lease.prepared');
+      const handoff = await at(lease.id, 'lease.runner_handoff');
+      segments.grant.push(granted - released);
+      segments.prepare.push(prepared - granted);
+      segments.handoff.push(handoff - prepared);
+      segments.spawn.push(next.startedAt - handoff);
     }
-    return { deltas: deltas.sort((a, b) => a - b), runnerUser: Object.keys(fleet.runnerUsers).length > 0 };
+    const median = (xs: number[]) =>
+      quantile(
+        [...xs].sort((a, b) => a - b),
+        0.5,
+      );
+    return {
+      deltas: deltas.sort((a, b) => a - b),
+      segmentsP50Ms: Object.fromEntries(Object.entries(segments).map(([k, v]) => [k, median(v)])) as Record<
+        SegmentName,
+        number
+      >,
+      runnerUser: Object.keys(fleet.runnerUsers).length > 0,
+    };
   } finally {
     await fleet.close();
   }
@@ -119,10 +147,11 @@ async function idleCost(progress: (m: string) => void) {
 }
 
 export const run: BenchRunner = async (progress) => {
-  const { deltas, runnerUser } = await handoverLatency(progress);
+  const { deltas, runnerUser, segmentsP50Ms } = await handoverLatency(progress);
   const p50 = quantile(deltas, 0.5);
   const p99 = quantile(deltas, 0.99);
   progress(`host freed → next runner started: p50 ${p50} ms, p99 ${p99} ms over ${deltas.length} cycles`);
+  progress(`  segment medians (ms): ${JSON.stringify(segmentsP50Ms)}`);
   const idle = await idleCost(progress);
   return {
     key: 'agent',
@@ -136,6 +165,7 @@ export const run: BenchRunner = async (progress) => {
         minMs: deltas[0],
         maxMs: deltas.at(-1),
         samplesMs: deltas,
+        segmentsP50Ms,
       },
       idle: { seconds: IDLE_S, heartbeatS: 10, longPollS: 25, ...idle },
     },

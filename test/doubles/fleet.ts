@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { and, asc, eq, inArray } from 'drizzle-orm';
 import type { SparkConfigInput } from '../../core/config.ts';
+import { isReleasableStatus } from '../../core/model.ts';
 import { agentApiModule } from '../../functions/agent-api/index.ts';
 import type { AppModule } from '../../functions/app.ts';
 import { createAgentToken } from '../../functions/auth/tokens.ts';
@@ -33,9 +34,11 @@ import { canCreateUsers, createTestUser, type TestUser } from './runner-user.ts'
  * HTTP on an ephemeral port, real libSQL file) and one agent per host as separate processes, each
  * with its own fake GPU; the service host also runs a fake Deckard.
  *
- * GitHub cannot be reached here, so a small module stands in for the GitHub part: when a
- * reservation reaches `preparing` it inserts the `jit_handoffs` row for every lease in the same
- * transaction, which is what the GitHub outbox does in production once GitHub returns the JIT config.
+ * GitHub cannot be reached here, so a small module stands in for the GitHub part: when a lease
+ * is granted it inserts the lease's `jit_handoffs` row `handoffLatencyMs` later in a transaction of
+ * its own, which is what the GitHub outbox does in production once GitHub returns the JIT config
+ * (asked for at grant, ADR 0070). The controller hands it to the agent only once every node of the
+ * reservation is prepared.
  */
 
 export interface FleetHost {
@@ -57,7 +60,7 @@ export interface FleetOptions {
   githubOutcome?: (reservationId: string) => 'passed' | 'failed' | null;
   /**
    * GitHub's latency on the JIT hand-off: the runner's JIT config arrives this long after the
-   * reservation reaches `preparing` (default 0: in the same transaction).
+   * grant (default 0: just after the granting transaction).
    */
   handoffLatencyMs?: number;
   /** Deckard model-ready delay after start. */
@@ -131,41 +134,41 @@ function handoffModule(
   return {
     name: 'test-fake-github-handoffs',
     hooks: ({ ledger }) => [
-      async (tx, ev, { now }) => {
+      async (tx, ev) => {
         if (ev.type === 'reservation.running' && outcome) {
           const o = outcome(ev.subjectId);
           if (o)
             await tx.update(t.reservations).set({ outcome: o }).where(eq(t.reservations.id, ev.subjectId));
           return;
         }
-        if (ev.type !== 'reservation.preparing') return;
-        const r = (await tx.select().from(t.reservations).where(eq(t.reservations.id, ev.subjectId)))[0];
-        if (!r || r.kind === 'development') return;
-        const leases = await tx.select().from(t.leases).where(eq(t.leases.reservationId, r.id));
-        const rows = leases.map((l) => {
-          const runnerName = `spark-${l.hostId}-${r.id}-a0`;
-          return {
-            runnerName,
-            leaseId: l.id,
-            reservationId: r.id,
-            hostId: l.hostId,
-            attempt: 0,
-            jitConfig: fakeJitConfig(runnerName, markerDir, runner(r.id, l.hostId, 0)),
-            createdAt: now,
-          };
-        });
-        if (latencyMs <= 0) {
-          for (const row of rows) await tx.insert(t.jitHandoffs).values(row);
-          return;
-        }
-        // GitHub answers the JIT registration later, outside this transaction (as the outbox does)
+        // the GitHub part asks for the JIT config at grant, while the agent prepares (ADR 0070);
+        // GitHub answers later, outside the granting transaction, as the outbox does
+        if (ev.type !== 'lease.granted') return;
+        const leaseId = ev.subjectId;
         setTimeout(() => {
           void ledger
             .write(async (tx2, at, changed) => {
-              for (const row of rows) {
-                await tx2.insert(t.jitHandoffs).values({ ...row, createdAt: at });
-                changed.add(`host:${row.hostId}`);
-              }
+              // what the sender checks before registering: the lease still active, the work wanted
+              const l = (await tx2.select().from(t.leases).where(eq(t.leases.id, leaseId)))[0];
+              if (l?.status !== 'active') return;
+              const r = (
+                await tx2.select().from(t.reservations).where(eq(t.reservations.id, l.reservationId))
+              )[0];
+              if (!r || r.kind === 'development' || !isReleasableStatus(r.status)) return;
+              const runnerName = `spark-${l.hostId}-${r.id}-a0`;
+              await tx2
+                .insert(t.jitHandoffs)
+                .values({
+                  runnerName,
+                  leaseId: l.id,
+                  reservationId: r.id,
+                  hostId: l.hostId,
+                  attempt: 0,
+                  jitConfig: fakeJitConfig(runnerName, markerDir, runner(r.id, l.hostId, 0)),
+                  createdAt: at,
+                })
+                .onConflictDoNothing();
+              changed.add(`host:${l.hostId}`);
             })
             .catch(() => undefined);
         }, latencyMs);

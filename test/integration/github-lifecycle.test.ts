@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readMeta } from '../../functions/github/meta.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { refreshQueuedChecks } from '../../functions/github/sweeps.ts';
+import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import { computeDesiredState } from '../../functions/ledger/desired-state.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { example, type Harness, startHarness, workflowJobEvent } from '../fake-github/harness.ts';
@@ -142,6 +143,40 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(order.indexOf(`GET /repos/${REPO}/pulls/2`)).toBeLessThan(
       order.indexOf(`POST /repos/${REPO}/actions/workflows/spark-pr-test.yml/dispatches`),
     );
+  });
+
+  it('the run is dispatched and the runner registered at the grant; its config is handed over only once the host is prepared (ADR 0070)', async () => {
+    await adoptAll(h.c.ledger);
+    expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
+    const handoff = await h.until('JIT runner registered while the host prepares', async () => {
+      const rows = await h.c.ledger.db
+        .select()
+        .from(t.jitHandoffs)
+        .where(eq(t.jitHandoffs.reservationId, 'r-1'));
+      return rows[0];
+    });
+    expect(await status(h, 'r-1')).toBe('allocated');
+    expect(h.gh.dispatches).toHaveLength(1);
+    const lease = (await h.c.ledger.leasesOf(undefined, 'r-1'))[0]!;
+    expect(handoff.leaseId).toBe(lease.id);
+    // the agent is told to prepare; the config waits
+    const before = await computeDesiredState(h.c.ledger, h.c.ledger.db, lease.hostId, Date.now());
+    expect(before.desired.state).toBe('prepare');
+    expect(before.pendingHandoff).toBeNull();
+    // the agent's report (the real command) makes the reservation preparing: now the config goes
+    await applyReport(h.c.ledger, lease.hostId, {
+      type: 'prepared',
+      fencingToken: lease.fencingToken,
+      serviceLent: lease.lend,
+    });
+    expect(await status(h, 'r-1')).toBe('preparing');
+    const after = await computeDesiredState(h.c.ledger, h.c.ledger.db, lease.hostId, Date.now());
+    expect(after.desired).toMatchObject({ state: 'run', runnerName: handoff.runnerName });
+    expect(after.pendingHandoff?.jitConfig).toBe(h.gh.runners[0]!.encodedJitConfig);
+    // one run, one runner: the preparing transition queued neither again
+    const queued = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1'));
+    expect(queued.filter((o) => o.kind === 'dispatch')).toHaveLength(1);
+    expect(queued.filter((o) => o.kind === 'generate-jitconfig')).toHaveLength(1);
   });
 
   it('workflow_job in_progress → running with the exact SHA; completed → passed; receipt → evidence recorded', async () => {
@@ -320,12 +355,16 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
 
   it('work no longer wanted at dispatch time is released instead of dispatched', async () => {
     h.gh.repos.get(REPO.toLowerCase())!.pulls[2]!.labels = [];
-    await prepared('r-1', false);
+    await adoptAll(h.c.ledger);
+    expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
+    // the dispatch is queued at the grant (ADR 0070): its re-check runs while the hosts prepare
     await h.until('released as withdrawn', async () => {
       const r = await h.c.ledger.getReservation(undefined, 'r-1');
       return r?.status === 'releasing' && r.outcome === 'withdrawn';
     });
     expect(h.gh.dispatches).toHaveLength(0);
+    // no run, so no runner was ever registered for it
+    expect(h.gh.runners).toHaveLength(0);
     const r = await h.c.ledger.getReservation(undefined, 'r-1');
     expect(r?.reason).toMatch(/label "spark-test" was removed/);
   });
