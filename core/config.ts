@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * The controller's configuration file (`spark.config.json`), validated with zod.

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { ConfigError, parseConfig, parseConfigText, redactUrl, type SparkConfig } from '../core/config.ts';
 
 /**

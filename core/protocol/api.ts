@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { RESERVATION_KINDS, RESERVATION_STATUSES, SUITES, TOPOLOGIES } from '../model.ts';
 
 /** Scopes an operator/user API token can hold; `emergency` is never implied by another. */

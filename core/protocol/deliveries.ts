@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * The webhook inbox as operators see it (`GET /api/v1/deliveries`, `POST

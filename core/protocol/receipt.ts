@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { SUITES, TOPOLOGIES } from '../model.ts';
 import { EXECUTOR_NAMES } from './agent.ts';
 

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import type { OperatorApi } from '../api/operator.ts';
 import type { AppContext } from '../app.ts';
 import { ApiError, notFound } from '../errors.ts';

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * Zod schemas for the webhook payload fields the controller reads (and nothing more: unknown

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { parseBody } from '../api/body.ts';
 import type { OperatorApi } from '../api/operator.ts';
 import { ApiError } from '../errors.ts';

@@ -7,7 +7,7 @@
 //   start: resume a paused or drained Deckard, or spawn a new one and wait until it listens; fails while
 //          STATE_DIR/start-fails exists
 import { spawn } from 'node:child_process';
-import { appendFileSync, existsSync, openSync, readFileSync } from 'node:fs';
+import { appendFileSync, existsSync, openSync, readFileSync, statSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 
@@ -39,7 +39,25 @@ const procState = (pid) => {
     return null;
   }
 };
-const pid = existsSync(join(dir, 'pid')) ? Number(readFileSync(join(dir, 'pid'), 'utf8')) : null;
+// When a process started (ms since the epoch; btime is whole seconds, so never later than it did).
+const startedMs = (p) => {
+  try {
+    const s = readFileSync(`/proc/${p}/stat`, 'utf8');
+    const ticks = Number(s.slice(s.lastIndexOf(')') + 2).split(' ')[19]);
+    const btime = Number(/^btime (\d+)$/m.exec(readFileSync('/proc/stat', 'utf8'))?.[1]);
+    return btime * 1000 + ticks * 10;
+  } catch {
+    return null;
+  }
+};
+const pidFile = join(dir, 'pid');
+const recorded = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8')) : null;
+// Deckard writes its pid file once it listens: a process with that pid that started later got the
+// number after ours exited (pid reuse on a busy machine) and must never be signalled
+const pid =
+  recorded != null && (startedMs(recorded) ?? Number.POSITIVE_INFINITY) <= statSync(pidFile).mtimeMs
+    ? recorded
+    : null;
 const alive = (p) => p != null && procState(p) != null && procState(p) !== 'Z';
 
 if (cmd === 'drain') {

@@ -14,6 +14,7 @@ import { silentLogger } from '../../functions/log.ts';
 import { type RunningController, startController } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
 import { buildTarget, targets } from '../../scripts/build.ts';
+import { killGroup } from '../harness/processes.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import {
   FAKE_RUNNER,
@@ -428,18 +429,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     },
     async close() {
       await Promise.all(Object.values(agents).map((a) => a.kill('SIGKILL')));
-      for (const m of readRunnerMarkers(markerDir)) {
-        try {
-          process.kill(-m.pid, 'SIGKILL');
-        } catch {
-          // the runner's group may be gone; kill the runner itself
-          try {
-            process.kill(m.pid, 'SIGKILL');
-          } catch {
-            // already gone
-          }
-        }
-      }
+      // a marker's pid may belong to another process by now (pid reuse): killGroup checks
+      for (const m of readRunnerMarkers(markerDir)) killGroup(m.pid, m.startedAt);
       deckard?.kill();
       await controller.close().catch(() => undefined);
       for (const u of Object.values(runnerUsers)) await u.remove();

@@ -1,9 +1,10 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { GpuProcess } from '../../core/model.ts';
+import { processStartMs } from '../harness/processes.ts';
 
 /**
  * Reusable test doubles for the relay agent (issue 4): a fake `nvidia-smi` on PATH reading a state
@@ -137,6 +138,10 @@ export class FakeDeckard {
   kill(): void {
     const pid = this.pid();
     if (pid == null) return;
+    // the server writes its pid file once it listens: a process with that pid that started
+    // later is another process that got the number after ours exited (pid reuse), not ours
+    const started = processStartMs(pid);
+    if (started === null || started > statSync(join(this.dir, 'pid')).mtimeMs) return;
     try {
       process.kill(pid, 'SIGCONT');
       process.kill(pid, 'SIGKILL');

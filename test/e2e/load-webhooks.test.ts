@@ -187,6 +187,8 @@ describe(`webhook load: ${SENDS} deliveries over ${PROCESSES} controller process
     const t0 = performance.now();
     const results = await sendAll(plan.sends, group.urls, CONCURRENCY);
     const sendMs = performance.now() - t0;
+    // a refused connection means nobody listens any more: say which process died and why
+    expect(group.deaths(), ctx).toEqual([]);
     // The inbox answers after one insert, so GitHub's slowness cannot fail a delivery any more.
     // Anything that still did not get a 2xx (GitHub would show it as failed) is redelivered as an
     // operator would (UI or the redeliver API), and counted: the count is reported, not hidden.
@@ -355,6 +357,7 @@ describe(`webhook load: ${SENDS} deliveries over ${PROCESSES} controller process
       p.logLines(['error']).map((l) => `process ${p.index}: ${JSON.stringify(l)}`),
     );
     expect(errors.slice(0, 5), ctx).toEqual([]);
+    expect(group.deaths(), ctx).toEqual([]);
 
     const statuses: Record<string, number> = {};
     for (const r of await tl.ledger.db.select().from(t.reservations))

@@ -45,6 +45,8 @@ export interface SimJob {
   topology: string;
   suite: string;
   pid: number;
+  /** When the runner registered (ms since the epoch): its pid is known to be the runner's then (see killGroup). */
+  seenAt: number;
   plan: JobPlan;
   /** The labels of the runner GitHub matched the job to. */
   labels: string[];
@@ -258,6 +260,7 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
           topology: dispatch.inputs.topology!,
           suite: dispatch.inputs.suite!,
           pid: b.pid,
+          seenAt: Date.now(),
           plan: {
             ...DEFAULT_PLAN,
             ...(opts.plan?.({ reservationId: rid, hostId: b.hostId, headSha: dispatch.inputs.head_sha! }) ??

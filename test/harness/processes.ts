@@ -87,11 +87,51 @@ export function killQuietly(pid: number): void {
   }
 }
 
-/** Kills a runner's whole process group (runners are detached from their agents on purpose). */
-export function killGroup(pid: number): void {
+/** Seconds since the epoch at boot (`btime` in /proc/stat), read once. */
+let bootSeconds: number | null = null;
+/** Clock ticks per second of /proc/<pid>/stat's `starttime` (USER_HZ, 100 on Linux). */
+const USER_HZ = 100;
+
+/**
+ * When the live process `pid` started (ms since the epoch), or null when there is none (zombies
+ * count as none). `btime` is whole seconds, so the value is at most 1 s *earlier* than the real
+ * start, never later: a process that started before an instant is never reported after it.
+ */
+export function processStartMs(pid: number): number | null {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return null;
+  }
+  // fields after the command name, which may itself contain spaces and parentheses
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  if (fields[0] === 'Z' || fields[0] === 'X') return null;
+  // field 22 of the whole line (starttime) is the 20th after the command name
+  const ticks = Number(fields[19]);
+  bootSeconds ??= Number(/^btime (\d+)$/m.exec(readFileSync('/proc/stat', 'utf8'))?.[1]);
+  return bootSeconds * 1000 + (ticks * 1000) / USER_HZ;
+}
+
+/**
+ * Kills a runner's whole process group (runners are detached from their agents on purpose), or
+ * the runner itself when it does not lead a group. `seenAt` is a time (ms since the epoch) at
+ * which the process was known to be the runner — its own start stamp or when it registered.
+ *
+ * A pid is a number the kernel hands out again: pid_max is 32,768 here and six test suites on one
+ * machine wrap it within minutes, so by teardown a runner that exited long ago may have left its
+ * pid to another process of this machine — another test's controller, say. A process that started
+ * after `seenAt` is therefore never signalled, and neither is a bare pid whose process is gone.
+ * (A group cannot outlive the reuse of its id: the kernel keeps a pid reserved while a process
+ * group of that id exists, so signalling the group of a dead leader reaches only its members.)
+ */
+export function killGroup(pid: number, seenAt: number): void {
+  const started = processStartMs(pid);
+  if (started !== null && started > seenAt) return;
   try {
     process.kill(-pid, 'SIGKILL');
   } catch {
-    killQuietly(pid);
+    // not a group leader (or the group is gone): the runner itself, only while it still runs
+    if (started !== null) killQuietly(pid);
   }
 }

@@ -148,7 +148,7 @@ interface Parts {
 async function teardown(p: Parts): Promise<void> {
   await Promise.all(Object.values(p.agents).map((a) => a.stop('SIGKILL')));
   // runners are detached from their agents on purpose (they survive an agent crash)
-  for (const j of p.github?.jobs ?? []) killGroup(j.pid);
+  for (const j of p.github?.jobs ?? []) killGroup(j.pid, j.seenAt);
   p.deckard?.kill();
   // whatever else runs from this system's dir: a runner not yet given a job, a Deckard a
   // restore was starting, a service command cut short when its agent was killed

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { createWriteStream, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { repoRoot } from '../../../functions/node-server.ts';
 
@@ -18,6 +18,10 @@ export interface ControllerProcess {
   stderr(): string;
   /** Parsed log lines at `level` or above (warn, error). */
   logLines(levels?: string[]): Array<Record<string, unknown>>;
+  /** How the process ended, or null while it runs (a controller that dies under load is a finding). */
+  exit(): { code: number | null; signal: NodeJS.Signals | null } | null;
+  /** Where its stderr is kept whole (the in-memory copy is for assertions). */
+  logFile: string;
 }
 
 export interface ControllerGroup {
@@ -25,6 +29,8 @@ export interface ControllerGroup {
   urls: string[];
   /** SIGTERM each process this group started (by pid) and wait for it to exit. */
   stop(): Promise<void>;
+  /** Processes that exited while the group was meant to run, each with its exit and the end of its stderr. */
+  deaths(): string[];
 }
 
 export interface StartProcessesOptions {
@@ -61,15 +67,25 @@ function startOne(index: number, configPath: string, o: StartProcessesOptions): 
   });
   let out = '';
   let err = '';
+  let exit: { code: number | null; signal: NodeJS.Signals | null } | null = null;
+  const logFile = join(o.dir, `controller-${index}.log`);
+  const file = createWriteStream(logFile, { flags: 'a' });
+  proc.once('exit', (code, signal) => {
+    exit = { code, signal };
+    file.end();
+  });
   proc.stderr!.setEncoding('utf8');
   proc.stderr!.on('data', (d: string) => {
     err += d;
+    file.write(d);
   });
   const handle = (url: string): ControllerProcess => ({
     index,
     pid: proc.pid!,
     url,
     proc,
+    logFile,
+    exit: () => exit,
     stderr: () => err,
     logLines(levels = ['warn', 'error']) {
       return err
@@ -126,12 +142,24 @@ export async function startControllerProcesses(o: StartProcessesOptions): Promis
   );
   const procs = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
   const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  let stopping = false;
   const stop = async () => {
+    stopping = true;
     await Promise.all(procs.map((p) => stopProcess(p.proc)));
   };
+  const deaths = () =>
+    stopping
+      ? []
+      : procs.flatMap((p) => {
+          const e = p.exit();
+          if (!e) return [];
+          return [
+            `controller ${p.index} (pid ${p.pid}, ${p.url}) exited (${e.code ?? e.signal}); stderr (whole: ${p.logFile}) ends: ${p.stderr().slice(-1500)}`,
+          ];
+        });
   if (failed) {
     await stop();
     throw failed.reason;
   }
-  return { procs, urls: procs.map((p) => p.url), stop };
+  return { procs, urls: procs.map((p) => p.url), stop, deaths };
 }
