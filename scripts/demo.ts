@@ -1,47 +1,65 @@
 /**
- * `npm run demo [-- --keep]`: the product in one command (issue 7, docs/demo.md). Starts the
- * controller with an embedded ledger in a temp dir, two relay agents with simulated Spark hosts
- * (fake nvidia-smi, fake Deckard on spark-1, JIT runners) and a local fake GitHub, then plays a
- * scripted story with a timeline: a maintainer labels PR #1, a pair test holds the first free
- * host, a push supersedes a queued commit, a fork PR is refused, a developer reserves spark-1
- * with sparkctl (Deckard drained and restored). Ends with a summary table and exits 0, or 1
- * naming the step that did not happen. `--keep` leaves everything running for the dashboard
- * until Ctrl-C. Everything listens on 127.0.0.1 and is removed on exit.
+ * `npm run demo [-- --keep] [-- --story failures]`: the product in one command (issue 7,
+ * docs/demo.md). Starts the controller with an embedded ledger in a temp dir, two relay agents
+ * with simulated Spark hosts (fake nvidia-smi, fake Deckard on spark-1, JIT runners) and a local
+ * fake GitHub, then plays a scripted story with a timeline.
+ *
+ * The default story: a maintainer labels PR #1, a pair test holds the first free host, a push
+ * supersedes a queued commit, a fork PR is refused, a developer reserves spark-1 with sparkctl
+ * (Deckard drained and restored). Ends with a summary table and exits 0, or 1 naming the step
+ * that did not happen.
+ *
+ * `--story failures` (issue 14 item 11, ./demo/failures.ts): every failure and cancellation
+ * behaviour of the seed against the same fleet, ending with the table `behaviour | the seed says
+ * | observed | match`; exits 0 only when every row matches, 1 otherwise.
+ *
+ * `--keep` leaves everything running for the dashboard until Ctrl-C. Everything listens on
+ * 127.0.0.1 and is removed on exit.
  */
-import { spawn } from 'node:child_process';
-import { join } from 'node:path';
-import type { z } from 'zod';
-import type { FleetResponse } from '../core/protocol/api.ts';
+import type { JobPlan } from '../test/harness/index.ts';
 import {
-  type JobPlan,
   queuedId,
   REPO,
-  REPO_ROOT,
   type SparkSystem,
   startSystem,
   sweepProcessesUnder,
   waitFor,
 } from '../test/harness/index.ts';
+import {
+  FAILURE_STORY_TIMINGS,
+  failureStoryPlans,
+  playFailureStory,
+  printFailureTable,
+} from './demo/failures.ts';
+import { bold, dim, elapsedS, fleetView, line, sparkctl, startTimeline, step } from './demo/ui.ts';
 
-type FleetView = z.infer<typeof FleetResponse>;
+const USAGE = 'usage: npm run demo [-- --keep] [-- --story failures]';
+const STORIES = ['default', 'failures'] as const;
+type StoryName = (typeof STORIES)[number];
 
-const args = process.argv.slice(2);
-const KEEP = args.includes('--keep');
-for (const a of args) {
-  if (a !== '--keep') {
-    console.error(`demo: unknown argument "${a}"; usage: npm run demo [-- --keep]`);
-    process.exit(2);
+/** `--keep`, `--story NAME` / `--story=NAME`; anything else is an error naming the usage. */
+function parseArgs(args: string[]): { keep: boolean; story: StoryName } {
+  let keep = false;
+  let story: StoryName = 'default';
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === '--keep') keep = true;
+    else if (a === '--story' || a.startsWith('--story=')) {
+      const name = a === '--story' ? args[++i] : a.slice('--story='.length);
+      if (!name || !(STORIES as readonly string[]).includes(name)) {
+        console.error(`demo: unknown story "${name ?? ''}"; stories: ${STORIES.join(', ')}. ${USAGE}`);
+        process.exit(2);
+      }
+      story = name as StoryName;
+    } else {
+      console.error(`demo: unknown argument "${a}"; ${USAGE}`);
+      process.exit(2);
+    }
   }
+  return { keep, story };
 }
 
-const color = process.stdout.isTTY && !process.env.NO_COLOR;
-const paint = (code: string, s: string) => (color ? `\x1b[${code}m${s}\x1b[0m` : s);
-const bold = (s: string) => paint('1', s);
-const dim = (s: string) => paint('2', s);
-const t0 = Date.now();
-const stamp = () => dim(`[+${((Date.now() - t0) / 1000).toFixed(1).padStart(5)}s]`);
-const line = (who: string, text: string) => console.log(`${stamp()} ${who.padEnd(10)} ${text}`);
-const step = (text: string) => console.log(`\n${stamp()} ${bold(`▶ ${text}`)}`);
+const { keep: KEEP, story: STORY } = parseArgs(process.argv.slice(2));
 
 const sha = (pair: string) => pair.repeat(20);
 const SHA = { pr1: sha('1a'), pr2: sha('2b'), pr3old: sha('3c'), pr3new: sha('3d'), fork: sha('4e') };
@@ -72,74 +90,6 @@ process.once('SIGINT', () => {
   shutdown(130);
 });
 process.once('SIGTERM', () => shutdown(143));
-
-/** Prints reservation transitions, host state changes and check run titles as they happen. */
-function startTimeline(s: SparkSystem): () => Promise<void> {
-  let lastEvent = 0;
-  const hostStates = new Map<string, string>();
-  const checkTitles = new Map<number, string>();
-  const shown =
-    /^reservation\.(queued|allocated|preparing|running|releasing|done|failed|cancelled|superseded|receipt)$|^alert\./;
-  let stopped = false;
-  const tick = async () => {
-    const rows = await s.reader.eventsAfter(lastEvent);
-    for (const e of rows) {
-      lastEvent = e.id;
-      if (!shown.test(e.type)) continue;
-      line(
-        e.subjectId,
-        `${e.type.replace(/^reservation\./, '')}${e.cause ? dim(` — ${e.cause.split('\n')[0]}`) : ''}`,
-      );
-    }
-    const fleet = await s.api<FleetView>('GET', '/api/v1/fleet', undefined, null).catch(() => null);
-    for (const h of fleet?.body.hosts ?? []) {
-      const st = `${h.state}${h.keptFor ? ` for ${h.keptFor}` : ''}`;
-      if (hostStates.get(h.id) !== st) {
-        if (hostStates.has(h.id)) line(h.id, `${hostStates.get(h.id)} → ${bold(st)}`);
-        hostStates.set(h.id, st);
-      }
-    }
-    for (const c of s.gh.checkRuns) {
-      const title = c.output.title ?? '';
-      if (checkTitles.get(c.id) !== title) {
-        checkTitles.set(c.id, title);
-        line('GitHub', `check on ${c.head_sha.slice(0, 7)}: "${title}"`);
-      }
-    }
-  };
-  const loop = (async () => {
-    while (!stopped) {
-      await tick().catch(() => undefined);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-    await tick().catch(() => undefined);
-  })();
-  return async () => {
-    stopped = true;
-    await loop;
-  };
-}
-
-async function sparkctl(s: SparkSystem, token: string, argv: string[]): Promise<string> {
-  const child = spawn(process.execPath, [join(REPO_ROOT, 'cli', 'bin.mjs'), ...argv], {
-    env: { ...process.env, SPARK_URL: s.controllerUrl, SPARK_TOKEN: token, SPARKCTL_POLL_MS: '250' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout.on('data', (b: Buffer) => {
-    out += b.toString();
-    for (const l of b.toString().split('\n').filter(Boolean)) line('sparkctl', dim(l));
-  });
-  child.stderr.on('data', (b: Buffer) => {
-    out += b.toString();
-  });
-  const code = await new Promise<number | null>((r) => child.once('exit', r));
-  if (code !== 0) throw new Error(`sparkctl ${argv.join(' ')} exited ${code}: ${out.trim()}`);
-  return out;
-}
-
-const fleetView = async (s: SparkSystem) =>
-  (await s.api<FleetView>('GET', '/api/v1/fleet', undefined, null)).body;
 
 async function story(s: SparkSystem) {
   step(`A maintainer labels PR #1 "spark-test" (signed webhook → single test)`);
@@ -254,14 +204,16 @@ async function summary(s: SparkSystem, ids: string[]) {
 }
 
 async function main() {
-  console.log(bold('Spark Controller demo'));
+  const failures = STORY === 'failures';
+  console.log(bold(failures ? 'Spark Controller demo — the failure story' : 'Spark Controller demo'));
   console.log(
     dim('controller + 2 relay agents (simulated Spark hosts) + local fake GitHub, all on 127.0.0.1'),
   );
   starting = startSystem({
-    plan: (j) => plans.get(j.headSha) ?? {},
+    plan: (j) => (failures ? failureStoryPlans : plans).get(j.headSha) ?? {},
     onNote: (n) => line('GitHub', dim(n)),
     signal: startup.signal,
+    ...(failures ? { timings: FAILURE_STORY_TIMINGS } : {}),
   });
   sys = await starting;
   console.log(
@@ -270,21 +222,35 @@ async function main() {
   console.log(`  repository ${REPO} enabled; hosts adopted; agents heartbeating`);
   console.log(`  state (ledger, configs, logs): ${sys.dir}  (removed on exit)`);
   const stopTimeline = startTimeline(sys);
-  let ids: string[];
-  try {
-    ids = await story(sys);
-  } finally {
-    await stopTimeline();
+  let code = 0;
+  if (failures) {
+    let played: Awaited<ReturnType<typeof playFailureStory>>;
+    try {
+      played = await playFailureStory(sys);
+    } finally {
+      await stopTimeline();
+    }
+    printFailureTable(played);
+    const violations = sys.gh.violations.length;
+    console.log(`  GitHub API calls: ${sys.gh.requests.length}, schema violations: ${violations}`);
+    if (!played.ok || violations) code = 1;
+  } else {
+    let ids: string[];
+    try {
+      ids = await story(sys);
+    } finally {
+      await stopTimeline();
+    }
+    await summary(sys, ids);
   }
-  await summary(sys, ids);
   if (KEEP) {
     console.log(`\n${bold('Still running')} (--keep): open ${sys.controllerUrl}/ — Ctrl-C stops everything.`);
     return;
   }
   console.log(
-    `\n${bold('Demo finished')} in ${((Date.now() - t0) / 1000).toFixed(1)} s; everything stopped and removed.`,
+    `\n${bold(code === 0 ? 'Demo finished' : 'Demo finished: NOT every behaviour matched the seed')} in ${elapsedS().toFixed(1)} s; everything stopped and removed.`,
   );
-  shutdown(0);
+  shutdown(code);
 }
 
 main().catch((e) => {

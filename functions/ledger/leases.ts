@@ -251,15 +251,14 @@ export function confirmReleased(
     const remaining = (await leasesOf(s, tx, r.id)).filter((l) => l.status !== 'released');
     if (remaining.length === 0 && r.status === 'releasing') {
       const failed = !endsDone(r.outcome);
-      await transitionReservation(
-        s,
-        tx,
-        now,
-        r,
-        failed ? 'failed' : 'done',
-        failed ? `ended: ${r.outcome}` : 'released; termination confirmed on every host',
-        actor,
-      );
+      // a terminal transition stores its cause as the reason; a lost pair keeps the seed's words
+      // ("spark-1 lost contact …"), which its check run's title is made of
+      const cause = !failed
+        ? 'released; termination confirmed on every host'
+        : r.outcome === 'pair_node_lost' && r.reason
+          ? r.reason
+          : `ended: ${r.outcome}`;
+      await transitionReservation(s, tx, now, r, failed ? 'failed' : 'done', cause, actor);
     }
     changed.add('reservation').add(`host:${hostId}`);
     return { reservation: r, lease };

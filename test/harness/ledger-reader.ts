@@ -36,6 +36,8 @@ export type HostRow = Row<{ id: string; phase: string; note: string | null; last
 
 export interface EventRow {
   id: number;
+  /** When it was recorded (ms since the epoch, the controller's clock). */
+  at: number;
   type: string;
   subjectId: string;
   cause: string | null;
@@ -82,11 +84,13 @@ export function openLedgerReader(url: string): LedgerReader {
       return (await rows<HostRow>(db, 'SELECT * FROM hosts WHERE id = ?', [id]))[0] ?? null;
     },
     history: (subjectId) =>
-      rows<EventRow>(db, 'SELECT id, type, subject_id, cause FROM events WHERE subject_id = ? ORDER BY id', [
-        subjectId,
-      ]),
+      rows<EventRow>(
+        db,
+        'SELECT id, at, type, subject_id, cause FROM events WHERE subject_id = ? ORDER BY id',
+        [subjectId],
+      ),
     eventsAfter: (id) =>
-      rows<EventRow>(db, 'SELECT id, type, subject_id, cause FROM events WHERE id > ? ORDER BY id', [id]),
+      rows<EventRow>(db, 'SELECT id, at, type, subject_id, cause FROM events WHERE id > ? ORDER BY id', [id]),
     close: () => db.close(),
   };
 }

@@ -61,6 +61,25 @@ export interface SystemOptions {
   deckardReadyDelayMs?: number;
   /** Aborting it while starting (Ctrl-C in the demo) stops what already runs and rejects. */
   signal?: AbortSignal;
+  /**
+   * How a host's agent reaches the controller and GitHub when not over loopback (the pair-lost
+   * test runs one agent in a network namespace, ./netns.ts); null or absent: loopback.
+   */
+  agentRoute?: (
+    hostId: string,
+    endpoints: { controllerPort: number; actionsUrl: string },
+  ) => Promise<AgentRoute | null>;
+}
+
+/** An agent's way to the controller and the Actions broker, and how it is launched. */
+export interface AgentRoute {
+  /** Prefix of the agent's command line (e.g. `ip netns exec <ns>`). */
+  launch: string[];
+  controllerUrl: string;
+  actionsUrl: string;
+  /** Extra environment of the agent; `passEnv` names what its runner gets too. */
+  env: Record<string, string>;
+  passEnv: string[];
 }
 
 export interface SparkSystem {
@@ -297,6 +316,7 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
   const gpu: Record<string, FakeGpu> = {};
   const agents = parts.agents;
   const configPaths: Record<string, string> = {};
+  const routes: Record<string, AgentRoute | null> = {};
   let deckard: FakeDeckard | null = null;
   for (const h of hosts) {
     const hd = join(dir, h.id);
@@ -328,26 +348,26 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
       };
     }
     configPaths[h.id] = join(hd, 'agent.json');
-    writeFileSync(
-      configPaths[h.id]!,
-      JSON.stringify(
-        simulatedAgentConfig({
-          controllerUrl,
-          hostId: h.id,
-          runnerCommand: [process.execPath, SIM_RUNNER, github.actionsUrl],
-          service,
-          logLevel: 'info',
-        }),
-        null,
-        2,
-      ),
-    );
+    interrupted();
+    const route = (await opts.agentRoute?.(h.id, { controllerPort, actionsUrl: github.actionsUrl })) ?? null;
+    routes[h.id] = route;
+    const agentConfig = simulatedAgentConfig({
+      controllerUrl: route?.controllerUrl ?? controllerUrl,
+      hostId: h.id,
+      runnerCommand: [process.execPath, SIM_RUNNER, route?.actionsUrl ?? github.actionsUrl],
+      service,
+      logLevel: 'info',
+    });
+    agentConfig.runner.passEnv.push(...(route?.passEnv ?? []));
+    writeFileSync(configPaths[h.id]!, JSON.stringify(agentConfig, null, 2));
   }
   const startAgent = (hostId: string): ProcessHandle => {
+    const route = routes[hostId] ?? null;
+    const argv = [...(route?.launch ?? []), process.execPath, bundle, '--config', configPaths[hostId]!];
     const h = track(
-      spawn(process.execPath, [bundle, '--config', configPaths[hostId]!], {
+      spawn(argv[0]!, argv.slice(1), {
         cwd: join(dir, hostId),
-        env: { ...baseEnv(), ...gpu[hostId]!.env() },
+        env: { ...baseEnv(), ...gpu[hostId]!.env(), ...(route?.env ?? {}) },
         stdio: ['ignore', 'pipe', 'pipe'],
       }),
       join(dir, hostId, 'agent.log'),

@@ -102,6 +102,11 @@ describe('item 1: a pair node goes dark', () => {
     const ended = (await ledger.getReservation(undefined, r.id))!;
     expect(ended.status).toBe('failed');
     expect(ended.outcome).toBe('pair_node_lost');
+    // the final check run still names the node that lost contact
+    expect(ended.reason).toBe('spark-1 lost contact during a pair run — pair failed as a unit');
+    expect(renderCheckRun(ended, { hosts: ['spark-1', 'spark-2'], keptHost: null }).title).toBe(
+      'Spark 1 lost contact during a pair run — pair failed as a unit',
+    );
     expect((await ledger.getHost(undefined, 'spark-1'))!.phase).toBe('restoring');
     const events = await ledger.history('reservation', r.id);
     expect(events.map((e) => e.type)).toContain('alert.pair_node_lost');
