@@ -275,7 +275,7 @@ export const ConfigSchema = z
         'Public names for repositories (e.g. private ones): shown instead of the real name, without links.',
       ),
     repositories: z
-      .record(z.string().regex(/^[^/\s]+\/[^/\s]+$/, 'expected "owner/name"'), RepositoryConfigSchema)
+      .record(z.string(), RepositoryConfigSchema)
       .default({})
       .describe('Per-repository settings, keyed "owner/name" (e.g. the executor of its CI work).'),
     publicRepos: z
@@ -328,6 +328,15 @@ export const ConfigSchema = z
           code: 'custom',
           path: ['tokenLimits', ...at.split('.'), 'maxTtlS'],
           message: `maxTtlS ${l.maxTtlS} exceeds timings.devLeaseMaxTtlS (${cfg.timings.devLeaseMaxTtlS}); lower it or raise the global bound`,
+        });
+    }
+    for (const repo of Object.keys(cfg.repositories)) {
+      // checked here, not as the record's key schema: zod reports a bad key only as "Invalid key"
+      if (!/^[^/\s]+\/[^/\s]+$/.test(repo))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['repositories', repo],
+          message: `"${repo.slice(0, 100)}" is not a repository: expected "owner/name"`,
         });
     }
     if (cfg.timings.offlineAfterS <= cfg.timings.heartbeatIntervalS) {
