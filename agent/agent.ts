@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import type { DesiredState, Report } from '../core/protocol/agent.ts';
 import { ControllerClient, ControllerRejected, ControllerUnreachable } from './client.ts';
 import type { AgentConfig } from './config.ts';
+import { createLeaseExecutor } from './executor/by-lease.ts';
 import { createDstackExecutor } from './executor/dstack.ts';
 import { createJitRunnerExecutor } from './executor/jit-runner.ts';
 import { createSlurmExecutor } from './executor/slurm.ts';
@@ -67,19 +68,22 @@ export class Agent {
       heartbeatMs: () => this.heartbeatS * 1000,
       interconnect: null,
     };
+    // the host's backend, or the one a lease's repository chooses (issue 15 item 1)
     ctx.executor =
       opts.executor?.(ctx) ??
-      (cfg.executor === 'slurm'
-        ? createSlurmExecutor({ cfg, log, account, save: ctx.save })
-        : cfg.executor === 'dstack'
-          ? createDstackExecutor({ cfg, log, save: ctx.save })
-          : createJitRunnerExecutor({
-              cfg,
-              log,
-              account,
-              save: ctx.save,
-              onExit: () => this.pollAbort?.abort(),
-            }));
+      createLeaseExecutor(cfg.executor, (name) =>
+        name === 'slurm'
+          ? createSlurmExecutor({ cfg, log, account, save: ctx.save })
+          : name === 'dstack'
+            ? createDstackExecutor({ cfg, log, save: ctx.save })
+            : createJitRunnerExecutor({
+                cfg,
+                log,
+                account,
+                save: ctx.save,
+                onExit: () => this.pollAbort?.abort(),
+              }),
+      );
     this.ctx = ctx;
   }
 

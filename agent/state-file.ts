@@ -1,6 +1,7 @@
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { z } from 'zod';
+import { EXECUTOR_NAMES } from '../core/protocol/agent.ts';
 
 /**
  * The agent's local progress (issue 4 "Crash safety"). Written by write-to-temp + fsync + rename,
@@ -32,6 +33,8 @@ const leaseSchema = z.object({
   kind: z.string(),
   topology: z.enum(['single', 'pair']),
   lend: z.boolean(),
+  /** The backend the lease's repository chose (issue 15 item 1); absent: the host's `executor`. */
+  executor: z.enum(EXECUTOR_NAMES).optional(),
   workDir: z.string(),
   /** Lending steps: each is written before its command runs, so a restart repeats it. */
   lendStep: z.enum(['none', 'draining', 'stopping', 'verifying', 'lent', 'failed']),

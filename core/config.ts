@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { EXECUTOR_NAMES } from './protocol/agent.ts';
 
 /**
  * The controller's configuration file (`spark.config.json`), validated with zod.
@@ -21,6 +22,22 @@ export const HostConfigSchema = z
       .nullable()
       .default(null)
       .describe('Long-running service this host serves when not lent (e.g. "deckard" on spark-1).'),
+  })
+  .strict();
+
+/**
+ * Per-repository settings (issue 15 item 1). `executor` chooses the backend that runs the
+ * repository's CI leases, overriding each host's own `executor` (its agent.json); the host's agent
+ * must have that backend's settings, or preparation fails naming what is missing.
+ */
+export const RepositoryConfigSchema = z
+  .object({
+    executor: z
+      .enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(', ')}` })
+      .optional()
+      .describe(
+        "Backend for this repository's CI leases (jit-runner, slurm, dstack); unset: each host's own executor.",
+      ),
   })
   .strict();
 
@@ -257,6 +274,10 @@ export const ConfigSchema = z
       .describe(
         'Public names for repositories (e.g. private ones): shown instead of the real name, without links.',
       ),
+    repositories: z
+      .record(z.string(), RepositoryConfigSchema)
+      .default({})
+      .describe('Per-repository settings, keyed "owner/name" (e.g. the executor of its CI work).'),
     publicRepos: z
       .enum(['all', 'aliased'])
       .default('all')
@@ -309,6 +330,15 @@ export const ConfigSchema = z
           message: `maxTtlS ${l.maxTtlS} exceeds timings.devLeaseMaxTtlS (${cfg.timings.devLeaseMaxTtlS}); lower it or raise the global bound`,
         });
     }
+    for (const repo of Object.keys(cfg.repositories)) {
+      // checked here, not as the record's key schema: zod reports a bad key only as "Invalid key"
+      if (!/^[^/\s]+\/[^/\s]+$/.test(repo))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['repositories', repo],
+          message: `"${repo.slice(0, 100)}" is not a repository: expected "owner/name"`,
+        });
+    }
     if (cfg.timings.offlineAfterS <= cfg.timings.heartbeatIntervalS) {
       ctx.addIssue({
         code: 'custom',
@@ -321,6 +351,18 @@ export const ConfigSchema = z
 export type SparkConfig = z.output<typeof ConfigSchema>;
 export type SparkConfigInput = z.input<typeof ConfigSchema>;
 export type HostConfig = z.output<typeof HostConfigSchema>;
+
+/**
+ * The backend a repository's CI leases run on, or null to leave each host's own `executor`
+ * (issue 15 item 1). Development leases carry no repository and always use the host's.
+ */
+export function executorForRepo(
+  cfg: Pick<SparkConfig, 'repositories'>,
+  repo: string | null,
+): (typeof EXECUTOR_NAMES)[number] | null {
+  if (!repo || !Object.hasOwn(cfg.repositories, repo)) return null;
+  return cfg.repositories[repo]?.executor ?? null;
+}
 
 /** What one API token may hold for development work, with defaults filled in. */
 export interface TokenLimit {

@@ -14,6 +14,11 @@ import { z } from 'zod';
  *   (`TaskConfiguration` with `nodes`, `DevEnvironmentConfiguration` with `ide`, the profile
  *   parameter `fleets`).
  *
+ * - logs: `src/dstack/_internal/server/routers/logs.py` (`POST /api/project/{project_name}/logs/poll`),
+ *   `server/schemas/logs.py` (`PollLogsRequest`) and `core/models/logs.py` (`JobSubmissionLogs`,
+ *   `LogEvent` — `message` is the output's bytes in base64, as dstack's own client decodes it with
+ *   `base64.b64decode(log.message)` in `api/_public/runs.py`).
+ *
  * Only the fields this agent sends or reads are modelled; responses are parsed leniently
  * (dstack adds fields between versions) but every field read is checked.
  */
@@ -104,6 +109,8 @@ export const StopRunsRequestSchema = z
 
 /** `JobSubmission` (core/models/runs.py): what the agent reads of it. */
 const JobSubmissionSchema = z.object({
+  /** The submission's UUID, which `logs/poll` asks by (`job_submission_id`). */
+  id: z.string().optional(),
   status: z.string(),
   exit_status: z.number().int().nullable().optional(),
   termination_reason: z.string().nullable().optional(),
@@ -132,4 +139,35 @@ export type DstackRun = z.infer<typeof RunSchema>;
  */
 export const ErrorBodySchema = z.object({
   detail: z.array(z.object({ msg: z.string(), code: z.string().optional() }).passthrough()),
+});
+
+/** dstack's `UUID4` fields, as pydantic accepts them (hex with dashes). */
+const UUID4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
+
+/** `PollLogsRequest` (server/schemas/logs.py); `next_token` exists in newer dstack versions. */
+export const PollLogsRequestSchema = z
+  .object({
+    run_name: z.string(),
+    job_submission_id: z.string().regex(UUID4, 'job_submission_id is a UUID4'),
+    start_time: z.iso.datetime({ offset: true }).nullable().optional(),
+    end_time: z.iso.datetime({ offset: true }).nullable().optional(),
+    descending: z.boolean().optional(),
+    limit: z.number().int().min(0).max(1000).optional(),
+    diagnose: z.boolean().optional(),
+    next_token: z.string().nullable().optional(),
+  })
+  .strict();
+export type PollLogsRequest = z.infer<typeof PollLogsRequestSchema>;
+
+/** `LogEvent` (core/models/logs.py): `message` is base64 of the raw output bytes. */
+export const LogEventSchema = z.object({
+  timestamp: z.string(),
+  log_source: z.enum(['stdout', 'stderr']),
+  message: z.string(),
+});
+
+/** `JobSubmissionLogs` (core/models/logs.py). */
+export const JobSubmissionLogsSchema = z.object({
+  logs: z.array(LogEventSchema),
+  next_token: z.string().nullable().optional(),
 });

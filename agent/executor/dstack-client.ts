@@ -2,6 +2,7 @@ import {
   type DstackRun,
   ErrorBodySchema,
   FINISHED_RUN_STATUSES,
+  JobSubmissionLogsSchema,
   RunSchema,
   type RunSpec,
 } from './dstack-api.ts';
@@ -32,6 +33,12 @@ export interface DstackClient {
   get(runName: string): Promise<DstackRun | null>;
   /** `POST /api/project/{p}/runs/stop` with `StopRunsRequest{runs_names, abort}`. */
   stop(runNames: string[], abort: boolean): Promise<void>;
+  /**
+   * The last `limit` output events of a job submission, oldest first, decoded: `POST
+   * /api/project/{p}/logs/poll` with `PollLogsRequest{run_name, job_submission_id, descending: true,
+   * limit}` (dstack answers newest first when descending).
+   */
+  tailLogs(runName: string, jobSubmissionId: string, limit: number): Promise<string>;
 }
 
 /** Whether nothing of `run` executes any more (dstack's `RunStatus.is_finished`). */
@@ -39,11 +46,11 @@ export const isFinished = (run: DstackRun): boolean => FINISHED_RUN_STATUSES.inc
 
 /** A client for dstack's server REST API over `fetch`, bearer-token authenticated. */
 export function createDstackClient(o: DstackClientOptions): DstackClient {
-  const base = `${o.url.replace(/\/+$/, '')}/api/project/${encodeURIComponent(o.project)}/runs`;
+  const project = `${o.url.replace(/\/+$/, '')}/api/project/${encodeURIComponent(o.project)}`;
   const call = async (route: string, body: unknown): Promise<{ status: number; json: unknown }> => {
     let res: Response;
     try {
-      res = await fetch(`${base}/${route}`, {
+      res = await fetch(`${project}/${route.includes('/') ? route : `runs/${route}`}`, {
         method: 'POST',
         headers: { authorization: `Bearer ${o.token}`, 'content-type': 'application/json' },
         body: JSON.stringify(body),
@@ -88,6 +95,24 @@ export function createDstackClient(o: DstackClientOptions): DstackClient {
         return null;
       if (r.status === 401 || r.status === 403) throw refused('get', r.status, r.json);
       throw new DstackUncertain(`dstack get: HTTP ${r.status}`);
+    },
+    async tailLogs(runName, jobSubmissionId, limit) {
+      const r = await call('logs/poll', {
+        run_name: runName,
+        job_submission_id: jobSubmissionId,
+        start_time: null,
+        end_time: null,
+        descending: true,
+        limit,
+        diagnose: false,
+      });
+      if (r.status !== 200) throw refused('logs/poll', r.status, r.json);
+      const p = JobSubmissionLogsSchema.safeParse(r.json);
+      if (!p.success) throw new DstackUncertain('dstack logs/poll: unexpected logs shape');
+      return p.data.logs
+        .toReversed()
+        .map((e) => Buffer.from(e.message, 'base64').toString('utf8'))
+        .join('');
     },
     async stop(runNames, abort) {
       const r = await call('stop', { runs_names: runNames, abort });

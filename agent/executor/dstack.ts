@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { AgentConfig } from '../config.ts';
 import type { AgentLogger } from '../log.ts';
+import { redactLines } from '../runner.ts';
 import type { LeaseState } from '../state-file.ts';
 import type { DstackRun, RunSpec } from './dstack-api.ts';
 import {
@@ -74,6 +75,8 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
   const area = createWorkArea(cfg, null);
   /** Why dstack refused the last run, for the evidence (the run then never existed). */
   let refusal: string | null = null;
+  /** The current task's secrets, in memory only, to redact them from the evidence (as `jit-runner`). */
+  let secrets: string[] = [];
   const runName = (l: LeaseState) => l.runner?.jobId ?? dstackRunName(l, cfg.hostId);
 
   /** The run of the lease, `null` when dstack has none, `undefined` when dstack did not answer. */
@@ -118,6 +121,7 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
         },
       };
       refusal = null;
+      secrets = [w.jitConfig, w.jobToken ?? ''];
       try {
         await client.apply(spec);
       } catch (e) {
@@ -187,9 +191,24 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
       return { ok: true };
     },
 
-    async lastLines(): Promise<string[]> {
-      // the job's own receipt carries its evidence; dstack keeps the run's logs (`dstack logs <run>`)
-      return refusal ? [refusal] : [];
+    async lastLines(l: LeaseState, n: number): Promise<string[]> {
+      if (refusal) return [refusal];
+      if (!l.runner) return [];
+      // the task's output lives with dstack (its runner ships it to the server): its logs API
+      const run = await look(l);
+      const sub = run ? (run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1)) : null;
+      if (!run || !sub?.id) return [];
+      try {
+        // events are chunks of output, not lines: ask for more than n, cut to whole lines (and
+        // cut in any case: dstack's file log storage ignores `limit`, services/logs/filelog.py)
+        const text = await client.tailLogs(runName(l), sub.id, Math.min(1000, n * 4));
+        const lines = text.split(/\r?\n/);
+        if (lines.at(-1) === '') lines.pop();
+        return redactLines(lines.slice(-n), secrets);
+      } catch (e) {
+        log.warn('dstack logs not available', { run: runName(l), error: (e as Error).message });
+        return [`dstack logs of ${runName(l)} not available: ${(e as Error).message}`.slice(0, 300)];
+      }
     },
 
     async startDevelopment(l: LeaseState): Promise<void> {
@@ -235,6 +254,7 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
 
     async forget(l: LeaseState): Promise<void> {
       refusal = null;
+      secrets = [];
       l.runner = null;
       save();
     },

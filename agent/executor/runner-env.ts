@@ -72,6 +72,6 @@ export function jobEnv(
     SPARK_WORK_DIR: l.workDir,
     SPARK_MODEL_CACHE: cfg.modelCacheDir,
     // the in-job receipt names the backend that ran the work (issue 15 item 5)
-    SPARK_EXECUTOR: cfg.executor,
+    SPARK_EXECUTOR: l.executor ?? cfg.executor,
   };
 }

@@ -62,13 +62,17 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
   // per host too: the two nodes of a pair may share one Slurm cluster, and a lost id is found by name
   const jobName = (l: LeaseState) => `spark-${l.reservationId}-${cfg.hostId}`;
 
-  /** The job's id: recorded, or found by name (submitted, then the agent crashed before recording). */
-  const jobId = async (l: LeaseState): Promise<string | null> => {
+  /**
+   * The job's id: recorded, or found by name (submitted, then the agent crashed before recording);
+   * `undefined` when squeue could not be asked (the job may exist).
+   */
+  const jobId = async (l: LeaseState): Promise<string | null | undefined> => {
     const r = l.runner;
     if (!r) return null;
     if (r.jobId) return r.jobId;
     const q = await slurm(['squeue', '-h', '--name', jobName(l), '-o', '%i']);
-    const id = q.code === 0 ? (q.stdout.trim().split('\n')[0]?.trim() ?? '') : '';
+    if (q.code !== 0) return undefined;
+    const id = q.stdout.trim().split('\n')[0]?.trim() ?? '';
     if (/^\d+$/.test(id)) {
       r.jobId = id;
       save();
@@ -76,12 +80,21 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
     }
     return null;
   };
-  /** squeue's state of the job, or null when it no longer lists it. */
-  const queued = async (id: string): Promise<string | null> => {
+  /**
+   * squeue's state of the job; null when it no longer lists it; `undefined` when squeue could not
+   * say (slurmctld unreachable, a timeout): the job may still run.
+   */
+  const queued = async (id: string): Promise<string | null | undefined> => {
     const q = await slurm(['squeue', '-h', '-j', id, '-o', '%T']);
     const state = q.stdout.trim();
-    if (q.code !== 0 || !state) return null;
-    return state;
+    if (q.code === 0) return state || null;
+    // squeue -j <id> of a job slurmctld has already purged exits 1 with "Invalid job id specified"
+    if (/invalid job id/i.test(q.stderr)) return null;
+    log.warn('squeue did not answer; the job may still run', {
+      jobId: id,
+      error: (q.stderr.trim() || q.error || `exit ${q.code}`).slice(0, 300),
+    });
+    return undefined;
   };
   /** sacct's final record of the job: state and exit code, or null when it has none (yet). */
   const accounted = async (id: string): Promise<{ state: string; exitCode: number | null } | null> => {
@@ -139,9 +152,10 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
       const r = l.runner;
       if (!r) return { state: 'none' };
       const id = await jobId(l);
+      if (id === undefined) return { state: 'running' };
       if (!id) return { state: 'exited', exitCode: null };
       const st = await queued(id);
-      if (st && !TERMINAL.has(st)) return { state: 'running' };
+      if (st === undefined || (st && !TERMINAL.has(st))) return { state: 'running' };
       if (r.exitCode === undefined) {
         const acc = await accounted(id);
         // not accounted yet: still "running" for the agent, so nothing is reported early
@@ -155,11 +169,20 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
     async stop(l: LeaseState): Promise<void> {
       const id = await jobId(l);
       if (!id || !l.runner) return;
-      if (!(await queued(id))) return;
+      // gone for sure: nothing to cancel; unknown (squeue did not answer): try anyway
+      if ((await queued(id)) === null) return;
       l.runner.stoppedByAgent = true;
       save();
       log.info('cancelling the slurm job this lease submitted', { leaseId: l.leaseId, jobId: id });
-      await slurm(['scancel', id]);
+      const c = await slurm(['scancel', id]);
+      if (c.code !== 0) {
+        // confirmTerminated keeps the lease until squeue and sacct say the job ended
+        log.warn('scancel not confirmed; will look again', {
+          jobId: id,
+          error: (c.stderr.trim() || c.error || `exit ${c.code}`).slice(0, 300),
+        });
+        return;
+      }
       const deadline = Date.now() + (cfg.runner.stopGraceS + 30) * 1000;
       while (Date.now() < deadline && (await queued(id))) await new Promise((res) => setTimeout(res, 200));
     },
@@ -167,11 +190,13 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
     async confirmTerminated(l: LeaseState): Promise<Termination> {
       if (!l.runner) return { ok: true };
       const id = await jobId(l);
+      if (id === undefined) return { ok: false, detail: 'squeue did not answer; the job may exist' };
       if (!id) {
         // submitted or not, no job of this name is queued; with no id there is nothing to account
         return { ok: true };
       }
       const st = await queued(id);
+      if (st === undefined) return { ok: false, detail: `slurm job ${id}: squeue did not answer` };
       if (st && !TERMINAL.has(st)) return { ok: false, detail: `slurm job ${id} is ${st}` };
       const acc = await accounted(id);
       if (!acc || !TERMINAL.has(acc.state)) {

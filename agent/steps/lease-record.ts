@@ -34,6 +34,7 @@ export function adoptLease(ctx: StepContext, lease: LeaseRef): StepResult {
     kind: lease.kind,
     topology: lease.topology,
     lend: lease.lend,
+    ...(lease.executor ? { executor: lease.executor } : {}),
     workDir: childPath(ctx.cfg.workRoot, `${lease.reservationId}-${ctx.cfg.hostId}-t${lease.fencingToken}`),
     lendStep: 'none',
     phase: 'preparing',

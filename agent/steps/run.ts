@@ -23,7 +23,7 @@ export async function reportStarted(ctx: StepContext): Promise<StepResult> {
     type: 'runner_started',
     fencingToken: l.fencingToken,
     runnerName: r.runnerName,
-    executor: ctx.executor.name,
+    executor: l.executor ?? ctx.executor.name,
   });
   r.startReported = true;
   ctx.save();

@@ -62,6 +62,11 @@ export const LeaseRefSchema = z.object({
   topology: z.enum(['single', 'pair']),
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: z.boolean(),
+  /**
+   * The backend this lease's work runs on when the repository's config chooses one (issue 15
+   * item 1); absent: the host's own `executor`.
+   */
+  executor: z.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(', ')}` }).optional(),
   /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
   expiresInMs: z
     .number()

@@ -1,4 +1,5 @@
 import { eq } from 'drizzle-orm';
+import { executorForRepo } from '../../core/config.ts';
 import type { Topology } from '../../core/model.ts';
 import type { DesiredState, LeaseRef } from '../../core/protocol/agent.ts';
 import { sha256Hex } from '../auth/tokens.ts';
@@ -21,7 +22,9 @@ export interface ComputedState {
 
 type Query = Tx | LedgerStore['db'];
 
-function leaseRef(lease: LeaseRow, r: ReservationRow, now: number): LeaseRef {
+function leaseRef(ledger: LedgerStore, lease: LeaseRow, r: ReservationRow, now: number): LeaseRef {
+  // the repository's backend for its CI work (issue 15 item 1); development leases keep the host's
+  const executor = r.kind === 'development' ? null : executorForRepo(ledger.config, r.repo);
   return {
     leaseId: lease.id,
     reservationId: r.id,
@@ -30,6 +33,7 @@ function leaseRef(lease: LeaseRow, r: ReservationRow, now: number): LeaseRef {
     topology: r.topology as Topology,
     lend: lease.lend,
     expiresInMs: lease.expiresAt - now,
+    ...(executor ? { executor } : {}),
   };
 }
 
@@ -52,7 +56,7 @@ export async function computeDesiredState(
     : null;
   let pendingHandoff: HandoffRow | null = null;
   let desired: DesiredState;
-  const ref = lease && r ? leaseRef(lease, r, now) : null;
+  const ref = lease && r ? leaseRef(ledger, lease, r, now) : null;
 
   if (host.phase === 'quarantined') {
     desired = { state: 'hold', reason: quarantineReason(host) };

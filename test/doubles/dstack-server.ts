@@ -7,6 +7,7 @@ import {
   ApplyRunPlanRequestSchema,
   FINISHED_RUN_STATUSES,
   GetRunRequestSchema,
+  PollLogsRequestSchema,
   RUN_NAME_PATTERN,
   type RunSpec,
   type RunStatus,
@@ -26,14 +27,22 @@ import {
  * `terminating → terminated` (`stopped_by_user`). The on-prem SSH fleet instance is this machine:
  * a task's `commands` really run (`/bin/sh -c`, its own process group, the spec's `env` and
  * `working_dir`), as dstack's runner would run them on the fleet host. A dev environment runs its
- * `init` and then stays `running` until stopped. Faults a test can set: answer `stop` (or `get`)
- * with 5xx, or hold `stop` until the client times out.
+ * `init` and then stays `running` until stopped. The task's stdout and stderr are kept as the job
+ * submission's log events and served by `POST /api/project/{p}/logs/poll` (`server/routers/logs.py`,
+ * `PollLogsRequest` in `server/schemas/logs.py`, `JobSubmissionLogs`/`LogEvent` in
+ * `core/models/logs.py`: `message` base64, newest first when `descending`, at most `limit`).
+ * Faults a test can set: answer `stop` (or `get`, or `logs/poll`) with 5xx, or hold `stop` until
+ * the client times out.
  */
 
 export interface StandInRun {
   id: string;
+  /** The one job submission's id (`JobSubmission.id`), which `logs/poll` asks by. */
+  submissionId: string;
   name: string;
   spec: RunSpec;
+  /** The job's output as dstack's runner ships it: one event per chunk read. */
+  logs: { timestamp: string; log_source: 'stdout' | 'stderr'; message: string }[];
   status: RunStatus;
   terminationReason: string | null;
   exitStatus: number | null;
@@ -63,6 +72,8 @@ export interface DstackStandIn {
     get5xx: number;
     /** Create the run but answer this many `apply` calls with 502 (a proxy lost the answer). */
     apply5xxAfterCreate: number;
+    /** Answer this many `logs/poll` calls with 500. */
+    logs5xx: number;
   };
   /** Runs whose status is not finished. */
   active(): StandInRun[];
@@ -81,7 +92,13 @@ export async function startDstackStandIn(
   const runs = new Map<string, StandInRun>();
   const invalid: DstackStandIn['invalid'] = [];
   const calls: DstackStandIn['calls'] = [];
-  const faults: DstackStandIn['faults'] = { stop5xx: 0, stopHang: 0, get5xx: 0, apply5xxAfterCreate: 0 };
+  const faults: DstackStandIn['faults'] = {
+    stop5xx: 0,
+    stopHang: 0,
+    get5xx: 0,
+    apply5xxAfterCreate: 0,
+    logs5xx: 0,
+  };
   const timers = new Set<NodeJS.Timeout>();
   const hung = new Set<ServerResponse>();
   const later = (ms: number, f: () => void) => {
@@ -112,8 +129,17 @@ export async function startDstackStandIn(
         DSTACK_RUN_NAME: r.name,
       },
       detached: true,
-      stdio: 'ignore',
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
+    const keep = (source: 'stdout' | 'stderr') => (chunk: Buffer) => {
+      r.logs.push({
+        timestamp: new Date().toISOString(),
+        log_source: source,
+        message: chunk.toString('base64'),
+      });
+    };
+    proc.stdout?.on('data', keep('stdout'));
+    proc.stderr?.on('data', keep('stderr'));
     r.proc = proc;
     setStatus(r, 'running');
     proc.once('exit', (code) => {
@@ -152,7 +178,7 @@ export async function startDstackStandIn(
   /** `Run` (core/models/runs.py) as dstack serializes it. */
   const view = (r: StandInRun) => {
     const sub = {
-      id: r.id,
+      id: r.submissionId,
       submission_num: 0,
       submitted_at: r.submittedAt,
       last_processed_at: new Date().toISOString(),
@@ -197,7 +223,7 @@ export async function startDstackStandIn(
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const url = new URL(req.url ?? '/', 'http://x');
-    const m = /^\/api\/project\/([^/]+)\/runs\/(apply|get|stop)$/.exec(url.pathname);
+    const m = /^\/api\/project\/([^/]+)\/(runs\/apply|runs\/get|runs\/stop|logs\/poll)$/.exec(url.pathname);
     const isList = url.pathname === '/api/runs/list';
     if (req.method !== 'POST' || (!m && !isList)) return error(res, 404, 'Not found', 'not_found');
     if (req.headers.authorization !== `Bearer ${token}`) return error(res, 403, 'Access denied', 'forbidden');
@@ -209,7 +235,7 @@ export async function startDstackStandIn(
     } catch {
       return error(res, 422, 'body is not JSON', 'invalid_request');
     }
-    const route = isList ? 'list' : m![2]!;
+    const route = isList ? 'list' : m![2]!.replace(/^runs\//, '');
     const check = <S extends z.ZodType>(schema: S): z.infer<S> | null => {
       const p = schema.safeParse(json);
       if (p.success) return p.data;
@@ -231,6 +257,8 @@ export async function startDstackStandIn(
         return error(res, 400, `Run ${name} already exists and is active`, 'resource_exists');
       const r: StandInRun = {
         id: randomUUID(),
+        submissionId: randomUUID(),
+        logs: [],
         name,
         spec,
         status: 'submitted',
@@ -264,6 +292,22 @@ export async function startDstackStandIn(
       const r = body.run_name ? runs.get(body.run_name) : undefined;
       if (!r) return error(res, 400, 'Run not found', 'resource_not_exists');
       return send(res, 200, view(r));
+    }
+    if (route === 'logs/poll') {
+      const body = check(PollLogsRequestSchema);
+      if (!body) return;
+      calls.push({ route, runName: body.run_name });
+      if (faults.logs5xx > 0) {
+        faults.logs5xx--;
+        return error(res, 500, 'Internal server error', 'server_error');
+      }
+      const r = runs.get(body.run_name);
+      // services/logs/filelog.py reads <run>/<submission>/job.log: an unknown one is no logs (IOError → [])
+      if (!r || r.submissionId !== body.job_submission_id) return send(res, 200, { logs: [] });
+      // the cloud log storages honour `limit` (filelog.py does not yet: the client cuts itself)
+      const limit = body.limit ?? 100;
+      const events = body.descending ? r.logs.toReversed() : r.logs;
+      return send(res, 200, { logs: events.slice(0, limit), next_token: null });
     }
     if (route === 'stop') {
       const body = check(StopRunsRequestSchema);

@@ -67,6 +67,8 @@ export interface FleetOptions {
   /** Deckard model-ready delay after start. */
   deckardReadyDelayMs?: number;
   controllerEnv?: Record<string, string>;
+  /** Per-repository controller settings (e.g. a repository's executor, issue 15 item 1). */
+  repositories?: SparkConfigInput['repositories'];
   /** Run the agent from the bundle `npm run build -- agent` makes (default), or from source with tsx. */
   agentFrom?: 'bundle' | 'source';
   /**
@@ -213,6 +215,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     hosts: hosts.map((h) => ({ id: h.id, homeService: h.homeService ?? null })),
     preferHosts: hosts.some((h) => h.id === 'spark-2') ? ['spark-2'] : [],
     timings: { ...DEFAULT_TIMINGS, ...(opts.timings ?? {}) },
+    ...(opts.repositories ? { repositories: opts.repositories } : {}),
   };
   const ledgerUrl = `file:${join(dir, 'spark.db')}`;
   let port = 0;

@@ -17,6 +17,13 @@ export interface TestSlurm {
   dir: string;
   /** Runs a Slurm client (squeue, sacct, …) against this cluster. */
   client(argv: string[]): Promise<string>;
+  /**
+   * Stops slurmctld (SIGTERM, waits until it is gone): clients (squeue, scancel, sbatch) then fail
+   * with "Unable to contact slurm controller" while slurmd keeps running the jobs it has.
+   */
+  stopController(): Promise<void>;
+  /** Starts slurmctld again, recovering its saved state (the jobs), and waits until it answers. */
+  startController(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -79,6 +86,8 @@ export async function startSlurm(): Promise<TestSlurm> {
       'SwitchType=switch/none',
       'MpiDefault=none',
       'ReturnToService=2',
+      // clients give up on an unreachable slurmctld after ~2×MessageTimeout (default 10 s: ~18 s)
+      'MessageTimeout=3',
       'SchedulerType=sched/builtin',
       'SelectType=select/cons_tres',
       'SelectTypeParameters=CR_Core',
@@ -99,6 +108,14 @@ export async function startSlurm(): Promise<TestSlurm> {
   const pids: number[] = [];
   const pidOf = (f: string) =>
     existsSync(join(dir, f)) ? Number(readFileSync(join(dir, f), 'utf8').trim()) : null;
+  const gone = (p: number) => {
+    try {
+      process.kill(p, 0);
+      return /^State:\s+[ZX]/m.test(readFileSync(`/proc/${p}/status`, 'utf8'));
+    } catch {
+      return true;
+    }
+  };
   const stop = async () => {
     for (const f of ['slurmd.pid', 'slurmctld.pid', 'munged.pid']) {
       const pid = pidOf(f);
@@ -111,19 +128,7 @@ export async function startSlurm(): Promise<TestSlurm> {
         // gone
       }
     }
-    await waitFor(
-      'the Slurm daemons to stop',
-      () =>
-        pids.every((p) => {
-          try {
-            process.kill(p, 0);
-            return /^State:\s+[ZX]/m.test(readFileSync(`/proc/${p}/status`, 'utf8'));
-          } catch {
-            return true;
-          }
-        }),
-      15_000,
-    ).catch(() => undefined);
+    await waitFor('the Slurm daemons to stop', () => pids.every(gone), 15_000).catch(() => undefined);
     rmSync(dir, { recursive: true, force: true });
   };
   try {
@@ -147,7 +152,23 @@ export async function startSlurm(): Promise<TestSlurm> {
       30_000,
       200,
     );
-    return { conf, gres: TEST_GRES, dir, client, stop };
+    const stopController = async () => {
+      const pid = pidOf('slurmctld.pid');
+      if (!pid) throw new Error('slurmctld has no pid file');
+      process.kill(pid, 'SIGTERM');
+      await waitFor('slurmctld to stop', () => gone(pid), 30_000, 100);
+    };
+    const startController = async () => {
+      // without -c: slurmctld recovers its jobs from StateSaveLocation
+      await run('slurmctld', ['-f', conf], { env });
+      await waitFor(
+        'slurmctld to answer again',
+        async () => (await client(['sinfo', '-h', '-o', '%T']).catch(() => '')).trim() !== '',
+        30_000,
+        200,
+      );
+    };
+    return { conf, gres: TEST_GRES, dir, client, stopController, startController, stop };
   } catch (e) {
     const logs = ['slurmctld.log', 'slurmd.log']
       .map((f) =>

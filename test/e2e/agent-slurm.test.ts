@@ -160,4 +160,50 @@ describe('slurm executor on a real Slurm', () => {
       expect(acct.trim().split('\n')).toContain(`${jobId}|COMPLETED`);
     }
   });
+  it('slurmctld down during a release (squeue and scancel cannot answer): the reservation stays releasing until Slurm confirms the cancel', {
+    timeout: 240_000,
+  }, async () => {
+    fleet = await slurmFleet({ runner: () => ({ exitCode: 0, sleepMs: 120_000 }) });
+    const f = fleet;
+    const id = await f.reserve();
+    await f.waitReservation(id, ['running'], 60_000);
+    const m = await waitFor(
+      'the job to start',
+      () => readRunnerMarkers(f.markerDir).find((x) => x.reservationId === id),
+      30_000,
+    );
+    await slurm.stopController();
+    let restarted = false;
+    let backAt = Number.POSITIVE_INFINITY;
+    try {
+      await f.controller.ledger.beginRelease(id, 'released', 'operator release', 'test');
+      const refusals = () => f.agents['spark-2']!.output().split('scancel not confirmed').length - 1;
+      await waitFor('two cancels Slurm could not confirm', () => refusals() >= 2, 120_000);
+      // the job still runs under slurmd; nothing may free the host now
+      expect(isLive(m.pid)).toBe(true);
+      expect((await f.reservation(id)).status).toBe('releasing');
+      expect(await f.bindingLeases()).toHaveLength(1);
+      expect(f.agents['spark-2']!.output()).toContain('squeue did not answer');
+      await slurm.startController();
+      restarted = true;
+      backAt = Date.now();
+    } finally {
+      if (!restarted) await slurm.startController();
+    }
+    await expect(f.waitReservation(id, ['done', 'failed'], 90_000)).resolves.toMatchObject({
+      status: 'done',
+    });
+    expect(isLive(m.pid)).toBe(false);
+    const jobId = [
+      ...f.agents['spark-2']!.output().matchAll(/"msg":"slurm job submitted".*?"jobId":"(\d+)"/g),
+    ].at(-1)![1]!;
+    const acct = await slurm.client(['sacct', '-c', '-n', '-P', '-j', jobId, '-o', 'state']);
+    expect(acct).toContain('CANCELLED');
+    // released only after Slurm was back to cancel and account the job
+    const done = (await f.controller.ledger.history('reservation', id)).find(
+      (e) => e.type === 'reservation.done',
+    );
+    expect(done!.at).toBeGreaterThanOrEqual(backAt);
+    expect(await f.bindingLeases()).toEqual([]);
+  });
 });

@@ -54,14 +54,18 @@ const dstackConfig = (hostId: string) => ({
   },
 });
 
-async function dstackFleet(hosts: string[], opts: FleetOptions) {
+async function dstackFleet(
+  hosts: string[],
+  opts: FleetOptions,
+  agentConfig: (hostId: string) => Record<string, unknown> = dstackConfig,
+) {
   const f = await startFleet({
     hosts: hosts.map((id) => ({ id })),
     githubOutcome: () => 'passed',
     // dstack runs the job as its own runner on the fleet instance, not as the agent's runner user
     runnerUsers: false,
     ...opts,
-    agentConfig: dstackConfig,
+    agentConfig,
   });
   for (const h of hosts) f.startAgent(h);
   for (const h of hosts) {
@@ -228,6 +232,107 @@ describe('dstack executor (stand-in dstack server)', () => {
     expect(dstack.calls.filter((c) => c.route === 'apply')).toHaveLength(1);
     expect(runsOf(id).map((x) => x.status)).toEqual(['done']);
     expect((await f.leases(id))[0]!.exitCode).toBe(0);
+    await releasedAfterTermination(f, id);
+  });
+
+  it('a repository configured for dstack runs its CI as a dstack task on a jit-runner host; another repository there keeps the JIT runner', async () => {
+    fleet = await dstackFleet(
+      ['spark-2'],
+      {
+        runner: () => ({ exitCode: 0, sleepMs: 300 }),
+        repositories: { 'acme/butter': { executor: 'dstack' } },
+      },
+      // the host's own backend is the JIT runner; it also knows the dstack server
+      (h) => ({ ...dstackConfig(h), executor: 'jit-runner' }),
+    );
+    const f = fleet;
+    const svc = { ledger: f.controller.ledger } as unknown as GitHubService;
+    const butter = await f.reserve({ repo: 'acme/butter' });
+    expect((await f.waitReservation(butter, ['done', 'failed'], 60_000)).status).toBe('done');
+    expect(runsOf(butter).map((x) => [x.status, x.spec.configuration.fleets])).toEqual([
+      ['done', ['spark-2']],
+    ]);
+    const [bl] = await f.leases(butter);
+    expect(JSON.parse(bl!.evidenceJson!).executor).toBe('dstack');
+    const br = await f.reservation(butter);
+    expect(renderCheckRun(br, await renderContextFor(svc, br)).summary).toContain('- Backend: dstack');
+    // the job was told which backend ran it (its receipt's `executor`)
+    const task = runsOf(butter)[0]!.spec.configuration;
+    expect(task.type === 'task' ? task.env?.SPARK_EXECUTOR : null).toBe('dstack');
+    await releasedAfterTermination(f, butter);
+
+    const iron = await f.reserve({ repo: 'acme/iron' });
+    expect((await f.waitReservation(iron, ['done', 'failed'], 60_000)).status).toBe('done');
+    expect(runsOf(iron)).toEqual([]);
+    const [il] = await f.leases(iron);
+    expect(JSON.parse(il!.evidenceJson!).executor).toBe('jit-runner');
+    const ir = await f.reservation(iron);
+    expect(renderCheckRun(ir, await renderContextFor(svc, ir)).summary).toContain('- Backend: jit-runner');
+    expect(await f.bindingLeases()).toEqual([]);
+  });
+
+  it('a repository asking for dstack on a host without dstack settings fails preparation with the reason; nothing is created', async () => {
+    fleet = await dstackFleet(
+      ['spark-2'],
+      { repositories: { 'acme/butter': { executor: 'dstack' } } },
+      () => ({ executor: 'jit-runner' }),
+    );
+    const f = fleet;
+    const id = await f.reserve({ repo: 'acme/butter' });
+    const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(r.status).toBe('failed');
+    const causes = (await f.controller.ledger.history('reservation', id)).map((e) => e.cause).join('\n');
+    expect(causes).toContain(
+      'preparation failed on spark-2: this lease\'s repository runs on executor "dstack", which this host cannot run',
+    );
+    expect(causes).toContain('"dstack" section');
+    expect(dstack.calls).toEqual([]);
+    expect(readRunnerMarkers(f.markerDir)).toEqual([]);
+    expect(await f.bindingLeases()).toEqual([]);
+  });
+
+  it("a failed task's last output lines come from dstack's logs API into the lease evidence", async () => {
+    fleet = await dstackFleet(['spark-2'], {
+      runner: () => ({
+        exitCode: 3,
+        sleepMs: 200,
+        lastLines: ['FAILED tests/test_attention.py::test_fp8', 'E   assert 0.51 < 0.5'],
+      }),
+      githubOutcome: () => null,
+    });
+    const f = fleet;
+    const id = await f.reserve();
+    expect((await f.waitReservation(id, ['done', 'failed'], 60_000)).status).toBe('failed');
+    const [lease] = await f.leases(id);
+    const ev = JSON.parse(lease!.evidenceJson!) as { runner: { exitCode: number; lastLines: string[] } };
+    expect(ev.runner.exitCode).toBe(3);
+    expect(ev.runner.lastLines).toEqual(
+      expect.arrayContaining([
+        'FAILED tests/test_attention.py::test_fp8',
+        'E   assert 0.51 < 0.5',
+        'Job spark-test completed with result: Failed',
+      ]),
+    );
+    // the secrets the task got in its environment never come back as evidence
+    const [run] = runsOf(id);
+    const env = run!.spec.configuration.type === 'task' ? run!.spec.configuration.env! : {};
+    expect(ev.runner.lastLines.join('\n')).not.toContain(env.ACTIONS_RUNNER_INPUT_JITCONFIG!);
+    expect(dstack.calls.some((c) => c.route === 'logs/poll' && c.runName === run!.name)).toBe(true);
+    await releasedAfterTermination(f, id);
+  });
+
+  it('dstack logs unavailable (5xx): the evidence says so and the release still waits only for termination', async () => {
+    fleet = await dstackFleet(['spark-2'], {
+      runner: () => ({ exitCode: 5, sleepMs: 200 }),
+      githubOutcome: () => null,
+    });
+    const f = fleet;
+    dstack.faults.logs5xx = 100;
+    const id = await f.reserve();
+    expect((await f.waitReservation(id, ['done', 'failed'], 60_000)).status).toBe('failed');
+    const [lease] = await f.leases(id);
+    const ev = JSON.parse(lease!.evidenceJson!) as { runner: { lastLines: string[] } };
+    expect(ev.runner.lastLines.join('\n')).toMatch(/dstack logs of spark-r-\S+ not available: .*HTTP 500/);
     await releasedAfterTermination(f, id);
   });
 
