@@ -20967,20 +20967,20 @@ var TOPOLOGIES = ["single", "pair"];
 var SUITES = ["smoke", "performance"];
 
 // core/protocol/agent.ts
-var GpuProcessSchema = external_exports.object({
-  pid: external_exports.number().int().nonnegative(),
-  name: external_exports.string().max(512),
-  usedMemoryMiB: external_exports.number().nonnegative()
+var GpuProcessSchema = object({
+  pid: number2().int().nonnegative(),
+  name: string2().max(512),
+  usedMemoryMiB: number2().nonnegative()
 });
-var HostFactsSchema = external_exports.object({
-  gpuProcesses: external_exports.array(GpuProcessSchema).max(256).nullable(),
-  gpuError: external_exports.string().max(1e3).nullable().optional(),
-  freeDiskBytes: external_exports.number().nonnegative().nullable(),
-  serviceState: external_exports.enum(["serving", "stopped", "starting", "draining", "failed", "none", "unknown"]),
-  runnerState: external_exports.enum(["none", "starting", "running", "exited"]),
-  interconnectOk: external_exports.boolean().nullable()
+var HostFactsSchema = object({
+  gpuProcesses: array(GpuProcessSchema).max(256).nullable(),
+  gpuError: string2().max(1e3).nullable().optional(),
+  freeDiskBytes: number2().nonnegative().nullable(),
+  serviceState: _enum2(["serving", "stopped", "starting", "draining", "failed", "none", "unknown"]),
+  runnerState: _enum2(["none", "starting", "running", "exited"]),
+  interconnectOk: boolean2().nullable()
 });
-var token = external_exports.number().int().positive().max(Number.MAX_SAFE_INTEGER);
+var token = number2().int().positive().max(Number.MAX_SAFE_INTEGER);
 var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
 var RESERVATION_ID_PATTERN = /^r-[0-9]{1,15}$/;
 var LEASE_ID_PATTERN = /^l-[a-z0-9][a-z0-9-]{0,90}$/;
@@ -20988,124 +20988,129 @@ var RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
 var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
 var ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
 var MAX_WAIT_MS = 864e5;
-var LeaseRefSchema = external_exports.object({
-  leaseId: external_exports.string().regex(LEASE_ID_PATTERN, 'lease ids look like "l-spark-2-7"'),
-  reservationId: external_exports.string().regex(RESERVATION_ID_PATTERN, 'reservation ids look like "r-12"'),
+var LeaseRefSchema = object({
+  leaseId: string2().regex(LEASE_ID_PATTERN, 'lease ids look like "l-spark-2-7"'),
+  reservationId: string2().regex(RESERVATION_ID_PATTERN, 'reservation ids look like "r-12"'),
   fencingToken: token,
   /** One of RESERVATION_KINDS (a pattern, not the enum, so the ledger's string column types it). */
-  kind: external_exports.string().refine((k) => RESERVATION_KINDS.includes(k), {
+  kind: string2().refine((k) => RESERVATION_KINDS.includes(k), {
     message: `kind is one of ${RESERVATION_KINDS.join(", ")}`
   }),
-  topology: external_exports.enum(["single", "pair"]),
+  topology: _enum2(["single", "pair"]),
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
-  lend: external_exports.boolean(),
+  lend: boolean2(),
+  /**
+   * The backend this lease's work runs on when the repository's config chooses one (issue 15
+   * item 1); absent: the host's own `executor`.
+   */
+  executor: _enum2(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).optional(),
   /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
-  expiresInMs: external_exports.number().int().min(-MAX_WAIT_MS * 366).max(MAX_WAIT_MS * 366)
+  expiresInMs: number2().int().min(-MAX_WAIT_MS * 366).max(MAX_WAIT_MS * 366)
 });
-var DesiredStateSchema = external_exports.discriminatedUnion("state", [
+var DesiredStateSchema = discriminatedUnion("state", [
   /** Nothing bound: heartbeat only. */
-  external_exports.object({ state: external_exports.literal("idle") }),
+  object({ state: literal("idle") }),
   /** Nothing bound and the home service serves: keep it, heartbeat only. */
-  external_exports.object({ state: external_exports.literal("serve") }),
+  object({ state: literal("serve") }),
   /** Granted: lend the service if asked, verify the GPU is free, make a fresh work dir, report prepared. */
-  external_exports.object({ state: external_exports.literal("prepare"), lease: LeaseRefSchema }),
+  object({ state: literal("prepare"), lease: LeaseRefSchema }),
   /** Prepared; waiting for the other node of a pair or for the runner's JIT config. */
-  external_exports.object({ state: external_exports.literal("wait"), lease: LeaseRefSchema }),
+  object({ state: literal("wait"), lease: LeaseRefSchema }),
   /**
    * Run (or keep watching) the one-job runner `runnerName`. `jitConfig` and `jobToken` are present
    * only in the single response that hands them over; a different `runnerName` replaces the runner.
    */
-  external_exports.object({
-    state: external_exports.literal("run"),
+  object({
+    state: literal("run"),
     lease: LeaseRefSchema,
-    runnerName: external_exports.string().regex(RUNNER_NAME_PATTERN, 'runner names are one plain name like "spark-spark-2-r-12-a0"'),
+    runnerName: string2().regex(RUNNER_NAME_PATTERN, 'runner names are one plain name like "spark-spark-2-r-12-a0"'),
     /** GitHub's encoded JIT config: printable ASCII, no whitespace. */
-    jitConfig: external_exports.string().max(65536).regex(/^[!-~]+$/, "a JIT config is printable ASCII without spaces").optional(),
-    jobToken: external_exports.string().regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_\u2026"').optional()
+    jitConfig: string2().max(65536).regex(/^[!-~]+$/, "a JIT config is printable ASCII without spaces").optional(),
+    jobToken: string2().regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_\u2026"').optional()
   }),
   /** A development lease is active: no runner; report it active, watch the expiry. */
-  external_exports.object({ state: external_exports.literal("develop"), lease: LeaseRefSchema }),
+  object({ state: literal("develop"), lease: LeaseRefSchema }),
   /** Releasing: stop only what the agent started, clean the work dir, report cleaned. */
-  external_exports.object({ state: external_exports.literal("clean"), lease: LeaseRefSchema }),
+  object({ state: literal("clean"), lease: LeaseRefSchema }),
   /** Recreate the home service and report once its model-ready health check passed (or failed). */
-  external_exports.object({
-    state: external_exports.literal("restore"),
-    fencingToken: external_exports.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
-    attempt: external_exports.number().int().nonnegative().max(1e3),
+  object({
+    state: literal("restore"),
+    fencingToken: number2().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    attempt: number2().int().nonnegative().max(1e3),
     /** Wait this long before the attempt (backoff after a failed restore). */
-    waitMs: external_exports.number().int().nonnegative().max(MAX_WAIT_MS),
-    healthTimeoutS: external_exports.number().int().positive().max(86400)
+    waitMs: number2().int().nonnegative().max(MAX_WAIT_MS),
+    healthTimeoutS: number2().int().positive().max(86400)
   }),
   /**
    * Touch nothing (quarantined, or release-required: processes outlived the lease). With a lease,
    * the agent reports `cleaned` once the GPU shows no process, never killing anything.
    */
-  external_exports.object({ state: external_exports.literal("hold"), reason: external_exports.string().max(2e3), lease: LeaseRefSchema.optional() })
+  object({ state: literal("hold"), reason: string2().max(2e3), lease: LeaseRefSchema.optional() })
 ]);
-var PollRequestSchema = external_exports.object({
+var PollRequestSchema = object({
   /** `version` of the last desired state the agent got; the server holds the poll while it is current. */
-  since: external_exports.string().max(128).nullable().optional(),
+  since: string2().max(128).nullable().optional(),
   /** Longest the agent is willing to wait (the server caps it; Workers always answer at once). */
-  maxWaitMs: external_exports.number().int().min(0).max(6e4).optional()
+  maxWaitMs: number2().int().min(0).max(6e4).optional()
 });
 var HEARTBEAT_INTERVAL_RANGE_S = { min: 1, max: 86400 };
 var POLL_ANSWERS = ["changed", "notice", "recheck", "timeout", "no-hold"];
-var PollResponseSchema = external_exports.object({
-  hostId: external_exports.string().regex(HOST_ID_PATTERN, 'host ids look like "spark-2"'),
+var PollResponseSchema = object({
+  hostId: string2().regex(HOST_ID_PATTERN, 'host ids look like "spark-2"'),
   /** Fingerprint of the desired state without its secrets. */
-  version: external_exports.string().regex(/^[A-Za-z0-9_-]{1,128}$/, "a version is a short fingerprint"),
+  version: string2().regex(/^[A-Za-z0-9_-]{1,128}$/, "a version is a short fingerprint"),
   /** Heartbeat period the controller expects, seconds. */
-  heartbeatIntervalS: external_exports.number().int().min(HEARTBEAT_INTERVAL_RANGE_S.min).max(HEARTBEAT_INTERVAL_RANGE_S.max),
+  heartbeatIntervalS: number2().int().min(HEARTBEAT_INTERVAL_RANGE_S.min).max(HEARTBEAT_INTERVAL_RANGE_S.max),
   desired: DesiredStateSchema,
   /** Why the poll was answered now (absent from controllers older than this field). */
-  answered: external_exports.enum(POLL_ANSWERS).optional()
+  answered: _enum2(POLL_ANSWERS).optional()
 });
-var HeartbeatResponseSchema = external_exports.object({
+var HeartbeatResponseSchema = object({
   heartbeatIntervalS: PollResponseSchema.shape.heartbeatIntervalS
 });
-var HeartbeatRequestSchema = external_exports.object({ facts: HostFactsSchema });
-var lastLines = external_exports.array(external_exports.string().max(2e3)).max(100);
-var evidence = external_exports.record(external_exports.string(), external_exports.unknown()).optional();
-var ReportSchema = external_exports.discriminatedUnion("type", [
-  external_exports.object({
-    type: external_exports.literal("prepared"),
+var HeartbeatRequestSchema = object({ facts: HostFactsSchema });
+var lastLines = array(string2().max(2e3)).max(100);
+var evidence = record(string2(), unknown()).optional();
+var ReportSchema = discriminatedUnion("type", [
+  object({
+    type: literal("prepared"),
     fencingToken: token,
     /** True when the home service was lent: drained, stopped and its GPU processes verified gone. */
-    serviceLent: external_exports.boolean(),
+    serviceLent: boolean2(),
     evidence
   }),
-  external_exports.object({
-    type: external_exports.literal("prepare_failed"),
+  object({
+    type: literal("prepare_failed"),
     fencingToken: token,
-    reason: external_exports.string().min(1).max(1e3),
+    reason: string2().min(1).max(1e3),
     evidence
   }),
-  external_exports.object({
-    type: external_exports.literal("runner_started"),
+  object({
+    type: literal("runner_started"),
     fencingToken: token,
-    runnerName: external_exports.string().min(1),
+    runnerName: string2().min(1),
     /** The backend that runs the work (issue 15 item 5), named on the check run. */
-    executor: external_exports.enum(EXECUTOR_NAMES).optional()
+    executor: _enum2(EXECUTOR_NAMES).optional()
   }),
-  external_exports.object({
-    type: external_exports.literal("runner_exited"),
+  object({
+    type: literal("runner_exited"),
     fencingToken: token,
-    runnerName: external_exports.string().min(1),
+    runnerName: string2().min(1),
     /** null when the exit status could not be observed (e.g. stopped by signal). */
-    exitCode: external_exports.number().int().nullable(),
+    exitCode: number2().int().nullable(),
     lastLines
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its
    * development environment (executor `dstack`, issue 15) — a fixed shape, since the requester runs it.
    */
-  external_exports.object({
-    type: external_exports.literal("lease_active"),
+  object({
+    type: literal("lease_active"),
     fencingToken: token,
-    attach: external_exports.string().regex(ATTACH_COMMAND_PATTERN, 'an attach command looks like "dstack attach spark-r-12-spark-2-t7-dev"').optional()
+    attach: string2().regex(ATTACH_COMMAND_PATTERN, 'an attach command looks like "dstack attach spark-r-12-spark-2-t7-dev"').optional()
   }),
-  external_exports.object({
-    type: external_exports.literal("cleaned"),
+  object({
+    type: literal("cleaned"),
     fencingToken: token,
     /**
      * Host facts read right after cleanup (issue 13 item 3): the report that frees the host says
@@ -21113,24 +21118,24 @@ var ReportSchema = external_exports.discriminatedUnion("type", [
      */
     facts: HostFactsSchema.optional()
   }),
-  external_exports.object({
-    type: external_exports.literal("processes_remain"),
+  object({
+    type: literal("processes_remain"),
     fencingToken: token,
-    processes: external_exports.array(GpuProcessSchema).max(256)
+    processes: array(GpuProcessSchema).max(256)
   }),
-  external_exports.object({
-    type: external_exports.literal("restored"),
+  object({
+    type: literal("restored"),
     /** The host's current fencing token (the lease that was just released). */
-    fencingToken: external_exports.number().int().nonnegative(),
-    ok: external_exports.boolean(),
+    fencingToken: number2().int().nonnegative(),
+    ok: boolean2(),
     /** Health check output (status and body excerpt), kept for the operator. */
-    detail: external_exports.string().max(4e3)
+    detail: string2().max(4e3)
   })
 ]);
-var ReportResponseSchema = external_exports.object({
-  ok: external_exports.literal(true),
+var ReportResponseSchema = object({
+  ok: literal(true),
   /** What the report changed, in words (e.g. "reservation r-3 preparing"). */
-  result: external_exports.string()
+  result: string2()
 });
 var AGENT_MAX_BODY_BYTES = 64 * 1024;
 
@@ -21138,76 +21143,76 @@ var AGENT_MAX_BODY_BYTES = 64 * 1024;
 var MAX_RECEIPT_BYTES = 32 * 1024;
 var MAX_RECEIPT_LAST_LINES = 50;
 var MAX_RECEIPT_LINE_CHARS = 400;
-var id = external_exports.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'expected an id like "r-12" or "spark-2"');
-var sha402 = external_exports.string().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
-var isoTime = external_exports.iso.datetime({ offset: true });
-var LeaseVerifyRequestSchema = external_exports.object({
+var id = string2().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'expected an id like "r-12" or "spark-2"');
+var sha402 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
+var isoTime = iso_exports.datetime({ offset: true });
+var LeaseVerifyRequestSchema = object({
   hostId: id,
-  fencingToken: external_exports.number().int().positive()
+  fencingToken: number2().int().positive()
 }).strict();
-var LeaseVerifyResponseSchema = external_exports.object({
-  ok: external_exports.literal(true),
-  reservation: external_exports.object({
+var LeaseVerifyResponseSchema = object({
+  ok: literal(true),
+  reservation: object({
     id,
     headSha: sha402.nullable(),
-    topology: external_exports.enum(TOPOLOGIES),
-    suite: external_exports.enum(SUITES).nullable(),
-    kind: external_exports.string().min(1)
+    topology: _enum2(TOPOLOGIES),
+    suite: _enum2(SUITES).nullable(),
+    kind: string2().min(1)
   }),
-  lease: external_exports.object({
+  lease: object({
     hostId: id,
-    fencingToken: external_exports.number().int().positive(),
+    fencingToken: number2().int().positive(),
     /** Epoch ms; renewed by the agent's heartbeats. */
-    expiresAt: external_exports.number().int(),
+    expiresAt: number2().int(),
     /** True when the host's home service (Deckard) was lent for this lease. */
-    lend: external_exports.boolean()
+    lend: boolean2()
   })
 });
 var RECEIPT_RESULTS = ["passed", "failed", "cancelled"];
-var ReceiptSchema = external_exports.object({
-  version: external_exports.literal(1),
+var ReceiptSchema = object({
+  version: literal(1),
   reservationId: id,
   hostId: id,
-  fencingToken: external_exports.number().int().positive(),
+  fencingToken: number2().int().positive(),
   headSha: sha402,
-  repo: external_exports.string().regex(/^[^/\s]+\/[^/\s]+$/, 'expected "owner/name"').optional(),
-  runUrl: external_exports.url().max(300).optional(),
-  suite: external_exports.enum(SUITES),
-  topology: external_exports.enum(TOPOLOGIES),
+  repo: string2().regex(/^[^/\s]+\/[^/\s]+$/, 'expected "owner/name"').optional(),
+  runUrl: url().max(300).optional(),
+  suite: _enum2(SUITES),
+  topology: _enum2(TOPOLOGIES),
   /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
-  executor: external_exports.enum(EXECUTOR_NAMES).optional(),
+  executor: _enum2(EXECUTOR_NAMES).optional(),
   /** Correctness (smoke) always runs first; performance only after it passed. */
-  phases: external_exports.array(
-    external_exports.object({
-      suite: external_exports.enum(SUITES),
-      exitCode: external_exports.number().int().nullable(),
-      durationMs: external_exports.number().int().nonnegative()
+  phases: array(
+    object({
+      suite: _enum2(SUITES),
+      exitCode: number2().int().nullable(),
+      durationMs: number2().int().nonnegative()
     }).strict()
   ).max(2),
   startedAt: isoTime,
   endedAt: isoTime,
-  result: external_exports.enum(RECEIPT_RESULTS),
-  exitCode: external_exports.number().int().nullable(),
-  reason: external_exports.string().max(500).optional(),
-  log: external_exports.object({
-    sha256: external_exports.string().regex(/^[0-9a-f]{64}$/, "expected a SHA-256 hex digest"),
-    bytes: external_exports.number().int().nonnegative(),
-    lines: external_exports.number().int().nonnegative()
+  result: _enum2(RECEIPT_RESULTS),
+  exitCode: number2().int().nullable(),
+  reason: string2().max(500).optional(),
+  log: object({
+    sha256: string2().regex(/^[0-9a-f]{64}$/, "expected a SHA-256 hex digest"),
+    bytes: number2().int().nonnegative(),
+    lines: number2().int().nonnegative()
   }).strict(),
-  lastLines: external_exports.array(external_exports.string().max(MAX_RECEIPT_LINE_CHARS)).max(MAX_RECEIPT_LAST_LINES).optional(),
+  lastLines: array(string2().max(MAX_RECEIPT_LINE_CHARS)).max(MAX_RECEIPT_LAST_LINES).optional(),
   /**
    * The seed's lane and its time target (spark-test 30 min, spark-test-long 60 min, issue 14
    * item 5): how long the run took and whether it stayed within the target; a run past the
    * target is stopped by the spark-test action and fails.
    */
-  lane: external_exports.object({
-    name: external_exports.enum(["spark-test", "spark-test-long"]),
-    targetMinutes: external_exports.number().positive().max(24 * 60),
-    elapsedMs: external_exports.number().int().nonnegative(),
-    withinTarget: external_exports.boolean()
+  lane: object({
+    name: _enum2(["spark-test", "spark-test-long"]),
+    targetMinutes: number2().positive().max(24 * 60),
+    elapsedMs: number2().int().nonnegative(),
+    withinTarget: boolean2()
   }).strict().optional(),
   /** Short toolchain/source revision strings printed at the start (name → one line). */
-  toolchain: external_exports.record(external_exports.string().max(40), external_exports.string().max(200)).refine((r) => Object.keys(r).length <= 20, "at most 20 toolchain entries")
+  toolchain: record(string2().max(40), string2().max(200)).refine((r) => Object.keys(r).length <= 20, "at most 20 toolchain entries")
 }).strict().superRefine((r, ctx) => {
   if (r.result === "passed" && r.lastLines?.length) {
     ctx.addIssue({
@@ -21220,8 +21225,8 @@ var ReceiptSchema = external_exports.object({
     ctx.addIssue({ code: "custom", path: ["endedAt"], message: "endedAt is before startedAt" });
   }
 });
-var StoredReceiptsSchema = external_exports.object({
-  byHost: external_exports.record(external_exports.string(), ReceiptSchema)
+var StoredReceiptsSchema = object({
+  byHost: record(string2(), ReceiptSchema)
 });
 function describeIssues(error62) {
   return error62.issues.map((i) => `${i.path.length ? i.path.join(".") : "(body)"}: ${i.message}`).join("; ");
