@@ -126,17 +126,34 @@ export class LedgerStore {
     };
     const buffer = this.eventBuffers.get(tx);
     if (buffer) buffer.push(row);
-    else {
-      await tx.insert(t.events).values(row);
-      await countEvents(tx, [row]);
-    }
+    else await this.flushEvents(tx, [row]);
     for (const hook of this.hooks) await hook(tx, ev, { now });
   }
 
   private async flushEvents(tx: Tx, buffer: EventInsert[]): Promise<void> {
+    if (buffer.length === 0) return;
+    const q = this.store.raw(tx);
     // 9 columns per row keeps each statement far below SQLite's bound-parameter limit
-    for (let i = 0; i < buffer.length; i += 100) await tx.insert(t.events).values(buffer.slice(i, i + 100));
-    await countEvents(tx, buffer);
+    for (let i = 0; i < buffer.length; i += 100) {
+      const chunk = buffer.slice(i, i + 100);
+      await q.execute(
+        `INSERT INTO events (at, subject_type, subject_id, type, from_state, to_state, cause, actor, data_json) VALUES ${chunk
+          .map(() => '(?, ?, ?, ?, ?, ?, ?, ?, ?)')
+          .join(', ')}`,
+        chunk.flatMap((e) => [
+          e.at,
+          e.subjectType,
+          e.subjectId,
+          e.type,
+          e.fromState ?? null,
+          e.toState ?? null,
+          e.cause,
+          e.actor,
+          e.dataJson ?? null,
+        ]),
+      );
+    }
+    await countEvents(q, buffer);
     buffer.length = 0;
   }
 

@@ -1,0 +1,1 @@
+CREATE INDEX `reservations_head_sha` ON `reservations` (`head_sha`,`granted_at`);
