@@ -11,7 +11,8 @@ import type { HostRow, LeaseRow, ReservationRow } from './rows.ts';
  * them against drizzle's rows for the same data.
  */
 
-const inlined = (list: readonly string[]): string =>
+/** A vocabulary list as literal SQL (`'a', 'b'`): only plain lowercase words are accepted. */
+export const inlined = (list: readonly string[]): string =>
   list
     .map((st) => {
       if (!/^[a-z_]+$/.test(st)) throw new TypeError(`status ${st} cannot be inlined into SQL`);
@@ -118,6 +119,15 @@ const OPEN_RESERVATIONS = `SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE
 
 const rowsOf = async <T>(q: RawSql, sql: string, args: InArgs, map: (r: Row) => T): Promise<T[]> =>
   (await q.execute(sql, args)).rows.map(map);
+
+const HOST_BY_ID = `SELECT ${HOST_COLUMNS} FROM hosts WHERE id = ?`;
+
+/** One host, or null. */
+export async function hostById(q: RawSql, id: string): Promise<HostRow | null> {
+  const rs = await q.execute(HOST_BY_ID, [id]);
+  const row = rs.rows[0];
+  return row ? hostOf(row) : null;
+}
 
 /** Every host. */
 export const allHosts = (q: RawSql): Promise<HostRow[]> => rowsOf(q, ALL_HOSTS, [], hostOf);
