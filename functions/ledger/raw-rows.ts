@@ -129,6 +129,24 @@ export async function hostById(q: RawSql, id: string): Promise<HostRow | null> {
   return row ? hostOf(row) : null;
 }
 
+const BINDING_LEASE_OF_HOST = `SELECT ${LEASE_COLUMNS} FROM leases WHERE host_id = ? AND status IN (${inlined(
+  BINDING_LEASE_STATUSES,
+)})`;
+
+/** The lease binding `hostId` now (active, expired or releasing), or null. */
+export async function bindingLeaseOfHost(q: RawSql, hostId: string): Promise<LeaseRow | null> {
+  const row = (await q.execute(BINDING_LEASE_OF_HOST, [hostId])).rows[0];
+  return row ? leaseOf(row) : null;
+}
+
+const RESERVATION_BY_ID = `SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE id = ?`;
+
+/** One reservation, or null. */
+export async function reservationById(q: RawSql, id: string): Promise<ReservationRow | null> {
+  const row = (await q.execute(RESERVATION_BY_ID, [id])).rows[0];
+  return row ? reservationOf(row) : null;
+}
+
 /** Every host. */
 export const allHosts = (q: RawSql): Promise<HostRow[]> => rowsOf(q, ALL_HOSTS, [], hostOf);
 
