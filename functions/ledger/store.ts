@@ -48,6 +48,7 @@ export class LedgerStore {
   private readonly listeners = new Set<Listener>();
   private readonly eventBuffers = new WeakMap<Tx, EventInsert[]>();
   private readonly changedSets = new WeakMap<Tx, Set<string>>();
+  private changeCount = 0;
 
   constructor(
     readonly store: LedgerDb,
@@ -74,7 +75,18 @@ export class LedgerStore {
   }
 
   notify(...topics: string[]): void {
+    if (topics.some((t) => t !== 'outbox')) this.changeCount++;
     for (const topic of topics) for (const fn of this.listeners) fn(topic);
+  }
+
+  /**
+   * The ledger's version as this process knows it: bumped on every committed change to hosts,
+   * leases or reservations notified here (not on outbox bookkeeping). Read models keyed by it
+   * are computed once per change instead of once per request (issue 13 item 2); a change made
+   * by another process sharing the ledger cannot bump it, so such caches also bound their age.
+   */
+  get version(): number {
+    return this.changeCount;
   }
 
   /** Runs `fn` in one write transaction; change notices go out only after commit. */
