@@ -11,7 +11,7 @@ import { assertHostTransition, assertReservationTransition } from '../../core/st
 import type { RawSql, Tx } from './db.ts';
 import { setHostPhase } from './hosts.ts';
 import { setLeaseStatus } from './leases.ts';
-import { allHosts, bindingLeaseRows, grantedBuilds, openReservations, placeholders } from './raw-rows.ts';
+import { allHosts, bindingLeaseRows, buildHadGrant, openReservations, placeholders } from './raw-rows.ts';
 import { beginRelease, transitionReservation } from './reservations.ts';
 import {
   type HostRow,
@@ -48,18 +48,17 @@ export async function loadAdmissionInput(s: LedgerStore, tx: Tx | undefined) {
  * lane finishes, so a third PR cannot take the slot between a PR's two lanes.
  */
 async function keptSlotsOf(q: RawSql, open: ReservationRow[]): Promise<string[]> {
-  const queued = open.filter((r) => r.status === 'queued' && r.repo != null && r.headSha != null);
-  if (queued.length === 0) return [];
-  const shas = [...new Set(queued.map((r) => r.headSha!))].slice(0, 500);
-  const admitted = new Set<string>();
-  for (const g of await grantedBuilds(q, shas)) {
-    const slot = budgetSlot({ ...g, kind: g.kind as ReservationKind });
-    if (slot) admitted.add(`${slot} ${g.headSha}`);
-  }
   const kept = new Set<string>();
-  for (const r of queued) {
+  const asked = new Set<string>();
+  for (const r of open) {
+    if (r.status !== 'queued' || r.repo == null || r.headSha == null) continue;
     const slot = budgetSlot({ ...r, kind: r.kind as ReservationKind });
-    if (slot && admitted.has(`${slot} ${r.headSha}`)) kept.add(slot);
+    if (!slot || kept.has(slot)) continue;
+    const build = `${slot} ${r.headSha}`;
+    // bounded like the SHA list it replaces: the head of the queue is what a pass can admit
+    if (asked.has(build) || asked.size >= 500) continue;
+    asked.add(build);
+    if (await buildHadGrant(q, { headSha: r.headSha, repo: r.repo, pr: r.pr })) kept.add(slot);
   }
   return [...kept];
 }

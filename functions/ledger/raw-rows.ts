@@ -157,24 +157,24 @@ export const bindingLeaseRows = (q: RawSql): Promise<LeaseRow[]> => rowsOf(q, BI
 export const openReservations = (q: RawSql): Promise<ReservationRow[]> =>
   rowsOf(q, OPEN_RESERVATIONS, [], reservationOf);
 
-/** Distinct (kind, repo, pr, head SHA) of reservations ever granted for the given head SHAs. */
-export async function grantedBuilds(
+const PR_BUILD_GRANTED =
+  'SELECT 1 FROM reservations WHERE head_sha = ? AND repo = ? AND pr = ? AND granted_at IS NOT NULL LIMIT 1';
+const REPO_BUILD_GRANTED = `SELECT 1 FROM reservations WHERE head_sha = ? AND repo = ? AND pr IS NULL AND granted_at IS NOT NULL AND kind IN (${inlined(
+  ['merge', 'benchmark', 'background'],
+)}) LIMIT 1`;
+
+/**
+ * Whether a build already had a lane granted: same head SHA and same budget slot — the same PR
+ * (any kind), or for work without a PR the same repository and a kind whose slot is per commit
+ * (`core/admission.ts` `budgetSlot`). One seek on `reservations_build` each.
+ */
+export async function buildHadGrant(
   q: RawSql,
-  shas: readonly string[],
-): Promise<{ id: string; kind: string; repo: string | null; pr: number | null; headSha: string | null }[]> {
-  if (shas.length === 0) return [];
-  const rs = await q.execute(
-    `SELECT DISTINCT kind, repo, pr, head_sha FROM reservations WHERE head_sha IN (${placeholders(
-      shas.length,
-    )}) AND granted_at IS NOT NULL`,
-    [...shas],
-  );
-  return rs.rows.map((r) => ({
-    // budgetSlot reads the id only for reservations without a repository, which have no slot here
-    id: '',
-    kind: str(r.kind),
-    repo: strOrNull(r.repo),
-    pr: numOrNull(r.pr),
-    headSha: strOrNull(r.head_sha),
-  }));
+  build: { headSha: string; repo: string; pr: number | null },
+): Promise<boolean> {
+  const rs =
+    build.pr != null
+      ? await q.execute(PR_BUILD_GRANTED, [build.headSha, build.repo, build.pr])
+      : await q.execute(REPO_BUILD_GRANTED, [build.headSha, build.repo]);
+  return rs.rows.length > 0;
 }

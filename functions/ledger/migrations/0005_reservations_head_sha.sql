@@ -1,1 +1,0 @@
-CREATE INDEX `reservations_head_sha` ON `reservations` (`head_sha`,`granted_at`);
