@@ -82,8 +82,31 @@ export function githubWebBase(apiUrl: string): string {
   return `${u.protocol}//${u.host}`;
 }
 
-export async function buildViews(ledger: Ledger): Promise<{ fleet: FleetView; queue: QueueView }> {
+type Views = { fleet: FleetView; queue: QueueView };
+const memo = new WeakMap<Ledger, { version: number; now: number; views: Promise<Views> }>();
+
+/**
+ * The fleet and queue views, computed once per ledger version (issue 13 item 2: every queued
+ * check-run render, scrape, describe and sweep recomputed admission and ETAs for the whole
+ * queue). Reused while the ledger's {@link Ledger.version} is unchanged and its clock has moved
+ * less than `server.publicViewCacheMs` (ages and staleness follow the clock; another process's
+ * changes reach this one within that bound too). A failed computation is not reused.
+ */
+export function buildViews(ledger: Ledger): Promise<Views> {
   const now = ledger.clock();
+  const version = ledger.version;
+  const hit = memo.get(ledger);
+  const maxAge = ledger.config.server.publicViewCacheMs;
+  if (hit && hit.version === version && now >= hit.now && now - hit.now < maxAge) return hit.views;
+  const views = computeViews(ledger, now);
+  memo.set(ledger, { version, now, views });
+  views.catch(() => {
+    if (memo.get(ledger)?.views === views) memo.delete(ledger);
+  });
+  return views;
+}
+
+async function computeViews(ledger: Ledger, now: number): Promise<Views> {
   const { hostRows, leaseRows, resvRows, keptSlots } = await ledger.loadAdmissionInput(undefined);
   const plan = planAdmission({
     now,

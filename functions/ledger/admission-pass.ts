@@ -1,16 +1,17 @@
-import { and, asc, desc, eq, inArray, isNotNull, sql } from 'drizzle-orm';
+import type { InValue } from '@libsql/client';
+import { eq } from 'drizzle-orm';
 import { type AdmissionPlan, budgetSlot, planAdmission } from '../../core/admission.ts';
 import {
   type HostPhase,
   isReleasableStatus,
-  OPEN_STATUSES,
   type ReservationKind,
   type ReservationStatus,
 } from '../../core/model.ts';
 import { assertHostTransition, assertReservationTransition } from '../../core/state-machines.ts';
-import { bindingLeases, type Tx } from './db.ts';
+import type { RawSql, Tx } from './db.ts';
 import { setHostPhase } from './hosts.ts';
 import { setLeaseStatus } from './leases.ts';
+import { allHosts, bindingLeaseRows, buildHadGrant, openReservations, placeholders } from './raw-rows.ts';
 import { beginRelease, transitionReservation } from './reservations.ts';
 import {
   type HostRow,
@@ -31,19 +32,13 @@ export interface PassResult {
 /** How many queued reservations get their position/reason/wait code written per pass. */
 export const PERSISTED_WAITS_PER_PASS = 200;
 
-/** Loads everything the admission engine needs, inside the caller's transaction. */
+/** Loads everything the admission engine needs, inside the caller's transaction (raw SQL, kept statements). */
 export async function loadAdmissionInput(s: LedgerStore, tx: Tx | undefined) {
-  const q = tx ?? s.db;
-  const [hostRows, leaseRows, resvRows] = await Promise.all([
-    q.select().from(t.hosts),
-    q.select().from(t.leases).where(bindingLeases),
-    q
-      .select()
-      .from(t.reservations)
-      .where(inArray(t.reservations.status, [...OPEN_STATUSES]))
-      // admission order, so the engine need not sort (priority desc, then FIFO)
-      .orderBy(desc(t.reservations.priority), asc(t.reservations.seq)),
-  ]);
+  const q = s.store.raw(tx);
+  // one connection per transaction: the reads run one after the other anyway
+  const hostRows = await allHosts(q);
+  const leaseRows = await bindingLeaseRows(q);
+  const resvRows = await openReservations(q);
   return { hostRows, leaseRows, resvRows, keptSlots: await keptSlotsOf(q, resvRows) };
 }
 
@@ -52,29 +47,18 @@ export async function loadAdmissionInput(s: LedgerStore, tx: Tx | undefined) {
  * slot, same head SHA) already had a lane granted. Such a build keeps its slot until its last
  * lane finishes, so a third PR cannot take the slot between a PR's two lanes.
  */
-async function keptSlotsOf(q: Tx | LedgerStore['db'], open: ReservationRow[]): Promise<string[]> {
-  const queued = open.filter((r) => r.status === 'queued' && r.repo != null && r.headSha != null);
-  if (queued.length === 0) return [];
-  const shas = [...new Set(queued.map((r) => r.headSha!))].slice(0, 500);
-  const granted = await q
-    .select({
-      id: t.reservations.id,
-      kind: t.reservations.kind,
-      repo: t.reservations.repo,
-      pr: t.reservations.pr,
-      headSha: t.reservations.headSha,
-    })
-    .from(t.reservations)
-    .where(and(inArray(t.reservations.headSha, shas), isNotNull(t.reservations.grantedAt)));
-  const admitted = new Set<string>();
-  for (const g of granted) {
-    const slot = budgetSlot({ ...g, kind: g.kind as ReservationKind });
-    if (slot) admitted.add(`${slot} ${g.headSha}`);
-  }
+async function keptSlotsOf(q: RawSql, open: ReservationRow[]): Promise<string[]> {
   const kept = new Set<string>();
-  for (const r of queued) {
+  const asked = new Set<string>();
+  for (const r of open) {
+    if (r.status !== 'queued' || r.repo == null || r.headSha == null) continue;
     const slot = budgetSlot({ ...r, kind: r.kind as ReservationKind });
-    if (slot && admitted.has(`${slot} ${r.headSha}`)) kept.add(slot);
+    if (!slot || kept.has(slot)) continue;
+    const build = `${slot} ${r.headSha}`;
+    // bounded like the SHA list it replaces: the head of the queue is what a pass can admit
+    if (asked.has(build) || asked.size >= 500) continue;
+    asked.add(build);
+    if (await buildHadGrant(q, { headSha: r.headSha, repo: r.repo, pr: r.pr })) kept.add(slot);
   }
   return [...kept];
 }
@@ -196,9 +180,12 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
     }
 
     // Grants: a few set-based statements for the whole pass (not per grant) so a burst of
-    // grants costs about as much as one; every transition is still checked and recorded.
+    // grants costs about as much as one; every transition is still checked and recorded. The
+    // history gets one row per lease and one per reservation: the host's move to `allocated` is
+    // the lease's grant (issue 13 item 2), not a third row.
+    const q = s.store.raw(tx);
     if (plan.grants.length) {
-      const leaseRows: (typeof t.leases.$inferInsert)[] = [];
+      const leaseArgs: InValue[] = [];
       const grantedHosts: string[] = [];
       for (const g of plan.grants) {
         const r = resvById.get(g.reservationId)!;
@@ -230,33 +217,15 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
           const token = host.fencingToken + 1;
           const leaseId = `l-${hostId}-${token}`;
           const lend = g.lend.includes(hostId);
-          leaseRows.push({
-            id: leaseId,
-            reservationId: r.id,
-            hostId,
-            fencingToken: token,
-            status: 'active',
-            lend,
-            grantedAt: now,
-            expiresAt: now + ttlS * 1000,
-          });
+          leaseArgs.push(leaseId, r.id, hostId, token, lend ? 1 : 0, now, now + ttlS * 1000);
           await s.record(tx, now, {
             subjectType: 'lease',
             subjectId: leaseId,
             type: 'lease.granted',
             toState: 'active',
-            cause: `admission granted ${r.id}`,
+            cause: `admission granted ${r.id}; ${hostId} ${host.phase} → allocated`,
             actor,
-            data: { reservationId: r.id, hostId, fencingToken: token, lend },
-          });
-          await s.record(tx, now, {
-            subjectType: 'host',
-            subjectId: hostId,
-            type: 'host.phase',
-            fromState: host.phase,
-            toState: 'allocated',
-            cause: `granted to ${r.id}`,
-            actor,
+            data: { reservationId: r.id, hostId, fencingToken: token, lend, hostFrom: host.phase },
           });
           host.fencingToken = token;
           host.phase = 'allocated';
@@ -268,25 +237,30 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
       }
       const ids = plan.grants.map((g) => g.reservationId);
       // compare-and-set: only still-queued rows move (the write lock makes this exact)
-      await tx
-        .update(t.reservations)
-        .set({
-          status: 'allocated',
-          grantedAt: now,
-          updatedAt: now,
-          reason: null,
-          position: null,
-          waitCode: null,
-          outcome: null,
-        })
-        .where(and(inArray(t.reservations.id, ids), eq(t.reservations.status, 'queued')));
+      await q.execute(
+        `UPDATE reservations SET status = 'allocated', granted_at = ?, updated_at = ?, reason = NULL, position = NULL, wait_code = NULL, outcome = NULL WHERE id IN (${placeholders(
+          ids.length,
+        )}) AND status = 'queued'`,
+        [now, now, ...ids],
+      );
       // each granted host's token goes up by exactly one: the value the lease rows carry
-      await tx
-        .update(t.hosts)
-        .set({ fencingToken: sql`${t.hosts.fencingToken} + 1`, phase: 'allocated', updatedAt: now })
-        .where(inArray(t.hosts.id, grantedHosts));
-      for (let i = 0; i < leaseRows.length; i += 50)
-        await tx.insert(t.leases).values(leaseRows.slice(i, i + 50));
+      await q.execute(
+        `UPDATE hosts SET fencing_token = fencing_token + 1, phase = 'allocated', updated_at = ? WHERE id IN (${placeholders(
+          grantedHosts.length,
+        )})`,
+        [now, ...grantedHosts],
+      );
+      const LEASE_ROW = "(?, ?, ?, ?, 'active', ?, ?, ?)";
+      for (let i = 0; i < leaseArgs.length; i += 7 * 50) {
+        const chunk = leaseArgs.slice(i, i + 7 * 50);
+        await q.execute(
+          `INSERT INTO leases (id, reservation_id, host_id, fencing_token, status, lend, granted_at, expires_at) VALUES ${Array.from(
+            { length: chunk.length / 7 },
+            () => LEASE_ROW,
+          ).join(', ')}`,
+          chunk,
+        );
+      }
       changed.add('reservation');
     }
 
@@ -297,10 +271,10 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
       const r = resvById.get(w.reservationId)!;
       if (r.reason === w.reason && r.position === w.position) continue;
       const prevCode = r.reason ? r.waitCode : null;
-      await tx
-        .update(t.reservations)
-        .set({ reason: w.reason, position: w.position, waitCode: w.code })
-        .where(and(eq(t.reservations.id, r.id), eq(t.reservations.status, 'queued')));
+      await q.execute(
+        "UPDATE reservations SET reason = ?, position = ?, wait_code = ? WHERE id = ? AND status = 'queued'",
+        [w.reason, w.position, w.code, r.id],
+      );
       if (prevCode !== w.code) {
         await s.record(tx, now, {
           subjectType: 'reservation',

@@ -181,6 +181,18 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
             tx,
           );
         }
+        if (report.facts) {
+          // issue 13 item 4: the report that frees the host says what its GPU shows now, in the
+          // same transaction, so the next pass does not refuse the host over the GPU processes
+          // of the job that just ended (the last heartbeat's) and wait up to a heartbeat for it
+          await tx
+            .update(t.hosts)
+            .set({
+              factsJson: JSON.stringify({ ...report.facts, gpuError: report.facts.gpuError ?? null }),
+              updatedAt: now,
+            })
+            .where(eq(t.hosts.id, hostId));
+        }
         const res = await ledger.confirmReleased(hostId, report.fencingToken, actor, {}, tx);
         return `${lease.id} released; reservation ${r.id} ${res.reservation.status}`;
       }

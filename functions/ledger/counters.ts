@@ -1,6 +1,8 @@
-import { inArray, sql } from 'drizzle-orm';
+import type { InValue } from '@libsql/client';
+import { sql } from 'drizzle-orm';
 import { isTerminalStatus } from '../../core/model.ts';
-import type { Tx } from './db.ts';
+import type { RawSql, Tx } from './db.ts';
+import { placeholders } from './raw-rows.ts';
 import * as t from './schema.ts';
 
 /**
@@ -39,7 +41,13 @@ export async function bumpCounter(
   labels: Record<string, string>,
   by = 1,
 ): Promise<void> {
-  await bumpMany(tx, [{ name, series: seriesKey(labels), by }]);
+  await tx
+    .insert(t.metricCounters)
+    .values({ name, series: seriesKey(labels), value: by })
+    .onConflictDoUpdate({
+      target: [t.metricCounters.name, t.metricCounters.series],
+      set: { value: sql`${t.metricCounters.value} + excluded.value` },
+    });
 }
 
 interface Bump {
@@ -48,7 +56,7 @@ interface Bump {
   by: number;
 }
 
-async function bumpMany(tx: Tx, bumps: readonly Bump[]): Promise<void> {
+async function bumpMany(q: RawSql, bumps: readonly Bump[]): Promise<void> {
   // merge same-sample bumps first: one upsert per sample keeps a busy pass to a few statements
   const merged = new Map<string, Bump>();
   for (const b of bumps) {
@@ -57,16 +65,16 @@ async function bumpMany(tx: Tx, bumps: readonly Bump[]): Promise<void> {
     if (m) m.by += b.by;
     else merged.set(k, { ...b });
   }
-  const rows = [...merged.values()].map((b) => ({ name: b.name, series: b.series, value: b.by }));
+  const rows = [...merged.values()];
   // 3 columns per row keeps each statement far below SQLite's bound-parameter limit
   for (let i = 0; i < rows.length; i += 200) {
-    await tx
-      .insert(t.metricCounters)
-      .values(rows.slice(i, i + 200))
-      .onConflictDoUpdate({
-        target: [t.metricCounters.name, t.metricCounters.series],
-        set: { value: sql`${t.metricCounters.value} + excluded.value` },
-      });
+    const chunk = rows.slice(i, i + 200);
+    await q.execute(
+      `INSERT INTO metric_counters (name, series, value) VALUES ${chunk
+        .map(() => '(?, ?, ?)')
+        .join(', ')} ON CONFLICT (name, series) DO UPDATE SET value = value + excluded.value`,
+      chunk.flatMap((b): InValue[] => [b.name, b.series, b.by]),
+    );
   }
 }
 
@@ -102,7 +110,7 @@ export interface CountedEvent {
  * each released lease's runner startup time (by host) and each reservation end (by class and outcome).
  * Runs just before commit, so the rows it reads already carry the command's changes.
  */
-export async function countEvents(tx: Tx, events: readonly CountedEvent[]): Promise<void> {
+export async function countEvents(q: RawSql, events: readonly CountedEvent[]): Promise<void> {
   if (events.length === 0) return;
   const bumps: Bump[] = events.map((e) => ({
     name: LEDGER_COUNTERS.events,
@@ -115,18 +123,24 @@ export async function countEvents(tx: Tx, events: readonly CountedEvent[]): Prom
     .map((e) => e.subjectId);
   const resvIds = [...new Set([...granted, ...ended])];
   if (resvIds.length) {
-    const rows = await tx
-      .select({
-        id: t.reservations.id,
-        kind: t.reservations.kind,
-        status: t.reservations.status,
-        outcome: t.reservations.outcome,
-        createdAt: t.reservations.createdAt,
-        grantedAt: t.reservations.grantedAt,
-      })
-      .from(t.reservations)
-      .where(inArray(t.reservations.id, resvIds));
-    const byId = new Map(rows.map((r) => [r.id, r]));
+    const rs = await q.execute(
+      `SELECT id, kind, status, outcome, created_at, granted_at FROM reservations WHERE id IN (${placeholders(
+        resvIds.length,
+      )})`,
+      resvIds,
+    );
+    const byId = new Map(
+      rs.rows.map((r) => [
+        r.id as string,
+        {
+          kind: r.kind as string,
+          status: r.status as string,
+          outcome: r.outcome as string | null,
+          createdAt: r.created_at as number,
+          grantedAt: r.granted_at as number | null,
+        },
+      ]),
+    );
     for (const id of granted) {
       const r = byId.get(id);
       if (r?.grantedAt == null) continue;
@@ -152,25 +166,23 @@ export async function countEvents(tx: Tx, events: readonly CountedEvent[]): Prom
   // observed at release, which happens once per lease (a runner start may be reported again)
   const started = [...new Set(events.filter((e) => e.type === 'lease.released').map((e) => e.subjectId))];
   if (started.length) {
-    const rows = await tx
-      .select({
-        host: t.leases.hostId,
-        preparedAt: t.leases.preparedAt,
-        runnerStartedAt: t.leases.runnerStartedAt,
-      })
-      .from(t.leases)
-      .where(inArray(t.leases.id, started));
-    for (const l of rows) {
-      if (l.preparedAt == null || l.runnerStartedAt == null) continue;
+    const rs = await q.execute(
+      `SELECT host_id, prepared_at, runner_started_at FROM leases WHERE id IN (${placeholders(started.length)})`,
+      started,
+    );
+    for (const l of rs.rows) {
+      const preparedAt = l.prepared_at as number | null;
+      const runnerStartedAt = l.runner_started_at as number | null;
+      if (preparedAt == null || runnerStartedAt == null) continue;
       bumps.push(
         ...histogramBumps(
           LEDGER_COUNTERS.runnerStartup,
           RUNNER_START_BUCKETS_S,
-          { host: l.host },
-          (l.runnerStartedAt - l.preparedAt) / 1000,
+          { host: l.host_id as string },
+          (runnerStartedAt - preparedAt) / 1000,
         ),
       );
     }
   }
-  await bumpMany(tx, bumps);
+  await bumpMany(q, bumps);
 }

@@ -1,4 +1,4 @@
-import type { Client, InArgs, ResultSet } from '@libsql/client';
+import type { Client, InArgs, ResultSet, Transaction, TransactionMode } from '@libsql/client';
 import { sql } from 'drizzle-orm';
 import { drizzle, type LibSQLDatabase } from 'drizzle-orm/libsql';
 import { BINDING_LEASE_STATUSES } from '../../core/model.ts';
@@ -31,7 +31,19 @@ export interface LedgerDb {
   exec(stmt: string, args: InArgs): Promise<ResultSet>;
   /** Several statements on one connection, in the same queue as {@link exec} (no busy retry). */
   execScript(script: string): Promise<void>;
+  /**
+   * Hand-written SQL with positional arguments inside `tx` (a transaction {@link write} opened),
+   * or outside any transaction without one: the hot paths (admission pass, heartbeat) skip
+   * drizzle's query building, which cost more than running the statement once it is kept
+   * prepared (issue 13; docs/adr/0065-cached-statements-local-client.md).
+   */
+  raw(tx: Tx | undefined): RawSql;
   close(): void;
+}
+
+/** Raw SQL on one connection: a transaction's, or the client's (autocommit reads). */
+export interface RawSql {
+  execute(sql: string, args?: InArgs): Promise<ResultSet>;
 }
 
 export interface OpenOptions {
@@ -115,7 +127,26 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
     await client.execute('PRAGMA journal_mode = WAL');
     await applyConnectionPragmas(client);
   }
-  const db = drizzle(client, { schema });
+  // drizzle opens each write transaction through this client; the libSQL transaction it gets is
+  // kept beside drizzle's handle so raw SQL can run in the same transaction. Writers in this
+  // process run one at a time (the queue below), so exactly one transaction is being opened when
+  // drizzle calls back.
+  let opening: Transaction | null = null;
+  const rawOf = new WeakMap<Tx, Transaction>();
+  const forDrizzle = new Proxy(client, {
+    get(target, prop, receiver) {
+      if (prop === 'transaction') {
+        return async (mode?: TransactionMode) => {
+          const ltx = await target.transaction(mode);
+          opening = ltx;
+          return ltx;
+        };
+      }
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+  const db = drizzle(forDrizzle, { schema });
 
   // One writer at a time in this process. Two queues: single statements (the webhook insert)
   // go before waiting transactions (processing, admission passes), so acknowledging never queues
@@ -151,12 +182,28 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
     }
   };
   const write = <T>(fn: (tx: Tx) => Promise<T>): Promise<T> =>
-    enqueue(transactions, () => retryBusy(() => db.transaction(fn)));
+    enqueue(transactions, () =>
+      retryBusy(() =>
+        db.transaction((tx) => {
+          const ltx = opening;
+          opening = null;
+          if (!ltx) throw new TypeError('drizzle opened a transaction without the ledger client');
+          rawOf.set(tx, ltx);
+          return fn(tx);
+        }),
+      ),
+    );
+  const raw = (tx: Tx | undefined): RawSql => {
+    if (!tx) return { execute: (sql, args) => client.execute({ sql, args: args ?? [] }) };
+    const ltx = rawOf.get(tx);
+    if (!ltx) throw new TypeError('raw(tx): tx is not a write transaction of this ledger');
+    return { execute: (sql, args) => ltx.execute({ sql, args: args ?? [] }) };
+  };
   const exec = (stmt: string, args: InArgs): Promise<ResultSet> =>
     enqueue(statements, () => retryBusy(() => client.execute({ sql: stmt, args })));
 
   const execScript = (script: string): Promise<void> =>
     enqueue(statements, () => client.executeMultiple(script));
 
-  return { db, client, local, write, exec, execScript, close: () => client.close() };
+  return { db, client, local, write, exec, execScript, raw, close: () => client.close() };
 }

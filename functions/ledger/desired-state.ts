@@ -1,12 +1,11 @@
-import { eq } from 'drizzle-orm';
 import { executorForRepo } from '../../core/config.ts';
 import type { Topology } from '../../core/model.ts';
 import type { DesiredState, LeaseRef } from '../../core/protocol/agent.ts';
 import { sha256Hex } from '../auth/tokens.ts';
 import type { Tx } from './db.ts';
-import { bindingLease, currentHandoff } from './queries.ts';
+import { currentHandoff } from './queries.ts';
+import { bindingLeaseOfHost, hostById, reservationById } from './raw-rows.ts';
 import type { HandoffRow, HostRow, LeaseRow, ReservationRow } from './rows.ts';
-import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
 
 export { currentHandoff };
@@ -48,12 +47,12 @@ export async function computeDesiredState(
   hostId: string,
   now: number,
 ): Promise<ComputedState> {
-  const host = (await q.select().from(t.hosts).where(eq(t.hosts.id, hostId)))[0];
+  // every agent polls: raw SQL on kept statements (issue 13 item 2)
+  const raw = ledger.store.raw(q === ledger.db ? undefined : (q as Tx));
+  const host = await hostById(raw, hostId);
   if (!host) throw new TypeError(`host ${hostId} is not in the ledger`);
-  const lease = await bindingLease(q, hostId);
-  const r = lease
-    ? ((await q.select().from(t.reservations).where(eq(t.reservations.id, lease.reservationId)))[0] ?? null)
-    : null;
+  const lease = await bindingLeaseOfHost(raw, hostId);
+  const r = lease ? await reservationById(raw, lease.reservationId) : null;
   let pendingHandoff: HandoffRow | null = null;
   let desired: DesiredState;
   const ref = lease && r ? leaseRef(ledger, lease, r, now) : null;

@@ -4,6 +4,7 @@ import { assertHostTransition } from '../../core/state-machines.ts';
 import { conflict, notFound } from '../errors.ts';
 import type { Tx } from './db.ts';
 import { renewOnHeartbeat } from './leases.ts';
+import { hostById } from './raw-rows.ts';
 import { transitionReservation } from './reservations.ts';
 import type { HostRow } from './rows.ts';
 import * as t from './schema.ts';
@@ -105,14 +106,18 @@ export async function recordHeartbeat(
   actor = `agent:${hostId}`,
 ): Promise<void> {
   await s.write(async (tx, now, changed) => {
-    const host = await getHost(s, tx, hostId);
+    // raw SQL on kept statements: every agent sends one every 10 s (issue 13 item 2)
+    const q = s.store.raw(tx);
+    const host = await hostById(q, hostId);
     if (!host) throw notFound(`host ${hostId}`);
     const wasFresh =
       host.lastHeartbeatAt != null && now - host.lastHeartbeatAt <= s.config.timings.offlineAfterS * 1000;
-    await tx
-      .update(t.hosts)
-      .set({ factsJson: JSON.stringify(facts), lastHeartbeatAt: now, updatedAt: now })
-      .where(eq(t.hosts.id, hostId));
+    await q.execute('UPDATE hosts SET facts_json = ?, last_heartbeat_at = ?, updated_at = ? WHERE id = ?', [
+      JSON.stringify(facts),
+      now,
+      now,
+      hostId,
+    ]);
     if (!wasFresh) {
       await s.record(tx, now, {
         subjectType: 'host',

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt } from 'drizzle-orm';
+import { and, asc, eq } from 'drizzle-orm';
 import { tokenLimitFor } from '../../core/config.ts';
 import { leaseEvent } from '../../core/events.ts';
 import {
@@ -12,6 +12,7 @@ import { assertLeaseTransition } from '../../core/state-machines.ts';
 import { conflict, notFound, staleFencingToken } from '../errors.ts';
 import { bindingLeases, type Tx } from './db.ts';
 import { getHost, setHostPhase } from './hosts.ts';
+import { inlined } from './raw-rows.ts';
 import { beginRelease, getReservation, transitionReservation } from './reservations.ts';
 import type { LeaseRow, ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
@@ -111,20 +112,15 @@ export async function setLeaseProgress(tx: Tx, lease: LeaseRow, patch: LeaseProg
  * Development leases are renewed only by their requester ({@link renewDevelopmentLease}).
  */
 export async function renewOnHeartbeat(s: LedgerStore, tx: Tx, now: number, hostId: string): Promise<void> {
-  const ttl = s.config.timings.ciLeaseTtlS * 1000;
-  const bound = await tx
-    .select({ lease: t.leases, kind: t.reservations.kind })
-    .from(t.leases)
-    .innerJoin(t.reservations, eq(t.reservations.id, t.leases.reservationId))
-    .where(and(eq(t.leases.hostId, hostId), eq(t.leases.status, 'active'), gt(t.leases.expiresAt, now)));
-  for (const { lease, kind } of bound) {
-    if (CI_KINDS.includes(kind as ReservationKind)) {
-      await tx
-        .update(t.leases)
-        .set({ expiresAt: Math.max(lease.expiresAt, now + ttl) })
-        .where(eq(t.leases.id, lease.id));
-    }
-  }
+  // one statement on the heartbeat's hot path (issue 13 item 2): CI leases of this host that
+  // are still current move their expiry to at least now + TTL; development leases are renewed
+  // only by hand
+  await s.store
+    .raw(tx)
+    .execute(
+      `UPDATE leases SET expires_at = MAX(expires_at, ?) WHERE host_id = ? AND status = 'active' AND expires_at > ? AND reservation_id IN (SELECT id FROM reservations WHERE kind IN (${inlined(CI_KINDS)}))`,
+      [now + s.config.timings.ciLeaseTtlS * 1000, hostId, now],
+    );
 }
 
 const iso = (ms: number) => new Date(ms).toISOString();

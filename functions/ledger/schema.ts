@@ -65,6 +65,9 @@ export const reservations = sqliteTable(
     uniqueIndex('reservations_seq').on(t.seq),
     index('reservations_status').on(t.status, t.priority, t.seq),
     index('reservations_pr').on(t.repo, t.pr),
+    // every admission pass asks whether a queued build (head SHA, repository, PR) already had
+    // a lane granted (rule 6 between lanes): one index seek instead of a scan of the history
+    index('reservations_build').on(t.headSha, t.repo, t.pr, t.grantedAt),
   ],
 );
 

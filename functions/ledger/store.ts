@@ -48,6 +48,7 @@ export class LedgerStore {
   private readonly listeners = new Set<Listener>();
   private readonly eventBuffers = new WeakMap<Tx, EventInsert[]>();
   private readonly changedSets = new WeakMap<Tx, Set<string>>();
+  private changeCount = 0;
 
   constructor(
     readonly store: LedgerDb,
@@ -74,7 +75,18 @@ export class LedgerStore {
   }
 
   notify(...topics: string[]): void {
+    if (topics.some((t) => t !== 'outbox')) this.changeCount++;
     for (const topic of topics) for (const fn of this.listeners) fn(topic);
+  }
+
+  /**
+   * The ledger's version as this process knows it: bumped on every committed change to hosts,
+   * leases or reservations notified here (not on outbox bookkeeping). Read models keyed by it
+   * are computed once per change instead of once per request (issue 13 item 2); a change made
+   * by another process sharing the ledger cannot bump it, so such caches also bound their age.
+   */
+  get version(): number {
+    return this.changeCount;
   }
 
   /** Runs `fn` in one write transaction; change notices go out only after commit. */
@@ -126,17 +138,34 @@ export class LedgerStore {
     };
     const buffer = this.eventBuffers.get(tx);
     if (buffer) buffer.push(row);
-    else {
-      await tx.insert(t.events).values(row);
-      await countEvents(tx, [row]);
-    }
+    else await this.flushEvents(tx, [row]);
     for (const hook of this.hooks) await hook(tx, ev, { now });
   }
 
   private async flushEvents(tx: Tx, buffer: EventInsert[]): Promise<void> {
+    if (buffer.length === 0) return;
+    const q = this.store.raw(tx);
     // 9 columns per row keeps each statement far below SQLite's bound-parameter limit
-    for (let i = 0; i < buffer.length; i += 100) await tx.insert(t.events).values(buffer.slice(i, i + 100));
-    await countEvents(tx, buffer);
+    for (let i = 0; i < buffer.length; i += 100) {
+      const chunk = buffer.slice(i, i + 100);
+      await q.execute(
+        `INSERT INTO events (at, subject_type, subject_id, type, from_state, to_state, cause, actor, data_json) VALUES ${chunk
+          .map(() => '(?, ?, ?, ?, ?, ?, ?, ?, ?)')
+          .join(', ')}`,
+        chunk.flatMap((e) => [
+          e.at,
+          e.subjectType,
+          e.subjectId,
+          e.type,
+          e.fromState ?? null,
+          e.toState ?? null,
+          e.cause,
+          e.actor,
+          e.dataJson ?? null,
+        ]),
+      );
+    }
+    await countEvents(q, buffer);
     buffer.length = 0;
   }
 

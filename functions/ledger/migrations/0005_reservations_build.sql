@@ -1,0 +1,1 @@
+CREATE INDEX `reservations_build` ON `reservations` (`head_sha`,`repo`,`pr`,`granted_at`);

@@ -1,0 +1,168 @@
+import { createClient } from '@libsql/client';
+import { asc, desc, inArray, sql } from 'drizzle-orm';
+import { afterEach, describe, expect, it } from 'vitest';
+import { OPEN_STATUSES } from '../../core/model.ts';
+import { openLedgerDb } from '../../functions/ledger/db.ts';
+import { createLocalClient, STATEMENT_CACHE_SIZE } from '../../functions/ledger/local-client.ts';
+import { allHosts, bindingLeaseRows, openReservations } from '../../functions/ledger/raw-rows.ts';
+import * as t from '../../functions/ledger/schema.ts';
+import { adoptAll, makeTestLedger, type TestLedger, tempDir } from '../helpers/ledger.ts';
+
+/**
+ * The hand-written hot-path reads (issue 13 item 2) return exactly the rows drizzle returns for
+ * the same tables, and the kept-statement client answers exactly like `@libsql/client`: these
+ * are drop-in replacements, so every other ledger test keeps proving the rules through them.
+ */
+describe('raw admission reads', () => {
+  let tl: TestLedger | null = null;
+  afterEach(() => {
+    tl?.close();
+    tl = null;
+  });
+
+  it('match drizzle row for row, inside and outside a write transaction', async () => {
+    tl = await makeTestLedger({
+      config: { hosts: [{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }, { id: 'spark-3' }] },
+    });
+    const { ledger } = tl;
+    await adoptAll(ledger);
+    for (let i = 0; i < 4; i++) {
+      await ledger.createReservation(
+        {
+          kind: 'manual',
+          topology: i === 3 ? 'pair' : 'single',
+          repo: 'acme/iron',
+          pr: i + 1,
+          headSha: 'a'.repeat(40),
+          requester: 'test',
+        },
+        'test',
+      );
+    }
+    const pass = await ledger.admissionPass('test');
+    expect(pass.granted.length).toBeGreaterThan(0);
+    const db = ledger.db;
+    const viaDrizzle = {
+      hosts: await db.select().from(t.hosts),
+      leases: await db
+        .select()
+        .from(t.leases)
+        .where(sql`${t.leases.status} in ('active', 'expired', 'releasing')`),
+      reservations: await db
+        .select()
+        .from(t.reservations)
+        .where(inArray(t.reservations.status, [...OPEN_STATUSES]))
+        .orderBy(desc(t.reservations.priority), asc(t.reservations.seq)),
+    };
+    expect(viaDrizzle.leases.length).toBeGreaterThan(0);
+    expect(viaDrizzle.reservations.some((r) => r.status === 'queued')).toBe(true);
+    const outside = ledger.store.raw(undefined);
+    expect(await allHosts(outside)).toEqual(viaDrizzle.hosts);
+    expect(await bindingLeaseRows(outside)).toEqual(viaDrizzle.leases);
+    expect(await openReservations(outside)).toEqual(viaDrizzle.reservations);
+    const inside = await ledger.store.write(async (tx) => {
+      const q = ledger.store.raw(tx);
+      return {
+        hosts: await allHosts(q),
+        leases: await bindingLeaseRows(q),
+        reservations: await openReservations(q),
+      };
+    });
+    expect(inside).toEqual(viaDrizzle);
+  });
+
+  it('refuses raw SQL on a transaction the ledger did not open', async () => {
+    tl = await makeTestLedger();
+    const other = await makeTestLedger();
+    try {
+      await other.ledger.store.write(async (tx) => {
+        expect(() => tl!.ledger.store.raw(tx)).toThrow(/not a write transaction of this ledger/);
+      });
+    } finally {
+      other.close();
+    }
+  });
+});
+
+describe('kept-statement local client', () => {
+  it('answers like @libsql/client: rows, types, errors, transactions', async () => {
+    const { dir, cleanup } = tempDir();
+    const url = `file:${dir}/c.db`;
+    const stock = createClient({ url });
+    const kept = createLocalClient({ url, concurrency: 2 });
+    try {
+      await stock.executeMultiple(
+        'CREATE TABLE x (id INTEGER PRIMARY KEY, name TEXT, n INTEGER, r REAL, b BLOB, f INTEGER NOT NULL DEFAULT 0)',
+      );
+      await stock.execute({
+        sql: 'INSERT INTO x (name, n, r, b, f) VALUES (?, ?, ?, ?, ?)',
+        args: ['a', 7, 1.5, new Uint8Array([1, 2]), true],
+      });
+      await stock.execute({
+        sql: 'INSERT INTO x (name, n, r, b) VALUES (?, ?, ?, ?)',
+        args: [null, -3, 0, null],
+      });
+      const q = 'SELECT id, name, n, r, b, f, name AS name FROM x ORDER BY id';
+      for (let round = 0; round < 3; round++) {
+        // the same text again: the kept statement must give the same answer every time
+        const a = await stock.execute(q);
+        const b = await kept.execute(q);
+        expect(b.columns).toEqual(a.columns);
+        expect(b.rows.map((r) => Array.prototype.slice.call(r))).toEqual(
+          a.rows.map((r) => Array.prototype.slice.call(r)),
+        );
+        expect(b.rows.map((r) => ({ ...r }))).toEqual(a.rows.map((r) => ({ ...r })));
+        expect(b.rows.map((r) => Object.keys(r))).toEqual(a.rows.map((r) => Object.keys(r)));
+        expect(b.rows[0]!.length).toBe(a.rows[0]!.length);
+      }
+      const single = await kept.execute({ sql: 'SELECT name, n FROM x WHERE id = ?', args: [1] });
+      expect(single.rows[0]!.name).toBe('a');
+      expect(single.rows[0]![1]).toBe(7);
+      expect(Object.keys(single.rows[0]!)).toEqual(['name', 'n']);
+      const ins = await kept.execute({ sql: 'INSERT INTO x (name, n) VALUES (?, ?)', args: ['c', 9] });
+      expect(ins.rowsAffected).toBe(1);
+      expect(ins.lastInsertRowid).toBe(3n);
+      await expect(
+        kept.execute({ sql: 'INSERT INTO x (id, name) VALUES (?, ?)', args: [1, 'dup'] }),
+      ).rejects.toMatchObject({
+        code: 'SQLITE_CONSTRAINT',
+      });
+      await expect(kept.execute('SELECT nope FROM x')).rejects.toMatchObject({ code: 'SQLITE_ERROR' });
+      // a rolled-back transaction leaves nothing; a committed one is seen by the other client
+      const tx = await kept.transaction('write');
+      await tx.execute({ sql: 'INSERT INTO x (name) VALUES (?)', args: ['gone'] });
+      await tx.rollback();
+      const tx2 = await kept.transaction('write');
+      await tx2.execute({ sql: 'INSERT INTO x (name) VALUES (?)', args: ['kept'] });
+      await tx2.commit();
+      const names = (await stock.execute('SELECT name FROM x ORDER BY id')).rows.map((r) => r.name);
+      expect(names).toEqual(['a', null, 'c', 'kept']);
+      // more distinct statements than the cache holds: the oldest are dropped, answers stay right
+      for (let i = 0; i < STATEMENT_CACHE_SIZE + 20; i++) {
+        const rs = await kept.execute({ sql: `SELECT ? + ${i} AS v`, args: [1] });
+        expect(rs.rows[0]!.v).toBe(1 + i);
+      }
+    } finally {
+      stock.close();
+      kept.close();
+      cleanup();
+    }
+  });
+
+  it('sets the connection pragmas on every pooled connection', async () => {
+    const { dir, cleanup } = tempDir();
+    try {
+      const { createNodeLedgerClient } = await import('../../functions/ledger/node-client.ts');
+      const store = await openLedgerDb({ url: `file:${dir}/p.db`, createClient: createNodeLedgerClient });
+      const txs = await Promise.all([0, 1, 2, 3].map(() => store.client.transaction('deferred')));
+      for (const tx of txs) {
+        const rs = await tx.execute('PRAGMA synchronous');
+        expect(rs.rows[0]![0]).toBe(1); // NORMAL
+        tx.close();
+      }
+      store.close();
+    } finally {
+      cleanup();
+    }
+  });
+});
