@@ -313,7 +313,10 @@ describe('agent API: desired state, fencing and the JIT handoff', () => {
       expect(`${e.cause} ${e.dataJson ?? ''}`).not.toContain(jobToken);
     }
     // issue 11 item 8: nor in any byte of the ledger files — the database, its -wal and -shm
-    // (the config was erased in place and the WAL truncated after the hand-over); all 0600
+    // (the config was erased in place and the WAL truncated after the hand-over); all 0600. The
+    // truncation was queued with the answer, ahead of any later write of this process: once one
+    // write has run after it, it is done
+    await c!.ledger.write(async () => undefined);
     const files = readdirSync(c!.dir).filter((f) => f.startsWith('spark.db'));
     expect(files).toContain('spark.db');
     for (const f of files) {
