@@ -11,9 +11,11 @@
  *  - the agent's idle RSS and CPU over 60 s (children — nvidia-smi — included), and how many of
  *    its heartbeats had to open a new connection.
  */
-import { readFileSync } from 'node:fs';
-import { startFleet } from '../../test/doubles/fleet.ts';
-import { readRunnerMarkers, waitFor } from '../../test/doubles/index.ts';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { agentBundle, startFleet } from '../../test/doubles/fleet.ts';
+import { REPO_ROOT, readRunnerMarkers, waitFor } from '../../test/doubles/index.ts';
 import type { BenchRunner } from './types.ts';
 
 const CYCLES = 21;
@@ -141,6 +143,8 @@ async function idleCost(progress: (m: string) => void) {
       .filter((l) => l.includes('"heartbeat sent"'))
       .map((l) => JSON.parse(l) as { newConnections: number });
     return {
+      // what ran: node and the bundle, no TypeScript loader (issue 13 item 3)
+      agentCommand: agent.proc.spawnargs.slice(0, 2),
       heartbeats: beats.length,
       newConnectionsDuringIdle: (beats.at(-1)?.newConnections ?? 0) - (beats[0]?.newConnections ?? 0),
       cpuPercent: (cpuS / wallS) * 100,
@@ -153,7 +157,21 @@ async function idleCost(progress: (m: string) => void) {
   }
 }
 
+/** The bundle the fleet runs, and whether it is byte for byte the committed `agent/dist` file. */
+async function bundleIdentity() {
+  const path = await agentBundle();
+  const digest = (f: string) => createHash('sha256').update(readFileSync(f)).digest('hex');
+  const sha256 = digest(path);
+  const committed = join(REPO_ROOT, 'agent/dist/spark-agent.mjs');
+  return { path, sha256, sameAsCommittedDist: existsSync(committed) && digest(committed) === sha256 };
+}
+
 export const run: BenchRunner = async (progress) => {
+  const bundle = await bundleIdentity();
+  if (!bundle.sameAsCommittedDist)
+    progress(
+      'note: agent/dist/spark-agent.mjs differs from the bundle built from this tree (run npm run build)',
+    );
   const { deltas, runnerUser, segmentsP50Ms } = await handoverLatency(progress);
   const p50 = quantile(deltas, 0.5);
   const p99 = quantile(deltas, 0.99);
@@ -174,6 +192,7 @@ export const run: BenchRunner = async (progress) => {
         samplesMs: deltas,
         segmentsP50Ms,
       },
+      bundle,
       idle: { seconds: IDLE_S, heartbeatS: 10, longPollS: 25, ...idle },
     },
     rows: [
@@ -200,6 +219,10 @@ export const run: BenchRunner = async (progress) => {
         value: `${idle.rssMiBMax.toFixed(1)} MiB (${idle.rssMiBMean.toFixed(1)})`,
         target: '≤ 60 MiB',
         met: idle.rssMiBMax <= 60,
+      },
+      {
+        metric: 'agent: the process measured runs the bundle, same bytes as agent/dist/spark-agent.mjs',
+        value: bundle.sameAsCommittedDist ? 'yes' : 'no (rebuild dist)',
       },
       {
         metric: 'agent: idle heartbeats that opened a new connection',
