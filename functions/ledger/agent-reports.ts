@@ -181,6 +181,15 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
             tx,
           );
         }
+        if (report.facts) {
+          // what the GPU shows right after cleanup, in the transaction that frees the host: the
+          // admission pass this release kicks sees it (issue 13 item 3), instead of the finished
+          // job's processes from the last heartbeat
+          await tx
+            .update(t.hosts)
+            .set({ factsJson: JSON.stringify({ ...report.facts, gpuError: report.facts.gpuError ?? null }) })
+            .where(eq(t.hosts.id, hostId));
+        }
         const res = await ledger.confirmReleased(hostId, report.fencingToken, actor, {}, tx);
         return `${lease.id} released; reservation ${r.id} ${res.reservation.status}`;
       }
