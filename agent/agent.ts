@@ -60,9 +60,6 @@ export class Agent {
       save: () => saveState(cfg.stateFile, ctx.state),
       report: (r) => this.report(r),
       collectFacts: (gpu) => collectFacts(this.ctx, gpu),
-      heartbeat: async (facts) => {
-        this.heartbeatS = clampHeartbeatS((await this.client.heartbeat(facts)).heartbeatIntervalS);
-      },
       sleep: (ms) => this.sleep(ms),
       stopped: () => this.isStopped,
       heartbeatMs: () => this.heartbeatS * 1000,

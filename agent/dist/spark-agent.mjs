@@ -21638,7 +21638,6 @@ async function finishClean(ctx) {
     gpuError: null,
     runnerState: "none"
   };
-  await ctx.heartbeat(facts).catch((e) => ctx.log.warn("fresh facts not delivered", { error: e.message }));
   await ctx.report({ type: "cleaned", fencingToken: l.fencingToken, facts });
   ctx.state.lease = null;
   ctx.save();
@@ -21997,9 +21996,6 @@ var Agent3 = class {
       save: () => saveState(cfg.stateFile, ctx.state),
       report: (r) => this.report(r),
       collectFacts: (gpu) => collectFacts(this.ctx, gpu),
-      heartbeat: async (facts) => {
-        this.heartbeatS = clampHeartbeatS((await this.client.heartbeat(facts)).heartbeatIntervalS);
-      },
       sleep: (ms) => this.sleep(ms),
       stopped: () => this.isStopped,
       heartbeatMs: () => this.heartbeatS * 1e3,

@@ -54,18 +54,17 @@ export async function finishClean(ctx: StepContext): Promise<StepResult> {
     }
     return waitFor(ctx.heartbeatMs());
   }
-  // the host is about to be free: the controller gets what the GPU shows now, in a heartbeat
-  // (which today's controller applies) and in the report, so the next grant need not wait up to a
-  // heartbeat period for facts that still list the finished job's processes
+  // the host is about to be free: the report carries what the GPU shows now and the controller
+  // stores it in the transaction that frees the host, so the next grant need not wait up to a
+  // heartbeat period for facts that still list the finished job's processes. (A heartbeat sent
+  // just before did the same one request and one admission pass earlier: that pass then held
+  // the release's pass back by the controller's 50 ms pass gap.)
   const facts = {
     ...(await ctx.collectFacts()),
     gpuProcesses: q.processes,
     gpuError: null,
     runnerState: 'none' as const,
   };
-  await ctx
-    .heartbeat(facts)
-    .catch((e: Error) => ctx.log.warn('fresh facts not delivered', { error: e.message }));
   await ctx.report({ type: 'cleaned', fencingToken: l.fencingToken, facts });
   ctx.state.lease = null;
   ctx.save();

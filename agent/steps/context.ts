@@ -20,8 +20,6 @@ export interface StepContext {
   report(r: Report): Promise<void>;
   /** Host facts as a heartbeat would send them now (`gpu`: a GPU query just made). */
   collectFacts(gpu?: GpuQuery): Promise<HostFacts>;
-  /** Sends a heartbeat with `facts` at once (outside the heartbeat period). */
-  heartbeat(facts: HostFacts): Promise<void>;
   /** Interruptible sleep (ends early when the agent stops). */
   sleep(ms: number): Promise<void>;
   stopped(): boolean;

@@ -313,7 +313,10 @@ describe('agent API: desired state, fencing and the JIT handoff', () => {
       expect(`${e.cause} ${e.dataJson ?? ''}`).not.toContain(jobToken);
     }
     // issue 11 item 8: nor in any byte of the ledger files — the database, its -wal and -shm
-    // (the config was erased in place and the WAL truncated after the hand-over); all 0600
+    // (the config was erased in place and the WAL truncated after the hand-over); all 0600. The
+    // truncation was queued with the answer, ahead of any later write of this process: once one
+    // write has run after it, it is done
+    await c!.ledger.write(async () => undefined);
     const files = readdirSync(c!.dir).filter((f) => f.startsWith('spark.db'));
     expect(files).toContain('spark.db');
     for (const f of files) {
@@ -337,9 +340,19 @@ describe('agent API: desired state, fencing and the JIT handoff', () => {
       lastLines: ['boom'],
     });
     expect((await poll(tok['spark-2']!)).desired.state).toBe('clean');
-    expect((await rs({ type: 'cleaned' })).json.result).toBe(
+    // the last heartbeat still listed the job on the GPU; the report that frees the host says
+    // what the GPU shows now, and the controller stores it with the release
+    const job = { pid: 5151, name: 'python3', usedMemoryMiB: 1024 };
+    await heartbeat(tok['spark-2']!, idleFacts({ gpuProcesses: [job], runnerState: 'running' }));
+    const beatAt = (await c!.ledger.getHost(undefined, 'spark-2'))!.lastHeartbeatAt;
+    expect((await rs({ type: 'cleaned', facts: idleFacts() })).json.result).toBe(
       `${lease.id} released; reservation ${id} failed`,
     );
+    const freed = (await c!.ledger.getHost(undefined, 'spark-2'))!;
+    expect(freed.phase).toBe('idle');
+    expect(JSON.parse(freed.factsJson!)).toMatchObject({ gpuProcesses: [], runnerState: 'none' });
+    // a report is not a heartbeat: liveness still comes from heartbeats alone
+    expect(freed.lastHeartbeatAt).toBe(beatAt);
     // a repeat of the same report is stale now: nothing changes
     expect((await rs({ type: 'cleaned' })).status).toBe(409);
     expect((await poll(tok['spark-2']!)).desired.state).toBe('idle');

@@ -6,7 +6,6 @@ import { emptyState, type LeaseState } from '../../agent/state-file.ts';
 import { finishClean } from '../../agent/steps/clean.ts';
 import type { StepContext } from '../../agent/steps/context.ts';
 import { prepareHost } from '../../agent/steps/prepare.ts';
-import type { HostFacts } from '../../core/model.ts';
 import type { Report } from '../../core/protocol/agent.ts';
 
 /**
@@ -37,7 +36,7 @@ function lease(over: Partial<LeaseState> = {}): LeaseState {
 
 function harness(gpu: { pid: number; name: string; usedMemoryMiB: number }[], termination = true) {
   const calls: string[] = [];
-  const sent: (Report | { type: 'heartbeat'; facts: HostFacts })[] = [];
+  const sent: Report[] = [];
   const port: HostPort = {
     exec: async () => ({ code: 0, signal: null, stdout: '', stderr: '', error: null }),
     queryGpu: async () => {
@@ -89,9 +88,6 @@ function harness(gpu: { pid: number; name: string; usedMemoryMiB: number }[], te
       runnerState: 'exited',
       interconnectOk: null,
     }),
-    heartbeat: async (facts) => {
-      sent.push({ type: 'heartbeat', facts });
-    },
     sleep: async () => {},
     stopped: () => false,
     heartbeatMs: () => 10_000,
@@ -101,16 +97,16 @@ function harness(gpu: { pid: number; name: string; usedMemoryMiB: number }[], te
 }
 
 describe('finish-clean', () => {
-  it('frees the host only after termination is confirmed, with fresh GPU facts in a heartbeat and the report', async () => {
+  it('frees the host only after termination is confirmed, with fresh GPU facts in the report', async () => {
     const h = harness([]);
     expect(await finishClean(h.ctx)).toEqual({ next: 'wait', ms: null });
     expect(h.calls.slice(0, 4)).toEqual(['executor.stop', 'executor.confirm', 'executor.discard', 'gpu']);
     // one GPU query serves the check and the facts
     expect(h.calls.filter((c) => c === 'gpu')).toHaveLength(1);
-    expect(h.sent.map((s) => s.type)).toEqual(['heartbeat', 'cleaned']);
+    // one request: the controller stores the facts with the release
+    expect(h.sent.map((s) => s.type)).toEqual(['cleaned']);
     const fresh = { gpuProcesses: [], runnerState: 'none' };
-    expect(h.sent[0]).toMatchObject({ facts: fresh });
-    expect(h.sent[1]).toMatchObject({ type: 'cleaned', fencingToken: 5, facts: fresh });
+    expect(h.sent[0]).toMatchObject({ type: 'cleaned', fencingToken: 5, facts: fresh });
     expect(h.ctx.state.lease).toBeNull();
   });
 
