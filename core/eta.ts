@@ -209,7 +209,13 @@ export function estimateQueue(input: EtaInput): Eta[] {
           ? `no host can take work now: ${input.hosts.map((h) => `${h.id} ${h.state ?? 'offline'}`).join(', ')}`
           : 'no host is online: install or adopt an agent';
       } else {
-        blocked = `needs ${r.topology === 'pair' ? 2 : 1} online hosts, ${schedulable.length} online`;
+        const n = r.topology === 'pair' ? 2 : 1;
+        const held = input.hosts.filter(
+          (h) => !h.schedulable && h.state && h.state !== 'offline' && h.state !== 'unknown',
+        );
+        blocked = held.length
+          ? `needs ${n} hosts, ${schedulable.length} can take work (${held.map((h) => `${h.id} ${h.state}`).join(', ')})`
+          : `needs ${n} online hosts, ${schedulable.length} online`;
       }
     }
     return {

@@ -98,7 +98,7 @@ const quote = (s: string | null | undefined) => (s == null ? 'none' : `"${s}"`);
 /** Plans of the story's jobs by commit: a gate holds a job so the next part happens while it runs. */
 export const failureStoryPlans = new Map<string, Partial<JobPlan>>();
 
-/** What the story needs of the running system besides the harness. */
+/** The rows the failure story observed. */
 export interface FailureStory {
   rows: Row[];
   /** Every row matched. */
@@ -525,10 +525,11 @@ async function hostFailures(ctx: Ctx, note: Note) {
   step('While spark-1 is quarantined a pair test is labeled: it cannot be admitted');
   const pair = await ctx.labelNew(sha('a3'), 'spark-pair-test');
   const pairWhy = await ctx.queueReason(pair.rid);
+  const pairCheck = await checkWhen(s, pair.rid, /^Spark test queued .*spark-1 quarantined/);
   const pairStatus = (await s.reservation(pair.rid)).status;
   const pairLeases = (await s.leases(pair.rid)).length;
   await s.unlabel(pair.n, 'spark-pair-test');
-  const restoreSeen = `spark-1 ${q1?.state ?? '—'} (sparkctl fleet: ${quarantinedOperator.state}; note ${quote(q1?.note)}) after ${attempts} Deckard starts (1 + ${retries} retry); alert ${quote(alert?.cause)}; a pair request stayed ${pairStatus} with ${pairLeases} leases: ${quote(pairWhy)}`;
+  const restoreSeen = `spark-1 ${q1?.state ?? '—'} (sparkctl fleet: ${quarantinedOperator.state}; note ${quote(q1?.note)}) after ${attempts} Deckard starts (1 + ${retries} retry); alert ${quote(alert?.cause)}; a pair request stayed ${pairStatus} with ${pairLeases} leases: ${quote(pairWhy)}, ${checkText(pairCheck)}`;
   const restoreOk =
     q1?.state === 'quarantined' &&
     quarantinedOperator.state === 'quarantined' &&
@@ -536,7 +537,8 @@ async function hostFailures(ctx: Ctx, note: Note) {
     alert != null &&
     pairStatus === 'queued' &&
     pairLeases === 0 &&
-    pairWhy != null;
+    pairWhy != null &&
+    pairCheck?.title?.includes('spark-1 quarantined') === true;
 
   step("Heartbeat stale: spark-2's agent dies; a PR test is labeled");
   await s.agents['spark-2']!.stop('SIGKILL');

@@ -171,6 +171,16 @@ describe('queue ETA estimator (core/eta.ts)', () => {
       }),
     );
     expect(dark[0]!.blocked).toBe('no host is online: install or adopt an agent');
+    const pair = estimateQueue(
+      input({
+        hosts: [
+          { id: 'spark-1', schedulable: false, state: 'quarantined' },
+          { id: 'spark-2', schedulable: true, state: 'idle' },
+        ],
+        queue: [q('p', { topology: 'pair' })],
+      }),
+    );
+    expect(pair[0]!.blocked).toBe('needs 2 hosts, 1 can take work (spark-1 quarantined)');
   });
 
   it('words the range for people', () => {
