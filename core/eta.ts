@@ -105,6 +105,8 @@ export interface EtaHost {
   id: string;
   /** False for offline, unadopted, restoring, release-required or quarantined hosts. */
   schedulable: boolean;
+  /** The host's derived state, so a blocked estimate names it (absent: treated as offline). */
+  state?: string;
 }
 
 /** Work holding hosts now. */
@@ -200,9 +202,20 @@ export function estimateQueue(input: EtaInput): Eta[] {
       } else if (r.targetHost != null) {
         blocked = `${r.targetHost} is offline or not adopted`;
       } else if (schedulable.length === 0) {
-        blocked = 'no host is online: install or adopt an agent';
+        // "install an agent" is wrong advice for hosts that are online but held out (issue 14
+        // item 11: quarantined after a failed restore, release-required after a lease expired)
+        const held = input.hosts.filter((h) => h.state && h.state !== 'offline' && h.state !== 'unknown');
+        blocked = held.length
+          ? `no host can take work now: ${input.hosts.map((h) => `${h.id} ${h.state ?? 'offline'}`).join(', ')}`
+          : 'no host is online: install or adopt an agent';
       } else {
-        blocked = `needs ${r.topology === 'pair' ? 2 : 1} online hosts, ${schedulable.length} online`;
+        const n = r.topology === 'pair' ? 2 : 1;
+        const held = input.hosts.filter(
+          (h) => !h.schedulable && h.state && h.state !== 'offline' && h.state !== 'unknown',
+        );
+        blocked = held.length
+          ? `needs ${n} hosts, ${schedulable.length} can take work (${held.map((h) => `${h.id} ${h.state}`).join(', ')})`
+          : `needs ${n} online hosts, ${schedulable.length} online`;
       }
     }
     return {

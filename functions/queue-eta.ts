@@ -72,6 +72,7 @@ export async function queueEtas(
     hosts: input.hostIds.map((id) => ({
       id,
       schedulable: SCHEDULABLE.has(input.hostStates[id] ?? 'unknown'),
+      state: input.hostStates[id] ?? 'unknown',
     })),
     active,
     queue: input.order.flatMap((id) => {

@@ -176,7 +176,10 @@ async function computeViews(ledger: Ledger, now: number): Promise<Views> {
           ? redactText(plan.hostNotes[h.id])
           : h.phase === 'quarantined'
             ? 'quarantined: restore failed; operator must clear'
-            : null,
+            : // also while the stale heartbeat shows it offline (a pair node that went dark)
+              h.phase === 'release-required'
+              ? 'release-required: nothing is granted here until its agent confirms cleanup'
+              : null,
       } satisfies HostView;
     })
     .sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));

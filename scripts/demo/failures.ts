@@ -12,7 +12,7 @@ import {
   type SystemOptions,
   waitFor,
 } from '../../test/harness/index.ts';
-import { bold, dim, fleetView, green, line, printTable, red, step } from './ui.ts';
+import { bold, dim, fleetView, green, line, printTable, red, sparkctl, step } from './ui.ts';
 
 /**
  * `npm run demo -- --story failures` (issue 14 item 11): every failure and cancellation behaviour
@@ -98,7 +98,7 @@ const quote = (s: string | null | undefined) => (s == null ? 'none' : `"${s}"`);
 /** Plans of the story's jobs by commit: a gate holds a job so the next part happens while it runs. */
 export const failureStoryPlans = new Map<string, Partial<JobPlan>>();
 
-/** What the story needs of the running system besides the harness. */
+/** The rows the failure story observed. */
 export interface FailureStory {
   rows: Row[];
   /** Every row matched. */
@@ -185,6 +185,8 @@ interface Ctx {
   /** Both hosts back at rest: spark-1 serving Deckard, spark-2 idle. */
   baseline(): Promise<void>;
   dispatched(rid: string): boolean;
+  /** The host's STATE and NOTE columns in the operator's `sparkctl fleet` (the real CLI, as a child). */
+  operatorView(host: string): Promise<{ state: string; note: string }>;
 }
 
 async function storyContext(s: SparkSystem, sleepers: ChildProcess[]): Promise<Ctx> {
@@ -234,10 +236,37 @@ async function storyContext(s: SparkSystem, sleepers: ChildProcess[]): Promise<C
       await s.waitHostPhase('spark-2', ['idle'], 90_000);
     },
     dispatched: (rid) => s.gh.dispatches.some((d) => d.inputs.reservation_id === rid),
+    async operatorView(host) {
+      const out = await sparkctl(s, dev.body.token, ['fleet']).catch((e: Error) => e.message);
+      const lines = out.split('\n');
+      const head = lines.find((l) => l.startsWith('HOST '));
+      const row = lines.find((l) => l.startsWith(`${host} `));
+      if (!head || !row) return { state: 'not listed', note: lines[0] ?? '' };
+      // columns are padded to the header's offsets (cli/format.ts table)
+      const at = (name: string) => head.indexOf(name);
+      return { state: row.slice(at('STATE'), at('ADOPTED')).trim(), note: row.slice(at('NOTE')).trim() };
+    },
   };
   await ctx.baseline();
   return ctx;
 }
+
+/** What GitHub shows of a check run at this moment (the fake updates its objects in place). */
+interface CheckSnapshot {
+  title: string | null;
+  status: string;
+  conclusion: string | null;
+  headSha: string;
+  summary: string | null;
+}
+const snapshot = (c: ReturnType<SparkSystem['checkRun']>): CheckSnapshot | undefined =>
+  c && {
+    title: c.output.title,
+    status: c.status,
+    conclusion: c.conclusion ?? null,
+    headSha: c.head_sha,
+    summary: c.output.summary,
+  };
 
 /** The check run once GitHub shows it completed (or as it is after `ms`). */
 async function finalCheck(s: SparkSystem, rid: string, ms = 30_000) {
@@ -247,11 +276,17 @@ async function finalCheck(s: SparkSystem, rid: string, ms = 30_000) {
     ms,
     100,
   ).catch(() => undefined);
-  return s.checkRun(rid);
+  return snapshot(s.checkRun(rid));
 }
 
-const checkText = (c: ReturnType<SparkSystem['checkRun']>) =>
-  c ? `check "${c.output.title}" (${c.conclusion ?? c.status})` : 'no check run';
+/** The check run once its title matches (or as it is after `ms`). */
+async function checkWhen(s: SparkSystem, rid: string, title: RegExp, ms = 20_000) {
+  await s.waitCheck(rid, title, ms).catch(() => undefined);
+  return snapshot(s.checkRun(rid));
+}
+
+const checkText = (c: CheckSnapshot | undefined) =>
+  c ? `check "${c.title}" (${c.conclusion ?? c.status})` : 'no check run';
 
 // ------------------------------------------------------------------ cancellation and new commits
 
@@ -314,10 +349,10 @@ async function cancellationsAndPushes(ctx: Ctx, note: Note) {
   const eNever = await neverRan(e.rid);
   note(
     'pushQueued',
-    `webhook → ${quote(de.result)}; ${e.rid} (${short(re.headSha)}) ${re.status}; ${checkText(ce)} on ${short(ce?.head_sha)}; ${newE ? `${newE} ${re2?.status} for ${short(re2?.headSha)}` : 'nothing queued for the new SHA'}`,
+    `webhook → ${quote(de.result)}; ${e.rid} (${short(re.headSha)}) ${re.status}; ${checkText(ce)} on ${short(ce?.headSha)}; ${newE ? `${newE} ${re2?.status} for ${short(re2?.headSha)}` : 'nothing queued for the new SHA'}`,
     re.status === 'superseded' &&
       re.headSha === e1 &&
-      ce?.head_sha === e1 &&
+      ce?.headSha === e1 &&
       eNever &&
       re2?.headSha === e2 &&
       re2.status === 'queued',
@@ -372,14 +407,14 @@ async function cancellationsAndPushes(ctx: Ctx, note: Note) {
     : undefined;
   note(
     'pushActive',
-    `webhook → ${quote(pa.result)}; ${a.rid} stayed ${raWhile.status} at ${short(raWhile.headSha)}; its job tested ${testedA.join(', ') || 'nothing'}, receipt for ${short(receiptSha)}; ${checkText(ca)} on ${short(ca?.head_sha)}`,
+    `webhook → ${quote(pa.result)}; ${a.rid} stayed ${raWhile.status} at ${short(raWhile.headSha)}; its job tested ${testedA.join(', ') || 'nothing'}, receipt for ${short(receiptSha)}; ${checkText(ca)} on ${short(ca?.headSha)}`,
     raWhile.status === 'running' &&
       raWhile.headSha === a1 &&
       ra.headSha === a1 &&
       testedA.length > 0 &&
       testedA.every((t) => t === short(a1)) &&
       receiptSha === a1 &&
-      ca?.head_sha === a1 &&
+      ca?.headSha === a1 &&
       ca.conclusion === 'success',
   );
   // the pushed commit of the queued PR runs once the hosts are free
@@ -406,8 +441,9 @@ async function pairNodeLost(ctx: Ctx, note: Note) {
   };
   try {
     const lost = await ctx.settle(p.rid, (r) => r.status !== 'running', 30_000);
-    const atLoss = s.checkRun(p.rid);
+    const atLoss = await checkWhen(s, p.rid, /lost contact/, 10_000);
     const darkPhase = (await s.host('spark-1')).phase;
+    const darkOperator = await ctx.operatorView('spark-1');
     const lastHeartbeat = (await s.host('spark-1')).lastHeartbeatAt ?? 0;
     const alert = (await s.reader.history(p.rid)).find((e) => e.type === 'alert.pair_node_lost');
     const tookMs = alert ? alert.at - lastHeartbeat : null;
@@ -423,26 +459,27 @@ async function pairNodeLost(ctx: Ctx, note: Note) {
     await s.waitHostPhase('spark-1', ['service'], 60_000).catch(() => undefined);
     const darkAfter = (await s.host('spark-1')).phase;
     const darkRunnerAfter = isLive(dark.pid);
-    const final = await waitFor(
+    await waitFor(
       'the final check',
-      () => {
-        const c = s.checkRun(p.rid);
-        return c && !c.output.summary?.includes('Hosts are being cleaned and released') ? c : null;
-      },
+      () => !s.checkRun(p.rid)?.output.summary?.includes('Hosts are being cleaned and released'),
       30_000,
       100,
-    ).catch(() => s.checkRun(p.rid));
+    ).catch(() => undefined);
+    const final = snapshot(s.checkRun(p.rid));
     const bound = FAILURE_STORY_TIMINGS.offlineAfterS * 1000 + PASS_MS;
     note(
       'pairLost',
-      `${p.rid} ${lost.status} (${lost.outcome ?? '—'}) ${tookMs == null ? '(no alert.pair_node_lost)' : `${(tookMs / 1000).toFixed(1)} s after spark-1's last heartbeat (threshold + pass: ${bound / 1000} s)`}; ${checkText(atLoss)}; spark-2 runner ${healthyStopped ? 'stopped' : 'still running'}, lease ${hLease?.status ?? '—'} ${evidence ? 'with evidence' : 'without evidence'}; spark-1 ${darkPhase}, its runner ${darkRunnerAlive ? 'untouched' : 'gone'} while dark (reservation ${stillReleasing}); agent back → runner stopped: ${darkRunnerAfter ? 'no' : 'yes'}, ${ended.status}, spark-1 ${darkAfter}; final ${checkText(final)}`,
+      `${p.rid} ${lost.status} (${lost.outcome ?? '—'}) ${tookMs == null ? '(no alert.pair_node_lost)' : `${(tookMs / 1000).toFixed(1)} s after spark-1's last heartbeat (threshold + pass: ${bound / 1000} s)`}; ${checkText(atLoss)}; spark-2 runner ${healthyStopped ? 'stopped' : 'still running'}, lease ${hLease?.status ?? '—'} ${evidence ? 'with evidence' : 'without evidence'}; spark-1 ${darkPhase} (sparkctl fleet: ${darkOperator.state}, ${quote(darkOperator.note)}), its runner ${darkRunnerAlive ? 'untouched' : 'gone'} while dark (reservation ${stillReleasing}); agent back → runner stopped: ${darkRunnerAfter ? 'no' : 'yes'}, ${ended.status}, spark-1 ${darkAfter}; final ${checkText(final)}`,
       lost.outcome === 'pair_node_lost' &&
         tookMs != null &&
         // the ledger's own clock; one extra second for the pass's work on a loaded machine
         tookMs <= bound + 1000 &&
         atLoss?.conclusion === 'failure' &&
-        atLoss.output.title === 'Spark 1 lost contact during a pair run — pair failed as a unit' &&
+        atLoss.title === 'Spark 1 lost contact during a pair run — pair failed as a unit' &&
         darkPhase === 'release-required' &&
+        // the fleet view derives offline from the stale heartbeat first; the note says why it waits
+        (darkOperator.state === 'release-required' || darkOperator.state === 'offline') &&
+        darkOperator.note.startsWith('release-required') &&
         healthyStopped &&
         hLease?.status === 'released' &&
         evidence &&
@@ -451,7 +488,7 @@ async function pairNodeLost(ctx: Ctx, note: Note) {
         ended.status === 'failed' &&
         !darkRunnerAfter &&
         darkAfter === 'service' &&
-        final?.output.title === atLoss.output.title,
+        final?.title === atLoss.title,
     );
   } finally {
     resume();
@@ -484,20 +521,24 @@ async function hostFailures(ctx: Ctx, note: Note) {
   const q1 = (await fleetView(s)).hosts.find((h) => h.id === 'spark-1');
   const attempts = starts() - startsBefore;
   const alert = (await s.history('spark-1')).find((e) => e.type === 'alert.restore_failed');
+  const quarantinedOperator = await ctx.operatorView('spark-1');
   step('While spark-1 is quarantined a pair test is labeled: it cannot be admitted');
   const pair = await ctx.labelNew(sha('a3'), 'spark-pair-test');
   const pairWhy = await ctx.queueReason(pair.rid);
+  const pairCheck = await checkWhen(s, pair.rid, /^Spark test queued .*spark-1 quarantined/);
   const pairStatus = (await s.reservation(pair.rid)).status;
   const pairLeases = (await s.leases(pair.rid)).length;
   await s.unlabel(pair.n, 'spark-pair-test');
-  const restoreSeen = `spark-1 ${q1?.state ?? '—'} (note ${quote(q1?.note)}) after ${attempts} Deckard starts (1 + ${retries} retry); alert ${quote(alert?.cause)}; a pair request stayed ${pairStatus} with ${pairLeases} leases: ${quote(pairWhy)}`;
+  const restoreSeen = `spark-1 ${q1?.state ?? '—'} (sparkctl fleet: ${quarantinedOperator.state}; note ${quote(q1?.note)}) after ${attempts} Deckard starts (1 + ${retries} retry); alert ${quote(alert?.cause)}; a pair request stayed ${pairStatus} with ${pairLeases} leases: ${quote(pairWhy)}, ${checkText(pairCheck)}`;
   const restoreOk =
     q1?.state === 'quarantined' &&
+    quarantinedOperator.state === 'quarantined' &&
     attempts === 1 + retries &&
     alert != null &&
     pairStatus === 'queued' &&
     pairLeases === 0 &&
-    pairWhy != null;
+    pairWhy != null &&
+    pairCheck?.title?.includes('spark-1 quarantined') === true;
 
   step("Heartbeat stale: spark-2's agent dies; a PR test is labeled");
   await s.agents['spark-2']!.stop('SIGKILL');
@@ -511,8 +552,10 @@ async function hostFailures(ctx: Ctx, note: Note) {
     30_000,
     200,
   ).catch(() => null);
+  const staleOperator = await ctx.operatorView('spark-2');
   const t = await ctx.labelNew(sha('b3'));
   const staleWhy = await ctx.queueReason(t.rid);
+  const staleCheck = await checkWhen(s, t.rid, /^Spark test queued .*spark-2 offline/);
   const staleLeases = (await s.leases(t.rid)).length;
   const stillOffline = (await fleetView(s)).hosts.find((x) => x.id === 'spark-2')?.state;
   line('story', "spark-2's agent starts again");
@@ -521,8 +564,11 @@ async function hostFailures(ctx: Ctx, note: Note) {
   const ranOn = (await s.leases(t.rid)).map((l) => l.hostId).join('+') || 'no host';
   note(
     'stale',
-    `spark-2 ${offline?.state ?? 'never left idle'} ${offline?.lastHeartbeatAgeS != null ? `(last heartbeat ${offline.lastHeartbeatAgeS} s ago)` : ''}; ${t.rid} stayed queued with ${staleLeases} leases: ${quote(staleWhy)} (spark-2 still ${stillOffline}); agent back → ${ran.status} (${ran.outcome ?? '—'}) on ${ranOn}`,
+    `spark-2 ${offline?.state ?? 'never left idle'} ${offline?.lastHeartbeatAgeS != null ? `(last heartbeat ${offline.lastHeartbeatAgeS} s ago)` : ''} (sparkctl fleet: ${staleOperator.state}); ${t.rid} stayed queued with ${staleLeases} leases: ${quote(staleWhy)}, ${checkText(staleCheck)} (spark-2 still ${stillOffline}); agent back → ${ran.status} (${ran.outcome ?? '—'}) on ${ranOn}`,
     offline?.state === 'offline' &&
+      staleOperator.state === 'offline' &&
+      // the maintainer's check names the host and why, not "install an agent"
+      staleCheck?.title?.includes('spark-2 offline') === true &&
       stillOffline === 'offline' &&
       staleLeases === 0 &&
       staleWhy != null &&
@@ -549,8 +595,10 @@ async function hostFailures(ctx: Ctx, note: Note) {
   const cause = [...(await s.history('spark-2'))]
     .reverse()
     .find((e) => e.cause?.startsWith('lease expired'))?.cause;
+  const expiredOperator = await ctx.operatorView('spark-2');
   const ci = await ctx.labelNew(sha('c3'));
   const ciWhy = await ctx.queueReason(ci.rid);
+  const ciCheck = await checkWhen(s, ci.rid, /^Spark test queued .*spark-2 release-required/);
   const ciLeases = (await s.leases(ci.rid)).length;
   const jobAlive = isLive(job.pid!);
   const devWhile = (await s.reservation(leaseId)).status;
@@ -562,8 +610,10 @@ async function hostFailures(ctx: Ctx, note: Note) {
   const ciEnd = await ctx.settle(ci.rid, (r) => r.status === 'done' || r.status === 'failed', 60_000);
   note(
     'leaseExpiry',
-    `spark-2 ${phase} (${quote(cause)}); training job ${jobAlive ? 'still running' : 'killed'}; ${leaseId} ${devWhile}, lease ${leaseWhile}; ${ci.rid} queued with ${ciLeases} leases: ${quote(ciWhy)}; job ended → ${leaseId} ${devEnd.status}, ${ci.rid} ${ciEnd.status} (${ciEnd.outcome ?? '—'})`,
+    `spark-2 ${phase} (sparkctl fleet: ${expiredOperator.state}; ${quote(cause)}); training job ${jobAlive ? 'still running' : 'killed'}; ${leaseId} ${devWhile}, lease ${leaseWhile}; ${ci.rid} queued with ${ciLeases} leases: ${quote(ciWhy)}, ${checkText(ciCheck)}; job ended → ${leaseId} ${devEnd.status}, ${ci.rid} ${ciEnd.status} (${ciEnd.outcome ?? '—'})`,
     phase === 'release-required' &&
+      expiredOperator.state === 'release-required' &&
+      ciCheck?.title?.includes('spark-2 release-required') === true &&
       jobAlive &&
       devWhile !== 'done' &&
       leaseWhile !== 'released' &&

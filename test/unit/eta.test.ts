@@ -148,6 +148,41 @@ describe('queue ETA estimator (core/eta.ts)', () => {
     expect(one[0]!.blocked).toBe('needs 2 online hosts, 1 online');
   });
 
+  it('names the states of online hosts that are held out, instead of "install an agent"', () => {
+    const held = estimateQueue(
+      input({
+        hosts: [
+          { id: 'spark-1', schedulable: false, state: 'quarantined' },
+          { id: 'spark-2', schedulable: false, state: 'release-required' },
+        ],
+        queue: [q('r-1')],
+      }),
+    );
+    expect(describeEta(held[0]!, now)).toBe(
+      'cannot start yet: no host can take work now: spark-1 quarantined, spark-2 release-required',
+    );
+    const dark = estimateQueue(
+      input({
+        hosts: [
+          { id: 'spark-1', schedulable: false, state: 'offline' },
+          { id: 'spark-2', schedulable: false, state: 'unknown' },
+        ],
+        queue: [q('r-1')],
+      }),
+    );
+    expect(dark[0]!.blocked).toBe('no host is online: install or adopt an agent');
+    const pair = estimateQueue(
+      input({
+        hosts: [
+          { id: 'spark-1', schedulable: false, state: 'quarantined' },
+          { id: 'spark-2', schedulable: true, state: 'idle' },
+        ],
+        queue: [q('p', { topology: 'pair' })],
+      }),
+    );
+    expect(pair[0]!.blocked).toBe('needs 2 hosts, 1 can take work (spark-1 quarantined)');
+  });
+
   it('words the range for people', () => {
     expect(describeEta({ startLo: now, startHi: now + 10_000, blocked: null }, now)).toBe('should start now');
     expect(describeEta({ startLo: now + 12 * MIN, startHi: now + 20 * MIN, blocked: null }, now)).toBe(
