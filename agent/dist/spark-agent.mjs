@@ -19774,6 +19774,11 @@ var LeaseRefSchema = external_exports.object({
   topology: external_exports.enum(["single", "pair"]),
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: external_exports.boolean(),
+  /**
+   * The backend this lease's work runs on when the repository's config chooses one (issue 15
+   * item 1); absent: the host's own `executor`.
+   */
+  executor: external_exports.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).optional(),
   /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
   expiresInMs: external_exports.number().int().min(-MAX_WAIT_MS * 366).max(MAX_WAIT_MS * 366)
 });
@@ -20106,194 +20111,85 @@ var ControllerClient = class {
   }
 };
 
+// agent/executor/by-lease.ts
+function createLeaseExecutor(hostDefault, build) {
+  const built = /* @__PURE__ */ new Map();
+  const get = (name) => {
+    let e = built.get(name);
+    if (!e) {
+      try {
+        e = build(name);
+      } catch (err) {
+        e = new Error(
+          `this lease's repository runs on executor "${name}", which this host cannot run: ${err.message}`
+        );
+      }
+      built.set(name, e);
+    }
+    return e;
+  };
+  const fallback = get(hostDefault);
+  if (fallback instanceof Error) throw fallback;
+  const of = (l) => get(l.executor ?? hostDefault);
+  const router = {
+    name: hostDefault,
+    async prepare(l) {
+      const e = of(l);
+      return e instanceof Error ? { ok: false, detail: e.message } : e.prepare(l);
+    },
+    async start(l, w) {
+      const e = of(l);
+      if (e instanceof Error) throw e;
+      return e.start(l, w);
+    },
+    async observe(l) {
+      const e = of(l);
+      if (e instanceof Error) return l.runner ? { state: "running" } : { state: "none" };
+      return e.observe(l);
+    },
+    async stop(l) {
+      const e = of(l);
+      if (!(e instanceof Error)) await e.stop(l);
+    },
+    async confirmTerminated(l) {
+      const e = of(l);
+      if (e instanceof Error) return l.runner ? { ok: false, detail: e.message } : { ok: true };
+      return e.confirmTerminated(l);
+    },
+    async lastLines(l, n) {
+      const e = of(l);
+      return e instanceof Error ? [e.message] : e.lastLines(l, n);
+    },
+    async forget(l) {
+      const e = of(l);
+      return (e instanceof Error ? fallback : e).forget(l);
+    },
+    async discard(l) {
+      const e = of(l);
+      return (e instanceof Error ? fallback : e).discard(l);
+    }
+  };
+  if (fallback.startDevelopment) router.startDevelopment = (l) => fallback.startDevelopment(l);
+  if (fallback.attach) router.attach = (l) => fallback.attach(l);
+  return router;
+}
+
 // agent/executor/dstack.ts
 import { readFileSync as readFileSync2 } from "node:fs";
 
-// agent/executor/dstack-api.ts
-var RUN_STATUSES = [
-  "pending",
-  "submitted",
-  "provisioning",
-  "running",
-  "terminating",
-  "terminated",
-  "failed",
-  "done"
-];
-var FINISHED_RUN_STATUSES = ["terminated", "failed", "done"];
-var RUN_NAME_PATTERN = /^[a-z][a-z0-9-]{1,40}$/;
-var TaskConfigurationSchema = external_exports.object({
-  type: external_exports.literal("task"),
-  name: external_exports.string().regex(RUN_NAME_PATTERN).optional(),
-  commands: external_exports.array(external_exports.string()).min(1),
-  env: external_exports.record(external_exports.string(), external_exports.string()).optional(),
-  /** `TaskConfigurationParams.nodes` (ge=1): a distributed task spans this many instances. */
-  nodes: external_exports.number().int().min(1).optional(),
-  working_dir: external_exports.string().nullable().optional(),
-  image: external_exports.string().nullable().optional(),
-  /** `ProfileParams.fleets`: run only on instances of these fleets. */
-  fleets: external_exports.array(external_exports.string()).nullable().optional(),
-  max_duration: external_exports.union([external_exports.literal("off"), external_exports.number().int(), external_exports.string()]).nullable().optional()
-}).strict();
-var DevEnvironmentConfigurationSchema = external_exports.object({
-  type: external_exports.literal("dev-environment"),
-  name: external_exports.string().regex(RUN_NAME_PATTERN).optional(),
-  /** `DevEnvironmentConfigurationParams.ide`; absent means SSH only. */
-  ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().optional(),
-  init: external_exports.array(external_exports.string()).optional(),
-  env: external_exports.record(external_exports.string(), external_exports.string()).optional(),
-  image: external_exports.string().nullable().optional(),
-  fleets: external_exports.array(external_exports.string()).nullable().optional(),
-  inactivity_duration: external_exports.union([external_exports.literal("off"), external_exports.number().int(), external_exports.string()]).nullable().optional()
-}).strict();
-var RunSpecSchema = external_exports.object({
-  run_name: external_exports.string().regex(RUN_NAME_PATTERN).nullable().optional(),
-  repo_id: external_exports.string().nullable().optional(),
-  configuration_path: external_exports.string().nullable().optional(),
-  configuration: external_exports.discriminatedUnion("type", [TaskConfigurationSchema, DevEnvironmentConfigurationSchema]),
-  ssh_key_pub: external_exports.string().nullable().optional()
-}).strict();
-var ApplyRunPlanRequestSchema = external_exports.object({
-  plan: external_exports.object({ run_spec: RunSpecSchema, current_resource: external_exports.null().optional() }).strict(),
-  force: external_exports.boolean()
-}).strict();
-var GetRunRequestSchema = external_exports.object({ run_name: external_exports.string().nullable().optional(), id: external_exports.string().nullable().optional() }).strict();
-var StopRunsRequestSchema = external_exports.object({ runs_names: external_exports.array(external_exports.string()).min(1), abort: external_exports.boolean() }).strict();
-var JobSubmissionSchema = external_exports.object({
-  status: external_exports.string(),
-  exit_status: external_exports.number().int().nullable().optional(),
-  termination_reason: external_exports.string().nullable().optional()
-});
-var RunSchema = external_exports.object({
-  id: external_exports.string(),
-  project_name: external_exports.string(),
-  status: external_exports.enum(RUN_STATUSES),
-  termination_reason: external_exports.string().nullable().optional(),
-  run_spec: external_exports.object({ run_name: external_exports.string().nullable().optional() }).passthrough(),
-  jobs: external_exports.array(
-    external_exports.object({
-      job_spec: external_exports.object({ job_num: external_exports.number().int(), job_name: external_exports.string() }).passthrough(),
-      job_submissions: external_exports.array(JobSubmissionSchema)
-    })
-  ),
-  latest_job_submission: JobSubmissionSchema.nullable().optional()
-});
-var ErrorBodySchema = external_exports.object({
-  detail: external_exports.array(external_exports.object({ msg: external_exports.string(), code: external_exports.string().optional() }).passthrough())
-});
-
-// agent/executor/dstack-client.ts
-var DstackUncertain = class extends Error {
-  name = "DstackUncertain";
-};
-var DstackRefused = class extends Error {
-  name = "DstackRefused";
-};
-var isFinished = (run) => FINISHED_RUN_STATUSES.includes(run.status);
-function createDstackClient(o) {
-  const base = `${o.url.replace(/\/+$/, "")}/api/project/${encodeURIComponent(o.project)}/runs`;
-  const call = async (route, body) => {
-    let res;
-    try {
-      res = await fetch(`${base}/${route}`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${o.token}`, "content-type": "application/json" },
-        body: JSON.stringify(body),
-        signal: AbortSignal.timeout(o.timeoutMs)
-      });
-    } catch (e) {
-      throw new DstackUncertain(`dstack ${route}: ${e.message}`);
-    }
-    const text = await res.text().catch(() => "");
-    let json2 = null;
-    try {
-      json2 = text ? JSON.parse(text) : null;
-    } catch {
-      json2 = null;
-    }
-    if (res.status >= 500) throw new DstackUncertain(`dstack ${route}: HTTP ${res.status}`);
-    return { status: res.status, json: json2 };
-  };
-  const refused = (route, status, json2) => {
-    const e = ErrorBodySchema.safeParse(json2);
-    const msg = e.success ? e.data.detail.map((d) => d.msg).join("; ") : `HTTP ${status}`;
-    return new DstackRefused(`dstack ${route} refused: ${msg.slice(0, 300)}`);
-  };
-  const run = (route, json2) => {
-    const r = RunSchema.safeParse(json2);
-    if (!r.success)
-      throw new DstackUncertain(`dstack ${route}: unexpected run shape (${r.error.issues[0]?.message})`);
-    return r.data;
-  };
-  return {
-    async apply(spec) {
-      const r = await call("apply", { plan: { run_spec: spec, current_resource: null }, force: false });
-      if (r.status !== 200) throw refused("apply", r.status, r.json);
-      return run("apply", r.json);
-    },
-    async get(runName) {
-      const r = await call("get", { run_name: runName });
-      if (r.status === 200) return run("get", r.json);
-      const e = ErrorBodySchema.safeParse(r.json);
-      if (r.status === 400 && e.success && e.data.detail.some((d) => d.code === "resource_not_exists"))
-        return null;
-      if (r.status === 401 || r.status === 403) throw refused("get", r.status, r.json);
-      throw new DstackUncertain(`dstack get: HTTP ${r.status}`);
-    },
-    async stop(runNames, abort) {
-      const r = await call("stop", { runs_names: runNames, abort });
-      if (r.status !== 200) throw refused("stop", r.status, r.json);
-    }
-  };
-}
-
-// agent/executor/runner-env.ts
-var RUNNER_ENV_KEEP = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"];
-function baseRunnerEnv(from, passEnv = []) {
-  const env = {};
-  for (const [k, v] of Object.entries(from)) {
-    if (v !== void 0 && (RUNNER_ENV_KEEP.includes(k) || k.startsWith("LC_") || passEnv.includes(k)))
-      env[k] = v;
-  }
-  return env;
-}
-function shellJoin(argv2) {
-  return argv2.map((a) => /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`).join(" ");
-}
-function freshRunnerEnv(from, account, path, passEnv = []) {
-  const env = {
-    PATH: path,
-    HOME: account.home,
-    USER: account.name,
-    LOGNAME: account.name,
-    SHELL: "/bin/sh",
-    LANG: "C.UTF-8"
-  };
-  for (const k of passEnv) if (from[k] !== void 0) env[k] = from[k];
-  return env;
-}
-function jobEnv(cfg, account, l, w) {
-  return {
-    // the job runs PR code: it gets a minimal environment, never the agent's own
-    ...account ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv) : baseRunnerEnv(process.env, cfg.runner.passEnv),
-    ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
-    ...cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {},
-    ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
-    SPARK_CONTROLLER_URL: cfg.controllerUrl,
-    SPARK_RESERVATION_ID: l.reservationId,
-    SPARK_HOST_ID: cfg.hostId,
-    SPARK_FENCING_TOKEN: String(l.fencingToken),
-    SPARK_LEASE_TOKEN: w.jobToken ?? "",
-    SPARK_TOPOLOGY: l.topology,
-    SPARK_WORK_DIR: l.workDir,
-    SPARK_MODEL_CACHE: cfg.modelCacheDir,
-    // the in-job receipt names the backend that ran the work (issue 15 item 5)
-    SPARK_EXECUTOR: cfg.executor
-  };
-}
-
-// agent/executor/work-area.ts
-import { mkdirSync as mkdirSync2, rmSync } from "node:fs";
+// agent/runner.ts
+import { spawn as spawn2 } from "node:child_process";
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  statSync
+} from "node:fs";
+import { join } from "node:path";
 
 // agent/exec.ts
 import { spawn } from "node:child_process";
@@ -20340,18 +20236,6 @@ function describeFailure(argv2, r) {
 }
 
 // agent/runner.ts
-import { spawn as spawn2 } from "node:child_process";
-import {
-  closeSync,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  readSync,
-  statSync
-} from "node:fs";
-import { join } from "node:path";
 var WRAPPER = [
   'cd "$1" || exit 126',
   "shift",
@@ -20531,6 +20415,229 @@ function redactLines(lines, secrets) {
   });
 }
 
+// agent/executor/dstack-api.ts
+var RUN_STATUSES = [
+  "pending",
+  "submitted",
+  "provisioning",
+  "running",
+  "terminating",
+  "terminated",
+  "failed",
+  "done"
+];
+var FINISHED_RUN_STATUSES = ["terminated", "failed", "done"];
+var RUN_NAME_PATTERN = /^[a-z][a-z0-9-]{1,40}$/;
+var TaskConfigurationSchema = external_exports.object({
+  type: external_exports.literal("task"),
+  name: external_exports.string().regex(RUN_NAME_PATTERN).optional(),
+  commands: external_exports.array(external_exports.string()).min(1),
+  env: external_exports.record(external_exports.string(), external_exports.string()).optional(),
+  /** `TaskConfigurationParams.nodes` (ge=1): a distributed task spans this many instances. */
+  nodes: external_exports.number().int().min(1).optional(),
+  working_dir: external_exports.string().nullable().optional(),
+  image: external_exports.string().nullable().optional(),
+  /** `ProfileParams.fleets`: run only on instances of these fleets. */
+  fleets: external_exports.array(external_exports.string()).nullable().optional(),
+  max_duration: external_exports.union([external_exports.literal("off"), external_exports.number().int(), external_exports.string()]).nullable().optional()
+}).strict();
+var DevEnvironmentConfigurationSchema = external_exports.object({
+  type: external_exports.literal("dev-environment"),
+  name: external_exports.string().regex(RUN_NAME_PATTERN).optional(),
+  /** `DevEnvironmentConfigurationParams.ide`; absent means SSH only. */
+  ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().optional(),
+  init: external_exports.array(external_exports.string()).optional(),
+  env: external_exports.record(external_exports.string(), external_exports.string()).optional(),
+  image: external_exports.string().nullable().optional(),
+  fleets: external_exports.array(external_exports.string()).nullable().optional(),
+  inactivity_duration: external_exports.union([external_exports.literal("off"), external_exports.number().int(), external_exports.string()]).nullable().optional()
+}).strict();
+var RunSpecSchema = external_exports.object({
+  run_name: external_exports.string().regex(RUN_NAME_PATTERN).nullable().optional(),
+  repo_id: external_exports.string().nullable().optional(),
+  configuration_path: external_exports.string().nullable().optional(),
+  configuration: external_exports.discriminatedUnion("type", [TaskConfigurationSchema, DevEnvironmentConfigurationSchema]),
+  ssh_key_pub: external_exports.string().nullable().optional()
+}).strict();
+var ApplyRunPlanRequestSchema = external_exports.object({
+  plan: external_exports.object({ run_spec: RunSpecSchema, current_resource: external_exports.null().optional() }).strict(),
+  force: external_exports.boolean()
+}).strict();
+var GetRunRequestSchema = external_exports.object({ run_name: external_exports.string().nullable().optional(), id: external_exports.string().nullable().optional() }).strict();
+var StopRunsRequestSchema = external_exports.object({ runs_names: external_exports.array(external_exports.string()).min(1), abort: external_exports.boolean() }).strict();
+var JobSubmissionSchema = external_exports.object({
+  /** The submission's UUID, which `logs/poll` asks by (`job_submission_id`). */
+  id: external_exports.string().optional(),
+  status: external_exports.string(),
+  exit_status: external_exports.number().int().nullable().optional(),
+  termination_reason: external_exports.string().nullable().optional()
+});
+var RunSchema = external_exports.object({
+  id: external_exports.string(),
+  project_name: external_exports.string(),
+  status: external_exports.enum(RUN_STATUSES),
+  termination_reason: external_exports.string().nullable().optional(),
+  run_spec: external_exports.object({ run_name: external_exports.string().nullable().optional() }).passthrough(),
+  jobs: external_exports.array(
+    external_exports.object({
+      job_spec: external_exports.object({ job_num: external_exports.number().int(), job_name: external_exports.string() }).passthrough(),
+      job_submissions: external_exports.array(JobSubmissionSchema)
+    })
+  ),
+  latest_job_submission: JobSubmissionSchema.nullable().optional()
+});
+var ErrorBodySchema = external_exports.object({
+  detail: external_exports.array(external_exports.object({ msg: external_exports.string(), code: external_exports.string().optional() }).passthrough())
+});
+var UUID4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
+var PollLogsRequestSchema = external_exports.object({
+  run_name: external_exports.string(),
+  job_submission_id: external_exports.string().regex(UUID4, "job_submission_id is a UUID4"),
+  start_time: external_exports.iso.datetime({ offset: true }).nullable().optional(),
+  end_time: external_exports.iso.datetime({ offset: true }).nullable().optional(),
+  descending: external_exports.boolean().optional(),
+  limit: external_exports.number().int().min(0).max(1e3).optional(),
+  diagnose: external_exports.boolean().optional(),
+  next_token: external_exports.string().nullable().optional()
+}).strict();
+var LogEventSchema = external_exports.object({
+  timestamp: external_exports.string(),
+  log_source: external_exports.enum(["stdout", "stderr"]),
+  message: external_exports.string()
+});
+var JobSubmissionLogsSchema = external_exports.object({
+  logs: external_exports.array(LogEventSchema),
+  next_token: external_exports.string().nullable().optional()
+});
+
+// agent/executor/dstack-client.ts
+var DstackUncertain = class extends Error {
+  name = "DstackUncertain";
+};
+var DstackRefused = class extends Error {
+  name = "DstackRefused";
+};
+var isFinished = (run) => FINISHED_RUN_STATUSES.includes(run.status);
+function createDstackClient(o) {
+  const project = `${o.url.replace(/\/+$/, "")}/api/project/${encodeURIComponent(o.project)}`;
+  const call = async (route, body) => {
+    let res;
+    try {
+      res = await fetch(`${project}/${route.includes("/") ? route : `runs/${route}`}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${o.token}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(o.timeoutMs)
+      });
+    } catch (e) {
+      throw new DstackUncertain(`dstack ${route}: ${e.message}`);
+    }
+    const text = await res.text().catch(() => "");
+    let json2 = null;
+    try {
+      json2 = text ? JSON.parse(text) : null;
+    } catch {
+      json2 = null;
+    }
+    if (res.status >= 500) throw new DstackUncertain(`dstack ${route}: HTTP ${res.status}`);
+    return { status: res.status, json: json2 };
+  };
+  const refused = (route, status, json2) => {
+    const e = ErrorBodySchema.safeParse(json2);
+    const msg = e.success ? e.data.detail.map((d) => d.msg).join("; ") : `HTTP ${status}`;
+    return new DstackRefused(`dstack ${route} refused: ${msg.slice(0, 300)}`);
+  };
+  const run = (route, json2) => {
+    const r = RunSchema.safeParse(json2);
+    if (!r.success)
+      throw new DstackUncertain(`dstack ${route}: unexpected run shape (${r.error.issues[0]?.message})`);
+    return r.data;
+  };
+  return {
+    async apply(spec) {
+      const r = await call("apply", { plan: { run_spec: spec, current_resource: null }, force: false });
+      if (r.status !== 200) throw refused("apply", r.status, r.json);
+      return run("apply", r.json);
+    },
+    async get(runName) {
+      const r = await call("get", { run_name: runName });
+      if (r.status === 200) return run("get", r.json);
+      const e = ErrorBodySchema.safeParse(r.json);
+      if (r.status === 400 && e.success && e.data.detail.some((d) => d.code === "resource_not_exists"))
+        return null;
+      if (r.status === 401 || r.status === 403) throw refused("get", r.status, r.json);
+      throw new DstackUncertain(`dstack get: HTTP ${r.status}`);
+    },
+    async tailLogs(runName, jobSubmissionId, limit) {
+      const r = await call("logs/poll", {
+        run_name: runName,
+        job_submission_id: jobSubmissionId,
+        start_time: null,
+        end_time: null,
+        descending: true,
+        limit,
+        diagnose: false
+      });
+      if (r.status !== 200) throw refused("logs/poll", r.status, r.json);
+      const p = JobSubmissionLogsSchema.safeParse(r.json);
+      if (!p.success) throw new DstackUncertain("dstack logs/poll: unexpected logs shape");
+      return p.data.logs.toReversed().map((e) => Buffer.from(e.message, "base64").toString("utf8")).join("");
+    },
+    async stop(runNames, abort) {
+      const r = await call("stop", { runs_names: runNames, abort });
+      if (r.status !== 200) throw refused("stop", r.status, r.json);
+    }
+  };
+}
+
+// agent/executor/runner-env.ts
+var RUNNER_ENV_KEEP = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"];
+function baseRunnerEnv(from, passEnv = []) {
+  const env = {};
+  for (const [k, v] of Object.entries(from)) {
+    if (v !== void 0 && (RUNNER_ENV_KEEP.includes(k) || k.startsWith("LC_") || passEnv.includes(k)))
+      env[k] = v;
+  }
+  return env;
+}
+function shellJoin(argv2) {
+  return argv2.map((a) => /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`).join(" ");
+}
+function freshRunnerEnv(from, account, path, passEnv = []) {
+  const env = {
+    PATH: path,
+    HOME: account.home,
+    USER: account.name,
+    LOGNAME: account.name,
+    SHELL: "/bin/sh",
+    LANG: "C.UTF-8"
+  };
+  for (const k of passEnv) if (from[k] !== void 0) env[k] = from[k];
+  return env;
+}
+function jobEnv(cfg, account, l, w) {
+  return {
+    // the job runs PR code: it gets a minimal environment, never the agent's own
+    ...account ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv) : baseRunnerEnv(process.env, cfg.runner.passEnv),
+    ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
+    ...cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {},
+    ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
+    SPARK_CONTROLLER_URL: cfg.controllerUrl,
+    SPARK_RESERVATION_ID: l.reservationId,
+    SPARK_HOST_ID: cfg.hostId,
+    SPARK_FENCING_TOKEN: String(l.fencingToken),
+    SPARK_LEASE_TOKEN: w.jobToken ?? "",
+    SPARK_TOPOLOGY: l.topology,
+    SPARK_WORK_DIR: l.workDir,
+    SPARK_MODEL_CACHE: cfg.modelCacheDir,
+    // the in-job receipt names the backend that ran the work (issue 15 item 5)
+    SPARK_EXECUTOR: l.executor ?? cfg.executor
+  };
+}
+
+// agent/executor/work-area.ts
+import { mkdirSync as mkdirSync2, rmSync } from "node:fs";
+
 // agent/executor/work-dir.ts
 import { isAbsolute, join as join2, relative, resolve } from "node:path";
 var PathOutsideRoot = class extends Error {
@@ -20637,6 +20744,7 @@ function createDstackExecutor(deps) {
   });
   const area = createWorkArea(cfg, null);
   let refusal = null;
+  let secrets = [];
   const runName = (l) => l.runner?.jobId ?? dstackRunName(l, cfg.hostId);
   const look = async (l) => {
     try {
@@ -20675,6 +20783,7 @@ function createDstackExecutor(deps) {
         }
       };
       refusal = null;
+      secrets = [w.jitConfig, w.jobToken ?? ""];
       try {
         await client2.apply(spec);
       } catch (e) {
@@ -20736,8 +20845,21 @@ function createDstackExecutor(deps) {
       if (!isFinished(run)) return { ok: false, detail: `dstack run ${runName(l)} is ${run.status}` };
       return { ok: true };
     },
-    async lastLines() {
-      return refusal ? [refusal] : [];
+    async lastLines(l, n) {
+      if (refusal) return [refusal];
+      if (!l.runner) return [];
+      const run = await look(l);
+      const sub = run ? run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1) : null;
+      if (!run || !sub?.id) return [];
+      try {
+        const text = await client2.tailLogs(runName(l), sub.id, Math.min(1e3, n * 4));
+        const lines = text.split(/\r?\n/);
+        if (lines.at(-1) === "") lines.pop();
+        return redactLines(lines.slice(-n), secrets);
+      } catch (e) {
+        log.warn("dstack logs not available", { run: runName(l), error: e.message });
+        return [`dstack logs of ${runName(l)} not available: ${e.message}`.slice(0, 300)];
+      }
     },
     async startDevelopment(l) {
       if (l.phase !== "prepared") await area.make(l);
@@ -20779,6 +20901,7 @@ function createDstackExecutor(deps) {
     },
     async forget(l) {
       refusal = null;
+      secrets = [];
       l.runner = null;
       save();
     },
@@ -20928,7 +21051,8 @@ function createSlurmExecutor(deps) {
     if (!r) return null;
     if (r.jobId) return r.jobId;
     const q = await slurm(["squeue", "-h", "--name", jobName(l), "-o", "%i"]);
-    const id = q.code === 0 ? q.stdout.trim().split("\n")[0]?.trim() ?? "" : "";
+    if (q.code !== 0) return void 0;
+    const id = q.stdout.trim().split("\n")[0]?.trim() ?? "";
     if (/^\d+$/.test(id)) {
       r.jobId = id;
       save();
@@ -20939,8 +21063,13 @@ function createSlurmExecutor(deps) {
   const queued = async (id) => {
     const q = await slurm(["squeue", "-h", "-j", id, "-o", "%T"]);
     const state = q.stdout.trim();
-    if (q.code !== 0 || !state) return null;
-    return state;
+    if (q.code === 0) return state || null;
+    if (/invalid job id/i.test(q.stderr)) return null;
+    log.warn("squeue did not answer; the job may still run", {
+      jobId: id,
+      error: (q.stderr.trim() || q.error || `exit ${q.code}`).slice(0, 300)
+    });
+    return void 0;
   };
   const accounted = async (id) => {
     let q = await slurm(["sacct", "-n", "-P", "-X", "-j", id, "-o", "state,exitcode"]);
@@ -20991,9 +21120,10 @@ function createSlurmExecutor(deps) {
       const r = l.runner;
       if (!r) return { state: "none" };
       const id = await jobId(l);
+      if (id === void 0) return { state: "running" };
       if (!id) return { state: "exited", exitCode: null };
       const st = await queued(id);
-      if (st && !TERMINAL.has(st)) return { state: "running" };
+      if (st === void 0 || st && !TERMINAL.has(st)) return { state: "running" };
       if (r.exitCode === void 0) {
         const acc = await accounted(id);
         if (!acc) return { state: "running" };
@@ -21005,21 +21135,30 @@ function createSlurmExecutor(deps) {
     async stop(l) {
       const id = await jobId(l);
       if (!id || !l.runner) return;
-      if (!await queued(id)) return;
+      if (await queued(id) === null) return;
       l.runner.stoppedByAgent = true;
       save();
       log.info("cancelling the slurm job this lease submitted", { leaseId: l.leaseId, jobId: id });
-      await slurm(["scancel", id]);
+      const c = await slurm(["scancel", id]);
+      if (c.code !== 0) {
+        log.warn("scancel not confirmed; will look again", {
+          jobId: id,
+          error: (c.stderr.trim() || c.error || `exit ${c.code}`).slice(0, 300)
+        });
+        return;
+      }
       const deadline = Date.now() + (cfg.runner.stopGraceS + 30) * 1e3;
       while (Date.now() < deadline && await queued(id)) await new Promise((res) => setTimeout(res, 200));
     },
     async confirmTerminated(l) {
       if (!l.runner) return { ok: true };
       const id = await jobId(l);
+      if (id === void 0) return { ok: false, detail: "squeue did not answer; the job may exist" };
       if (!id) {
         return { ok: true };
       }
       const st = await queued(id);
+      if (st === void 0) return { ok: false, detail: `slurm job ${id}: squeue did not answer` };
       if (st && !TERMINAL.has(st)) return { ok: false, detail: `slurm job ${id} is ${st}` };
       const acc = await accounted(id);
       if (!acc || !TERMINAL.has(acc.state)) {
@@ -21384,6 +21523,8 @@ var leaseSchema = external_exports.object({
   kind: external_exports.string(),
   topology: external_exports.enum(["single", "pair"]),
   lend: external_exports.boolean(),
+  /** The backend the lease's repository chose (issue 15 item 1); absent: the host's `executor`. */
+  executor: external_exports.enum(EXECUTOR_NAMES).optional(),
   workDir: external_exports.string(),
   /** Lending steps: each is written before its command runs, so a restart repeats it. */
   lendStep: external_exports.enum(["none", "draining", "stopping", "verifying", "lent", "failed"]),
@@ -21569,6 +21710,7 @@ function adoptLease(ctx, lease) {
     kind: lease.kind,
     topology: lease.topology,
     lend: lease.lend,
+    ...lease.executor ? { executor: lease.executor } : {},
     workDir: childPath(ctx.cfg.workRoot, `${lease.reservationId}-${ctx.cfg.hostId}-t${lease.fencingToken}`),
     lendStep: "none",
     phase: "preparing",
@@ -21749,7 +21891,7 @@ async function reportStarted(ctx) {
     type: "runner_started",
     fencingToken: l.fencingToken,
     runnerName: r.runnerName,
-    executor: ctx.executor.name
+    executor: l.executor ?? ctx.executor.name
   });
   r.startReported = true;
   ctx.save();
@@ -21860,13 +22002,16 @@ var Agent3 = class {
       heartbeatMs: () => this.heartbeatS * 1e3,
       interconnect: null
     };
-    ctx.executor = opts.executor?.(ctx) ?? (cfg.executor === "slurm" ? createSlurmExecutor({ cfg, log, account, save: ctx.save }) : cfg.executor === "dstack" ? createDstackExecutor({ cfg, log, save: ctx.save }) : createJitRunnerExecutor({
-      cfg,
-      log,
-      account,
-      save: ctx.save,
-      onExit: () => this.pollAbort?.abort()
-    }));
+    ctx.executor = opts.executor?.(ctx) ?? createLeaseExecutor(
+      cfg.executor,
+      (name) => name === "slurm" ? createSlurmExecutor({ cfg, log, account, save: ctx.save }) : name === "dstack" ? createDstackExecutor({ cfg, log, save: ctx.save }) : createJitRunnerExecutor({
+        cfg,
+        log,
+        account,
+        save: ctx.save,
+        onExit: () => this.pollAbort?.abort()
+      })
+    );
     this.ctx = ctx;
   }
   cfg;

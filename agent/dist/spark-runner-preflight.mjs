@@ -20999,6 +20999,11 @@ var LeaseRefSchema = external_exports.object({
   topology: external_exports.enum(["single", "pair"]),
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: external_exports.boolean(),
+  /**
+   * The backend this lease's work runs on when the repository's config chooses one (issue 15
+   * item 1); absent: the host's own `executor`.
+   */
+  executor: external_exports.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).optional(),
   /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
   expiresInMs: external_exports.number().int().min(-MAX_WAIT_MS * 366).max(MAX_WAIT_MS * 366)
 });
