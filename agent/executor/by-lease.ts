@@ -46,7 +46,8 @@ export function createLeaseExecutor(
     },
     async observe(l: LeaseState): Promise<Observation> {
       const e = of(l);
-      // a backend that cannot be built never started anything for this lease…
+      // a backend that cannot be built never started anything for this lease… unless a record
+      // says it did (settings removed after a crash): then it may still run
       if (e instanceof Error) return l.runner ? { state: 'running' } : { state: 'none' };
       return e.observe(l);
     },
@@ -56,7 +57,7 @@ export function createLeaseExecutor(
     },
     async confirmTerminated(l: LeaseState): Promise<Termination> {
       const e = of(l);
-      // …unless a record says it did (settings removed after a crash): never confirm blindly
+      // never confirm blindly what a record says was started
       if (e instanceof Error) return l.runner ? { ok: false, detail: e.message } : { ok: true };
       return e.confirmTerminated(l);
     },
