@@ -68,18 +68,21 @@ export class Agent {
     // the host's backend, or the one a lease's repository chooses (issue 15 item 1)
     ctx.executor =
       opts.executor?.(ctx) ??
-      createLeaseExecutor(cfg.executor, (name) =>
-        name === 'slurm'
-          ? createSlurmExecutor({ cfg, log, account, save: ctx.save })
-          : name === 'dstack'
-            ? createDstackExecutor({ cfg, log, save: ctx.save })
-            : createJitRunnerExecutor({
-                cfg,
-                log,
-                account,
-                save: ctx.save,
-                onExit: () => this.pollAbort?.abort(),
-              }),
+      createLeaseExecutor(
+        cfg.executor,
+        (name) =>
+          name === 'slurm'
+            ? createSlurmExecutor({ cfg, log, account, save: ctx.save })
+            : name === 'dstack'
+              ? createDstackExecutor({ cfg, log, save: ctx.save })
+              : createJitRunnerExecutor({
+                  cfg,
+                  log,
+                  account,
+                  save: ctx.save,
+                  onExit: () => this.pollAbort?.abort(),
+                }),
+        (msg, fields) => log.warn(msg, fields),
       );
     this.ctx = ctx;
   }

@@ -20115,7 +20115,8 @@ var ControllerClient = class {
 };
 
 // agent/executor/by-lease.ts
-function createLeaseExecutor(hostDefault, build) {
+function createLeaseExecutor(hostDefault, build, warn = () => {
+}) {
   const built = /* @__PURE__ */ new Map();
   const get = (name) => {
     let e = built.get(name);
@@ -20133,7 +20134,18 @@ function createLeaseExecutor(hostDefault, build) {
   };
   const fallback = get(hostDefault);
   if (fallback instanceof Error) throw fallback;
-  const of = (l) => get(l.executor ?? hostDefault);
+  const warned = /* @__PURE__ */ new Set();
+  const of = (l) => {
+    const e = get(l.executor ?? hostDefault);
+    if (e instanceof Error && l.runner && !warned.has(l.leaseId)) {
+      warned.add(l.leaseId);
+      warn("the lease has a workload on a backend this host cannot run now; it is kept until that is fixed", {
+        leaseId: l.leaseId,
+        error: e.message
+      });
+    }
+    return e;
+  };
   const router = {
     name: hostDefault,
     async prepare(l) {
@@ -22009,7 +22021,8 @@ var Agent3 = class {
         account,
         save: ctx.save,
         onExit: () => this.pollAbort?.abort()
-      })
+      }),
+      (msg, fields) => log.warn(msg, fields)
     );
     this.ctx = ctx;
   }

@@ -12,6 +12,8 @@ export function createLeaseExecutor(
   hostDefault: ExecutorName,
   /** Builds a backend; throws with what the operator must configure when it cannot. */
   build: (name: ExecutorName) => Executor,
+  /** Told (once per lease) when a recorded workload's backend cannot be built. */
+  warn: (msg: string, fields: Record<string, unknown>) => void = () => {},
 ): Executor {
   const built = new Map<ExecutorName, Executor | Error>();
   const get = (name: ExecutorName): Executor | Error => {
@@ -31,7 +33,18 @@ export function createLeaseExecutor(
   // the host's own backend must work: the agent refuses to start otherwise (as before this seam)
   const fallback = get(hostDefault);
   if (fallback instanceof Error) throw fallback;
-  const of = (l: LeaseState): Executor | Error => get(l.executor ?? hostDefault);
+  const warned = new Set<string>();
+  const of = (l: LeaseState): Executor | Error => {
+    const e = get(l.executor ?? hostDefault);
+    if (e instanceof Error && l.runner && !warned.has(l.leaseId)) {
+      warned.add(l.leaseId);
+      warn('the lease has a workload on a backend this host cannot run now; it is kept until that is fixed', {
+        leaseId: l.leaseId,
+        error: e.message,
+      });
+    }
+    return e;
+  };
 
   const router: Executor = {
     name: hostDefault,
@@ -46,7 +59,8 @@ export function createLeaseExecutor(
     },
     async observe(l: LeaseState): Promise<Observation> {
       const e = of(l);
-      // a backend that cannot be built never started anything for this lease…
+      // a backend that cannot be built never started anything for this lease… unless a record
+      // says it did (settings removed after a crash): then it may still run
       if (e instanceof Error) return l.runner ? { state: 'running' } : { state: 'none' };
       return e.observe(l);
     },
@@ -56,7 +70,7 @@ export function createLeaseExecutor(
     },
     async confirmTerminated(l: LeaseState): Promise<Termination> {
       const e = of(l);
-      // …unless a record says it did (settings removed after a crash): never confirm blindly
+      // never confirm blindly what a record says was started
       if (e instanceof Error) return l.runner ? { ok: false, detail: e.message } : { ok: true };
       return e.confirmTerminated(l);
     },

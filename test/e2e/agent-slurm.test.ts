@@ -206,4 +206,33 @@ describe('slurm executor on a real Slurm', () => {
     expect(done!.at).toBeGreaterThanOrEqual(backAt);
     expect(await f.bindingLeases()).toEqual([]);
   });
+  it('a repository configured for slurm runs as a batch job on a jit-runner host; another repository there keeps the JIT runner', async () => {
+    const f = await startFleet({
+      hosts: [{ id: 'spark-2' }],
+      githubOutcome: () => 'passed',
+      runner: () => ({ exitCode: 0, sleepMs: 300 }),
+      repositories: { 'acme/butter': { executor: 'slurm' } },
+      agentConfig: () => ({ executor: 'jit-runner', slurm: { gres: slurm.gres, conf: slurm.conf } }),
+    });
+    fleet = f;
+    f.startAgent('spark-2');
+    await waitFor('spark-2 heartbeat', async () => (await f.host('spark-2')).lastHeartbeatAt != null);
+    const butter = await f.reserve({ repo: 'acme/butter' });
+    expect((await f.waitReservation(butter, ['done', 'failed'], 60_000)).status).toBe('done');
+    const [bl] = await f.leases(butter);
+    expect(JSON.parse(bl!.evidenceJson!).executor).toBe('slurm');
+    const jobId = [
+      ...f.agents['spark-2']!.output().matchAll(/"msg":"slurm job submitted".*?"jobId":"(\d+)"/g),
+    ].at(-1)?.[1];
+    expect(jobId).toMatch(/^\d+$/);
+    const acct = await slurm.client(['sacct', '-c', '-n', '-P', '-j', jobId!, '-o', 'jobname,state']);
+    expect(acct.trim().split('\n')).toContain(`spark-${butter}-spark-2|COMPLETED`);
+    const iron = await f.reserve({ repo: 'acme/iron' });
+    expect((await f.waitReservation(iron, ['done', 'failed'], 60_000)).status).toBe('done');
+    const [il] = await f.leases(iron);
+    expect(JSON.parse(il!.evidenceJson!).executor).toBe('jit-runner');
+    // one batch job in all: the other repository's runner ran as a process group
+    expect(f.agents['spark-2']!.output().match(/"msg":"slurm job submitted"/g)).toHaveLength(1);
+    expect(await f.bindingLeases()).toEqual([]);
+  });
 });

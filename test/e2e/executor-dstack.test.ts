@@ -271,6 +271,38 @@ describe('dstack executor (stand-in dstack server)', () => {
     expect(await f.bindingLeases()).toEqual([]);
   });
 
+  it("kill -9 mid-run of a repository's dstack task on a jit-runner host: the restarted agent goes on with dstack (recorded with the lease)", async () => {
+    fleet = await dstackFleet(
+      ['spark-2'],
+      {
+        runner: () => ({ exitCode: 6, sleepMs: 3000 }),
+        githubOutcome: () => null,
+        repositories: { 'acme/butter': { executor: 'dstack' } },
+      },
+      (h) => ({ ...dstackConfig(h), executor: 'jit-runner' }),
+    );
+    const f = fleet;
+    const stateFile = join(dirname(f.agentConfigPath('spark-2')), 'state', 'agent-state.json');
+    const id = await f.reserve({ repo: 'acme/butter' });
+    await waitFor(
+      'the run to be running',
+      () =>
+        (JSON.parse(readFileSync(stateFile, 'utf8')) as AgentState).lease?.runner?.jobId &&
+        runsOf(id)[0]?.status === 'running',
+      30_000,
+    );
+    expect((JSON.parse(readFileSync(stateFile, 'utf8')) as AgentState).lease?.executor).toBe('dstack');
+    await f.agents['spark-2']!.kill('SIGKILL');
+    f.startAgent('spark-2');
+    const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
+    expect(r.status).toBe('failed');
+    // the task's exit status, which only dstack knows: the restarted agent asked dstack, not /proc
+    expect((await f.leases(id))[0]!.exitCode).toBe(6);
+    expect(dstack.calls.filter((c) => c.route === 'apply')).toHaveLength(1);
+    expect(await f.bindingLeases()).toEqual([]);
+    await releasedAfterTermination(f, id);
+  });
+
   it('a repository asking for dstack on a host without dstack settings fails preparation with the reason; nothing is created', async () => {
     fleet = await dstackFleet(
       ['spark-2'],

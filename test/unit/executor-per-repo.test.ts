@@ -129,10 +129,15 @@ describe('createLeaseExecutor (agent)', () => {
   });
 
   it('never confirms termination of a recorded workload whose backend it can no longer reach', async () => {
-    const ex = createLeaseExecutor('jit-runner', (n) => {
-      if (n === 'slurm') throw new Error('sbatch not found');
-      return recording(n, []);
-    });
+    const warnings: string[] = [];
+    const ex = createLeaseExecutor(
+      'jit-runner',
+      (n) => {
+        if (n === 'slurm') throw new Error('sbatch not found');
+        return recording(n, []);
+      },
+      (msg, f) => warnings.push(`${msg}: ${String(f.error)}`),
+    );
     const l = lease({
       executor: 'slurm',
       runner: {
@@ -149,7 +154,10 @@ describe('createLeaseExecutor (agent)', () => {
     });
     expect(await ex.observe(l)).toEqual({ state: 'running' });
     const t = await ex.confirmTerminated(l);
-    expect(t.ok).toBe(false);
+    expect(t).toMatchObject({ ok: false, detail: expect.stringContaining('sbatch not found') });
+    // said once, not on every look
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toContain('it is kept until that is fixed');
   });
 
   it("refuses to start when the host's own backend cannot be built", () => {
