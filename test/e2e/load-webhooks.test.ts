@@ -248,8 +248,10 @@ describe(`webhook load: ${SENDS} deliveries over ${PROCESSES} controller process
     const sentTwice = [...byId.values()].filter((rs) => rs.length > 1);
     expect(sentTwice.length, 'the plan redelivers some ids').toBeGreaterThan(SENDS / 20);
     expect(plan.outOfOrderPairs, 'the plan sends some related events out of order').toBeGreaterThan(0);
+    let doubled = 0;
     for (const [id, rs] of byId) {
       const worked = rs.filter((r) => r.json?.duplicate !== true);
+      if (worked.length > 1) doubled++;
       expect(worked.length, `delivery ${id} processed ${worked.length} times: ${ctx}`).toBe(1);
     }
 
@@ -363,7 +365,7 @@ describe(`webhook load: ${SENDS} deliveries over ${PROCESSES} controller process
     for (const r of await tl.ledger.db.select().from(t.reservations))
       statuses[r.status] = (statuses[r.status] ?? 0) + 1;
     console.log(
-      `load: ${SENDS} sends (${plan.uniqueIds.length} unique, ${sentTwice.length} redelivered, ${plan.outOfOrderPairs} out-of-order pairs, ${needed.size} deliveries needed a redelivery (${redelivered} resends), ${retriedInInbox} retried inside the inbox) + ${extraSends.length} warm-up and job events in ${(sendMs / 1000).toFixed(1)} s at concurrency ${CONCURRENCY}; ${replay.grants} grants; ${simStats.runners} runners; reservations ${JSON.stringify(statuses)}; ${github.checkRuns.length} check runs, ${github.requests} GitHub calls; seed ${SEED}; ${phases.join(', ')}`,
+      `load: ${SENDS} sends (${plan.uniqueIds.length} unique, ${lost.length} lost, ${doubled} processed twice, ${sentTwice.length} redelivered, ${plan.outOfOrderPairs} out-of-order pairs, ${needed.size} deliveries needed a redelivery (${redelivered} resends), ${retriedInInbox} retried inside the inbox) + ${extraSends.length} warm-up and job events in ${(sendMs / 1000).toFixed(1)} s at concurrency ${CONCURRENCY}; ${replay.grants} grants; ${simStats.runners} runners; reservations ${JSON.stringify(statuses)}; ${github.checkRuns.length} check runs, ${github.requests} GitHub calls; seed ${SEED}; ${phases.join(', ')}`,
     );
   });
 });

@@ -50,77 +50,82 @@ function runRacer(
 }
 
 describe('ledger shared by several processes', () => {
-  it('never double-grants and never loses a request', async () => {
-    const config = {
-      hosts: [
-        { id: 'spark-1', homeService: 'deckard' },
-        { id: 'spark-2' },
-        { id: 'spark-3' },
-        { id: 'spark-4' },
-      ],
-      budgets: { maxPrs: 50, maxGpusPerPr: 8, maxGpus: 8 },
-    };
-    const tl = await makeTestLedger({ config });
-    try {
-      await adoptAll(tl.ledger);
-      const base = Date.now() % 100000;
-      const results = await Promise.all(
-        Array.from({ length: PROCESSES }, (_, i) => runRacer(tl.url, config, base + i * 7919)),
-      );
-      const seeds = Array.from({ length: PROCESSES }, (_, i) => base + i * 7919);
-      const ctx = `seeds ${seeds.join(',')} (replay: SPARK_RACE_OPS=${OPS})`;
+  it(
+    'never double-grants and never loses a request',
+    async () => {
+      const config = {
+        hosts: [
+          { id: 'spark-1', homeService: 'deckard' },
+          { id: 'spark-2' },
+          { id: 'spark-3' },
+          { id: 'spark-4' },
+        ],
+        budgets: { maxPrs: 50, maxGpusPerPr: 8, maxGpus: 8 },
+      };
+      const tl = await makeTestLedger({ config });
+      try {
+        await adoptAll(tl.ledger);
+        const base = Date.now() % 100000;
+        const results = await Promise.all(
+          Array.from({ length: PROCESSES }, (_, i) => runRacer(tl.url, config, base + i * 7919)),
+        );
+        const seeds = Array.from({ length: PROCESSES }, (_, i) => base + i * 7919);
+        const ctx = `seeds ${seeds.join(',')} (replay: SPARK_RACE_OPS=${OPS})`;
 
-      const created = results.flatMap((r) => r.created);
-      expect(new Set(created).size, `duplicate reservation ids: ${ctx}`).toBe(created.length);
-      const totalGrants = results.reduce((n, r) => n + r.grants, 0);
-      expect(totalGrants, 'the race should actually grant work').toBeGreaterThan(10);
+        const created = results.flatMap((r) => r.created);
+        expect(new Set(created).size, `duplicate reservation ids: ${ctx}`).toBe(created.length);
+        const totalGrants = results.reduce((n, r) => n + r.grants, 0);
+        expect(totalGrants, 'the race should actually grant work').toBeGreaterThan(10);
 
-      const db = tl.ledger.db;
-      const rows = await db.select().from(t.reservations);
-      const ids = new Set(rows.map((r) => r.id));
-      for (const id of created) expect(ids.has(id), `lost request ${id}: ${ctx}`).toBe(true);
-      const events = await db.select().from(t.events).orderBy(asc(t.events.id));
-      const queuedEvents = new Set(
-        events.filter((e) => e.type === 'reservation.queued').map((e) => e.subjectId),
-      );
-      for (const id of created) expect(queuedEvents.has(id), `no queued event for ${id}`).toBe(true);
+        const db = tl.ledger.db;
+        const rows = await db.select().from(t.reservations);
+        const ids = new Set(rows.map((r) => r.id));
+        for (const id of created) expect(ids.has(id), `lost request ${id}: ${ctx}`).toBe(true);
+        const events = await db.select().from(t.events).orderBy(asc(t.events.id));
+        const queuedEvents = new Set(
+          events.filter((e) => e.type === 'reservation.queued').map((e) => e.subjectId),
+        );
+        for (const id of created) expect(queuedEvents.has(id), `no queued event for ${id}`).toBe(true);
 
-      // replay the history: per host, grants and releases alternate and tokens strictly increase
-      const holder = new Map<string, string | null>();
-      const lastToken = new Map<string, number>();
-      let grantsSeen = 0;
-      for (const e of events) {
-        if (e.type !== 'lease.granted' && e.type !== 'lease.released') continue;
-        const data = JSON.parse(e.dataJson!) as {
-          hostId: string;
-          fencingToken: number;
-          reservationId: string;
-        };
-        if (e.type === 'lease.granted') {
-          grantsSeen++;
-          expect(
-            holder.get(data.hostId) ?? null,
-            `double grant of ${data.hostId} (event ${e.id}): ${ctx}`,
-          ).toBeNull();
-          expect(data.fencingToken, `fencing token on ${data.hostId}`).toBeGreaterThan(
-            lastToken.get(data.hostId) ?? 0,
-          );
-          holder.set(data.hostId, e.subjectId);
-          lastToken.set(data.hostId, data.fencingToken);
-        } else {
-          expect(holder.get(data.hostId), `release of a lease that does not hold ${data.hostId}`).toBe(
-            e.subjectId,
-          );
-          holder.set(data.hostId, null);
+        // replay the history: per host, grants and releases alternate and tokens strictly increase
+        const holder = new Map<string, string | null>();
+        const lastToken = new Map<string, number>();
+        let grantsSeen = 0;
+        for (const e of events) {
+          if (e.type !== 'lease.granted' && e.type !== 'lease.released') continue;
+          const data = JSON.parse(e.dataJson!) as {
+            hostId: string;
+            fencingToken: number;
+            reservationId: string;
+          };
+          if (e.type === 'lease.granted') {
+            grantsSeen++;
+            expect(
+              holder.get(data.hostId) ?? null,
+              `double grant of ${data.hostId} (event ${e.id}): ${ctx}`,
+            ).toBeNull();
+            expect(data.fencingToken, `fencing token on ${data.hostId}`).toBeGreaterThan(
+              lastToken.get(data.hostId) ?? 0,
+            );
+            holder.set(data.hostId, e.subjectId);
+            lastToken.set(data.hostId, data.fencingToken);
+          } else {
+            expect(holder.get(data.hostId), `release of a lease that does not hold ${data.hostId}`).toBe(
+              e.subjectId,
+            );
+            holder.set(data.hostId, null);
+          }
         }
+        const leaseRows = await db.select().from(t.leases);
+        expect(grantsSeen).toBe(leaseRows.length);
+        // every granted reservation appears in exactly one pass's grants across processes
+        const granted = rows.filter((r) => r.grantedAt != null).length;
+        expect(granted).toBe(totalGrants);
+      } finally {
+        tl.close();
       }
-      const leaseRows = await db.select().from(t.leases);
-      expect(grantsSeen).toBe(leaseRows.length);
-      // every granted reservation appears in exactly one pass's grants across processes
-      const granted = rows.filter((r) => r.grantedAt != null).length;
-      expect(granted).toBe(totalGrants);
-    } finally {
-      tl.close();
-    }
-  });
+      // 150 ops take ~30 s on a loaded 2-core machine; test:long's 600 need more than the default 60 s
+    },
+    Math.max(60_000, OPS * 1_000),
+  );
 });
