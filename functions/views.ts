@@ -83,23 +83,33 @@ export function githubWebBase(apiUrl: string): string {
 }
 
 type Views = { fleet: FleetView; queue: QueueView };
-const memo = new WeakMap<Ledger, { version: number; now: number; views: Promise<Views> }>();
+const memo = new WeakMap<Ledger, { version: number; now: number; at: number; views: Promise<Views> }>();
 
 /**
  * The fleet and queue views, computed once per ledger version (issue 13 item 2: every queued
  * check-run render, scrape, describe and sweep recomputed admission and ETAs for the whole
- * queue). Reused while the ledger's {@link Ledger.version} is unchanged and its clock has moved
- * less than `server.publicViewCacheMs` (ages and staleness follow the clock; another process's
- * changes reach this one within that bound too). A failed computation is not reused.
+ * queue). Reused while the ledger's {@link Ledger.version} is unchanged and both its clock and
+ * real time have moved less than `server.publicViewCacheMs` (ages and staleness follow the
+ * clock; another process's changes reach this one within that bound). A failed computation is
+ * not reused.
  */
 export function buildViews(ledger: Ledger): Promise<Views> {
   const now = ledger.clock();
   const version = ledger.version;
   const hit = memo.get(ledger);
   const maxAge = ledger.config.server.publicViewCacheMs;
-  if (hit && hit.version === version && now >= hit.now && now - hit.now < maxAge) return hit.views;
+  const at = performance.now();
+  if (
+    hit &&
+    hit.version === version &&
+    now >= hit.now &&
+    now - hit.now < maxAge &&
+    // real time too: a test clock may stand still while another process changes the ledger
+    at - hit.at < maxAge
+  )
+    return hit.views;
   const views = computeViews(ledger, now);
-  memo.set(ledger, { version, now, views });
+  memo.set(ledger, { version, now, at, views });
   views.catch(() => {
     if (memo.get(ledger)?.views === views) memo.delete(ledger);
   });

@@ -275,6 +275,9 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
         "UPDATE reservations SET reason = ?, position = ?, wait_code = ? WHERE id = ? AND status = 'queued'",
         [w.reason, w.position, w.code, r.id],
       );
+      // read models keyed by the ledger version see the new reason; the admission loop does not
+      // listen to `queue` (a wait it wrote itself is no reason for another pass)
+      changed.add('queue');
       if (prevCode !== w.code) {
         await s.record(tx, now, {
           subjectType: 'reservation',

@@ -52,7 +52,7 @@ export async function rawWriteTxPerSecond(
   return rate;
 }
 
-async function benchLedger(dir: string, name: string) {
+async function benchLedger(dir: string, name: string, client: ClientFactory = createNodeLedgerClient) {
   const hostCount = 16;
   const config = parseConfig(
     {
@@ -64,7 +64,7 @@ async function benchLedger(dir: string, name: string) {
   );
   const store = await openLedgerDb({
     url: `file:${join(dir, `ledger-${name}.db`)}`,
-    createClient: createNodeLedgerClient,
+    createClient: client,
   });
   await applyMigrations(store, loadMigrations());
   const ledger = new Ledger(store, { config });
@@ -86,8 +86,13 @@ async function benchLedger(dir: string, name: string) {
  * The mixed stream (issue 13): alternating bursts of 16 requests and single requests; only the
  * admission passes are timed (a burst shares one pass, hence the single-request figure beside it).
  */
-export async function persistedAdmissionsPerSecond(dir: string, seconds: number) {
-  const { store, ledger, hostCount } = await benchLedger(dir, 'mixed');
+export async function persistedAdmissionsPerSecond(
+  dir: string,
+  seconds: number,
+  client: ClientFactory = createNodeLedgerClient,
+  name = 'mixed',
+) {
+  const { store, ledger, hostCount } = await benchLedger(dir, name, client);
   let grants = 0;
   let passMs = 0;
   let singleGrantPasses = 0;
@@ -267,6 +272,9 @@ export const run: BenchRunner = async (progress) => {
     const rawKept = await rawWriteTxPerSecond(dir, 3, createNodeLedgerClient, 'kept');
     progress('admission: persisted admission passes (5 s)…');
     const adm = await persistedAdmissionsPerSecond(dir, 5);
+    // the same passes through @libsql/client: what the kept statements alone are worth
+    progress('admission: persisted admission passes through @libsql/client (5 s)…');
+    const admStock = await persistedAdmissionsPerSecond(dir, 5, createClient, 'mixed-stock');
     progress('admission: end-to-end cycles (3 s)…');
     const cycle = await cyclesPerSecond(dir, 3);
     const ratio = adm.persistedPerS / raw;
@@ -319,6 +327,8 @@ export const run: BenchRunner = async (progress) => {
         key: 'admission',
         json: {
           persisted_per_s: round(adm.persistedPerS, 1),
+          persisted_stock_client_per_s: round(admStock.persistedPerS, 1),
+          single_grant_pass_stock_client_per_s: round(admStock.singleGrantPassPerS, 1),
           raw_write_tx_per_s: round(raw, 1),
           raw_write_tx_kept_per_s: round(rawKept, 1),
           ratio: round(ratio, 3),
@@ -334,6 +344,10 @@ export const run: BenchRunner = async (progress) => {
           { metric: 'raw single-row write tx/s (@libsql/client)', value: round(raw, 0).toString() },
           { metric: 'raw single-row write tx/s (kept statements)', value: round(rawKept, 0).toString() },
           { metric: 'persisted admissions/s', value: round(adm.persistedPerS, 0).toString() },
+          {
+            metric: 'persisted admissions/s through @libsql/client (no kept statements)',
+            value: round(admStock.persistedPerS, 0).toString(),
+          },
           {
             metric: 'admission/raw ratio',
             value: round(ratio, 2).toString(),
