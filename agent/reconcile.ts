@@ -33,7 +33,7 @@ export type Step =
   | { kind: 'raise-fencing-token'; fencingToken: number }
   /** The controller shows no trace of the local lease: undo only what the agent did itself. */
   | { kind: 'drop-lease'; why: string }
-  /** Create the local record of a lease on first sight. */
+  /** Create the local record of a lease on first sight (raising the highest token seen with it). */
   | { kind: 'adopt-lease'; lease: LeaseRef }
   /** Preparation cannot succeed: record and report the reason. */
   | { kind: 'fail-prepare'; reason: string }
@@ -83,7 +83,12 @@ export function reconcile(d: DesiredState, local: LocalView): Step {
     if (token < local.maxFencingToken) {
       return { kind: 'refuse-stale', fencingToken: token, highest: local.maxFencingToken };
     }
-    if (token > local.maxFencingToken) return { kind: 'raise-fencing-token', fencingToken: token };
+    if (token > local.maxFencingToken) {
+      // a lease seen first: its record carries the token up in the same save (one fsync pair
+      // less on the way to a runner, issue 13 item 3); otherwise the token is raised on its own
+      if ('lease' in d && d.lease && !local.lease) return { kind: 'adopt-lease', lease: d.lease };
+      return { kind: 'raise-fencing-token', fencingToken: token };
+    }
   }
   const lease = 'lease' in d ? d.lease : undefined;
   const l = local.lease;

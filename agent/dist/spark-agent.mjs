@@ -21431,7 +21431,10 @@ function reconcile(d, local) {
     if (token2 < local.maxFencingToken) {
       return { kind: "refuse-stale", fencingToken: token2, highest: local.maxFencingToken };
     }
-    if (token2 > local.maxFencingToken) return { kind: "raise-fencing-token", fencingToken: token2 };
+    if (token2 > local.maxFencingToken) {
+      if ("lease" in d && d.lease && !local.lease) return { kind: "adopt-lease", lease: d.lease };
+      return { kind: "raise-fencing-token", fencingToken: token2 };
+    }
   }
   const lease = "lease" in d ? d.lease : void 0;
   const l = local.lease;
@@ -21717,6 +21720,10 @@ function raiseFencingToken(ctx, fencingToken) {
   return again;
 }
 function adoptLease(ctx, lease) {
+  if (lease.fencingToken < ctx.state.maxFencingToken) {
+    throw new TypeError(`adopt-lease with a stale fencing token ${lease.fencingToken}`);
+  }
+  ctx.state.maxFencingToken = lease.fencingToken;
   const l = {
     leaseId: lease.leaseId,
     reservationId: lease.reservationId,

@@ -25,8 +25,16 @@ export function raiseFencingToken(ctx: StepContext, fencingToken: number): StepR
   return again;
 }
 
-/** The local record of `lease`, created on first sight (its work dir is per reservation, host and token). */
+/**
+ * The local record of `lease`, created on first sight (its work dir is per reservation, host and
+ * token), saved together with the lease's fencing token as the highest seen: both are persisted
+ * before anything acts on them.
+ */
 export function adoptLease(ctx: StepContext, lease: LeaseRef): StepResult {
+  if (lease.fencingToken < ctx.state.maxFencingToken) {
+    throw new TypeError(`adopt-lease with a stale fencing token ${lease.fencingToken}`);
+  }
+  ctx.state.maxFencingToken = lease.fencingToken;
   const l: LeaseState = {
     leaseId: lease.leaseId,
     reservationId: lease.reservationId,

@@ -5,6 +5,7 @@ import type { AgentLogger } from '../../agent/log.ts';
 import { emptyState, type LeaseState } from '../../agent/state-file.ts';
 import { finishClean } from '../../agent/steps/clean.ts';
 import type { StepContext } from '../../agent/steps/context.ts';
+import { adoptLease } from '../../agent/steps/lease-record.ts';
 import { prepareHost } from '../../agent/steps/prepare.ts';
 import type { Report } from '../../core/protocol/agent.ts';
 
@@ -148,5 +149,29 @@ describe('prepare-host', () => {
     expect(await prepareHost(h.ctx)).toEqual({ next: 'again' });
     expect(h.calls).toContain('executor.prepare');
     expect(h.ctx.state.lease!.phase).toBe('prepared');
+  });
+});
+
+describe('adopt-lease', () => {
+  it('records a lease seen first together with its fencing token as the highest seen, in one save', () => {
+    const h = harness([]);
+    h.ctx.state.lease = null;
+    const ref = {
+      leaseId: 'l-spark-2-9',
+      reservationId: 'r-3',
+      fencingToken: 9,
+      kind: 'manual' as const,
+      topology: 'single' as const,
+      lend: false,
+      expiresInMs: 60_000,
+    };
+    expect(adoptLease(h.ctx, ref)).toEqual({ next: 'again' });
+    expect(h.ctx.state.maxFencingToken).toBe(9);
+    expect(h.ctx.state.lease).toMatchObject({ leaseId: 'l-spark-2-9', fencingToken: 9, phase: 'preparing' });
+    expect(h.calls).toEqual(['save']);
+    // never for a token below one already seen (reconcile refuses those first)
+    h.ctx.state.lease = null;
+    expect(() => adoptLease(h.ctx, { ...ref, fencingToken: 4 })).toThrow(TypeError);
+    expect(h.ctx.state.maxFencingToken).toBe(9);
   });
 });

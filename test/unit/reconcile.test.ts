@@ -70,10 +70,15 @@ describe('reconcile: fencing', () => {
   });
 
   it('persists a higher token before acting on it', () => {
+    // a lease seen first: its record and the token are persisted together (adopt-lease)
     expect(reconcile({ state: 'prepare', lease: ref({ fencingToken: 6 }) }, view())).toEqual({
-      kind: 'raise-fencing-token',
-      fencingToken: 6,
+      kind: 'adopt-lease',
+      lease: ref({ fencingToken: 6 }),
     });
+    // with another lease recorded, the token is raised first (then that lease is dropped)
+    expect(
+      reconcile({ state: 'prepare', lease: ref({ fencingToken: 6 }) }, view({ lease: record() })),
+    ).toEqual({ kind: 'raise-fencing-token', fencingToken: 6 });
     expect(
       reconcile({ state: 'restore', fencingToken: 7, attempt: 0, waitMs: 0, healthTimeoutS: 10 }, view()),
     ).toEqual({ kind: 'raise-fencing-token', fencingToken: 7 });
@@ -96,7 +101,8 @@ describe('reconcile: fencing', () => {
         const step = reconcile(d, view({ maxFencingToken: highest }));
         const token = 'lease' in d && d.lease ? d.lease.fencingToken : 0;
         if (token < highest) return step.kind === 'refuse-stale';
-        if (token > highest) return step.kind === 'raise-fencing-token';
+        // adopt-lease persists the token with the lease record (agent-steps.test.ts)
+        if (token > highest) return step.kind === 'raise-fencing-token' || step.kind === 'adopt-lease';
         return step.kind !== 'refuse-stale';
       }),
     );
