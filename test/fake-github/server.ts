@@ -28,7 +28,9 @@ import { loadWorkflow, type WorkflowDef } from './workflows.ts';
  * - list endpoints paginate with `per_page` (default 30, max 100), `page` and a `Link` header
  *   (DOC.pagination);
  * - label names are unique case-insensitively (DOC.labels); a job goes to a runner whose labels
- *   include all of the job's `runs-on` labels, compared case-insensitively (DOC.runnerLabels).
+ *   include all of the job's `runs-on` labels, compared case-insensitively (DOC.runnerLabels);
+ * - cancelling a run answers 202 and ends its unfinished jobs `cancelled`; a completed run
+ *   answers 409 (DOC.cancelRun).
  * GitHub-shaped refusals that the OpenAPI description leaves out (its 404s, the dispatch 422s)
  * are recorded in `refused`, not in `violations`.
  */
@@ -51,6 +53,8 @@ export const DOC = {
     'https://docs.github.com/en/actions/how-tos/manage-runners/self-hosted-runners/apply-labels (labels are case-insensitive; a job needs a runner with all its labels)',
   notFound:
     'https://docs.github.com/en/rest/using-the-rest-api/troubleshooting-the-rest-api#404-not-found-for-an-existing-resource',
+  cancelRun:
+    'https://docs.github.com/en/rest/actions/workflow-runs#cancel-a-workflow-run (202 Accepted; 409 Conflict when the run can no longer be cancelled; GitHub Apps need actions: write)',
 } as const;
 
 interface Operation {
@@ -831,6 +835,7 @@ export class FakeGitHub {
         );
       }
       case 'post /repos/{owner}/{repo}/actions/runs/{run_id}/cancel': {
+        // 202 and the run's unfinished jobs end cancelled; a completed run is a 409 (DOC.cancelRun)
         const run = this.runs.find(
           (r) =>
             r.id === Number(params.run_id) &&
@@ -840,7 +845,7 @@ export class FakeGitHub {
         if (run.status === 'completed')
           return send(409, {
             message: 'Cannot cancel a workflow run that is completed.',
-            documentation_url: 'https://docs.github.com/rest',
+            documentation_url: DOC.cancelRun,
           });
         for (const j of this.jobs.filter((x) => x.runId === run.id && x.status !== 'completed')) {
           if (j.status === 'queued')
