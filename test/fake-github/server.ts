@@ -234,6 +234,11 @@ export class FakeGitHub {
   ghostUsers = new Set<string>();
   /** Org login → installation id; defaults to the installation of the org's first repository. */
   orgInstallations = new Map<string, number>();
+  /**
+   * Called after a run was cancelled with the jobs the cancellation ended, so a harness can send
+   * the `workflow_job` `completed` (conclusion `cancelled`) webhooks GitHub sends for them.
+   */
+  onRunCancelled: ((run: WorkflowRun, ended: Job[]) => void) | null = null;
   /** GitHub's clock (ms); a harness shares its test clock so tokens and JWTs age with it. */
   clock: () => number = Date.now;
   private nextId = 1000;
@@ -847,7 +852,8 @@ export class FakeGitHub {
             message: 'Cannot cancel a workflow run that is completed.',
             documentation_url: DOC.cancelRun,
           });
-        for (const j of this.jobs.filter((x) => x.runId === run.id && x.status !== 'completed')) {
+        const ended = this.jobs.filter((x) => x.runId === run.id && x.status !== 'completed');
+        for (const j of ended) {
           if (j.status === 'queued')
             Object.assign(j, {
               status: 'completed',
@@ -857,7 +863,9 @@ export class FakeGitHub {
           else this.completeJob(j.id, 'cancelled');
         }
         Object.assign(run, { status: 'completed', conclusion: 'cancelled' });
-        return send(202, {});
+        send(202, {});
+        this.onRunCancelled?.(run, ended);
+        return;
       }
       default:
         this.violations.push(`no fake implementation for ${key}`);

@@ -225,6 +225,30 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     return p;
   };
 
+  // GitHub reports each job a run cancellation ended (a queued job never had a runner)
+  gh.onRunCancelled = (run, ended) => {
+    void (async () => {
+      for (const j of ended) {
+        const p = example('workflow_job', 'completed');
+        p.repository.full_name = run.repo;
+        p.repository.name = run.repo.split('/')[1];
+        p.installation = { id: repoState.installationId };
+        Object.assign(p.workflow_job, {
+          id: j.id,
+          run_id: j.runId,
+          head_sha: j.headSha,
+          status: 'completed',
+          conclusion: 'cancelled',
+          labels: j.labels,
+          runner_name: j.runnerName,
+          html_url: `https://github.com/${run.repo}/actions/runs/${run.id}/job/${j.id}`,
+        });
+        note(`GitHub Actions: run ${run.id} cancelled; job ${j.id} completed: cancelled`);
+        await deliver('workflow_job', p);
+      }
+    })();
+  };
+
   const actions: Server = createServer((req, res) => {
     void (async () => {
       const url = new URL(req.url ?? '/', 'http://x');
