@@ -155,7 +155,12 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
 
   // ------------------------------------------------------------ webhooks
 
-  const deliverRaw = async (id: string, event: string, body: string): Promise<Delivery> => {
+  const deliverRaw = async (
+    id: string,
+    event: string,
+    body: string,
+    redelivery = false,
+  ): Promise<Delivery> => {
     let d: Delivery;
     try {
       const res = await fetch(`${opts.controllerUrl}/github/webhooks`, {
@@ -200,9 +205,21 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     }
     if (d.status >= 200 && d.status < 300) failed.delete(id);
     else failed.set(id, { event, body });
+    // the App's delivery log, which the controller reads to ask for redeliveries (ADR 0091)
+    let action: string | null = null;
+    try {
+      action = (JSON.parse(body) as { action?: string }).action ?? null;
+    } catch {
+      action = null;
+    }
+    gh.recordHookDelivery({ guid: id, event, action, redelivery, statusCode: d.status, body });
     deliveries.push(d);
     note(`github → controller: ${event} ${d.status ? d.status : 'refused'} ${d.result ?? ''}`.trim());
     return d;
+  };
+  gh.redeliver = async (d) => {
+    note(`GitHub: redelivery of ${d.event} ${d.guid} requested`);
+    await deliverRaw(d.guid, d.event, d.body, true);
   };
   const deliver = (event: string, payload: unknown, id?: string) =>
     deliverRaw(id ?? `sys-${process.pid}-${++deliverySeq}`, event, JSON.stringify(payload));
