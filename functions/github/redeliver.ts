@@ -65,6 +65,22 @@ export async function sweepMissedDeliveries(
   opts: { force?: boolean } = {},
 ): Promise<RedeliverySweep | null> {
   if (!svc.client.configured) return null;
+  // one sweep at a time per process: two overlapping sweeps would both ask for the same GUIDs
+  const before = inFlight.get(svc) ?? Promise.resolve();
+  const run = before.then(
+    () => sweepOnce(svc, opts),
+    () => sweepOnce(svc, opts),
+  );
+  inFlight.set(
+    svc,
+    run.catch(() => null),
+  );
+  return run;
+}
+
+const inFlight = new WeakMap<GitHubService, Promise<unknown>>();
+
+async function sweepOnce(svc: GitHubService, opts: { force?: boolean }): Promise<RedeliverySweep | null> {
   const { ledger } = svc;
   const atStart = !startSwept.has(svc);
   const due = await ledger.write(async (tx, now) => {
