@@ -46,7 +46,7 @@ export const githubModule: AppModule = {
     await inboxProcessor(svc).drain();
     // webhooks GitHub failed to deliver while no controller answered (ADR 0091): at start, then
     // every 10 min; a GitHub failure here must not hold back the rest of the tick
-    await sweepMissedDeliveries(svc).catch((e: unknown) =>
+    await sweepMissedDeliveries(svc, { startSweep: ctx.runtime === 'node' }).catch((e: unknown) =>
       svc.log.warn('webhook redelivery sweep failed', { error: String(e) }),
     );
     await runSchedules(svc);

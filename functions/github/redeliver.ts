@@ -62,7 +62,7 @@ const delivered = (d: HookDelivery) => d.status_code >= 200 && d.status_code < 3
  */
 export async function sweepMissedDeliveries(
   svc: GitHubService,
-  opts: { force?: boolean } = {},
+  opts: { force?: boolean; startSweep?: boolean } = {},
 ): Promise<RedeliverySweep | null> {
   if (!svc.client.configured) return null;
   // one sweep at a time per process: two overlapping sweeps would both ask for the same GUIDs
@@ -80,9 +80,13 @@ export async function sweepMissedDeliveries(
 
 const inFlight = new WeakMap<GitHubService, Promise<unknown>>();
 
-async function sweepOnce(svc: GitHubService, opts: { force?: boolean }): Promise<RedeliverySweep | null> {
+async function sweepOnce(
+  svc: GitHubService,
+  opts: { force?: boolean; startSweep?: boolean },
+): Promise<RedeliverySweep | null> {
   const { ledger } = svc;
-  const atStart = !startSwept.has(svc);
+  // a Worker isolate is no controller start (isolates come and go): it keeps to the interval
+  const atStart = opts.startSweep !== false && !startSwept.has(svc);
   const due = await ledger.write(async (tx, now) => {
     const last = Number((await ledger.getMark(tx, SWEPT_KEY)) ?? 0);
     if (!atStart && !opts.force && now - last < REDELIVERY_INTERVAL_MS) return false;
