@@ -68,6 +68,8 @@ export const LEDGER_EVENTS = [
   // webhook inbox (issue 13): a delivery that kept failing, and an operator's retry of it
   'webhook.parked',
   'webhook.retried',
+  // a delivery GitHub failed to make (controller down) whose redelivery the controller asked for (ADR 0091)
+  'webhook.redelivery_requested',
   // operator API audit trail
   'api.read',
   'api.denied',

@@ -45,6 +45,9 @@ export const OPERATIONS: ReadonlyArray<readonly [string, string]> = [
   ['get', '/repos/{owner}/{repo}/actions/runs/{run_id}/jobs'],
   ['post', '/repos/{owner}/{repo}/actions/runs/{run_id}/cancel'],
   ['get', '/orgs/{org}/actions/runners'],
+  // deliveries missed while the controller was down (ADR 0091): list them, ask for a redelivery
+  ['get', '/app/hook/deliveries'],
+  ['post', '/app/hook/deliveries/{delivery_id}/attempts'],
 ];
 
 const DROP = new Set(['description', 'example', 'examples', 'summary', 'externalDocs', 'x-github', 'title']);

@@ -4,6 +4,7 @@ import { createGitHubHook } from './hooks.ts';
 import { inboxProcessor } from './inbox.ts';
 import { mountInboxRoutes } from './inbox-routes.ts';
 import { drainOutbox } from './outbox.ts';
+import { sweepMissedDeliveries } from './redeliver.ts';
 import { mountRepositoryRoutes } from './repositories.ts';
 import { senders } from './senders.ts';
 import { githubService } from './service.ts';
@@ -43,6 +44,11 @@ export const githubModule: AppModule = {
     if (ctx.runtime === 'node') await requestGate(ctx.ledger).whenQuiet();
     // deliveries first: they were acknowledged already and may wait for a retry that is due
     await inboxProcessor(svc).drain();
+    // webhooks GitHub failed to deliver while no controller answered (ADR 0091): at start, then
+    // every 10 min; a GitHub failure here must not hold back the rest of the tick
+    await sweepMissedDeliveries(svc, { startSweep: ctx.runtime === 'node' }).catch((e: unknown) =>
+      svc.log.warn('webhook redelivery sweep failed', { error: String(e) }),
+    );
     await runSchedules(svc);
     await sweepRunnerPickup(svc);
     await refreshQueuedChecks(svc);

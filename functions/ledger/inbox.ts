@@ -1,8 +1,9 @@
-import { sql } from 'drizzle-orm';
+import { inArray, sql } from 'drizzle-orm';
 import type { DeliveryView, InboxStats } from '../../core/protocol/deliveries.ts';
 import { ApiError, notFound } from '../errors.ts';
 import { bumpCounter, LEDGER_COUNTERS } from './counters.ts';
 import type { Tx } from './db.ts';
+import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
 
 /**
@@ -276,4 +277,48 @@ export async function inboxStats(s: LedgerStore): Promise<InboxStats> {
     parked: Number(parked?.n ?? 0),
     oldestPendingAgeMs: pending?.oldest == null ? 0 : Math.max(0, s.clock() - Number(pending.oldest)),
   };
+}
+
+/** The ones of `ids` the inbox holds (any state): a redelivery of those would be a no-op. */
+export async function inboxHolds(s: LedgerStore, ids: readonly string[]): Promise<Set<string>> {
+  if (!ids.length) return new Set();
+  const rows = await s.db
+    .select({ id: t.webhookDeliveries.deliveryId })
+    .from(t.webhookDeliveries)
+    .where(inArray(t.webhookDeliveries.deliveryId, [...ids]));
+  return new Set(rows.map((r) => r.id));
+}
+
+const REDELIVERY_REQUESTED_KEY = 'github:redelivery_requested';
+
+/** GUIDs whose redelivery the controller asked GitHub for (ADR 0091), with when. */
+export async function redeliveriesRequested(s: LedgerStore): Promise<Record<string, number>> {
+  return JSON.parse((await s.getMark(undefined, REDELIVERY_REQUESTED_KEY)) ?? '{}') as Record<string, number>;
+}
+
+/**
+ * Records that GitHub accepted a redelivery request for `guid` (one per GUID): remembered while
+ * it can still be a candidate (`keepMs`), counted, and audited as `webhook.redelivery_requested`.
+ * A failed request is only counted, so the next sweep asks again.
+ */
+export function recordRedeliveryRequest(
+  s: LedgerStore,
+  o: { guid: string; ok: boolean; keepMs: number; cause: string; data: Record<string, unknown> },
+): Promise<void> {
+  return s.write(async (tx, now) => {
+    await bumpCounter(tx, 'spark_webhook_redeliveries_total', { result: o.ok ? 'requested' : 'failed' });
+    if (!o.ok) return;
+    const cur = JSON.parse((await s.getMark(tx, REDELIVERY_REQUESTED_KEY)) ?? '{}') as Record<string, number>;
+    const kept = Object.fromEntries(Object.entries(cur).filter(([, at]) => at >= now - o.keepMs));
+    kept[o.guid] = now;
+    await s.setMark(tx, REDELIVERY_REQUESTED_KEY, JSON.stringify(kept));
+    await s.record(tx, now, {
+      subjectType: 'webhook',
+      subjectId: o.guid,
+      type: 'webhook.redelivery_requested',
+      cause: o.cause.slice(0, 500),
+      actor: 'controller',
+      data: o.data,
+    });
+  });
 }

@@ -17,7 +17,8 @@ export type OutboxKind =
   | 'dispatch'
   | 'find-run'
   | 'generate-jitconfig'
-  | 'delete-runner';
+  | 'delete-runner'
+  | 'cancel-run';
 
 export interface EnqueueItem {
   kind: OutboxKind;

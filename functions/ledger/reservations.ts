@@ -412,8 +412,9 @@ export async function recordJobOutcome(
   data: Record<string, unknown>,
 ): Promise<Outcome> {
   const now = s.clock();
-  // a pair failed as a unit stays failed for the node that lost contact (issue 14 item 1)
-  const sticky = r.outcome === 'failed' || r.outcome === 'pair_node_lost';
+  // a pair failed as a unit stays failed for the node that lost contact (issue 14 item 1); a
+  // foreign job's incident stays one when its admitted run is cancelled afterwards (ADR 0090)
+  const sticky = r.outcome === 'failed' || r.outcome === 'pair_node_lost' || r.outcome === 'foreign_job';
   const outcome: Outcome = sticky ? (r.outcome as Outcome) : reported;
   await tx.update(t.reservations).set({ outcome, updatedAt: now }).where(eq(t.reservations.id, r.id));
   r.outcome = outcome;

@@ -149,6 +149,11 @@ export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily
       ensure: ['processed', 'ignored', 'duplicate'].map((result) => ({ result })),
     }),
     counterFamily(counters, {
+      name: 'spark_webhook_redeliveries_total',
+      help: 'Redeliveries of failed GitHub webhook deliveries the controller asked GitHub for, by result (requested, failed).',
+      ensure: ['requested', 'failed'].map((result) => ({ result })),
+    }),
+    counterFamily(counters, {
       name: 'spark_ledger_events_total',
       help: 'Events appended to the ledger history, by type.',
     }),

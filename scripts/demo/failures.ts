@@ -675,11 +675,16 @@ async function controllerUnavailable(ctx: Ctx, note: Note) {
     200,
   ).catch(() => null);
   const jobsWhileDown = s.jobs.length - jobsBefore;
-  step('The controller comes back; GitHub redelivers the missed webhook');
+  step('The controller comes back and asks GitHub to redeliver the webhook it missed');
   await s.startController();
   const ended = await ctx.settle(r.rid, (x) => x.status === 'done' || x.status === 'failed', 60_000);
-  // GitHub's "Redeliver" on every failed delivery; the one that matters is the missed label
-  const again = (await s.redeliverFailed()).find((d) => d.id === missed.id);
+  // GitHub never redelivers by itself: the controller's sweep of the App's delivery log asks for
+  // the missed label (ADR 0091), which GitHub sends again with the same GUID
+  const again = await waitFor(
+    'the missed label redelivered',
+    () => s.deliveries.find((d) => d.id === missed.id && d.status >= 200 && d.status < 300),
+    60_000,
+  ).catch(() => undefined);
   const next = again ? /queued (r-\d+)/.exec(again.result ?? '')?.[1] : undefined;
   const nextEnd = next
     ? await ctx.settle(next, (x) => x.status === 'done' || x.status === 'failed', 60_000)

@@ -245,10 +245,23 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
     const r = await sys.waitReservation(rid, ['done', 'failed']);
     expect(r).toMatchObject({ status: 'done', outcome: 'passed', headSha: sha('5') });
     expect(sys.jobs.length).toBe(jobsWhileDown);
-    // GitHub's "Redeliver": the missed label now queues and runs
-    const [again] = await sys.redeliverFailed();
-    const next = queuedId(again!);
+    // GitHub never redelivers by itself; the restarted controller reads the App's delivery log and
+    // asks for the missed label again (ADR 0091): same GUID, processed once, then it queues and runs
+    const again = await waitFor('the missed label redelivered', () =>
+      sys.deliveries.find((d) => d.id === missed.id && d.status === 202),
+    );
+    const next = queuedId(again);
+    expect(
+      sys.gh.hookDeliveries.filter((d) => d.guid === missed.id).map((d) => [d.redelivery, d.statusCode]),
+    ).toEqual([
+      [false, 0],
+      [true, 202],
+    ]);
+    expect(sys.gh.calls('POST', /^\/app\/hook\/deliveries\/\d+\/attempts$/)).toHaveLength(1);
+    // nothing is left for an operator to redeliver by hand
     await sys.waitCheck(next, 'Spark test passed — evidence receipt recorded');
+    expect(await sys.redeliverFailed()).toEqual([]);
+    expect(sys.deliveries.filter((d) => d.id === missed.id).map((d) => d.status)).toEqual([0, 202]);
     await baseline();
   });
 });

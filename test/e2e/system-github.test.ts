@@ -261,8 +261,31 @@ describe('system: a foreign job takes the runner', { timeout: 180_000 }, () => {
     expect(history.find((e) => e.type === 'alert.foreign_job')?.cause).toMatch(
       /^runner taken by a foreign job — stopped: workflow job 777002 \(run 777001, .*\) on runner "spark-spark-2-r-\d+-a0"/,
     );
+    // the admitted run is cancelled on GitHub rather than left queued for 24 h (ADR 0090); the
+    // cancelled job GitHub then reports keeps the incident's outcome
+    const admitted = sys.gh.runs.find((r) => r.inputs.reservation_id === rid)!;
+    await waitFor('the admitted run cancelled', () => admitted.conclusion === 'cancelled');
+    expect(sys.gh.calls('POST', new RegExp(`/actions/runs/${admitted.id}/cancel$`))).toMatchObject([
+      { status: 202 },
+    ]);
+    const admittedJob = sys.gh.jobs.find((j) => j.runId === admitted.id)!;
+    expect(admittedJob).toMatchObject({ status: 'completed', conclusion: 'cancelled', runnerName: null });
+    const reported = await waitFor(
+      `the cancelled job reported (deliveries: ${JSON.stringify(sys.deliveries.slice(-4))})`,
+      () =>
+        sys.deliveries.find(
+          (d) =>
+            d.event === 'workflow_job' &&
+            (d.result === `${rid} outcome foreign_job` ||
+              d.result?.startsWith(`job ${admittedJob.id} completed;`)),
+        ),
+    );
+    expect(reported.status).toBe(202);
+    expect((await sys.waitReservation(rid, ['failed'])).outcome).toBe('foreign_job');
     // the foreign job's result is never taken as the reservation's
-    expect(history.map((e) => e.type)).not.toContain('reservation.job_completed');
+    expect(
+      history.filter((e) => e.type === 'reservation.job_completed' && /777002/.test(e.cause ?? '')),
+    ).toEqual([]);
   });
 });
 

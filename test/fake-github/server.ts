@@ -28,7 +28,12 @@ import { loadWorkflow, type WorkflowDef } from './workflows.ts';
  * - list endpoints paginate with `per_page` (default 30, max 100), `page` and a `Link` header
  *   (DOC.pagination);
  * - label names are unique case-insensitively (DOC.labels); a job goes to a runner whose labels
- *   include all of the job's `runs-on` labels, compared case-insensitively (DOC.runnerLabels).
+ *   include all of the job's `runs-on` labels, compared case-insensitively (DOC.runnerLabels);
+ * - cancelling a run answers 202 and ends its unfinished jobs `cancelled`; a completed run
+ *   answers 409 (DOC.cancelRun);
+ * - the App's delivery log lists every attempt newest first with cursor pagination, and a
+ *   requested redelivery is sent again with the same GUID; a failed delivery is never retried by
+ *   GitHub itself (DOC.hookDeliveries, DOC.redeliver, DOC.failedDeliveries).
  * GitHub-shaped refusals that the OpenAPI description leaves out (its 404s, the dispatch 422s)
  * are recorded in `refused`, not in `violations`.
  */
@@ -51,6 +56,14 @@ export const DOC = {
     'https://docs.github.com/en/actions/how-tos/manage-runners/self-hosted-runners/apply-labels (labels are case-insensitive; a job needs a runner with all its labels)',
   notFound:
     'https://docs.github.com/en/rest/using-the-rest-api/troubleshooting-the-rest-api#404-not-found-for-an-existing-resource',
+  failedDeliveries:
+    'https://docs.github.com/en/webhooks/using-webhooks/handling-failed-webhook-deliveries (GitHub does not redeliver failed deliveries by itself; a failed delivery has a status other than OK)',
+  hookDeliveries:
+    'https://docs.github.com/en/rest/apps/webhooks#list-deliveries-for-an-app-webhook (App JWT; per_page max 100; cursor pagination with a Link header)',
+  redeliver:
+    'https://docs.github.com/en/rest/apps/webhooks#redeliver-a-delivery-for-an-app-webhook (App JWT; 202; the redelivery keeps the GUID, X-GitHub-Delivery)',
+  cancelRun:
+    'https://docs.github.com/en/rest/actions/workflow-runs#cancel-a-workflow-run (202 Accepted; 409 Conflict when the run can no longer be cancelled; GitHub Apps need actions: write)',
 } as const;
 
 interface Operation {
@@ -157,6 +170,20 @@ export interface Runner {
   jobId: number | null;
 }
 
+/** One attempt of a webhook delivery, as the App's delivery log keeps it (DOC.hookDeliveries). */
+export interface HookDelivery {
+  id: number;
+  /** The `X-GitHub-Delivery` GUID; a redelivery keeps it (DOC.redeliver). */
+  guid: string;
+  event: string;
+  action: string | null;
+  deliveredAt: string;
+  redelivery: boolean;
+  /** The receiver's HTTP status; 0 when it did not answer. */
+  statusCode: number;
+  body: string;
+}
+
 export interface Failure {
   method?: string;
   path: RegExp;
@@ -230,6 +257,15 @@ export class FakeGitHub {
   ghostUsers = new Set<string>();
   /** Org login → installation id; defaults to the installation of the org's first repository. */
   orgInstallations = new Map<string, number>();
+  /**
+   * Called after a run was cancelled with the jobs the cancellation ended, so a harness can send
+   * the `workflow_job` `completed` (conclusion `cancelled`) webhooks GitHub sends for them.
+   */
+  onRunCancelled: ((run: WorkflowRun, ended: Job[]) => void) | null = null;
+  /** The App's webhook delivery log, oldest first (served newest first). */
+  hookDeliveries: HookDelivery[] = [];
+  /** Sends a delivery again with its GUID (the harness's webhook sender) when one is requested. */
+  redeliver: ((d: HookDelivery) => Promise<void>) | null = null;
   /** GitHub's clock (ms); a harness shares its test clock so tokens and JWTs age with it. */
   clock: () => number = Date.now;
   private nextId = 1000;
@@ -325,6 +361,17 @@ export class FakeGitHub {
   /** The run a dispatch created, by the `spark <reservation> <nonce>` run name. */
   runNamed(displayTitle: string): WorkflowRun | undefined {
     return this.runs.find((r) => r.displayTitle === displayTitle);
+  }
+
+  /** Logs one delivery attempt; GitHub never retries a failed one by itself (DOC.failedDeliveries). */
+  recordHookDelivery(d: Omit<HookDelivery, 'id' | 'deliveredAt'>): HookDelivery {
+    const entry: HookDelivery = {
+      ...d,
+      id: this.nextId++,
+      deliveredAt: new Date(this.clock()).toISOString(),
+    };
+    this.hookDeliveries.push(entry);
+    return entry;
   }
 
   /** The next `times` matching calls answer `status` (with headers/body) instead of succeeding. */
@@ -831,6 +878,7 @@ export class FakeGitHub {
         );
       }
       case 'post /repos/{owner}/{repo}/actions/runs/{run_id}/cancel': {
+        // 202 and the run's unfinished jobs end cancelled; a completed run is a 409 (DOC.cancelRun)
         const run = this.runs.find(
           (r) =>
             r.id === Number(params.run_id) &&
@@ -840,9 +888,10 @@ export class FakeGitHub {
         if (run.status === 'completed')
           return send(409, {
             message: 'Cannot cancel a workflow run that is completed.',
-            documentation_url: 'https://docs.github.com/rest',
+            documentation_url: DOC.cancelRun,
           });
-        for (const j of this.jobs.filter((x) => x.runId === run.id && x.status !== 'completed')) {
+        const ended = this.jobs.filter((x) => x.runId === run.id && x.status !== 'completed');
+        for (const j of ended) {
           if (j.status === 'queued')
             Object.assign(j, {
               status: 'completed',
@@ -852,7 +901,57 @@ export class FakeGitHub {
           else this.completeJob(j.id, 'cancelled');
         }
         Object.assign(run, { status: 'completed', conclusion: 'cancelled' });
-        return send(202, {});
+        send(202, {});
+        this.onRunCancelled?.(run, ended);
+        return;
+      }
+      case 'get /app/hook/deliveries': {
+        // newest first, `per_page` (max 100) and an opaque `cursor` (DOC.hookDeliveries)
+        const size = Math.min(Math.max(1, Number(url.searchParams.get('per_page') ?? 30) || 30), 100);
+        const newest = [...this.hookDeliveries].reverse();
+        const cursor = url.searchParams.get('cursor');
+        const from = cursor ? newest.findIndex((d) => `c${d.id}` === cursor) : 0;
+        if (from < 0) return send(422, { message: 'Invalid cursor', documentation_url: DOC.hookDeliveries });
+        const items = newest.slice(from, from + size);
+        const after = newest[from + size];
+        const headers: Record<string, string> = {};
+        if (after) {
+          const u = new URL('/app/hook/deliveries', this.url);
+          u.searchParams.set('per_page', String(size));
+          u.searchParams.set('cursor', `c${after.id}`);
+          headers.link = `<${u.toString()}>; rel="next"`;
+        }
+        return send(
+          200,
+          items.map((d) => ({
+            id: d.id,
+            guid: d.guid,
+            delivered_at: d.deliveredAt,
+            redelivery: d.redelivery,
+            duration: 0.05,
+            status:
+              d.statusCode >= 200 && d.statusCode < 300
+                ? 'OK'
+                : d.statusCode
+                  ? `Invalid HTTP Response: ${d.statusCode}`
+                  : "We couldn't deliver this payload: Connection refused",
+            status_code: d.statusCode,
+            event: d.event,
+            action: d.action,
+            installation_id: 77,
+            repository_id: null,
+            throttled_at: null,
+          })),
+          headers,
+        );
+      }
+      case 'post /app/hook/deliveries/{delivery_id}/attempts': {
+        const d = this.hookDeliveries.find((x) => x.id === Number(params.delivery_id));
+        if (!d) return notFound();
+        // accepted now, delivered again with the same GUID right after (DOC.redeliver)
+        send(202, {});
+        void this.redeliver?.(d);
+        return;
       }
       default:
         this.violations.push(`no fake implementation for ${key}`);

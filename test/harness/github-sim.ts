@@ -155,7 +155,12 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
 
   // ------------------------------------------------------------ webhooks
 
-  const deliverRaw = async (id: string, event: string, body: string): Promise<Delivery> => {
+  const deliverRaw = async (
+    id: string,
+    event: string,
+    body: string,
+    redelivery = false,
+  ): Promise<Delivery> => {
     let d: Delivery;
     try {
       const res = await fetch(`${opts.controllerUrl}/github/webhooks`, {
@@ -200,9 +205,21 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     }
     if (d.status >= 200 && d.status < 300) failed.delete(id);
     else failed.set(id, { event, body });
+    // the App's delivery log, which the controller reads to ask for redeliveries (ADR 0091)
+    let action: string | null = null;
+    try {
+      action = (JSON.parse(body) as { action?: string }).action ?? null;
+    } catch {
+      action = null;
+    }
+    gh.recordHookDelivery({ guid: id, event, action, redelivery, statusCode: d.status, body });
     deliveries.push(d);
     note(`github → controller: ${event} ${d.status ? d.status : 'refused'} ${d.result ?? ''}`.trim());
     return d;
+  };
+  gh.redeliver = async (d) => {
+    note(`GitHub: redelivery of ${d.event} ${d.guid} requested`);
+    await deliverRaw(d.guid, d.event, d.body, true);
   };
   const deliver = (event: string, payload: unknown, id?: string) =>
     deliverRaw(id ?? `sys-${process.pid}-${++deliverySeq}`, event, JSON.stringify(payload));
@@ -223,6 +240,30 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     p.workflow_job.runner_name = action === 'queued' ? null : job.runnerName;
     p.workflow_job.html_url = `https://github.com/${job.repo}/actions/runs/${job.runId}/job/${job.id}`;
     return p;
+  };
+
+  // GitHub reports each job a run cancellation ended (a queued job never had a runner)
+  gh.onRunCancelled = (run, ended) => {
+    void (async () => {
+      for (const j of ended) {
+        const p = example('workflow_job', 'completed');
+        p.repository.full_name = run.repo;
+        p.repository.name = run.repo.split('/')[1];
+        p.installation = { id: repoState.installationId };
+        Object.assign(p.workflow_job, {
+          id: j.id,
+          run_id: j.runId,
+          head_sha: j.headSha,
+          status: 'completed',
+          conclusion: 'cancelled',
+          labels: j.labels,
+          runner_name: j.runnerName,
+          html_url: `https://github.com/${run.repo}/actions/runs/${run.id}/job/${j.id}`,
+        });
+        note(`GitHub Actions: run ${run.id} cancelled; job ${j.id} completed: cancelled`);
+        await deliver('workflow_job', p);
+      }
+    })();
   };
 
   const actions: Server = createServer((req, res) => {

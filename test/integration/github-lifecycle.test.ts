@@ -273,13 +273,61 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
         ),
       );
       expect(check).toMatchObject({ status: 'completed', conclusion: 'failure', head_sha: SHA });
+      // the admitted run is cancelled on GitHub instead of waiting 24 h there (ADR 0090)
+      const cancelPath = new RegExp(`^/repos/${REPO}/actions/runs/${meta.runId}/cancel$`);
+      const cancel = await h.until('the admitted run cancelled', () => h.gh.calls('POST', cancelPath)[0]);
+      expect(cancel).toMatchObject({ status: 202, auth: 'installation' });
+      const admittedRun = h.gh.runs.find((x) => x.id === meta.runId)!;
+      expect(admittedRun).toMatchObject({ status: 'completed', conclusion: 'cancelled' });
+      const admittedJob = h.gh.jobs.find((j) => j.runId === meta.runId)!;
+      expect(admittedJob).toMatchObject({ status: 'completed', conclusion: 'cancelled', runnerName: null });
+      // GitHub reports the cancelled admitted job: it ends nothing more and keeps the incident's outcome
+      const cancelled = await h.deliver('workflow_job', workflowJobEvent(admittedJob, 'completed'));
+      expect(cancelled.status).toBeLessThan(300);
+      expect((await h.c.ledger.getReservation(undefined, 'r-1'))?.outcome).toBe('foreign_job');
       // its completion changes nothing more; the admitted job never ran
       const done = await h.deliver('workflow_job', workflowJobEvent(h.gh.completeJob(990_001), 'completed'));
       expect((await done.json()).result).toMatch(/^foreign job stopped|^foreign job on ended work/);
       expect((await h.c.ledger.getReservation(undefined, 'r-1'))?.outcome).toBe('foreign_job');
+      // one cancellation per incident, whatever else GitHub reports
+      await h.drain();
+      expect(h.gh.calls('POST', cancelPath)).toHaveLength(1);
       expect(JSON.stringify(h.gh.checkRuns)).not.toContain(meta.nonce!);
     });
   }
+
+  it('a foreign job whose admitted run already completed: GitHub answers 409, recorded once, not retried', async () => {
+    const handoff = (await prepared())!;
+    const meta = await h.until('run recorded', async () => {
+      const m = await metaOf();
+      return m.runId != null ? m : null;
+    });
+    foreignJob([]);
+    const taken = await pickUp(handoff.runnerName);
+    // someone cancelled the admitted run on GitHub before the controller did
+    const run = h.gh.runs.find((x) => x.id === meta.runId)!;
+    Object.assign(run, { status: 'completed', conclusion: 'cancelled' });
+    const res = await h.deliver('workflow_job', workflowJobEvent(taken, 'in_progress'));
+    expect((await res.json()).result).toMatch(/^foreign job stopped/);
+    const cancelPath = new RegExp(`^/repos/${REPO}/actions/runs/${meta.runId}/cancel$`);
+    const row = await h.until('the cancel-run row settled', async () => {
+      const rows = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.kind, 'cancel-run'));
+      return rows[0]?.status === 'pending' ? null : rows[0];
+    });
+    // a definitive answer: sent with GitHub's refusal as its result, no outbox.failed, no retry
+    expect(row).toMatchObject({ status: 'sent', attempts: 1, reservationId: 'r-1' });
+    expect(JSON.parse(row.resultJson!)).toEqual({
+      runId: meta.runId,
+      cancelled: false,
+      status: 409,
+      message: 'Cannot cancel a workflow run that is completed.',
+    });
+    await h.drain();
+    expect(h.gh.calls('POST', cancelPath).map((c) => c.status)).toEqual([409]);
+    const failed = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'outbox.failed'));
+    expect(failed).toEqual([]);
+    expect((await h.c.ledger.getReservation(undefined, 'r-1'))?.outcome).toBe('foreign_job');
+  });
 
   it('without run details in the dispatch answer (204), the run is found by its run-name', async () => {
     // GitHub Enterprise Server without return_run_details answers 204 with no body

@@ -2,6 +2,7 @@ import { isActiveStatus } from '../../../core/model.ts';
 import type { Tx } from '../../ledger/db.ts';
 import { recordUnknownJob } from '../../ledger/github.ts';
 import type { ReservationRow } from '../../ledger/ledger.ts';
+import { enqueue } from '../../ledger/outbox.ts';
 import { handoffByRunnerName } from '../../ledger/queries.ts';
 import {
   advanceReservation,
@@ -135,7 +136,24 @@ async function onOurRunner(
       runnerName: job.runner_name,
       repository: repo,
     });
-    return acted ? `foreign job stopped: ${detail}` : `foreign job on ended work: ${detail}`;
+    if (!acted) return `foreign job on ended work: ${detail}`;
+    // the admitted job can never run on a runner of ours now: cancel its run instead of leaving
+    // it queued on GitHub until GitHub gives up on it after 24 h (ADR 0090)
+    const meta = readMeta(r);
+    if (meta?.runId != null && r.repo) {
+      await enqueue(tx, now, {
+        kind: 'cancel-run',
+        key: `cancel-run:${rid}:${meta.runId}`,
+        reservationId: rid,
+        payload: {
+          reservationId: rid,
+          repo: r.repo,
+          runId: meta.runId,
+          installationId: meta.installationId ?? null,
+        },
+      });
+    }
+    return `foreign job stopped: ${detail}`;
   }
   if (action === 'in_progress') {
     await patchMeta(tx, r, { jobPickedUpAt: now, jobUrl: job.html_url ?? null });
