@@ -44,9 +44,12 @@ const RUNS = Number(process.env.SPARK_FUZZ_WEBHOOK_RUNS ?? (LONG ? 50_000 : 10_0
  * seed that ever failed stays here as a regression case, with what it found:
  * - 742671736: a `/spark test` comment on a PR GitHub answers 404 for got a 502 (issue 13); now
  *   the delivery ends with the reason.
+ * - 758852289: its first accepted delivery was an unknown event on a fresh ledger, which creates
+ *   the `result="ignored"` sample of the deliveries counter; the "nothing else" check counted
+ *   that row as a write (a test gap, not a product bug): counters are now compared sample by sample.
  * `npm run test:long` explores a new random seed and prints it; SPARK_FUZZ_SEED replays one.
  */
-const RECORDED_SEEDS = [742671736];
+const RECORDED_SEEDS = [742671736, 758852289];
 const SEEDS = process.env.SPARK_FUZZ_SEED
   ? [Number(process.env.SPARK_FUZZ_SEED)]
   : LONG
@@ -334,6 +337,15 @@ async function signatureFor(mode: SigMode, body: string, garbage: string): Promi
 
 // ------------------------------------------------------------------------------ property
 
+/** Every persisted metric sample except the webhook deliveries counter, in a stable order. */
+const otherCounters = () =>
+  watch.all<{ name: string; series: string; value: number }>(
+    "SELECT name, series, value FROM metric_counters WHERE name != 'spark_webhook_deliveries_total' ORDER BY name, series",
+  );
+
+/** Delivery ids the ledger holds, across seeds: the seeds share one controller and ledger. */
+const seen = new Set<string>();
+
 describe(`webhook endpoint fuzzing (${RUNS} requests per seed)`, () => {
   it.each(SEEDS)(
     'seed %i: never answers 5xx and a rejected request writes nothing',
@@ -344,7 +356,6 @@ describe(`webhook endpoint fuzzing (${RUNS} requests per seed)`, () => {
       if (LONG) console.log(`webhook fuzz: exploring seed ${SEED} (replay: SPARK_FUZZ_SEED=${SEED})`);
       let version = await watch.dataVersion();
       let counts = await watch.counts();
-      const seen = new Set<string>();
       const tally: Record<string, number> = {};
       // a redelivery of an id the ledger already holds must be a no-op
       const prop = fc.asyncProperty(request, async (r) => {
@@ -354,6 +365,7 @@ describe(`webhook endpoint fuzzing (${RUNS} requests per seed)`, () => {
         if (signature !== null) headers['x-hub-signature-256'] = signature;
         if (r.id !== null) headers['x-github-delivery'] = r.id;
         if (event !== null) headers['x-github-event'] = event;
+        const countersBefore = await otherCounters();
         const res = await c.app.request('/github/webhooks', { method: 'POST', headers, body: r.body.body });
         // what the server saw (the Headers API trims surrounding whitespace)
         const id = new Headers(headers).get('x-github-delivery');
@@ -388,8 +400,15 @@ describe(`webhook endpoint fuzzing (${RUNS} requests per seed)`, () => {
           expect(row[0]!.result).not.toBe('received');
           seen.add(id!);
           if (!['pull_request', 'issue_comment', 'push', 'workflow_job'].includes(event!)) {
-            // an event the controller does not handle records its delivery and nothing else
-            expect({ ...after, webhook_deliveries: counts.webhook_deliveries }).toEqual(counts);
+            // an event the controller does not handle records its delivery and nothing else; the
+            // only counter it may move is the deliveries counter (result "ignored"), whose sample
+            // row is created by the first ignored delivery of a fresh ledger (seed 758852289)
+            expect({
+              ...after,
+              webhook_deliveries: counts.webhook_deliveries,
+              metric_counters: counts.metric_counters,
+            }).toEqual(counts);
+            expect(await otherCounters()).toEqual(countersBefore);
           }
         }
         version = await watch.dataVersion();
