@@ -1,4 +1,5 @@
 import type { LedgerEventType } from '../../core/events.ts';
+import { isReleasableStatus } from '../../core/model.ts';
 import { withholdJitConfigs } from '../ledger/github.ts';
 import { leasesOf } from '../ledger/leases.ts';
 import type { TransitionHook } from '../ledger/ledger.ts';
@@ -7,7 +8,7 @@ import { getReservation } from '../ledger/reservations.ts';
 import type { LedgerStore } from '../ledger/store.ts';
 import { patchMeta, readMeta } from './meta.ts';
 import { newRunnerNonce } from './run-identity.ts';
-import { enqueueRunnerDeletes } from './senders.ts';
+import { enqueueRunCancel, enqueueRunnerDeletes } from './senders.ts';
 
 const RELEASE_EVENTS = new Set<LedgerEventType>([
   'reservation.releasing',
@@ -91,6 +92,16 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
       // a config not yet handed over must never be handed over now
       await withholdJitConfigs(tx, { reservationId: r.id });
       await enqueueRunnerDeletes(tx, now, r);
+    }
+
+    // the one place a dispatched run of ended work is cancelled (ADR 0095): when the release
+    // begins (granted work only ends through releasing), or when the run is identified only
+    // after that (dispatch answer or run-name lookup still pending at the release)
+    if (
+      ev.type === 'reservation.releasing' ||
+      (ev.type === 'reservation.run_recorded' && !isReleasableStatus(r.status))
+    ) {
+      await enqueueRunCancel(tx, now, r);
     }
   };
 }

@@ -3,6 +3,7 @@ import { isReleasableStatus } from '../../core/model.ts';
 import { EXECUTOR_NAMES } from '../../core/protocol/agent.ts';
 import type { Tx } from '../ledger/db.ts';
 import {
+  admittedJobFinished,
   liveRunnersOf,
   markRunnerDeleted,
   recordDispatchedRun,
@@ -187,11 +188,20 @@ const sendDispatch: Sender = async (svc, row, payload) => {
   const rid = String(payload.reservationId);
   const r = await svc.ledger.getReservation(undefined, rid);
   if (!r?.repo || !r.headSha) return skipped('reservation has no GitHub commit');
-  // granted work: dispatched and registered at the grant, while the hosts prepare (ADR 0070)
-  if (!isReleasableStatus(r.status)) return skipped(`reservation is ${r.status}`);
   const meta = readMeta(r);
   if (!meta) return skipped('reservation was not created by GitHub');
   if (meta.runId != null) return skipped(`run ${meta.runId} already recorded`);
+  const record = (run: DispatchedRun, via: 'dispatch-response' | 'run-name') => (tx: Tx) =>
+    recordDispatchedRun(svc.ledger, tx, rid, { ...run, via }).then(() => undefined);
+  // granted work: dispatched and registered at the grant, while the hosts prepare (ADR 0070)
+  if (!isReleasableStatus(r.status)) {
+    // an earlier attempt may have dispatched and lost the answer: record that run, so the hook
+    // cancels it (ADR 0095), rather than leave it queued on GitHub
+    const earlier = row.attempts > 0 && meta.nonce ? await findDispatchedRun(svc, r, meta) : null;
+    if (earlier)
+      return { result: { found: earlier.runId, ended: r.status }, apply: record(earlier, 'run-name') };
+    return skipped(`reservation is ${r.status}`);
+  }
   const why = await whyNotWanted(svc, r, meta);
   if (why) {
     return {
@@ -201,8 +211,6 @@ const sendDispatch: Sender = async (svc, row, payload) => {
     };
   }
   if (!meta.nonce) throw new GitHubError(0, `${rid} has no runner nonce; it cannot be dispatched`, false);
-  const record = (run: DispatchedRun, via: 'dispatch-response' | 'run-name') => (tx: Tx) =>
-    recordDispatchedRun(svc.ledger, tx, rid, { ...run, via }).then(() => undefined);
   if (row.attempts > 0) {
     // an earlier attempt may have dispatched and lost the answer: never start a second run
     const earlier = await findDispatchedRun(svc, r, meta);
@@ -262,7 +270,8 @@ const sendFindRun: Sender = async (svc, row, payload) => {
   const rid = String(payload.reservationId);
   const r = await svc.ledger.getReservation(undefined, rid);
   if (!r?.repo) return skipped('reservation has no repository');
-  if (!isReleasableStatus(r.status)) return skipped(`reservation is ${r.status}`);
+  // ended work is looked up too: its dispatch was sent, so a run exists that must be recorded
+  // to be cancelled (the GitHub hook queues the cancellation on `reservation.run_recorded`)
   const meta = readMeta(r);
   if (!meta) return skipped('reservation was not created by GitHub');
   if (meta.runId != null) return skipped(`run ${meta.runId} already recorded`);
@@ -406,9 +415,10 @@ const sendDeleteRunner: Sender = async (svc, _row, payload) => {
 };
 
 /**
- * Cancels the admitted workflow run of a reservation whose runner a foreign job took (ADR 0040,
- * 0090): its job can never run on a runner of ours now, and left alone it would stay queued on
- * GitHub for 24 h. GitHub answers 202 when the cancellation is accepted and 409 when the run can
+ * Cancels the admitted workflow run of a reservation that ended before its job did (ADR 0090,
+ * 0095: a foreign job took its runner, preparation failed, the runner was not picked up, the
+ * work was released or its pair lost a node): its job can never run on a runner of ours now, and
+ * left alone it would stay queued on GitHub for 24 h. GitHub answers 202 when the cancellation is accepted and 409 when the run can
  * no longer be cancelled (it completed meanwhile): a definitive answer, recorded as the row's
  * result and never retried (REST "Cancel a workflow run").
  */
@@ -432,6 +442,32 @@ const sendCancelRun: Sender = async (svc, _row, payload) => {
   }
   return { result: { runId, cancelled: true } };
 };
+
+/** The outbox key of the one cancellation of a reservation's recorded run. */
+export const cancelRunKey = (reservationId: string, runId: number) => `cancel-run:${reservationId}:${runId}`;
+
+/**
+ * Queues the cancellation of `r`'s recorded workflow run (ADR 0090, 0095) unless its admitted
+ * job is already over. Called when the reservation's release begins and when a run is recorded
+ * for work that already ended: no runner of ours takes a job of ended work, so the run would
+ * stay queued on GitHub for 24 h, or run on with a stopped runner. Idempotent (one key per run).
+ */
+export async function enqueueRunCancel(tx: Tx, now: number, r: ReservationRow): Promise<boolean> {
+  const meta = readMeta(r);
+  if (meta?.runId == null || !r.repo) return false;
+  if (await admittedJobFinished(tx, r.id)) return false;
+  return enqueue(tx, now, {
+    kind: 'cancel-run',
+    key: cancelRunKey(r.id, meta.runId),
+    reservationId: r.id,
+    payload: {
+      reservationId: r.id,
+      repo: r.repo,
+      runId: meta.runId,
+      installationId: meta.installationId ?? null,
+    },
+  });
+}
 
 /** Queues deregistration of every runner of `r` that GitHub still knows (release, retry). */
 export async function enqueueRunnerDeletes(tx: Tx, now: number, r: ReservationRow, only?: string) {

@@ -229,6 +229,31 @@ export async function liveRunnersOf(tx: Tx, reservationId: string): Promise<Hand
 }
 
 /**
+ * Whether the admitted job of a reservation is over (ADR 0095): GitHub reported it completed
+ * (`reservation.job_completed`), or every lease's one-job runner exited 0 — a JIT runner exits
+ * cleanly only after its job, and that exit may come before GitHub's `workflow_job` webhook.
+ */
+export async function admittedJobFinished(tx: Tx, reservationId: string): Promise<boolean> {
+  const reported = await tx
+    .select({ id: t.events.id })
+    .from(t.events)
+    .where(
+      and(
+        eq(t.events.subjectType, 'reservation'),
+        eq(t.events.subjectId, reservationId),
+        eq(t.events.type, 'reservation.job_completed'),
+      ),
+    )
+    .limit(1);
+  if (reported.length) return true;
+  const leases = await tx
+    .select({ exitedAt: t.leases.runnerExitedAt, exitCode: t.leases.exitCode })
+    .from(t.leases)
+    .where(eq(t.leases.reservationId, reservationId));
+  return leases.length > 0 && leases.every((l) => l.exitedAt != null && l.exitCode === 0);
+}
+
+/**
  * Hands a waiting JIT config to the agent: in one transaction the config is erased, the handoff
  * marked consumed and the fresh job token's SHA-256 stored on the lease — so it is given exactly
  * once (cross-part contract 3).

@@ -401,7 +401,9 @@ export function beginRelease(
 
 /**
  * The GitHub job's result (`workflow_job` completed). A failure is sticky: a late success from
- * the healthy half of a failed pair must not turn the reservation's result into a pass.
+ * the healthy half of a failed pair must not turn the reservation's result into a pass. `keep`
+ * keeps the current outcome too: the caller knows the report is the echo of the controller's
+ * own cancellation of the run of work that already ended (ADR 0095).
  */
 export async function recordJobOutcome(
   s: LedgerStore,
@@ -410,11 +412,16 @@ export async function recordJobOutcome(
   reported: 'passed' | 'failed' | 'cancelled',
   cause: string,
   data: Record<string, unknown>,
+  keep = false,
 ): Promise<Outcome> {
   const now = s.clock();
   // a pair failed as a unit stays failed for the node that lost contact (issue 14 item 1); a
   // foreign job's incident stays one when its admitted run is cancelled afterwards (ADR 0090)
-  const sticky = r.outcome === 'failed' || r.outcome === 'pair_node_lost' || r.outcome === 'foreign_job';
+  const sticky =
+    (keep && r.outcome != null) ||
+    r.outcome === 'failed' ||
+    r.outcome === 'pair_node_lost' ||
+    r.outcome === 'foreign_job';
   const outcome: Outcome = sticky ? (r.outcome as Outcome) : reported;
   await tx.update(t.reservations).set({ outcome, updatedAt: now }).where(eq(t.reservations.id, r.id));
   r.outcome = outcome;

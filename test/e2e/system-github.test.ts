@@ -96,6 +96,8 @@ describe('system: happy path', { timeout: 180_000 }, () => {
     );
     // spark-1 kept serving Deckard throughout
     expect(sys.deckard!.ctlLog()).toEqual(['start']);
+    // the admitted job completed: its run is never cancelled (ADR 0095)
+    expect(sys.gh.calls('POST', /\/actions\/runs\/\d+\/cancel$/)).toEqual([]);
 
     // the JIT config reached only the runner: not the logs, not a public view
     expect(sys.jitConfigsSeen).toHaveLength(1);

@@ -329,6 +329,126 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect((await h.c.ledger.getReservation(undefined, 'r-1'))?.outcome).toBe('foreign_job');
   });
 
+  /** The admitted run once it is recorded, and the path that cancels it. */
+  async function recordedRun(rid = 'r-1') {
+    const meta = await h.until('run recorded', async () => {
+      const m = await metaOf(rid);
+      return m.runId != null ? m : null;
+    });
+    return { meta, cancelPath: new RegExp(`^/repos/${REPO}/actions/runs/${meta.runId}/cancel$`) };
+  }
+
+  it('preparation fails after the dispatch: the admitted run is cancelled on GitHub (ADR 0095)', async () => {
+    await adoptAll(h.c.ledger);
+    expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
+    const { meta, cancelPath } = await recordedRun();
+    const lease = (await h.c.ledger.leasesOf(undefined, 'r-1'))[0]!;
+    await applyReport(h.c.ledger, lease.hostId, {
+      type: 'prepare_failed',
+      fencingToken: lease.fencingToken,
+      reason: 'GPU busy',
+    });
+    expect(await h.c.ledger.getReservation(undefined, 'r-1')).toMatchObject({
+      status: 'releasing',
+      outcome: 'failed',
+    });
+    const cancel = await h.until('the admitted run cancelled', () => h.gh.calls('POST', cancelPath)[0]);
+    expect(cancel).toMatchObject({ status: 202, auth: 'installation' });
+    expect(h.gh.runs.find((x) => x.id === meta.runId)).toMatchObject({
+      status: 'completed',
+      conclusion: 'cancelled',
+    });
+    const job = h.gh.jobs.find((j) => j.runId === meta.runId)!;
+    expect(job).toMatchObject({ status: 'completed', conclusion: 'cancelled', runnerName: null });
+    // GitHub's report of the cancelled job keeps the failure's outcome
+    const res = await h.deliver('workflow_job', workflowJobEvent(job, 'completed'));
+    expect((await res.json()).result).toBe('r-1 outcome failed');
+    await h.drain();
+    expect(h.gh.calls('POST', cancelPath)).toHaveLength(1);
+  });
+
+  it('work released while its job is queued on GitHub: the run is cancelled; the echo keeps the outcome', async () => {
+    await prepared();
+    const { meta, cancelPath } = await recordedRun();
+    expect(h.gh.jobs.find((j) => j.runId === meta.runId)?.status).toBe('queued');
+    await h.c.ledger.beginRelease('r-1', 'released', 'released by alice', 'alice');
+    await h.until('the admitted run cancelled', () => h.gh.calls('POST', cancelPath)[0]?.status === 202);
+    const job = h.gh.jobs.find((j) => j.runId === meta.runId)!;
+    expect(job).toMatchObject({ status: 'completed', conclusion: 'cancelled' });
+    // our own cancellation's echo does not turn the release into a `cancelled` (failed) result
+    const res = await h.deliver('workflow_job', workflowJobEvent(job, 'completed'));
+    expect((await res.json()).result).toBe('r-1 outcome released');
+    expect((await h.c.ledger.getReservation(undefined, 'r-1'))?.outcome).toBe('released');
+    const rows = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.kind, 'cancel-run'));
+    expect(rows.map((r) => r.idempotencyKey)).toEqual([`cancel-run:r-1:${meta.runId}`]);
+  });
+
+  it('a run cancelled on GitHub by someone else while the work is active still counts as cancelled', async () => {
+    await prepared();
+    const { meta } = await recordedRun();
+    const job = h.gh.completeJob(h.gh.jobs.find((j) => j.runId === meta.runId)!.id, 'cancelled');
+    const res = await h.deliver('workflow_job', workflowJobEvent(job, 'completed'));
+    expect((await res.json()).result).toBe('r-1 outcome cancelled');
+  });
+
+  it('the runner exits 0 before GitHub reports the job: the release cancels nothing (ADR 0095)', async () => {
+    const handoff = (await prepared())!;
+    const picked = await pickUp(handoff.runnerName);
+    await h.deliver('workflow_job', workflowJobEvent(picked, 'in_progress'));
+    const lease = (await h.c.ledger.leasesOf(undefined, 'r-1'))[0]!;
+    await applyReport(h.c.ledger, lease.hostId, {
+      type: 'runner_exited',
+      fencingToken: lease.fencingToken,
+      runnerName: handoff.runnerName,
+      exitCode: 0,
+      lastLines: [],
+    });
+    expect(await h.c.ledger.getReservation(undefined, 'r-1')).toMatchObject({
+      status: 'releasing',
+      outcome: 'runner exited 0',
+    });
+    await h.drain();
+    await h.drain();
+    expect(h.gh.calls('POST', /\/cancel$/)).toEqual([]);
+    const done = await h.deliver('workflow_job', workflowJobEvent(h.gh.completeJob(picked.id), 'completed'));
+    expect((await done.json()).result).toBe('r-1 outcome passed');
+    expect(await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.kind, 'cancel-run'))).toEqual([]);
+  });
+
+  it('released while the run is still being looked up by its run-name: found, recorded, cancelled', async () => {
+    // without run details (204), the run is found by its run-name through find-run rows
+    h.gh.fail({ method: 'POST', path: /\/dispatches$/, status: 204, body: null });
+    await adoptAll(h.c.ledger);
+    expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
+    const nonce = await h.until('nonce', async () => (await metaOf()).nonce);
+    await h.until('the controller dispatched', () => h.gh.calls('POST', /\/dispatches$/).length === 1);
+    await h.c.ledger.beginRelease('r-1', 'released', 'released by alice', 'alice');
+    // GitHub creates the run a moment later (the injected 204 did not)
+    const made = await fetch(`${h.gh.url}/repos/${REPO}/actions/workflows/spark-pr-test.yml/dispatches`, {
+      method: 'POST',
+      headers: { authorization: `token ${[...h.gh.tokens.keys()][0]}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        ref: 'main',
+        inputs: { reservation_id: 'r-1', nonce, head_sha: SHA, topology: 'single', suite: 'smoke' },
+      }),
+    });
+    expect(made.status).toBe(204);
+    const runId = h.gh.runs[0]!.id;
+    await h.until(
+      'the late-found run cancelled',
+      async () => {
+        h.clock.advance(5_000);
+        await h.drain();
+        return h.gh.calls('POST', new RegExp(`/actions/runs/${runId}/cancel$`))[0]?.status === 202;
+      },
+      20_000,
+    );
+    expect((await metaOf()).runId).toBe(runId);
+    expect(h.gh.runs[0]).toMatchObject({ status: 'completed', conclusion: 'cancelled' });
+    // no runner was ever registered for the ended work
+    expect(h.gh.calls('POST', /generate-jitconfig$/)).toEqual([]);
+  });
+
   it('without run details in the dispatch answer (204), the run is found by its run-name', async () => {
     // GitHub Enterprise Server without return_run_details answers 204 with no body
     h.gh.fail({
@@ -371,7 +491,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
 
   it('label removal while running does not cancel; release deletes the runner (busy 422 retried)', async () => {
     const handoff = (await prepared())!;
-    await h.deliver('workflow_job', workflowJobEvent(await pickUp(handoff.runnerName), 'in_progress'));
+    const picked = await pickUp(handoff.runnerName);
+    await h.deliver('workflow_job', workflowJobEvent(picked, 'in_progress'));
     const p = example('pull_request', 'unlabeled');
     p.label.name = 'spark-test';
     p.pull_request.labels = [];
@@ -379,6 +500,11 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     const res = await h.deliver('pull_request', p);
     expect((await res.json()).result).toBe('kept active r-1');
     expect(await status(h, 'r-1')).toBe('running');
+    // GitHub reports the job passed while its JIT runner is still busy winding down
+    const passed = { ...picked, status: 'completed' as const, conclusion: 'success' as const };
+    expect(
+      (await (await h.deliver('workflow_job', workflowJobEvent(passed, 'completed'))).json()).result,
+    ).toBe('r-1 outcome passed');
     h.gh.runners[0]!.busy = true;
     await h.c.ledger.beginRelease('r-1', 'passed', 'runner exited 0', 'agent:spark-2');
     await h.until('busy 422 seen', () =>
@@ -399,6 +525,9 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
       },
       20_000,
     );
+    // the admitted job completed: its run is never cancelled (ADR 0095)
+    await h.drain();
+    expect(h.gh.calls('POST', /\/cancel$/)).toEqual([]);
   });
 
   it('work no longer wanted at dispatch time is released instead of dispatched', async () => {
@@ -588,6 +717,12 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
       ),
     );
     await h.until('every runner deregistered', () => h.gh.runners.length === 0);
+    // nothing of ours will take its job now: the run is cancelled, not left queued (ADR 0095)
+    const runId = (await metaOf()).runId;
+    await h.until('the admitted run cancelled', () =>
+      h.gh.calls('POST', new RegExp(`/actions/runs/${runId}/cancel$`)).some((c) => c.status === 202),
+    );
+    expect(h.gh.jobs.find((j) => j.runId === runId)).toMatchObject({ conclusion: 'cancelled' });
   });
 
   it('JIT registrations share one 10,000/h bucket per App: an empty bucket defers to the next hour', async () => {

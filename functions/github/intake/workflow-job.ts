@@ -2,7 +2,7 @@ import { isActiveStatus } from '../../../core/model.ts';
 import type { Tx } from '../../ledger/db.ts';
 import { recordUnknownJob } from '../../ledger/github.ts';
 import type { ReservationRow } from '../../ledger/ledger.ts';
-import { enqueue } from '../../ledger/outbox.ts';
+import { outboxKeyExists } from '../../ledger/outbox.ts';
 import { handoffByRunnerName } from '../../ledger/queries.ts';
 import {
   advanceReservation,
@@ -14,6 +14,7 @@ import {
 import { patchMeta, readMeta } from '../meta.ts';
 import { WorkflowJobEvent } from '../payloads.ts';
 import { parseReservationLabel, reservationLabel } from '../run-identity.ts';
+import { cancelRunKey } from '../senders.ts';
 import type { GitHubService } from '../service.ts';
 import { type Delivery, type IntakeResult, noOp, withDelivery } from './delivery.ts';
 
@@ -41,6 +42,16 @@ function notAdmitted(r: ReservationRow, repo: string, job: Job): string | null {
   if (!want || !job.labels.some((l) => l.toLowerCase() === want))
     return `the job does not ask for ${r.id}'s runner label`;
   return null;
+}
+
+/**
+ * Whether a `cancelled` report of the admitted job is the echo of the controller's own
+ * cancellation of the run (ADR 0095): the release began first and said why, so its outcome stays.
+ */
+async function ourCancellation(tx: Tx, r: ReservationRow, job: Job): Promise<boolean> {
+  const runId = readMeta(r)?.runId;
+  if (r.status !== 'releasing' || job.conclusion !== 'cancelled' || runId == null) return false;
+  return outboxKeyExists(tx, cancelRunKey(r.id, runId));
 }
 
 /**
@@ -106,6 +117,7 @@ export async function onWorkflowJob(svc: GitHubService, d: Delivery, raw: unknow
         CONCLUSION_OUTCOME[job.conclusion ?? ''] ?? 'failed',
         `workflow job ${job.id} completed before a runner took it: ${job.conclusion ?? 'no conclusion'}`,
         { jobId: job.id, runId: job.run_id, conclusion: job.conclusion },
+        await ourCancellation(tx, r, job),
       );
       return `${r.id} outcome ${outcome}`;
     }
@@ -137,22 +149,8 @@ async function onOurRunner(
       repository: repo,
     });
     if (!acted) return `foreign job on ended work: ${detail}`;
-    // the admitted job can never run on a runner of ours now: cancel its run instead of leaving
-    // it queued on GitHub until GitHub gives up on it after 24 h (ADR 0090)
-    const meta = readMeta(r);
-    if (meta?.runId != null && r.repo) {
-      await enqueue(tx, now, {
-        kind: 'cancel-run',
-        key: `cancel-run:${rid}:${meta.runId}`,
-        reservationId: rid,
-        payload: {
-          reservationId: rid,
-          repo: r.repo,
-          runId: meta.runId,
-          installationId: meta.installationId ?? null,
-        },
-      });
-    }
+    // the admitted job can never run on a runner of ours now: the release's hook cancels its run
+    // instead of leaving it queued on GitHub until GitHub gives up on it after 24 h (ADR 0090)
     return `foreign job stopped: ${detail}`;
   }
   if (action === 'in_progress') {
@@ -179,6 +177,7 @@ async function onOurRunner(
       CONCLUSION_OUTCOME[job.conclusion ?? ''] ?? 'failed',
       `workflow job ${job.id} completed: ${job.conclusion ?? 'no conclusion'}`,
       { jobId: job.id, runId: job.run_id, conclusion: job.conclusion },
+      await ourCancellation(tx, r, job),
     );
     return `${rid} outcome ${outcome}`;
   }
