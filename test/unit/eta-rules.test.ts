@@ -214,6 +214,41 @@ describe('why a request cannot start', () => {
     expect(describeEta(etas[0]!, now)).toBe('cannot start yet: spark-2 is offline or not adopted');
   });
 
+  it('held-out hosts are named by state; hosts that are merely offline are not "held"', () => {
+    const hosts = (...more: EtaInput['hosts']) => [
+      { id: 'spark-1', schedulable: false, state: 'quarantined' },
+      { id: 'spark-3', schedulable: false, state: 'offline' },
+      { id: 'spark-4', schedulable: false, state: 'unknown' },
+      ...more,
+    ];
+    const all = estimateQueue(oneHost({ hosts: hosts({ id: 'spark-5', schedulable: false }) }));
+    expect(all[0]!.blocked).toBe(
+      'no host can take work now: spark-1 quarantined, spark-3 offline, spark-4 unknown, spark-5 offline',
+    );
+    const pair = estimateQueue(
+      oneHost({
+        hosts: hosts(
+          { id: 'spark-2', schedulable: true, state: 'idle' },
+          { id: 'spark-5', schedulable: false },
+        ),
+        queue: [q('p', { topology: 'pair' })],
+      }),
+    );
+    expect(pair[0]!.blocked).toBe('needs 2 hosts, 1 can take work (spark-1 quarantined)');
+    const dark = estimateQueue(
+      oneHost({
+        hosts: [
+          { id: 'spark-2', schedulable: true, state: 'idle' },
+          { id: 'spark-3', schedulable: false, state: 'offline' },
+          { id: 'spark-4', schedulable: false, state: 'unknown' },
+          { id: 'spark-5', schedulable: false },
+        ],
+        queue: [q('p', { topology: 'pair' })],
+      }),
+    );
+    expect(dark[0]!.blocked).toBe('needs 2 online hosts, 1 online');
+  });
+
   it('with no reason given the text still says what is missing', () => {
     expect(describeEta({ startLo: null, startHi: null, blocked: null }, now)).toBe(
       'cannot start yet: no eligible host',
