@@ -1,11 +1,12 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { planAdmission } from '../../core/admission.ts';
-import { host, input, lease, NOW, req, resetSeq } from './admission-fixtures.ts';
+import { config, host, input, lease, NOW, req, resetSeq } from './admission-fixtures.ts';
 
 /**
  * Two admission rules at their edges: rule 7 (an expired lease never silently frees its host),
  * on a host that never sent facts; and rule 4 (only a development or Deckard request drains the
- * host it names), for a CI request naming a busy host.
+ * host it names), for a CI request naming a busy host; and rule 6 (the GPU budget) counting
+ * the grants made earlier in the same pass.
  */
 
 beforeEach(resetSeq);
@@ -52,5 +53,24 @@ describe('who drains a busy host it names (rule 4)', () => {
     const plan = planAdmission(input(hosts, [running, dev], leases));
     expect(plan.draining).toEqual([{ hostId: 'spark-2', reservationId: dev.id }]);
     expect(plan.hostStates['spark-2']).toBe('draining');
+  });
+});
+
+describe('GPU budget within one pass (rule 6)', () => {
+  it('a grant made earlier in the pass counts: with one GPU of budget the second request waits', () => {
+    const first = req();
+    const second = req();
+    const plan = planAdmission(
+      input(
+        [host('spark-2'), host('spark-3')],
+        [first, second],
+        [],
+        config({ budgets: { maxPrs: 5, maxGpusPerPr: 5, maxGpus: 1 } }),
+      ),
+    );
+    expect(plan.grants.map((g) => [g.reservationId, g.hostIds])).toEqual([[first.id, ['spark-2']]]);
+    expect(plan.waits.map((w) => [w.reservationId, w.code, w.reason])).toEqual([
+      [second.id, 'budget-gpus', 'budget: 1 of 1 GPUs in use'],
+    ]);
   });
 });

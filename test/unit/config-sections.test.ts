@@ -109,6 +109,23 @@ describe('tokenLimits', () => {
   });
 });
 
+describe('repositories', () => {
+  it('a key must be exactly "owner/name": no path before or after it', () => {
+    expect(problems({ repositories: { 'acme/iron/extra': {}, 'github.com/acme/iron': {} } })).toEqual([
+      'repositories.acme/iron/extra: "acme/iron/extra" is not a repository: expected "owner/name"',
+      'repositories.github.com/acme/iron: "github.com/acme/iron" is not a repository: expected "owner/name"',
+    ]);
+  });
+
+  it('a very long wrong key is quoted only up to 100 characters', () => {
+    const key = `acme/${'x'.repeat(150)}/tail`;
+    const [problem] = problems({ repositories: { [key]: {} } });
+    expect(problem).toBe(
+      `repositories.${key}: "${key.slice(0, 100)}" is not a repository: expected "owner/name"`,
+    );
+  });
+});
+
 describe('fleet label', () => {
   it('a pool with its own runner label uses it; any other pool, known or not, the github fleet label', () => {
     const cfg = parseConfig({

@@ -230,11 +230,14 @@ describe('why a request cannot start', () => {
         hosts: hosts(
           { id: 'spark-2', schedulable: true, state: 'idle' },
           { id: 'spark-5', schedulable: false },
+          { id: 'spark-6', schedulable: false, state: 'release-required' },
         ),
         queue: [q('p', { topology: 'pair' })],
       }),
     );
-    expect(pair[0]!.blocked).toBe('needs 2 hosts, 1 can take work (spark-1 quarantined)');
+    expect(pair[0]!.blocked).toBe(
+      'needs 2 hosts, 1 can take work (spark-1 quarantined, spark-6 release-required)',
+    );
     const dark = estimateQueue(
       oneHost({
         hosts: [
