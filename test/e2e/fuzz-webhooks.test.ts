@@ -49,12 +49,21 @@ const RUNS = Number(process.env.SPARK_FUZZ_WEBHOOK_RUNS ?? (LONG ? 50_000 : 10_0
  *   that row as a write (a test gap, not a product bug): counters are now compared sample by sample.
  * `npm run test:long` explores a new random seed and prints it; SPARK_FUZZ_SEED replays one.
  */
-const RECORDED_SEEDS = [742671736, 758852289];
+/**
+ * Recorded seeds with their request counts. fast-check draws the same values for a seed whatever
+ * `numRuns` is, so a regression seed runs at least up to the requests that failed (758852289 failed
+ * at requests 5 and 1,612) and leaves the wide exploration to the first seed.
+ */
+const RECORDED_SEEDS: ReadonlyArray<readonly [seed: number, runs: number]> = [
+  [742671736, RUNS],
+  [758852289, Math.min(RUNS, 2_000)],
+];
 const SEEDS = process.env.SPARK_FUZZ_SEED
   ? [Number(process.env.SPARK_FUZZ_SEED)]
   : LONG
     ? [Date.now() % 2 ** 31]
-    : RECORDED_SEEDS;
+    : RECORDED_SEEDS.map(([seed]) => seed);
+const runsFor = (seed: number) => RECORDED_SEEDS.find(([s]) => s === seed)?.[1] ?? RUNS;
 const REPO = 'Codertocat/Hello-World';
 const MAX = 2 * 1024 * 1024;
 
@@ -346,13 +355,14 @@ const otherCounters = () =>
 /** Delivery ids the ledger holds, across seeds: the seeds share one controller and ledger. */
 const seen = new Set<string>();
 
-describe(`webhook endpoint fuzzing (${RUNS} requests per seed)`, () => {
+describe('webhook endpoint fuzzing', () => {
   it.each(SEEDS)(
     'seed %i: never answers 5xx and a rejected request writes nothing',
     {
       timeout: LONG ? 1_800_000 : 240_000,
     },
     async (SEED) => {
+      const runs = runsFor(SEED);
       if (LONG) console.log(`webhook fuzz: exploring seed ${SEED} (replay: SPARK_FUZZ_SEED=${SEED})`);
       let version = await watch.dataVersion();
       let counts = await watch.counts();
@@ -415,18 +425,18 @@ describe(`webhook endpoint fuzzing (${RUNS} requests per seed)`, () => {
         counts = after;
       });
       try {
-        await fc.assert(prop, { numRuns: RUNS, seed: SEED, endOnFailure: true });
+        await fc.assert(prop, { numRuns: runs, seed: SEED, endOnFailure: true });
       } catch (e) {
         const cause = (e as Error).cause;
         throw new Error(
           `webhook fuzzing failed (replay: SPARK_FUZZ_SEED=${SEED}): ${(e as Error).message}${cause ? `\nCause: ${(cause as Error).message ?? cause}` : ''}`,
         );
       }
-      console.log(`webhook fuzz: ${RUNS} requests, statuses ${JSON.stringify(tally)}, seed ${SEED}`);
+      console.log(`webhook fuzz: ${runs} requests, statuses ${JSON.stringify(tally)}, seed ${SEED}`);
       // the run exercised both sides of the property
-      expect(tally['401'] ?? 0).toBeGreaterThan(RUNS / 10);
-      expect(tally['400'] ?? 0).toBeGreaterThan(RUNS / 20);
-      expect(tally['202'] ?? 0).toBeGreaterThan(RUNS / 20);
+      expect(tally['401'] ?? 0).toBeGreaterThan(runs / 10);
+      expect(tally['400'] ?? 0).toBeGreaterThan(runs / 20);
+      expect(tally['202'] ?? 0).toBeGreaterThan(runs / 20);
       expect(tally['413'] ?? 0).toBeGreaterThan(0);
     },
   );
