@@ -11,7 +11,9 @@ import type { BenchRunner, BenchSection } from './types.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '../..');
-const NOT_PARTS = new Set(['run.ts', 'types.ts']);
+// not parts: this runner, shared types, and the baseline server the webhooks part spawns as a child
+// process (importing it would run it)
+const NOT_PARTS = new Set(['run.ts', 'types.ts', 'webhook-baseline-server.ts']);
 
 async function main() {
   const wanted = process.argv.slice(2);
