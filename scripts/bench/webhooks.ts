@@ -152,7 +152,9 @@ export const run: BenchRunner = async (progress) => {
     const enabled = await fetch(`${url}/api/v1/repositories/${LOAD_REPO}/enable`, {
       method: 'POST',
       headers: { authorization: `Bearer ${operator}`, 'content-type': 'application/json' },
-      body: '{"pairEnabled":true}',
+      // the bench's hosts are never adopted (no agents: webhooks only), so the rollout gate is
+      // overridden as an operator may (ADR 0040), as the load test does
+      body: '{"pairEnabled":true,"forceRollout":true}',
     });
     if (enabled.status !== 200) throw new Error(`enable failed: ${enabled.status} ${await enabled.text()}`);
     // warm-up, both servers: installation token, both senders' roles, code paths, JIT
