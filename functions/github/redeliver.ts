@@ -42,6 +42,8 @@ export interface RedeliverySweep {
 
 /** Processes whose start sweep already ran (per service object, i.e. per ledger per process). */
 const startSwept = new WeakSet<GitHubService>();
+/** The sweep time this process last read or wrote (another process may have swept since). */
+const lastSweepSeen = new WeakMap<GitHubService, number>();
 
 /** The `cursor` page GitHub's `Link: <…>; rel="next"` names, as a path under the API base. */
 function nextPage(link: string | null): string | null {
@@ -87,10 +89,18 @@ async function sweepOnce(
   const { ledger } = svc;
   // a Worker isolate is no controller start (isolates come and go): it keeps to the interval
   const atStart = opts.startSweep !== false && !startSwept.has(svc);
+  // the module tick calls this every second: until the last sweep this process saw is an interval
+  // old nothing can be due, so no write transaction (and no writer lock) is taken for it
+  const seen = lastSweepSeen.get(svc);
+  if (!atStart && !opts.force && seen != null && ledger.clock() - seen < REDELIVERY_INTERVAL_MS) return null;
   const due = await ledger.write(async (tx, now) => {
     const last = Number((await ledger.getMark(tx, SWEPT_KEY)) ?? 0);
-    if (!atStart && !opts.force && now - last < REDELIVERY_INTERVAL_MS) return false;
+    if (!atStart && !opts.force && now - last < REDELIVERY_INTERVAL_MS) {
+      lastSweepSeen.set(svc, last);
+      return false;
+    }
     await ledger.setMark(tx, SWEPT_KEY, String(now));
+    lastSweepSeen.set(svc, now);
     return true;
   });
   startSwept.add(svc);
