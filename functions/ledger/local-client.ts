@@ -209,6 +209,7 @@ class LocalResultSet implements ResultSet {
   }
 }
 
+/** SQLite's primary result codes by number (https://www.sqlite.org/rescode.html). */
 const SQLITE_CODES: Record<number, string> = {
   1: 'SQLITE_ERROR',
   2: 'SQLITE_INTERNAL',
@@ -240,11 +241,16 @@ const SQLITE_CODES: Record<number, string> = {
   28: 'SQLITE_WARNING',
 };
 
+/** The primary result code's name of a raw (possibly extended) SQLite code, or null when unknown. */
+export function sqliteCodeName(rawCode: number): string | null {
+  return SQLITE_CODES[rawCode & 0xff] ?? null;
+}
+
 function mapError(e: unknown): unknown {
   if (e instanceof Database.SqliteError) {
     const raw = (e as { rawCode?: number }).rawCode;
     const code =
-      raw === undefined ? 'SQLITE_UNKNOWN' : (SQLITE_CODES[raw & 0xff] ?? `SQLITE_UNKNOWN_${raw & 0xff}`);
+      raw === undefined ? 'SQLITE_UNKNOWN' : (sqliteCodeName(raw) ?? `SQLITE_UNKNOWN_${raw & 0xff}`);
     return new LibsqlError(e.message, code, e.code, raw, e);
   }
   return e;

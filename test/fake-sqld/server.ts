@@ -2,6 +2,7 @@ import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Database from 'libsql';
+import { sqliteCodeName } from '../../functions/ledger/local-client.ts';
 import { type ScannedStmt, scanSql } from './sql.ts';
 
 /**
@@ -143,39 +144,12 @@ class StmtError extends Error {
   }
 }
 
-const SQLITE_CODES: Record<number, string> = {
-  1: 'SQLITE_ERROR',
-  2: 'SQLITE_INTERNAL',
-  3: 'SQLITE_PERM',
-  4: 'SQLITE_ABORT',
-  5: 'SQLITE_BUSY',
-  6: 'SQLITE_LOCKED',
-  7: 'SQLITE_NOMEM',
-  8: 'SQLITE_READONLY',
-  9: 'SQLITE_INTERRUPT',
-  10: 'SQLITE_IOERR',
-  11: 'SQLITE_CORRUPT',
-  12: 'SQLITE_NOTFOUND',
-  13: 'SQLITE_FULL',
-  14: 'SQLITE_CANTOPEN',
-  15: 'SQLITE_PROTOCOL',
-  17: 'SQLITE_SCHEMA',
-  18: 'SQLITE_TOOBIG',
-  19: 'SQLITE_CONSTRAINT',
-  20: 'SQLITE_MISMATCH',
-  21: 'SQLITE_MISUSE',
-  22: 'SQLITE_NOLFS',
-  23: 'SQLITE_AUTH',
-  25: 'SQLITE_RANGE',
-  26: 'SQLITE_NOTADB',
-};
-
 function sqliteError(e: unknown): StmtError {
   const err = e as { message?: string; rawCode?: number; code?: string };
   // sqld reports the base result code (extended code & 0xff), e.g. SQLITE_CONSTRAINT
   const code =
     typeof err.rawCode === 'number'
-      ? (SQLITE_CODES[err.rawCode & 0xff] ?? 'SQLITE_UNKNOWN')
+      ? (sqliteCodeName(err.rawCode) ?? 'SQLITE_UNKNOWN')
       : (err.code?.replace(/^(SQLITE_[A-Z]+).*/, '$1') ?? 'SQLITE_UNKNOWN');
   return new StmtError(`SQLite error: ${err.message ?? String(e)}`, code);
 }
