@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { EXECUTOR_NAMES } from './protocol/agent.ts';
+import { CI_MODES, type CiMode, EXECUTOR_NAMES } from './model.ts';
 
 /**
  * The controller's configuration file (`spark.config.json`), validated with zod.
@@ -30,6 +30,11 @@ export const HostConfigSchema = z
  * repository's CI leases, overriding each host's own `executor` (its agent.json); the host's agent
  * must have that backend's settings, or preparation fails naming what is missing.
  */
+export { CI_MODES, type CiMode };
+
+/** The repository's test entry point a CI task runs (the spark-test action's default `script`). */
+export const CI_TASK_SCRIPT = 'scripts/ci/spark-test.sh';
+
 export const RepositoryConfigSchema = z
   .object({
     executor: z
@@ -37,6 +42,19 @@ export const RepositoryConfigSchema = z
       .optional()
       .describe(
         "Backend for this repository's CI leases (jit-runner, slurm, dstack); unset: each host's own executor.",
+      ),
+    ci: z
+      .enum(CI_MODES, { message: `ci is one of ${CI_MODES.join(', ')}` })
+      .optional()
+      .describe(
+        'How CI runs: "runner" (default: a dispatched workflow job on a one-job JIT runner) or "task" (the agent runs scripts/ci/spark-test.sh at the exact SHA as a dstack task; needs executor "dstack").',
+      ),
+    cloneUrl: z
+      .string()
+      .regex(/^https?:\/\/[^\s@]+$/, 'cloneUrl is an http(s) URL without credentials')
+      .optional()
+      .describe(
+        'Where a "task" checks the repository out from (git over HTTP, the App token as Basic password); default: <github.gitUrl>/<owner>/<name>.git.',
       ),
   })
   .strict();
@@ -104,6 +122,12 @@ const githubSchema = z
       .url()
       .default('https://api.github.com')
       .describe('GitHub REST base URL (GHES: https://HOST/api/v3).'),
+    gitUrl: z
+      .url()
+      .default('https://github.com')
+      .describe(
+        'Git-over-HTTPS base a CI task fetches from: <gitUrl>/<owner>/<name>.git (GHES: https://HOST).',
+      ),
     appId: z
       .union([z.number().int().positive(), z.string().regex(/^\d+$/)])
       .nullable()
@@ -338,6 +362,19 @@ export const ConfigSchema = z
           path: ['repositories', repo],
           message: `"${repo.slice(0, 100)}" is not a repository: expected "owner/name"`,
         });
+      const rc = cfg.repositories[repo];
+      if (rc?.ci === 'task' && rc.executor !== 'dstack')
+        ctx.addIssue({
+          code: 'custom',
+          path: ['repositories', repo, 'ci'],
+          message: `ci "task" runs scripts/ci/spark-test.sh as a dstack task: set "executor": "dstack" for ${repo.slice(0, 100)} (it is ${rc.executor ? `"${rc.executor}"` : 'unset'}), or drop "ci"`,
+        });
+      if (rc?.cloneUrl && rc.ci !== 'task')
+        ctx.addIssue({
+          code: 'custom',
+          path: ['repositories', repo, 'cloneUrl'],
+          message: `cloneUrl is used only by ci "task"; set "ci": "task" for ${repo.slice(0, 100)} or drop cloneUrl`,
+        });
     }
     if (cfg.timings.offlineAfterS <= cfg.timings.heartbeatIntervalS) {
       ctx.addIssue({
@@ -362,6 +399,18 @@ export function executorForRepo(
 ): (typeof EXECUTOR_NAMES)[number] | null {
   if (!repo || !Object.hasOwn(cfg.repositories, repo)) return null;
   return cfg.repositories[repo]?.executor ?? null;
+}
+
+/** How `repo`'s CI work runs: `task` only when its config says so (issue 15), else `runner`. */
+export function ciModeForRepo(cfg: Pick<SparkConfig, 'repositories'>, repo: string | null): CiMode {
+  if (!repo || !Object.hasOwn(cfg.repositories, repo)) return 'runner';
+  return cfg.repositories[repo]?.ci ?? 'runner';
+}
+
+/** Where a CI task fetches `repo` from: its `cloneUrl`, else `<github.gitUrl>/<repo>.git`. */
+export function cloneUrlForRepo(cfg: Pick<SparkConfig, 'repositories' | 'github'>, repo: string): string {
+  const own = Object.hasOwn(cfg.repositories, repo) ? cfg.repositories[repo]?.cloneUrl : undefined;
+  return own ?? `${cfg.github.gitUrl.replace(/\/+$/, '')}/${repo}.git`;
 }
 
 /** What one API token may hold for development work, with defaults filled in. */

@@ -19,6 +19,18 @@ export type Topology = (typeof TOPOLOGIES)[number];
 export const SUITES = ['smoke', 'performance'] as const;
 export type Suite = (typeof SUITES)[number];
 
+/** Backends of the agent's executor seam (issue 15); `jit-runner` is the default. */
+export const EXECUTOR_NAMES = ['jit-runner', 'slurm', 'dstack'] as const;
+export type ExecutorName = (typeof EXECUTOR_NAMES)[number];
+
+/**
+ * How a repository's CI work runs (issue 15): `runner` — a dispatched GitHub job on a one-job
+ * JIT runner (default); `task` — the agent runs the repository's spark-test.sh at the exact SHA
+ * as a dstack task, and reports its outcome and receipt itself.
+ */
+export const CI_MODES = ['runner', 'task'] as const;
+export type CiMode = (typeof CI_MODES)[number];
+
 export const RESERVATION_STATUSES = [
   'queued',
   'allocated',

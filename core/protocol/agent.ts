@@ -1,5 +1,6 @@
 import * as z from 'zod';
-import { RESERVATION_KINDS } from '../model.ts';
+import { EXECUTOR_NAMES, RESERVATION_KINDS, SUITES } from '../model.ts';
+import { ReceiptSchema } from './receipt.ts';
 
 /**
  * The relay agent protocol (DESIGN.md "Relay agent protocol"), shared by the controller's agent
@@ -41,14 +42,54 @@ export const RESERVATION_ID_PATTERN = /^r-[0-9]{1,15}$/;
 export const LEASE_ID_PATTERN = /^l-[a-z0-9][a-z0-9-]{0,90}$/;
 /** Runner names: `spark-<host>-<reservation>-a<attempt>`; one plain path segment, never `..`. */
 export const RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
-/** Execution backends of the agent's executor seam (issue 15); `jit-runner` is the default. */
-export const EXECUTOR_NAMES = ['jit-runner', 'slurm', 'dstack'] as const;
-export type ExecutorName = (typeof EXECUTOR_NAMES)[number];
+export { EXECUTOR_NAMES, type ExecutorName } from '../model.ts';
 
 /** The attach command an agent may report for a development environment: `dstack attach <run>`. */
 export const ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
 /** Longest wait the controller may ask of an agent (a day); longer is a broken controller. */
 const MAX_WAIT_MS = 86_400_000;
+
+/** `owner/name` of a GitHub repository (GitHub's own name characters). */
+export const REPO_PATTERN = /^[A-Za-z0-9_.-]{1,100}\/[A-Za-z0-9_.-]{1,100}$/;
+
+/**
+ * The workload of a CI lease whose repository runs CI as a task (`ci: "task"`, issue 15): the
+ * agent's dstack task fetches exactly `headSha` from `cloneUrl`, checks `git rev-parse HEAD`
+ * equals it (the commit binding) and runs `script <topology>` with the spark-test action's
+ * environment (suite phases, lane). Every field is checked: the agent turns them into a task.
+ */
+export const CiTaskSchema = z.object({
+  repo: z.string().regex(REPO_PATTERN, 'repositories look like "owner/name"'),
+  headSha: z.string().regex(/^[0-9a-f]{40}$/, 'a head SHA is 40 lower-case hex digits'),
+  suite: z.enum(SUITES),
+  /** A path inside the checkout: plain segments, never `..` or absolute. */
+  script: z
+    .string()
+    .max(200)
+    .regex(
+      /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
+      'a script is a relative path like "scripts/ci/spark-test.sh"',
+    ),
+  /** Git over HTTP(S), no credentials in it (the clone token travels separately, once). */
+  cloneUrl: z
+    .string()
+    .max(500)
+    .regex(
+      /^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/,
+      'a clone URL is http(s) without spaces or quotes',
+    )
+    .refine((u) => !/^https?:\/\/[^/]*@/.test(u), 'a clone URL carries no credentials'),
+  /** The seed's lane (spark-test 30 min, spark-test-long 60 min), as the spark-test action sets it. */
+  lane: z.object({
+    name: z.enum(['spark-test', 'spark-test-long']),
+    targetMinutes: z
+      .number()
+      .int()
+      .positive()
+      .max(24 * 60),
+  }),
+});
+export type CiTask = z.infer<typeof CiTaskSchema>;
 
 /** What a lease-bound command tells the agent about the lease. */
 export const LeaseRefSchema = z.object({
@@ -108,6 +149,17 @@ export const DesiredStateSchema = z.discriminatedUnion('state', [
     jobToken: z
       .string()
       .regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_…"')
+      .optional(),
+    /** Present when the repository runs CI as a task (`ci: "task"`): no runner, this workload. */
+    task: CiTaskSchema.optional(),
+    /**
+     * The task's short-lived read-only credential to fetch the code (a GitHub App installation
+     * token for that one repository, `contents: read`); like `jitConfig`, only in the single
+     * response that hands it over, never persisted by the agent.
+     */
+    cloneToken: z
+      .string()
+      .regex(/^[A-Za-z0-9_]{8,255}$/, 'a clone token is a GitHub token like "ghs_…"')
       .optional(),
   }),
   /** A development lease is active: no runner; report it active, watch the expiry. */
@@ -207,6 +259,11 @@ export const ReportSchema = z.discriminatedUnion('type', [
     /** null when the exit status could not be observed (e.g. stopped by signal). */
     exitCode: z.number().int().nullable(),
     lastLines,
+    /**
+     * A CI task's evidence receipt (`ci: "task"`, issue 15), built by the agent from the task's
+     * exit and its logs; a runner's job posts its own through the lease endpoints instead.
+     */
+    receipt: ReceiptSchema.optional(),
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its

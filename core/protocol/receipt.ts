@@ -1,6 +1,5 @@
 import * as z from 'zod';
-import { SUITES, TOPOLOGIES } from '../model.ts';
-import { EXECUTOR_NAMES } from './agent.ts';
+import { CI_MODES, EXECUTOR_NAMES, SUITES, TOPOLOGIES } from '../model.ts';
 
 /**
  * The in-job protocol (DESIGN.md "In the job", issue 5): what a runner sends to the controller's
@@ -71,6 +70,11 @@ export const ReceiptSchema = z
     topology: z.enum(TOPOLOGIES),
     /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
     executor: z.enum(EXECUTOR_NAMES).optional(),
+    /**
+     * How the work ran (issue 15): `runner` (the spark-test action in a GitHub job) or `task`
+     * (the agent ran spark-test.sh as a dstack task and built this receipt from its exit and logs).
+     */
+    mode: z.enum(CI_MODES).optional(),
     /** Correctness (smoke) always runs first; performance only after it passed. */
     phases: z
       .array(
