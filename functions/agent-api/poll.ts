@@ -33,14 +33,17 @@ async function currentState(
       const c = await computeDesiredState(ledger, tx, hostId, now);
       const h = c.pendingHandoff;
       if (!h || c.desired.state !== 'run') return response(ctx, hostId, c);
-      const jitConfig = h.jitConfig!;
+      const secret = h.jitConfig!;
       const jobToken = generateToken('spk_job');
       await handOverJitConfig(ledger, tx, now, h, await sha256Hex(jobToken), hostId);
       handedOver = true;
       changed.add(`host:${hostId}`);
+      // a CI task's hand-over is its clone token (issue 15); a runner's, its JIT config
       return response(ctx, hostId, {
         ...c,
-        desired: { ...c.desired, jitConfig, jobToken },
+        desired: c.desired.task
+          ? { ...c.desired, cloneToken: secret, jobToken }
+          : { ...c.desired, jitConfig: secret, jobToken },
       });
     })
     .finally(() => ownWrite(false));

@@ -25,6 +25,10 @@ export interface RenderContext {
   hosts: string[];
   /** Backends that ran the work on its hosts (`jit-runner`, `slurm`, `dstack`), as the agents reported. */
   executors?: string[];
+  /** `task`: the repository's CI runs as a dstack task, not a GitHub job (issue 15, ADR 0110). */
+  mode?: 'runner' | 'task';
+  /** A task that had started was ended by the release (stopped through dstack), not by its own exit. */
+  taskStopped?: boolean;
   /** A host kept (draining or held) for this queued reservation. */
   keptHost: { id: string; state: 'draining' | 'held' } | null;
   /** A fault seen on the job (workflow_job mismatch), shown until the work ends. */
@@ -55,7 +59,10 @@ export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunV
     `- Requested by: @${r.requester.replace(/^github:/, '')}`,
   ];
   if (ctx.hosts.length) facts.push(`- Hosts: ${hostsText(ctx.hosts)}`);
-  if (ctx.executors?.length) facts.push(`- Backend: ${[...new Set(ctx.executors)].join(' + ')}`);
+  if (ctx.executors?.length)
+    facts.push(
+      `- Backend: ${[...new Set(ctx.executors)].join(' + ')}${ctx.mode === 'task' ? ' (task: scripts/ci/spark-test.sh, no GitHub job)' : ''}`,
+    );
   const extra = [ctx.fault ? `**Fault:** ${ctx.fault}` : null, ctx.note ?? null].filter(Boolean) as string[];
   const summary = (lead: string) => [lead, '', ...facts, ...(extra.length ? ['', ...extra] : [])].join('\n');
 
@@ -90,6 +97,14 @@ export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunV
         ),
       };
     case 'preparing':
+      if (ctx.mode === 'task')
+        return {
+          status: 'in_progress',
+          title: `${hostsText(ctx.hosts)} prepared — task starting`,
+          summary: summary(
+            `Hosts prepared; a dstack task is starting that checks out exactly \`${r.headSha}\` and runs scripts/ci/spark-test.sh.`,
+          ),
+        };
       return {
         status: 'in_progress',
         title: `${hostsText(ctx.hosts)} prepared — runner starting`,
@@ -192,6 +207,26 @@ function renderResult(
         summary: summary(r.reason ?? 'waited longer than the queue timeout'),
       };
     default: {
+      if (ctx.taskStopped) {
+        // the work ended before the task did: the agent stopped it through dstack (issue 15)
+        const why = r.reason ?? r.outcome ?? 'released';
+        return r.status === 'releasing'
+          ? {
+              status: 'in_progress',
+              title: `${hostsText(ctx.hosts)} releasing — dstack task being stopped`,
+              summary: summary(
+                `Releasing: ${why}. The dstack task is stopped through dstack; the hosts are released once dstack reports it terminated.`,
+              ),
+            }
+          : {
+              status: 'completed',
+              conclusion: r.status === 'done' ? 'cancelled' : 'failure',
+              title: `Spark test stopped — ${r.outcome ?? 'released'}; dstack task terminated`,
+              summary: summary(
+                `Ended: ${why}. The dstack task was stopped through dstack and confirmed terminated before the hosts were released; no result for \`${r.headSha}\`.`,
+              ),
+            };
+      }
       if (r.status === 'releasing') {
         return {
           status: 'in_progress',

@@ -1,9 +1,10 @@
+import { ciModeForRepo } from '../../core/config.ts';
 import type { LedgerEventType } from '../../core/events.ts';
-import { isReleasableStatus } from '../../core/model.ts';
+import { type CiMode, isReleasableStatus } from '../../core/model.ts';
 import { withholdJitConfigs } from '../ledger/github.ts';
 import { leasesOf } from '../ledger/leases.ts';
 import type { TransitionHook } from '../ledger/ledger.ts';
-import { enqueue, enqueueCheckSync } from '../ledger/outbox.ts';
+import { type EnqueueItem, enqueue, enqueueCheckSync } from '../ledger/outbox.ts';
 import { getReservation } from '../ledger/reservations.ts';
 import type { LedgerStore } from '../ledger/store.ts';
 import { patchMeta, readMeta } from './meta.ts';
@@ -15,6 +16,23 @@ const RELEASE_EVENTS = new Set<LedgerEventType>([
   'reservation.done',
   'reservation.failed',
 ]);
+
+/** What each granted lease needs from GitHub: a JIT runner's registration, or a CI task's clone token. */
+function leaseWorkItem(mode: CiMode, reservationId: string, leaseId: string): EnqueueItem {
+  return mode === 'task'
+    ? {
+        kind: 'mint-clone-token',
+        key: `clone-token:${leaseId}`,
+        reservationId,
+        payload: { reservationId, leaseId },
+      }
+    : {
+        kind: 'generate-jitconfig',
+        key: `jit:${leaseId}:a0`,
+        reservationId,
+        payload: { reservationId, leaseId, attempt: 0 },
+      };
+}
 
 /**
  * The GitHub part's ledger hook: runs inside the transaction that records each reservation
@@ -31,17 +49,13 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
   // GitHub reservations granted in a transaction: their `lease.granted` events follow the
   // `reservation.allocated` event in the same transaction (admission pass), before the lease rows
   // are written, so the lease's registration is queued from the event without another read
-  const granted = new WeakMap<object, Set<string>>();
+  const granted = new WeakMap<object, Map<string, CiMode>>();
   return async (tx, ev, { now }) => {
     if (ev.type === 'lease.granted') {
       const rid = String(ev.data?.reservationId ?? '');
-      if (!granted.get(tx)?.has(rid)) return;
-      await enqueue(tx, now, {
-        kind: 'generate-jitconfig',
-        key: `jit:${ev.subjectId}:a0`,
-        reservationId: rid,
-        payload: { reservationId: rid, leaseId: ev.subjectId, attempt: 0 },
-      });
+      const mode = granted.get(tx)?.get(rid);
+      if (!mode) return;
+      await enqueue(tx, now, leaseWorkItem(mode, rid, ev.subjectId));
       return;
     }
     if (ev.subjectType !== 'reservation') return;
@@ -50,7 +64,14 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
     if (!r?.repo || !r.headSha || !readMeta(r)) return;
     await enqueueCheckSync(tx, now, r.id);
 
-    if (ev.type === 'reservation.allocated') {
+    if (ev.type === 'reservation.allocated' && ciModeForRepo(ledger.config, r.repo) === 'task') {
+      // CI as a dstack task (issue 15, ADR 0110): decided once, here; no workflow is dispatched
+      // and no runner registered, each lease gets a read-only clone token instead
+      await patchMeta(tx, r, { ci: 'task' });
+      const set = granted.get(tx) ?? new Map<string, CiMode>();
+      set.set(r.id, 'task');
+      granted.set(tx, set);
+    } else if (ev.type === 'reservation.allocated') {
       // the runner label's nonce is drawn once, before anything outside the ledger sees it:
       // the dispatch hands it to the workflow and the JIT registration puts it on the runner
       if (!readMeta(r)?.nonce) await patchMeta(tx, r, { nonce: newRunnerNonce() });
@@ -62,12 +83,16 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
         reservationId: r.id,
         payload: { reservationId: r.id },
       });
-      const set = granted.get(tx) ?? new Set<string>();
-      set.add(r.id);
+      const set = granted.get(tx) ?? new Map<string, CiMode>();
+      set.set(r.id, 'runner');
       granted.set(tx, set);
     }
 
-    if (ev.type === 'reservation.preparing') {
+    if (ev.type === 'reservation.preparing' && readMeta(r)?.ci === 'task') {
+      // the same keys as at the grant: a no-op unless a clone token was never asked for
+      for (const l of await leasesOf(ledger, tx, r.id))
+        await enqueue(tx, now, leaseWorkItem('task', r.id, l.id));
+    } else if (ev.type === 'reservation.preparing') {
       // every lease reported prepared. Work granted before this version asked GitHub only now:
       // the same keys make this a no-op for work whose dispatch and runners were queued at grant
       if (!readMeta(r)?.nonce) await patchMeta(tx, r, { nonce: newRunnerNonce() });
@@ -78,14 +103,7 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
         payload: { reservationId: r.id },
       });
       const leases = await leasesOf(ledger, tx, r.id);
-      for (const l of leases) {
-        await enqueue(tx, now, {
-          kind: 'generate-jitconfig',
-          key: `jit:${l.id}:a0`,
-          reservationId: r.id,
-          payload: { reservationId: r.id, leaseId: l.id, attempt: 0 },
-        });
-      }
+      for (const l of leases) await enqueue(tx, now, leaseWorkItem('runner', r.id, l.id));
     }
 
     if (RELEASE_EVENTS.has(ev.type)) {

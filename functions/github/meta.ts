@@ -1,3 +1,4 @@
+import type { CiMode } from '../../core/model.ts';
 import type { Tx } from '../ledger/db.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 import { writeReservationMeta } from '../ledger/reservations.ts';
@@ -36,6 +37,11 @@ export interface GitHubMeta {
   /** The dispatched workflow run and its attempt (recorded by `recordDispatchedRun`). */
   runId?: number | null;
   runAttempt?: number | null;
+  /**
+   * `task`: the repository runs CI as a dstack task (issue 15, ADR 0110), decided at the grant
+   * from its config and kept for the reservation's life: no dispatch, no JIT runner, a clone token.
+   */
+  ci?: CiMode | null;
 }
 
 export function readMeta(r: Pick<ReservationRow, 'metaJson'>): GitHubMeta | null {

@@ -1,6 +1,7 @@
 import { fleetLabelOf } from '../../core/config.ts';
-import { isReleasableStatus } from '../../core/model.ts';
+import { isJobOutcome, isReleasableStatus } from '../../core/model.ts';
 import { EXECUTOR_NAMES } from '../../core/protocol/agent.ts';
+import { recordTaskCredential } from '../ledger/ci-task.ts';
 import type { Tx } from '../ledger/db.ts';
 import {
   admittedJobFinished,
@@ -56,9 +57,16 @@ export async function renderContextFor(svc: GitHubService, r: ReservationRow): P
   const queued =
     r.status === 'queued' ? queuedContext(await buildViews(svc.ledger), r.id) : { keptHost: null, eta: null };
   const meta = readMeta(r);
+  const task = meta?.ci === 'task';
   return {
     hosts: leases.map((l) => l.hostId),
     executors: leases.flatMap((l) => executorOf(l.evidenceJson)),
+    ...(task
+      ? {
+          mode: 'task' as const,
+          taskStopped: !isJobOutcome(r.outcome) && leases.some((l) => l.runnerStartedAt != null),
+        }
+      : {}),
     ...queued,
     fault: meta?.fault ?? null,
     note: meta?.note ?? null,
@@ -391,6 +399,74 @@ const sendGenerateJit: Sender = async (svc, _row, payload) => {
   };
 };
 
+/**
+ * Mints a CI task's credential (issue 15, ADR 0110): a GitHub App installation token scoped to the
+ * reservation's one repository with `contents: read` only (REST "Create an installation access
+ * token for an app": `repositories` names, `permissions`), asked outside any write transaction,
+ * stored as the lease's one-time hand-over and never put in a result, an event or a log.
+ */
+const sendMintCloneToken: Sender = async (svc, _row, payload) => {
+  const rid = String(payload.reservationId);
+  const leaseId = String(payload.leaseId);
+  const r = await svc.ledger.getReservation(undefined, rid);
+  if (!r?.repo) return skipped('reservation has no repository');
+  if (!isReleasableStatus(r.status)) return skipped(`reservation is ${r.status}`);
+  const lease = (await svc.ledger.leasesOf(undefined, rid)).find((l) => l.id === leaseId);
+  if (lease?.status !== 'active') return skipped(`lease ${leaseId} is ${lease?.status ?? 'gone'}`);
+  const inst = readMeta(r)?.installationId ?? null;
+  if (inst == null)
+    throw new GitHubError(
+      0,
+      `${r.repo} has no App installation recorded; enable the repository again`,
+      false,
+    );
+  const name = r.repo.split('/')[1]!;
+  const res = await svc.client.request<{
+    token: string;
+    expires_at: string;
+    permissions?: Record<string, string>;
+    repositories?: { full_name: string }[];
+  }>('POST', `/app/installations/${inst}/access_tokens`, {
+    as: 'app',
+    body: { repositories: [name], permissions: { contents: 'read' } },
+  });
+  // GitHub grants at most what the App holds; anything beyond read access to this one
+  // repository would be a credential the task must not carry (it runs the PR's code)
+  const perms = res.data.permissions ?? {};
+  const extra = Object.entries(perms).filter(
+    ([k, v]) => !(k === 'contents' && v === 'read') && k !== 'metadata',
+  );
+  const repos = res.data.repositories?.length
+    ? res.data.repositories.map((x) => x.full_name.toLowerCase())
+    : [r.repo.toLowerCase()];
+  if (extra.length || repos.length !== 1 || repos[0] !== r.repo.toLowerCase())
+    throw new GitHubError(
+      0,
+      `the clone token GitHub minted for ${r.repo} is broader than contents: read on that repository (${extra.map(([k, v]) => `${k}: ${v}`).join(', ') || `repositories ${repos.join(', ')}`}); refusing to hand it out`,
+      false,
+    );
+  const taskName = runnerName(lease.hostId, rid, 0);
+  const cloneToken = res.data.token;
+  return {
+    result: { taskName, expiresAt: res.data.expires_at },
+    apply: async (tx, now, changed) => {
+      await recordTaskCredential(svc.ledger, tx, now, {
+        taskName,
+        leaseId,
+        reservationId: rid,
+        hostId: lease.hostId,
+        cloneToken,
+        repo: r.repo!,
+        expiresAt: res.data.expires_at ?? null,
+      });
+      const cur = await getReservation(svc.ledger, tx, rid);
+      // released while GitHub answered: the token is never handed out
+      if (cur && !isReleasableStatus(cur.status)) await withholdJitConfigs(tx, { runnerName: taskName });
+      changed.add(`host:${lease.hostId}`);
+    },
+  };
+};
+
 const sendDeleteRunner: Sender = async (svc, _row, payload) => {
   const name = String(payload.runnerName);
   const repo = String(payload.repo);
@@ -497,4 +573,5 @@ export const senders: Record<OutboxKind, Sender> = {
   'generate-jitconfig': sendGenerateJit,
   'delete-runner': sendDeleteRunner,
   'cancel-run': sendCancelRun,
+  'mint-clone-token': sendMintCloneToken,
 };

@@ -37,7 +37,8 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
   let acted = 0;
   for (const r of candidates) {
     const meta = readMeta(r);
-    if (!meta || meta.jobPickedUpAt) continue;
+    // a CI task has no runner to pick a job up (issue 15): its agent reports the task's end
+    if (!meta || meta.jobPickedUpAt || meta.ci === 'task') continue;
     const handoffs = await q.handoffsOf(ledger.db, r.id);
     // a runner registered at the grant (ADR 0070) can be picked up only once every node is
     // prepared and its config handed over: its wait counts from then, as it did when registration

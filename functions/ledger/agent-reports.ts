@@ -3,6 +3,7 @@ import type { LedgerEventType } from '../../core/events.ts';
 import { isJobOutcome, isReleasableStatus, type JobOutcome } from '../../core/model.ts';
 import type { Report } from '../../core/protocol/agent.ts';
 import { conflict } from '../errors.ts';
+import { ciModeOf, recordTaskReceipt } from './ci-task.ts';
 import type { Tx } from './db.ts';
 import { applyRestoredReport } from './hosts.ts';
 import type { Ledger } from './ledger.ts';
@@ -246,6 +247,13 @@ async function runnerExited(
     throw conflict('unknown_runner', `runner ${report.runnerName} is not the current runner of ${lease.id}`);
   }
   if (lease.runnerExitedAt != null) return `${lease.id} exit already recorded`;
+  // a CI task's agent built the receipt itself (issue 15, ADR 0110); a runner's job posts its own
+  const task = ciModeOf(r) === 'task';
+  if (report.receipt) {
+    if (!task)
+      throw conflict('not_a_task', `reservation ${r.id} runs on a JIT runner; its job posts the receipt`);
+    await recordTaskReceipt(ledger, tx, now, { r, lease, leases, receipt: report.receipt, actor });
+  }
   const lastLines = report.lastLines.slice(-50).map((l) => l.slice(0, 500));
   await tx
     .update(t.leases)
@@ -274,7 +282,12 @@ async function runnerExited(
     await ledger.beginRelease(
       r.id,
       r.topology === 'pair' ? 'failed' : (jobOutcome(r) ?? 'failed'),
-      `runner on ${hostId} exited ${report.exitCode ?? 'by signal'}`,
+      task
+        ? `CI task on ${hostId}: ${report.receipt?.reason ?? `exited ${report.exitCode ?? 'by signal'}`}`.slice(
+            0,
+            500,
+          )
+        : `runner on ${hostId} exited ${report.exitCode ?? 'by signal'}`,
       actor,
       tx,
     );
@@ -284,10 +297,13 @@ async function runnerExited(
   if (stillRunning.length) {
     return `${lease.id} runner exited 0; waiting for ${stillRunning.map((l) => l.hostId).join(', ')}`;
   }
+  // a task's exit is the job's result: every node's script exited 0 at the bound commit
   await ledger.beginRelease(
     r.id,
-    jobOutcome(r) ?? 'runner exited 0',
-    `runner on ${hostId} exited 0`,
+    jobOutcome(r) ?? (task ? 'passed' : 'runner exited 0'),
+    task
+      ? `spark-test.sh passed on ${leases.map((l) => l.hostId).join(' + ')}`
+      : `runner on ${hostId} exited 0`,
     actor,
     tx,
   );

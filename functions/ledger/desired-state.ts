@@ -2,6 +2,7 @@ import { executorForRepo } from '../../core/config.ts';
 import type { Topology } from '../../core/model.ts';
 import type { DesiredState, LeaseRef } from '../../core/protocol/agent.ts';
 import { sha256Hex } from '../auth/tokens.ts';
+import { ciTaskOf } from './ci-task.ts';
 import type { Tx } from './db.ts';
 import { currentHandoff } from './queries.ts';
 import { bindingLeaseOfHost, hostById, reservationById } from './raw-rows.ts';
@@ -15,7 +16,7 @@ export interface ComputedState {
   desired: DesiredState;
   /** Stable fingerprint: absolute times instead of relative ones, no secrets. */
   version: string;
-  /** A JIT config waiting to be handed over with this state (only for `run`). */
+  /** A JIT config (or a CI task's clone token) waiting to be handed over with this state (only for `run`). */
   pendingHandoff: HandoffRow | null;
 }
 
@@ -87,7 +88,9 @@ export async function computeDesiredState(
     } else {
       const handoff = await currentHandoff(q, lease.id);
       if (handoff) {
-        desired = { state: 'run', lease: ref, runnerName: handoff.runnerName };
+        // a repository that runs CI as a task (issue 15): the workload rides with the run state
+        const task = ciTaskOf(ledger.config, r);
+        desired = { state: 'run', lease: ref, runnerName: handoff.runnerName, ...(task ? { task } : {}) };
         if (handoff.jitConfig != null && handoff.consumedAt == null) pendingHandoff = handoff;
       } else {
         desired = { state: 'wait', lease: ref };
@@ -122,5 +125,6 @@ async function fingerprint(d: DesiredState, lease: LeaseRow | null, host: HostRo
   };
   delete (stable as { jitConfig?: unknown }).jitConfig;
   delete (stable as { jobToken?: unknown }).jobToken;
+  delete (stable as { cloneToken?: unknown }).cloneToken;
   return (await sha256Hex(JSON.stringify(stable))).slice(0, 16);
 }

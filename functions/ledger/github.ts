@@ -278,7 +278,10 @@ export async function handOverJitConfig(
     subjectType: 'lease',
     subjectId: h.leaseId,
     type: 'lease.runner_handoff',
-    cause: `JIT config for runner ${h.runnerName} handed to the agent (attempt ${h.attempt})`,
+    cause:
+      h.runnerId == null
+        ? `clone token for CI task ${h.runnerName} handed to the agent`
+        : `JIT config for runner ${h.runnerName} handed to the agent (attempt ${h.attempt})`,
     actor: `agent:${hostId}`,
     data: { runnerName: h.runnerName, attempt: h.attempt, reservationId: h.reservationId },
   });

@@ -18,7 +18,9 @@ export type OutboxKind =
   | 'find-run'
   | 'generate-jitconfig'
   | 'delete-runner'
-  | 'cancel-run';
+  | 'cancel-run'
+  /** A CI task's read-only clone token (issue 15, ADR 0110). */
+  | 'mint-clone-token';
 
 export interface EnqueueItem {
   kind: OutboxKind;

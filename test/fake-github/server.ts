@@ -37,7 +37,17 @@ import { loadWorkflow, type WorkflowDef } from './workflows.ts';
  * GitHub-shaped refusals that the OpenAPI description leaves out (its 404s, the dispatch 422s)
  * are recorded in `refused`, not in `violations`.
  */
-export const DOC = {
+export /** What the App holds when a token is not narrowed (the permissions docs/github-app.md asks for). */
+const APP_PERMISSIONS: Record<string, string> = {
+  actions: 'write',
+  checks: 'write',
+  contents: 'read',
+  metadata: 'read',
+  pull_requests: 'read',
+  issues: 'read',
+};
+
+const DOC = {
   dispatchEvent:
     'https://docs.github.com/en/actions/reference/workflows-and-actions/events-that-trigger-workflows#workflow_dispatch (GITHUB_SHA: last commit on the GITHUB_REF branch or tag)',
   dispatchApi:
@@ -250,7 +260,26 @@ export class FakeGitHub {
   refused: Refusal[] = [];
   failures: Failure[] = [];
   /** Installation token → its installation and expiry (ms). */
-  tokens = new Map<string, { installationId: number; expiresAt: number }>();
+  tokens = new Map<
+    string,
+    {
+      installationId: number;
+      expiresAt: number;
+      /** Lower-case `owner/name`s the token was narrowed to; null: every repository of the installation. */
+      repositories?: string[] | null;
+      permissions?: Record<string, string>;
+    }
+  >();
+
+  /**
+   * What an installation token may do (for a test's git server, which GitHub's git endpoint
+   * plays): null when it is unknown or expired.
+   */
+  tokenScope(token: string): { repositories: string[] | null; permissions: Record<string, string> } | null {
+    const t = this.tokens.get(token);
+    if (!t || t.expiresAt <= this.clock()) return null;
+    return { repositories: t.repositories ?? null, permissions: t.permissions ?? { ...APP_PERMISSIONS } };
+  }
   runs: WorkflowRun[] = [];
   jobs: Job[] = [];
   /** Logins that do not exist on GitHub (every other login does). */
@@ -531,11 +560,45 @@ export class FakeGitHub {
         const installationId = Number(params.installation_id);
         const known = [...this.repos.values()].some((r) => r.installationId === installationId);
         if (!known) return notFound();
+        // a token may be narrowed to some of the installation's repositories (names, without the
+        // owner) and to fewer permissions than the App holds (DOC.installationToken, "repositories",
+        // "permissions"); naming a repository outside the installation is 422
+        const ask = (body ?? {}) as { repositories?: string[]; permissions?: Record<string, string> };
+        const mine = [...this.repos.entries()].filter(([, r]) => r.installationId === installationId);
+        let scoped: string[] | null = null;
+        if (ask.repositories) {
+          scoped = [];
+          for (const n of ask.repositories) {
+            const hit = mine.find(([k]) => k.split('/')[1] === n.toLowerCase());
+            if (!hit)
+              return send(422, {
+                message:
+                  'There is at least one repository that does not exist or is not accessible to the parent installation.',
+                documentation_url: DOC.installationToken,
+              });
+            scoped.push(hit[0]);
+          }
+        }
+        const permissions = ask.permissions ?? { ...APP_PERMISSIONS };
         const token = `ghs_${randomBytes(12).toString('hex')}`;
         // installation tokens expire after one hour (DOC.installationToken)
         const expiresAt = this.clock() + 3600_000;
-        this.tokens.set(token, { installationId, expiresAt });
-        return send(201, full({ token, expires_at: new Date(expiresAt).toISOString() }, 201));
+        this.tokens.set(token, { installationId, expiresAt, repositories: scoped, permissions });
+        return send(
+          201,
+          full(
+            {
+              token,
+              expires_at: new Date(expiresAt).toISOString(),
+              permissions,
+              repository_selection: scoped ? 'selected' : 'all',
+              ...(scoped
+                ? { repositories: scoped.map((full_name) => ({ full_name, name: full_name.split('/')[1] })) }
+                : {}),
+            },
+            201,
+          ),
+        );
       }
       case 'get /repos/{owner}/{repo}/installation':
         return repo ? send(200, full({ id: repo.installationId }, 200)) : notFound();
