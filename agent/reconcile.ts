@@ -128,6 +128,19 @@ export function reconcile(d: DesiredState, local: LocalView): Step {
       const r = mine.runner;
       if (r && r.runnerName !== d.runnerName) return { kind: 'replace-workload', next: d.runnerName };
       if (!r) {
+        // a CI task (issue 15): its clone token is handed over once, like a runner's JIT config
+        if (d.task) {
+          if (!d.cloneToken) return wait(null, 'task credential was handed over but no task of it runs here');
+          return {
+            kind: 'start-workload',
+            workload: {
+              name: d.runnerName,
+              jitConfig: '',
+              jobToken: d.jobToken ?? null,
+              task: { spec: d.task, cloneToken: d.cloneToken },
+            },
+          };
+        }
         if (!d.jitConfig) return wait(null, 'runner config was handed over but no runner of it runs here');
         return {
           kind: 'start-workload',

@@ -1,7 +1,7 @@
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { z } from 'zod';
-import { EXECUTOR_NAMES } from '../core/protocol/agent.ts';
+import { CiTaskSchema, EXECUTOR_NAMES } from '../core/protocol/agent.ts';
 
 /**
  * The agent's local progress (issue 4 "Crash safety"). Written by write-to-temp + fsync + rename,
@@ -35,6 +35,11 @@ const leaseSchema = z.object({
   lend: z.boolean(),
   /** The backend the lease's repository chose (issue 15 item 1); absent: the host's `executor`. */
   executor: z.enum(EXECUTOR_NAMES).optional(),
+  /**
+   * A CI task's workload (issue 15, ADR 0110), without its clone token: recorded before the task
+   * is created, so the receipt built after a restart still names the commit, suite and lane.
+   */
+  task: CiTaskSchema.optional(),
   workDir: z.string(),
   /** Lending steps: each is written before its command runs, so a restart repeats it. */
   lendStep: z.enum(['none', 'draining', 'stopping', 'verifying', 'lent', 'failed']),

@@ -3631,15 +3631,15 @@ var $ZodObjectJIT = /* @__PURE__ */ $constructor("$ZodObjectJIT", (inst, def) =>
     const syms = normalized.symbolKeys;
     const doc = new Doc(["payload", "ctx"], { shape, inst, memo: memo2, syms });
     const parseStr = (k) => `shape[${k}]._zod.run({ value: input[${k}], issues: [] }, ctx)`;
-    const prefixStr = (id, k) => `
-          let ${id}_ab = false;
-          for (let i = 0; i < ${id}.issues.length; i++) {
-            const iss = ${id}.issues[i];
+    const prefixStr = (id2, k) => `
+          let ${id2}_ab = false;
+          for (let i = 0; i < ${id2}.issues.length; i++) {
+            const iss = ${id2}.issues[i];
             iss.path = iss.path ? [${k}, ...iss.path] : [${k}];
             payload.issues.push(iss);
-            if (iss.continue !== true) ${id}_ab = true;
+            if (iss.continue !== true) ${id2}_ab = true;
           }
-          if (${id}_ab && ctx && ctx.abortEarly) {
+          if (${id2}_ab && ctx && ctx.abortEarly) {
             payload.value = newResult;
             return payload;
           }`;
@@ -3653,34 +3653,34 @@ var $ZodObjectJIT = /* @__PURE__ */ $constructor("$ZodObjectJIT", (inst, def) =>
     for (const key of normalized.allKeys) {
       if (key === "__proto__")
         continue;
-      const id = ids[key];
+      const id2 = ids[key];
       const k = typeof key === "symbol" ? `syms[${syms.indexOf(key)}]` : esc(key);
       const isPresent = `${k} in input`;
       const schema = shape[key];
       const optin = schema?._zod?.optin;
       const isOptionalIn = optin !== void 0;
       const isOptionalOut = schema?._zod?.optout === "optional";
-      doc.write(`const ${id} = ${parseStr(k)};`);
+      doc.write(`const ${id2} = ${parseStr(k)};`);
       if (isOptionalIn && isOptionalOut) {
-        const assign = optin === "optional" ? `${id}_present` : `${id}.value !== undefined || ${id}_present`;
+        const assign = optin === "optional" ? `${id2}_present` : `${id2}.value !== undefined || ${id2}_present`;
         doc.write(`
-        const ${id}_present = ${isPresent};
-        if (!${id}.issues.length || ${id}_present) {
-          if (${id}.issues.length) {${prefixStr(id, k)}
+        const ${id2}_present = ${isPresent};
+        if (!${id2}.issues.length || ${id2}_present) {
+          if (${id2}.issues.length) {${prefixStr(id2, k)}
           }
 
           if (${assign}) {
-            newResult[${k}] = ${id}.value;
+            newResult[${k}] = ${id2}.value;
           }
         }
 
       `);
       } else if (!isOptionalIn) {
         doc.write(`
-        const ${id}_present = ${isPresent};
-        if (${id}.issues.length) {${prefixStr(id, k)}
+        const ${id2}_present = ${isPresent};
+        if (${id2}.issues.length) {${prefixStr(id2, k)}
         }
-        if (!${id}_present && !${id}.issues.length) {
+        if (!${id2}_present && !${id2}.issues.length) {
           payload.issues.push({
             code: "invalid_type",
             expected: "nonoptional",
@@ -3693,22 +3693,22 @@ var $ZodObjectJIT = /* @__PURE__ */ $constructor("$ZodObjectJIT", (inst, def) =>
           }
         }
 
-        if (${id}_present) {
-          newResult[${k}] = ${id}.value;
+        if (${id2}_present) {
+          newResult[${k}] = ${id2}.value;
         }
 
       `);
       } else {
         doc.write(`
-        if (${id}.issues.length) {${prefixStr(id, k)}
+        if (${id2}.issues.length) {${prefixStr(id2, k)}
         }
       `);
         if (optin === "defaulted") {
-          doc.write(`newResult[${k}] = ${id}.value;`);
+          doc.write(`newResult[${k}] = ${id2}.value;`);
         } else {
           doc.write(`
-        if (${id}.value !== undefined || ${isPresent}) {
-          newResult[${k}] = ${id}.value;
+        if (${id2}.value !== undefined || ${isPresent}) {
+          newResult[${k}] = ${id2}.value;
         }
       `);
         }
@@ -15736,26 +15736,26 @@ function extractDefs(ctx, schema) {
     return;
   const idToSchema = /* @__PURE__ */ new Map();
   for (const entry of ctx.seen.entries()) {
-    const id = ctx.metadataRegistry.get(entry[0])?.id;
-    if (id) {
-      const existing = idToSchema.get(id);
+    const id2 = ctx.metadataRegistry.get(entry[0])?.id;
+    if (id2) {
+      const existing = idToSchema.get(id2);
       if (existing && existing !== entry[0]) {
-        throw new Error(`Duplicate schema id "${id}" detected during JSON Schema conversion. Two different schemas cannot share the same id when converted together.`);
+        throw new Error(`Duplicate schema id "${id2}" detected during JSON Schema conversion. Two different schemas cannot share the same id when converted together.`);
       }
-      idToSchema.set(id, entry[0]);
+      idToSchema.set(id2, entry[0]);
     }
   }
   const makeURI = (entry) => {
     const defsSegment = ctx.target === "draft-2020-12" ? "$defs" : "definitions";
     if (ctx.external) {
       const externalId = ctx.external.registry.get(entry[0])?.id;
-      const uriGenerator = ctx.external.uri ?? ((id2) => id2);
+      const uriGenerator = ctx.external.uri ?? ((id3) => id3);
       if (externalId) {
         return { ref: uriGenerator(externalId) };
       }
-      const id = entry[1].defId ?? entry[1].schema.id ?? `schema${ctx.counter++}`;
-      entry[1].defId = id;
-      return { defId: id, ref: `${uriGenerator("__shared")}#/${defsSegment}/${encodeJSONPointerSegment(id)}` };
+      const id2 = entry[1].defId ?? entry[1].schema.id ?? `schema${ctx.counter++}`;
+      entry[1].defId = id2;
+      return { defId: id2, ref: `${uriGenerator("__shared")}#/${defsSegment}/${encodeJSONPointerSegment(id2)}` };
     }
     const uriPrefix = `#`;
     const defUriPrefix = `${uriPrefix}/${defsSegment}/`;
@@ -15803,8 +15803,8 @@ Set the \`cycles\` parameter to \`"ref"\` to resolve cyclical schemas with defs.
         continue;
       }
     }
-    const id = ctx.metadataRegistry.get(entry[0])?.id;
-    if (id) {
+    const id2 = ctx.metadataRegistry.get(entry[0])?.id;
+    if (id2) {
       extractToDef(entry);
       continue;
     }
@@ -16037,10 +16037,10 @@ function finalize(ctx, schema) {
   } else {
   }
   if (ctx.external?.uri) {
-    const id = ctx.external.registry.get(schema)?.id;
-    if (!id)
+    const id2 = ctx.external.registry.get(schema)?.id;
+    if (!id2)
       throw new Error("Schema is missing an `id` property");
-    result.$id = ctx.external.uri(id);
+    result.$id = ctx.external.uri(id2);
   }
   assignProps(result, root.defId ? root.schema : root.def ?? root.schema);
   const rootMetaId = ctx.metadataRegistry.get(schema)?.id;
@@ -16646,7 +16646,7 @@ function stringifyKeyNames(bySchema, json2, visited) {
   const values = json2.enum ?? (json2.const !== void 0 ? [json2.const] : void 0);
   if (!numericType && !values?.some((v) => typeof v === "number"))
     return json2;
-  const { minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, format, id, ...rest } = json2;
+  const { minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, format, id: id2, ...rest } = json2;
   if (rest.enum)
     rest.enum = rest.enum.map((v) => typeof v === "number" ? String(v) : v);
   else if (typeof rest.const === "number")
@@ -19739,6 +19739,108 @@ var RESERVATION_KINDS = [
   "benchmark",
   "background"
 ];
+var TOPOLOGIES = ["single", "pair"];
+var SUITES = ["smoke", "performance"];
+var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
+var CI_MODES = ["runner", "task"];
+
+// core/protocol/receipt.ts
+var MAX_RECEIPT_BYTES = 32 * 1024;
+var MAX_RECEIPT_LAST_LINES = 50;
+var MAX_RECEIPT_LINE_CHARS = 400;
+var id = string2().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'expected an id like "r-12" or "spark-2"');
+var sha40 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
+var isoTime = iso_exports.datetime({ offset: true });
+var LeaseVerifyRequestSchema = object({
+  hostId: id,
+  fencingToken: number2().int().positive()
+}).strict();
+var LeaseVerifyResponseSchema = object({
+  ok: literal(true),
+  reservation: object({
+    id,
+    headSha: sha40.nullable(),
+    topology: _enum2(TOPOLOGIES),
+    suite: _enum2(SUITES).nullable(),
+    kind: string2().min(1)
+  }),
+  lease: object({
+    hostId: id,
+    fencingToken: number2().int().positive(),
+    /** Epoch ms; renewed by the agent's heartbeats. */
+    expiresAt: number2().int(),
+    /** True when the host's home service (Deckard) was lent for this lease. */
+    lend: boolean2()
+  })
+});
+var RECEIPT_RESULTS = ["passed", "failed", "cancelled"];
+var ReceiptSchema = object({
+  version: literal(1),
+  reservationId: id,
+  hostId: id,
+  fencingToken: number2().int().positive(),
+  headSha: sha40,
+  repo: string2().regex(/^[^/\s]+\/[^/\s]+$/, 'expected "owner/name"').optional(),
+  runUrl: url().max(300).optional(),
+  suite: _enum2(SUITES),
+  topology: _enum2(TOPOLOGIES),
+  /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
+  executor: _enum2(EXECUTOR_NAMES).optional(),
+  /**
+   * How the work ran (issue 15): `runner` (the spark-test action in a GitHub job) or `task`
+   * (the agent ran spark-test.sh as a dstack task and built this receipt from its exit and logs).
+   */
+  mode: _enum2(CI_MODES).optional(),
+  /** Correctness (smoke) always runs first; performance only after it passed. */
+  phases: array(
+    object({
+      suite: _enum2(SUITES),
+      exitCode: number2().int().nullable(),
+      durationMs: number2().int().nonnegative()
+    }).strict()
+  ).max(2),
+  startedAt: isoTime,
+  endedAt: isoTime,
+  result: _enum2(RECEIPT_RESULTS),
+  exitCode: number2().int().nullable(),
+  reason: string2().max(500).optional(),
+  log: object({
+    sha256: string2().regex(/^[0-9a-f]{64}$/, "expected a SHA-256 hex digest"),
+    bytes: number2().int().nonnegative(),
+    lines: number2().int().nonnegative()
+  }).strict(),
+  lastLines: array(string2().max(MAX_RECEIPT_LINE_CHARS)).max(MAX_RECEIPT_LAST_LINES).optional(),
+  /**
+   * The seed's lane and its time target (spark-test 30 min, spark-test-long 60 min, issue 14
+   * item 5): how long the run took and whether it stayed within the target; a run past the
+   * target is stopped by the spark-test action and fails.
+   */
+  lane: object({
+    name: _enum2(["spark-test", "spark-test-long"]),
+    targetMinutes: number2().positive().max(24 * 60),
+    elapsedMs: number2().int().nonnegative(),
+    withinTarget: boolean2()
+  }).strict().optional(),
+  /** Short toolchain/source revision strings printed at the start (name → one line). */
+  toolchain: record(string2().max(40), string2().max(200)).refine((r) => Object.keys(r).length <= 20, "at most 20 toolchain entries")
+}).strict().superRefine((r, ctx) => {
+  if (r.result === "passed" && r.lastLines?.length) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["lastLines"],
+      message: "a passed receipt carries no log lines (they are evidence of failure only)"
+    });
+  }
+  if (Date.parse(r.endedAt) < Date.parse(r.startedAt)) {
+    ctx.addIssue({ code: "custom", path: ["endedAt"], message: "endedAt is before startedAt" });
+  }
+});
+var StoredReceiptsSchema = object({
+  byHost: record(string2(), ReceiptSchema)
+});
+function describeIssues(error62) {
+  return error62.issues.map((i) => `${i.path.length ? i.path.join(".") : "(body)"}: ${i.message}`).join("; ");
+}
 
 // core/protocol/agent.ts
 var AGENT_API_PREFIX = "/agent/v1";
@@ -19760,9 +19862,29 @@ var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
 var RESERVATION_ID_PATTERN = /^r-[0-9]{1,15}$/;
 var LEASE_ID_PATTERN = /^l-[a-z0-9][a-z0-9-]{0,90}$/;
 var RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
-var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
 var ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
 var MAX_WAIT_MS = 864e5;
+var REPO_PATTERN = /^[A-Za-z0-9_.-]{1,100}\/[A-Za-z0-9_.-]{1,100}$/;
+var CiTaskSchema = object({
+  repo: string2().regex(REPO_PATTERN, 'repositories look like "owner/name"'),
+  headSha: string2().regex(/^[0-9a-f]{40}$/, "a head SHA is 40 lower-case hex digits"),
+  suite: _enum2(SUITES),
+  /** A path inside the checkout: plain segments, never `..` or absolute. */
+  script: string2().max(200).regex(
+    /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
+    'a script is a relative path like "scripts/ci/spark-test.sh"'
+  ),
+  /** Git over HTTP(S), no credentials in it (the clone token travels separately, once). */
+  cloneUrl: string2().max(500).regex(
+    /^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/,
+    "a clone URL is http(s) without spaces or quotes"
+  ).refine((u) => !/^https?:\/\/[^/]*@/.test(u), "a clone URL carries no credentials"),
+  /** The seed's lane (spark-test 30 min, spark-test-long 60 min), as the spark-test action sets it. */
+  lane: object({
+    name: _enum2(["spark-test", "spark-test-long"]),
+    targetMinutes: number2().int().positive().max(24 * 60)
+  })
+});
 var LeaseRefSchema = object({
   leaseId: string2().regex(LEASE_ID_PATTERN, 'lease ids look like "l-spark-2-7"'),
   reservationId: string2().regex(RESERVATION_ID_PATTERN, 'reservation ids look like "r-12"'),
@@ -19801,7 +19923,15 @@ var DesiredStateSchema = discriminatedUnion("state", [
     runnerName: string2().regex(RUNNER_NAME_PATTERN, 'runner names are one plain name like "spark-spark-2-r-12-a0"'),
     /** GitHub's encoded JIT config: printable ASCII, no whitespace. */
     jitConfig: string2().max(65536).regex(/^[!-~]+$/, "a JIT config is printable ASCII without spaces").optional(),
-    jobToken: string2().regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_\u2026"').optional()
+    jobToken: string2().regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_\u2026"').optional(),
+    /** Present when the repository runs CI as a task (`ci: "task"`): no runner, this workload. */
+    task: CiTaskSchema.optional(),
+    /**
+     * The task's short-lived read-only credential to fetch the code (a GitHub App installation
+     * token for that one repository, `contents: read`); like `jitConfig`, only in the single
+     * response that hands it over, never persisted by the agent.
+     */
+    cloneToken: string2().regex(/^[A-Za-z0-9_]{8,255}$/, 'a clone token is a GitHub token like "ghs_\u2026"').optional()
   }),
   /** A development lease is active: no runner; report it active, watch the expiry. */
   object({ state: literal("develop"), lease: LeaseRefSchema }),
@@ -19873,7 +20003,12 @@ var ReportSchema = discriminatedUnion("type", [
     runnerName: string2().min(1),
     /** null when the exit status could not be observed (e.g. stopped by signal). */
     exitCode: number2().int().nullable(),
-    lastLines
+    lastLines,
+    /**
+     * A CI task's evidence receipt (`ci: "task"`, issue 15), built by the agent from the task's
+     * exit and its logs; a runner's job posts its own through the lease endpoints instead.
+     */
+    receipt: ReceiptSchema.optional()
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its
@@ -20155,6 +20290,8 @@ function createLeaseExecutor(hostDefault, build, warn = () => {
     async start(l, w) {
       const e = of(l);
       if (e instanceof Error) throw e;
+      if (w.task && !e.taskOutput)
+        throw new Error(`a CI task runs only on the dstack executor, not on "${e.name}"`);
       return e.start(l, w);
     },
     async observe(l) {
@@ -20186,6 +20323,15 @@ function createLeaseExecutor(hostDefault, build, warn = () => {
   };
   if (fallback.startDevelopment) router.startDevelopment = (l) => fallback.startDevelopment(l);
   if (fallback.attach) router.attach = (l) => fallback.attach(l);
+  router.taskOutput = async (l) => {
+    const e = of(l);
+    if (e instanceof Error || !e.taskOutput) return { text: "", complete: false, detail: "no task backend" };
+    return e.taskOutput(l);
+  };
+  router.taskSecrets = (l) => {
+    const e = of(l);
+    return e instanceof Error || !e.taskSecrets ? [] : e.taskSecrets(l);
+  };
   return router;
 }
 
@@ -20430,6 +20576,203 @@ function redactLines(lines, secrets) {
   });
 }
 
+// agent/executor/ci-task.ts
+import { createHash } from "node:crypto";
+
+// agent/executor/runner-env.ts
+var RUNNER_ENV_KEEP = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"];
+function baseRunnerEnv(from, passEnv = []) {
+  const env = {};
+  for (const [k, v] of Object.entries(from)) {
+    if (v !== void 0 && (RUNNER_ENV_KEEP.includes(k) || k.startsWith("LC_") || passEnv.includes(k)))
+      env[k] = v;
+  }
+  return env;
+}
+function shellJoin(argv2) {
+  return argv2.map((a) => /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`).join(" ");
+}
+function freshRunnerEnv(from, account, path, passEnv = []) {
+  const env = {
+    PATH: path,
+    HOME: account.home,
+    USER: account.name,
+    LOGNAME: account.name,
+    SHELL: "/bin/sh",
+    LANG: "C.UTF-8"
+  };
+  for (const k of passEnv) if (from[k] !== void 0) env[k] = from[k];
+  return env;
+}
+function jobEnv(cfg, account, l, w) {
+  return {
+    // the job runs PR code: it gets a minimal environment, never the agent's own
+    ...account ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv) : baseRunnerEnv(process.env, cfg.runner.passEnv),
+    ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
+    ...cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {},
+    ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
+    SPARK_CONTROLLER_URL: cfg.controllerUrl,
+    SPARK_RESERVATION_ID: l.reservationId,
+    SPARK_HOST_ID: cfg.hostId,
+    SPARK_FENCING_TOKEN: String(l.fencingToken),
+    SPARK_LEASE_TOKEN: w.jobToken ?? "",
+    SPARK_TOPOLOGY: l.topology,
+    SPARK_WORK_DIR: l.workDir,
+    SPARK_MODEL_CACHE: cfg.modelCacheDir,
+    // the in-job receipt names the backend that ran the work (issue 15 item 5)
+    SPARK_EXECUTOR: l.executor ?? cfg.executor
+  };
+}
+
+// agent/executor/ci-task.ts
+var TASK_MARK = "spark-task:";
+var TASK_EXIT = { workspace: 80, checkout: 81, binding: 82, noScript: 83 };
+var TASK_PROGRAM = `set -u
+say() { printf '${TASK_MARK} %s\\n' "$*"; }
+ws="$SPARK_WORK_DIR/checkout"
+rm -rf "$ws" && mkdir -p "$ws" && cd "$ws" || { say "cannot make the checkout dir $ws"; exit ${TASK_EXIT.workspace}; }
+say "fetching $SPARK_HEAD_SHA from $SPARK_CLONE_URL"
+auth=$(printf 'x-access-token:%s' "$SPARK_CLONE_TOKEN" | base64 | tr -d '\\n')
+export GIT_TERMINAL_PROMPT=0 GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader GIT_CONFIG_VALUE_0="Authorization: Basic $auth"
+git init -q . && git fetch -q --depth 1 "$SPARK_CLONE_URL" "$SPARK_HEAD_SHA" && git -c advice.detachedHead=false checkout -q FETCH_HEAD
+rc=$?
+unset GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0 auth
+[ "$rc" -eq 0 ] || { say "checkout failed: git could not fetch $SPARK_HEAD_SHA (exit $rc); the script did not run"; exit ${TASK_EXIT.checkout}; }
+# the rest runs in a fresh process without the token in its environment (/proc/<pid>/environ
+# keeps a process's initial environment; \`unset\` alone would leave it readable there)
+stage2=$(cat <<'SPARK_STAGE2'
+say() { printf '${TASK_MARK} %s\\n' "$*"; }
+head=$(git rev-parse HEAD 2>/dev/null || echo none)
+if [ "$head" != "$SPARK_HEAD_SHA" ]; then
+  say "commit binding failed: HEAD is $head, not the admitted $SPARK_HEAD_SHA; the script did not run"
+  exit ${TASK_EXIT.binding}
+fi
+say "commit binding ok: HEAD is $head"
+say "toolchain source: $head"
+say "toolchain git: $(git --version 2>&1)"
+say "toolchain bash: $(bash --version 2>&1 | head -n 1)"
+say "toolchain kernel: $(uname -srm 2>&1)"
+[ -f "$SPARK_SCRIPT" ] || { say "$SPARK_SCRIPT does not exist in the repository: copy the template from the Spark controller's workflows-templates/"; exit ${TASK_EXIT.noScript}; }
+phases=smoke
+[ "$SPARK_SUITE" = performance ] && phases="smoke performance"
+deadline=$(( $(date +%s) + SPARK_LANE_TARGET_MINUTES * 60 ))
+rc=0
+for p in $phases; do
+  left=$(( deadline - $(date +%s) ))
+  if [ "$left" -le 0 ]; then say "lane $SPARK_LANE exceeded its $SPARK_LANE_TARGET_MINUTES-minute time target before the $p phase"; rc=124; break; fi
+  say "phase $p start"
+  t0=$(date +%s%3N)
+  SPARK_TEST_SUITE=$p SPARK_LANE_DEADLINE=$deadline timeout --signal=TERM --kill-after=10 "$left" bash "$SPARK_SCRIPT" "$SPARK_TOPOLOGY" </dev/null
+  rc=$?
+  say "phase $p exit $rc ms $(( $(date +%s%3N) - t0 ))"
+  [ "$rc" -eq 0 ] || break
+done
+exit "$rc"
+SPARK_STAGE2
+)
+exec env -u SPARK_CLONE_TOKEN /bin/sh -c "$stage2"`;
+function taskEnv(cfg, l, task, cloneToken) {
+  const env = {
+    ...baseRunnerEnv(process.env, cfg.runner.passEnv),
+    ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
+    SPARK_RESERVATION_ID: l.reservationId,
+    SPARK_HOST_ID: cfg.hostId,
+    SPARK_REPO: task.repo,
+    SPARK_HEAD_SHA: task.headSha,
+    SPARK_CLONE_URL: task.cloneUrl,
+    SPARK_CLONE_TOKEN: cloneToken,
+    SPARK_SCRIPT: task.script,
+    SPARK_SUITE: task.suite,
+    SPARK_TOPOLOGY: l.topology,
+    SPARK_LANE: task.lane.name,
+    SPARK_LANE_TARGET_MINUTES: String(task.lane.targetMinutes),
+    SPARK_WORK_DIR: l.workDir,
+    SPARK_MODEL_CACHE: cfg.modelCacheDir,
+    SPARK_EXECUTOR: "dstack"
+  };
+  return Object.fromEntries(Object.entries(env).filter((e) => e[1] !== void 0));
+}
+function taskSecrets(cloneToken) {
+  return [cloneToken, Buffer.from(`x-access-token:${cloneToken}`).toString("base64")];
+}
+var redact = (line, secrets) => {
+  let out = line;
+  for (const s of secrets) if (s) out = out.split(s).join("***");
+  return out.length > MAX_RECEIPT_LINE_CHARS ? `${out.slice(0, MAX_RECEIPT_LINE_CHARS - 1)}\u2026` : out;
+};
+function taskReceipt(a) {
+  const { lease, task, output: output2 } = a;
+  const lines = output2.text.split(/\r?\n/);
+  if (lines.at(-1) === "") lines.pop();
+  const firstPhase = lines.findIndex((x) => x.startsWith(`${TASK_MARK} phase `));
+  const preamble = firstPhase < 0 ? lines : lines.slice(0, firstPhase);
+  const own2 = preamble.filter((x) => x.startsWith(TASK_MARK)).map((x) => x.slice(TASK_MARK.length + 1));
+  const bound = own2.some((x) => x === `commit binding ok: HEAD is ${task.headSha}`);
+  const toolchain = {};
+  for (const x of own2) {
+    const m = /^toolchain ([a-z]{1,40}): (.*)$/.exec(x);
+    if (m && Object.keys(toolchain).length < 20) toolchain[m[1]] = m[2].slice(0, 200);
+  }
+  const phases = [];
+  for (const x of firstPhase < 0 ? [] : lines.slice(firstPhase)) {
+    const m = new RegExp(`^${TASK_MARK} phase (smoke|performance) exit (\\d+) ms (\\d+)$`).exec(x);
+    if (!m || phases.length >= 2 || phases.some((p) => p.suite === m[1])) continue;
+    phases.push({ suite: m[1], exitCode: Number(m[2]), durationMs: Number(m[3]) });
+  }
+  const wanted = task.suite === "performance" ? 2 : 1;
+  const passed = !a.stopped && a.exitCode === 0 && bound && phases.length === wanted;
+  const failedEarly = own2.find(
+    (x) => /^(commit binding failed|checkout failed|cannot make)/.test(x) || x.endsWith(
+      "does not exist in the repository: copy the template from the Spark controller's workflows-templates/"
+    )
+  );
+  const reason = a.stopped ? "the task was stopped through dstack before it ended (the work was released)" : failedEarly ? failedEarly : !bound ? `the task ended (exit ${a.exitCode ?? "unknown"}) before binding the commit; the script did not run` : a.exitCode === 124 ? `lane ${task.lane.name} exceeded its ${task.lane.targetMinutes}-minute time target` : a.exitCode !== 0 ? `${phases.at(-1)?.suite ?? "smoke"} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? "by signal"}` : !passed ? "the task exited 0 but did not report every phase" : null;
+  const elapsedMs = Math.max(0, a.endedAt - a.startedAt);
+  const bytes = Buffer.byteLength(output2.text);
+  const n = Math.min(a.tailLines ?? 40, MAX_RECEIPT_LAST_LINES);
+  const tail = [
+    ...output2.complete ? [] : [`(dstack logs incomplete: ${output2.detail ?? "not all output could be read"})`],
+    ...lines
+  ].slice(-n).map((x) => redact(x, a.secrets));
+  const receipt = {
+    version: 1,
+    reservationId: lease.reservationId,
+    hostId: a.hostId,
+    fencingToken: lease.fencingToken,
+    headSha: task.headSha,
+    repo: task.repo,
+    suite: task.suite,
+    topology: lease.topology,
+    executor: "dstack",
+    mode: "task",
+    phases,
+    startedAt: new Date(a.startedAt).toISOString(),
+    endedAt: new Date(Math.max(a.endedAt, a.startedAt)).toISOString(),
+    result: passed ? "passed" : a.stopped ? "cancelled" : "failed",
+    exitCode: a.exitCode,
+    ...reason ? { reason: redact(reason, a.secrets).slice(0, 500) } : {},
+    log: {
+      sha256: createHash("sha256").update(output2.text).digest("hex"),
+      bytes,
+      lines: lines.length
+    },
+    lane: {
+      name: task.lane.name,
+      targetMinutes: task.lane.targetMinutes,
+      elapsedMs,
+      withinTarget: a.exitCode !== 124 && elapsedMs <= task.lane.targetMinutes * 6e4
+    },
+    ...passed || n === 0 ? {} : { lastLines: tail },
+    toolchain
+  };
+  const parsed = ReceiptSchema.safeParse(receipt);
+  if (!parsed.success)
+    throw new TypeError(
+      `internal: the task receipt does not match its schema: ${describeIssues(parsed.error)}`
+    );
+  return parsed.data;
+}
+
 // agent/executor/dstack-api.ts
 var RUN_STATUSES = [
   "pending",
@@ -20598,55 +20941,34 @@ function createDstackClient(o) {
       if (!p.success) throw new DstackUncertain("dstack logs/poll: unexpected logs shape");
       return p.data.logs.toReversed().map((e) => Buffer.from(e.message, "base64").toString("utf8")).join("");
     },
+    async readLogs(runName, jobSubmissionId, maxPages = 64) {
+      const chunks = [];
+      let next = null;
+      for (let page = 0; page < maxPages; page++) {
+        const r = await call("logs/poll", {
+          run_name: runName,
+          job_submission_id: jobSubmissionId,
+          start_time: null,
+          end_time: null,
+          descending: false,
+          limit: 1e3,
+          diagnose: false,
+          ...next ? { next_token: next } : {}
+        });
+        if (r.status !== 200) throw refused("logs/poll", r.status, r.json);
+        const p = JobSubmissionLogsSchema.safeParse(r.json);
+        if (!p.success) throw new DstackUncertain("dstack logs/poll: unexpected logs shape");
+        for (const e of p.data.logs) chunks.push(Buffer.from(e.message, "base64"));
+        next = p.data.next_token ?? null;
+        if (!next)
+          return { text: Buffer.concat(chunks).toString("utf8"), complete: p.data.logs.length < 1e3 };
+      }
+      return { text: Buffer.concat(chunks).toString("utf8"), complete: false };
+    },
     async stop(runNames, abort) {
       const r = await call("stop", { runs_names: runNames, abort });
       if (r.status !== 200) throw refused("stop", r.status, r.json);
     }
-  };
-}
-
-// agent/executor/runner-env.ts
-var RUNNER_ENV_KEEP = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR"];
-function baseRunnerEnv(from, passEnv = []) {
-  const env = {};
-  for (const [k, v] of Object.entries(from)) {
-    if (v !== void 0 && (RUNNER_ENV_KEEP.includes(k) || k.startsWith("LC_") || passEnv.includes(k)))
-      env[k] = v;
-  }
-  return env;
-}
-function shellJoin(argv2) {
-  return argv2.map((a) => /^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`).join(" ");
-}
-function freshRunnerEnv(from, account, path, passEnv = []) {
-  const env = {
-    PATH: path,
-    HOME: account.home,
-    USER: account.name,
-    LOGNAME: account.name,
-    SHELL: "/bin/sh",
-    LANG: "C.UTF-8"
-  };
-  for (const k of passEnv) if (from[k] !== void 0) env[k] = from[k];
-  return env;
-}
-function jobEnv(cfg, account, l, w) {
-  return {
-    // the job runs PR code: it gets a minimal environment, never the agent's own
-    ...account ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv) : baseRunnerEnv(process.env, cfg.runner.passEnv),
-    ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
-    ...cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {},
-    ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
-    SPARK_CONTROLLER_URL: cfg.controllerUrl,
-    SPARK_RESERVATION_ID: l.reservationId,
-    SPARK_HOST_ID: cfg.hostId,
-    SPARK_FENCING_TOKEN: String(l.fencingToken),
-    SPARK_LEASE_TOKEN: w.jobToken ?? "",
-    SPARK_TOPOLOGY: l.topology,
-    SPARK_WORK_DIR: l.workDir,
-    SPARK_MODEL_CACHE: cfg.modelCacheDir,
-    // the in-job receipt names the backend that ran the work (issue 15 item 5)
-    SPARK_EXECUTOR: l.executor ?? cfg.executor
   };
 }
 
@@ -20780,8 +21102,9 @@ function createDstackExecutor(deps) {
     async start(l, w) {
       if (l.phase !== "prepared") await area.make(l);
       const name = dstackRunName(l, cfg.hostId, attemptOf(w.name));
+      if (w.task) l.task = w.task.spec;
       recordRunStart(l, { runnerName: w.name, runDir: l.workDir, jobId: name }, save);
-      const env = Object.fromEntries(
+      const env = w.task ? taskEnv(cfg, l, w.task.spec, w.task.cloneToken) : Object.fromEntries(
         Object.entries(jobEnv(cfg, null, l, w)).filter((e) => e[1] !== void 0)
       );
       const spec = {
@@ -20789,7 +21112,8 @@ function createDstackExecutor(deps) {
         configuration: {
           type: "task",
           name,
-          commands: [shellJoin(cfg.runner.command)],
+          // a CI task runs the checkout, commit binding and script itself; a runner lease, the runner
+          commands: [w.task ? TASK_PROGRAM : shellJoin(cfg.runner.command)],
           env,
           nodes: 1,
           working_dir: l.workDir,
@@ -20798,7 +21122,7 @@ function createDstackExecutor(deps) {
         }
       };
       refusal = null;
-      secrets = [w.jitConfig, w.jobToken ?? ""];
+      secrets = w.task ? taskSecrets(w.task.cloneToken) : [w.jitConfig, w.jobToken ?? ""];
       try {
         await client2.apply(spec);
       } catch (e) {
@@ -20914,10 +21238,32 @@ function createDstackExecutor(deps) {
       if (isFinished(run)) return { ended: `dstack run ${runName(l)} is ${run.status}` };
       return null;
     },
+    async taskOutput(l) {
+      if (refusal) return { text: "", complete: false, detail: refusal };
+      const run = await look(l);
+      const sub = run ? run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1) : null;
+      if (!run || !sub?.id)
+        return { text: "", complete: false, detail: `dstack has no output of ${runName(l)}` };
+      try {
+        return await client2.readLogs(runName(l), sub.id);
+      } catch (e) {
+        log.warn("dstack logs not available for the receipt", {
+          run: runName(l),
+          error: e.message
+        });
+        return {
+          text: "",
+          complete: false,
+          detail: `dstack logs not available: ${e.message}`.slice(0, 300)
+        };
+      }
+    },
+    taskSecrets: () => [...secrets],
     async forget(l) {
       refusal = null;
       secrets = [];
       l.runner = null;
+      l.task = void 0;
       save();
     },
     async discard(l) {
@@ -21067,29 +21413,29 @@ function createSlurmExecutor(deps) {
     if (r.jobId) return r.jobId;
     const q = await slurm(["squeue", "-h", "--name", jobName(l), "-o", "%i"]);
     if (q.code !== 0) return void 0;
-    const id = q.stdout.trim().split("\n")[0]?.trim() ?? "";
-    if (/^\d+$/.test(id)) {
-      r.jobId = id;
+    const id2 = q.stdout.trim().split("\n")[0]?.trim() ?? "";
+    if (/^\d+$/.test(id2)) {
+      r.jobId = id2;
       save();
-      return id;
+      return id2;
     }
     return null;
   };
-  const queued = async (id) => {
-    const q = await slurm(["squeue", "-h", "-j", id, "-o", "%T"]);
+  const queued = async (id2) => {
+    const q = await slurm(["squeue", "-h", "-j", id2, "-o", "%T"]);
     const state = q.stdout.trim();
     if (q.code === 0) return state || null;
     if (/invalid job id/i.test(q.stderr)) return null;
     log.warn("squeue did not answer; the job may still run", {
-      jobId: id,
+      jobId: id2,
       error: (q.stderr.trim() || q.error || `exit ${q.code}`).slice(0, 300)
     });
     return void 0;
   };
-  const accounted = async (id) => {
-    let q = await slurm(["sacct", "-n", "-P", "-X", "-j", id, "-o", "state,exitcode"]);
+  const accounted = async (id2) => {
+    let q = await slurm(["sacct", "-n", "-P", "-X", "-j", id2, "-o", "state,exitcode"]);
     if (q.code !== 0 || !q.stdout.trim())
-      q = await slurm(["sacct", "-c", "-n", "-P", "-j", id, "-o", "state,exitcode"]);
+      q = await slurm(["sacct", "-c", "-n", "-P", "-j", id2, "-o", "state,exitcode"]);
     const line = q.stdout.trim().split("\n")[0];
     if (q.code !== 0 || !line) return null;
     const [state = "", exit = ""] = line.split("|");
@@ -21122,25 +21468,25 @@ function createSlurmExecutor(deps) {
         ...jobEnv(cfg, account, l, w),
         ...s.conf ? { SLURM_CONF: s.conf } : {}
       });
-      const id = r.stdout.trim().split(";")[0] ?? "";
-      if (r.code !== 0 || !/^\d+$/.test(id)) {
+      const id2 = r.stdout.trim().split(";")[0] ?? "";
+      if (r.code !== 0 || !/^\d+$/.test(id2)) {
         throw new Error(`sbatch failed: ${(r.stderr.trim() || r.error || r.stdout.trim()).slice(0, 300)}`);
       }
-      run.jobId = id;
+      run.jobId = id2;
       save();
       secrets = [w.jitConfig, w.jobToken ?? ""];
-      log.info("slurm job submitted", { leaseId: l.leaseId, runnerName: w.name, jobId: id });
+      log.info("slurm job submitted", { leaseId: l.leaseId, runnerName: w.name, jobId: id2 });
     },
     async observe(l) {
       const r = l.runner;
       if (!r) return { state: "none" };
-      const id = await jobId(l);
-      if (id === void 0) return { state: "running" };
-      if (!id) return { state: "exited", exitCode: null };
-      const st = await queued(id);
+      const id2 = await jobId(l);
+      if (id2 === void 0) return { state: "running" };
+      if (!id2) return { state: "exited", exitCode: null };
+      const st = await queued(id2);
       if (st === void 0 || st && !TERMINAL.has(st)) return { state: "running" };
       if (r.exitCode === void 0) {
-        const acc = await accounted(id);
+        const acc = await accounted(id2);
         if (!acc) return { state: "running" };
         r.exitCode = acc.exitCode;
         save();
@@ -21148,38 +21494,38 @@ function createSlurmExecutor(deps) {
       return { state: "exited", exitCode: r.exitCode ?? null };
     },
     async stop(l) {
-      const id = await jobId(l);
-      if (!id || !l.runner) return;
-      if (await queued(id) === null) return;
+      const id2 = await jobId(l);
+      if (!id2 || !l.runner) return;
+      if (await queued(id2) === null) return;
       l.runner.stoppedByAgent = true;
       save();
-      log.info("cancelling the slurm job this lease submitted", { leaseId: l.leaseId, jobId: id });
-      const c = await slurm(["scancel", id]);
+      log.info("cancelling the slurm job this lease submitted", { leaseId: l.leaseId, jobId: id2 });
+      const c = await slurm(["scancel", id2]);
       if (c.code !== 0) {
         log.warn("scancel not confirmed; will look again", {
-          jobId: id,
+          jobId: id2,
           error: (c.stderr.trim() || c.error || `exit ${c.code}`).slice(0, 300)
         });
         return;
       }
       const deadline = Date.now() + (cfg.runner.stopGraceS + 30) * 1e3;
-      while (Date.now() < deadline && await queued(id)) await new Promise((res) => setTimeout(res, 200));
+      while (Date.now() < deadline && await queued(id2)) await new Promise((res) => setTimeout(res, 200));
     },
     async confirmTerminated(l) {
       if (!l.runner) return { ok: true };
-      const id = await jobId(l);
-      if (id === void 0) return { ok: false, detail: "squeue did not answer; the job may exist" };
-      if (!id) {
+      const id2 = await jobId(l);
+      if (id2 === void 0) return { ok: false, detail: "squeue did not answer; the job may exist" };
+      if (!id2) {
         return { ok: true };
       }
-      const st = await queued(id);
-      if (st === void 0) return { ok: false, detail: `slurm job ${id}: squeue did not answer` };
-      if (st && !TERMINAL.has(st)) return { ok: false, detail: `slurm job ${id} is ${st}` };
-      const acc = await accounted(id);
+      const st = await queued(id2);
+      if (st === void 0) return { ok: false, detail: `slurm job ${id2}: squeue did not answer` };
+      if (st && !TERMINAL.has(st)) return { ok: false, detail: `slurm job ${id2} is ${st}` };
+      const acc = await accounted(id2);
       if (!acc || !TERMINAL.has(acc.state)) {
         return {
           ok: false,
-          detail: `slurm job ${id}: termination not confirmed by sacct (${acc?.state ?? "no record"})`
+          detail: `slurm job ${id2}: termination not confirmed by sacct (${acc?.state ?? "no record"})`
         };
       }
       return { ok: true };
@@ -21473,6 +21819,18 @@ function reconcile(d, local) {
       const r = mine.runner;
       if (r && r.runnerName !== d.runnerName) return { kind: "replace-workload", next: d.runnerName };
       if (!r) {
+        if (d.task) {
+          if (!d.cloneToken) return wait(null, "task credential was handed over but no task of it runs here");
+          return {
+            kind: "start-workload",
+            workload: {
+              name: d.runnerName,
+              jitConfig: "",
+              jobToken: d.jobToken ?? null,
+              task: { spec: d.task, cloneToken: d.cloneToken }
+            }
+          };
+        }
         if (!d.jitConfig) return wait(null, "runner config was handed over but no runner of it runs here");
         return {
           kind: "start-workload",
@@ -21543,6 +21901,11 @@ var leaseSchema = external_exports.object({
   lend: external_exports.boolean(),
   /** The backend the lease's repository chose (issue 15 item 1); absent: the host's `executor`. */
   executor: external_exports.enum(EXECUTOR_NAMES).optional(),
+  /**
+   * A CI task's workload (issue 15, ADR 0110), without its clone token: recorded before the task
+   * is created, so the receipt built after a restart still names the commit, suite and lane.
+   */
+  task: CiTaskSchema.optional(),
   workDir: external_exports.string(),
   /** Lending steps: each is written before its command runs, so a restart repeats it. */
   lendStep: external_exports.enum(["none", "draining", "stopping", "verifying", "lent", "failed"]),
@@ -21922,13 +22285,16 @@ async function reportExited(ctx, bestEffort) {
   const l = currentLease(ctx);
   const r = l.runner;
   const seen = await ctx.executor.observe(l);
+  const exitCode = seen.state === "exited" ? seen.exitCode : null;
+  const receipt = l.task ? await buildTaskReceipt(ctx, exitCode) : void 0;
   try {
     await ctx.report({
       type: "runner_exited",
       fencingToken: l.fencingToken,
       runnerName: r.runnerName,
-      exitCode: seen.state === "exited" ? seen.exitCode : null,
-      lastLines: await ctx.executor.lastLines(l, 30)
+      exitCode,
+      lastLines: await ctx.executor.lastLines(l, 30),
+      ...receipt ? { receipt } : {}
     });
   } catch (e) {
     if (!bestEffort || !(e instanceof ControllerRejected)) throw e;
@@ -21936,6 +22302,27 @@ async function reportExited(ctx, bestEffort) {
   r.exitReported = true;
   ctx.save();
   return bestEffort ? again : waitFor(null);
+}
+async function buildTaskReceipt(ctx, exitCode) {
+  const l = currentLease(ctx);
+  const r = l.runner;
+  try {
+    const output2 = ctx.executor.taskOutput ? await ctx.executor.taskOutput(l) : { text: "", complete: false, detail: "this executor runs no tasks" };
+    return taskReceipt({
+      lease: l,
+      hostId: ctx.cfg.hostId,
+      task: l.task,
+      exitCode,
+      stopped: r.stoppedByAgent,
+      startedAt: r.startedAt,
+      endedAt: Date.now(),
+      output: output2,
+      secrets: ctx.executor.taskSecrets?.(l) ?? []
+    });
+  } catch (e) {
+    ctx.log.warn("the task receipt could not be built", { leaseId: l.leaseId, error: e.message });
+    return void 0;
+  }
 }
 
 // agent/steps/index.ts

@@ -3254,9 +3254,9 @@ var $ZodIBAN = /* @__PURE__ */ $constructor("$ZodIBAN", (inst, def) => {
     });
   };
 });
-function isValidJWT(token2, algorithm = null) {
+function isValidJWT(token, algorithm = null) {
   try {
-    const tokensParts = token2.split(".");
+    const tokensParts = token.split(".");
     if (tokensParts.length !== 3)
       return false;
     const [header] = tokensParts;
@@ -20955,189 +20955,10 @@ async function checkHomeServiceReleased(fetchFn, service, healthUrl, timeoutMs =
 }
 
 // core/model.ts
-var RESERVATION_KINDS = [
-  "development",
-  "deckard",
-  "manual",
-  "merge",
-  "benchmark",
-  "background"
-];
 var TOPOLOGIES = ["single", "pair"];
 var SUITES = ["smoke", "performance"];
-
-// core/protocol/agent.ts
-var GpuProcessSchema = object({
-  pid: number2().int().nonnegative(),
-  name: string2().max(512),
-  usedMemoryMiB: number2().nonnegative()
-});
-var HostFactsSchema = object({
-  gpuProcesses: array(GpuProcessSchema).max(256).nullable(),
-  gpuError: string2().max(1e3).nullable().optional(),
-  freeDiskBytes: number2().nonnegative().nullable(),
-  serviceState: _enum2(["serving", "stopped", "starting", "draining", "failed", "none", "unknown"]),
-  runnerState: _enum2(["none", "starting", "running", "exited"]),
-  interconnectOk: boolean2().nullable()
-});
-var token = number2().int().positive().max(Number.MAX_SAFE_INTEGER);
-var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
-var RESERVATION_ID_PATTERN = /^r-[0-9]{1,15}$/;
-var LEASE_ID_PATTERN = /^l-[a-z0-9][a-z0-9-]{0,90}$/;
-var RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
 var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
-var ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
-var MAX_WAIT_MS = 864e5;
-var LeaseRefSchema = object({
-  leaseId: string2().regex(LEASE_ID_PATTERN, 'lease ids look like "l-spark-2-7"'),
-  reservationId: string2().regex(RESERVATION_ID_PATTERN, 'reservation ids look like "r-12"'),
-  fencingToken: token,
-  /** One of RESERVATION_KINDS (a pattern, not the enum, so the ledger's string column types it). */
-  kind: string2().refine((k) => RESERVATION_KINDS.includes(k), {
-    message: `kind is one of ${RESERVATION_KINDS.join(", ")}`
-  }),
-  topology: _enum2(["single", "pair"]),
-  /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
-  lend: boolean2(),
-  /**
-   * The backend this lease's work runs on when the repository's config chooses one (issue 15
-   * item 1); absent: the host's own `executor`.
-   */
-  executor: _enum2(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).optional(),
-  /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
-  expiresInMs: number2().int().min(-MAX_WAIT_MS * 366).max(MAX_WAIT_MS * 366)
-});
-var DesiredStateSchema = discriminatedUnion("state", [
-  /** Nothing bound: heartbeat only. */
-  object({ state: literal("idle") }),
-  /** Nothing bound and the home service serves: keep it, heartbeat only. */
-  object({ state: literal("serve") }),
-  /** Granted: lend the service if asked, verify the GPU is free, make a fresh work dir, report prepared. */
-  object({ state: literal("prepare"), lease: LeaseRefSchema }),
-  /** Prepared; waiting for the other node of a pair or for the runner's JIT config. */
-  object({ state: literal("wait"), lease: LeaseRefSchema }),
-  /**
-   * Run (or keep watching) the one-job runner `runnerName`. `jitConfig` and `jobToken` are present
-   * only in the single response that hands them over; a different `runnerName` replaces the runner.
-   */
-  object({
-    state: literal("run"),
-    lease: LeaseRefSchema,
-    runnerName: string2().regex(RUNNER_NAME_PATTERN, 'runner names are one plain name like "spark-spark-2-r-12-a0"'),
-    /** GitHub's encoded JIT config: printable ASCII, no whitespace. */
-    jitConfig: string2().max(65536).regex(/^[!-~]+$/, "a JIT config is printable ASCII without spaces").optional(),
-    jobToken: string2().regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_\u2026"').optional()
-  }),
-  /** A development lease is active: no runner; report it active, watch the expiry. */
-  object({ state: literal("develop"), lease: LeaseRefSchema }),
-  /** Releasing: stop only what the agent started, clean the work dir, report cleaned. */
-  object({ state: literal("clean"), lease: LeaseRefSchema }),
-  /** Recreate the home service and report once its model-ready health check passed (or failed). */
-  object({
-    state: literal("restore"),
-    fencingToken: number2().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
-    attempt: number2().int().nonnegative().max(1e3),
-    /** Wait this long before the attempt (backoff after a failed restore). */
-    waitMs: number2().int().nonnegative().max(MAX_WAIT_MS),
-    healthTimeoutS: number2().int().positive().max(86400)
-  }),
-  /**
-   * Touch nothing (quarantined, or release-required: processes outlived the lease). With a lease,
-   * the agent reports `cleaned` once the GPU shows no process, never killing anything.
-   */
-  object({ state: literal("hold"), reason: string2().max(2e3), lease: LeaseRefSchema.optional() })
-]);
-var PollRequestSchema = object({
-  /** `version` of the last desired state the agent got; the server holds the poll while it is current. */
-  since: string2().max(128).nullable().optional(),
-  /** Longest the agent is willing to wait (the server caps it; Workers always answer at once). */
-  maxWaitMs: number2().int().min(0).max(6e4).optional()
-});
-var HEARTBEAT_INTERVAL_RANGE_S = { min: 1, max: 86400 };
-var POLL_ANSWERS = ["changed", "notice", "recheck", "timeout", "no-hold"];
-var PollResponseSchema = object({
-  hostId: string2().regex(HOST_ID_PATTERN, 'host ids look like "spark-2"'),
-  /** Fingerprint of the desired state without its secrets. */
-  version: string2().regex(/^[A-Za-z0-9_-]{1,128}$/, "a version is a short fingerprint"),
-  /** Heartbeat period the controller expects, seconds. */
-  heartbeatIntervalS: number2().int().min(HEARTBEAT_INTERVAL_RANGE_S.min).max(HEARTBEAT_INTERVAL_RANGE_S.max),
-  desired: DesiredStateSchema,
-  /** Why the poll was answered now (absent from controllers older than this field). */
-  answered: _enum2(POLL_ANSWERS).optional()
-});
-var HeartbeatResponseSchema = object({
-  heartbeatIntervalS: PollResponseSchema.shape.heartbeatIntervalS
-});
-var HeartbeatRequestSchema = object({ facts: HostFactsSchema });
-var lastLines = array(string2().max(2e3)).max(100);
-var evidence = record(string2(), unknown()).optional();
-var ReportSchema = discriminatedUnion("type", [
-  object({
-    type: literal("prepared"),
-    fencingToken: token,
-    /** True when the home service was lent: drained, stopped and its GPU processes verified gone. */
-    serviceLent: boolean2(),
-    evidence
-  }),
-  object({
-    type: literal("prepare_failed"),
-    fencingToken: token,
-    reason: string2().min(1).max(1e3),
-    evidence
-  }),
-  object({
-    type: literal("runner_started"),
-    fencingToken: token,
-    runnerName: string2().min(1),
-    /** The backend that runs the work (issue 15 item 5), named on the check run. */
-    executor: _enum2(EXECUTOR_NAMES).optional()
-  }),
-  object({
-    type: literal("runner_exited"),
-    fencingToken: token,
-    runnerName: string2().min(1),
-    /** null when the exit status could not be observed (e.g. stopped by signal). */
-    exitCode: number2().int().nullable(),
-    lastLines
-  }),
-  /**
-   * A development lease is in use on the host. `attach`: the command that attaches to its
-   * development environment (executor `dstack`, issue 15) — a fixed shape, since the requester runs it.
-   */
-  object({
-    type: literal("lease_active"),
-    fencingToken: token,
-    attach: string2().regex(ATTACH_COMMAND_PATTERN, 'an attach command looks like "dstack attach spark-r-12-spark-2-t7-dev"').optional()
-  }),
-  object({
-    type: literal("cleaned"),
-    fencingToken: token,
-    /**
-     * Host facts read right after cleanup (issue 13 item 3): the report that frees the host says
-     * what its GPU shows now, so admission need not wait for the next heartbeat.
-     */
-    facts: HostFactsSchema.optional()
-  }),
-  object({
-    type: literal("processes_remain"),
-    fencingToken: token,
-    processes: array(GpuProcessSchema).max(256)
-  }),
-  object({
-    type: literal("restored"),
-    /** The host's current fencing token (the lease that was just released). */
-    fencingToken: number2().int().nonnegative(),
-    ok: boolean2(),
-    /** Health check output (status and body excerpt), kept for the operator. */
-    detail: string2().max(4e3)
-  })
-]);
-var ReportResponseSchema = object({
-  ok: literal(true),
-  /** What the report changed, in words (e.g. "reservation r-3 preparing"). */
-  result: string2()
-});
-var AGENT_MAX_BODY_BYTES = 64 * 1024;
+var CI_MODES = ["runner", "task"];
 
 // core/protocol/receipt.ts
 var MAX_RECEIPT_BYTES = 32 * 1024;
@@ -21181,6 +21002,11 @@ var ReceiptSchema = object({
   topology: _enum2(TOPOLOGIES),
   /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
   executor: _enum2(EXECUTOR_NAMES).optional(),
+  /**
+   * How the work ran (issue 15): `runner` (the spark-test action in a GitHub job) or `task`
+   * (the agent ran spark-test.sh as a dstack task and built this receipt from its exit and logs).
+   */
+  mode: _enum2(CI_MODES).optional(),
   /** Correctness (smoke) always runs first; performance only after it passed. */
   phases: array(
     object({

@@ -55,6 +55,9 @@ export function createLeaseExecutor(
     async start(l: LeaseState, w: Workload): Promise<void> {
       const e = of(l);
       if (e instanceof Error) throw e;
+      // the controller's config allows tasks only with dstack; an agent never runs one elsewhere
+      if (w.task && !e.taskOutput)
+        throw new Error(`a CI task runs only on the dstack executor, not on "${e.name}"`);
       return e.start(l, w);
     },
     async observe(l: LeaseState): Promise<Observation> {
@@ -90,5 +93,14 @@ export function createLeaseExecutor(
   // development leases carry no repository: they run on the host's backend
   if (fallback.startDevelopment) router.startDevelopment = (l) => fallback.startDevelopment!(l);
   if (fallback.attach) router.attach = (l) => fallback.attach!(l);
+  router.taskOutput = async (l) => {
+    const e = of(l);
+    if (e instanceof Error || !e.taskOutput) return { text: '', complete: false, detail: 'no task backend' };
+    return e.taskOutput(l);
+  };
+  router.taskSecrets = (l) => {
+    const e = of(l);
+    return e instanceof Error || !e.taskSecrets ? [] : e.taskSecrets(l);
+  };
   return router;
 }

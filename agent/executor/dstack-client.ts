@@ -39,6 +39,16 @@ export interface DstackClient {
    * limit}` (dstack answers newest first when descending).
    */
   tailLogs(runName: string, jobSubmissionId: string, limit: number): Promise<string>;
+  /**
+   * A job submission's whole output, oldest first, page by page (`descending: false`, `limit`
+   * 1000, following `next_token` while dstack gives one); at most `maxPages` pages. `complete` is
+   * false when a full page came without a `next_token` (an older dstack) or the pages ran out.
+   */
+  readLogs(
+    runName: string,
+    jobSubmissionId: string,
+    maxPages?: number,
+  ): Promise<{ text: string; complete: boolean }>;
 }
 
 /** Whether nothing of `run` executes any more (dstack's `RunStatus.is_finished`). */
@@ -113,6 +123,30 @@ export function createDstackClient(o: DstackClientOptions): DstackClient {
         .toReversed()
         .map((e) => Buffer.from(e.message, 'base64').toString('utf8'))
         .join('');
+    },
+    async readLogs(runName, jobSubmissionId, maxPages = 64) {
+      const chunks: Buffer[] = [];
+      let next: string | null = null;
+      for (let page = 0; page < maxPages; page++) {
+        const r = await call('logs/poll', {
+          run_name: runName,
+          job_submission_id: jobSubmissionId,
+          start_time: null,
+          end_time: null,
+          descending: false,
+          limit: 1000,
+          diagnose: false,
+          ...(next ? { next_token: next } : {}),
+        });
+        if (r.status !== 200) throw refused('logs/poll', r.status, r.json);
+        const p = JobSubmissionLogsSchema.safeParse(r.json);
+        if (!p.success) throw new DstackUncertain('dstack logs/poll: unexpected logs shape');
+        for (const e of p.data.logs) chunks.push(Buffer.from(e.message, 'base64'));
+        next = p.data.next_token ?? null;
+        if (!next)
+          return { text: Buffer.concat(chunks).toString('utf8'), complete: p.data.logs.length < 1000 };
+      }
+      return { text: Buffer.concat(chunks).toString('utf8'), complete: false };
     },
     async stop(runNames, abort) {
       const r = await call('stop', { runs_names: runNames, abort });

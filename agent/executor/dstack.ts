@@ -3,6 +3,7 @@ import type { AgentConfig } from '../config.ts';
 import type { AgentLogger } from '../log.ts';
 import { redactLines } from '../runner.ts';
 import type { LeaseState } from '../state-file.ts';
+import { TASK_PROGRAM, type TaskOutput, taskEnv, taskSecrets } from './ci-task.ts';
 import type { DstackRun, RunSpec } from './dstack-api.ts';
 import {
   createDstackClient,
@@ -102,17 +103,22 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
     async start(l: LeaseState, w: Workload): Promise<void> {
       if (l.phase !== 'prepared') await area.make(l);
       const name = dstackRunName(l, cfg.hostId, attemptOf(w.name));
+      // a CI task (issue 15, ADR 0110): its workload (no token) is kept with the lease for the receipt
+      if (w.task) l.task = w.task.spec;
       // persisted before the run exists: a crash after apply finds it again by its name
       recordRunStart(l, { runnerName: w.name, runDir: l.workDir, jobId: name }, save);
-      const env = Object.fromEntries(
-        Object.entries(jobEnv(cfg, null, l, w)).filter((e): e is [string, string] => e[1] !== undefined),
-      );
+      const env = w.task
+        ? taskEnv(cfg, l, w.task.spec, w.task.cloneToken)
+        : Object.fromEntries(
+            Object.entries(jobEnv(cfg, null, l, w)).filter((e): e is [string, string] => e[1] !== undefined),
+          );
       const spec: RunSpec = {
         run_name: name,
         configuration: {
           type: 'task',
           name,
-          commands: [shellJoin(cfg.runner.command)],
+          // a CI task runs the checkout, commit binding and script itself; a runner lease, the runner
+          commands: [w.task ? TASK_PROGRAM : shellJoin(cfg.runner.command)],
           env,
           nodes: 1,
           working_dir: l.workDir,
@@ -121,7 +127,7 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
         },
       };
       refusal = null;
-      secrets = [w.jitConfig, w.jobToken ?? ''];
+      secrets = w.task ? taskSecrets(w.task.cloneToken) : [w.jitConfig, w.jobToken ?? ''];
       try {
         await client.apply(spec);
       } catch (e) {
@@ -252,10 +258,34 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
       return null;
     },
 
+    async taskOutput(l: LeaseState): Promise<TaskOutput> {
+      if (refusal) return { text: '', complete: false, detail: refusal };
+      const run = await look(l);
+      const sub = run ? (run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1)) : null;
+      if (!run || !sub?.id)
+        return { text: '', complete: false, detail: `dstack has no output of ${runName(l)}` };
+      try {
+        return await client.readLogs(runName(l), sub.id);
+      } catch (e) {
+        log.warn('dstack logs not available for the receipt', {
+          run: runName(l),
+          error: (e as Error).message,
+        });
+        return {
+          text: '',
+          complete: false,
+          detail: `dstack logs not available: ${(e as Error).message}`.slice(0, 300),
+        };
+      }
+    },
+
+    taskSecrets: () => [...secrets],
+
     async forget(l: LeaseState): Promise<void> {
       refusal = null;
       secrets = [];
       l.runner = null;
+      l.task = undefined;
       save();
     },
 

@@ -9,7 +9,8 @@ import type { LeaseState } from '../state-file.ts';
  */
 
 /** Backends the agent knows (core's vocabulary); `jit-runner` (today's one-job GitHub runner) is the default. */
-import type { ExecutorName } from '../../core/protocol/agent.ts';
+import type { CiTask, ExecutorName } from '../../core/protocol/agent.ts';
+import type { TaskOutput } from './ci-task.ts';
 
 export { EXECUTOR_NAMES, type ExecutorName } from '../../core/protocol/agent.ts';
 
@@ -20,6 +21,11 @@ export interface Workload {
   jitConfig: string;
   /** Per-lease job token for the in-job actions; never persisted. */
   jobToken: string | null;
+  /**
+   * A CI task instead of a runner (`ci: "task"`, issue 15): the script to run at the exact SHA and
+   * the read-only clone token (never persisted). Only the `dstack` backend runs tasks.
+   */
+  task?: { spec: CiTask; cloneToken: string };
 }
 
 /** What the executor sees of the lease's workload right now. */
@@ -67,4 +73,11 @@ export interface Executor {
    * while it is still starting; `ended` when it finished before it ever ran (a new one is started).
    */
   attach?(lease: LeaseState): Promise<{ command: string } | { ended: string } | null>;
+  /**
+   * Backends that run CI tasks (`dstack`): the task's whole output, for its receipt (hash, line
+   * count, phases); `complete: false` when it could not all be read.
+   */
+  taskOutput?(lease: LeaseState): Promise<TaskOutput>;
+  /** The secrets of the lease's task (in memory only), for redacting its receipt. */
+  taskSecrets?(lease: LeaseState): string[];
 }

@@ -1,4 +1,6 @@
+import type { Receipt } from '../../core/protocol/receipt.ts';
 import { ControllerRejected } from '../client.ts';
+import { taskReceipt } from '../executor/ci-task.ts';
 import type { Workload } from '../executor/types.ts';
 import { again, currentLease, type StepContext, type StepResult, waitFor } from './context.ts';
 
@@ -38,13 +40,16 @@ export async function reportExited(ctx: StepContext, bestEffort: boolean): Promi
   const l = currentLease(ctx);
   const r = l.runner!;
   const seen = await ctx.executor.observe(l);
+  const exitCode = seen.state === 'exited' ? seen.exitCode : null;
+  const receipt = l.task ? await buildTaskReceipt(ctx, exitCode) : undefined;
   try {
     await ctx.report({
       type: 'runner_exited',
       fencingToken: l.fencingToken,
       runnerName: r.runnerName,
-      exitCode: seen.state === 'exited' ? seen.exitCode : null,
+      exitCode,
       lastLines: await ctx.executor.lastLines(l, 30),
+      ...(receipt ? { receipt } : {}),
     });
   } catch (e) {
     if (!bestEffort || !(e instanceof ControllerRejected)) throw e;
@@ -52,4 +57,33 @@ export async function reportExited(ctx: StepContext, bestEffort: boolean): Promi
   r.exitReported = true;
   ctx.save();
   return bestEffort ? again : waitFor(null);
+}
+
+/**
+ * A CI task's receipt (issue 15, ADR 0110): the agent stands in for the spark-test action and
+ * builds it from the task's exit (dstack's job status) and its whole output (dstack's logs).
+ * A receipt that cannot be built is logged and left out; the exit is still reported.
+ */
+async function buildTaskReceipt(ctx: StepContext, exitCode: number | null): Promise<Receipt | undefined> {
+  const l = currentLease(ctx);
+  const r = l.runner!;
+  try {
+    const output = ctx.executor.taskOutput
+      ? await ctx.executor.taskOutput(l)
+      : { text: '', complete: false, detail: 'this executor runs no tasks' };
+    return taskReceipt({
+      lease: l,
+      hostId: ctx.cfg.hostId,
+      task: l.task!,
+      exitCode,
+      stopped: r.stoppedByAgent,
+      startedAt: r.startedAt,
+      endedAt: Date.now(),
+      output,
+      secrets: ctx.executor.taskSecrets?.(l) ?? [],
+    });
+  } catch (e) {
+    ctx.log.warn('the task receipt could not be built', { leaseId: l.leaseId, error: (e as Error).message });
+    return undefined;
+  }
 }

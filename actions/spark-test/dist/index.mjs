@@ -39393,6 +39393,106 @@ var RESERVATION_KINDS = [
 ];
 var TOPOLOGIES = ["single", "pair"];
 var SUITES = ["smoke", "performance"];
+var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
+var CI_MODES = ["runner", "task"];
+
+// core/protocol/receipt.ts
+var MAX_RECEIPT_BYTES = 32 * 1024;
+var MAX_RECEIPT_LAST_LINES = 50;
+var MAX_RECEIPT_LINE_CHARS = 400;
+var id = string2().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'expected an id like "r-12" or "spark-2"');
+var sha40 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
+var isoTime = iso_exports.datetime({ offset: true });
+var LeaseVerifyRequestSchema = object({
+  hostId: id,
+  fencingToken: number2().int().positive()
+}).strict();
+var LeaseVerifyResponseSchema = object({
+  ok: literal(true),
+  reservation: object({
+    id,
+    headSha: sha40.nullable(),
+    topology: _enum2(TOPOLOGIES),
+    suite: _enum2(SUITES).nullable(),
+    kind: string2().min(1)
+  }),
+  lease: object({
+    hostId: id,
+    fencingToken: number2().int().positive(),
+    /** Epoch ms; renewed by the agent's heartbeats. */
+    expiresAt: number2().int(),
+    /** True when the host's home service (Deckard) was lent for this lease. */
+    lend: boolean2()
+  })
+});
+var RECEIPT_RESULTS = ["passed", "failed", "cancelled"];
+var ReceiptSchema = object({
+  version: literal(1),
+  reservationId: id,
+  hostId: id,
+  fencingToken: number2().int().positive(),
+  headSha: sha40,
+  repo: string2().regex(/^[^/\s]+\/[^/\s]+$/, 'expected "owner/name"').optional(),
+  runUrl: url().max(300).optional(),
+  suite: _enum2(SUITES),
+  topology: _enum2(TOPOLOGIES),
+  /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
+  executor: _enum2(EXECUTOR_NAMES).optional(),
+  /**
+   * How the work ran (issue 15): `runner` (the spark-test action in a GitHub job) or `task`
+   * (the agent ran spark-test.sh as a dstack task and built this receipt from its exit and logs).
+   */
+  mode: _enum2(CI_MODES).optional(),
+  /** Correctness (smoke) always runs first; performance only after it passed. */
+  phases: array(
+    object({
+      suite: _enum2(SUITES),
+      exitCode: number2().int().nullable(),
+      durationMs: number2().int().nonnegative()
+    }).strict()
+  ).max(2),
+  startedAt: isoTime,
+  endedAt: isoTime,
+  result: _enum2(RECEIPT_RESULTS),
+  exitCode: number2().int().nullable(),
+  reason: string2().max(500).optional(),
+  log: object({
+    sha256: string2().regex(/^[0-9a-f]{64}$/, "expected a SHA-256 hex digest"),
+    bytes: number2().int().nonnegative(),
+    lines: number2().int().nonnegative()
+  }).strict(),
+  lastLines: array(string2().max(MAX_RECEIPT_LINE_CHARS)).max(MAX_RECEIPT_LAST_LINES).optional(),
+  /**
+   * The seed's lane and its time target (spark-test 30 min, spark-test-long 60 min, issue 14
+   * item 5): how long the run took and whether it stayed within the target; a run past the
+   * target is stopped by the spark-test action and fails.
+   */
+  lane: object({
+    name: _enum2(["spark-test", "spark-test-long"]),
+    targetMinutes: number2().positive().max(24 * 60),
+    elapsedMs: number2().int().nonnegative(),
+    withinTarget: boolean2()
+  }).strict().optional(),
+  /** Short toolchain/source revision strings printed at the start (name → one line). */
+  toolchain: record(string2().max(40), string2().max(200)).refine((r) => Object.keys(r).length <= 20, "at most 20 toolchain entries")
+}).strict().superRefine((r, ctx) => {
+  if (r.result === "passed" && r.lastLines?.length) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["lastLines"],
+      message: "a passed receipt carries no log lines (they are evidence of failure only)"
+    });
+  }
+  if (Date.parse(r.endedAt) < Date.parse(r.startedAt)) {
+    ctx.addIssue({ code: "custom", path: ["endedAt"], message: "endedAt is before startedAt" });
+  }
+});
+var StoredReceiptsSchema = object({
+  byHost: record(string2(), ReceiptSchema)
+});
+function describeIssues(error63) {
+  return error63.issues.map((i) => `${i.path.length ? i.path.join(".") : "(body)"}: ${i.message}`).join("; ");
+}
 
 // core/protocol/agent.ts
 var GpuProcessSchema = object({
@@ -39413,9 +39513,29 @@ var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
 var RESERVATION_ID_PATTERN = /^r-[0-9]{1,15}$/;
 var LEASE_ID_PATTERN = /^l-[a-z0-9][a-z0-9-]{0,90}$/;
 var RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
-var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
 var ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
 var MAX_WAIT_MS = 864e5;
+var REPO_PATTERN = /^[A-Za-z0-9_.-]{1,100}\/[A-Za-z0-9_.-]{1,100}$/;
+var CiTaskSchema = object({
+  repo: string2().regex(REPO_PATTERN, 'repositories look like "owner/name"'),
+  headSha: string2().regex(/^[0-9a-f]{40}$/, "a head SHA is 40 lower-case hex digits"),
+  suite: _enum2(SUITES),
+  /** A path inside the checkout: plain segments, never `..` or absolute. */
+  script: string2().max(200).regex(
+    /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
+    'a script is a relative path like "scripts/ci/spark-test.sh"'
+  ),
+  /** Git over HTTP(S), no credentials in it (the clone token travels separately, once). */
+  cloneUrl: string2().max(500).regex(
+    /^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/,
+    "a clone URL is http(s) without spaces or quotes"
+  ).refine((u) => !/^https?:\/\/[^/]*@/.test(u), "a clone URL carries no credentials"),
+  /** The seed's lane (spark-test 30 min, spark-test-long 60 min), as the spark-test action sets it. */
+  lane: object({
+    name: _enum2(["spark-test", "spark-test-long"]),
+    targetMinutes: number2().int().positive().max(24 * 60)
+  })
+});
 var LeaseRefSchema = object({
   leaseId: string2().regex(LEASE_ID_PATTERN, 'lease ids look like "l-spark-2-7"'),
   reservationId: string2().regex(RESERVATION_ID_PATTERN, 'reservation ids look like "r-12"'),
@@ -39454,7 +39574,15 @@ var DesiredStateSchema = discriminatedUnion("state", [
     runnerName: string2().regex(RUNNER_NAME_PATTERN, 'runner names are one plain name like "spark-spark-2-r-12-a0"'),
     /** GitHub's encoded JIT config: printable ASCII, no whitespace. */
     jitConfig: string2().max(65536).regex(/^[!-~]+$/, "a JIT config is printable ASCII without spaces").optional(),
-    jobToken: string2().regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_\u2026"').optional()
+    jobToken: string2().regex(/^spk_job_[A-Za-z0-9_-]{16,128}$/, 'job tokens look like "spk_job_\u2026"').optional(),
+    /** Present when the repository runs CI as a task (`ci: "task"`): no runner, this workload. */
+    task: CiTaskSchema.optional(),
+    /**
+     * The task's short-lived read-only credential to fetch the code (a GitHub App installation
+     * token for that one repository, `contents: read`); like `jitConfig`, only in the single
+     * response that hands it over, never persisted by the agent.
+     */
+    cloneToken: string2().regex(/^[A-Za-z0-9_]{8,255}$/, 'a clone token is a GitHub token like "ghs_\u2026"').optional()
   }),
   /** A development lease is active: no runner; report it active, watch the expiry. */
   object({ state: literal("develop"), lease: LeaseRefSchema }),
@@ -39526,7 +39654,12 @@ var ReportSchema = discriminatedUnion("type", [
     runnerName: string2().min(1),
     /** null when the exit status could not be observed (e.g. stopped by signal). */
     exitCode: number2().int().nullable(),
-    lastLines
+    lastLines,
+    /**
+     * A CI task's evidence receipt (`ci: "task"`, issue 15), built by the agent from the task's
+     * exit and its logs; a runner's job posts its own through the lease endpoints instead.
+     */
+    receipt: ReceiptSchema.optional()
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its
@@ -39659,101 +39792,6 @@ function getInputs() {
 
 // actions/spark-test/src/receipt.ts
 import { createHash } from "node:crypto";
-
-// core/protocol/receipt.ts
-var MAX_RECEIPT_BYTES = 32 * 1024;
-var MAX_RECEIPT_LAST_LINES = 50;
-var MAX_RECEIPT_LINE_CHARS = 400;
-var id = string2().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'expected an id like "r-12" or "spark-2"');
-var sha40 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
-var isoTime = iso_exports.datetime({ offset: true });
-var LeaseVerifyRequestSchema = object({
-  hostId: id,
-  fencingToken: number2().int().positive()
-}).strict();
-var LeaseVerifyResponseSchema = object({
-  ok: literal(true),
-  reservation: object({
-    id,
-    headSha: sha40.nullable(),
-    topology: _enum2(TOPOLOGIES),
-    suite: _enum2(SUITES).nullable(),
-    kind: string2().min(1)
-  }),
-  lease: object({
-    hostId: id,
-    fencingToken: number2().int().positive(),
-    /** Epoch ms; renewed by the agent's heartbeats. */
-    expiresAt: number2().int(),
-    /** True when the host's home service (Deckard) was lent for this lease. */
-    lend: boolean2()
-  })
-});
-var RECEIPT_RESULTS = ["passed", "failed", "cancelled"];
-var ReceiptSchema = object({
-  version: literal(1),
-  reservationId: id,
-  hostId: id,
-  fencingToken: number2().int().positive(),
-  headSha: sha40,
-  repo: string2().regex(/^[^/\s]+\/[^/\s]+$/, 'expected "owner/name"').optional(),
-  runUrl: url().max(300).optional(),
-  suite: _enum2(SUITES),
-  topology: _enum2(TOPOLOGIES),
-  /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
-  executor: _enum2(EXECUTOR_NAMES).optional(),
-  /** Correctness (smoke) always runs first; performance only after it passed. */
-  phases: array(
-    object({
-      suite: _enum2(SUITES),
-      exitCode: number2().int().nullable(),
-      durationMs: number2().int().nonnegative()
-    }).strict()
-  ).max(2),
-  startedAt: isoTime,
-  endedAt: isoTime,
-  result: _enum2(RECEIPT_RESULTS),
-  exitCode: number2().int().nullable(),
-  reason: string2().max(500).optional(),
-  log: object({
-    sha256: string2().regex(/^[0-9a-f]{64}$/, "expected a SHA-256 hex digest"),
-    bytes: number2().int().nonnegative(),
-    lines: number2().int().nonnegative()
-  }).strict(),
-  lastLines: array(string2().max(MAX_RECEIPT_LINE_CHARS)).max(MAX_RECEIPT_LAST_LINES).optional(),
-  /**
-   * The seed's lane and its time target (spark-test 30 min, spark-test-long 60 min, issue 14
-   * item 5): how long the run took and whether it stayed within the target; a run past the
-   * target is stopped by the spark-test action and fails.
-   */
-  lane: object({
-    name: _enum2(["spark-test", "spark-test-long"]),
-    targetMinutes: number2().positive().max(24 * 60),
-    elapsedMs: number2().int().nonnegative(),
-    withinTarget: boolean2()
-  }).strict().optional(),
-  /** Short toolchain/source revision strings printed at the start (name → one line). */
-  toolchain: record(string2().max(40), string2().max(200)).refine((r) => Object.keys(r).length <= 20, "at most 20 toolchain entries")
-}).strict().superRefine((r, ctx) => {
-  if (r.result === "passed" && r.lastLines?.length) {
-    ctx.addIssue({
-      code: "custom",
-      path: ["lastLines"],
-      message: "a passed receipt carries no log lines (they are evidence of failure only)"
-    });
-  }
-  if (Date.parse(r.endedAt) < Date.parse(r.startedAt)) {
-    ctx.addIssue({ code: "custom", path: ["endedAt"], message: "endedAt is before startedAt" });
-  }
-});
-var StoredReceiptsSchema = object({
-  byHost: record(string2(), ReceiptSchema)
-});
-function describeIssues(error63) {
-  return error63.issues.map((i) => `${i.path.length ? i.path.join(".") : "(body)"}: ${i.message}`).join("; ");
-}
-
-// actions/spark-test/src/receipt.ts
 function checkReceipt(r) {
   const parsed = ReceiptSchema.safeParse(r);
   if (!parsed.success)

@@ -1,0 +1,233 @@
+import { createHash } from 'node:crypto';
+import type { CiTask } from '../../core/protocol/agent.ts';
+import {
+  describeIssues,
+  MAX_RECEIPT_LAST_LINES,
+  MAX_RECEIPT_LINE_CHARS,
+  type Receipt,
+  ReceiptSchema,
+} from '../../core/protocol/receipt.ts';
+import type { AgentConfig } from '../config.ts';
+import type { LeaseState } from '../state-file.ts';
+import { baseRunnerEnv } from './runner-env.ts';
+
+/**
+ * CI as a dstack task (issue 15, ADR 0110): what the task runs, and the receipt the agent builds
+ * from how it ended. The task replaces the GitHub job's in-job steps: it checks out exactly the
+ * admitted SHA, binds it (`git rev-parse HEAD` must equal it, or the script never runs), then runs
+ * the repository's script per phase with the spark-test action's environment.
+ */
+
+/** Every line the task's own steps print starts with this; the agent reads them back from the logs. */
+export const TASK_MARK = 'spark-task:';
+
+/** Exit codes of the task's own steps, before the repository's script runs. */
+export const TASK_EXIT = { workspace: 80, checkout: 81, binding: 82, noScript: 83 } as const;
+
+/**
+ * The task's commands: one POSIX shell program, no secret in it (the clone token is in the task's
+ * environment; git reads it through `GIT_CONFIG_*` variables, never argv, and it is unset before
+ * the repository's code runs). The lane deadline is enforced like the spark-test action does:
+ * TERM at the deadline, KILL 10 s later (`timeout`), exit 124.
+ */
+export const TASK_PROGRAM = `set -u
+say() { printf '${TASK_MARK} %s\\n' "$*"; }
+ws="$SPARK_WORK_DIR/checkout"
+rm -rf "$ws" && mkdir -p "$ws" && cd "$ws" || { say "cannot make the checkout dir $ws"; exit ${TASK_EXIT.workspace}; }
+say "fetching $SPARK_HEAD_SHA from $SPARK_CLONE_URL"
+auth=$(printf 'x-access-token:%s' "$SPARK_CLONE_TOKEN" | base64 | tr -d '\\n')
+export GIT_TERMINAL_PROMPT=0 GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader GIT_CONFIG_VALUE_0="Authorization: Basic $auth"
+git init -q . && git fetch -q --depth 1 "$SPARK_CLONE_URL" "$SPARK_HEAD_SHA" && git -c advice.detachedHead=false checkout -q FETCH_HEAD
+rc=$?
+unset GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0 auth
+[ "$rc" -eq 0 ] || { say "checkout failed: git could not fetch $SPARK_HEAD_SHA (exit $rc); the script did not run"; exit ${TASK_EXIT.checkout}; }
+# the rest runs in a fresh process without the token in its environment (/proc/<pid>/environ
+# keeps a process's initial environment; \`unset\` alone would leave it readable there)
+stage2=$(cat <<'SPARK_STAGE2'
+say() { printf '${TASK_MARK} %s\\n' "$*"; }
+head=$(git rev-parse HEAD 2>/dev/null || echo none)
+if [ "$head" != "$SPARK_HEAD_SHA" ]; then
+  say "commit binding failed: HEAD is $head, not the admitted $SPARK_HEAD_SHA; the script did not run"
+  exit ${TASK_EXIT.binding}
+fi
+say "commit binding ok: HEAD is $head"
+say "toolchain source: $head"
+say "toolchain git: $(git --version 2>&1)"
+say "toolchain bash: $(bash --version 2>&1 | head -n 1)"
+say "toolchain kernel: $(uname -srm 2>&1)"
+[ -f "$SPARK_SCRIPT" ] || { say "$SPARK_SCRIPT does not exist in the repository: copy the template from the Spark controller's workflows-templates/"; exit ${TASK_EXIT.noScript}; }
+phases=smoke
+[ "$SPARK_SUITE" = performance ] && phases="smoke performance"
+deadline=$(( $(date +%s) + SPARK_LANE_TARGET_MINUTES * 60 ))
+rc=0
+for p in $phases; do
+  left=$(( deadline - $(date +%s) ))
+  if [ "$left" -le 0 ]; then say "lane $SPARK_LANE exceeded its $SPARK_LANE_TARGET_MINUTES-minute time target before the $p phase"; rc=124; break; fi
+  say "phase $p start"
+  t0=$(date +%s%3N)
+  SPARK_TEST_SUITE=$p SPARK_LANE_DEADLINE=$deadline timeout --signal=TERM --kill-after=10 "$left" bash "$SPARK_SCRIPT" "$SPARK_TOPOLOGY" </dev/null
+  rc=$?
+  say "phase $p exit $rc ms $(( $(date +%s%3N) - t0 ))"
+  [ "$rc" -eq 0 ] || break
+done
+exit "$rc"
+SPARK_STAGE2
+)
+exec env -u SPARK_CLONE_TOKEN /bin/sh -c "$stage2"`;
+
+/** The task's environment: the host basics, the spark-test action's variables, and the clone token. */
+export function taskEnv(
+  cfg: AgentConfig,
+  l: LeaseState,
+  task: CiTask,
+  cloneToken: string,
+): Record<string, string> {
+  const env: Record<string, string | undefined> = {
+    ...baseRunnerEnv(process.env, cfg.runner.passEnv),
+    ...(cfg.service
+      ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl }
+      : {}),
+    SPARK_RESERVATION_ID: l.reservationId,
+    SPARK_HOST_ID: cfg.hostId,
+    SPARK_REPO: task.repo,
+    SPARK_HEAD_SHA: task.headSha,
+    SPARK_CLONE_URL: task.cloneUrl,
+    SPARK_CLONE_TOKEN: cloneToken,
+    SPARK_SCRIPT: task.script,
+    SPARK_SUITE: task.suite,
+    SPARK_TOPOLOGY: l.topology,
+    SPARK_LANE: task.lane.name,
+    SPARK_LANE_TARGET_MINUTES: String(task.lane.targetMinutes),
+    SPARK_WORK_DIR: l.workDir,
+    SPARK_MODEL_CACHE: cfg.modelCacheDir,
+    SPARK_EXECUTOR: 'dstack',
+  };
+  return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined));
+}
+
+/** The secrets a task's output must never show: the token, and the Basic credential git sends. */
+export function taskSecrets(cloneToken: string): string[] {
+  return [cloneToken, Buffer.from(`x-access-token:${cloneToken}`).toString('base64')];
+}
+
+/** What the agent read of the task's output from dstack. */
+export interface TaskOutput {
+  text: string;
+  /** False when the logs could not be read (whole or in part); the receipt says so. */
+  complete: boolean;
+  detail?: string;
+}
+
+const redact = (line: string, secrets: readonly string[]): string => {
+  let out = line;
+  for (const s of secrets) if (s) out = out.split(s).join('***');
+  return out.length > MAX_RECEIPT_LINE_CHARS ? `${out.slice(0, MAX_RECEIPT_LINE_CHARS - 1)}…` : out;
+};
+
+/**
+ * The task's evidence receipt — the same fields as the spark-test action's, naming backend
+ * `dstack` and mode `task` — from the task's exit (dstack's job status) and its output. The task's
+ * own lines are read only up to `phase … start`: what follows may be the repository's code, which
+ * could print anything; its phases are taken from `phase … exit` lines only after that.
+ */
+export function taskReceipt(a: {
+  lease: LeaseState;
+  hostId: string;
+  task: CiTask;
+  exitCode: number | null;
+  stopped: boolean;
+  startedAt: number;
+  endedAt: number;
+  output: TaskOutput;
+  secrets: readonly string[];
+  tailLines?: number;
+}): Receipt {
+  const { lease, task, output } = a;
+  const lines = output.text.split(/\r?\n/);
+  if (lines.at(-1) === '') lines.pop();
+  const firstPhase = lines.findIndex((x) => x.startsWith(`${TASK_MARK} phase `));
+  const preamble = firstPhase < 0 ? lines : lines.slice(0, firstPhase);
+  const own = preamble.filter((x) => x.startsWith(TASK_MARK)).map((x) => x.slice(TASK_MARK.length + 1));
+  const bound = own.some((x) => x === `commit binding ok: HEAD is ${task.headSha}`);
+  const toolchain: Record<string, string> = {};
+  for (const x of own) {
+    const m = /^toolchain ([a-z]{1,40}): (.*)$/.exec(x);
+    if (m && Object.keys(toolchain).length < 20) toolchain[m[1]!] = m[2]!.slice(0, 200);
+  }
+  const phases: Receipt['phases'] = [];
+  for (const x of firstPhase < 0 ? [] : lines.slice(firstPhase)) {
+    const m = new RegExp(`^${TASK_MARK} phase (smoke|performance) exit (\\d+) ms (\\d+)$`).exec(x);
+    if (!m || phases.length >= 2 || phases.some((p) => p.suite === m[1])) continue;
+    phases.push({ suite: m[1] as 'smoke' | 'performance', exitCode: Number(m[2]), durationMs: Number(m[3]) });
+  }
+  const wanted = task.suite === 'performance' ? 2 : 1;
+  const passed = !a.stopped && a.exitCode === 0 && bound && phases.length === wanted;
+  const failedEarly = own.find(
+    (x) =>
+      /^(commit binding failed|checkout failed|cannot make)/.test(x) ||
+      x.endsWith(
+        "does not exist in the repository: copy the template from the Spark controller's workflows-templates/",
+      ),
+  );
+  const reason = a.stopped
+    ? 'the task was stopped through dstack before it ended (the work was released)'
+    : failedEarly
+      ? failedEarly
+      : !bound
+        ? `the task ended (exit ${a.exitCode ?? 'unknown'}) before binding the commit; the script did not run`
+        : a.exitCode === 124
+          ? `lane ${task.lane.name} exceeded its ${task.lane.targetMinutes}-minute time target`
+          : a.exitCode !== 0
+            ? `${phases.at(-1)?.suite ?? 'smoke'} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? 'by signal'}`
+            : !passed
+              ? 'the task exited 0 but did not report every phase'
+              : null;
+  const elapsedMs = Math.max(0, a.endedAt - a.startedAt);
+  const bytes = Buffer.byteLength(output.text);
+  const n = Math.min(a.tailLines ?? 40, MAX_RECEIPT_LAST_LINES);
+  const tail = [
+    ...(output.complete
+      ? []
+      : [`(dstack logs incomplete: ${output.detail ?? 'not all output could be read'})`]),
+    ...lines,
+  ]
+    .slice(-n)
+    .map((x) => redact(x, a.secrets));
+  const receipt: Receipt = {
+    version: 1,
+    reservationId: lease.reservationId,
+    hostId: a.hostId,
+    fencingToken: lease.fencingToken,
+    headSha: task.headSha,
+    repo: task.repo,
+    suite: task.suite,
+    topology: lease.topology,
+    executor: 'dstack',
+    mode: 'task',
+    phases,
+    startedAt: new Date(a.startedAt).toISOString(),
+    endedAt: new Date(Math.max(a.endedAt, a.startedAt)).toISOString(),
+    result: passed ? 'passed' : a.stopped ? 'cancelled' : 'failed',
+    exitCode: a.exitCode,
+    ...(reason ? { reason: redact(reason, a.secrets).slice(0, 500) } : {}),
+    log: {
+      sha256: createHash('sha256').update(output.text).digest('hex'),
+      bytes,
+      lines: lines.length,
+    },
+    lane: {
+      name: task.lane.name,
+      targetMinutes: task.lane.targetMinutes,
+      elapsedMs,
+      withinTarget: a.exitCode !== 124 && elapsedMs <= task.lane.targetMinutes * 60_000,
+    },
+    ...(passed || n === 0 ? {} : { lastLines: tail }),
+    toolchain,
+  };
+  const parsed = ReceiptSchema.safeParse(receipt);
+  if (!parsed.success)
+    throw new TypeError(
+      `internal: the task receipt does not match its schema: ${describeIssues(parsed.error)}`,
+    );
+  return parsed.data;
+}
