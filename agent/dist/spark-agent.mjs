@@ -20662,7 +20662,7 @@ for p in $phases; do
   if [ "$left" -le 0 ]; then say "lane $SPARK_LANE exceeded its $SPARK_LANE_TARGET_MINUTES-minute time target before the $p phase"; rc=124; break; fi
   say "phase $p start"
   t0=$(date +%s%3N)
-  SPARK_TEST_SUITE=$p SPARK_LANE_DEADLINE=$deadline timeout --signal=TERM --kill-after=10 "$left" bash "$SPARK_SCRIPT" "$SPARK_TOPOLOGY" </dev/null
+  SPARK_TEST_SUITE=$p SPARK_LANE_DEADLINE=$deadline timeout --foreground --signal=TERM --kill-after=10 "$left" bash "$SPARK_SCRIPT" "$SPARK_TOPOLOGY" </dev/null
   rc=$?
   say "phase $p exit $rc ms $(( $(date +%s%3N) - t0 ))"
   [ "$rc" -eq 0 ] || break

@@ -28,7 +28,9 @@ export const TASK_EXIT = { workspace: 80, checkout: 81, binding: 82, noScript: 8
  * The task's commands: one POSIX shell program, no secret in it (the clone token is in the task's
  * environment; git reads it through `GIT_CONFIG_*` variables, never argv, and it is unset before
  * the repository's code runs). The lane deadline is enforced like the spark-test action does:
- * TERM at the deadline, KILL 10 s later (`timeout`), exit 124.
+ * TERM at the deadline, KILL 10 s later (`timeout`), exit 124. `--foreground` keeps `timeout` in
+ * the task's process group (by default it makes its own), so stopping the task through dstack
+ * reaches the script and everything it started.
  */
 export const TASK_PROGRAM = `set -u
 say() { printf '${TASK_MARK} %s\\n' "$*"; }
@@ -65,7 +67,7 @@ for p in $phases; do
   if [ "$left" -le 0 ]; then say "lane $SPARK_LANE exceeded its $SPARK_LANE_TARGET_MINUTES-minute time target before the $p phase"; rc=124; break; fi
   say "phase $p start"
   t0=$(date +%s%3N)
-  SPARK_TEST_SUITE=$p SPARK_LANE_DEADLINE=$deadline timeout --signal=TERM --kill-after=10 "$left" bash "$SPARK_SCRIPT" "$SPARK_TOPOLOGY" </dev/null
+  SPARK_TEST_SUITE=$p SPARK_LANE_DEADLINE=$deadline timeout --foreground --signal=TERM --kill-after=10 "$left" bash "$SPARK_SCRIPT" "$SPARK_TOPOLOGY" </dev/null
   rc=$?
   say "phase $p exit $rc ms $(( $(date +%s%3N) - t0 ))"
   [ "$rc" -eq 0 ] || break

@@ -142,7 +142,9 @@ export async function startDstackStandIn(
     proc.stderr?.on('data', keep('stderr'));
     r.proc = proc;
     setStatus(r, 'running');
-    proc.once('exit', (code) => {
+    // 'close', not 'exit': the run is finished once its output is all shipped (a CI task's receipt
+    // hashes the whole output; dstack's runner sends the last logs before it reports the job done)
+    proc.once('close', (code) => {
       r.proc = null;
       if (r.status === 'terminating') {
         r.exitStatus = code;

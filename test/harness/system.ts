@@ -69,6 +69,12 @@ export interface SystemOptions {
     hostId: string,
     endpoints: { controllerPort: number; actionsUrl: string },
   ) => Promise<AgentRoute | null>;
+  /** Changes the controller's config before it starts (e.g. a repository's `ci`, issue 15). */
+  controllerConfig?: (config: Record<string, unknown>, gh: FakeGitHub) => Record<string, unknown>;
+  /** Changes a host's agent.json before the agent starts (e.g. its `dstack` section). */
+  agentConfig?: (hostId: string, config: Record<string, unknown>) => Record<string, unknown>;
+  /** Changes the environment of a host's agent process (e.g. a PATH with a test shim first). */
+  agentEnv?: (hostId: string, env: Record<string, string>) => Record<string, string>;
 }
 
 /** An agent's way to the controller and the Actions broker, and how it is launched. */
@@ -86,6 +92,8 @@ export interface SparkSystem {
   dir: string;
   gh: FakeGitHub;
   controllerUrl: string;
+  /** An API token with the `emergency` scope (ending someone else's active work). */
+  emergencyToken: string;
   /** A read connection to the ledger file (the controller process owns all writes). */
   reader: LedgerReader;
   operatorToken: string;
@@ -186,15 +194,20 @@ async function bootstrapOperatorToken(
   ledgerUrl: string,
   config: unknown,
   configPath: string,
-): Promise<string> {
+): Promise<{ operate: string; emergency: string }> {
   const settings = settingsFromEnv(
     { SPARK_LEDGER_URL: ledgerUrl },
     { text: JSON.stringify(config), source: configPath },
   );
   const ledger = await openNodeLedger(settings, { log: silentLogger });
   try {
-    return (await createApiToken(ledger, { name: 'demo-operator', scopes: ['operate'] }, 'demo bootstrap'))
-      .token;
+    const operate = (
+      await createApiToken(ledger, { name: 'demo-operator', scopes: ['operate'] }, 'demo bootstrap')
+    ).token;
+    const emergency = (
+      await createApiToken(ledger, { name: 'demo-emergency', scopes: ['emergency'] }, 'demo bootstrap')
+    ).token;
+    return { operate, emergency };
   } finally {
     ledger.store.close();
   }
@@ -218,13 +231,14 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
   });
   parts.github = github;
   const { gh } = github;
-  const config = {
+  const baseConfig = {
     listen: { host: '127.0.0.1', port: controllerPort },
     hosts: hosts.map((h) => ({ id: h.id, homeService: h.homeService ?? null })),
     preferHosts: hosts.some((h) => h.id === 'spark-2') ? ['spark-2'] : [],
     timings: { ...DEFAULT_TIMINGS, ...(opts.timings ?? {}) },
     github: { apiUrl: gh.url },
   };
+  const config = opts.controllerConfig ? opts.controllerConfig(baseConfig, gh) : baseConfig;
   const configPath = join(dir, 'spark.config.json');
   writeFileSync(configPath, JSON.stringify(config, null, 2));
   const ledgerUrl = `file:${join(dir, 'spark.db')}`;
@@ -274,7 +288,11 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
   parts.controller = controller;
   const reader = openLedgerReader(ledgerUrl);
   parts.reader = reader;
-  const operatorToken = await bootstrapOperatorToken(ledgerUrl, config, configPath);
+  const { operate: operatorToken, emergency: emergencyToken } = await bootstrapOperatorToken(
+    ledgerUrl,
+    config,
+    configPath,
+  );
 
   const api = async <T = unknown>(
     method: string,
@@ -359,7 +377,8 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
       logLevel: 'info',
     });
     agentConfig.runner.passEnv.push(...(route?.passEnv ?? []));
-    writeFileSync(configPaths[h.id]!, JSON.stringify(agentConfig, null, 2));
+    const finalConfig = opts.agentConfig ? opts.agentConfig(h.id, agentConfig) : agentConfig;
+    writeFileSync(configPaths[h.id]!, JSON.stringify(finalConfig, null, 2));
   }
   const startAgent = (hostId: string): ProcessHandle => {
     const route = routes[hostId] ?? null;
@@ -367,7 +386,11 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     const h = track(
       spawn(argv[0]!, argv.slice(1), {
         cwd: join(dir, hostId),
-        env: { ...baseEnv(), ...gpu[hostId]!.env(), ...(route?.env ?? {}) },
+        env: ((env) => opts.agentEnv?.(hostId, env) ?? env)({
+          ...baseEnv(),
+          ...gpu[hostId]!.env(),
+          ...(route?.env ?? {}),
+        }),
         stdio: ['ignore', 'pipe', 'pipe'],
       }),
       join(dir, hostId, 'agent.log'),
@@ -387,6 +410,7 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     dir,
     gh,
     controllerUrl,
+    emergencyToken,
     reader,
     operatorToken,
     gpu,

@@ -1,0 +1,389 @@
+import { chmodSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { StoredReceipts } from '../../core/protocol/receipt.ts';
+import { type DstackStandIn, startDstackStandIn } from '../doubles/dstack-server.ts';
+import { type GitServer, startGitServer } from '../doubles/git-http-server.ts';
+import { waitFor } from '../doubles/index.ts';
+import type { FakeGitHub } from '../fake-github/server.ts';
+import { REPO } from '../harness/github-sim.ts';
+import { queuedId, type SparkSystem, type SystemHost, startSystem } from '../harness/system.ts';
+
+/**
+ * CI as a dstack task (issue 15, ADR 0110), end to end: the real controller and agent processes,
+ * the fake GitHub (no workflow is dispatched, no runner registered: the controller mints a
+ * read-only installation token for the one repository), the dstack stand-in really running the
+ * task on this machine, and a real git repository served over HTTP by `git http-backend` behind a
+ * server that accepts only a token the fake GitHub minted for that repository with `contents:
+ * read` (test/doubles/git-http-server.ts). The task checks out exactly the admitted SHA, binds it,
+ * runs the repository's scripts/ci/spark-test.sh, and the agent reports the outcome and receipt.
+ */
+
+const SCRIPT_OK = `#!/usr/bin/env bash
+set -eu
+echo "spark-test.sh $1 suite=$SPARK_TEST_SUITE lane=$SPARK_LANE head=$(git rev-parse HEAD)"
+env | grep -c CLONE_TOKEN > "$TASK_MARKER_DIR/$SPARK_HOST_ID-token-visible" || true
+echo "$(git rev-parse HEAD) $1 $SPARK_TEST_SUITE $SPARK_LANE $SPARK_LANE_TARGET_MINUTES" >> "$TASK_MARKER_DIR/$SPARK_HOST_ID-ran"
+sleep "\${TASK_SLEEP_S:-0}"
+echo "all good on $SPARK_HOST_ID"
+`;
+
+const SCRIPT_FAIL = `#!/usr/bin/env bash
+echo "$(git rev-parse HEAD) $1 $SPARK_TEST_SUITE" >> "$TASK_MARKER_DIR/$SPARK_HOST_ID-ran"
+echo "cuda_smoke: expected 42, got 41"
+exit 3
+`;
+
+let sys: SparkSystem | null = null;
+let dstack: DstackStandIn | null = null;
+let git: GitServer | null = null;
+afterEach(async () => {
+  await sys?.close();
+  sys = null;
+  if (dstack) {
+    expect(dstack.invalid).toEqual([]);
+    expect(dstack.active().map((r) => r.name)).toEqual([]);
+    await dstack.close();
+  }
+  dstack = null;
+  await git?.close();
+  git = null;
+});
+
+interface TaskSystem {
+  sys: SparkSystem;
+  dstack: DstackStandIn;
+  git: GitServer;
+  markers: string;
+}
+
+/** A system whose {@link REPO} runs CI as a dstack task, served from a local git repository. */
+async function taskSystem(
+  hosts: SystemHost[],
+  o: { shimDir?: string; sleepS?: number } = {},
+): Promise<TaskSystem> {
+  dstack = await startDstackStandIn();
+  const d = dstack;
+  let gh: FakeGitHub | null = null;
+  const root = join(process.env.TMPDIR ?? '/tmp', `spark-git-${process.pid}-${Date.now()}`);
+  mkdirSync(root, { recursive: true });
+  git = await startGitServer(root, (token, repo) => {
+    const scope = gh?.tokenScope(token);
+    // GitHub's rule: the token opens only the repositories it was minted for, contents read or write
+    return (
+      !!scope && (scope.repositories?.includes(repo.toLowerCase()) ?? false) && !!scope.permissions.contents
+    );
+  });
+  const g = git;
+  const markers = join(root, 'markers');
+  mkdirSync(markers, { recursive: true });
+  const tokenFile = join(root, 'dstack-token');
+  writeFileSync(tokenFile, `${d.token}\n`, { mode: 0o600 });
+  sys = await startSystem({
+    hosts,
+    controllerConfig: (c, fake) => {
+      gh = fake;
+      return {
+        ...c,
+        repositories: { [REPO]: { executor: 'dstack', ci: 'task', cloneUrl: g.cloneUrl(REPO) } },
+      };
+    },
+    agentConfig: (hostId, c) => {
+      const runner = c.runner as { passEnv: string[] };
+      return {
+        ...c,
+        // the host's own backend stays the JIT runner: the repository's config moves its CI to dstack
+        runner: { ...runner, passEnv: [...runner.passEnv, 'TASK_MARKER_DIR', 'TASK_SLEEP_S'] },
+        dstack: { url: d.url, project: d.project, tokenFile, fleet: hostId, requestTimeoutS: 2 },
+      };
+    },
+    agentEnv: (_h, env) => ({
+      ...env,
+      TASK_MARKER_DIR: markers,
+      TASK_SLEEP_S: String(o.sleepS ?? 0),
+      ...(o.shimDir ? { PATH: `${o.shimDir}:${env.PATH}` } : {}),
+    }),
+  });
+  return { sys, dstack: d, git: g, markers };
+}
+
+/** Waits for the reservation to end; on a timeout the error carries what to look at. */
+async function settled(t: TaskSystem, id: string, timeoutMs = 90_000) {
+  return t.sys.waitReservation(id, ['done', 'failed'], timeoutMs).catch(async (e) => {
+    const runs = runsOf(t.dstack, id).map(
+      (r) =>
+        `${r.name}: ${r.history.join('→')} exit ${r.exitStatus}\n${r.logs
+          .map((x) => Buffer.from(x.message, 'base64').toString('utf8'))
+          .join('')
+          .slice(-1500)}`,
+    );
+    throw new Error(`${(e as Error).message}\n${await t.sys.diagnostics()}\n--- dstack\n${runs.join('\n')}`);
+  });
+}
+
+const receiptsOf = async (s: SparkSystem, id: string): Promise<StoredReceipts['byHost']> => {
+  const r = await s.reservation(id);
+  return r.receiptJson ? (JSON.parse(r.receiptJson) as StoredReceipts).byHost : {};
+};
+
+const runsOf = (d: DstackStandIn, id: string) =>
+  [...d.runs.values()].filter((r) => r.name.startsWith(`spark-${id}-`));
+
+/** Every clone token GitHub minted, from the fake's token table (secrets: for leak checks only). */
+const mintedTokens = (gh: FakeGitHub) =>
+  [...gh.tokens.entries()].filter(([, t]) => t.repositories).map(([k]) => k);
+
+/** No surface but the task's own environment ever shows a clone token. */
+async function tokenNowhere(t: TaskSystem, id: string) {
+  const tokens = mintedTokens(t.sys.gh);
+  expect(tokens.length).toBeGreaterThan(0);
+  const surfaces: Record<string, string> = {
+    fleet: JSON.stringify((await t.sys.api('GET', '/api/v1/fleet', undefined, null)).body),
+    queue: JSON.stringify((await t.sys.api('GET', '/api/v1/queue', undefined, null)).body),
+    reservation: JSON.stringify((await t.sys.api('GET', `/api/v1/reservations/${id}`)).body),
+    dashboard: String((await t.sys.api('GET', '/', undefined, null)).body),
+    controllerLog: t.sys.controller.output(),
+    history: JSON.stringify(await t.sys.reader.history(id)),
+    ledgerRow: JSON.stringify(await t.sys.reservation(id)),
+    leases: JSON.stringify(await t.sys.leases(id)),
+    checkRuns: JSON.stringify(t.sys.gh.checkRuns),
+    taskCommands: JSON.stringify(
+      runsOf(t.dstack, id).map((r) => r.spec.configuration.type === 'task' && r.spec.configuration.commands),
+    ),
+    taskOutput: runsOf(t.dstack, id)
+      .flatMap((r) => r.logs.map((e) => Buffer.from(e.message, 'base64').toString('utf8')))
+      .join(''),
+    ...Object.fromEntries(Object.entries(t.sys.agents).map(([h, a]) => [`agent ${h}`, a.output()])),
+  };
+  for (const [where, text] of Object.entries(surfaces))
+    for (const tok of tokens) expect(text.includes(tok), `${where} shows a clone token`).toBe(false);
+}
+
+describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeout: 180_000 }, () => {
+  it('runs spark-test.sh at the exact SHA as a dstack task: passed and failed land on the check run with the receipt', async () => {
+    const t = await taskSystem([{ id: 'spark-2' }]);
+    const s = t.sys;
+    const good = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK, 'README.md': 'v1\n' });
+    // a later commit on the same branch: the task must test the PR's commit, not the tip
+    t.git.commit(REPO, { 'README.md': 'v2\n' });
+    s.openPr(1, { sha: good });
+    const rid = queuedId(await s.label(1, 'spark-test'));
+    const done = await settled(t, rid);
+    expect(done, await s.diagnostics()).toMatchObject({ status: 'done', outcome: 'passed', headSha: good });
+    const check = await s.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
+    expect(check).toMatchObject({ status: 'completed', conclusion: 'success', head_sha: good });
+    expect(check.output.summary).toContain(
+      '- Backend: dstack (task: scripts/ci/spark-test.sh, no GitHub job)',
+    );
+    expect(s.gh.checkRuns.filter((c) => c.external_id === rid)).toHaveLength(1);
+    // no workflow dispatched, no runner registered: the task is the job
+    expect(s.gh.dispatches).toEqual([]);
+    expect(s.gh.calls('POST', /generate-jitconfig$/)).toEqual([]);
+    // one token, asked with the App's JWT, for this repository only, contents: read
+    const minted = s.gh.calls('POST', /\/app\/installations\/\d+\/access_tokens$/).filter((c) => c.body);
+    expect(minted.map((c) => c.body)).toEqual([
+      { repositories: ['butter'], permissions: { contents: 'read' } },
+    ]);
+    expect(minted[0]!.auth).toBe('app');
+    // the git server saw that token, and only for reads of this repository
+    const served = t.git.requests.filter((q) => q.status === 200);
+    expect(served.length).toBeGreaterThan(0);
+    expect(new Set(served.map((q) => q.repo))).toEqual(new Set([REPO]));
+    expect(new Set(served.map((q) => q.token))).toEqual(new Set(mintedTokens(s.gh)));
+    // the script really ran at that SHA, with the spark-test action's environment, without the token
+    expect(readFileSync(join(t.markers, 'spark-2-ran'), 'utf8')).toBe(`${good} single smoke spark-test 30\n`);
+    expect(readFileSync(join(t.markers, 'spark-2-token-visible'), 'utf8').trim()).toBe('0');
+    const [run] = runsOf(t.dstack, rid);
+    expect(run!.history).toEqual(['submitted', 'provisioning', 'running', 'done']);
+    const c = run!.spec.configuration;
+    expect(c.type === 'task' && c.fleets).toEqual(['spark-2']);
+    const receipt = (await receiptsOf(s, rid))['spark-2']!;
+    expect(receipt).toMatchObject({
+      result: 'passed',
+      headSha: good,
+      repo: REPO,
+      executor: 'dstack',
+      mode: 'task',
+      suite: 'smoke',
+      topology: 'single',
+      exitCode: 0,
+      phases: [{ suite: 'smoke', exitCode: 0 }],
+      lane: { name: 'spark-test', targetMinutes: 30, withinTarget: true },
+      toolchain: { source: good },
+    });
+    expect(receipt.lastLines).toBeUndefined();
+    // the log hash covers the task's whole output as dstack stored it
+    const { createHash } = await import('node:crypto');
+    const text = run!.logs
+      .map((e) => Buffer.from(e.message, 'base64'))
+      .reduce((a, b) => Buffer.concat([a, b]), Buffer.alloc(0));
+    expect(receipt.log).toEqual({
+      sha256: createHash('sha256').update(text.toString('utf8')).digest('hex'),
+      bytes: text.length,
+      lines: text
+        .toString('utf8')
+        .split('\n')
+        .filter((_, i, a) => i < a.length - 1 || a[i] !== '').length,
+    });
+    const types = (await s.history(rid)).map((e) => e.type);
+    for (const ty of [
+      'reservation.allocated',
+      'reservation.runner_registered',
+      'reservation.running',
+      'reservation.receipt',
+      'reservation.done',
+    ])
+      expect(types, ty).toContain(ty);
+    await s.waitHostPhase('spark-2', ['idle']);
+
+    // a failing commit: the check fails with the script's exit, the receipt keeps the last lines
+    const bad = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_FAIL });
+    s.openPr(2, { sha: bad });
+    const rid2 = queuedId(await s.label(2, 'spark-test'));
+    const failed = await settled(t, rid2);
+    expect(failed, await s.diagnostics()).toMatchObject({ outcome: 'failed', headSha: bad });
+    const check2 = await s.waitCheck(rid2, `Spark test failed — exact SHA ${bad.slice(0, 7)}`);
+    expect(check2).toMatchObject({ status: 'completed', conclusion: 'failure', head_sha: bad });
+    expect(check2.output.summary).toContain('Evidence receipt recorded');
+    const r2 = (await receiptsOf(s, rid2))['spark-2']!;
+    expect(r2).toMatchObject({
+      result: 'failed',
+      exitCode: 3,
+      reason: 'smoke phase exited 3',
+      mode: 'task',
+      executor: 'dstack',
+      phases: [{ suite: 'smoke', exitCode: 3 }],
+    });
+    expect(r2.lastLines).toContain('cuda_smoke: expected 42, got 41');
+    expect(readFileSync(join(t.markers, 'spark-2-ran'), 'utf8')).toContain(`${bad} single smoke\n`);
+    await s.waitHostPhase('spark-2', ['idle']);
+    await tokenNowhere(t, rid);
+    await tokenNowhere(t, rid2);
+
+    // a report with a stale fencing token changes nothing (here: a receipt that would flip the result)
+    const [lease] = await s.leases(rid2);
+    const agentToken = readFileSync(join(s.dir, 'spark-2', 'agent.token'), 'utf8').trim();
+    const stale = await fetch(`${s.controllerUrl}/agent/v1/report`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${agentToken}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        type: 'runner_exited',
+        fencingToken: lease!.fencingToken,
+        runnerName: `spark-spark-2-${rid2}-a0`,
+        exitCode: 0,
+        lastLines: [],
+        receipt: { ...r2, result: 'passed', exitCode: 0, reason: undefined, lastLines: undefined },
+      }),
+    });
+    expect(stale.status).toBe(409);
+    expect((await s.reservation(rid2)).receiptJson).toBe(failed.receiptJson);
+    expect((await s.reservation(rid2)).outcome).toBe('failed');
+  });
+
+  it('a checkout that lands on another commit fails the commit binding before the script runs; an unknown SHA fails the checkout', async () => {
+    // a git that checks out the branch tip whatever it was asked for (a tampered or broken checkout)
+    const shim = join(process.env.TMPDIR ?? '/tmp', `spark-git-shim-${process.pid}-${Date.now()}`);
+    mkdirSync(shim, { recursive: true });
+    const realGit = '/usr/bin/git';
+    writeFileSync(
+      join(shim, 'git'),
+      `#!/bin/sh\nif [ "$1" = "-c" ] && [ "$3" = checkout ]; then "${realGit}" fetch -q --depth 1 "$SPARK_CLONE_URL" main 2>/dev/null; fi\nexec "${realGit}" "$@"\n`,
+    );
+    chmodSync(join(shim, 'git'), 0o755);
+    const t = await taskSystem([{ id: 'spark-2' }], { shimDir: shim });
+    const s = t.sys;
+    const admitted = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
+    t.git.commit(REPO, { 'README.md': 'a later tip\n' });
+    s.openPr(1, { sha: admitted });
+    const rid = queuedId(await s.label(1, 'spark-test'));
+    const r = await settled(t, rid);
+    expect(r, await s.diagnostics()).toMatchObject({ outcome: 'failed', headSha: admitted });
+    expect(readdirSync(t.markers)).toEqual([]);
+    const receipt = (await receiptsOf(s, rid))['spark-2']!;
+    expect(receipt.result).toBe('failed');
+    expect(receipt.reason).toMatch(
+      /^commit binding failed: HEAD is [0-9a-f]{40}, not the admitted [0-9a-f]{40}; the script did not run$/,
+    );
+    expect(receipt.reason).toContain(`not the admitted ${admitted}`);
+    expect(receipt.phases).toEqual([]);
+    const check = await s.waitCheck(rid, `Spark test failed — exact SHA ${admitted.slice(0, 7)}`);
+    expect(check.conclusion).toBe('failure');
+    expect((await s.history(rid)).some((e) => e.cause?.includes('commit binding failed'))).toBe(true);
+    await s.waitHostPhase('spark-2', ['idle']);
+
+    // a SHA the repository does not have: git cannot fetch it, nothing of the PR runs
+    const missing = 'f'.repeat(40);
+    s.openPr(2, { sha: missing });
+    const rid2 = queuedId(await s.label(2, 'spark-test'));
+    await settled(t, rid2);
+    const r2 = (await receiptsOf(s, rid2))['spark-2']!;
+    expect(r2.reason).toMatch(/^checkout failed: git could not fetch f{40}/);
+    expect(readdirSync(t.markers)).toEqual([]);
+    await s.waitCheck(rid2, `Spark test failed — exact SHA ${missing.slice(0, 7)}`);
+    await tokenNowhere(t, rid);
+  });
+
+  it('a pair runs one task per host, each on its own fleet; both receipts land before the check passes', async () => {
+    const t = await taskSystem([{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }]);
+    const s = t.sys;
+    const sha = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
+    s.openPr(1, { sha });
+    const rid = queuedId(await s.label(1, 'spark-pair-test'));
+    const r = await settled(t, rid, 120_000);
+    expect(r, await s.diagnostics()).toMatchObject({ status: 'done', outcome: 'passed', topology: 'pair' });
+    const runs = runsOf(t.dstack, rid);
+    expect(
+      runs.map((x) => (x.spec.configuration.type === 'task' ? x.spec.configuration.fleets : null)).sort(),
+    ).toEqual([['spark-1'], ['spark-2']]);
+    for (const x of runs) expect(x.spec.configuration.type === 'task' && x.spec.configuration.nodes).toBe(1);
+    const receipts = await receiptsOf(s, rid);
+    expect(Object.keys(receipts).sort()).toEqual(['spark-1', 'spark-2']);
+    for (const h of ['spark-1', 'spark-2']) {
+      expect(receipts[h]).toMatchObject({ result: 'passed', topology: 'pair', mode: 'task', headSha: sha });
+      expect(readFileSync(join(t.markers, `${h}-ran`), 'utf8')).toBe(`${sha} pair smoke spark-test 30\n`);
+    }
+    // one read-only token per lease, each for this repository only
+    expect(mintedTokens(s.gh)).toHaveLength(2);
+    const check = await s.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
+    expect(check.output.summary).toContain('- Hosts: Spark 1 + Spark 2');
+    await s.waitHostPhase('spark-2', ['idle']);
+    await tokenNowhere(t, rid);
+  });
+
+  it('ending the work while the task runs stops it through dstack; the check says the task was stopped', async () => {
+    const t = await taskSystem([{ id: 'spark-2' }], { sleepS: 60 });
+    const s = t.sys;
+    const sha = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
+    s.openPr(1, { sha });
+    const rid = queuedId(await s.label(1, 'spark-test'));
+    await s.waitReservation(rid, ['running'], 60_000);
+    await waitFor('the script to run', () => readdirSync(t.markers).includes('spark-2-ran'), 60_000, 100);
+    const res = await s.api(
+      'POST',
+      `/api/v1/reservations/${rid}/terminate`,
+      { reason: 'operator ends a stuck test' },
+      s.emergencyToken,
+    );
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const r = await settled(t, rid, 60_000);
+    expect(r.outcome).toBe('terminated');
+    const [run] = runsOf(t.dstack, rid);
+    expect(run!.history.slice(-2)).toEqual(['terminating', 'terminated']);
+    expect(run!.terminationReason).toBe('stopped_by_user');
+    // released only after dstack reported the task terminated
+    const end = (await s.reader.history(rid)).find(
+      (e) => e.type === 'reservation.done' || e.type === 'reservation.failed',
+    );
+    expect(end!.at).toBeGreaterThanOrEqual(run!.finishedAt!);
+    const check = await s.waitCheck(rid, 'Spark test stopped — terminated; dstack task terminated');
+    // an emergency termination fails the reservation (as on the runner path), so the check fails
+    expect(r.status).toBe('failed');
+    expect(check).toMatchObject({ status: 'completed', conclusion: 'failure', head_sha: sha });
+    expect(check.output.summary).toContain(
+      'The dstack task was stopped through dstack and confirmed terminated',
+    );
+    expect((await receiptsOf(s, rid))['spark-2']).toMatchObject({ result: 'cancelled', mode: 'task' });
+    await s.waitHostPhase('spark-2', ['idle']);
+    await tokenNowhere(t, rid);
+  });
+});
