@@ -37,7 +37,7 @@ import { loadWorkflow, type WorkflowDef } from './workflows.ts';
  * GitHub-shaped refusals that the OpenAPI description leaves out (its 404s, the dispatch 422s)
  * are recorded in `refused`, not in `violations`.
  */
-export /** What the App holds when a token is not narrowed (the permissions docs/github-app.md asks for). */
+/** What the App holds when a token is not narrowed (the permissions docs/github-app.md asks for). */
 const APP_PERMISSIONS: Record<string, string> = {
   actions: 'write',
   checks: 'write',
@@ -47,7 +47,7 @@ const APP_PERMISSIONS: Record<string, string> = {
   issues: 'read',
 };
 
-const DOC = {
+export const DOC = {
   dispatchEvent:
     'https://docs.github.com/en/actions/reference/workflows-and-actions/events-that-trigger-workflows#workflow_dispatch (GITHUB_SHA: last commit on the GITHUB_REF branch or tag)',
   dispatchApi:

@@ -64,6 +64,7 @@ describe('configuration errors', () => {
   it('GitHub settings default to the App setup docs/github-app.md describes', () => {
     expect(parseConfig({}).github).toEqual({
       apiUrl: 'https://api.github.com',
+      gitUrl: 'https://github.com',
       appId: null,
       workflow: 'spark-pr-test.yml',
       labels: { test: 'spark-test', long: 'spark-test-long', pair: 'spark-pair-test' },
