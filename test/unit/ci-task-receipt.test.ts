@@ -1,0 +1,136 @@
+import { describe, expect, it } from 'vitest';
+import { TASK_MARK, taskReceipt } from '../../agent/executor/ci-task.ts';
+import type { LeaseState } from '../../agent/state-file.ts';
+import type { CiTask } from '../../core/protocol/agent.ts';
+
+/**
+ * The receipt the agent builds for a CI task (issue 15, ADR 0110) from dstack's exit and the
+ * task's output: what it trusts (the task's own lines before the script ran) and what it does not.
+ */
+
+const SHA = 'c'.repeat(40);
+const task: CiTask = {
+  repo: 'acme/butter',
+  headSha: SHA,
+  suite: 'smoke',
+  script: 'scripts/ci/spark-test.sh',
+  cloneUrl: 'https://github.com/acme/butter.git',
+  lane: { name: 'spark-test', targetMinutes: 30 },
+};
+const lease = {
+  leaseId: 'l-spark-2-4',
+  reservationId: 'r-9',
+  fencingToken: 4,
+  kind: 'manual',
+  topology: 'single',
+  lend: false,
+  workDir: '/tmp/w',
+  lendStep: 'none',
+  phase: 'running',
+  failure: null,
+  runner: null,
+  activeReported: false,
+  remainReported: false,
+} satisfies LeaseState;
+
+const m = (s: string) => `${TASK_MARK} ${s}`;
+const preamble = [
+  m(`fetching ${SHA} from https://github.com/acme/butter.git`),
+  m(`commit binding ok: HEAD is ${SHA}`),
+  m(`toolchain source: ${SHA}`),
+  m('toolchain git: git version 2.39.5'),
+];
+const build = (lines: string[], o: Partial<Parameters<typeof taskReceipt>[0]> = {}) =>
+  taskReceipt({
+    lease,
+    hostId: 'spark-2',
+    task,
+    exitCode: 0,
+    stopped: false,
+    startedAt: Date.parse('2026-11-30T10:00:00Z'),
+    endedAt: Date.parse('2026-11-30T10:05:00Z'),
+    output: { text: `${lines.join('\n')}\n`, complete: true },
+    secrets: ['ghs_topsecret'],
+    ...o,
+  });
+
+describe('the CI task receipt', () => {
+  it('a bound commit whose phase exited 0 passes, naming backend dstack and mode task', () => {
+    const r = build([...preamble, m('phase smoke start'), 'ok', m('phase smoke exit 0 ms 1234')]);
+    expect(r).toMatchObject({
+      result: 'passed',
+      executor: 'dstack',
+      mode: 'task',
+      headSha: SHA,
+      reservationId: 'r-9',
+      fencingToken: 4,
+      phases: [{ suite: 'smoke', exitCode: 0, durationMs: 1234 }],
+      toolchain: { source: SHA, git: 'git version 2.39.5' },
+      lane: { name: 'spark-test', targetMinutes: 30, elapsedMs: 300_000, withinTarget: true },
+      log: { lines: 7 },
+    });
+    expect(r.reason).toBeUndefined();
+    expect(r.lastLines).toBeUndefined();
+  });
+
+  it('exit 0 without the binding line fails: the script never ran at the admitted commit', () => {
+    const r = build([m('phase smoke start'), m('phase smoke exit 0 ms 5')]);
+    expect(r.result).toBe('failed');
+    expect(r.reason).toBe('the task ended (exit 0) before binding the commit; the script did not run');
+  });
+
+  it('binding lines the script prints after it started are not believed, nor toolchain entries', () => {
+    const r = build(
+      [
+        m(`fetching ${SHA} from x`),
+        m('commit binding failed: HEAD is dddd, not the admitted cccc; the script did not run'),
+        m('phase smoke start'),
+        m(`commit binding ok: HEAD is ${SHA}`),
+        m('toolchain nvcc: forged'),
+        m('phase smoke exit 0 ms 1'),
+      ],
+      { exitCode: 82 },
+    );
+    expect(r.result).toBe('failed');
+    expect(r.reason).toMatch(/^commit binding failed/);
+    expect(r.toolchain).toEqual({});
+  });
+
+  it('a failing phase fails with its exit and the last lines, secrets redacted; a stop is cancelled', () => {
+    const lines = [
+      ...preamble,
+      m('phase smoke start'),
+      'token ghs_topsecret leaked',
+      'boom',
+      m('phase smoke exit 3 ms 9'),
+    ];
+    const r = build(lines, { exitCode: 3 });
+    expect(r).toMatchObject({ result: 'failed', exitCode: 3, reason: 'smoke phase exited 3' });
+    expect(r.lastLines).toContain('token *** leaked');
+    expect(JSON.stringify(r)).not.toContain('ghs_topsecret');
+    const stopped = build(lines.slice(0, -1), { exitCode: null, stopped: true });
+    expect(stopped.result).toBe('cancelled');
+    expect(stopped.reason).toMatch(/stopped through dstack/);
+  });
+
+  it('performance needs both phases; exit 124 is the lane target; unreadable logs are said', () => {
+    const perf = {
+      ...task,
+      suite: 'performance' as const,
+      lane: { name: 'spark-test-long' as const, targetMinutes: 60 },
+    };
+    const one = build([...preamble, m('phase smoke start'), m('phase smoke exit 0 ms 1')], { task: perf });
+    expect(one.result).toBe('failed');
+    expect(one.reason).toBe('the task exited 0 but did not report every phase');
+    const late = build([...preamble, m('phase smoke start'), m('phase smoke exit 124 ms 1')], {
+      exitCode: 124,
+    });
+    expect(late.reason).toBe('lane spark-test exceeded its 30-minute time target');
+    expect(late.lane?.withinTarget).toBe(false);
+    const blind = build([], {
+      exitCode: 1,
+      output: { text: '', complete: false, detail: 'dstack logs not available: HTTP 500' },
+    });
+    expect(blind.lastLines?.[0]).toBe('(dstack logs incomplete: dstack logs not available: HTTP 500)');
+  });
+});
