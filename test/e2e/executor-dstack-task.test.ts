@@ -350,6 +350,31 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     await tokenNowhere(t, rid);
   });
 
+  it('kill -9 of the agent while the task runs: the restarted agent finds the task and still reports its receipt', async () => {
+    const t = await taskSystem([{ id: 'spark-2' }], { sleepS: 4 });
+    const s = t.sys;
+    const sha = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
+    s.openPr(1, { sha });
+    const rid = queuedId(await s.label(1, 'spark-test'));
+    await waitFor('the script to run', () => readdirSync(t.markers).includes('spark-2-ran'), 60_000, 100);
+    await s.agents['spark-2']!.stop('SIGKILL');
+    s.startAgent('spark-2');
+    const r = await settled(t, rid);
+    expect(r, await s.diagnostics()).toMatchObject({ status: 'done', outcome: 'passed' });
+    // the restarted agent resumed the lease from its state file (the kill came mid-run)
+    expect(s.agents['spark-2']!.output()).toMatch(/"resumingLease":"l-spark-2-\d+"/);
+    // the same task, found by its recorded name: none created twice, the workload kept with the lease
+    expect(runsOf(t.dstack, rid)).toHaveLength(1);
+    expect((await receiptsOf(s, rid))['spark-2']).toMatchObject({
+      result: 'passed',
+      mode: 'task',
+      headSha: sha,
+      toolchain: { source: sha },
+    });
+    await s.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
+    await tokenNowhere(t, rid);
+  });
+
   it('ending the work while the task runs stops it through dstack; the check says the task was stopped', async () => {
     const t = await taskSystem([{ id: 'spark-2' }], { sleepS: 60 });
     const s = t.sys;
