@@ -38,6 +38,8 @@ let sys: SparkSystem | null = null;
 let dstack: DstackStandIn | null = null;
 let git: GitServer | null = null;
 afterEach(async () => {
+  // every request the controller made to GitHub matched GitHub's description
+  expect(sys?.gh.violations ?? []).toEqual([]);
   await sys?.close();
   sys = null;
   if (dstack) {

@@ -592,8 +592,16 @@ export class FakeGitHub {
               expires_at: new Date(expiresAt).toISOString(),
               permissions,
               repository_selection: scoped ? 'selected' : 'all',
+              // full repository objects, as GitHub lists them (the schema's shape)
               ...(scoped
-                ? { repositories: scoped.map((full_name) => ({ full_name, name: full_name.split('/')[1] })) }
+                ? {
+                    repositories: scoped.map((k) =>
+                      overlay(exampleOf(op.responses['201']?.properties?.repositories?.items), {
+                        full_name: k,
+                        name: k.split('/')[1],
+                      }),
+                    ),
+                  }
                 : {}),
             },
             201,
