@@ -413,7 +413,13 @@ const sendMintCloneToken: Sender = async (svc, _row, payload) => {
   if (!isReleasableStatus(r.status)) return skipped(`reservation is ${r.status}`);
   const lease = (await svc.ledger.leasesOf(undefined, rid)).find((l) => l.id === leaseId);
   if (lease?.status !== 'active') return skipped(`lease ${leaseId} is ${lease?.status ?? 'gone'}`);
-  const inst = readMeta(r)?.installationId ?? null;
+  const meta = readMeta(r);
+  if (!meta) return skipped('reservation was not created by GitHub');
+  // the task's stand-in for the dispatch re-check (DESIGN.md "Timings"): PR open, label, SHA current
+  const why = await whyNotWanted(svc, r, meta);
+  if (why)
+    return { result: { skipped: why }, apply: (tx) => withdrawBeforeDispatch(svc.ledger, rid, why, tx) };
+  const inst = meta.installationId ?? null;
   if (inst == null)
     throw new GitHubError(
       0,

@@ -113,6 +113,21 @@ describe('CI as a dstack task: the controller', () => {
     expect(JSON.stringify(s.desired).includes(row!.jitConfig!)).toBe(false);
   });
 
+  it('work no longer wanted when its token would be minted (PR head moved) is withdrawn; no token is asked for', async () => {
+    // GitHub's view of the PR moved on after the label (the synchronize webhook not yet processed)
+    h.gh.repos.get(REPO.toLowerCase())!.pulls[2]!.headSha = 'e'.repeat(40);
+    await adoptAll(h.c.ledger);
+    expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
+    const r = await h.until('withdrawn', async () => {
+      await h.drain();
+      const cur = await h.c.ledger.getReservation(undefined, 'r-1');
+      return cur && cur.outcome === 'withdrawn' ? cur : null;
+    });
+    expect(r.reason).toBe('no longer wanted before dispatch: PR #2 head moved to eeeeeee');
+    expect(h.gh.calls('POST', /\/app\/installations\/1\/access_tokens$/).filter((c) => c.body)).toEqual([]);
+    expect(await handoffs()).toEqual([]);
+  });
+
   it('a token GitHub answers with more than contents: read on that repository is refused and never stored', async () => {
     h.gh.fail({
       method: 'POST',
