@@ -42,15 +42,26 @@ export async function reportExited(ctx: StepContext, bestEffort: boolean): Promi
   const seen = await ctx.executor.observe(l);
   const exitCode = seen.state === 'exited' ? seen.exitCode : null;
   const receipt = l.task ? await buildTaskReceipt(ctx, exitCode) : undefined;
+  const lastLines = await ctx.executor.lastLines(l, 30);
+  const exited = {
+    type: 'runner_exited',
+    fencingToken: l.fencingToken,
+    runnerName: r.runnerName,
+    exitCode,
+    lastLines,
+  } as const;
   try {
-    await ctx.report({
-      type: 'runner_exited',
-      fencingToken: l.fencingToken,
-      runnerName: r.runnerName,
-      exitCode,
-      lastLines: await ctx.executor.lastLines(l, 30),
-      ...(receipt ? { receipt } : {}),
-    });
+    try {
+      await ctx.report({ ...exited, ...(receipt ? { receipt } : {}) });
+    } catch (e) {
+      // a receipt the controller will not take must not hold the exit (and the release) forever
+      if (!(receipt && e instanceof ControllerRejected && e.code === 'receipt_mismatch')) throw e;
+      ctx.log.warn('the controller refused the task receipt; reporting the exit without it', {
+        leaseId: l.leaseId,
+        error: e.message,
+      });
+      await ctx.report(exited);
+    }
   } catch (e) {
     if (!bestEffort || !(e instanceof ControllerRejected)) throw e;
   }

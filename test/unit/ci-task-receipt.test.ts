@@ -1,7 +1,11 @@
 import { describe, expect, it } from 'vitest';
+import { ControllerRejected } from '../../agent/client.ts';
 import { TASK_MARK, taskReceipt } from '../../agent/executor/ci-task.ts';
-import type { LeaseState } from '../../agent/state-file.ts';
-import type { CiTask } from '../../core/protocol/agent.ts';
+import type { Executor } from '../../agent/executor/types.ts';
+import { emptyState, type LeaseState } from '../../agent/state-file.ts';
+import type { StepContext } from '../../agent/steps/context.ts';
+import { reportExited } from '../../agent/steps/run.ts';
+import type { CiTask, Report } from '../../core/protocol/agent.ts';
 
 /**
  * The receipt the agent builds for a CI task (issue 15, ADR 0110) from dstack's exit and the
@@ -132,5 +136,66 @@ describe('the CI task receipt', () => {
       output: { text: '', complete: false, detail: 'dstack logs not available: HTTP 500' },
     });
     expect(blind.lastLines?.[0]).toBe('(dstack logs incomplete: dstack logs not available: HTTP 500)');
+  });
+});
+
+describe('reporting a task exit', () => {
+  const runner = {
+    runnerName: 'spark-spark-2-r-9-a0',
+    runDir: '/tmp/w',
+    pid: null,
+    startTicks: null,
+    startedAt: Date.parse('2026-11-30T10:00:00Z'),
+    startReported: true,
+    stoppedByAgent: false,
+    exitCode: 0,
+    jobId: 'spark-r-9-spark-2-t4-a0',
+    exitReported: false,
+  };
+  function ctx(refuseReceipt: boolean) {
+    const sent: Report[] = [];
+    const state = { ...emptyState(), maxFencingToken: 4, lease: { ...lease, task, runner: { ...runner } } };
+    const executor = {
+      name: 'dstack',
+      observe: async () => ({ state: 'exited', exitCode: 0 }),
+      lastLines: async () => ['all good'],
+      taskOutput: async () => ({
+        text: `${[...preamble, m('phase smoke start'), m('phase smoke exit 0 ms 3')].join('\n')}\n`,
+        complete: true,
+      }),
+      taskSecrets: () => [],
+    } as unknown as Executor;
+    const c = {
+      cfg: { hostId: 'spark-2' },
+      executor,
+      log: { debug() {}, info() {}, warn() {}, error() {} },
+      state,
+      save: () => {},
+      report: async (r: Report) => {
+        if (refuseReceipt && r.type === 'runner_exited' && r.receipt)
+          throw new ControllerRejected(409, 'receipt_mismatch', 'receipt does not match');
+        sent.push(r);
+      },
+    } as unknown as StepContext;
+    return { c, sent, state };
+  }
+
+  it('sends the receipt with the exit; a receipt the controller refuses does not hold the exit', async () => {
+    const ok = ctx(false);
+    await reportExited(ok.c, false);
+    expect(ok.sent).toHaveLength(1);
+    expect(ok.sent[0]).toMatchObject({
+      type: 'runner_exited',
+      exitCode: 0,
+      receipt: { result: 'passed', mode: 'task' },
+    });
+    expect(ok.state.lease!.runner!.exitReported).toBe(true);
+
+    const refused = ctx(true);
+    await reportExited(refused.c, false);
+    expect(refused.sent).toHaveLength(1);
+    expect(refused.sent[0]).toMatchObject({ type: 'runner_exited', exitCode: 0 });
+    expect((refused.sent[0] as { receipt?: unknown }).receipt).toBeUndefined();
+    expect(refused.state.lease!.runner!.exitReported).toBe(true);
   });
 });
