@@ -49,6 +49,17 @@ export const RepositoryConfigSchema = z
       .describe(
         'How CI runs: "runner" (default: a dispatched workflow job on a one-job JIT runner) or "task" (the agent runs scripts/ci/spark-test.sh at the exact SHA as a dstack task; needs executor "dstack").',
       ),
+    distributedAssertion: z
+      .string()
+      .max(200)
+      .regex(
+        /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
+        'distributedAssertion is a path inside the repository like "scripts/ci/assert-pair.sh"',
+      )
+      .optional()
+      .describe(
+        'ci "task" only: the script in the repository that proves both hosts of a pair computed together (the spark-test action\'s distributed_assertion); without one a pair task fails, as a pair job does.',
+      ),
     cloneUrl: z
       .string()
       .regex(/^https?:\/\/[^\s@]+$/, 'cloneUrl is an http(s) URL without credentials')
@@ -368,6 +379,12 @@ export const ConfigSchema = z
           code: 'custom',
           path: ['repositories', repo, 'ci'],
           message: `ci "task" runs scripts/ci/spark-test.sh as a dstack task: set "executor": "dstack" for ${repo.slice(0, 100)} (it is ${rc.executor ? `"${rc.executor}"` : 'unset'}), or drop "ci"`,
+        });
+      if (rc?.distributedAssertion && rc.ci !== 'task')
+        ctx.addIssue({
+          code: 'custom',
+          path: ['repositories', repo, 'distributedAssertion'],
+          message: `distributedAssertion is used only by ci "task" (a runner job declares it in its workflow); set "ci": "task" for ${repo.slice(0, 100)} or drop it`,
         });
       if (rc?.cloneUrl && rc.ci !== 'task')
         ctx.addIssue({

@@ -19874,6 +19874,14 @@ var CiTaskSchema = object({
     /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
     'a script is a relative path like "scripts/ci/spark-test.sh"'
   ),
+  /**
+   * For a pair: the script in the repository that proves both hosts computed together (the
+   * spark-test action's `distributed_assertion`); without one a pair fails before its phases.
+   */
+  distributedAssertion: string2().max(200).regex(
+    /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
+    "a relative path inside the checkout"
+  ).optional(),
   /** Git over HTTP(S), no credentials in it (the clone token travels separately, once). */
   cloneUrl: string2().max(500).regex(
     /^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/,
@@ -20626,7 +20634,7 @@ function jobEnv(cfg, account, l, w) {
 
 // agent/executor/ci-task.ts
 var TASK_MARK = "spark-task:";
-var TASK_EXIT = { workspace: 80, checkout: 81, binding: 82, noScript: 83 };
+var TASK_EXIT = { workspace: 80, checkout: 81, binding: 82, noScript: 83, noAssertion: 84 };
 var TASK_PROGRAM = `set -u
 say() { printf '${TASK_MARK} %s\\n' "$*"; }
 ws="$SPARK_WORK_DIR/checkout"
@@ -20653,6 +20661,11 @@ say "toolchain git: $(git --version 2>&1)"
 say "toolchain bash: $(bash --version 2>&1 | head -n 1)"
 say "toolchain kernel: $(uname -srm 2>&1)"
 [ -f "$SPARK_SCRIPT" ] || { say "$SPARK_SCRIPT does not exist in the repository: copy the template from the Spark controller's workflows-templates/"; exit ${TASK_EXIT.noScript}; }
+if [ "$SPARK_TOPOLOGY" = pair ]; then
+  [ -n "\${SPARK_ASSERTION_PATH:-}" ] || { say "topology pair needs a real distributed assertion: declare a script that proves both hosts computed together (repositories.<owner/name>.distributedAssertion); without one a pair run would pass vacuously, so it fails"; exit ${TASK_EXIT.noAssertion}; }
+  [ -f "$SPARK_ASSERTION_PATH" ] || { say "the declared distributed assertion $SPARK_ASSERTION_PATH does not exist in the repository"; exit ${TASK_EXIT.noAssertion}; }
+  export SPARK_DISTRIBUTED_ASSERTION="$PWD/$SPARK_ASSERTION_PATH"
+fi
 phases=smoke
 [ "$SPARK_SUITE" = performance ] && phases="smoke performance"
 deadline=$(( $(date +%s) + SPARK_LANE_TARGET_MINUTES * 60 ))
@@ -20682,6 +20695,7 @@ function taskEnv(cfg, l, task, cloneToken) {
     SPARK_CLONE_URL: task.cloneUrl,
     SPARK_CLONE_TOKEN: cloneToken,
     SPARK_SCRIPT: task.script,
+    SPARK_ASSERTION_PATH: task.distributedAssertion,
     SPARK_SUITE: task.suite,
     SPARK_TOPOLOGY: l.topology,
     SPARK_LANE: task.lane.name,
@@ -20722,7 +20736,9 @@ function taskReceipt(a) {
   const wanted = task.suite === "performance" ? 2 : 1;
   const passed = !a.stopped && a.exitCode === 0 && bound && phases.length === wanted;
   const failedEarly = own2.find(
-    (x) => /^(commit binding failed|checkout failed|cannot make)/.test(x) || x.endsWith(
+    (x) => /^(commit binding failed|checkout failed|cannot make|topology pair needs|the declared distributed assertion)/.test(
+      x
+    ) || x.endsWith(
       "does not exist in the repository: copy the template from the Spark controller's workflows-templates/"
     )
   );

@@ -22,7 +22,7 @@ import { baseRunnerEnv } from './runner-env.ts';
 export const TASK_MARK = 'spark-task:';
 
 /** Exit codes of the task's own steps, before the repository's script runs. */
-export const TASK_EXIT = { workspace: 80, checkout: 81, binding: 82, noScript: 83 } as const;
+export const TASK_EXIT = { workspace: 80, checkout: 81, binding: 82, noScript: 83, noAssertion: 84 } as const;
 
 /**
  * The task's commands: one POSIX shell program, no secret in it (the clone token is in the task's
@@ -58,6 +58,11 @@ say "toolchain git: $(git --version 2>&1)"
 say "toolchain bash: $(bash --version 2>&1 | head -n 1)"
 say "toolchain kernel: $(uname -srm 2>&1)"
 [ -f "$SPARK_SCRIPT" ] || { say "$SPARK_SCRIPT does not exist in the repository: copy the template from the Spark controller's workflows-templates/"; exit ${TASK_EXIT.noScript}; }
+if [ "$SPARK_TOPOLOGY" = pair ]; then
+  [ -n "\${SPARK_ASSERTION_PATH:-}" ] || { say "topology pair needs a real distributed assertion: declare a script that proves both hosts computed together (repositories.<owner/name>.distributedAssertion); without one a pair run would pass vacuously, so it fails"; exit ${TASK_EXIT.noAssertion}; }
+  [ -f "$SPARK_ASSERTION_PATH" ] || { say "the declared distributed assertion $SPARK_ASSERTION_PATH does not exist in the repository"; exit ${TASK_EXIT.noAssertion}; }
+  export SPARK_DISTRIBUTED_ASSERTION="$PWD/$SPARK_ASSERTION_PATH"
+fi
 phases=smoke
 [ "$SPARK_SUITE" = performance ] && phases="smoke performance"
 deadline=$(( $(date +%s) + SPARK_LANE_TARGET_MINUTES * 60 ))
@@ -96,6 +101,7 @@ export function taskEnv(
     SPARK_CLONE_URL: task.cloneUrl,
     SPARK_CLONE_TOKEN: cloneToken,
     SPARK_SCRIPT: task.script,
+    SPARK_ASSERTION_PATH: task.distributedAssertion,
     SPARK_SUITE: task.suite,
     SPARK_TOPOLOGY: l.topology,
     SPARK_LANE: task.lane.name,
@@ -166,7 +172,9 @@ export function taskReceipt(a: {
   const passed = !a.stopped && a.exitCode === 0 && bound && phases.length === wanted;
   const failedEarly = own.find(
     (x) =>
-      /^(commit binding failed|checkout failed|cannot make)/.test(x) ||
+      /^(commit binding failed|checkout failed|cannot make|topology pair needs|the declared distributed assertion)/.test(
+        x,
+      ) ||
       x.endsWith(
         "does not exist in the repository: copy the template from the Spark controller's workflows-templates/",
       ),

@@ -42,7 +42,11 @@ export function ciTaskOf(
 ): CiTask | null {
   if (ciModeOf(r) !== 'task' || !r.repo || !r.headSha) return null;
   const suite: Suite = r.suite === 'performance' ? 'performance' : 'smoke';
+  const assertion = Object.hasOwn(cfg.repositories, r.repo)
+    ? cfg.repositories[r.repo]?.distributedAssertion
+    : undefined;
   return {
+    ...(assertion ? { distributedAssertion: assertion } : {}),
     repo: r.repo,
     headSha: r.headSha,
     suite,

@@ -24,8 +24,13 @@ set -eu
 echo "spark-test.sh $1 suite=$SPARK_TEST_SUITE lane=$SPARK_LANE head=$(git rev-parse HEAD)"
 env | grep -c CLONE_TOKEN > "$TASK_MARKER_DIR/$SPARK_HOST_ID-token-visible" || true
 echo "$(git rev-parse HEAD) $1 $SPARK_TEST_SUITE $SPARK_LANE $SPARK_LANE_TARGET_MINUTES" >> "$TASK_MARKER_DIR/$SPARK_HOST_ID-ran"
+if [ "$1" = pair ]; then bash "$SPARK_DISTRIBUTED_ASSERTION"; fi
 sleep "\${TASK_SLEEP_S:-0}"
 echo "all good on $SPARK_HOST_ID"
+`;
+
+const ASSERT_PAIR = `#!/usr/bin/env bash
+echo "both hosts computed together" > "$TASK_MARKER_DIR/$SPARK_HOST_ID-asserted"
 `;
 
 const SCRIPT_FAIL = `#!/usr/bin/env bash
@@ -87,7 +92,14 @@ async function taskSystem(
       gh = fake;
       return {
         ...c,
-        repositories: { [REPO]: { executor: 'dstack', ci: 'task', cloneUrl: g.cloneUrl(REPO) } },
+        repositories: {
+          [REPO]: {
+            executor: 'dstack',
+            ci: 'task',
+            cloneUrl: g.cloneUrl(REPO),
+            distributedAssertion: 'scripts/ci/assert-pair.sh',
+          },
+        },
       };
     },
     agentConfig: (hostId, c) => {
@@ -328,9 +340,26 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
   it('a pair runs one task per host, each on its own fleet; both receipts land before the check passes', async () => {
     const t = await taskSystem([{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }]);
     const s = t.sys;
-    const sha = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
-    s.openPr(1, { sha });
-    const rid = queuedId(await s.label(1, 'spark-pair-test'));
+    // the declared distributed assertion is missing from this commit: the pair fails before its
+    // phases on both hosts instead of passing vacuously (as the spark-test action refuses it)
+    const without = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
+    s.openPr(1, { sha: without });
+    const first = queuedId(await s.label(1, 'spark-pair-test'));
+    expect((await settled(t, first, 120_000)).outcome).toBe('failed');
+    const missing = Object.values(await receiptsOf(s, first));
+    const why =
+      'the declared distributed assertion scripts/ci/assert-pair.sh does not exist in the repository';
+    expect(missing.map((x) => x.reason)).toContain(why);
+    // the other node either failed the same way or was stopped with the pair (it fails as a unit)
+    for (const x of missing)
+      expect(x.reason === why || x.result === 'cancelled', JSON.stringify(x)).toBe(true);
+    expect(readdirSync(t.markers)).toEqual([]);
+    await s.waitHostPhase('spark-2', ['idle']);
+    await s.waitHostPhase('spark-1', ['service']);
+
+    const sha = t.git.commit(REPO, { 'scripts/ci/assert-pair.sh': ASSERT_PAIR });
+    s.openPr(2, { sha });
+    const rid = queuedId(await s.label(2, 'spark-pair-test'));
     const r = await settled(t, rid, 120_000);
     expect(r, await s.diagnostics()).toMatchObject({ status: 'done', outcome: 'passed', topology: 'pair' });
     const runs = runsOf(t.dstack, rid);
@@ -343,9 +372,10 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     for (const h of ['spark-1', 'spark-2']) {
       expect(receipts[h]).toMatchObject({ result: 'passed', topology: 'pair', mode: 'task', headSha: sha });
       expect(readFileSync(join(t.markers, `${h}-ran`), 'utf8')).toBe(`${sha} pair smoke spark-test 30\n`);
+      expect(readFileSync(join(t.markers, `${h}-asserted`), 'utf8')).toBe('both hosts computed together\n');
     }
     // one read-only token per lease, each for this repository only
-    expect(mintedTokens(s.gh)).toHaveLength(2);
+    expect(mintedTokens(s.gh)).toHaveLength(4);
     const check = await s.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
     expect(check.output.summary).toContain('- Hosts: Spark 1 + Spark 2');
     await s.waitHostPhase('spark-2', ['idle']);

@@ -86,6 +86,22 @@ describe('repositories.<owner/name>.ci', () => {
   });
 });
 
+describe('repositories.<owner/name>.distributedAssertion', () => {
+  it('a pair task gets the declared assertion; it must be a path inside the repository, for task mode only', () => {
+    expect(
+      problems({
+        repositories: {
+          'acme/butter': { executor: 'dstack', ci: 'task', distributedAssertion: '../outside.sh' },
+          'acme/iron': { executor: 'dstack', distributedAssertion: 'scripts/ci/assert.sh' },
+        },
+      }),
+    ).toEqual([
+      'repositories.acme/butter.distributedAssertion: distributedAssertion is a path inside the repository like "scripts/ci/assert-pair.sh"',
+      'repositories.acme/iron.distributedAssertion: distributedAssertion is used only by ci "task" (a runner job declares it in its workflow); set "ci": "task" for acme/iron or drop it',
+    ]);
+  });
+});
+
 describe('the task workload on the wire', () => {
   const lease = {
     leaseId: 'l-spark-2-7',

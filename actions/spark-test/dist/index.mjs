@@ -39525,6 +39525,14 @@ var CiTaskSchema = object({
     /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
     'a script is a relative path like "scripts/ci/spark-test.sh"'
   ),
+  /**
+   * For a pair: the script in the repository that proves both hosts computed together (the
+   * spark-test action's `distributed_assertion`); without one a pair fails before its phases.
+   */
+  distributedAssertion: string2().max(200).regex(
+    /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
+    "a relative path inside the checkout"
+  ).optional(),
   /** Git over HTTP(S), no credentials in it (the clone token travels separately, once). */
   cloneUrl: string2().max(500).regex(
     /^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/,
