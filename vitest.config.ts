@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { SlowFirstSequencer } from './test/setup/slow-first-sequencer.ts';
 
 export default defineConfig({
   test: {
@@ -9,6 +10,8 @@ export default defineConfig({
     hookTimeout: 60_000,
     // Integration and e2e tests start real processes and share 2 cores; keep the pool small.
     maxWorkers: 2,
+    // longest files first, also on a checkout without vitest's results cache (CI)
+    sequence: { sequencer: SlowFirstSequencer },
     reporters: ['default'],
   },
 });
