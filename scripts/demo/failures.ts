@@ -27,7 +27,7 @@ import { bold, dim, fleetView, green, line, printTable, red, sparkctl, step } fr
 /** Short timings so the whole story takes a few minutes (seconds where production has minutes). */
 export const FAILURE_STORY_TIMINGS = {
   offlineAfterS: 4,
-  devLeaseDefaultTtlS: 10,
+  devLeaseDefaultTtlS: 6,
   restoreRetries: 1,
   restoreHealthTimeoutS: 2,
 } as const satisfies NonNullable<SystemOptions['timings']>;

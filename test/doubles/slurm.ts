@@ -19,13 +19,28 @@ export interface TestSlurm {
   client(argv: string[]): Promise<string>;
   /**
    * Stops slurmctld (SIGTERM, waits until it is gone): clients (squeue, scancel, sbatch) then fail
-   * with "Unable to contact slurm controller" while slurmd keeps running the jobs it has.
+   * with "Unable to contact slurm controller" while slurmd keeps running the jobs it has. While it
+   * is down, clients read `MessageTimeout=1` so that they fail at once instead of after seconds
+   * (why: the note at OUTAGE_MESSAGE_TIMEOUT_S); {@link startController} restores the config first.
    */
   stopController(): Promise<void>;
   /** Starts slurmctld again, recovering its saved state (the jobs), and waits until it answers. */
   startController(): Promise<void>;
   stop(): Promise<void>;
 }
+
+const MESSAGE_TIMEOUT_S = 3;
+
+/*
+ * Why the client config changes while slurmctld is down: a Slurm 22.05 client retries its connection
+ * to slurmctld once a second for MessageTimeout − 1 seconds before it reports "Unable to contact slurm
+ * controller (connect failure)" (measured here: scancel 2.0 s and squeue 4.0 s — it connects twice —
+ * at MessageTimeout=3; 1.0 s / 2.0 s at 2; under 10 ms at 1). The agent runs squeue three times and
+ * scancel once per stop attempt, so an outage test spent ~15 s per attempt just in those retries.
+ * Clients read slurm.conf at every start, so the outage gets `MessageTimeout=1` (the same failure,
+ * at once) while slurmd keeps the config it started with and slurmctld restarts with the original.
+ */
+const OUTAGE_MESSAGE_TIMEOUT_S = 1;
 
 const NEEDED = ['munged', 'slurmctld', 'slurmd', 'sbatch', 'squeue', 'sacct', 'scancel', 'sinfo'];
 
@@ -65,44 +80,44 @@ export async function startSlurm(): Promise<TestSlurm> {
   const [ctldPort, slurmdPort] = [await freePort(), await freePort()];
   const [name, count] = TEST_GRES.split(':') as [string, string];
   const conf = join(dir, 'slurm.conf');
-  writeFileSync(
-    conf,
-    [
-      'ClusterName=sparktest',
-      `SlurmctldHost=${node}`,
-      'SlurmUser=root',
-      'SlurmdUser=root',
-      'AuthType=auth/munge',
-      `AuthInfo=socket=${join(dir, 'munge.sock')}`,
-      'CredType=cred/munge',
-      `StateSaveLocation=${join(dir, 'state')}`,
-      `SlurmdSpoolDir=${join(dir, 'spool')}`,
-      `SlurmctldPidFile=${join(dir, 'slurmctld.pid')}`,
-      `SlurmdPidFile=${join(dir, 'slurmd.pid')}`,
-      `SlurmctldPort=${ctldPort}`,
-      `SlurmdPort=${slurmdPort}`,
-      'ProctrackType=proctrack/linuxproc',
-      'TaskPlugin=task/none',
-      'SwitchType=switch/none',
-      'MpiDefault=none',
-      'ReturnToService=2',
-      // clients give up on an unreachable slurmctld after ~2×MessageTimeout (default 10 s: ~18 s)
-      'MessageTimeout=3',
-      'SchedulerType=sched/builtin',
-      'SelectType=select/cons_tres',
-      'SelectTypeParameters=CR_Core',
-      `GresTypes=${name}`,
-      'AccountingStorageType=accounting_storage/none',
-      'JobCompType=jobcomp/filetxt',
-      `JobCompLoc=${join(dir, 'jobcomp.txt')}`,
-      'JobAcctGatherType=jobacct_gather/none',
-      `SlurmctldLogFile=${join(dir, 'slurmctld.log')}`,
-      `SlurmdLogFile=${join(dir, 'slurmd.log')}`,
-      `NodeName=${node} CPUs=2 RealMemory=1000 Gres=${TEST_GRES} State=UNKNOWN`,
-      `PartitionName=spark Nodes=${node} Default=YES MaxTime=INFINITE State=UP`,
-      '',
-    ].join('\n'),
-  );
+  const messageTimeout = `MessageTimeout=${MESSAGE_TIMEOUT_S}`;
+  const confText = [
+    'ClusterName=sparktest',
+    `SlurmctldHost=${node}`,
+    'SlurmUser=root',
+    'SlurmdUser=root',
+    'AuthType=auth/munge',
+    `AuthInfo=socket=${join(dir, 'munge.sock')}`,
+    'CredType=cred/munge',
+    `StateSaveLocation=${join(dir, 'state')}`,
+    `SlurmdSpoolDir=${join(dir, 'spool')}`,
+    `SlurmctldPidFile=${join(dir, 'slurmctld.pid')}`,
+    `SlurmdPidFile=${join(dir, 'slurmd.pid')}`,
+    `SlurmctldPort=${ctldPort}`,
+    `SlurmdPort=${slurmdPort}`,
+    'ProctrackType=proctrack/linuxproc',
+    'TaskPlugin=task/none',
+    'SwitchType=switch/none',
+    'MpiDefault=none',
+    'ReturnToService=2',
+    // clients give up on an unreachable slurmctld after ~2×MessageTimeout (default 10 s: ~18 s);
+    // the round trips of normal operation get 3 s on a loaded machine
+    messageTimeout,
+    'SchedulerType=sched/builtin',
+    'SelectType=select/cons_tres',
+    'SelectTypeParameters=CR_Core',
+    `GresTypes=${name}`,
+    'AccountingStorageType=accounting_storage/none',
+    'JobCompType=jobcomp/filetxt',
+    `JobCompLoc=${join(dir, 'jobcomp.txt')}`,
+    'JobAcctGatherType=jobacct_gather/none',
+    `SlurmctldLogFile=${join(dir, 'slurmctld.log')}`,
+    `SlurmdLogFile=${join(dir, 'slurmd.log')}`,
+    `NodeName=${node} CPUs=2 RealMemory=1000 Gres=${TEST_GRES} State=UNKNOWN`,
+    `PartitionName=spark Nodes=${node} Default=YES MaxTime=INFINITE State=UP`,
+    '',
+  ].join('\n');
+  writeFileSync(conf, confText);
   writeFileSync(join(dir, 'gres.conf'), `Name=${name} Count=${count}\n`);
   const env = { ...process.env, SLURM_CONF: conf, PATH: `${process.env.PATH}:/usr/sbin:/sbin` };
   const pids: number[] = [];
@@ -157,8 +172,10 @@ export async function startSlurm(): Promise<TestSlurm> {
       if (!pid) throw new Error('slurmctld has no pid file');
       process.kill(pid, 'SIGTERM');
       await waitFor('slurmctld to stop', () => gone(pid), 30_000, 100);
+      writeFileSync(conf, confText.replace(messageTimeout, `MessageTimeout=${OUTAGE_MESSAGE_TIMEOUT_S}`));
     };
     const startController = async () => {
+      writeFileSync(conf, confText);
       // without -c: slurmctld recovers its jobs from StateSaveLocation
       await run('slurmctld', ['-f', conf], { env });
       await waitFor(

@@ -1,4 +1,5 @@
 import { createHmac } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -72,20 +73,9 @@ let c: RunningController;
 let watch: LedgerWatch;
 let cleanup: () => void;
 
-beforeAll(async () => {
-  gh = await startFakeGitHub();
-  // the fake must not close idle keep-alive connections first: on a loaded machine the client
-  // can reuse one the server is closing (ECONNRESET → 502), a race of the test setup
-  gh.server.keepAliveTimeout = 0;
-  const pr = example('pull_request', 'labeled');
-  gh.addRepo(REPO, {
-    installationId: pr.installation.id,
-    collaborators: { Codertocat: 'maintain', outsider: 'write' },
-    pulls: { 1: { state: 'open', headSha: 'a'.repeat(40), headRepo: REPO, labels: [] } },
-  });
-  const tmp = tempDir('spark-fuzz-gh-');
-  cleanup = tmp.cleanup;
-  const url = `file:${join(tmp.dir, 'spark.db')}`;
+/** A controller on a fresh ledger file in `dir`, answering through `app.request()` only. */
+async function fuzzController(dir: string): Promise<{ c: RunningController; url: string }> {
+  const url = `file:${join(dir, 'spark.db')}`;
   const settings = settingsFromEnv(
     {
       SPARK_LEDGER_URL: url,
@@ -99,7 +89,7 @@ beforeAll(async () => {
     },
   );
   // no background ticks: every write must come from the request under test
-  c = await startController({
+  const c = await startController({
     settings,
     modules: appModules,
     log: silentLogger,
@@ -107,6 +97,68 @@ beforeAll(async () => {
     tickMs: 3_600_000,
     admissionIntervalMs: 3_600_000,
   });
+  return { c, url };
+}
+
+/** Serves `app` on a loopback port, as `npm start` does (`@hono/node-server`). */
+async function serveOnLoopback(app: RunningController['app']): Promise<{ server: ServerType; port: number }> {
+  const server = await new Promise<ServerType>((res) => {
+    const s = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, () => res(s));
+  });
+  return { server, port: (server.address() as AddressInfo).port };
+}
+
+async function closeServer(server: ServerType): Promise<void> {
+  (server as unknown as { closeAllConnections(): void }).closeAllConnections();
+  await new Promise<void>((r) => server.close(() => r()));
+}
+
+/**
+ * The stalled-body case waits out the controller's body deadline (10 s). It runs against a
+ * controller and ledger of its own, started here before the fuzzing, so the deadline passes while
+ * the seeds run instead of after them; its test checks the answer and that this ledger, which
+ * nothing else writes, got no write at all.
+ */
+let stall: {
+  c: RunningController;
+  server: ServerType;
+  watch: LedgerWatch;
+  before: { version: number; counts: Record<string, number> };
+  answer: Promise<StreamResult | Error>;
+} | null = null;
+
+beforeAll(async () => {
+  gh = await startFakeGitHub();
+  // the fake must not close idle keep-alive connections first: on a loaded machine the client
+  // can reuse one the server is closing (ECONNRESET → 502), a race of the test setup
+  gh.server.keepAliveTimeout = 0;
+  const pr = example('pull_request', 'labeled');
+  gh.addRepo(REPO, {
+    installationId: pr.installation.id,
+    collaborators: { Codertocat: 'maintain', outsider: 'write' },
+    pulls: { 1: { state: 'open', headSha: 'a'.repeat(40), headRepo: REPO, labels: [] } },
+  });
+  const tmp = tempDir('spark-fuzz-gh-');
+  cleanup = tmp.cleanup;
+
+  mkdirSync(join(tmp.dir, 'stall'));
+  const stalled = await fuzzController(join(tmp.dir, 'stall'));
+  const { server, port } = await serveOnLoopback(stalled.c.app);
+  const stallWatch = await watchLedger(stalled.url);
+  // the admission pass a controller starts with writes what it writes before the snapshot
+  await stalled.c.loop.settle();
+  stall = {
+    c: stalled.c,
+    server,
+    watch: stallWatch,
+    before: { version: await stallWatch.dataVersion(), counts: await stallWatch.counts() },
+    answer: stream(port, validHeaders('stalled'), { total: 4 * 1024 * 1024, stallAfter: 1024 * 1024 }).catch(
+      (e: Error) => e,
+    ),
+  };
+
+  const main = await fuzzController(tmp.dir);
+  c = main.c;
   const { token } = await createApiToken(c.ledger, { name: 'fuzz', scopes: ['operate'] }, 'test');
   const enabled = await c.app.request(`/api/v1/repositories/${REPO}/enable`, {
     method: 'POST',
@@ -115,7 +167,7 @@ beforeAll(async () => {
     body: '{"pairEnabled":true,"forceRollout":true}',
   });
   expect(enabled.status).toBe(200);
-  watch = await watchLedger(url);
+  watch = await watchLedger(main.url);
 });
 
 afterAll(async () => {
@@ -123,8 +175,88 @@ afterAll(async () => {
   expect(gh?.violations ?? []).toEqual([]);
   watch?.close();
   await c?.close();
+  if (stall) {
+    await closeServer(stall.server);
+    stall.watch.close();
+    await stall.c.close();
+  }
   await gh?.close();
   cleanup?.();
+});
+
+interface StreamResult {
+  status: number;
+  body: string;
+  sent: number;
+  peakRss: number;
+}
+
+/** Streams `total` bytes to the webhook route on `port` as chunks of one reused buffer until the server answers. */
+function stream(
+  port: number,
+  headers: Record<string, string>,
+  o: { total: number; stallAfter?: number },
+): Promise<StreamResult> {
+  const chunk = Buffer.alloc(1024 * 1024, 'x');
+  let peakRss = process.memoryUsage.rss();
+  const sampler = setInterval(() => {
+    peakRss = Math.max(peakRss, process.memoryUsage.rss());
+  }, 10);
+  return new Promise((resolve, reject) => {
+    let sent = 0;
+    let answered = false;
+    const req = httpRequest(
+      {
+        host: '127.0.0.1',
+        port,
+        path: '/github/webhooks',
+        method: 'POST',
+        headers: { ...headers, 'transfer-encoding': 'chunked' },
+      },
+      (res) => {
+        answered = true;
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => {
+          body += d;
+        });
+        res.on('end', () => {
+          clearInterval(sampler);
+          peakRss = Math.max(peakRss, process.memoryUsage.rss());
+          req.destroy();
+          resolve({ status: res.statusCode ?? 0, body, sent, peakRss });
+        });
+      },
+    );
+    req.on('error', (e) => {
+      // the server may close the socket once it has answered; the answer is what counts
+      if (!answered) {
+        clearInterval(sampler);
+        reject(e);
+      }
+    });
+    req.write('{"action":"labeled","x":"');
+    const pump = () => {
+      while (!answered && sent < o.total) {
+        if (o.stallAfter !== undefined && sent >= o.stallAfter) return;
+        sent += chunk.length;
+        if (!req.write(chunk)) {
+          req.once('drain', pump);
+          return;
+        }
+      }
+      if (!answered && o.stallAfter === undefined) req.end('"}');
+    };
+    pump();
+  });
+}
+
+const validHeaders = (id: string) => ({
+  'content-type': 'application/json',
+  'x-github-event': 'pull_request',
+  'x-github-delivery': id,
+  // well-formed, but over another body: the body is read (bounded) before it can be checked
+  'x-hub-signature-256': `sha256=${'0'.repeat(64)}`,
 });
 
 // ------------------------------------------------------------------------------ generators
@@ -454,88 +586,17 @@ describe('webhook bodies over a real socket', () => {
   let server: ServerType;
   let port = 0;
   beforeAll(async () => {
-    server = await new Promise<ServerType>((res) => {
-      const s = serve({ fetch: c.app.fetch, hostname: '127.0.0.1', port: 0 }, () => res(s));
-    });
-    port = (server.address() as AddressInfo).port;
+    ({ server, port } = await serveOnLoopback(c.app));
   });
   afterAll(async () => {
-    (server as unknown as { closeAllConnections(): void }).closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
-  });
-
-  /** Streams `total` bytes as chunks of one reused buffer until the server answers. */
-  function stream(
-    headers: Record<string, string>,
-    o: { total: number; stallAfter?: number },
-  ): Promise<{ status: number; body: string; sent: number; peakRss: number }> {
-    const chunk = Buffer.alloc(1024 * 1024, 'x');
-    let peakRss = process.memoryUsage.rss();
-    const sampler = setInterval(() => {
-      peakRss = Math.max(peakRss, process.memoryUsage.rss());
-    }, 10);
-    return new Promise((resolve, reject) => {
-      let sent = 0;
-      let answered = false;
-      const req = httpRequest(
-        {
-          host: '127.0.0.1',
-          port,
-          path: '/github/webhooks',
-          method: 'POST',
-          headers: { ...headers, 'transfer-encoding': 'chunked' },
-        },
-        (res) => {
-          answered = true;
-          let body = '';
-          res.setEncoding('utf8');
-          res.on('data', (d: string) => {
-            body += d;
-          });
-          res.on('end', () => {
-            clearInterval(sampler);
-            peakRss = Math.max(peakRss, process.memoryUsage.rss());
-            req.destroy();
-            resolve({ status: res.statusCode ?? 0, body, sent, peakRss });
-          });
-        },
-      );
-      req.on('error', (e) => {
-        // the server may close the socket once it has answered; the answer is what counts
-        if (!answered) {
-          clearInterval(sampler);
-          reject(e);
-        }
-      });
-      req.write('{"action":"labeled","x":"');
-      const pump = () => {
-        while (!answered && sent < o.total) {
-          if (o.stallAfter !== undefined && sent >= o.stallAfter) return;
-          sent += chunk.length;
-          if (!req.write(chunk)) {
-            req.once('drain', pump);
-            return;
-          }
-        }
-        if (!answered && o.stallAfter === undefined) req.end('"}');
-      };
-      pump();
-    });
-  }
-
-  const validHeaders = (id: string) => ({
-    'content-type': 'application/json',
-    'x-github-event': 'pull_request',
-    'x-github-delivery': id,
-    // well-formed, but over another body: the body is read (bounded) before it can be checked
-    'x-hub-signature-256': `sha256=${'0'.repeat(64)}`,
+    await closeServer(server);
   });
 
   it('a 200 MiB chunked body is refused at 2 MiB; RSS stays within 64 MiB and nothing is written', async () => {
     const version = await watch.dataVersion();
     const counts = await watch.counts();
     const before = process.memoryUsage.rss();
-    const r = await stream(validHeaders('huge-chunked'), { total: 200 * 1024 * 1024 });
+    const r = await stream(port, validHeaders('huge-chunked'), { total: 200 * 1024 * 1024 });
     expect(r.status, r.body).toBe(413);
     await expectRejectedWroteNothing(watch, r.status, r.body, { version, counts });
     const grewMiB = (r.peakRss - before) / 1024 / 1024;
@@ -551,21 +612,21 @@ describe('webhook bodies over a real socket', () => {
       if (sig === null) delete headers['x-hub-signature-256'];
       else headers['x-hub-signature-256'] = sig;
       // the body never ends: only an answer that did not wait for it can arrive
-      const r = await stream(headers, { total: 1024 * 1024, stallAfter: 0 });
+      const r = await stream(port, headers, { total: 1024 * 1024, stallAfter: 0 });
       expect(r.status, r.body).toBe(401);
     }
     const noEvent: Record<string, string> = { ...validHeaders('no-event') };
     delete noEvent['x-github-event'];
-    expect((await stream(noEvent, { total: 1024 * 1024, stallAfter: 0 })).status).toBe(400);
+    expect((await stream(port, noEvent, { total: 1024 * 1024, stallAfter: 0 })).status).toBe(400);
   });
 
   it(`a body that stops arriving is refused after ${WEBHOOK_BODY_DEADLINE_MS / 1000} s and writes nothing`, {
     timeout: WEBHOOK_BODY_DEADLINE_MS + 30_000,
   }, async () => {
-    const version = await watch.dataVersion();
-    const counts = await watch.counts();
-    const r = await stream(validHeaders('stalled'), { total: 4 * 1024 * 1024, stallAfter: 1024 * 1024 });
+    // sent before the fuzzing to a controller of its own (see `stall`); answered by now
+    const r = await stall!.answer;
+    if (r instanceof Error) throw r;
     expect(r.status, r.body).toBe(408);
-    await expectRejectedWroteNothing(watch, r.status, r.body, { version, counts });
+    await expectRejectedWroteNothing(stall!.watch, r.status, r.body, stall!.before);
   });
 });

@@ -28,7 +28,7 @@ const sleepers: ChildProcess[] = [];
 
 beforeAll(async () => {
   sys = await startSystem({
-    timings: { offlineAfterS: 5, devLeaseDefaultTtlS: 10, restoreRetries: 1, restoreHealthTimeoutS: 2 },
+    timings: { offlineAfterS: 5, devLeaseDefaultTtlS: 6, restoreRetries: 1, restoreHealthTimeoutS: 2 },
     plan: (j) => plans.get(j.headSha)?.(j.hostId) ?? {},
   });
   const created = await sys.api<{ token: string }>('POST', '/api/v1/tokens', {
@@ -182,7 +182,8 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
   it('lease expires with processes present: release-required, nothing killed, no CI admitted until they are gone', async () => {
     const dev = await reserveAsDeveloper('spark-2');
     await sys.waitReservation(dev, ['running']);
-    // the developer's training job, still on the GPU when the 10 s lease runs out
+    // the developer's training job, still on the GPU when the 6 s lease runs out (set at once, so
+    // the 1 s heartbeats have reported it well before then)
     const job = spawn('sleep', ['600'], { stdio: 'ignore' });
     sleepers.push(job);
     sys.gpu['spark-2']!.setProcesses([{ pid: job.pid!, name: 'python train.py', usedMemoryMiB: 20480 }]);

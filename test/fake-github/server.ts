@@ -243,6 +243,23 @@ const operations: Operation[] = fixture.operations.map((o) => {
   return { ...o, re, names };
 });
 
+let appKeys: { privateKey: string; publicKey: string } | null = null;
+
+/**
+ * The App's RSA key pair, one per test process: generating a 2048-bit key costs 0.1–0.2 s of CPU
+ * (measured), and suites that start a fake GitHub per test paid that for every test. Each fake
+ * still verifies every JWT against this public key; no test depends on two fakes holding different
+ * keys (they already share the App id; tokens and state are each fake's own).
+ */
+function appKeyPair(): { privateKey: string; publicKey: string } {
+  appKeys ??= generateKeyPairSync('rsa', {
+    modulusLength: 2048,
+    privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+    publicKeyEncoding: { type: 'spki', format: 'pem' },
+  });
+  return appKeys;
+}
+
 export class FakeGitHub {
   readonly appId = 424242;
   readonly privateKey: string;
@@ -301,11 +318,7 @@ export class FakeGitHub {
   private runNumbers = new Map<string, number>();
 
   constructor() {
-    const { privateKey, publicKey } = generateKeyPairSync('rsa', {
-      modulusLength: 2048,
-      privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
-      publicKeyEncoding: { type: 'spki', format: 'pem' },
-    });
+    const { privateKey, publicKey } = appKeyPair();
     this.privateKey = privateKey;
     this.publicKey = publicKey;
     this.runnerGroups.set(1, { name: 'Default', visibility: 'all', repositories: [] });

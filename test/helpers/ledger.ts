@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
@@ -58,13 +58,53 @@ export interface TestLedger {
   close(): void;
 }
 
-/** A real libSQL file ledger in a temp dir, migrated, with hosts synced from the config. */
+let template: Promise<string> | null = null;
+
+/**
+ * A ledger file with every migration applied and nothing else, made once per test process
+ * (`VACUUM INTO`: one self-contained file, no WAL beside it) and removed when the process exits.
+ */
+function migratedTemplate(): Promise<string> {
+  template ??= (async () => {
+    const { dir, cleanup } = tempDir('spark-template-');
+    process.once('exit', cleanup);
+    const store = await openLedgerDb({
+      url: `file:${join(dir, 'spark.db')}`,
+      createClient: createNodeLedgerClient,
+    });
+    await applyMigrations(store, loadMigrations());
+    const file = join(dir, 'migrated.db');
+    await store.client.execute({ sql: 'VACUUM INTO ?', args: [file] });
+    store.close();
+    return file;
+  })();
+  return template;
+}
+
+/**
+ * A real libSQL file ledger in a temp dir, migrated, with hosts synced from the config.
+ * `copyMigrated` starts from a copy of a file migrated once per process instead of running every
+ * migration again (the migrations still run through {@link applyMigrations}, which finds them all
+ * applied): for tests that open a ledger per generated case — about 5 ms of the ~12 ms a ledger
+ * costs to open (measured on the model test's 1,000 ledgers).
+ */
 export async function makeTestLedger(
-  opts: { config?: SparkConfigInput; clock?: Clock; hooks?: TransitionHook[]; url?: string } = {},
+  opts: {
+    config?: SparkConfigInput;
+    clock?: Clock;
+    hooks?: TransitionHook[];
+    url?: string;
+    copyMigrated?: boolean;
+  } = {},
 ): Promise<TestLedger> {
   const { dir, cleanup } = tempDir();
-  const url = opts.url ?? `file:${join(dir, 'spark.db')}`;
+  const path = join(dir, 'spark.db');
+  const url = opts.url ?? `file:${path}`;
   const config = parseConfig(opts.config ?? {}, 'test');
+  if (opts.copyMigrated) {
+    if (opts.url) throw new TypeError('makeTestLedger: copyMigrated makes its own file; pass no url');
+    copyFileSync(await migratedTemplate(), path);
+  }
   const store = await openLedgerDb({ url, createClient: createNodeLedgerClient });
   await applyMigrations(store, loadMigrations());
   const ledger = new Ledger(store, {
