@@ -1,4 +1,4 @@
-import type { LedgerEventType } from '../../core/events.ts';
+import { type LedgerEventType, leaseGrantsOfData } from '../../core/events.ts';
 import { isReleasableStatus } from '../../core/model.ts';
 import { withholdJitConfigs } from '../ledger/github.ts';
 import { leasesOf } from '../ledger/leases.ts';
@@ -28,22 +28,7 @@ const RELEASE_EVENTS = new Set<LedgerEventType>([
  * `run`), so nothing starts earlier than before.
  */
 export function createGitHubHook(ledger: LedgerStore): TransitionHook {
-  // GitHub reservations granted in a transaction: their `lease.granted` events follow the
-  // `reservation.allocated` event in the same transaction (admission pass), before the lease rows
-  // are written, so the lease's registration is queued from the event without another read
-  const granted = new WeakMap<object, Set<string>>();
   return async (tx, ev, { now }) => {
-    if (ev.type === 'lease.granted') {
-      const rid = String(ev.data?.reservationId ?? '');
-      if (!granted.get(tx)?.has(rid)) return;
-      await enqueue(tx, now, {
-        kind: 'generate-jitconfig',
-        key: `jit:${ev.subjectId}:a0`,
-        reservationId: rid,
-        payload: { reservationId: rid, leaseId: ev.subjectId, attempt: 0 },
-      });
-      return;
-    }
     if (ev.subjectType !== 'reservation') return;
     const r = await getReservation(ledger, tx, ev.subjectId);
     // sparkctl work may name a repo and SHA, but only work GitHub asked for gets a check run
@@ -62,9 +47,16 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
         reservationId: r.id,
         payload: { reservationId: r.id },
       });
-      const set = granted.get(tx) ?? new Set<string>();
-      set.add(r.id);
-      granted.set(tx, set);
+      // the grant's one history row lists its leases (ADR 0100): each lease's registration is
+      // queued from it, before the lease rows are written and without reading them back
+      for (const l of leaseGrantsOfData(ev.type, r.id, ev.data)) {
+        await enqueue(tx, now, {
+          kind: 'generate-jitconfig',
+          key: `jit:${l.leaseId}:a0`,
+          reservationId: r.id,
+          payload: { reservationId: r.id, leaseId: l.leaseId, attempt: 0 },
+        });
+      }
     }
 
     if (ev.type === 'reservation.preparing') {

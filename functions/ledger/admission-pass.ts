@@ -1,6 +1,7 @@
 import type { InValue } from '@libsql/client';
 import { eq } from 'drizzle-orm';
 import { type AdmissionPlan, budgetSlot, planAdmission } from '../../core/admission.ts';
+import type { GrantRowLease } from '../../core/events.ts';
 import {
   type HostPhase,
   isReleasableStatus,
@@ -181,8 +182,9 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
 
     // Grants: a few set-based statements for the whole pass (not per grant) so a burst of
     // grants costs about as much as one; every transition is still checked and recorded. The
-    // history gets one row per lease and one per reservation: the host's move to `allocated` is
-    // the lease's grant (issue 13 item 2), not a third row.
+    // history gets one row per grant (ADR 0100): `reservation.allocated` lists every lease it
+    // issued (id, host, fencing token, lend, the host's previous phase), so the hosts' moves to
+    // `allocated` and the leases' grants are read from it, not from rows of their own.
     const q = s.store.raw(tx);
     if (plan.grants.length) {
       const leaseArgs: InValue[] = [];
@@ -193,15 +195,40 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
           r.ttlS ??
           (r.kind === 'development' ? s.config.timings.devLeaseDefaultTtlS : s.config.timings.ciLeaseTtlS);
         assertReservationTransition(r.status as ReservationStatus, 'allocated');
+        const leases: PassResult['granted'][number]['leases'] = [];
+        const rowLeases: GrantRowLease[] = [];
+        const moves: string[] = [];
+        for (const hostId of g.hostIds) {
+          const host = hostById.get(hostId)!;
+          assertHostTransition(host.phase as HostPhase, 'allocated');
+          const token = host.fencingToken + 1;
+          const leaseId = `l-${hostId}-${token}`;
+          const lend = g.lend.includes(hostId);
+          leaseArgs.push(leaseId, r.id, hostId, token, lend ? 1 : 0, now, now + ttlS * 1000);
+          rowLeases.push({ id: leaseId, hostId, fencingToken: token, lend, hostFrom: host.phase });
+          moves.push(`${hostId} (${host.phase} → allocated${lend ? ', lending its home service' : ''})`);
+          host.fencingToken = token;
+          host.phase = 'allocated';
+          grantedHosts.push(hostId);
+          leases.push({ leaseId, hostId, fencingToken: token });
+          changed.add(`host:${hostId}`);
+        }
+        // no lease id or token in the cause: causes are shown (redacted) to operators, tokens never
         await s.record(tx, now, {
           subjectType: 'reservation',
           subjectId: r.id,
           type: 'reservation.allocated',
           fromState: r.status,
           toState: 'allocated',
-          cause: `granted ${g.hostIds.join(' + ')}${g.lend.length ? ` (lending ${g.lend.join(', ')})` : ''}`,
+          cause: `granted ${moves.join(' + ')}`,
           actor,
-          data: { hosts: g.hostIds, lend: g.lend },
+          data: {
+            hosts: g.hostIds,
+            lend: g.lend,
+            leases: rowLeases,
+            kind: r.kind,
+            waitedMs: now - r.createdAt,
+          },
         });
         Object.assign(r, {
           status: 'allocated',
@@ -210,29 +237,6 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
           position: null,
           updatedAt: now,
         });
-        const leases: PassResult['granted'][number]['leases'] = [];
-        for (const hostId of g.hostIds) {
-          const host = hostById.get(hostId)!;
-          assertHostTransition(host.phase as HostPhase, 'allocated');
-          const token = host.fencingToken + 1;
-          const leaseId = `l-${hostId}-${token}`;
-          const lend = g.lend.includes(hostId);
-          leaseArgs.push(leaseId, r.id, hostId, token, lend ? 1 : 0, now, now + ttlS * 1000);
-          await s.record(tx, now, {
-            subjectType: 'lease',
-            subjectId: leaseId,
-            type: 'lease.granted',
-            toState: 'active',
-            cause: `admission granted ${r.id}; ${hostId} ${host.phase} → allocated`,
-            actor,
-            data: { reservationId: r.id, hostId, fencingToken: token, lend, hostFrom: host.phase },
-          });
-          host.fencingToken = token;
-          host.phase = 'allocated';
-          grantedHosts.push(hostId);
-          leases.push({ leaseId, hostId, fencingToken: token });
-          changed.add(`host:${hostId}`);
-        }
         result.granted.push({ reservationId: r.id, leases });
       }
       const ids = plan.grants.map((g) => g.reservationId);

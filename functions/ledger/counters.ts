@@ -103,6 +103,8 @@ export interface CountedEvent {
   subjectId: string;
   type: string;
   toState?: string | null;
+  /** The event's data as recorded: a grant's row carries its `kind` and `waitedMs` (ADR 0100). */
+  data?: Record<string, unknown> | null;
 }
 
 /**
@@ -117,7 +119,16 @@ export async function countEvents(q: RawSql, events: readonly CountedEvent[]): P
     series: seriesKey({ type: e.type }),
     by: 1,
   }));
-  const granted = events.filter((e) => e.type === 'reservation.allocated').map((e) => e.subjectId);
+  // a grant row carries what its wait observation needs; older callers' rows are read back below
+  const granted: string[] = [];
+  for (const e of events) {
+    if (e.type !== 'reservation.allocated') continue;
+    const kind = e.data?.kind;
+    const waitedMs = e.data?.waitedMs;
+    if (typeof kind === 'string' && typeof waitedMs === 'number') {
+      bumps.push(...histogramBumps(LEDGER_COUNTERS.wait, WAIT_BUCKETS_S, { kind }, waitedMs / 1000));
+    } else granted.push(e.subjectId);
+  }
   const ended = events
     .filter((e) => e.type.startsWith('reservation.') && isTerminalStatus(e.type.slice(12)))
     .map((e) => e.subjectId);
