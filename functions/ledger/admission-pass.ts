@@ -12,7 +12,14 @@ import { assertHostTransition, assertReservationTransition } from '../../core/st
 import type { RawSql, Tx } from './db.ts';
 import { setHostPhase } from './hosts.ts';
 import { setLeaseStatus } from './leases.ts';
-import { allHosts, bindingLeaseRows, buildHadGrant, openReservations, placeholders } from './raw-rows.ts';
+import {
+  allHosts,
+  type Build,
+  bindingLeaseRows,
+  buildsHadGrant,
+  openReservations,
+  placeholders,
+} from './raw-rows.ts';
 import { beginRelease, transitionReservation } from './reservations.ts';
 import {
   type HostRow,
@@ -40,28 +47,43 @@ export async function loadAdmissionInput(s: LedgerStore, tx: Tx | undefined) {
   const hostRows = await allHosts(q);
   const leaseRows = await bindingLeaseRows(q);
   const resvRows = await openReservations(q);
-  return { hostRows, leaseRows, resvRows, keptSlots: await keptSlotsOf(q, resvRows) };
+  return {
+    hostRows,
+    leaseRows,
+    resvRows,
+    keptSlots: await keptSlotsOf(q, resvRows, s.config.budgets.maxPrs),
+  };
 }
 
 /**
  * Rule 6 between lanes (issue 14 item 6): the budget slots of queued lanes whose build (same
  * slot, same head SHA) already had a lane granted. Such a build keeps its slot until its last
  * lane finishes, so a third PR cannot take the slot between a PR's two lanes.
+ *
+ * A kept slot only ever matters against `maxPrs`: the engine refuses a slot when the slots taken
+ * by others reach it, and those are slots of open reservations other than its own. When the open
+ * reservations name at most `maxPrs` distinct slots that can never happen, kept or not, so the
+ * look-up (one statement per pass, issue 13 item 2) is skipped and the plan is the same.
  */
-async function keptSlotsOf(q: RawSql, open: ReservationRow[]): Promise<string[]> {
-  const kept = new Set<string>();
+async function keptSlotsOf(q: RawSql, open: ReservationRow[], maxPrs: number): Promise<string[]> {
+  const builds: Build[] = [];
+  const slots: string[] = [];
   const asked = new Set<string>();
+  const openSlots = new Set<string>();
   for (const r of open) {
-    if (r.status !== 'queued' || r.repo == null || r.headSha == null) continue;
     const slot = budgetSlot({ ...r, kind: r.kind as ReservationKind });
-    if (!slot || kept.has(slot)) continue;
+    if (slot) openSlots.add(slot);
+    if (!slot || r.status !== 'queued' || r.repo == null || r.headSha == null) continue;
     const build = `${slot} ${r.headSha}`;
     // bounded like the SHA list it replaces: the head of the queue is what a pass can admit
     if (asked.has(build) || asked.size >= 500) continue;
     asked.add(build);
-    if (await buildHadGrant(q, { headSha: r.headSha, repo: r.repo, pr: r.pr })) kept.add(slot);
+    builds.push({ headSha: r.headSha, repo: r.repo, pr: r.pr });
+    slots.push(slot);
   }
-  return [...kept];
+  if (builds.length === 0 || openSlots.size <= maxPrs) return [];
+  const had = await buildsHadGrant(q, builds);
+  return [...new Set([...had].map((i) => slots[i]!))];
 }
 
 /**

@@ -4,7 +4,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { OPEN_STATUSES } from '../../core/model.ts';
 import { openLedgerDb } from '../../functions/ledger/db.ts';
 import { createLocalClient, STATEMENT_CACHE_SIZE } from '../../functions/ledger/local-client.ts';
-import { allHosts, bindingLeaseRows, openReservations } from '../../functions/ledger/raw-rows.ts';
+import {
+  allHosts,
+  bindingLeaseRows,
+  buildsHadGrant,
+  openReservations,
+} from '../../functions/ledger/raw-rows.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { adoptAll, makeTestLedger, type TestLedger, tempDir } from '../helpers/ledger.ts';
 
@@ -42,6 +47,20 @@ describe('raw admission reads', () => {
     const pass = await ledger.admissionPass('test');
     expect(pass.granted.length).toBeGreaterThan(0);
     const db = ledger.db;
+    // the reads come back as JSON text: every kind of value must survive it exactly
+    const queuedId = (
+      await db.select().from(t.reservations).where(sql`${t.reservations.status} = 'queued'`)
+    )[0]!.id;
+    await db
+      .update(t.reservations)
+      .set({
+        reason: 'quote " backslash \\ newline \n tab \t ü 🚀 \u2028 end',
+        metaJson: JSON.stringify({ trigger: 'comment', note: 'ü "x"' }),
+        checkRunId: 2 ** 53 - 1,
+        retryNotBefore: -1,
+      })
+      .where(sql`${t.reservations.id} = ${queuedId}`);
+    await db.update(t.hosts).set({ note: '' }).where(sql`${t.hosts.id} = 'spark-3'`);
     const viaDrizzle = {
       hosts: await db.select().from(t.hosts),
       leases: await db
@@ -69,6 +88,57 @@ describe('raw admission reads', () => {
       };
     });
     expect(inside).toEqual(viaDrizzle);
+  });
+
+  it('asks which builds had a lane granted in one statement: same SHA and slot, granted only', async () => {
+    tl = await makeTestLedger({ config: { hosts: [{ id: 'spark-2' }] } });
+    const { ledger } = tl;
+    await adoptAll(ledger);
+    const a = 'a'.repeat(40);
+    const b = 'b'.repeat(40);
+    const mk = (over: { kind?: 'manual' | 'merge' | 'benchmark'; pr?: number; headSha: string }) =>
+      ledger.createReservation(
+        {
+          kind: over.kind ?? 'manual',
+          topology: 'single',
+          repo: 'acme/iron',
+          ...(over.pr != null ? { pr: over.pr } : {}),
+          headSha: over.headSha,
+          requester: 'test',
+        },
+        'test',
+      );
+    await mk({ pr: 1, headSha: a }); // granted below (the only host)
+    await mk({ kind: 'merge', headSha: b }); // queued behind it: never granted
+    expect((await ledger.admissionPass('test')).granted).toHaveLength(1);
+    const q = ledger.store.raw(undefined);
+    const had = await buildsHadGrant(q, [
+      { headSha: a, repo: 'acme/iron', pr: 1 }, // 0: granted
+      { headSha: a, repo: 'acme/iron', pr: 2 }, // 1: another PR
+      { headSha: b, repo: 'acme/iron', pr: 1 }, // 2: another SHA
+      { headSha: a, repo: 'acme/other', pr: 1 }, // 3: another repository
+      { headSha: b, repo: 'acme/iron', pr: null }, // 4: the merge build, not granted
+      { headSha: a, repo: 'acme/iron', pr: null }, // 5: no per-commit kind granted on this SHA
+    ]);
+    expect([...had]).toEqual([0]);
+    // once the merge build is granted, its repository-wide slot counts as had
+    const lease = (await ledger.db.select().from(t.leases))[0]!;
+    await ledger.beginRelease(lease.reservationId, 'passed', 'done', 'test');
+    await ledger.confirmReleased(lease.hostId, lease.fencingToken, 'test');
+    expect((await ledger.admissionPass('test')).granted).toHaveLength(1);
+    expect([...(await buildsHadGrant(q, [{ headSha: b, repo: 'acme/iron', pr: null }]))]).toEqual([0]);
+    expect(await buildsHadGrant(q, [])).toEqual(new Set());
+  });
+
+  it('refuses an integer beyond 2^53 instead of rounding it (as the client does)', async () => {
+    tl = await makeTestLedger({ config: { hosts: [{ id: 'spark-2' }] } });
+    const { ledger } = tl;
+    await ledger.db.run(sql`UPDATE hosts SET fencing_token = 9007199254740993 WHERE id = 'spark-2'`);
+    const q = ledger.store.raw(undefined);
+    await expect(allHosts(q)).rejects.toThrow(
+      /fencing_token 9007199254740992 is not an integer JavaScript can hold exactly/,
+    );
+    await expect(q.execute('SELECT fencing_token FROM hosts')).rejects.toThrow(RangeError);
   });
 
   it('refuses raw SQL on a transaction the ledger did not open', async () => {
