@@ -6,9 +6,12 @@ import { openLedgerDb } from '../../functions/ledger/db.ts';
 import { createLocalClient, STATEMENT_CACHE_SIZE } from '../../functions/ledger/local-client.ts';
 import {
   allHosts,
+  bindingLeaseOfHost,
   bindingLeaseRows,
   buildsHadGrant,
+  hostById,
   openReservations,
+  reservationById,
 } from '../../functions/ledger/raw-rows.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { adoptAll, makeTestLedger, type TestLedger, tempDir } from '../helpers/ledger.ts';
@@ -79,6 +82,13 @@ describe('raw admission reads', () => {
     expect(await allHosts(outside)).toEqual(viaDrizzle.hosts);
     expect(await bindingLeaseRows(outside)).toEqual(viaDrizzle.leases);
     expect(await openReservations(outside)).toEqual(viaDrizzle.reservations);
+    // the single-row reads (heartbeat, poll) go the same way
+    for (const h of viaDrizzle.hosts) expect(await hostById(outside, h.id)).toEqual(h);
+    for (const l of viaDrizzle.leases) expect(await bindingLeaseOfHost(outside, l.hostId)).toEqual(l);
+    for (const r of viaDrizzle.reservations) expect(await reservationById(outside, r.id)).toEqual(r);
+    expect(await hostById(outside, 'spark-404')).toBeNull();
+    expect(await reservationById(outside, 'r-404')).toBeNull();
+    expect(await bindingLeaseOfHost(outside, 'spark-404')).toBeNull();
     const inside = await ledger.store.write(async (tx) => {
       const q = ledger.store.raw(tx);
       return {
