@@ -14,11 +14,12 @@ import { setHostPhase } from './hosts.ts';
 import { setLeaseStatus } from './leases.ts';
 import {
   allHosts,
-  type Build,
   bindingLeaseRows,
+  buildKeyOf,
   buildsHadGrant,
   openReservations,
   placeholders,
+  recordGrantedBuilds,
 } from './raw-rows.ts';
 import { beginRelease, transitionReservation } from './reservations.ts';
 import {
@@ -66,24 +67,22 @@ export async function loadAdmissionInput(s: LedgerStore, tx: Tx | undefined) {
  * look-up (one statement per pass, issue 13 item 2) is skipped and the plan is the same.
  */
 async function keptSlotsOf(q: RawSql, open: ReservationRow[], maxPrs: number): Promise<string[]> {
-  const builds: Build[] = [];
-  const slots: string[] = [];
-  const asked = new Set<string>();
+  const keys: string[] = [];
+  const slotOfKey = new Map<string, string>();
   const openSlots = new Set<string>();
   for (const r of open) {
     const slot = budgetSlot({ ...r, kind: r.kind as ReservationKind });
     if (slot) openSlots.add(slot);
-    if (!slot || r.status !== 'queued' || r.repo == null || r.headSha == null) continue;
-    const build = `${slot} ${r.headSha}`;
+    if (!slot || r.status !== 'queued') continue;
+    const key = buildKeyOf(r);
     // bounded like the SHA list it replaces: the head of the queue is what a pass can admit
-    if (asked.has(build) || asked.size >= 500) continue;
-    asked.add(build);
-    builds.push({ headSha: r.headSha, repo: r.repo, pr: r.pr });
-    slots.push(slot);
+    if (key == null || slotOfKey.has(key) || slotOfKey.size >= 500) continue;
+    slotOfKey.set(key, slot);
+    keys.push(key);
   }
-  if (builds.length === 0 || openSlots.size <= maxPrs) return [];
-  const had = await buildsHadGrant(q, builds);
-  return [...new Set([...had].map((i) => slots[i]!))];
+  if (keys.length === 0 || openSlots.size <= maxPrs) return [];
+  const had = await buildsHadGrant(q, keys);
+  return [...new Set([...had].map((k) => slotOfKey.get(k)!))];
 }
 
 /**
@@ -262,6 +261,13 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
         result.granted.push({ reservationId: r.id, leases });
       }
       const ids = plan.grants.map((g) => g.reservationId);
+      // rule 6 between lanes: a build with a lane granted keeps its slot (read by keptSlotsOf)
+      const builds: string[] = [];
+      for (const id of ids) {
+        const key = buildKeyOf(resvById.get(id)!);
+        if (key != null) builds.push(key);
+      }
+      await recordGrantedBuilds(q, builds, now);
       // compare-and-set: only still-queued rows move (the write lock makes this exact)
       await q.execute(
         `UPDATE reservations SET status = 'allocated', granted_at = ?, updated_at = ?, reason = NULL, position = NULL, wait_code = NULL, outcome = NULL WHERE id IN (${placeholders(

@@ -258,30 +258,42 @@ export const bindingLeaseRows = (q: RawSql): Promise<LeaseRow[]> =>
 export const openReservations = (q: RawSql): Promise<ReservationRow[]> =>
   jsonRowsOf(q, OPEN_RESERVATIONS, [], RESERVATION_COLS, reservationOf);
 
-const BUILD_CHECK = `(SELECT 1 FROM reservations r WHERE r.head_sha = j.value ->> 1 AND r.repo = j.value ->> 2 AND`;
-// One statement for every build a pass asks about (issue 13 item 2: it was one per queued build):
-// the builds come as one JSON argument, so the text — and the kept statement — never changes.
-const BUILDS_GRANTED = `SELECT j.value ->> 0 AS k FROM json_each(?) j WHERE CASE WHEN j.value ->> 3 IS NOT NULL THEN EXISTS ${BUILD_CHECK} r.pr = j.value ->> 3 AND r.granted_at IS NOT NULL) ELSE EXISTS ${BUILD_CHECK} r.pr IS NULL AND r.granted_at IS NOT NULL AND r.kind IN (${inlined(
-  ['merge', 'benchmark', 'background'],
-)})) END`;
-
-/** A build: a head SHA in a repository, for one PR or (`pr` null) for the repository itself. */
-export interface Build {
-  headSha: string;
-  repo: string;
+/**
+ * The `granted_builds` key of a reservation's build (ADR 0101), or null when its budget slot is
+ * not per build: a PR's build (`pr <repo>#<pr> <sha>`, any kind), or a per-commit CI build
+ * without a PR (`repo <repo> <sha>`: merge, benchmark, background — `core/admission.ts`
+ * `budgetSlot`). Migration 0006 backfills the same keys in SQL.
+ */
+export function buildKeyOf(r: {
+  repo: string | null;
   pr: number | null;
+  headSha: string | null;
+  kind: string;
+}): string | null {
+  if (r.repo == null || r.headSha == null) return null;
+  if (r.pr != null) return `pr ${r.repo}#${r.pr} ${r.headSha}`;
+  if (r.kind === 'merge' || r.kind === 'benchmark' || r.kind === 'background')
+    return `repo ${r.repo} ${r.headSha}`;
+  return null;
+}
+
+// one statement whatever the number of builds (a JSON array argument): the text, and so the kept
+// statement, never changes
+const BUILDS_GRANTED = 'SELECT build FROM granted_builds WHERE build IN (SELECT value FROM json_each(?))';
+const RECORD_BUILDS =
+  'INSERT OR IGNORE INTO granted_builds (build, granted_at) SELECT value, ? FROM json_each(?)';
+
+/** Which of the build keys ({@link buildKeyOf}) already had a lane granted. One statement. */
+export async function buildsHadGrant(q: RawSql, keys: readonly string[]): Promise<Set<string>> {
+  if (keys.length === 0) return new Set();
+  const rs = await q.execute(BUILDS_GRANTED, [JSON.stringify(keys)]);
+  return new Set(rs.rows.map((r) => r.build as string));
 }
 
 /**
- * Which of `builds` already had a lane granted: same head SHA and same budget slot — the same PR
- * (any kind), or for work without a PR the same repository and a kind whose slot is per commit
- * (`core/admission.ts` `budgetSlot`). One statement; one seek on `reservations_build` per build.
- * Returns the indices into `builds` of those that did.
+ * Records builds granted now (inside the granting transaction). A build already recorded is left
+ * as it is — so a later lane of a known build writes no page at all.
  */
-export async function buildsHadGrant(q: RawSql, builds: readonly Build[]): Promise<Set<number>> {
-  if (builds.length === 0) return new Set();
-  const rs = await q.execute(BUILDS_GRANTED, [
-    JSON.stringify(builds.map((b, i) => [i, b.headSha, b.repo, b.pr])),
-  ]);
-  return new Set(rs.rows.map((r) => Number(r.k)));
+export async function recordGrantedBuilds(q: RawSql, keys: readonly string[], now: number): Promise<void> {
+  if (keys.length) await q.execute(RECORD_BUILDS, [now, JSON.stringify(keys)]);
 }

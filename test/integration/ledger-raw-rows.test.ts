@@ -4,10 +4,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { OPEN_STATUSES } from '../../core/model.ts';
 import { openLedgerDb } from '../../functions/ledger/db.ts';
 import { createLocalClient, STATEMENT_CACHE_SIZE } from '../../functions/ledger/local-client.ts';
+import { loadMigrations } from '../../functions/ledger/migrations-fs.ts';
 import {
   allHosts,
   bindingLeaseOfHost,
   bindingLeaseRows,
+  buildKeyOf,
   buildsHadGrant,
   hostById,
   openReservations,
@@ -100,13 +102,13 @@ describe('raw admission reads', () => {
     expect(inside).toEqual(viaDrizzle);
   });
 
-  it('asks which builds had a lane granted in one statement: same SHA and slot, granted only', async () => {
+  it('records each granted build once and answers which builds had a lane granted (ADR 0101)', async () => {
     tl = await makeTestLedger({ config: { hosts: [{ id: 'spark-2' }] } });
     const { ledger } = tl;
     await adoptAll(ledger);
     const a = 'a'.repeat(40);
     const b = 'b'.repeat(40);
-    const mk = (over: { kind?: 'manual' | 'merge' | 'benchmark'; pr?: number; headSha: string }) =>
+    const mk = (over: { kind?: 'manual' | 'merge'; pr?: number; headSha: string }) =>
       ledger.createReservation(
         {
           kind: over.kind ?? 'manual',
@@ -118,26 +120,52 @@ describe('raw admission reads', () => {
         },
         'test',
       );
+    const key = (r: { pr: number | null; headSha: string; kind: string; repo?: string }) =>
+      buildKeyOf({ repo: 'acme/iron', ...r });
+    expect(key({ pr: 1, headSha: a, kind: 'manual' })).toBe(`pr acme/iron#1 ${a}`);
+    expect(key({ pr: null, headSha: b, kind: 'merge' })).toBe(`repo acme/iron ${b}`);
+    expect(key({ pr: null, headSha: b, kind: 'development' })).toBeNull();
+    expect(buildKeyOf({ repo: null, pr: 1, headSha: a, kind: 'manual' })).toBeNull();
+
     await mk({ pr: 1, headSha: a }); // granted below (the only host)
-    await mk({ kind: 'merge', headSha: b }); // queued behind it: never granted
+    await mk({ kind: 'merge', headSha: b }); // queued behind it
     expect((await ledger.admissionPass('test')).granted).toHaveLength(1);
     const q = ledger.store.raw(undefined);
-    const had = await buildsHadGrant(q, [
-      { headSha: a, repo: 'acme/iron', pr: 1 }, // 0: granted
-      { headSha: a, repo: 'acme/iron', pr: 2 }, // 1: another PR
-      { headSha: b, repo: 'acme/iron', pr: 1 }, // 2: another SHA
-      { headSha: a, repo: 'acme/other', pr: 1 }, // 3: another repository
-      { headSha: b, repo: 'acme/iron', pr: null }, // 4: the merge build, not granted
-      { headSha: a, repo: 'acme/iron', pr: null }, // 5: no per-commit kind granted on this SHA
-    ]);
-    expect([...had]).toEqual([0]);
-    // once the merge build is granted, its repository-wide slot counts as had
-    const lease = (await ledger.db.select().from(t.leases))[0]!;
-    await ledger.beginRelease(lease.reservationId, 'passed', 'done', 'test');
-    await ledger.confirmReleased(lease.hostId, lease.fencingToken, 'test');
+    const asked = [
+      key({ pr: 1, headSha: a, kind: 'manual' })!, // granted
+      key({ pr: 2, headSha: a, kind: 'manual' })!, // another PR
+      key({ pr: 1, headSha: b, kind: 'manual' })!, // another SHA
+      buildKeyOf({ repo: 'acme/other', pr: 1, headSha: a, kind: 'manual' })!, // another repository
+      key({ pr: null, headSha: b, kind: 'merge' })!, // the merge build, not granted yet
+      key({ pr: null, headSha: a, kind: 'merge' })!, // no per-commit build granted on this SHA
+    ];
+    expect([...(await buildsHadGrant(q, asked))]).toEqual([asked[0]]);
+    // the merge build granted next: now its repository-wide build counts as had
+    const free = async () => {
+      const lease = (await ledger.db.select().from(t.leases).where(sql`${t.leases.status} = 'active'`))[0]!;
+      await ledger.beginRelease(lease.reservationId, 'passed', 'done', 'test');
+      await ledger.confirmReleased(lease.hostId, lease.fencingToken, 'test');
+    };
+    await free();
     expect((await ledger.admissionPass('test')).granted).toHaveLength(1);
-    expect([...(await buildsHadGrant(q, [{ headSha: b, repo: 'acme/iron', pr: null }]))]).toEqual([0]);
+    expect([...(await buildsHadGrant(q, asked))].sort()).toEqual([asked[0], asked[4]].sort());
     expect(await buildsHadGrant(q, [])).toEqual(new Set());
+    // a second lane of a known build keeps the first grant's time
+    await free();
+    const first = await ledger.db.select().from(t.grantedBuilds);
+    await mk({ pr: 1, headSha: a });
+    expect((await ledger.admissionPass('test')).granted.length).toBeGreaterThan(0);
+    const after = await ledger.db.select().from(t.grantedBuilds);
+    expect(after.filter((r) => r.build === asked[0])).toEqual(first.filter((r) => r.build === asked[0]));
+
+    // migration 0006's backfill derives the same rows from the reservations' granted_at
+    const backfill = loadMigrations()
+      .find((m) => m.tag === '0006_granted_builds')!
+      .statements.find((x) => x.includes('INSERT OR IGNORE INTO `granted_builds`'))!;
+    await ledger.db.delete(t.grantedBuilds);
+    await ledger.db.run(sql.raw(backfill));
+    const byBuild = (rows: { build: string }[]) => [...rows].sort((x, y) => x.build.localeCompare(y.build));
+    expect(byBuild(await ledger.db.select().from(t.grantedBuilds))).toEqual(byBuild(after));
   });
 
   it('refuses an integer beyond 2^53 instead of rounding it (as the client does)', async () => {
