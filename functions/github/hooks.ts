@@ -1,5 +1,5 @@
 import { ciModeForRepo } from '../../core/config.ts';
-import type { LedgerEventType } from '../../core/events.ts';
+import { type LedgerEventType, leaseGrantsOfData } from '../../core/events.ts';
 import { type CiMode, isReleasableStatus } from '../../core/model.ts';
 import { withholdJitConfigs } from '../ledger/github.ts';
 import { leasesOf } from '../ledger/leases.ts';
@@ -46,18 +46,7 @@ function leaseWorkItem(mode: CiMode, reservationId: string, leaseId: string): En
  * `run`), so nothing starts earlier than before.
  */
 export function createGitHubHook(ledger: LedgerStore): TransitionHook {
-  // GitHub reservations granted in a transaction: their `lease.granted` events follow the
-  // `reservation.allocated` event in the same transaction (admission pass), before the lease rows
-  // are written, so the lease's registration is queued from the event without another read
-  const granted = new WeakMap<object, Map<string, CiMode>>();
   return async (tx, ev, { now }) => {
-    if (ev.type === 'lease.granted') {
-      const rid = String(ev.data?.reservationId ?? '');
-      const mode = granted.get(tx)?.get(rid);
-      if (!mode) return;
-      await enqueue(tx, now, leaseWorkItem(mode, rid, ev.subjectId));
-      return;
-    }
     if (ev.subjectType !== 'reservation') return;
     const r = await getReservation(ledger, tx, ev.subjectId);
     // sparkctl work may name a repo and SHA, but only work GitHub asked for gets a check run
@@ -68,9 +57,9 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
       // CI as a dstack task (issue 15, ADR 0110): decided once, here; no workflow is dispatched
       // and no runner registered, each lease gets a read-only clone token instead
       await patchMeta(tx, r, { ci: 'task' });
-      const set = granted.get(tx) ?? new Map<string, CiMode>();
-      set.set(r.id, 'task');
-      granted.set(tx, set);
+      // the grant's one history row lists its leases (ADR 0100)
+      for (const l of leaseGrantsOfData(ev.type, r.id, ev.data))
+        await enqueue(tx, now, leaseWorkItem('task', r.id, l.leaseId));
     } else if (ev.type === 'reservation.allocated') {
       // the runner label's nonce is drawn once, before anything outside the ledger sees it:
       // the dispatch hands it to the workflow and the JIT registration puts it on the runner
@@ -83,9 +72,10 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
         reservationId: r.id,
         payload: { reservationId: r.id },
       });
-      const set = granted.get(tx) ?? new Map<string, CiMode>();
-      set.set(r.id, 'runner');
-      granted.set(tx, set);
+      // the grant's one history row lists its leases (ADR 0100): each lease's registration is
+      // queued from it, before the lease rows are written and without reading them back
+      for (const l of leaseGrantsOfData(ev.type, r.id, ev.data))
+        await enqueue(tx, now, leaseWorkItem('runner', r.id, l.leaseId));
     }
 
     if (ev.type === 'reservation.preparing' && readMeta(r)?.ci === 'task') {

@@ -1,6 +1,7 @@
 import type { InValue } from '@libsql/client';
 import { eq } from 'drizzle-orm';
 import { type AdmissionPlan, budgetSlot, planAdmission } from '../../core/admission.ts';
+import type { GrantRowLease } from '../../core/events.ts';
 import {
   type HostPhase,
   isReleasableStatus,
@@ -11,7 +12,15 @@ import { assertHostTransition, assertReservationTransition } from '../../core/st
 import type { RawSql, Tx } from './db.ts';
 import { setHostPhase } from './hosts.ts';
 import { setLeaseStatus } from './leases.ts';
-import { allHosts, bindingLeaseRows, buildHadGrant, openReservations, placeholders } from './raw-rows.ts';
+import {
+  allHosts,
+  bindingLeaseRows,
+  buildKeyOf,
+  buildsHadGrant,
+  openReservations,
+  placeholders,
+  recordGrantedBuilds,
+} from './raw-rows.ts';
 import { beginRelease, transitionReservation } from './reservations.ts';
 import {
   type HostRow,
@@ -39,28 +48,41 @@ export async function loadAdmissionInput(s: LedgerStore, tx: Tx | undefined) {
   const hostRows = await allHosts(q);
   const leaseRows = await bindingLeaseRows(q);
   const resvRows = await openReservations(q);
-  return { hostRows, leaseRows, resvRows, keptSlots: await keptSlotsOf(q, resvRows) };
+  return {
+    hostRows,
+    leaseRows,
+    resvRows,
+    keptSlots: await keptSlotsOf(q, resvRows, s.config.budgets.maxPrs),
+  };
 }
 
 /**
  * Rule 6 between lanes (issue 14 item 6): the budget slots of queued lanes whose build (same
  * slot, same head SHA) already had a lane granted. Such a build keeps its slot until its last
  * lane finishes, so a third PR cannot take the slot between a PR's two lanes.
+ *
+ * A kept slot only ever matters against `maxPrs`: the engine refuses a slot when the slots taken
+ * by others reach it, and those are slots of open reservations other than its own. When the open
+ * reservations name at most `maxPrs` distinct slots that can never happen, kept or not, so the
+ * look-up (one statement per pass, issue 13 item 2) is skipped and the plan is the same.
  */
-async function keptSlotsOf(q: RawSql, open: ReservationRow[]): Promise<string[]> {
-  const kept = new Set<string>();
-  const asked = new Set<string>();
+async function keptSlotsOf(q: RawSql, open: ReservationRow[], maxPrs: number): Promise<string[]> {
+  const keys: string[] = [];
+  const slotOfKey = new Map<string, string>();
+  const openSlots = new Set<string>();
   for (const r of open) {
-    if (r.status !== 'queued' || r.repo == null || r.headSha == null) continue;
     const slot = budgetSlot({ ...r, kind: r.kind as ReservationKind });
-    if (!slot || kept.has(slot)) continue;
-    const build = `${slot} ${r.headSha}`;
+    if (slot) openSlots.add(slot);
+    if (!slot || r.status !== 'queued') continue;
+    const key = buildKeyOf(r);
     // bounded like the SHA list it replaces: the head of the queue is what a pass can admit
-    if (asked.has(build) || asked.size >= 500) continue;
-    asked.add(build);
-    if (await buildHadGrant(q, { headSha: r.headSha, repo: r.repo, pr: r.pr })) kept.add(slot);
+    if (key == null || slotOfKey.has(key) || slotOfKey.size >= 500) continue;
+    slotOfKey.set(key, slot);
+    keys.push(key);
   }
-  return [...kept];
+  if (keys.length === 0 || openSlots.size <= maxPrs) return [];
+  const had = await buildsHadGrant(q, keys);
+  return [...new Set([...had].map((k) => slotOfKey.get(k)!))];
 }
 
 /**
@@ -181,8 +203,9 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
 
     // Grants: a few set-based statements for the whole pass (not per grant) so a burst of
     // grants costs about as much as one; every transition is still checked and recorded. The
-    // history gets one row per lease and one per reservation: the host's move to `allocated` is
-    // the lease's grant (issue 13 item 2), not a third row.
+    // history gets one row per grant (ADR 0100): `reservation.allocated` lists every lease it
+    // issued (id, host, fencing token, lend, the host's previous phase), so the hosts' moves to
+    // `allocated` and the leases' grants are read from it, not from rows of their own.
     const q = s.store.raw(tx);
     if (plan.grants.length) {
       const leaseArgs: InValue[] = [];
@@ -193,15 +216,40 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
           r.ttlS ??
           (r.kind === 'development' ? s.config.timings.devLeaseDefaultTtlS : s.config.timings.ciLeaseTtlS);
         assertReservationTransition(r.status as ReservationStatus, 'allocated');
+        const leases: PassResult['granted'][number]['leases'] = [];
+        const rowLeases: GrantRowLease[] = [];
+        const moves: string[] = [];
+        for (const hostId of g.hostIds) {
+          const host = hostById.get(hostId)!;
+          assertHostTransition(host.phase as HostPhase, 'allocated');
+          const token = host.fencingToken + 1;
+          const leaseId = `l-${hostId}-${token}`;
+          const lend = g.lend.includes(hostId);
+          leaseArgs.push(leaseId, r.id, hostId, token, lend ? 1 : 0, now, now + ttlS * 1000);
+          rowLeases.push({ id: leaseId, hostId, fencingToken: token, lend, hostFrom: host.phase });
+          moves.push(`${hostId} (${host.phase} → allocated${lend ? ', lending its home service' : ''})`);
+          host.fencingToken = token;
+          host.phase = 'allocated';
+          grantedHosts.push(hostId);
+          leases.push({ leaseId, hostId, fencingToken: token });
+          changed.add(`host:${hostId}`);
+        }
+        // no lease id or token in the cause: causes are shown (redacted) to operators, tokens never
         await s.record(tx, now, {
           subjectType: 'reservation',
           subjectId: r.id,
           type: 'reservation.allocated',
           fromState: r.status,
           toState: 'allocated',
-          cause: `granted ${g.hostIds.join(' + ')}${g.lend.length ? ` (lending ${g.lend.join(', ')})` : ''}`,
+          cause: `granted ${moves.join(' + ')}`,
           actor,
-          data: { hosts: g.hostIds, lend: g.lend },
+          data: {
+            hosts: g.hostIds,
+            lend: g.lend,
+            leases: rowLeases,
+            kind: r.kind,
+            waitedMs: now - r.createdAt,
+          },
         });
         Object.assign(r, {
           status: 'allocated',
@@ -210,32 +258,16 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
           position: null,
           updatedAt: now,
         });
-        const leases: PassResult['granted'][number]['leases'] = [];
-        for (const hostId of g.hostIds) {
-          const host = hostById.get(hostId)!;
-          assertHostTransition(host.phase as HostPhase, 'allocated');
-          const token = host.fencingToken + 1;
-          const leaseId = `l-${hostId}-${token}`;
-          const lend = g.lend.includes(hostId);
-          leaseArgs.push(leaseId, r.id, hostId, token, lend ? 1 : 0, now, now + ttlS * 1000);
-          await s.record(tx, now, {
-            subjectType: 'lease',
-            subjectId: leaseId,
-            type: 'lease.granted',
-            toState: 'active',
-            cause: `admission granted ${r.id}; ${hostId} ${host.phase} → allocated`,
-            actor,
-            data: { reservationId: r.id, hostId, fencingToken: token, lend, hostFrom: host.phase },
-          });
-          host.fencingToken = token;
-          host.phase = 'allocated';
-          grantedHosts.push(hostId);
-          leases.push({ leaseId, hostId, fencingToken: token });
-          changed.add(`host:${hostId}`);
-        }
         result.granted.push({ reservationId: r.id, leases });
       }
       const ids = plan.grants.map((g) => g.reservationId);
+      // rule 6 between lanes: a build with a lane granted keeps its slot (read by keptSlotsOf)
+      const builds: string[] = [];
+      for (const id of ids) {
+        const key = buildKeyOf(resvById.get(id)!);
+        if (key != null) builds.push(key);
+      }
+      await recordGrantedBuilds(q, builds, now);
       // compare-and-set: only still-queued rows move (the write lock makes this exact)
       await q.execute(
         `UPDATE reservations SET status = 'allocated', granted_at = ?, updated_at = ?, reason = NULL, position = NULL, wait_code = NULL, outcome = NULL WHERE id IN (${placeholders(

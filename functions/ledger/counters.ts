@@ -56,26 +56,51 @@ interface Bump {
   by: number;
 }
 
-async function bumpMany(q: RawSql, bumps: readonly Bump[]): Promise<void> {
-  // merge same-sample bumps first: one upsert per sample keeps a busy pass to a few statements
-  const merged = new Map<string, Bump>();
-  for (const b of bumps) {
-    const k = `${b.name}\u0000${b.series}`;
-    const m = merged.get(k);
-    if (m) m.by += b.by;
-    else merged.set(k, { ...b });
+/**
+ * Bumps merged per sample as they are added: one upsert row per sample keeps a busy pass to a few
+ * statements, and a burst of grants adds to a handful of samples instead of listing each bump.
+ */
+class Bumps {
+  readonly samples = new Map<string, Map<string, number>>();
+  add(name: string, series: string, by: number): void {
+    let m = this.samples.get(name);
+    if (!m) {
+      m = new Map();
+      this.samples.set(name, m);
+    }
+    m.set(series, (m.get(series) ?? 0) + by);
   }
-  const rows = [...merged.values()];
+  addAll(bumps: readonly Bump[]): void {
+    for (const b of bumps) this.add(b.name, b.series, b.by);
+  }
+  rows(): Bump[] {
+    const out: Bump[] = [];
+    for (const [name, m] of this.samples) for (const [series, by] of m) out.push({ name, series, by });
+    return out;
+  }
+}
+
+async function bumpMany(q: RawSql, bumps: Bumps): Promise<void> {
+  const rows = bumps.rows();
   // 3 columns per row keeps each statement far below SQLite's bound-parameter limit
   for (let i = 0; i < rows.length; i += 200) {
     const chunk = rows.slice(i, i + 200);
     await q.execute(
-      `INSERT INTO metric_counters (name, series, value) VALUES ${chunk
-        .map(() => '(?, ?, ?)')
-        .join(', ')} ON CONFLICT (name, series) DO UPDATE SET value = value + excluded.value`,
+      `INSERT INTO metric_counters (name, series, value) VALUES ${placeholderRows(chunk.length)} ON CONFLICT (name, series) DO UPDATE SET value = value + excluded.value`,
       chunk.flatMap((b): InValue[] => [b.name, b.series, b.by]),
     );
   }
+}
+
+const rowLists = new Map<number, string>();
+/** `(?, ?, ?), …` for `n` rows, built once per `n`. */
+function placeholderRows(n: number): string {
+  let text = rowLists.get(n);
+  if (text === undefined) {
+    text = Array.from({ length: n }, () => '(?, ?, ?)').join(', ');
+    if (rowLists.size < 256) rowLists.set(n, text);
+  }
+  return text;
 }
 
 /** The bumps one histogram observation makes: cumulative buckets, `+Inf`, `_sum`, `_count`. */
@@ -98,11 +123,63 @@ export function histogramBumps(
   ];
 }
 
+/**
+ * Observations of one histogram grouped by label set, turned into bumps once per group: a burst
+ * of 16 grants of one kind makes one bump per bucket, not 16 (same totals as
+ * {@link histogramBumps} per observation).
+ */
+class Observations {
+  private readonly groups = new Map<string, { values: number[] }>();
+  constructor(
+    private readonly name: string,
+    private readonly buckets: readonly number[],
+  ) {}
+  add(labels: Record<string, string>, value: number): void {
+    const k = seriesKey(labels);
+    let g = this.groups.get(k);
+    if (!g) {
+      g = { values: [] };
+      this.groups.set(k, g);
+    }
+    g.values.push(Math.max(0, value));
+  }
+  into(bumps: Bumps): void {
+    for (const [base, g] of this.groups) {
+      const withLe = (le: string) => (base ? `${base},le="${le}"` : `le="${le}"`);
+      for (const b of this.buckets) {
+        let n = 0;
+        for (const v of g.values) if (v <= b) n++;
+        if (n) bumps.add(`${this.name}_bucket`, withLe(String(b)), n);
+      }
+      bumps.add(`${this.name}_bucket`, withLe('+Inf'), g.values.length);
+      bumps.add(
+        `${this.name}_sum`,
+        base,
+        g.values.reduce((a, v) => a + v, 0),
+      );
+      bumps.add(`${this.name}_count`, base, g.values.length);
+    }
+  }
+}
+
+const typeSeries = new Map<string, string>();
+/** `type="…"` for an event type (the vocabulary is small and fixed: built once per type). */
+function typeSeriesOf(type: string): string {
+  let k = typeSeries.get(type);
+  if (k === undefined) {
+    k = seriesKey({ type });
+    if (typeSeries.size < 1000) typeSeries.set(type, k);
+  }
+  return k;
+}
+
 /** What the counters need of an event row (the buffered insert). */
 export interface CountedEvent {
   subjectId: string;
   type: string;
   toState?: string | null;
+  /** The event's data as recorded: a grant's row carries its `kind` and `waitedMs` (ADR 0100). */
+  data?: Record<string, unknown> | null;
 }
 
 /**
@@ -112,12 +189,18 @@ export interface CountedEvent {
  */
 export async function countEvents(q: RawSql, events: readonly CountedEvent[]): Promise<void> {
   if (events.length === 0) return;
-  const bumps: Bump[] = events.map((e) => ({
-    name: LEDGER_COUNTERS.events,
-    series: seriesKey({ type: e.type }),
-    by: 1,
-  }));
-  const granted = events.filter((e) => e.type === 'reservation.allocated').map((e) => e.subjectId);
+  const bumps = new Bumps();
+  for (const e of events) bumps.add(LEDGER_COUNTERS.events, typeSeriesOf(e.type), 1);
+  const waits = new Observations(LEDGER_COUNTERS.wait, WAIT_BUCKETS_S);
+  // a grant row carries what its wait observation needs; older callers' rows are read back below
+  const granted: string[] = [];
+  for (const e of events) {
+    if (e.type !== 'reservation.allocated') continue;
+    const kind = e.data?.kind;
+    const waitedMs = e.data?.waitedMs;
+    if (typeof kind === 'string' && typeof waitedMs === 'number') waits.add({ kind }, waitedMs / 1000);
+    else granted.push(e.subjectId);
+  }
   const ended = events
     .filter((e) => e.type.startsWith('reservation.') && isTerminalStatus(e.type.slice(12)))
     .map((e) => e.subjectId);
@@ -144,25 +227,19 @@ export async function countEvents(q: RawSql, events: readonly CountedEvent[]): P
     for (const id of granted) {
       const r = byId.get(id);
       if (r?.grantedAt == null) continue;
-      bumps.push(
-        ...histogramBumps(
-          LEDGER_COUNTERS.wait,
-          WAIT_BUCKETS_S,
-          { kind: r.kind },
-          (r.grantedAt - r.createdAt) / 1000,
-        ),
-      );
+      waits.add({ kind: r.kind }, (r.grantedAt - r.createdAt) / 1000);
     }
     for (const id of ended) {
       const r = byId.get(id);
       if (!r) continue;
-      bumps.push({
-        name: LEDGER_COUNTERS.ended,
-        series: seriesKey({ kind: r.kind, status: r.status, outcome: r.outcome ?? r.status }),
-        by: 1,
-      });
+      bumps.add(
+        LEDGER_COUNTERS.ended,
+        seriesKey({ kind: r.kind, status: r.status, outcome: r.outcome ?? r.status }),
+        1,
+      );
     }
   }
+  waits.into(bumps);
   // observed at release, which happens once per lease (a runner start may be reported again)
   const started = [...new Set(events.filter((e) => e.type === 'lease.released').map((e) => e.subjectId))];
   if (started.length) {
@@ -174,8 +251,8 @@ export async function countEvents(q: RawSql, events: readonly CountedEvent[]): P
       const preparedAt = l.prepared_at as number | null;
       const runnerStartedAt = l.runner_started_at as number | null;
       if (preparedAt == null || runnerStartedAt == null) continue;
-      bumps.push(
-        ...histogramBumps(
+      bumps.addAll(
+        histogramBumps(
           LEDGER_COUNTERS.runnerStartup,
           RUNNER_START_BUCKETS_S,
           { host: l.host_id as string },

@@ -1,5 +1,5 @@
 import { and, asc, count, desc, eq, inArray, isNotNull, isNull, min, or, sql } from 'drizzle-orm';
-import type { LedgerSubjectType } from '../../core/events.ts';
+import { type LedgerSubjectType, leaseGrantsOf } from '../../core/events.ts';
 import type { ReservationStatus } from '../../core/model.ts';
 import { bindingLeases, type Tx } from './db.ts';
 import type {
@@ -23,18 +23,51 @@ type Query = Tx | LedgerStore['db'];
 
 // ---------------------------------------------------------------- history
 
+/**
+ * One subject's history, oldest first. A lease's history starts with its grant: since ADR 0100
+ * that is its reservation's `reservation.allocated` row (which lists the lease), included here;
+ * an older ledger's `lease.granted` row is the lease's own and comes with the rest.
+ */
 export async function history(
   s: LedgerStore,
   subjectType: LedgerSubjectType,
   subjectId: string,
   limit = 200,
-) {
-  return s.db
+): Promise<EventRow[]> {
+  const own = await s.db
     .select()
     .from(t.events)
     .where(and(eq(t.events.subjectType, subjectType), eq(t.events.subjectId, subjectId)))
     .orderBy(asc(t.events.id))
     .limit(limit);
+  if (subjectType !== 'lease') return own;
+  const grant = await leaseGrantRow(s, subjectId);
+  if (!grant || own.some((e) => e.id === grant.id)) return own;
+  return [grant, ...own].sort((a, b) => a.id - b.id).slice(0, limit);
+}
+
+/** The `reservation.allocated` row that granted a lease (ADR 0100), or null (unknown lease, old ledger). */
+export async function leaseGrantRow(s: LedgerStore, leaseId: string): Promise<EventRow | null> {
+  const lease = (
+    await s.db
+      .select({ reservationId: t.leases.reservationId })
+      .from(t.leases)
+      .where(eq(t.leases.id, leaseId))
+  )[0];
+  if (!lease) return null;
+  // a reservation is granted once (queued → allocated only), so this is one row, or none before ADR 0100
+  const rows = await s.db
+    .select()
+    .from(t.events)
+    .where(
+      and(
+        eq(t.events.subjectType, 'reservation'),
+        eq(t.events.subjectId, lease.reservationId),
+        eq(t.events.type, 'reservation.allocated'),
+      ),
+    )
+    .orderBy(asc(t.events.id));
+  return rows.find((e) => leaseGrantsOf(e).some((g) => g.leaseId === leaseId)) ?? null;
 }
 
 export async function recentEvents(s: LedgerStore, limit = 50): Promise<EventRow[]> {

@@ -28,13 +28,31 @@ export type ApiTokenRow = typeof t.apiTokens.$inferSelect;
 export type AgentTokenRow = typeof t.agentTokens.$inferSelect;
 export type DeliveryRow = typeof t.webhookDeliveries.$inferSelect;
 
+// Parsed facts by their JSON text: every admission pass and view reads every host, and a host's
+// facts change only with a heartbeat that reports something new. Shared objects, so frozen.
+const parsedFacts = new Map<string, HostFacts | null>();
+
 function parseFacts(json: string | null): HostFacts | null {
   if (!json) return null;
+  const hit = parsedFacts.get(json);
+  if (hit !== undefined) return hit;
+  let facts: HostFacts | null;
   try {
-    return JSON.parse(json) as HostFacts;
+    facts = deepFreeze(JSON.parse(json) as HostFacts);
   } catch {
-    return null;
+    facts = null;
   }
+  if (parsedFacts.size >= 1024) parsedFacts.clear();
+  parsedFacts.set(json, facts);
+  return facts;
+}
+
+function deepFreeze<T>(v: T): T {
+  if (typeof v === 'object' && v !== null && !Object.isFrozen(v)) {
+    for (const x of Object.values(v)) deepFreeze(x);
+    Object.freeze(v);
+  }
+  return v;
 }
 
 /** The admission engine's view of a host row. */

@@ -65,11 +65,21 @@ export const reservations = sqliteTable(
     uniqueIndex('reservations_seq').on(t.seq),
     index('reservations_status').on(t.status, t.priority, t.seq),
     index('reservations_pr').on(t.repo, t.pr),
-    // every admission pass asks whether a queued build (head SHA, repository, PR) already had
-    // a lane granted (rule 6 between lanes): one index seek instead of a scan of the history
-    index('reservations_build').on(t.headSha, t.repo, t.pr, t.grantedAt),
   ],
 );
+
+/**
+ * Builds that had a lane granted (rule 6 between lanes, issue 14 item 6): one row per build —
+ * `pr <repo>#<pr> <sha>` for a PR's build (any kind), `repo <repo> <sha>` for a per-commit CI
+ * build without a PR — written by the grant (`INSERT OR IGNORE`). Admission asks it whether a
+ * queued build keeps its slot. It replaced an index on every reservation's (head SHA, repo, PR,
+ * granted_at), which each grant and each new request rewrote (issue 13 item 2, ADR 0101).
+ */
+export const grantedBuilds = sqliteTable('granted_builds', {
+  build: text('build').primaryKey(),
+  /** When the build's first lane was granted. */
+  grantedAt: integer('granted_at').notNull(),
+});
 
 export const leases = sqliteTable(
   'leases',

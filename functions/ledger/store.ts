@@ -31,7 +31,8 @@ export interface LedgerOptions {
   hooks?: TransitionHook[];
 }
 
-type EventInsert = typeof t.events.$inferInsert;
+/** A buffered history row, with its data as recorded (the counters read it without parsing). */
+type EventInsert = typeof t.events.$inferInsert & { data?: Record<string, unknown> | null };
 type Listener = (topic: string) => void;
 /** What a write transaction hands its body: the transaction, its clock reading, change topics. */
 export type WriteBody<T> = (tx: Tx, now: number, changed: Set<string>) => Promise<T>;
@@ -135,6 +136,7 @@ export class LedgerStore {
       cause: ev.cause,
       actor: ev.actor,
       dataJson: ev.data ? JSON.stringify(ev.data) : null,
+      data: ev.data ?? null,
     };
     const buffer = this.eventBuffers.get(tx);
     if (buffer) buffer.push(row);

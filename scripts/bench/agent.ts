@@ -89,7 +89,8 @@ export async function handoverLatency(progress: (m: string) => void) {
       if (!next) throw new Error(`no runner started for ${ids[i]}`);
       deltas.push(next.startedAt - released);
       // where the time goes: freed → granted → prepared (agent) → config handed over → runner process
-      const granted = await at(lease.id, 'lease.granted');
+      // a lease's history starts with its grant: the reservation's one `reservation.allocated` row (ADR 0100)
+      const granted = await at(lease.id, 'reservation.allocated');
       const prepared = await at(lease.id, 'lease.prepared');
       const handoff = await at(lease.id, 'lease.runner_handoff');
       segments.grant.push(granted - released);

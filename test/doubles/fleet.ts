@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { and, asc, eq, inArray } from 'drizzle-orm';
 import type { SparkConfigInput } from '../../core/config.ts';
+import { leaseGrantsOfData } from '../../core/events.ts';
 import { isReleasableStatus } from '../../core/model.ts';
 import { agentApiModule } from '../../functions/agent-api/index.ts';
 import type { AppModule } from '../../functions/app.ts';
@@ -146,35 +147,36 @@ function handoffModule(
         }
         // the GitHub part asks for the JIT config at grant, while the agent prepares (ADR 0070);
         // GitHub answers later, outside the granting transaction, as the outbox does
-        if (ev.type !== 'lease.granted') return;
-        const leaseId = ev.subjectId;
-        setTimeout(() => {
-          void ledger
-            .write(async (tx2, at, changed) => {
-              // what the sender checks before registering: the lease still active, the work wanted
-              const l = (await tx2.select().from(t.leases).where(eq(t.leases.id, leaseId)))[0];
-              if (l?.status !== 'active') return;
-              const r = (
-                await tx2.select().from(t.reservations).where(eq(t.reservations.id, l.reservationId))
-              )[0];
-              if (!r || r.kind === 'development' || !isReleasableStatus(r.status)) return;
-              const runnerName = `spark-${l.hostId}-${r.id}-a0`;
-              await tx2
-                .insert(t.jitHandoffs)
-                .values({
-                  runnerName,
-                  leaseId: l.id,
-                  reservationId: r.id,
-                  hostId: l.hostId,
-                  attempt: 0,
-                  jitConfig: fakeJitConfig(runnerName, markerDir, runner(r.id, l.hostId, 0)),
-                  createdAt: at,
-                })
-                .onConflictDoNothing();
-              changed.add(`host:${l.hostId}`);
-            })
-            .catch(() => undefined);
-        }, latencyMs);
+        // each lease the grant issued, from the grant's one history row (ADR 0100)
+        for (const { leaseId } of leaseGrantsOfData(ev.type, ev.subjectId, ev.data)) {
+          setTimeout(() => {
+            void ledger
+              .write(async (tx2, at, changed) => {
+                // what the sender checks before registering: the lease still active, the work wanted
+                const l = (await tx2.select().from(t.leases).where(eq(t.leases.id, leaseId)))[0];
+                if (l?.status !== 'active') return;
+                const r = (
+                  await tx2.select().from(t.reservations).where(eq(t.reservations.id, l.reservationId))
+                )[0];
+                if (!r || r.kind === 'development' || !isReleasableStatus(r.status)) return;
+                const runnerName = `spark-${l.hostId}-${r.id}-a0`;
+                await tx2
+                  .insert(t.jitHandoffs)
+                  .values({
+                    runnerName,
+                    leaseId: l.id,
+                    reservationId: r.id,
+                    hostId: l.hostId,
+                    attempt: 0,
+                    jitConfig: fakeJitConfig(runnerName, markerDir, runner(r.id, l.hostId, 0)),
+                    createdAt: at,
+                  })
+                  .onConflictDoNothing();
+                changed.add(`host:${l.hostId}`);
+              })
+              .catch(() => undefined);
+          }, latencyMs);
+        }
       },
     ],
   };

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import * as t from '../../functions/ledger/schema.ts';
 import { redactText, toEventView } from '../../functions/views.ts';
+import { adoptAll, makeTestLedger } from '../helpers/ledger.ts';
 
 describe('redactText (public free text)', () => {
   it('keeps the words people need', () => {
@@ -56,6 +58,42 @@ describe('redactText (public free text)', () => {
     expect(JSON.stringify(pub)).not.toContain('987655');
     expect(toEventView(row, { publicView: false }).actor).toBe('github:octocat');
     expect(toEventView({ ...row, dataJson: 'nope' }, { publicView: true }).subjectId).toBe('lease');
+  });
+
+  it('shows a grant row (ADR 0100) without its leases’ ids or fencing tokens, in either view', async () => {
+    // a real pass writes the row: one `reservation.allocated` per grant, listing its leases
+    const tl = await makeTestLedger();
+    try {
+      const { ledger } = tl;
+      await adoptAll(ledger);
+      // tokens no other number in the row could be mistaken for
+      await ledger.store.db.update(t.hosts).set({ fencingToken: 987654 });
+      const r = await ledger.createReservation(
+        { kind: 'development', topology: 'pair', requester: 'api:alice-laptop' },
+        'api:alice-laptop',
+      );
+      const granted = (await ledger.admissionPass('test')).granted[0]!.leases;
+      expect(granted.map((l) => [l.hostId, l.fencingToken]).sort()).toEqual([
+        ['spark-1', 987655],
+        ['spark-2', 987655],
+      ]);
+      const rows = (await ledger.history('reservation', r.id)).filter(
+        (e) => e.type === 'reservation.allocated',
+      );
+      expect(rows).toHaveLength(1);
+      expect(rows[0]!.dataJson).toContain('987655');
+      for (const publicView of [true, false]) {
+        const text = JSON.stringify(toEventView(rows[0]!, { publicView }));
+        expect(text).not.toContain('987655');
+        for (const l of granted) expect(text).not.toContain(l.leaseId);
+      }
+      // the private view keeps the words: which hosts, from which phase
+      expect(toEventView(rows[0]!, { publicView: false }).cause).toMatch(
+        /^granted spark-2 \(idle → allocated\) \+ spark-1 \(service → allocated, lending its home service\)$/,
+      );
+    } finally {
+      tl.close();
+    }
   });
 
   it('public causes come from templates with actor classes only: no login, token name or private repo', () => {

@@ -178,8 +178,12 @@ describe('sparkctl against a real controller', () => {
     expect(fleet.hosts.find((h) => h.id === 'spark-2')?.reservation?.id).toBe(id);
     const hist = HistoryResponse.parse(JSON.parse(histRes.stdout));
     expect(hist.events.map((e) => e.type)).toEqual(
-      expect.arrayContaining(['reservation.queued', 'reservation.allocated', 'lease.granted']),
+      expect.arrayContaining(['reservation.queued', 'reservation.allocated']),
     );
+    // the grant is one row (ADR 0100): it names the host and its move, never the lease's token
+    const grant = hist.events.find((e) => e.type === 'reservation.allocated');
+    expect(grant?.cause).toMatch(/^granted spark-2 \((idle|service) → allocated/);
+    expect(hist.events.some((e) => e.type === 'lease.granted')).toBe(false);
 
     expect(table.stdout).toMatch(/^HOST\s+STATE\s+ADOPTED/m);
     // the queued pair needs spark-2 next: it drains (current work finishes) and spark-1 is held

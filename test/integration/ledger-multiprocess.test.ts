@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { asc } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
+import { leaseGrantsOf } from '../../core/events.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { adoptAll, makeTestLedger } from '../helpers/ledger.ts';
 
@@ -92,29 +93,25 @@ describe('ledger shared by several processes', () => {
         const lastToken = new Map<string, number>();
         let grantsSeen = 0;
         for (const e of events) {
-          if (e.type !== 'lease.granted' && e.type !== 'lease.released') continue;
-          const data = JSON.parse(e.dataJson!) as {
-            hostId: string;
-            fencingToken: number;
-            reservationId: string;
-          };
-          if (e.type === 'lease.granted') {
+          // one `reservation.allocated` row per grant lists its leases (ADR 0100)
+          for (const g of leaseGrantsOf(e)) {
             grantsSeen++;
             expect(
-              holder.get(data.hostId) ?? null,
-              `double grant of ${data.hostId} (event ${e.id}): ${ctx}`,
+              holder.get(g.hostId) ?? null,
+              `double grant of ${g.hostId} (event ${e.id}): ${ctx}`,
             ).toBeNull();
-            expect(data.fencingToken, `fencing token on ${data.hostId}`).toBeGreaterThan(
-              lastToken.get(data.hostId) ?? 0,
+            expect(g.fencingToken, `fencing token on ${g.hostId}`).toBeGreaterThan(
+              lastToken.get(g.hostId) ?? 0,
             );
-            holder.set(data.hostId, e.subjectId);
-            lastToken.set(data.hostId, data.fencingToken);
-          } else {
-            expect(holder.get(data.hostId), `release of a lease that does not hold ${data.hostId}`).toBe(
-              e.subjectId,
-            );
-            holder.set(data.hostId, null);
+            holder.set(g.hostId, g.leaseId);
+            lastToken.set(g.hostId, g.fencingToken);
           }
+          if (e.type !== 'lease.released') continue;
+          const data = JSON.parse(e.dataJson!) as { hostId: string };
+          expect(holder.get(data.hostId), `release of a lease that does not hold ${data.hostId}`).toBe(
+            e.subjectId,
+          );
+          holder.set(data.hostId, null);
         }
         const leaseRows = await db.select().from(t.leases);
         expect(grantsSeen).toBe(leaseRows.length);

@@ -4,7 +4,17 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { OPEN_STATUSES } from '../../core/model.ts';
 import { openLedgerDb } from '../../functions/ledger/db.ts';
 import { createLocalClient, STATEMENT_CACHE_SIZE } from '../../functions/ledger/local-client.ts';
-import { allHosts, bindingLeaseRows, openReservations } from '../../functions/ledger/raw-rows.ts';
+import { loadMigrations } from '../../functions/ledger/migrations-fs.ts';
+import {
+  allHosts,
+  bindingLeaseOfHost,
+  bindingLeaseRows,
+  buildKeyOf,
+  buildsHadGrant,
+  hostById,
+  openReservations,
+  reservationById,
+} from '../../functions/ledger/raw-rows.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { adoptAll, makeTestLedger, type TestLedger, tempDir } from '../helpers/ledger.ts';
 
@@ -42,6 +52,20 @@ describe('raw admission reads', () => {
     const pass = await ledger.admissionPass('test');
     expect(pass.granted.length).toBeGreaterThan(0);
     const db = ledger.db;
+    // the reads come back as JSON text: every kind of value must survive it exactly
+    const queuedId = (
+      await db.select().from(t.reservations).where(sql`${t.reservations.status} = 'queued'`)
+    )[0]!.id;
+    await db
+      .update(t.reservations)
+      .set({
+        reason: 'quote " backslash \\ newline \n tab \t ü 🚀 \u2028 end',
+        metaJson: JSON.stringify({ trigger: 'comment', note: 'ü "x"' }),
+        checkRunId: 2 ** 53 - 1,
+        retryNotBefore: -1,
+      })
+      .where(sql`${t.reservations.id} = ${queuedId}`);
+    await db.update(t.hosts).set({ note: '' }).where(sql`${t.hosts.id} = 'spark-3'`);
     const viaDrizzle = {
       hosts: await db.select().from(t.hosts),
       leases: await db
@@ -60,6 +84,13 @@ describe('raw admission reads', () => {
     expect(await allHosts(outside)).toEqual(viaDrizzle.hosts);
     expect(await bindingLeaseRows(outside)).toEqual(viaDrizzle.leases);
     expect(await openReservations(outside)).toEqual(viaDrizzle.reservations);
+    // the single-row reads (heartbeat, poll) go the same way
+    for (const h of viaDrizzle.hosts) expect(await hostById(outside, h.id)).toEqual(h);
+    for (const l of viaDrizzle.leases) expect(await bindingLeaseOfHost(outside, l.hostId)).toEqual(l);
+    for (const r of viaDrizzle.reservations) expect(await reservationById(outside, r.id)).toEqual(r);
+    expect(await hostById(outside, 'spark-404')).toBeNull();
+    expect(await reservationById(outside, 'r-404')).toBeNull();
+    expect(await bindingLeaseOfHost(outside, 'spark-404')).toBeNull();
     const inside = await ledger.store.write(async (tx) => {
       const q = ledger.store.raw(tx);
       return {
@@ -69,6 +100,83 @@ describe('raw admission reads', () => {
       };
     });
     expect(inside).toEqual(viaDrizzle);
+  });
+
+  it('records each granted build once and answers which builds had a lane granted (ADR 0101)', async () => {
+    tl = await makeTestLedger({ config: { hosts: [{ id: 'spark-2' }] } });
+    const { ledger } = tl;
+    await adoptAll(ledger);
+    const a = 'a'.repeat(40);
+    const b = 'b'.repeat(40);
+    const mk = (over: { kind?: 'manual' | 'merge'; pr?: number; headSha: string }) =>
+      ledger.createReservation(
+        {
+          kind: over.kind ?? 'manual',
+          topology: 'single',
+          repo: 'acme/iron',
+          ...(over.pr != null ? { pr: over.pr } : {}),
+          headSha: over.headSha,
+          requester: 'test',
+        },
+        'test',
+      );
+    const key = (r: { pr: number | null; headSha: string; kind: string; repo?: string }) =>
+      buildKeyOf({ repo: 'acme/iron', ...r });
+    expect(key({ pr: 1, headSha: a, kind: 'manual' })).toBe(`pr acme/iron#1 ${a}`);
+    expect(key({ pr: null, headSha: b, kind: 'merge' })).toBe(`repo acme/iron ${b}`);
+    expect(key({ pr: null, headSha: b, kind: 'development' })).toBeNull();
+    expect(buildKeyOf({ repo: null, pr: 1, headSha: a, kind: 'manual' })).toBeNull();
+
+    await mk({ pr: 1, headSha: a }); // granted below (the only host)
+    await mk({ kind: 'merge', headSha: b }); // queued behind it
+    expect((await ledger.admissionPass('test')).granted).toHaveLength(1);
+    const q = ledger.store.raw(undefined);
+    const asked = [
+      key({ pr: 1, headSha: a, kind: 'manual' })!, // granted
+      key({ pr: 2, headSha: a, kind: 'manual' })!, // another PR
+      key({ pr: 1, headSha: b, kind: 'manual' })!, // another SHA
+      buildKeyOf({ repo: 'acme/other', pr: 1, headSha: a, kind: 'manual' })!, // another repository
+      key({ pr: null, headSha: b, kind: 'merge' })!, // the merge build, not granted yet
+      key({ pr: null, headSha: a, kind: 'merge' })!, // no per-commit build granted on this SHA
+    ];
+    expect([...(await buildsHadGrant(q, asked))]).toEqual([asked[0]]);
+    // the merge build granted next: now its repository-wide build counts as had
+    const free = async () => {
+      const lease = (await ledger.db.select().from(t.leases).where(sql`${t.leases.status} = 'active'`))[0]!;
+      await ledger.beginRelease(lease.reservationId, 'passed', 'done', 'test');
+      await ledger.confirmReleased(lease.hostId, lease.fencingToken, 'test');
+    };
+    await free();
+    expect((await ledger.admissionPass('test')).granted).toHaveLength(1);
+    expect([...(await buildsHadGrant(q, asked))].sort()).toEqual([asked[0], asked[4]].sort());
+    expect(await buildsHadGrant(q, [])).toEqual(new Set());
+    // a second lane of a known build keeps the first grant's time
+    await free();
+    const first = await ledger.db.select().from(t.grantedBuilds);
+    await mk({ pr: 1, headSha: a });
+    expect((await ledger.admissionPass('test')).granted.length).toBeGreaterThan(0);
+    const after = await ledger.db.select().from(t.grantedBuilds);
+    expect(after.filter((r) => r.build === asked[0])).toEqual(first.filter((r) => r.build === asked[0]));
+
+    // migration 0006's backfill derives the same rows from the reservations' granted_at
+    const backfill = loadMigrations()
+      .find((m) => m.tag === '0006_granted_builds')!
+      .statements.find((x) => x.includes('INSERT OR IGNORE INTO `granted_builds`'))!;
+    await ledger.db.delete(t.grantedBuilds);
+    await ledger.db.run(sql.raw(backfill));
+    const byBuild = (rows: { build: string }[]) => [...rows].sort((x, y) => x.build.localeCompare(y.build));
+    expect(byBuild(await ledger.db.select().from(t.grantedBuilds))).toEqual(byBuild(after));
+  });
+
+  it('refuses an integer beyond 2^53 instead of rounding it (as the client does)', async () => {
+    tl = await makeTestLedger({ config: { hosts: [{ id: 'spark-2' }] } });
+    const { ledger } = tl;
+    await ledger.db.run(sql`UPDATE hosts SET fencing_token = 9007199254740993 WHERE id = 'spark-2'`);
+    const q = ledger.store.raw(undefined);
+    await expect(allHosts(q)).rejects.toThrow(
+      /fencing_token 9007199254740992 is not an integer JavaScript can hold exactly/,
+    );
+    await expect(q.execute('SELECT fencing_token FROM hosts')).rejects.toThrow(RangeError);
   });
 
   it('refuses raw SQL on a transaction the ledger did not open', async () => {

@@ -3,6 +3,7 @@ import { createClient } from '@libsql/client';
 import { asc, count } from 'drizzle-orm';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { parseConfig, type SparkConfigInput } from '../../core/config.ts';
+import { leaseGrantsOf } from '../../core/events.ts';
 import { isReleasableStatus } from '../../core/model.ts';
 import { type LedgerDb, openLedgerDb } from '../../functions/ledger/db.ts';
 import { Ledger } from '../../functions/ledger/ledger.ts';
@@ -73,25 +74,22 @@ async function replayGrants(ledger: Ledger, ctx: string): Promise<number> {
   const lastToken = new Map<string, number>();
   let grants = 0;
   for (const e of events) {
-    if (e.type !== 'lease.granted' && e.type !== 'lease.released') continue;
-    const data = JSON.parse(e.dataJson!) as { hostId: string; fencingToken: number };
-    if (e.type === 'lease.granted') {
+    // one `reservation.allocated` row per grant lists its leases (ADR 0100)
+    for (const g of leaseGrantsOf(e)) {
       grants++;
-      expect(
-        holder.get(data.hostId) ?? null,
-        `double grant of ${data.hostId} (event ${e.id}): ${ctx}`,
-      ).toBeNull();
-      expect(data.fencingToken, `fencing token on ${data.hostId}: ${ctx}`).toBeGreaterThan(
-        lastToken.get(data.hostId) ?? 0,
+      expect(holder.get(g.hostId) ?? null, `double grant of ${g.hostId} (event ${e.id}): ${ctx}`).toBeNull();
+      expect(g.fencingToken, `fencing token on ${g.hostId}: ${ctx}`).toBeGreaterThan(
+        lastToken.get(g.hostId) ?? 0,
       );
-      holder.set(data.hostId, e.subjectId);
-      lastToken.set(data.hostId, data.fencingToken);
-    } else {
-      expect(holder.get(data.hostId), `release of a lease that does not hold ${data.hostId}: ${ctx}`).toBe(
-        e.subjectId,
-      );
-      holder.set(data.hostId, null);
+      holder.set(g.hostId, g.leaseId);
+      lastToken.set(g.hostId, g.fencingToken);
     }
+    if (e.type !== 'lease.released') continue;
+    const data = JSON.parse(e.dataJson!) as { hostId: string };
+    expect(holder.get(data.hostId), `release of a lease that does not hold ${data.hostId}: ${ctx}`).toBe(
+      e.subjectId,
+    );
+    holder.set(data.hostId, null);
   }
   return grants;
 }

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { LEDGER_EVENTS, LEDGER_SUBJECT_TYPES, leaseEvent, reservationEvent } from '../../core/events.ts';
+import {
+  LEDGER_EVENTS,
+  LEDGER_SUBJECT_TYPES,
+  leaseEvent,
+  leaseGrantsOf,
+  RETIRED_LEDGER_EVENTS,
+  reservationEvent,
+} from '../../core/events.ts';
 import {
   ACTIVE_STATUSES,
   BINDING_LEASE_STATUSES,
@@ -165,12 +172,72 @@ describe('event types', () => {
     expect(LEDGER_EVENTS).toEqual(
       expect.arrayContaining([
         'reservation.waiting',
-        'lease.granted',
+        'lease.renewed',
         'host.phase',
         'alert.restore_failed',
         'api.read',
       ]),
     );
+  });
+
+  it('a grant is one `reservation.allocated` row; old `lease.granted` rows still read (ADR 0100)', () => {
+    // retired: never written again (not in the writable vocabulary), but readers accept it
+    expect(RETIRED_LEDGER_EVENTS).toEqual(['lease.granted']);
+    expect(LEDGER_EVENTS).not.toContain('lease.granted');
+    const pair = {
+      type: 'reservation.allocated',
+      subjectId: 'r-7',
+      dataJson: JSON.stringify({
+        hosts: ['spark-2', 'spark-1'],
+        lend: ['spark-1'],
+        leases: [
+          { id: 'l-spark-2-4', hostId: 'spark-2', fencingToken: 4, lend: false, hostFrom: 'idle' },
+          { id: 'l-spark-1-9', hostId: 'spark-1', fencingToken: 9, lend: true, hostFrom: 'service' },
+        ],
+      }),
+    };
+    expect(leaseGrantsOf(pair)).toEqual([
+      {
+        leaseId: 'l-spark-2-4',
+        reservationId: 'r-7',
+        hostId: 'spark-2',
+        fencingToken: 4,
+        lend: false,
+        hostFrom: 'idle',
+      },
+      {
+        leaseId: 'l-spark-1-9',
+        reservationId: 'r-7',
+        hostId: 'spark-1',
+        fencingToken: 9,
+        lend: true,
+        hostFrom: 'service',
+      },
+    ]);
+    // an old ledger: the lease's own row grants it; that ledger's allocated row lists no leases
+    const old = {
+      type: 'lease.granted',
+      subjectId: 'l-spark-2-3',
+      dataJson: JSON.stringify({ reservationId: 'r-6', hostId: 'spark-2', fencingToken: 3, lend: false }),
+    };
+    expect(leaseGrantsOf(old)).toEqual([
+      {
+        leaseId: 'l-spark-2-3',
+        reservationId: 'r-6',
+        hostId: 'spark-2',
+        fencingToken: 3,
+        lend: false,
+        hostFrom: null,
+      },
+    ]);
+    const oldAllocated = { ...pair, dataJson: JSON.stringify({ hosts: ['spark-2'], lend: [] }) };
+    expect(leaseGrantsOf(oldAllocated)).toEqual([]);
+    // anything else, or data that is not what a grant writes, grants nothing
+    expect(leaseGrantsOf({ ...pair, type: 'reservation.queued' })).toEqual([]);
+    expect(leaseGrantsOf({ ...pair, dataJson: '{not json' })).toEqual([]);
+    expect(
+      leaseGrantsOf({ ...old, dataJson: JSON.stringify({ reservationId: 'r-6', hostId: 'spark-2' }) }),
+    ).toEqual([]);
   });
 
   it('status transitions are named after the status they reach', () => {

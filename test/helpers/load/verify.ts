@@ -1,10 +1,12 @@
 import { asc } from 'drizzle-orm';
+import { leaseGrantsOf } from '../../../core/events.ts';
 import type { Ledger } from '../../../functions/ledger/ledger.ts';
 import * as t from '../../../functions/ledger/schema.ts';
 
 /**
  * Replays the append-only history (as test/integration/ledger-multiprocess.test.ts does): per
- * host, `lease.granted` and `lease.released` must alternate and fencing tokens strictly
+ * host, grants (ADR 0100: `reservation.allocated` rows, or an old ledger's `lease.granted`) and
+ * `lease.released` must alternate and fencing tokens strictly
  * increase. Returns the number of grants and every violation found, in words.
  */
 export async function replayGrants(ledger: Ledger): Promise<{ grants: number; violations: string[] }> {
@@ -14,28 +16,23 @@ export async function replayGrants(ledger: Ledger): Promise<{ grants: number; vi
   const violations: string[] = [];
   let grants = 0;
   for (const e of events) {
-    if (e.type !== 'lease.granted' && e.type !== 'lease.released') continue;
-    const data = JSON.parse(e.dataJson ?? '{}') as { hostId: string; fencingToken: number };
-    if (e.type === 'lease.granted') {
+    // a grant is one `reservation.allocated` row listing its leases (ADR 0100); an old ledger's
+    // `lease.granted` rows are read the same way
+    for (const g of leaseGrantsOf(e)) {
       grants++;
-      const held = holder.get(data.hostId) ?? null;
+      const held = holder.get(g.hostId) ?? null;
       if (held)
-        violations.push(
-          `double grant of ${data.hostId} to ${e.subjectId} while ${held} holds it (event ${e.id})`,
-        );
-      if (!(data.fencingToken > (lastToken.get(data.hostId) ?? 0)))
-        violations.push(
-          `fencing token ${data.fencingToken} on ${data.hostId} did not increase (event ${e.id})`,
-        );
-      holder.set(data.hostId, e.subjectId);
-      lastToken.set(data.hostId, data.fencingToken);
-    } else {
-      if (holder.get(data.hostId) !== e.subjectId)
-        violations.push(
-          `release of ${e.subjectId} on ${data.hostId}, which it does not hold (event ${e.id})`,
-        );
-      holder.set(data.hostId, null);
+        violations.push(`double grant of ${g.hostId} to ${g.leaseId} while ${held} holds it (event ${e.id})`);
+      if (!(g.fencingToken > (lastToken.get(g.hostId) ?? 0)))
+        violations.push(`fencing token ${g.fencingToken} on ${g.hostId} did not increase (event ${e.id})`);
+      holder.set(g.hostId, g.leaseId);
+      lastToken.set(g.hostId, g.fencingToken);
     }
+    if (e.type !== 'lease.released') continue;
+    const data = JSON.parse(e.dataJson ?? '{}') as { hostId: string };
+    if (holder.get(data.hostId) !== e.subjectId)
+      violations.push(`release of ${e.subjectId} on ${data.hostId}, which it does not hold (event ${e.id})`);
+    holder.set(data.hostId, null);
   }
   return { grants, violations };
 }
