@@ -149,8 +149,15 @@ export function reconcile(d: DesiredState, local: LocalView): Step {
       }
       if (local.workload.state === 'running') {
         // a runner adopted after a restart is not our child: look at it every second
-        return r.startReported ? wait(1000, 'runner running') : { kind: 'report-started' };
+        if (r.startReported) return wait(1000, 'runner running');
+        // submitted, not started by its backend yet (dstack provisioning): no start is reported,
+        // so the controller's task-start timeout sees a backend that never starts it (ADR 0120)
+        if (local.workload.pending) return wait(1000, 'workload submitted; its backend has not started it');
+        return { kind: 'report-started' };
       }
+      // it ran and ended between two looks: its start is reported before its exit
+      if (local.workload.state === 'exited' && local.workload.ran && !r.startReported && !r.exitReported)
+        return { kind: 'report-started' };
       return r.exitReported
         ? wait(null, 'runner exited and reported')
         : { kind: 'report-exited', bestEffort: false };

@@ -105,6 +105,18 @@ const timingsSchema = z
     offlineAfterS: z.number().int().positive().default(40),
     runnerPickupTimeoutS: z.number().int().positive().default(600),
     runnerRetries: z.number().int().min(0).default(3),
+    taskStartTimeoutS: z
+      .number()
+      .int()
+      .positive()
+      .max(3600, {
+        message:
+          "at most 3600 s: a CI task's clone token lives one hour from the grant, so a task dstack starts later cannot fetch its commit",
+      })
+      .default(1200)
+      .describe(
+        'A CI task (ci "task") dstack has not started within this many seconds of its hand-over ends the work as task_not_started, without a retry (ADR 0120).',
+      ),
     queueTimeoutS: z
       .number()
       .int()

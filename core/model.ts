@@ -123,6 +123,8 @@ export const OUTCOMES = [
   // ended by the controller before or around the job
   'runner exited 0',
   'runner_not_picked_up',
+  // a CI task its backend (dstack) never started within timings.taskStartTimeoutS (ADR 0120)
+  'task_not_started',
   'github_failed',
   'withdrawn',
   // a job that is not the admitted one took the reservation's runner: stopped (issue 12 item 4)

@@ -148,16 +148,20 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
     async observe(l: LeaseState): Promise<Observation> {
       const r = l.runner;
       if (!r) return { state: 'none' };
-      if (r.exitCode !== undefined) return { state: 'exited', exitCode: r.exitCode };
+      if (r.exitCode !== undefined) return { state: 'exited', exitCode: r.exitCode, ran: r.exitCode != null };
       const run = await look(l);
-      // no clear answer: it may still run, so nothing is reported early
-      if (run === undefined) return { state: 'running' };
+      // no clear answer: it may still run, so nothing is reported early (and no start either)
+      if (run === undefined) return { state: 'running', pending: !r.startReported };
       // recorded, never created (apply refused or lost before dstack stored it)
       if (run === null) return { state: 'exited', exitCode: null };
-      if (!isFinished(run)) return { state: 'running' };
+      // a run dstack has not provisioned yet has not started: the controller's task-start timeout
+      // counts until dstack says `running` (ADR 0120); `terminating` before that never started
+      if (!isFinished(run))
+        return { state: 'running', pending: !r.startReported && run.status !== 'running' };
       r.exitCode = exitOf(run);
       save();
-      return { state: 'exited', exitCode: r.exitCode };
+      // an exit status comes only from the job's commands: it ran, even if no look saw it running
+      return { state: 'exited', exitCode: r.exitCode, ran: r.exitCode != null };
     },
 
     async stop(l: LeaseState): Promise<void> {

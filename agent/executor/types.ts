@@ -31,8 +31,25 @@ export interface Workload {
 /** What the executor sees of the lease's workload right now. */
 export type Observation =
   | { state: 'none' }
-  | { state: 'running' }
-  | { state: 'exited'; exitCode: number | null };
+  | {
+      state: 'running';
+      /**
+       * Created, but its backend has not started it yet (dstack: `pending`, `submitted`,
+       * `provisioning`, or no clear answer). It is stopped and waited for like a running workload,
+       * but its start is not reported until the backend runs it: the controller's task-start
+       * timeout counts until then (ADR 0120).
+       */
+      pending?: boolean;
+    }
+  | {
+      state: 'exited';
+      exitCode: number | null;
+      /**
+       * The backend says the workload ran before it ended (dstack: the job has an exit status). A
+       * start the agent did not see (it ran and ended between two looks) is then reported first.
+       */
+      ran?: boolean;
+    };
 
 /** `ok`, or what is in the way, in words. */
 export type Termination = { ok: true } | { ok: false; detail: string };

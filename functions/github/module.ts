@@ -8,7 +8,13 @@ import { sweepMissedDeliveries } from './redeliver.ts';
 import { mountRepositoryRoutes } from './repositories.ts';
 import { senders } from './senders.ts';
 import { githubService } from './service.ts';
-import { pruneDeliveries, refreshQueuedChecks, runSchedules, sweepRunnerPickup } from './sweeps.ts';
+import {
+  pruneDeliveries,
+  refreshQueuedChecks,
+  runSchedules,
+  sweepRunnerPickup,
+  sweepTaskStart,
+} from './sweeps.ts';
 import { mountWebhook } from './webhook.ts';
 
 /**
@@ -51,6 +57,7 @@ export const githubModule: AppModule = {
     );
     await runSchedules(svc);
     await sweepRunnerPickup(svc);
+    await sweepTaskStart(svc);
     await refreshQueuedChecks(svc);
     await pruneDeliveries(svc);
     await drainGitHubOutbox(ctx);

@@ -1,5 +1,6 @@
 import { Cron } from 'croner';
 import { isRunnerStatus, RUNNER_STATUSES } from '../../core/model.ts';
+import { endTaskNotStarted, unstartedTasks } from '../ledger/ci-task.ts';
 import {
   enqueue,
   enqueueCheckSync,
@@ -37,7 +38,7 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
   let acted = 0;
   for (const r of candidates) {
     const meta = readMeta(r);
-    // a CI task has no runner to pick a job up (issue 15): its agent reports the task's end
+    // a CI task has no runner to pick a job up (issue 15): `sweepTaskStart` times its start
     if (!meta || meta.jobPickedUpAt || meta.ci === 'task') continue;
     const handoffs = await q.handoffsOf(ledger.db, r.id);
     // a runner registered at the grant (ADR 0070) can be picked up only once every node is
@@ -92,6 +93,27 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
       });
       if (did) acted++;
     }
+  }
+  return acted;
+}
+
+/**
+ * The task-start timeout (ADR 0120): CI-task work (`ci: "task"`, ADR 0110) with a node whose
+ * agent was handed the task but has not reported it started (dstack running it) within
+ * `timings.taskStartTimeoutS` is released with outcome `task_not_started`, without a retry. The
+ * agents then stop their dstack runs; the hosts are freed only once dstack reports them terminated.
+ * Returns how many reservations it ended.
+ */
+export async function sweepTaskStart(svc: GitHubService): Promise<number> {
+  const { ledger } = svc;
+  const { taskStartTimeoutS } = svc.config.timings;
+  const now = ledger.clock();
+  let acted = 0;
+  for (const r of await q.githubReservations(ledger, RUNNER_STATUSES)) {
+    if (readMeta(r)?.ci !== 'task') continue;
+    // a cheap read first: the write transaction is taken only for work that is late
+    if (!(await unstartedTasks(ledger.db, r, now, taskStartTimeoutS)).length) continue;
+    if (await endTaskNotStarted(ledger, r.id, taskStartTimeoutS, 'github')) acted++;
   }
   return acted;
 }

@@ -1,10 +1,12 @@
 import { eq } from 'drizzle-orm';
 import { CI_TASK_SCRIPT, cloneUrlForRepo, type SparkConfig } from '../../core/config.ts';
-import type { CiMode, Suite } from '../../core/model.ts';
+import { type CiMode, isRunnerStatus, type Suite } from '../../core/model.ts';
 import type { CiTask } from '../../core/protocol/agent.ts';
 import { parseStoredReceipts, type Receipt, type StoredReceipts } from '../../core/protocol/receipt.ts';
 import { conflict } from '../errors.ts';
 import type { Tx } from './db.ts';
+import { currentHandoff } from './queries.ts';
+import { beginRelease, getReservation } from './reservations.ts';
 import type { HandoffRow, LeaseRow, ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
@@ -155,5 +157,66 @@ export async function recordTaskReceipt(
       hostsReported: all.length,
       hostsExpected: a.leases.length,
     },
+  });
+}
+
+/** A lease of task-mode work whose task was handed over but never reported started. */
+export interface UnstartedTask {
+  hostId: string;
+  /** When its clone token (and with it the workload) was handed to the agent. */
+  handedOverAt: number;
+}
+
+/**
+ * The leases of `r` whose CI task was handed to its agent at least `timeoutS` ago (the hand-over
+ * of its clone token, `consumedAt`: the agent then submits the task) and that have reported
+ * neither its start (the agent reports it once dstack runs it) nor its end. Each node counts from
+ * its own hand-over; a node not handed over yet asked nothing of dstack and is not counted. Empty
+ * when `r` is no task-mode work in a runner status. Read-only.
+ */
+export async function unstartedTasks(
+  q: Tx | LedgerStore['db'],
+  r: ReservationRow,
+  now: number,
+  timeoutS: number,
+): Promise<UnstartedTask[]> {
+  if (ciModeOf(r) !== 'task' || !isRunnerStatus(r.status)) return [];
+  const leases = await q.select().from(t.leases).where(eq(t.leases.reservationId, r.id));
+  const late: UnstartedTask[] = [];
+  for (const l of leases) {
+    if (l.status !== 'active' || l.runnerStartedAt != null || l.runnerExitedAt != null) continue;
+    const h = await currentHandoff(q, l.id);
+    if (h?.consumedAt == null) continue;
+    if (now - h.consumedAt >= timeoutS * 1000) late.push({ hostId: l.hostId, handedOverAt: h.consumedAt });
+  }
+  return late;
+}
+
+/**
+ * The task-start timeout (ADR 0120): CI-task work with a node whose task dstack has not started
+ * within `timeoutS` of its hand-over is released with outcome `task_not_started`, at once and
+ * without a retry (a new task would wait on the same host's fleet). The release is the ordinary
+ * one: the agents stop their dstack runs and report `cleaned` only once dstack says terminated, so
+ * no host is freed here. Re-checked inside the write transaction (a start reported meanwhile wins).
+ * Returns whether the release began.
+ */
+export function endTaskNotStarted(
+  s: LedgerStore,
+  reservationId: string,
+  timeoutS: number,
+  actor: string,
+): Promise<boolean> {
+  return s.write(async (tx, now, changed) => {
+    const r = await getReservation(s, tx, reservationId);
+    if (!r) return false;
+    const late = await unstartedTasks(tx, r, now, timeoutS);
+    if (!late.length) return false;
+    const hosts = late.map((l) => l.hostId).join(' + ');
+    const cause = `dstack did not start the CI task on ${hosts} within ${timeoutS} s of its hand-over (not retried)`;
+    await beginRelease(s, r.id, 'task_not_started', cause, actor, tx);
+    // the check run and the views say why (the transition alone keeps no reason while releasing)
+    await tx.update(t.reservations).set({ reason: cause }).where(eq(t.reservations.id, r.id));
+    changed.add('reservation');
+    return true;
   });
 }

@@ -248,10 +248,11 @@ export function confirmReleased(
     if (remaining.length === 0 && r.status === 'releasing') {
       const failed = !endsDone(r.outcome);
       // a terminal transition stores its cause as the reason; a lost pair keeps the seed's words
-      // ("spark-1 lost contact …"), which its check run's title is made of
+      // ("spark-1 lost contact …"), which its check run's title is made of, and a task dstack never
+      // started keeps what did not start where (ADR 0120)
       const cause = !failed
         ? 'released; termination confirmed on every host'
-        : r.outcome === 'pair_node_lost' && r.reason
+        : (r.outcome === 'pair_node_lost' || r.outcome === 'task_not_started') && r.reason
           ? r.reason
           : `ended: ${r.outcome}`;
       await transitionReservation(s, tx, now, r, failed ? 'failed' : 'done', cause, actor);

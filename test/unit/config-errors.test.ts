@@ -86,6 +86,7 @@ describe('configuration errors', () => {
       offlineAfterS: 40,
       runnerPickupTimeoutS: 600,
       runnerRetries: 3,
+      taskStartTimeoutS: 1200,
       queueTimeoutS: 21600,
       ciLeaseTtlS: 300,
       devLeaseDefaultTtlS: 14400,
@@ -97,6 +98,15 @@ describe('configuration errors', () => {
     expect(problems({ timings: { heartbeatIntervalS: 40, offlineAfterS: 40 } })).toEqual([
       'timings.offlineAfterS: offlineAfterS must be longer than heartbeatIntervalS, or every host flaps offline',
     ]);
+  });
+
+  it("the task-start timeout is whole seconds within the clone token's hour (ADR 0120)", () => {
+    expect(parseConfig({ timings: { taskStartTimeoutS: 90 } }).timings.taskStartTimeoutS).toBe(90);
+    expect(problems({ timings: { taskStartTimeoutS: 3601 } })).toEqual([
+      "timings.taskStartTimeoutS: at most 3600 s: a CI task's clone token lives one hour from the grant, so a task dstack starts later cannot fetch its commit",
+    ]);
+    expect(problems({ timings: { taskStartTimeoutS: 0 } })[0]).toMatch(/^timings\.taskStartTimeoutS: /);
+    expect(problems({ timings: { taskStartTimeoutS: 1.5 } })[0]).toMatch(/^timings\.taskStartTimeoutS: /);
   });
 
   it('unknown keys and syntax errors', () => {

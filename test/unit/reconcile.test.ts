@@ -226,6 +226,49 @@ describe('reconcile: run', () => {
     ).toMatchObject({ kind: 'wait', ms: 1000 });
   });
 
+  it('reports no start while the backend has not started the workload (dstack provisioning, ADR 0120)', () => {
+    const pending: Observation = { state: 'running', pending: true };
+    expect(
+      reconcile(d(), view({ lease: record({ phase: 'running', runner: runner() }), workload: pending })),
+    ).toMatchObject({ kind: 'wait', ms: 1000 });
+    // once reported, a later pending look (dstack did not answer) changes nothing
+    expect(
+      reconcile(
+        d(),
+        view({
+          lease: record({ phase: 'running', runner: runner({ startReported: true }) }),
+          workload: pending,
+        }),
+      ),
+    ).toMatchObject({ kind: 'wait', ms: 1000 });
+  });
+
+  it('a workload that ran and ended between two looks has its start reported before its exit', () => {
+    const ranAndExited: Observation = { state: 'exited', exitCode: 0, ran: true };
+    expect(
+      reconcile(d(), view({ lease: record({ phase: 'running', runner: runner() }), workload: ranAndExited })),
+    ).toEqual({ kind: 'report-started' });
+    expect(
+      reconcile(
+        d(),
+        view({
+          lease: record({ phase: 'running', runner: runner({ startReported: true }) }),
+          workload: ranAndExited,
+        }),
+      ),
+    ).toEqual({ kind: 'report-exited', bestEffort: false });
+    // ended without ever running (dstack: failed in provisioning, no exit status): no start
+    expect(
+      reconcile(
+        d(),
+        view({
+          lease: record({ phase: 'running', runner: runner() }),
+          workload: { state: 'exited', exitCode: null, ran: false },
+        }),
+      ),
+    ).toEqual({ kind: 'report-exited', bestEffort: false });
+  });
+
   it('reports the exit once (single: exit 0; pair: exit 3; faults: exit while the controller was down)', () => {
     const r = runner({ startReported: true });
     expect(
