@@ -21157,14 +21157,15 @@ function createDstackExecutor(deps) {
     async observe(l) {
       const r = l.runner;
       if (!r) return { state: "none" };
-      if (r.exitCode !== void 0) return { state: "exited", exitCode: r.exitCode };
+      if (r.exitCode !== void 0) return { state: "exited", exitCode: r.exitCode, ran: r.exitCode != null };
       const run = await look(l);
-      if (run === void 0) return { state: "running" };
+      if (run === void 0) return { state: "running", pending: !r.startReported };
       if (run === null) return { state: "exited", exitCode: null };
-      if (!isFinished(run)) return { state: "running" };
+      if (!isFinished(run))
+        return { state: "running", pending: !r.startReported && run.status !== "running" };
       r.exitCode = exitOf(run);
       save();
-      return { state: "exited", exitCode: r.exitCode };
+      return { state: "exited", exitCode: r.exitCode, ran: r.exitCode != null };
     },
     async stop(l) {
       if (!l.runner) return;
@@ -21854,8 +21855,12 @@ function reconcile(d, local) {
         };
       }
       if (local.workload.state === "running") {
-        return r.startReported ? wait(1e3, "runner running") : { kind: "report-started" };
+        if (r.startReported) return wait(1e3, "runner running");
+        if (local.workload.pending) return wait(1e3, "workload submitted; its backend has not started it");
+        return { kind: "report-started" };
       }
+      if (local.workload.state === "exited" && local.workload.ran && !r.startReported && !r.exitReported)
+        return { kind: "report-started" };
       return r.exitReported ? wait(null, "runner exited and reported") : { kind: "report-exited", bestEffort: false };
     }
     case "develop": {
