@@ -74,6 +74,12 @@ export interface DstackStandIn {
     apply5xxAfterCreate: number;
     /** Answer this many `logs/poll` calls with 500. */
     logs5xx: number;
+    /**
+     * Keep this many new runs in `provisioning` until they are stopped: their instance never
+     * becomes ready (an SSH fleet host whose shim does not answer, an image pull that hangs), so
+     * dstack never runs their commands (the task-start timeout's case, ADR 0120).
+     */
+    holdProvisioning: number;
   };
   /** Runs whose status is not finished. */
   active(): StandInRun[];
@@ -98,6 +104,7 @@ export async function startDstackStandIn(
     get5xx: 0,
     apply5xxAfterCreate: 0,
     logs5xx: 0,
+    holdProvisioning: 0,
   };
   const timers = new Set<NodeJS.Timeout>();
   const hung = new Set<ServerResponse>();
@@ -272,10 +279,12 @@ export async function startDstackStandIn(
         finishedAt: null,
       };
       runs.set(name, r);
+      const hold = faults.holdProvisioning > 0;
+      if (hold) faults.holdProvisioning--;
       later(STEP_MS, () => {
         if (r.status !== 'submitted') return;
         setStatus(r, 'provisioning');
-        later(STEP_MS, () => execute(r));
+        if (!hold) later(STEP_MS, () => execute(r));
       });
       if (faults.apply5xxAfterCreate > 0) {
         faults.apply5xxAfterCreate--;

@@ -1,0 +1,105 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { type DstackStandIn, startDstackStandIn } from '../doubles/dstack-server.ts';
+import { waitFor } from '../doubles/index.ts';
+import { REPO } from '../harness/github-sim.ts';
+import { queuedId, type SparkSystem, startSystem } from '../harness/system.ts';
+
+/**
+ * The task-start timeout (ADR 0120) end to end: the real controller and agent processes, the fake
+ * GitHub, and the dstack stand-in holding the task's run in `provisioning` (its instance never
+ * becomes ready). The agent submits the task but reports no start (dstack never says `running`);
+ * after `timings.taskStartTimeoutS` the controller ends the work as `task_not_started`; the agent
+ * stops the run through dstack and reports `cleaned` only once dstack says `terminated`.
+ */
+
+const TIMEOUT_S = 3;
+
+let sys: SparkSystem | null = null;
+let dstack: DstackStandIn | null = null;
+let dir: string | null = null;
+afterEach(async () => {
+  expect(sys?.gh.violations ?? []).toEqual([]);
+  await sys?.close();
+  sys = null;
+  if (dstack) {
+    expect(dstack.invalid).toEqual([]);
+    expect(dstack.active().map((r) => r.name)).toEqual([]);
+    await dstack.close();
+  }
+  dstack = null;
+  if (dir) rmSync(dir, { recursive: true, force: true });
+  dir = null;
+});
+
+describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000 }, () => {
+  it('a task dstack keeps provisioning ends as task_not_started; the run is stopped and terminated before the host is freed', async () => {
+    dstack = await startDstackStandIn();
+    const d = dstack;
+    d.faults.holdProvisioning = 1;
+    // every stop is refused until the test lets dstack answer
+    d.faults.stop5xx = 1_000_000;
+    dir = mkdtempSync(join(tmpdir(), 'spark-task-start-'));
+    const tokenFile = join(dir, 'dstack-token');
+    writeFileSync(tokenFile, `${d.token}\n`, { mode: 0o600 });
+    sys = await startSystem({
+      hosts: [{ id: 'spark-2' }],
+      timings: { taskStartTimeoutS: TIMEOUT_S },
+      controllerConfig: (c) => ({ ...c, repositories: { [REPO]: { executor: 'dstack', ci: 'task' } } }),
+      agentConfig: (hostId, c) => ({
+        ...c,
+        dstack: { url: d.url, project: d.project, tokenFile, fleet: hostId, requestTimeoutS: 2 },
+      }),
+    });
+    const s = sys;
+    const sha = 'c'.repeat(40);
+    s.openPr(1, { sha });
+    const rid = queuedId(await s.label(1, 'spark-test'));
+
+    // the task is submitted and held in provisioning: no start is reported for it
+    const run = await waitFor(
+      'the task submitted and provisioning',
+      () =>
+        [...d.runs.values()].find((r) => r.name.startsWith(`spark-${rid}-`) && r.status === 'provisioning'),
+      30_000,
+    );
+    expect((await s.leases(rid))[0]?.runnerStartedAt ?? null).toBeNull();
+
+    const releasing = await s.waitReservation(rid, ['releasing', 'failed', 'done'], 60_000);
+    expect(releasing, await s.diagnostics()).toMatchObject({ outcome: 'task_not_started' });
+    expect(releasing.reason).toBe(
+      `dstack did not start the CI task on spark-2 within ${TIMEOUT_S} s of its hand-over (not retried)`,
+    );
+    // dstack refuses the stops (unreachable behind a proxy): the run keeps provisioning, and
+    // nothing frees the host meanwhile, however often the agent tries
+    await waitFor(
+      'stops refused by dstack',
+      () => d.calls.filter((c) => c.route === 'stop').length >= 2,
+      30_000,
+    );
+    expect(run.status).toBe('provisioning');
+    expect((await s.reservation(rid)).status).toBe('releasing');
+    expect((await s.leases(rid))[0]?.status).toBe('releasing');
+    expect((await s.host('spark-2')).phase).toBe('cleaning');
+    d.faults.stop5xx = 0;
+
+    const ended = await s.waitReservation(rid, ['failed', 'done'], 60_000);
+    expect(ended).toMatchObject({ status: 'failed', outcome: 'task_not_started', reason: releasing.reason });
+    // stopped through dstack from provisioning, never run, confirmed terminated before the release
+    expect(run.history).toEqual(['submitted', 'provisioning', 'terminating', 'terminated']);
+    expect(run.exitStatus).toBeNull();
+    // one task only: no retry, no second token
+    expect([...d.runs.values()].filter((r) => r.name.startsWith(`spark-${rid}-`))).toHaveLength(1);
+    expect(
+      s.gh.calls('POST', /\/app\/installations\/\d+\/access_tokens$/).filter((c) => c.body),
+    ).toHaveLength(1);
+    const check = await s.waitCheck(rid, 'Spark test failed — task_not_started');
+    expect(check).toMatchObject({ status: 'completed', conclusion: 'failure', head_sha: sha });
+    expect(check.output.summary).toContain(`Ended: ${releasing.reason}`);
+    const history = (await s.history(rid)).map((e) => e.type);
+    expect(history).not.toContain('reservation.running');
+    await s.waitHostPhase('spark-2', ['idle']);
+  });
+});
