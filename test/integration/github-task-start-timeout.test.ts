@@ -22,9 +22,9 @@ const REPO = 'Codertocat/Hello-World';
 const SHA = 'ec26c3e57ca3a959ca5aad62de7213c562f8c821';
 const TIMEOUT_S = 5;
 
-function labeled() {
+function labeled(label = 'spark-test') {
   const p = example('pull_request', 'labeled');
-  p.label.name = 'spark-test';
+  p.label.name = label;
   p.sender.login = 'Codertocat';
   p.pull_request.labels = [{ ...p.label }];
   return p;
@@ -244,6 +244,80 @@ describe('task-start timeout: a CI task dstack never starts', () => {
     h.clock.advance(TIMEOUT_S * 1000);
     expect(await sweepTaskStart(githubService(h.c.ctx))).toBe(1);
     expect(await reservation(h)).toMatchObject({ status: 'releasing', outcome: 'task_not_started' });
+  });
+});
+
+describe('task-start timeout: a pair', () => {
+  it('one node started, the other never: the pair fails as a unit naming the node that did not start', async () => {
+    const h = await start('task');
+    await adoptAll(h.c.ledger);
+    expect((await h.enable(REPO, { pairEnabled: true })).status).toBe(200);
+    // GitHub's PR carries the pair label (the token is minted only for work still wanted)
+    h.gh.repos.get(REPO.toLowerCase())!.pulls[2]!.labels = ['spark-pair-test'];
+    expect((await (await h.deliver('pull_request', labeled('spark-pair-test'))).json()).result).toBe(
+      'queued r-1',
+    );
+    await h.until('allocated', async () => (await reservation(h)).status === 'allocated');
+    const leases = await h.c.ledger.leasesOf(undefined, 'r-1');
+    expect(leases.map((l) => l.hostId).sort()).toEqual(['spark-1', 'spark-2']);
+    await h.until('both clone tokens stored', async () => {
+      await h.drain();
+      return (await h.c.ledger.db.select().from(t.jitHandoffs)).length === 2;
+    });
+    const nodes = await Promise.all(
+      leases.map(async (lease) => ({ lease, agent: await agentOf(h, lease.hostId) })),
+    );
+    for (const { lease, agent } of nodes) {
+      const prepared = { type: 'prepared', fencingToken: lease.fencingToken, serviceLent: lease.lend };
+      expect((await agent.report(prepared)).status).toBe(200);
+    }
+    const runs = new Map<string, string>();
+    for (const { lease, agent } of nodes) {
+      const run = await agent.poll();
+      if (run.state !== 'run') throw new Error(`${lease.hostId}: expected run, got ${run.state}`);
+      runs.set(lease.hostId, run.runnerName);
+    }
+    // spark-2's dstack runs its task; spark-1's never does
+    const two = nodes.find((n) => n.lease.hostId === 'spark-2')!;
+    const started = {
+      type: 'runner_started',
+      fencingToken: two.lease.fencingToken,
+      runnerName: runs.get('spark-2'),
+      executor: 'dstack',
+    };
+    expect((await two.agent.report(started)).status).toBe(200);
+    expect((await reservation(h)).status).toBe('running');
+
+    h.clock.advance((TIMEOUT_S + 1) * 1000);
+    const r = await h.until('released: task not started', async () => {
+      const cur = await reservation(h);
+      return cur.status === 'releasing' ? cur : null;
+    });
+    expect(r).toMatchObject({
+      outcome: 'task_not_started',
+      reason: `dstack did not start the CI task on spark-1 within ${TIMEOUT_S} s of its hand-over (not retried)`,
+    });
+    // both nodes stop their tasks (the started one too); neither host is freed yet
+    for (const { lease, agent } of nodes) {
+      expect(await agent.poll()).toMatchObject({ state: 'clean', lease: { leaseId: lease.id } });
+      expect((await h.c.ledger.getHost(undefined, lease.hostId))?.phase).toBe('cleaning');
+    }
+    for (const { lease, agent } of nodes) {
+      const exited = {
+        type: 'runner_exited',
+        fencingToken: lease.fencingToken,
+        runnerName: runs.get(lease.hostId),
+        exitCode: null,
+        lastLines: [],
+      };
+      expect((await agent.report(exited)).status).toBe(200);
+      expect((await agent.report({ type: 'cleaned', fencingToken: lease.fencingToken })).status).toBe(200);
+    }
+    expect(await reservation(h)).toMatchObject({
+      status: 'failed',
+      outcome: 'task_not_started',
+      reason: r.reason,
+    });
   });
 });
 
