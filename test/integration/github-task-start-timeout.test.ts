@@ -6,7 +6,7 @@ import { githubService } from '../../functions/github/service.ts';
 import { sweepRunnerPickup, sweepTaskStart } from '../../functions/github/sweeps.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { example, type Harness, startHarness } from '../fake-github/harness.ts';
-import { adoptAll } from '../helpers/ledger.ts';
+import { adoptAll, idleFacts } from '../helpers/ledger.ts';
 
 /**
  * The task-start timeout (ADR 0120) against the real controller, its ledger file and the fake
@@ -20,7 +20,8 @@ import { adoptAll } from '../helpers/ledger.ts';
 
 const REPO = 'Codertocat/Hello-World';
 const SHA = 'ec26c3e57ca3a959ca5aad62de7213c562f8c821';
-const TIMEOUT_S = 5;
+/** Long enough that the real time a step takes never adds up to it; short of offline (40 s). */
+const TIMEOUT_S = 20;
 
 function labeled(label = 'spark-test') {
   const p = example('pull_request', 'labeled');
@@ -74,6 +75,10 @@ async function agentOf(h: Harness, hostId: string) {
       return (r.body as unknown as PollResponse).desired;
     },
     report: (body: Record<string, unknown>) => post('/report', body),
+    /** Keeps the host online and its CI lease renewed while the test moves the clock. */
+    async heartbeat() {
+      expect((await post('/heartbeat', { facts: idleFacts() })).status).toBe(200);
+    },
   };
 }
 
@@ -111,12 +116,14 @@ describe('task-start timeout: a CI task dstack never starts', () => {
     const svc = githubService(h.c.ctx);
 
     // within the timeout nothing happens (dstack may still be provisioning)
-    h.clock.advance((TIMEOUT_S - 1) * 1000);
+    h.clock.advance((TIMEOUT_S - 10) * 1000);
+    await agent.heartbeat();
     expect(await sweepTaskStart(svc)).toBe(0);
     expect((await reservation(h)).status).toBe('preparing');
 
     // past it, the work ends with the outcome and the cause, once
-    h.clock.advance(2_000);
+    h.clock.advance(11_000);
+    await agent.heartbeat();
     const r = await h.until('released: task not started', async () => {
       const cur = await reservation(h);
       return cur.status === 'releasing' ? cur : null;
@@ -199,7 +206,7 @@ describe('task-start timeout: a CI task dstack never starts', () => {
     const { agent, lease, run } = await handedOver(h, 'clone token');
     if (run.state !== 'run') throw new Error('unreachable');
     // dstack runs it: the agent reports the start (ADR 0120: only once dstack says running)
-    h.clock.advance((TIMEOUT_S - 1) * 1000);
+    h.clock.advance((TIMEOUT_S - 10) * 1000);
     expect(
       (
         await agent.report({
@@ -212,8 +219,10 @@ describe('task-start timeout: a CI task dstack never starts', () => {
     ).toBe(200);
     expect((await reservation(h)).status).toBe('running');
     const svc = githubService(h.c.ctx);
-    for (const step of [TIMEOUT_S * 1000, 60_000, 600_000]) {
-      h.clock.advance(step);
+    // ten timeouts, in steps short of offline, the host heartbeating as a live one does
+    for (let step = 0; step < 20; step++) {
+      h.clock.advance(TIMEOUT_S * 500);
+      await agent.heartbeat();
       expect(await sweepTaskStart(svc)).toBe(0);
       await h.c.loop.settle();
       expect(await reservation(h)).toMatchObject({ status: 'running', outcome: null });
@@ -235,14 +244,18 @@ describe('task-start timeout: a CI task dstack never starts', () => {
     expect(
       (await agent.report({ type: 'prepared', fencingToken: lease.fencingToken, serviceLent: false })).status,
     ).toBe(200);
-    h.clock.advance(TIMEOUT_S * 3 * 1000);
+    h.clock.advance((TIMEOUT_S + 10) * 1000);
+    await agent.heartbeat();
     expect(await sweepTaskStart(githubService(h.c.ctx))).toBe(0);
     expect((await reservation(h)).status).toBe('preparing');
     // its clock starts at the hand-over
     expect((await agent.poll()).state).toBe('run');
     expect(await sweepTaskStart(githubService(h.c.ctx))).toBe(0);
+    expect((await reservation(h)).status).toBe('preparing');
     h.clock.advance(TIMEOUT_S * 1000);
-    expect(await sweepTaskStart(githubService(h.c.ctx))).toBe(1);
+    await agent.heartbeat();
+    // the background tick or this call ends it, once
+    await sweepTaskStart(githubService(h.c.ctx));
     expect(await reservation(h)).toMatchObject({ status: 'releasing', outcome: 'task_not_started' });
   });
 });
@@ -289,6 +302,7 @@ describe('task-start timeout: a pair', () => {
     expect((await reservation(h)).status).toBe('running');
 
     h.clock.advance((TIMEOUT_S + 1) * 1000);
+    for (const { agent } of nodes) await agent.heartbeat();
     const r = await h.until('released: task not started', async () => {
       const cur = await reservation(h);
       return cur.status === 'releasing' ? cur : null;
@@ -323,21 +337,26 @@ describe('task-start timeout: a pair', () => {
 
 describe('task-start timeout: the runner path is unchanged', () => {
   it('a JIT runner past the task timeout is left to the pickup sweep, which replaces it as before', async () => {
-    const h = await start('runner', { runnerPickupTimeoutS: 30, runnerRetries: 1 });
-    const { lease } = await handedOver(h, 'JIT config');
+    const h = await start('runner', { runnerPickupTimeoutS: 3 * TIMEOUT_S, runnerRetries: 1 });
+    const { agent, lease } = await handedOver(h, 'JIT config');
     const svc = githubService(h.c.ctx);
     // well past the task timeout, within the pickup timeout: nothing is ended, nothing replaced
-    h.clock.advance(TIMEOUT_S * 4 * 1000);
-    expect(await sweepTaskStart(svc)).toBe(0);
+    for (let step = 0; step < 4; step++) {
+      h.clock.advance(TIMEOUT_S * 500);
+      await agent.heartbeat();
+      expect(await sweepTaskStart(svc)).toBe(0);
+    }
     expect(await sweepRunnerPickup(svc)).toBe(0);
     expect(await reservation(h)).toMatchObject({ status: 'preparing', outcome: null });
     // past the pickup timeout the runner is replaced (attempt 1), not ended as a task
-    h.clock.advance(15_000);
+    h.clock.advance((TIMEOUT_S + 5) * 1000);
+    await agent.heartbeat();
     // the replacement is registered after its backoff (15 s for the first): the clock moves on
     const replaced = await h.until(
       'replacement runner',
       async () => {
         h.clock.advance(2_000);
+        await agent.heartbeat();
         const rows = await h.c.ledger.db.select().from(t.jitHandoffs).where(eq(t.jitHandoffs.attempt, 1));
         return rows[0];
       },
