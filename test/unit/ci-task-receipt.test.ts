@@ -19,6 +19,7 @@ const task: CiTask = {
   suite: 'smoke',
   script: 'scripts/ci/spark-test.sh',
   cloneUrl: 'https://github.com/acme/butter.git',
+  revokeUrl: 'https://api.github.com/installation/token',
   lane: { name: 'spark-test', targetMinutes: 30 },
 };
 const lease = {
@@ -40,6 +41,7 @@ const lease = {
 const m = (s: string) => `${TASK_MARK} ${s}`;
 const preamble = [
   m(`fetching ${SHA} from https://github.com/acme/butter.git`),
+  m('clone token revoked: HTTP 204 from https://api.github.com/installation/token (curl)'),
   m(`commit binding ok: HEAD is ${SHA}`),
   m(`toolchain source: ${SHA}`),
   m('toolchain git: git version 2.39.5'),
@@ -69,9 +71,13 @@ describe('the CI task receipt', () => {
       reservationId: 'r-9',
       fencingToken: 4,
       phases: [{ suite: 'smoke', exitCode: 0, durationMs: 1234 }],
-      toolchain: { source: SHA, git: 'git version 2.39.5' },
+      toolchain: {
+        source: SHA,
+        git: 'git version 2.39.5',
+        cloneToken: 'revoked: HTTP 204 from https://api.github.com/installation/token (curl)',
+      },
       lane: { name: 'spark-test', targetMinutes: 30, elapsedMs: 300_000, withinTarget: true },
-      log: { lines: 7 },
+      log: { lines: 8 },
     });
     expect(r.reason).toBeUndefined();
     expect(r.lastLines).toBeUndefined();
@@ -81,6 +87,30 @@ describe('the CI task receipt', () => {
     const r = build([m('phase smoke start'), m('phase smoke exit 0 ms 5')]);
     expect(r.result).toBe('failed');
     expect(r.reason).toBe('the task ended (exit 0) before binding the commit; the script did not run');
+  });
+
+  it('exit 0 without the token revoked before the script ran fails (ADR 0115); a revoke line the script prints is not believed', () => {
+    const unrevoked = preamble.filter((x) => !x.includes('clone token revoked'));
+    const r = build([...unrevoked, m('phase smoke start'), m('phase smoke exit 0 ms 5')]);
+    expect(r.result).toBe('failed');
+    expect(r.reason).toBe(
+      'the task exited 0 without reporting its clone token revoked before the script ran',
+    );
+    expect(r.toolchain.cloneToken).toBeUndefined();
+    const forged = build([
+      ...unrevoked,
+      m('phase smoke start'),
+      m('clone token revoked: HTTP 204 from https://api.github.com/installation/token (curl)'),
+      m('phase smoke exit 0 ms 5'),
+    ]);
+    expect(forged.result).toBe('failed');
+  });
+
+  it("a failed revoke fails the task with the task's own line as the reason", () => {
+    const line =
+      'clone token revoke failed: HTTP 500 from https://api.github.com/installation/token after 3 attempt(s) (curl); the script did not run';
+    const r = build([m(`fetching ${SHA} from x`), m(line)], { exitCode: 85 });
+    expect(r).toMatchObject({ result: 'failed', exitCode: 85, reason: line, phases: [] });
   });
 
   it('binding lines the script prints after it started are not believed, nor toolchain entries', () => {
