@@ -20345,6 +20345,10 @@ function createLeaseExecutor(hostDefault, build, warn = () => {
     const e = of(l);
     return e instanceof Error || !e.taskSecrets ? [] : e.taskSecrets(l);
   };
+  router.revokeTaskToken = async (l) => {
+    const e = of(l);
+    return e instanceof Error || !e.revokeTaskToken ? null : e.revokeTaskToken(l);
+  };
   return router;
 }
 
@@ -20761,6 +20765,21 @@ function taskEnv(cfg, l, task, cloneToken) {
   };
   return Object.fromEntries(Object.entries(env).filter((e) => e[1] !== void 0));
 }
+async function revokeCloneToken(revokeUrl, cloneToken, timeoutMs = 5e3) {
+  try {
+    const res = await fetch(revokeUrl, {
+      method: "DELETE",
+      headers: { authorization: `Bearer ${cloneToken}`, accept: "application/vnd.github+json" },
+      signal: AbortSignal.timeout(timeoutMs)
+    });
+    await res.body?.cancel();
+    if (res.status === 204) return { dead: true, detail: "HTTP 204 (revoked)" };
+    if (res.status === 401) return { dead: true, detail: "HTTP 401 (GitHub no longer takes it)" };
+    return { dead: false, detail: `HTTP ${res.status}` };
+  } catch (e) {
+    return { dead: false, detail: `no answer (${e.name})` };
+  }
+}
 function taskSecrets(cloneToken) {
   return [cloneToken, Buffer.from(`x-access-token:${cloneToken}`).toString("base64")];
 }
@@ -21155,6 +21174,7 @@ function createDstackExecutor(deps) {
   const area = createWorkArea(cfg, null);
   let refusal = null;
   let secrets = [];
+  let cloneToken = null;
   const runName = (l) => l.runner?.jobId ?? dstackRunName(l, cfg.hostId);
   const look = async (l) => {
     try {
@@ -21196,6 +21216,7 @@ function createDstackExecutor(deps) {
       };
       refusal = null;
       secrets = w.task ? taskSecrets(w.task.cloneToken) : [w.jitConfig, w.jobToken ?? ""];
+      cloneToken = w.task?.cloneToken ?? null;
       try {
         await client2.apply(spec);
       } catch (e) {
@@ -21332,9 +21353,16 @@ function createDstackExecutor(deps) {
       }
     },
     taskSecrets: () => [...secrets],
+    async revokeTaskToken(l) {
+      if (!cloneToken || !l.task?.revokeUrl) return null;
+      const outcome = await revokeCloneToken(l.task.revokeUrl, cloneToken);
+      if (outcome.dead) cloneToken = null;
+      return outcome;
+    },
     async forget(l) {
       refusal = null;
       secrets = [];
+      cloneToken = null;
       l.runner = null;
       l.task = void 0;
       save();
@@ -22391,7 +22419,7 @@ async function buildTaskReceipt(ctx, exitCode) {
   const r = l.runner;
   try {
     const output2 = ctx.executor.taskOutput ? await ctx.executor.taskOutput(l) : { text: "", complete: false, detail: "this executor runs no tasks" };
-    return taskReceipt({
+    const receipt = taskReceipt({
       lease: l,
       hostId: ctx.cfg.hostId,
       task: l.task,
@@ -22402,6 +22430,15 @@ async function buildTaskReceipt(ctx, exitCode) {
       output: output2,
       secrets: ctx.executor.taskSecrets?.(l) ?? []
     });
+    if (!receipt.toolchain.cloneToken && ctx.executor.revokeTaskToken) {
+      const outcome = await ctx.executor.revokeTaskToken(l);
+      if (outcome)
+        ctx.log[outcome.dead ? "info" : "warn"](
+          outcome.dead ? "the task did not revoke its clone token; the agent did" : "the task did not revoke its clone token and the agent could not; it expires within GitHub's hour",
+          { leaseId: l.leaseId, revoke: outcome.detail }
+        );
+    }
+    return receipt;
   } catch (e) {
     ctx.log.warn("the task receipt could not be built", { leaseId: l.leaseId, error: e.message });
     return void 0;

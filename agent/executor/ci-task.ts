@@ -182,6 +182,33 @@ export function taskEnv(
   return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined));
 }
 
+/**
+ * The agent's backstop for a task that ended without revoking its clone token (ADR 0115: it
+ * failed closed, had no HTTP client, was stopped before the fetch finished): the same `DELETE
+ * <revokeUrl>` with the token itself, from the agent's own HTTP client, once, bounded. `204` is
+ * revoked; `401` means GitHub no longer takes the token (revoked or expired) — dead either way.
+ * Never throws; the token is never in the outcome.
+ */
+export async function revokeCloneToken(
+  revokeUrl: string,
+  cloneToken: string,
+  timeoutMs = 5000,
+): Promise<{ dead: boolean; detail: string }> {
+  try {
+    const res = await fetch(revokeUrl, {
+      method: 'DELETE',
+      headers: { authorization: `Bearer ${cloneToken}`, accept: 'application/vnd.github+json' },
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    await res.body?.cancel();
+    if (res.status === 204) return { dead: true, detail: 'HTTP 204 (revoked)' };
+    if (res.status === 401) return { dead: true, detail: 'HTTP 401 (GitHub no longer takes it)' };
+    return { dead: false, detail: `HTTP ${res.status}` };
+  } catch (e) {
+    return { dead: false, detail: `no answer (${(e as Error).name})` };
+  }
+}
+
 /** The secrets a task's output must never show: the token, and the Basic credential git sends. */
 export function taskSecrets(cloneToken: string): string[] {
   return [cloneToken, Buffer.from(`x-access-token:${cloneToken}`).toString('base64')];

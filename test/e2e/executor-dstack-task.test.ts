@@ -384,9 +384,10 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     await tokenNowhere(t, rid);
     await s.waitHostPhase('spark-2', ['idle']);
 
-    // GitHub fails the revoke (500 every time): the task fails closed before the repository's code
-    // runs, with the status in its receipt and on the check (ADR 0115)
-    s.gh.failures.push({ method: 'DELETE', path: /^\/installation\/token$/, status: 500, times: 1000 });
+    // GitHub fails the revoke (500 on each of the task's 3 attempts): the task fails closed before
+    // the repository's code runs, with the status in its receipt and on the check; the agent then
+    // revokes the token itself (ADR 0115), so it does not outlive the task
+    s.gh.failures.push({ method: 'DELETE', path: /^\/installation\/token$/, status: 500, times: 3 });
     const sha3 = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK, 'README.md': 'v3\n' });
     s.openPr(3, { sha: sha3 });
     const rid3 = queuedId(await s.label(3, 'spark-test'));
@@ -406,7 +407,9 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
         .calls('DELETE', /^\/installation\/token$/)
         .filter((c) => c.token === token3)
         .map((c) => c.status),
-    ).toEqual([500, 500, 500]);
+    ).toEqual([500, 500, 500, 204]);
+    expect(s.gh.tokenScope(token3!)).toBeNull();
+    expect(s.agents['spark-2']!.output()).toContain('the task did not revoke its clone token; the agent did');
     const check3 = await s.waitCheck(rid3, `Spark test failed — exact SHA ${sha3.slice(0, 7)}`);
     expect(check3.conclusion).toBe('failure');
     expect(
@@ -452,8 +455,9 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
       expect(readFileSync(join(t.markers, `${h}-ran`), 'utf8')).toBe(`${sha} pair smoke spark-test 30\n`);
       expect(readFileSync(join(t.markers, `${h}-asserted`), 'utf8')).toBe('both hosts computed together\n');
     }
-    // one read-only token per lease, each for this repository only
+    // one read-only token per lease, each for this repository only, and each dead now (ADR 0115)
     expect(mintedTokens(s.gh)).toHaveLength(4);
+    for (const k of mintedTokens(s.gh)) expect(s.gh.tokenScope(k)).toBeNull();
     const check = await s.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
     expect(check.output.summary).toContain('- Hosts: Spark 1 + Spark 2');
     await s.waitHostPhase('spark-2', ['idle']);

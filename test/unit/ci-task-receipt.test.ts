@@ -182,23 +182,34 @@ describe('reporting a task exit', () => {
     jobId: 'spark-r-9-spark-2-t4-a0',
     exitReported: false,
   };
-  function ctx(refuseReceipt: boolean) {
+  function ctx(
+    refuseReceipt: boolean,
+    lines = [...preamble, m('phase smoke start'), m('phase smoke exit 0 ms 3')],
+  ) {
     const sent: Report[] = [];
+    const revokes: string[] = [];
+    const logged: string[] = [];
     const state = { ...emptyState(), maxFencingToken: 4, lease: { ...lease, task, runner: { ...runner } } };
     const executor = {
       name: 'dstack',
       observe: async () => ({ state: 'exited', exitCode: 0 }),
       lastLines: async () => ['all good'],
-      taskOutput: async () => ({
-        text: `${[...preamble, m('phase smoke start'), m('phase smoke exit 0 ms 3')].join('\n')}\n`,
-        complete: true,
-      }),
+      taskOutput: async () => ({ text: `${lines.join('\n')}\n`, complete: true }),
       taskSecrets: () => [],
+      revokeTaskToken: async (l: LeaseState) => {
+        revokes.push(l.leaseId);
+        return { dead: true, detail: 'HTTP 204 (revoked)' };
+      },
     } as unknown as Executor;
     const c = {
       cfg: { hostId: 'spark-2' },
       executor,
-      log: { debug() {}, info() {}, warn() {}, error() {} },
+      log: {
+        debug() {},
+        info: (msg: string) => logged.push(msg),
+        warn: (msg: string) => logged.push(msg),
+        error() {},
+      },
       state,
       save: () => {},
       report: async (r: Report) => {
@@ -207,8 +218,22 @@ describe('reporting a task exit', () => {
         sent.push(r);
       },
     } as unknown as StepContext;
-    return { c, sent, state };
+    return { c, sent, state, revokes, logged };
   }
+
+  it('the agent revokes the token only when the task did not say it did (ADR 0115)', async () => {
+    const revokedByTask = ctx(false);
+    await reportExited(revokedByTask.c, false);
+    expect(revokedByTask.revokes).toEqual([]);
+    const failedClosed = ctx(false, [
+      m(`fetching ${SHA} from x`),
+      m('clone token revoke failed: HTTP 500 from x after 3 attempt(s) (curl); the script did not run'),
+    ]);
+    await reportExited(failedClosed.c, false);
+    expect(failedClosed.revokes).toEqual(['l-spark-2-4']);
+    expect(failedClosed.logged).toContain('the task did not revoke its clone token; the agent did');
+    expect(failedClosed.sent[0]).toMatchObject({ receipt: { result: 'failed' } });
+  });
 
   it('sends the receipt with the exit; a receipt the controller refuses does not hold the exit', async () => {
     const ok = ctx(false);
