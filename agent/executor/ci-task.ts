@@ -90,9 +90,9 @@ revoke_token() {
 /**
  * The task's commands: one POSIX shell program, no secret in it (the clone token is in the task's
  * environment; git reads it through `GIT_CONFIG_*` variables, never argv; right after the fetch
- * the token is revoked with GitHub, or the task fails closed (ADR 0115), and the repository's code
- * runs in a fresh process without it in its environment). The lane deadline is enforced like the spark-test action does:
- * TERM at the deadline, KILL 10 s later (`timeout`), exit 124. `--foreground` keeps `timeout` in
+ * the token is revoked with GitHub, or the task fails closed (ADR 0115), and the repository's
+ * code runs in a fresh process without it in its environment). The lane deadline is enforced
+ * like the spark-test action does: TERM at the deadline, KILL 10 s later (`timeout`), exit 124. `--foreground` keeps `timeout` in
  * the task's process group (by default it makes its own), so stopping the task through dstack
  * reaches the script and everything it started.
  */
@@ -150,7 +150,10 @@ SPARK_STAGE2
 )
 exec env -u SPARK_CLONE_TOKEN /bin/sh -c "$stage2"`;
 
-/** The task's environment: the host basics, the spark-test action's variables, the clone token and where to revoke it. */
+/**
+ * The task's environment: the host basics, the spark-test action's variables, the clone token
+ * and where to revoke it.
+ */
 export function taskEnv(
   cfg: AgentConfig,
   l: LeaseState,
