@@ -25,28 +25,37 @@ import { REVOKE_ATTEMPTS, REVOKE_FUNCTIONS, TASK_MARK } from '../../agent/execut
  */
 
 const TOKEN = `ghs_${'5a'.repeat(18)}`;
-let server: Server;
-let url = '';
-/** What the next requests answer (then 204). */
-let answers: number[] = [];
-let seen: { method: string; path: string; authorization: string | undefined }[] = [];
 let root = '';
 
-beforeAll(async () => {
+beforeAll(() => {
   root = mkdtempSync(join(tmpdir(), 'spark-revoke-'));
-  server = createServer((req, res) => {
+});
+afterAll(() => {
+  rmSync(root, { recursive: true, force: true });
+});
+
+interface Stub {
+  url: string;
+  seen: { method: string; path: string; authorization: string | undefined }[];
+  close(): Promise<void>;
+}
+
+/** GitHub's revoke endpoint for one case: answers `answers` in turn, then 204. */
+async function stub(answers: number[] = []): Promise<Stub> {
+  const seen: Stub['seen'] = [];
+  const server: Server = createServer((req, res) => {
     seen.push({ method: req.method ?? '', path: req.url ?? '', authorization: req.headers.authorization });
     req.resume();
     res.writeHead(answers.shift() ?? 204);
     res.end();
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/api/v3/installation/token`;
-});
-afterAll(async () => {
-  await new Promise<void>((r) => server.close(() => r()));
-  rmSync(root, { recursive: true, force: true });
-});
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/api/v3/installation/token`,
+    seen,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
 
 /** A PATH holding only what the functions use, plus shims for the named HTTP clients. */
 function pathWith(clients: ('curl' | 'wget')[]): { bin: string; argv: string } {
@@ -67,6 +76,7 @@ function pathWith(clients: ('curl' | 'wget')[]): { bin: string; argv: string } {
 }
 
 async function revoke(
+  url: string,
   clients: ('curl' | 'wget')[],
   env: Record<string, string | undefined> = {},
 ): Promise<{ code: number; out: string; argv: string; tmp: string[] }> {
@@ -84,14 +94,17 @@ async function revoke(
   return { code, out, argv: existsSync(argv) ? readFileSync(argv, 'utf8') : '', tmp: readdirSync(tmp) };
 }
 
-describe('the CI task revokes its clone token (DELETE /installation/token)', { timeout: 60_000 }, () => {
+// concurrent: two cases wait out the retry backoff (2 s + 4 s); each has its own stub and dirs
+describe.concurrent('the CI task revokes its clone token (DELETE /installation/token)', {
+  timeout: 60_000,
+}, () => {
   it('curl: one DELETE with the token as Bearer, 204 → revoked; the token is never in argv', async () => {
-    seen = [];
-    answers = [];
-    const r = await revoke(['curl', 'wget']);
+    const gh = await stub();
+    const r = await revoke(gh.url, ['curl', 'wget']);
+    await gh.close();
     expect(r.code, r.out).toBe(0);
-    expect(r.out).toBe(`${TASK_MARK} clone token revoked: HTTP 204 from ${url} (curl)\n`);
-    expect(seen).toEqual([
+    expect(r.out).toBe(`${TASK_MARK} clone token revoked: HTTP 204 from ${gh.url} (curl)\n`);
+    expect(gh.seen).toEqual([
       { method: 'DELETE', path: '/api/v3/installation/token', authorization: `Bearer ${TOKEN}` },
     ]);
     expect(r.argv).toContain('-X DELETE -H @-');
@@ -99,12 +112,12 @@ describe('the CI task revokes its clone token (DELETE /installation/token)', { t
   });
 
   it('GNU wget when there is no curl: the header from a private file, removed right after', async () => {
-    seen = [];
-    answers = [];
-    const r = await revoke(['wget']);
+    const gh = await stub();
+    const r = await revoke(gh.url, ['wget']);
+    await gh.close();
     expect(r.code, r.out).toBe(0);
-    expect(r.out).toBe(`${TASK_MARK} clone token revoked: HTTP 204 from ${url} (wget)\n`);
-    expect(seen).toEqual([
+    expect(r.out).toBe(`${TASK_MARK} clone token revoked: HTTP 204 from ${gh.url} (wget)\n`);
+    expect(gh.seen).toEqual([
       { method: 'DELETE', path: '/api/v3/installation/token', authorization: `Bearer ${TOKEN}` },
     ]);
     expect(r.argv).toContain('--method=DELETE');
@@ -113,51 +126,55 @@ describe('the CI task revokes its clone token (DELETE /installation/token)', { t
   });
 
   it('a 5xx is tried again; only 204 counts, a 401 is final', async () => {
-    seen = [];
-    answers = [502];
-    const again = await revoke(['curl']);
+    const flaky = await stub([502]);
+    const again = await revoke(flaky.url, ['curl']);
+    await flaky.close();
     expect(again.code, again.out).toBe(0);
-    expect(seen).toHaveLength(2);
+    expect(flaky.seen).toHaveLength(2);
     expect(again.out).toContain('clone token revoked: HTTP 204');
 
-    seen = [];
-    answers = [401];
-    const refused = await revoke(['curl']);
+    const refusing = await stub([401]);
+    const refused = await revoke(refusing.url, ['curl']);
+    await refusing.close();
     expect(refused.code).toBe(1);
-    expect(seen).toHaveLength(1);
+    expect(refusing.seen).toHaveLength(1);
     expect(refused.out).toBe(
-      `${TASK_MARK} clone token revoke failed: HTTP 401 from ${url} after 1 attempt(s) (curl); the script did not run\n`,
+      `${TASK_MARK} clone token revoke failed: HTTP 401 from ${refusing.url} after 1 attempt(s) (curl); the script did not run\n`,
     );
   });
 
   it(`GitHub down: ${REVOKE_ATTEMPTS} attempts, then it fails closed with the status`, async () => {
-    seen = [];
-    answers = [500, 500, 500, 500];
-    const r = await revoke(['wget']);
+    const down = await stub([500, 500, 500, 500]);
+    const r = await revoke(down.url, ['wget']);
+    await down.close();
     expect(r.code).toBe(1);
-    expect(seen).toHaveLength(REVOKE_ATTEMPTS);
+    expect(down.seen).toHaveLength(REVOKE_ATTEMPTS);
     expect(r.out).toBe(
-      `${TASK_MARK} clone token revoke failed: HTTP 500 from ${url} after ${REVOKE_ATTEMPTS} attempt(s) (wget); the script did not run\n`,
+      `${TASK_MARK} clone token revoke failed: HTTP 500 from ${down.url} after ${REVOKE_ATTEMPTS} attempt(s) (wget); the script did not run\n`,
     );
-    answers = [];
-    // nothing listens: no answer at all is said as such
-    const closed = await revoke(['curl'], { SPARK_REVOKE_URL: 'http://127.0.0.1:9/installation/token' });
-    expect(closed.code).toBe(1);
-    expect(closed.out).toContain(
-      'clone token revoke failed: no answer from http://127.0.0.1:9/installation/token',
+  });
+
+  it('nothing listening: no answer is said as such, after the same attempts', async () => {
+    const gone = await stub();
+    await gone.close();
+    const r = await revoke(gone.url, ['curl']);
+    expect(r.code).toBe(1);
+    expect(r.out).toBe(
+      `${TASK_MARK} clone token revoke failed: no answer from ${gone.url} after ${REVOKE_ATTEMPTS} attempt(s) (curl); the script did not run\n`,
     );
   });
 
   it('neither curl nor wget, or no revoke URL: fails closed naming the fix, asks nothing', async () => {
-    seen = [];
-    const none = await revoke([]);
+    const gh = await stub();
+    const none = await revoke(gh.url, []);
     expect(none.code).toBe(1);
     expect(none.out).toBe(
       `${TASK_MARK} clone token revoke failed: the task image has neither curl nor GNU wget; install curl in the image (the token must be dead before the repository's code runs); the script did not run\n`,
     );
-    const noUrl = await revoke(['curl'], { SPARK_REVOKE_URL: undefined });
+    const noUrl = await revoke(gh.url, ['curl'], { SPARK_REVOKE_URL: undefined });
+    await gh.close();
     expect(noUrl.code).toBe(1);
     expect(noUrl.out).toContain('the controller handed over no revoke URL (upgrade the controller)');
-    expect(seen).toEqual([]);
+    expect(gh.seen).toEqual([]);
   });
 });
