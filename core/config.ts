@@ -436,6 +436,14 @@ export function ciModeForRepo(cfg: Pick<SparkConfig, 'repositories'>, repo: stri
   return cfg.repositories[repo]?.ci ?? 'runner';
 }
 
+/**
+ * Where a CI task revokes its clone token: GitHub's "Revoke an installation access token",
+ * `DELETE <github.apiUrl>/installation/token` (ADR 0115; GHES: https://HOST/api/v3/installation/token).
+ */
+export function revokeUrlFor(cfg: Pick<SparkConfig, 'github'>): string {
+  return `${cfg.github.apiUrl.replace(/\/+$/, '')}/installation/token`;
+}
+
 /** Where a CI task fetches `repo` from: its `cloneUrl`, else `<github.gitUrl>/<repo>.git`. */
 export function cloneUrlForRepo(cfg: Pick<SparkConfig, 'repositories' | 'github'>, repo: string): string {
   const own = Object.hasOwn(cfg.repositories, repo) ? cfg.repositories[repo]?.cloneUrl : undefined;

@@ -48,6 +48,9 @@ export const OPERATIONS: ReadonlyArray<readonly [string, string]> = [
   // deliveries missed while the controller was down (ADR 0091): list them, ask for a redelivery
   ['get', '/app/hook/deliveries'],
   ['post', '/app/hook/deliveries/{delivery_id}/attempts'],
+  // a CI task revokes its clone token after the fetch (ADR 0115); the task calls it, not the
+  // controller, but the fake GitHub serves it and checks it like the rest
+  ['delete', '/installation/token'],
 ];
 
 const DROP = new Set(['description', 'example', 'examples', 'summary', 'externalDocs', 'x-github', 'title']);

@@ -19865,6 +19865,7 @@ var RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
 var ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
 var MAX_WAIT_MS = 864e5;
 var REPO_PATTERN = /^[A-Za-z0-9_.-]{1,100}\/[A-Za-z0-9_.-]{1,100}$/;
+var httpUrl2 = (what) => string2().max(500).regex(/^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/, `${what} is http(s) without spaces or quotes`).refine((u) => !/^https?:\/\/[^/]*@/.test(u), `${what} carries no credentials`);
 var CiTaskSchema = object({
   repo: string2().regex(REPO_PATTERN, 'repositories look like "owner/name"'),
   headSha: string2().regex(/^[0-9a-f]{40}$/, "a head SHA is 40 lower-case hex digits"),
@@ -19883,10 +19884,14 @@ var CiTaskSchema = object({
     "a relative path inside the checkout"
   ).optional(),
   /** Git over HTTP(S), no credentials in it (the clone token travels separately, once). */
-  cloneUrl: string2().max(500).regex(
-    /^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/,
-    "a clone URL is http(s) without spaces or quotes"
-  ).refine((u) => !/^https?:\/\/[^/]*@/.test(u), "a clone URL carries no credentials"),
+  cloneUrl: httpUrl2("a clone URL"),
+  /**
+   * GitHub's "Revoke an installation access token" (`DELETE <apiUrl>/installation/token`, ADR
+   * 0115): the task revokes its clone token there right after the fetch, before any of the PR's
+   * code runs. From the controller's `github.apiUrl` (GHES differs), never hard-coded. Optional
+   * only so a state file written before it existed still loads; a task without it fails closed.
+   */
+  revokeUrl: httpUrl2("a revoke URL").optional(),
   /** The seed's lane (spark-test 30 min, spark-test-long 60 min), as the spark-test action sets it. */
   lane: object({
     name: _enum2(["spark-test", "spark-test-long"]),
@@ -20340,6 +20345,10 @@ function createLeaseExecutor(hostDefault, build, warn = () => {
     const e = of(l);
     return e instanceof Error || !e.taskSecrets ? [] : e.taskSecrets(l);
   };
+  router.revokeTaskToken = async (l) => {
+    const e = of(l);
+    return e instanceof Error || !e.revokeTaskToken ? null : e.revokeTaskToken(l);
+  };
   return router;
 }
 
@@ -20634,18 +20643,67 @@ function jobEnv(cfg, account, l, w) {
 
 // agent/executor/ci-task.ts
 var TASK_MARK = "spark-task:";
-var TASK_EXIT = { workspace: 80, checkout: 81, binding: 82, noScript: 83, noAssertion: 84 };
+var REVOKED_LINE = "clone token revoked: ";
+var TASK_EXIT = {
+  workspace: 80,
+  checkout: 81,
+  binding: 82,
+  noScript: 83,
+  noAssertion: 84,
+  revoke: 85
+};
+var REVOKE_ATTEMPTS = 3;
+var REVOKE_FUNCTIONS = `revoke_once() {
+  if [ "$1" = curl ]; then
+    printf 'Authorization: Bearer %s\\n' "$SPARK_CLONE_TOKEN" | curl -sS -o /dev/null -w '%{http_code}' --max-time 20 -X DELETE -H @- -H 'Accept: application/vnd.github+json' "$SPARK_REVOKE_URL" 2>/dev/null
+  else
+    d=$(mktemp -d) || return 0
+    (umask 077 && printf 'header = Authorization: Bearer %s\\n' "$SPARK_CLONE_TOKEN" > "$d/wgetrc")
+    WGETRC="$d/wgetrc" wget -S -O /dev/null --tries=1 --timeout=20 --method=DELETE --header='Accept: application/vnd.github+json' "$SPARK_REVOKE_URL" 2>&1 | sed -n 's/^ *HTTP\\/[0-9.]* \\([0-9][0-9][0-9]\\).*/\\1/p' | tail -n 1
+    rm -rf "$d"
+  fi
+}
+revoke_token() {
+  if [ -z "\${SPARK_REVOKE_URL:-}" ]; then
+    say "clone token revoke failed: the controller handed over no revoke URL (upgrade the controller); the script did not run"
+    return 1
+  fi
+  if command -v curl >/dev/null 2>&1; then how=curl
+  elif wget --help 2>&1 | grep -q -- '--method'; then how=wget
+  else
+    say "clone token revoke failed: the task image has neither curl nor GNU wget; install curl in the image (the token must be dead before the repository's code runs); the script did not run"
+    return 1
+  fi
+  n=0
+  while :; do
+    n=$((n + 1))
+    code=$(revoke_once "$how")
+    code=\${code:-000}
+    if [ "$code" = 204 ]; then say "clone token revoked: HTTP 204 from $SPARK_REVOKE_URL ($how)"; return 0; fi
+    case "$code" in
+      5??|429|000) if [ "$n" -lt ${REVOKE_ATTEMPTS} ]; then sleep $((n * 2)); continue; fi ;;
+    esac
+    break
+  done
+  if [ "$code" = 000 ]; then got="no answer"; else got="HTTP $code"; fi
+  say "clone token revoke failed: $got from $SPARK_REVOKE_URL after $n attempt(s) ($how); the script did not run"
+  return 1
+}`;
 var TASK_PROGRAM = `set -u
 say() { printf '${TASK_MARK} %s\\n' "$*"; }
+${REVOKE_FUNCTIONS}
 ws="$SPARK_WORK_DIR/checkout"
-rm -rf "$ws" && mkdir -p "$ws" && cd "$ws" || { say "cannot make the checkout dir $ws"; exit ${TASK_EXIT.workspace}; }
+rm -rf "$ws" && mkdir -p "$ws" && cd "$ws" || { say "cannot make the checkout dir $ws"; revoke_token; exit ${TASK_EXIT.workspace}; }
 say "fetching $SPARK_HEAD_SHA from $SPARK_CLONE_URL"
 auth=$(printf 'x-access-token:%s' "$SPARK_CLONE_TOKEN" | base64 | tr -d '\\n')
 export GIT_TERMINAL_PROMPT=0 GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader GIT_CONFIG_VALUE_0="Authorization: Basic $auth"
 git init -q . && git fetch -q --depth 1 "$SPARK_CLONE_URL" "$SPARK_HEAD_SHA" && git -c advice.detachedHead=false checkout -q FETCH_HEAD
 rc=$?
 unset GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0 auth
-[ "$rc" -eq 0 ] || { say "checkout failed: git could not fetch $SPARK_HEAD_SHA (exit $rc); the script did not run"; exit ${TASK_EXIT.checkout}; }
+# the token is not needed past the fetch: it dies now, whatever the fetch did (ADR 0115), so no
+# process that still holds it (dstack's runner, /proc/<pid>/environ) leaks a live credential
+[ "$rc" -eq 0 ] || { say "checkout failed: git could not fetch $SPARK_HEAD_SHA (exit $rc); the script did not run"; revoke_token; exit ${TASK_EXIT.checkout}; }
+revoke_token || exit ${TASK_EXIT.revoke}
 # the rest runs in a fresh process without the token in its environment (/proc/<pid>/environ
 # keeps a process's initial environment; \`unset\` alone would leave it readable there)
 stage2=$(cat <<'SPARK_STAGE2'
@@ -20694,6 +20752,7 @@ function taskEnv(cfg, l, task, cloneToken) {
     SPARK_HEAD_SHA: task.headSha,
     SPARK_CLONE_URL: task.cloneUrl,
     SPARK_CLONE_TOKEN: cloneToken,
+    SPARK_REVOKE_URL: task.revokeUrl,
     SPARK_SCRIPT: task.script,
     SPARK_ASSERTION_PATH: task.distributedAssertion,
     SPARK_SUITE: task.suite,
@@ -20705,6 +20764,21 @@ function taskEnv(cfg, l, task, cloneToken) {
     SPARK_EXECUTOR: "dstack"
   };
   return Object.fromEntries(Object.entries(env).filter((e) => e[1] !== void 0));
+}
+async function revokeCloneToken(revokeUrl, cloneToken, timeoutMs = 5e3) {
+  try {
+    const res = await fetch(revokeUrl, {
+      method: "DELETE",
+      headers: { authorization: `Bearer ${cloneToken}`, accept: "application/vnd.github+json" },
+      signal: AbortSignal.timeout(timeoutMs)
+    });
+    await res.body?.cancel();
+    if (res.status === 204) return { dead: true, detail: "HTTP 204 (revoked)" };
+    if (res.status === 401) return { dead: true, detail: "HTTP 401 (GitHub no longer takes it)" };
+    return { dead: false, detail: `HTTP ${res.status}` };
+  } catch (e) {
+    return { dead: false, detail: `no answer (${e.name})` };
+  }
 }
 function taskSecrets(cloneToken) {
   return [cloneToken, Buffer.from(`x-access-token:${cloneToken}`).toString("base64")];
@@ -20722,7 +20796,9 @@ function taskReceipt(a) {
   const preamble = firstPhase < 0 ? lines : lines.slice(0, firstPhase);
   const own2 = preamble.filter((x) => x.startsWith(TASK_MARK)).map((x) => x.slice(TASK_MARK.length + 1));
   const bound = own2.some((x) => x === `commit binding ok: HEAD is ${task.headSha}`);
+  const revoked = own2.find((x) => x.startsWith(REVOKED_LINE));
   const toolchain = {};
+  if (revoked) toolchain.cloneToken = `revoked: ${revoked.slice(REVOKED_LINE.length)}`.slice(0, 200);
   for (const x of own2) {
     const m = /^toolchain ([a-z]{1,40}): (.*)$/.exec(x);
     if (m && Object.keys(toolchain).length < 20) toolchain[m[1]] = m[2].slice(0, 200);
@@ -20734,15 +20810,15 @@ function taskReceipt(a) {
     phases.push({ suite: m[1], exitCode: Number(m[2]), durationMs: Number(m[3]) });
   }
   const wanted = task.suite === "performance" ? 2 : 1;
-  const passed = !a.stopped && a.exitCode === 0 && bound && phases.length === wanted;
+  const passed = !a.stopped && a.exitCode === 0 && bound && !!revoked && phases.length === wanted;
   const failedEarly = own2.find(
-    (x) => /^(commit binding failed|checkout failed|cannot make|topology pair needs|the declared distributed assertion)/.test(
+    (x) => /^(commit binding failed|checkout failed|clone token revoke failed|cannot make|topology pair needs|the declared distributed assertion)/.test(
       x
     ) || x.endsWith(
       "does not exist in the repository: copy the template from the Spark controller's workflows-templates/"
     )
   );
-  const reason = a.stopped ? "the task was stopped through dstack before it ended (the work was released)" : failedEarly ? failedEarly : !bound ? `the task ended (exit ${a.exitCode ?? "unknown"}) before binding the commit; the script did not run` : a.exitCode === 124 ? `lane ${task.lane.name} exceeded its ${task.lane.targetMinutes}-minute time target` : a.exitCode !== 0 ? `${phases.at(-1)?.suite ?? "smoke"} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? "by signal"}` : !passed ? "the task exited 0 but did not report every phase" : null;
+  const reason = a.stopped ? "the task was stopped through dstack before it ended (the work was released)" : failedEarly ? failedEarly : !bound ? `the task ended (exit ${a.exitCode ?? "unknown"}) before binding the commit; the script did not run` : a.exitCode === 124 ? `lane ${task.lane.name} exceeded its ${task.lane.targetMinutes}-minute time target` : a.exitCode !== 0 ? `${phases.at(-1)?.suite ?? "smoke"} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? "by signal"}` : !revoked ? "the task exited 0 without reporting its clone token revoked before the script ran" : !passed ? "the task exited 0 but did not report every phase" : null;
   const elapsedMs = Math.max(0, a.endedAt - a.startedAt);
   const bytes = Buffer.byteLength(output2.text);
   const n = Math.min(a.tailLines ?? 40, MAX_RECEIPT_LAST_LINES);
@@ -21098,6 +21174,7 @@ function createDstackExecutor(deps) {
   const area = createWorkArea(cfg, null);
   let refusal = null;
   let secrets = [];
+  let cloneToken = null;
   const runName = (l) => l.runner?.jobId ?? dstackRunName(l, cfg.hostId);
   const look = async (l) => {
     try {
@@ -21139,6 +21216,7 @@ function createDstackExecutor(deps) {
       };
       refusal = null;
       secrets = w.task ? taskSecrets(w.task.cloneToken) : [w.jitConfig, w.jobToken ?? ""];
+      cloneToken = w.task?.cloneToken ?? null;
       try {
         await client2.apply(spec);
       } catch (e) {
@@ -21276,9 +21354,16 @@ function createDstackExecutor(deps) {
       }
     },
     taskSecrets: () => [...secrets],
+    async revokeTaskToken(l) {
+      if (!cloneToken || !l.task?.revokeUrl) return null;
+      const outcome = await revokeCloneToken(l.task.revokeUrl, cloneToken);
+      if (outcome.dead) cloneToken = null;
+      return outcome;
+    },
     async forget(l) {
       refusal = null;
       secrets = [];
+      cloneToken = null;
       l.runner = null;
       l.task = void 0;
       save();
@@ -22339,7 +22424,7 @@ async function buildTaskReceipt(ctx, exitCode) {
   const r = l.runner;
   try {
     const output2 = ctx.executor.taskOutput ? await ctx.executor.taskOutput(l) : { text: "", complete: false, detail: "this executor runs no tasks" };
-    return taskReceipt({
+    const receipt = taskReceipt({
       lease: l,
       hostId: ctx.cfg.hostId,
       task: l.task,
@@ -22350,6 +22435,15 @@ async function buildTaskReceipt(ctx, exitCode) {
       output: output2,
       secrets: ctx.executor.taskSecrets?.(l) ?? []
     });
+    if (!receipt.toolchain.cloneToken && ctx.executor.revokeTaskToken) {
+      const outcome = await ctx.executor.revokeTaskToken(l);
+      if (outcome)
+        ctx.log[outcome.dead ? "info" : "warn"](
+          outcome.dead ? "the task did not revoke its clone token; the agent did" : "the task did not revoke its clone token and the agent could not; it expires within GitHub's hour",
+          { leaseId: l.leaseId, revoke: outcome.detail }
+        );
+    }
+    return receipt;
   } catch (e) {
     ctx.log.warn("the task receipt could not be built", { leaseId: l.leaseId, error: e.message });
     return void 0;

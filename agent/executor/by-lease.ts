@@ -102,5 +102,9 @@ export function createLeaseExecutor(
     const e = of(l);
     return e instanceof Error || !e.taskSecrets ? [] : e.taskSecrets(l);
   };
+  router.revokeTaskToken = async (l) => {
+    const e = of(l);
+    return e instanceof Error || !e.revokeTaskToken ? null : e.revokeTaskToken(l);
+  };
   return router;
 }

@@ -21,28 +21,96 @@ import { baseRunnerEnv } from './runner-env.ts';
 /** Every line the task's own steps print starts with this; the agent reads them back from the logs. */
 export const TASK_MARK = 'spark-task:';
 
+/** The task's own line (after {@link TASK_MARK}) once GitHub answered its token's revoke with 204. */
+const REVOKED_LINE = 'clone token revoked: ';
+
 /** Exit codes of the task's own steps, before the repository's script runs. */
-export const TASK_EXIT = { workspace: 80, checkout: 81, binding: 82, noScript: 83, noAssertion: 84 } as const;
+export const TASK_EXIT = {
+  workspace: 80,
+  checkout: 81,
+  binding: 82,
+  noScript: 83,
+  noAssertion: 84,
+  revoke: 85,
+} as const;
+
+/**
+ * How many times the task asks GitHub to revoke its clone token before it gives up (ADR 0115):
+ * a 5xx, a 429 or no answer is tried again after 2 s, then 4 s; any other answer is final.
+ */
+export const REVOKE_ATTEMPTS = 3;
+
+/**
+ * The task's shell functions that revoke its clone token (ADR 0115): GitHub's "Revoke an
+ * installation access token", `DELETE $SPARK_REVOKE_URL` authenticated with the token itself,
+ * answers 204 and the token is dead for every later use. Only 204 counts. The token never reaches
+ * argv: `printf` is a shell builtin, curl reads the header from stdin (`-H @-`, curl ≥ 7.55), GNU
+ * wget (which reads headers only from argv or a wgetrc file, and refuses a pipe as wgetrc) from a
+ * 0600 file in a fresh private directory removed right after — nothing of the PR runs yet. With
+ * neither client the task fails closed naming what to install. `revoke_token` prints one
+ * `clone token revoked: …` or `clone token revoke failed: …` line and returns 0 only on 204.
+ */
+export const REVOKE_FUNCTIONS = `revoke_once() {
+  if [ "$1" = curl ]; then
+    printf 'Authorization: Bearer %s\\n' "$SPARK_CLONE_TOKEN" | curl -sS -o /dev/null -w '%{http_code}' --max-time 20 -X DELETE -H @- -H 'Accept: application/vnd.github+json' "$SPARK_REVOKE_URL" 2>/dev/null
+  else
+    d=$(mktemp -d) || return 0
+    (umask 077 && printf 'header = Authorization: Bearer %s\\n' "$SPARK_CLONE_TOKEN" > "$d/wgetrc")
+    WGETRC="$d/wgetrc" wget -S -O /dev/null --tries=1 --timeout=20 --method=DELETE --header='Accept: application/vnd.github+json' "$SPARK_REVOKE_URL" 2>&1 | sed -n 's/^ *HTTP\\/[0-9.]* \\([0-9][0-9][0-9]\\).*/\\1/p' | tail -n 1
+    rm -rf "$d"
+  fi
+}
+revoke_token() {
+  if [ -z "\${SPARK_REVOKE_URL:-}" ]; then
+    say "clone token revoke failed: the controller handed over no revoke URL (upgrade the controller); the script did not run"
+    return 1
+  fi
+  if command -v curl >/dev/null 2>&1; then how=curl
+  elif wget --help 2>&1 | grep -q -- '--method'; then how=wget
+  else
+    say "clone token revoke failed: the task image has neither curl nor GNU wget; install curl in the image (the token must be dead before the repository's code runs); the script did not run"
+    return 1
+  fi
+  n=0
+  while :; do
+    n=$((n + 1))
+    code=$(revoke_once "$how")
+    code=\${code:-000}
+    if [ "$code" = 204 ]; then say "clone token revoked: HTTP 204 from $SPARK_REVOKE_URL ($how)"; return 0; fi
+    case "$code" in
+      5??|429|000) if [ "$n" -lt ${REVOKE_ATTEMPTS} ]; then sleep $((n * 2)); continue; fi ;;
+    esac
+    break
+  done
+  if [ "$code" = 000 ]; then got="no answer"; else got="HTTP $code"; fi
+  say "clone token revoke failed: $got from $SPARK_REVOKE_URL after $n attempt(s) ($how); the script did not run"
+  return 1
+}`;
 
 /**
  * The task's commands: one POSIX shell program, no secret in it (the clone token is in the task's
- * environment; git reads it through `GIT_CONFIG_*` variables, never argv, and it is unset before
- * the repository's code runs). The lane deadline is enforced like the spark-test action does:
- * TERM at the deadline, KILL 10 s later (`timeout`), exit 124. `--foreground` keeps `timeout` in
+ * environment; git reads it through `GIT_CONFIG_*` variables, never argv; right after the fetch
+ * the token is revoked with GitHub, or the task fails closed (ADR 0115), and the repository's
+ * code runs in a fresh process without it in its environment). The lane deadline is enforced
+ * like the spark-test action does: TERM at the deadline, KILL 10 s later (`timeout`), exit 124. `--foreground` keeps `timeout` in
  * the task's process group (by default it makes its own), so stopping the task through dstack
  * reaches the script and everything it started.
  */
 export const TASK_PROGRAM = `set -u
 say() { printf '${TASK_MARK} %s\\n' "$*"; }
+${REVOKE_FUNCTIONS}
 ws="$SPARK_WORK_DIR/checkout"
-rm -rf "$ws" && mkdir -p "$ws" && cd "$ws" || { say "cannot make the checkout dir $ws"; exit ${TASK_EXIT.workspace}; }
+rm -rf "$ws" && mkdir -p "$ws" && cd "$ws" || { say "cannot make the checkout dir $ws"; revoke_token; exit ${TASK_EXIT.workspace}; }
 say "fetching $SPARK_HEAD_SHA from $SPARK_CLONE_URL"
 auth=$(printf 'x-access-token:%s' "$SPARK_CLONE_TOKEN" | base64 | tr -d '\\n')
 export GIT_TERMINAL_PROMPT=0 GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader GIT_CONFIG_VALUE_0="Authorization: Basic $auth"
 git init -q . && git fetch -q --depth 1 "$SPARK_CLONE_URL" "$SPARK_HEAD_SHA" && git -c advice.detachedHead=false checkout -q FETCH_HEAD
 rc=$?
 unset GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0 auth
-[ "$rc" -eq 0 ] || { say "checkout failed: git could not fetch $SPARK_HEAD_SHA (exit $rc); the script did not run"; exit ${TASK_EXIT.checkout}; }
+# the token is not needed past the fetch: it dies now, whatever the fetch did (ADR 0115), so no
+# process that still holds it (dstack's runner, /proc/<pid>/environ) leaks a live credential
+[ "$rc" -eq 0 ] || { say "checkout failed: git could not fetch $SPARK_HEAD_SHA (exit $rc); the script did not run"; revoke_token; exit ${TASK_EXIT.checkout}; }
+revoke_token || exit ${TASK_EXIT.revoke}
 # the rest runs in a fresh process without the token in its environment (/proc/<pid>/environ
 # keeps a process's initial environment; \`unset\` alone would leave it readable there)
 stage2=$(cat <<'SPARK_STAGE2'
@@ -82,7 +150,10 @@ SPARK_STAGE2
 )
 exec env -u SPARK_CLONE_TOKEN /bin/sh -c "$stage2"`;
 
-/** The task's environment: the host basics, the spark-test action's variables, and the clone token. */
+/**
+ * The task's environment: the host basics, the spark-test action's variables, the clone token
+ * and where to revoke it.
+ */
 export function taskEnv(
   cfg: AgentConfig,
   l: LeaseState,
@@ -100,6 +171,7 @@ export function taskEnv(
     SPARK_HEAD_SHA: task.headSha,
     SPARK_CLONE_URL: task.cloneUrl,
     SPARK_CLONE_TOKEN: cloneToken,
+    SPARK_REVOKE_URL: task.revokeUrl,
     SPARK_SCRIPT: task.script,
     SPARK_ASSERTION_PATH: task.distributedAssertion,
     SPARK_SUITE: task.suite,
@@ -111,6 +183,33 @@ export function taskEnv(
     SPARK_EXECUTOR: 'dstack',
   };
   return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined));
+}
+
+/**
+ * The agent's backstop for a task that ended without revoking its clone token (ADR 0115: it
+ * failed closed, had no HTTP client, was stopped before the fetch finished): the same `DELETE
+ * <revokeUrl>` with the token itself, from the agent's own HTTP client, once, bounded. `204` is
+ * revoked; `401` means GitHub no longer takes the token (revoked or expired) — dead either way.
+ * Never throws; the token is never in the outcome.
+ */
+export async function revokeCloneToken(
+  revokeUrl: string,
+  cloneToken: string,
+  timeoutMs = 5000,
+): Promise<{ dead: boolean; detail: string }> {
+  try {
+    const res = await fetch(revokeUrl, {
+      method: 'DELETE',
+      headers: { authorization: `Bearer ${cloneToken}`, accept: 'application/vnd.github+json' },
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    await res.body?.cancel();
+    if (res.status === 204) return { dead: true, detail: 'HTTP 204 (revoked)' };
+    if (res.status === 401) return { dead: true, detail: 'HTTP 401 (GitHub no longer takes it)' };
+    return { dead: false, detail: `HTTP ${res.status}` };
+  } catch (e) {
+    return { dead: false, detail: `no answer (${(e as Error).name})` };
+  }
 }
 
 /** The secrets a task's output must never show: the token, and the Basic credential git sends. */
@@ -157,7 +256,11 @@ export function taskReceipt(a: {
   const preamble = firstPhase < 0 ? lines : lines.slice(0, firstPhase);
   const own = preamble.filter((x) => x.startsWith(TASK_MARK)).map((x) => x.slice(TASK_MARK.length + 1));
   const bound = own.some((x) => x === `commit binding ok: HEAD is ${task.headSha}`);
+  // ADR 0115: the clone token was dead before anything of the PR ran (the task prints this line
+  // only after GitHub answered the revoke with 204); no pass without it
+  const revoked = own.find((x) => x.startsWith(REVOKED_LINE));
   const toolchain: Record<string, string> = {};
+  if (revoked) toolchain.cloneToken = `revoked: ${revoked.slice(REVOKED_LINE.length)}`.slice(0, 200);
   for (const x of own) {
     const m = /^toolchain ([a-z]{1,40}): (.*)$/.exec(x);
     if (m && Object.keys(toolchain).length < 20) toolchain[m[1]!] = m[2]!.slice(0, 200);
@@ -169,10 +272,10 @@ export function taskReceipt(a: {
     phases.push({ suite: m[1] as 'smoke' | 'performance', exitCode: Number(m[2]), durationMs: Number(m[3]) });
   }
   const wanted = task.suite === 'performance' ? 2 : 1;
-  const passed = !a.stopped && a.exitCode === 0 && bound && phases.length === wanted;
+  const passed = !a.stopped && a.exitCode === 0 && bound && !!revoked && phases.length === wanted;
   const failedEarly = own.find(
     (x) =>
-      /^(commit binding failed|checkout failed|cannot make|topology pair needs|the declared distributed assertion)/.test(
+      /^(commit binding failed|checkout failed|clone token revoke failed|cannot make|topology pair needs|the declared distributed assertion)/.test(
         x,
       ) ||
       x.endsWith(
@@ -189,9 +292,11 @@ export function taskReceipt(a: {
           ? `lane ${task.lane.name} exceeded its ${task.lane.targetMinutes}-minute time target`
           : a.exitCode !== 0
             ? `${phases.at(-1)?.suite ?? 'smoke'} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? 'by signal'}`
-            : !passed
-              ? 'the task exited 0 but did not report every phase'
-              : null;
+            : !revoked
+              ? 'the task exited 0 without reporting its clone token revoked before the script ran'
+              : !passed
+                ? 'the task exited 0 but did not report every phase'
+                : null;
   const elapsedMs = Math.max(0, a.endedAt - a.startedAt);
   const bytes = Buffer.byteLength(output.text);
   const n = Math.min(a.tailLines ?? 40, MAX_RECEIPT_LAST_LINES);

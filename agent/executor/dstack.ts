@@ -3,7 +3,7 @@ import type { AgentConfig } from '../config.ts';
 import type { AgentLogger } from '../log.ts';
 import { redactLines } from '../runner.ts';
 import type { LeaseState } from '../state-file.ts';
-import { TASK_PROGRAM, type TaskOutput, taskEnv, taskSecrets } from './ci-task.ts';
+import { revokeCloneToken, TASK_PROGRAM, type TaskOutput, taskEnv, taskSecrets } from './ci-task.ts';
 import type { DstackRun, RunSpec } from './dstack-api.ts';
 import {
   createDstackClient,
@@ -78,6 +78,8 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
   let refusal: string | null = null;
   /** The current task's secrets, in memory only, to redact them from the evidence (as `jit-runner`). */
   let secrets: string[] = [];
+  /** The current task's clone token, in memory only, for the agent's revoke backstop (ADR 0115). */
+  let cloneToken: string | null = null;
   const runName = (l: LeaseState) => l.runner?.jobId ?? dstackRunName(l, cfg.hostId);
 
   /** The run of the lease, `null` when dstack has none, `undefined` when dstack did not answer. */
@@ -128,6 +130,7 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
       };
       refusal = null;
       secrets = w.task ? taskSecrets(w.task.cloneToken) : [w.jitConfig, w.jobToken ?? ''];
+      cloneToken = w.task?.cloneToken ?? null;
       try {
         await client.apply(spec);
       } catch (e) {
@@ -285,9 +288,17 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
 
     taskSecrets: () => [...secrets],
 
+    async revokeTaskToken(l: LeaseState) {
+      if (!cloneToken || !l.task?.revokeUrl) return null;
+      const outcome = await revokeCloneToken(l.task.revokeUrl, cloneToken);
+      if (outcome.dead) cloneToken = null;
+      return outcome;
+    },
+
     async forget(l: LeaseState): Promise<void> {
       refusal = null;
       secrets = [];
+      cloneToken = null;
       l.runner = null;
       l.task = undefined;
       save();

@@ -97,4 +97,11 @@ export interface Executor {
   taskOutput?(lease: LeaseState): Promise<TaskOutput>;
   /** The secrets of the lease's task (in memory only), for redacting its receipt. */
   taskSecrets?(lease: LeaseState): string[];
+  /**
+   * After a CI task ended without its `clone token revoked` line (ADR 0115): revoke the clone
+   * token from the agent, if it still holds it in memory; `null` when it holds none (handed over
+   * to an agent that has since restarted, or already dead). The token is dropped once GitHub
+   * confirms it dead.
+   */
+  revokeTaskToken?(lease: LeaseState): Promise<{ dead: boolean; detail: string } | null>;
 }

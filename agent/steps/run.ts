@@ -82,7 +82,7 @@ async function buildTaskReceipt(ctx: StepContext, exitCode: number | null): Prom
     const output = ctx.executor.taskOutput
       ? await ctx.executor.taskOutput(l)
       : { text: '', complete: false, detail: 'this executor runs no tasks' };
-    return taskReceipt({
+    const receipt = taskReceipt({
       lease: l,
       hostId: ctx.cfg.hostId,
       task: l.task!,
@@ -93,6 +93,20 @@ async function buildTaskReceipt(ctx: StepContext, exitCode: number | null): Prom
       output,
       secrets: ctx.executor.taskSecrets?.(l) ?? [],
     });
+    // ADR 0115: a task that did not say its token was revoked (it failed closed, had no HTTP
+    // client, was stopped early) leaves a live token in dstack's run record until GitHub's hour
+    // ends; the agent still holds it in memory and revokes it now. The receipt stays the task's own.
+    if (!receipt.toolchain.cloneToken && ctx.executor.revokeTaskToken) {
+      const outcome = await ctx.executor.revokeTaskToken(l);
+      if (outcome)
+        ctx.log[outcome.dead ? 'info' : 'warn'](
+          outcome.dead
+            ? 'the task did not revoke its clone token; the agent did'
+            : "the task did not revoke its clone token and the agent could not; it expires within GitHub's hour",
+          { leaseId: l.leaseId, revoke: outcome.detail },
+        );
+    }
+    return receipt;
   } catch (e) {
     ctx.log.warn('the task receipt could not be built', { leaseId: l.leaseId, error: (e as Error).message });
     return undefined;

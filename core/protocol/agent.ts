@@ -52,6 +52,14 @@ const MAX_WAIT_MS = 86_400_000;
 /** `owner/name` of a GitHub repository (GitHub's own name characters). */
 export const REPO_PATTERN = /^[A-Za-z0-9_.-]{1,100}\/[A-Za-z0-9_.-]{1,100}$/;
 
+/** An http(s) URL a task's shell uses: no spaces, quotes or credentials (tokens travel separately). */
+const httpUrl = (what: string) =>
+  z
+    .string()
+    .max(500)
+    .regex(/^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/, `${what} is http(s) without spaces or quotes`)
+    .refine((u) => !/^https?:\/\/[^/]*@/.test(u), `${what} carries no credentials`);
+
 /**
  * The workload of a CI lease whose repository runs CI as a task (`ci: "task"`, issue 15): the
  * agent's dstack task fetches exactly `headSha` from `cloneUrl`, checks `git rev-parse HEAD`
@@ -83,14 +91,14 @@ export const CiTaskSchema = z.object({
     )
     .optional(),
   /** Git over HTTP(S), no credentials in it (the clone token travels separately, once). */
-  cloneUrl: z
-    .string()
-    .max(500)
-    .regex(
-      /^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/,
-      'a clone URL is http(s) without spaces or quotes',
-    )
-    .refine((u) => !/^https?:\/\/[^/]*@/.test(u), 'a clone URL carries no credentials'),
+  cloneUrl: httpUrl('a clone URL'),
+  /**
+   * GitHub's "Revoke an installation access token" (`DELETE <apiUrl>/installation/token`, ADR
+   * 0115): the task revokes its clone token there right after the fetch, before any of the PR's
+   * code runs. From the controller's `github.apiUrl` (GHES differs), never hard-coded. Optional
+   * only so a state file written before it existed still loads; a task without it fails closed.
+   */
+  revokeUrl: httpUrl('a revoke URL').optional(),
   /** The seed's lane (spark-test 30 min, spark-test-long 60 min), as the spark-test action sets it. */
   lane: z.object({
     name: z.enum(['spark-test', 'spark-test-long']),

@@ -1,5 +1,5 @@
 import { eq } from 'drizzle-orm';
-import { CI_TASK_SCRIPT, cloneUrlForRepo, type SparkConfig } from '../../core/config.ts';
+import { CI_TASK_SCRIPT, cloneUrlForRepo, revokeUrlFor, type SparkConfig } from '../../core/config.ts';
 import { type CiMode, isRunnerStatus, type Suite } from '../../core/model.ts';
 import type { CiTask } from '../../core/protocol/agent.ts';
 import { parseStoredReceipts, type Receipt, type StoredReceipts } from '../../core/protocol/receipt.ts';
@@ -54,6 +54,7 @@ export function ciTaskOf(
     suite,
     script: CI_TASK_SCRIPT,
     cloneUrl: cloneUrlForRepo(cfg, r.repo),
+    revokeUrl: revokeUrlFor(cfg),
     lane: { ...LANES[suite] },
   };
 }

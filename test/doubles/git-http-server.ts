@@ -11,15 +11,16 @@ import { dirname, join } from 'node:path';
  * (user `x-access-token`, GitHub "Authenticating as a GitHub App installation": `git clone
  * https://x-access-token:TOKEN@github.com/owner/repo.git`) — and answers 401 with a Basic
  * challenge otherwise. Whether a token may read a repository is asked of the caller (the fake
- * GitHub knows which repositories and permissions each token was minted with).
+ * GitHub knows which repositories and permissions each token was minted with, and which were
+ * revoked: a revoked token is refused like an unknown one).
  */
 
 export interface GitServer {
   url: string;
   /** `<url>/<owner>/<name>.git` */
   cloneUrl(repo: string): string;
-  /** Every request: the repository, the password presented (null: none) and the answer. */
-  requests: { repo: string; token: string | null; status: number; service: string | null }[];
+  /** Every request: the repository, the password presented (null: none), the answer, when (ms). */
+  requests: { repo: string; token: string | null; status: number; service: string | null; at: number }[];
   /** Makes a commit in `repo` (created on first use) with `files`; returns its SHA. */
   commit(repo: string, files: Record<string, string>, message?: string): string;
   close(): Promise<void>;
@@ -56,7 +57,7 @@ export async function startGitServer(
     const [user, token] = auth ? Buffer.from(auth, 'base64').toString('utf8').split(':', 2) : [];
     const repo = m ? `${m[1]}/${m[2]}` : '';
     const refuse = (status: number, text: string) => {
-      requests.push({ repo, token: token ?? null, status, service });
+      requests.push({ repo, token: token ?? null, status, service, at: Date.now() });
       res.writeHead(status, {
         'content-type': 'text/plain',
         ...(status === 401 ? { 'www-authenticate': 'Basic realm="GitHub"' } : {}),
@@ -68,7 +69,7 @@ export async function startGitServer(
     if (service === 'git-receive-pack') return refuse(403, 'Write access to repository not granted.');
     if (!token || user !== 'x-access-token' || !mayRead(token, repo))
       return refuse(401, 'Invalid username or token.');
-    requests.push({ repo, token, status: 200, service });
+    requests.push({ repo, token, status: 200, service, at: Date.now() });
     const cgi = spawn('git', ['http-backend'], {
       env: {
         ...process.env,

@@ -23,6 +23,14 @@ const SCRIPT_OK = `#!/usr/bin/env bash
 set -eu
 echo "spark-test.sh $1 suite=$SPARK_TEST_SUITE lane=$SPARK_LANE head=$(git rev-parse HEAD)"
 env | grep -c CLONE_TOKEN > "$TASK_MARKER_DIR/$SPARK_HOST_ID-token-visible" || true
+date +%s%3N > "$TASK_MARKER_DIR/$SPARK_HOST_ID-script-started-ms"
+# look for a token the way a hostile PR would: its own environment and every /proc/<pid>/environ it
+# can read (installation tokens look like ghs_…); the test checks none of them is one of this run's
+{ env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < "$f" 2>/dev/null || true; done; } | grep -ao 'ghs_[0-9A-Za-z]*' | sort -u > "$TASK_MARKER_DIR/$SPARK_HOST_ID-tokens-seen" || true
+# the control: the task's first process (dstack started it with the token in its environment; it
+# is the grandparent here, through timeout) is readable, and what its environment holds now
+gp=$(cut -d' ' -f4 "/proc/$PPID/stat")
+tr '\\0' '\\n' < "/proc/$gp/environ" | cut -d= -f1 | sort > "$TASK_MARKER_DIR/$SPARK_HOST_ID-first-process-env" || true
 echo "$(git rev-parse HEAD) $1 $SPARK_TEST_SUITE $SPARK_LANE $SPARK_LANE_TARGET_MINUTES" >> "$TASK_MARKER_DIR/$SPARK_HOST_ID-ran"
 if [ "$1" = pair ]; then bash "$SPARK_DISTRIBUTED_ASSERTION"; fi
 sleep "\${TASK_SLEEP_S:-0}"
@@ -207,7 +215,39 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     // the script really ran at that SHA, with the spark-test action's environment, without the token
     expect(readFileSync(join(t.markers, 'spark-2-ran'), 'utf8')).toBe(`${good} single smoke spark-test 30\n`);
     expect(readFileSync(join(t.markers, 'spark-2-token-visible'), 'utf8').trim()).toBe('0');
+    // ADR 0115: the token was revoked with itself (DELETE /installation/token → 204) after the
+    // fetch and before the script started, and the task said so before its first phase
+    const [token] = mintedTokens(s.gh);
+    const revokes = s.gh.calls('DELETE', /^\/installation\/token$/);
+    expect(revokes.map((c) => ({ status: c.status, auth: c.auth, token: c.token }))).toEqual([
+      { status: 204, auth: 'installation', token },
+    ]);
+    expect(Math.max(...served.map((q) => q.at))).toBeLessThanOrEqual(revokes[0]!.at);
+    const scriptStarted = Number(readFileSync(join(t.markers, 'spark-2-script-started-ms'), 'utf8'));
+    expect(revokes[0]!.at).toBeLessThanOrEqual(scriptStarted);
+    // the token is dead: GitHub's API and its git endpoint both refuse it now
+    const api = await fetch(`${s.gh.url}/repos/${REPO}`, { headers: { authorization: `token ${token}` } });
+    expect(api.status).toBe(401);
+    const refs = await fetch(`${t.git.cloneUrl(REPO)}/info/refs?service=git-upload-pack`, {
+      headers: { authorization: `Basic ${Buffer.from(`x-access-token:${token}`).toString('base64')}` },
+    });
+    expect(refs.status).toBe(401);
+    // what the PR's code could find: no token of this run in its environment or any readable
+    // /proc/<pid>/environ — and the scan was real: the task's first process, which dstack started
+    // with the token, was readable and holds the task's variables but no token any more
+    const seen = readFileSync(join(t.markers, 'spark-2-tokens-seen'), 'utf8').split('\n');
+    for (const k of mintedTokens(s.gh)) expect(seen, "the PR's code found a clone token").not.toContain(k);
+    const firstEnv = readFileSync(join(t.markers, 'spark-2-first-process-env'), 'utf8').split('\n');
+    expect(firstEnv).toContain('SPARK_HEAD_SHA');
+    expect(firstEnv).toContain('SPARK_REVOKE_URL');
+    expect(firstEnv).not.toContain('SPARK_CLONE_TOKEN');
     const [run] = runsOf(t.dstack, rid);
+    const out = run!.logs.map((e) => Buffer.from(e.message, 'base64').toString('utf8')).join('');
+    const revokedAt = out.indexOf(
+      `spark-task: clone token revoked: HTTP 204 from ${s.gh.url}/installation/token (curl)\n`,
+    );
+    expect(revokedAt, out).toBeGreaterThan(out.indexOf('spark-task: fetching '));
+    expect(revokedAt).toBeLessThan(out.indexOf('spark-task: phase smoke start'));
     expect(run!.history).toEqual(['submitted', 'provisioning', 'running', 'done']);
     const c = run!.spec.configuration;
     expect(c.type === 'task' && c.fleets).toEqual(['spark-2']);
@@ -223,7 +263,10 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
       exitCode: 0,
       phases: [{ suite: 'smoke', exitCode: 0 }],
       lane: { name: 'spark-test', targetMinutes: 30, withinTarget: true },
-      toolchain: { source: good },
+      toolchain: {
+        source: good,
+        cloneToken: `revoked: HTTP 204 from ${s.gh.url}/installation/token (curl)`,
+      },
     });
     expect(receipt.lastLines).toBeUndefined();
     // the log hash covers the task's whole output as dstack stored it
@@ -294,7 +337,7 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     expect((await s.reservation(rid2)).outcome).toBe('failed');
   });
 
-  it('a checkout that lands on another commit fails the commit binding before the script runs; an unknown SHA fails the checkout', async () => {
+  it('a checkout that lands on another commit fails the commit binding before the script runs; an unknown SHA fails the checkout; a failed revoke fails closed', async () => {
     // a git that checks out the branch tip whatever it was asked for (a tampered or broken checkout)
     const shim = join(process.env.TMPDIR ?? '/tmp', `spark-git-shim-${process.pid}-${Date.now()}`);
     mkdirSync(shim, { recursive: true });
@@ -334,7 +377,45 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     expect(r2.reason).toMatch(/^checkout failed: git could not fetch f{40}/);
     expect(readdirSync(t.markers)).toEqual([]);
     await s.waitCheck(rid2, `Spark test failed — exact SHA ${missing.slice(0, 7)}`);
+    // the token dies whatever the fetch did (ADR 0115): both runs' tokens are revoked
+    expect(mintedTokens(s.gh)).toHaveLength(2);
+    for (const k of mintedTokens(s.gh)) expect(s.gh.tokenScope(k)).toBeNull();
+    expect(s.gh.calls('DELETE', /^\/installation\/token$/).map((c) => c.status)).toEqual([204, 204]);
     await tokenNowhere(t, rid);
+    await s.waitHostPhase('spark-2', ['idle']);
+
+    // GitHub fails the revoke (500 on each of the task's 3 attempts): the task fails closed before
+    // the repository's code runs, with the status in its receipt and on the check; the agent then
+    // revokes the token itself (ADR 0115), so it does not outlive the task
+    s.gh.failures.push({ method: 'DELETE', path: /^\/installation\/token$/, status: 500, times: 3 });
+    const sha3 = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK, 'README.md': 'v3\n' });
+    s.openPr(3, { sha: sha3 });
+    const rid3 = queuedId(await s.label(3, 'spark-test'));
+    expect((await settled(t, rid3)).outcome).toBe('failed');
+    const r3 = (await receiptsOf(s, rid3))['spark-2']!;
+    expect(r3).toMatchObject({
+      result: 'failed',
+      exitCode: 85,
+      phases: [],
+      reason: `clone token revoke failed: HTTP 500 from ${s.gh.url}/installation/token after 3 attempt(s) (curl); the script did not run`,
+    });
+    expect(r3.toolchain.cloneToken).toBeUndefined();
+    expect(readdirSync(t.markers)).toEqual([]);
+    const [, , token3] = mintedTokens(s.gh);
+    expect(
+      s.gh
+        .calls('DELETE', /^\/installation\/token$/)
+        .filter((c) => c.token === token3)
+        .map((c) => c.status),
+    ).toEqual([500, 500, 500, 204]);
+    expect(s.gh.tokenScope(token3!)).toBeNull();
+    expect(s.agents['spark-2']!.output()).toContain('the task did not revoke its clone token; the agent did');
+    const check3 = await s.waitCheck(rid3, `Spark test failed — exact SHA ${sha3.slice(0, 7)}`);
+    expect(check3.conclusion).toBe('failure');
+    expect(
+      (await s.history(rid3)).some((e) => e.cause?.includes('clone token revoke failed: HTTP 500')),
+    ).toBe(true);
+    await tokenNowhere(t, rid3);
   });
 
   it('a pair runs one task per host, each on its own fleet; both receipts land before the check passes', async () => {
@@ -374,8 +455,9 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
       expect(readFileSync(join(t.markers, `${h}-ran`), 'utf8')).toBe(`${sha} pair smoke spark-test 30\n`);
       expect(readFileSync(join(t.markers, `${h}-asserted`), 'utf8')).toBe('both hosts computed together\n');
     }
-    // one read-only token per lease, each for this repository only
+    // one read-only token per lease, each for this repository only, and each dead now (ADR 0115)
     expect(mintedTokens(s.gh)).toHaveLength(4);
+    for (const k of mintedTokens(s.gh)) expect(s.gh.tokenScope(k)).toBeNull();
     const check = await s.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
     expect(check.output.summary).toContain('- Hosts: Spark 1 + Spark 2');
     await s.waitHostPhase('spark-2', ['idle']);

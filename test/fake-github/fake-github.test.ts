@@ -249,6 +249,29 @@ describe('App JWT and installation tokens (DOC.jwt, DOC.installationToken)', () 
     now += 3600_000;
     expect((await call('GET', '/repos/acme/iron', t)).status).toBe(401);
   });
+
+  it('DELETE /installation/token revokes the token it is called with: 204, then 401 everywhere (DOC.revokeToken)', async () => {
+    const t = await token(77);
+    const other = await token(77);
+    const raw = t.slice('token '.length);
+    expect(gh.tokenScope(raw)).not.toBeNull();
+    // GitHub accepts an installation token as `Bearer` too; it is recorded as an installation call
+    const revoke = await call('DELETE', '/installation/token', `Bearer ${raw}`);
+    expect(revoke).toMatchObject({ status: 204, body: null });
+    expect(gh.calls('DELETE', /^\/installation\/token$/)).toMatchObject([
+      { status: 204, auth: 'installation', token: raw },
+    ]);
+    expect((await call('GET', '/repos/acme/iron', t)).status).toBe(401);
+    expect((await call('DELETE', '/installation/token', t)).status).toBe(401);
+    // git over HTTP asks tokenScope: a revoked token opens nothing
+    expect(gh.tokenScope(raw)).toBeNull();
+    // only that token: another token of the same installation still works
+    expect((await call('GET', '/repos/acme/iron', other)).status).toBe(200);
+    // an unknown token, no token, or the App's JWT cannot revoke anything
+    expect((await call('DELETE', '/installation/token', 'token ghs_unknown')).status).toBe(401);
+    expect((await call('DELETE', '/installation/token', null)).status).toBe(401);
+    expect((await call('DELETE', '/installation/token', `Bearer ${validJwt()}`)).status).toBe(401);
+  });
 });
 
 describe('pagination (DOC.pagination) and labels (DOC.labels)', () => {

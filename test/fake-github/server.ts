@@ -25,6 +25,10 @@ import { loadWorkflow, type WorkflowDef } from './workflows.ts';
  * - installation tokens expire after one hour and open only their own installation's
  *   repositories (DOC.installationToken); App JWTs need `iat` in the past and `exp` at most 10
  *   minutes after it (DOC.jwt);
+ * - `DELETE /installation/token`, authenticated with an installation token, revokes that very
+ *   token: 204, and from then on every use of it (any endpoint, git over HTTP through
+ *   `tokenScope`, a second revoke) is 401 "Bad credentials", as an unknown token is
+ *   (DOC.revokeToken);
  * - list endpoints paginate with `per_page` (default 30, max 100), `page` and a `Link` header
  *   (DOC.pagination);
  * - label names are unique case-insensitively (DOC.labels); a job goes to a runner whose labels
@@ -72,6 +76,8 @@ export const DOC = {
     'https://docs.github.com/en/rest/apps/webhooks#list-deliveries-for-an-app-webhook (App JWT; per_page max 100; cursor pagination with a Link header)',
   redeliver:
     'https://docs.github.com/en/rest/apps/webhooks#redeliver-a-delivery-for-an-app-webhook (App JWT; 202; the redelivery keeps the GUID, X-GitHub-Delivery)',
+  revokeToken:
+    'https://docs.github.com/en/rest/apps/installations#revoke-an-installation-access-token (DELETE /installation/token with the installation token itself; 204; "once an installation token is revoked, the token is invalidated and cannot be used")',
   cancelRun:
     'https://docs.github.com/en/rest/actions/workflow-runs#cancel-a-workflow-run (202 Accepted; 409 Conflict when the run can no longer be cancelled; GitHub Apps need actions: write)',
 } as const;
@@ -209,6 +215,8 @@ export interface RecordedRequest {
   body: unknown;
   status: number;
   auth: 'app' | 'installation' | 'none';
+  /** The installation token the request presented (a test's secret; for leak and revoke checks). */
+  token?: string;
   /** Wall-clock time the request arrived (ms). */
   at: number;
 }
@@ -285,6 +293,8 @@ export class FakeGitHub {
       /** Lower-case `owner/name`s the token was narrowed to; null: every repository of the installation. */
       repositories?: string[] | null;
       permissions?: Record<string, string>;
+      /** When `DELETE /installation/token` revoked it (GitHub's clock, ms); dead from then on. */
+      revokedAt?: number;
     }
   >();
 
@@ -294,7 +304,7 @@ export class FakeGitHub {
    */
   tokenScope(token: string): { repositories: string[] | null; permissions: Record<string, string> } | null {
     const t = this.tokens.get(token);
-    if (!t || t.expiresAt <= this.clock()) return null;
+    if (!t || t.expiresAt <= this.clock() || t.revokedAt !== undefined) return null;
     return { repositories: t.repositories ?? null, permissions: t.permissions ?? { ...APP_PERMISSIONS } };
   }
   runs: WorkflowRun[] = [];
@@ -496,17 +506,22 @@ export class FakeGitHub {
           }
         }
       }
-      const auth = /^Bearer /.test(req.headers.authorization ?? '')
-        ? 'app'
-        : /^token /.test(req.headers.authorization ?? '')
-          ? 'installation'
-          : 'none';
+      // an installation token (`ghs_…`) may come as `token` or `Bearer` (GitHub accepts both)
+      const installationToken = /^(?:token|Bearer) (ghs_\S+)$/.exec(req.headers.authorization ?? '')?.[1];
+      const auth = installationToken
+        ? 'installation'
+        : /^Bearer /.test(req.headers.authorization ?? '')
+          ? 'app'
+          : /^token /.test(req.headers.authorization ?? '')
+            ? 'installation'
+            : 'none';
       this.requests.push({
         method: method.toUpperCase(),
         path: url.pathname + url.search,
         body,
         status,
         auth,
+        ...(installationToken ? { token: installationToken } : {}),
         at: this.clock(),
       });
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
@@ -550,8 +565,8 @@ export class FakeGitHub {
     } else {
       const tok = /^(?:token|Bearer) (ghs_\S+)$/.exec(auth ?? '')?.[1];
       const t = tok ? this.tokens.get(tok) : undefined;
-      // an expired installation token is no token at all (DOC.installationToken)
-      if (!t || t.expiresAt <= this.clock())
+      // an expired (DOC.installationToken) or revoked (DOC.revokeToken) token is no token at all
+      if (!t || t.expiresAt <= this.clock() || t.revokedAt !== undefined)
         return send(401, { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' });
       tokenInstallation = t.installationId;
     }
@@ -1028,6 +1043,13 @@ export class FakeGitHub {
           })),
           headers,
         );
+      }
+      case 'delete /installation/token': {
+        // revokes the token this very request authenticated with (checked live above, else 401)
+        const t = this.tokens.get(/^(?:token|Bearer) (ghs_\S+)$/.exec(auth ?? '')?.[1] ?? '');
+        if (!t) return send(401, { message: 'Bad credentials', documentation_url: DOC.revokeToken });
+        t.revokedAt = this.clock();
+        return send(204, null);
       }
       case 'post /app/hook/deliveries/{delivery_id}/attempts': {
         const d = this.hookDeliveries.find((x) => x.id === Number(params.delivery_id));

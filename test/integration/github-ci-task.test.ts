@@ -106,6 +106,8 @@ describe('CI as a dstack task: the controller', () => {
         suite: 'smoke',
         script: 'scripts/ci/spark-test.sh',
         cloneUrl: `https://github.com/${REPO}.git`,
+        // the token's revoke goes to the configured API (here the fake GitHub), never a fixed host
+        revokeUrl: `${h.gh.url}/installation/token`,
         lane: { name: 'spark-test', targetMinutes: 30 },
       },
     });

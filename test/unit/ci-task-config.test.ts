@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, ciModeForRepo, cloneUrlForRepo, parseConfig } from '../../core/config.ts';
+import { ConfigError, ciModeForRepo, cloneUrlForRepo, parseConfig, revokeUrlFor } from '../../core/config.ts';
 import { CiTaskSchema, DesiredStateSchema, ReportSchema } from '../../core/protocol/agent.ts';
 
 /**
@@ -24,6 +24,7 @@ const task = {
   suite: 'smoke',
   script: 'scripts/ci/spark-test.sh',
   cloneUrl: 'https://github.com/acme/butter.git',
+  revokeUrl: 'https://api.github.com/installation/token',
   lane: { name: 'spark-test', targetMinutes: 30 },
 };
 
@@ -52,6 +53,13 @@ describe('repositories.<owner/name>.ci', () => {
     });
     expect(cloneUrlForRepo(cfg, 'acme/butter')).toBe('https://ghe.example/acme/butter.git');
     expect(cloneUrlForRepo(cfg, 'acme/iron')).toBe('http://127.0.0.1:9/git/iron.git');
+  });
+
+  it('the revoke URL is DELETE <github.apiUrl>/installation/token, never a hard-coded api.github.com (ADR 0115)', () => {
+    expect(revokeUrlFor(parseConfig({}))).toBe('https://api.github.com/installation/token');
+    expect(revokeUrlFor(parseConfig({ github: { apiUrl: 'https://ghe.example/api/v3/' } }))).toBe(
+      'https://ghe.example/api/v3/installation/token',
+    );
   });
 
   it('task mode without dstack fails validation and says what to set', () => {
@@ -135,6 +143,11 @@ describe('the task workload on the wire', () => {
     expect(bad({ cloneUrl: 'https://tok@github.com/acme/butter.git' })).toBe(false);
     expect(bad({ cloneUrl: "https://github.com/acme/butter.git' ; rm -rf /" })).toBe(false);
     expect(bad({ cloneUrl: 'file:///etc' })).toBe(false);
+    expect(bad({ revokeUrl: 'https://x-access-token:ghs_x@api.github.com/installation/token' })).toBe(false);
+    expect(bad({ revokeUrl: 'https://api.github.com/installation/token" ; curl evil' })).toBe(false);
+    expect(bad({ revokeUrl: 'ftp://api.github.com/installation/token' })).toBe(false);
+    // a state file written before revoke URLs existed still loads (the task then fails closed)
+    expect(CiTaskSchema.safeParse({ ...task, revokeUrl: undefined }).success).toBe(true);
     expect(bad({ repo: 'acme' })).toBe(false);
     expect(bad({})).toBe(true);
     const token = (cloneToken: string) =>

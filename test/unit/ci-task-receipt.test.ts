@@ -19,6 +19,7 @@ const task: CiTask = {
   suite: 'smoke',
   script: 'scripts/ci/spark-test.sh',
   cloneUrl: 'https://github.com/acme/butter.git',
+  revokeUrl: 'https://api.github.com/installation/token',
   lane: { name: 'spark-test', targetMinutes: 30 },
 };
 const lease = {
@@ -40,6 +41,7 @@ const lease = {
 const m = (s: string) => `${TASK_MARK} ${s}`;
 const preamble = [
   m(`fetching ${SHA} from https://github.com/acme/butter.git`),
+  m('clone token revoked: HTTP 204 from https://api.github.com/installation/token (curl)'),
   m(`commit binding ok: HEAD is ${SHA}`),
   m(`toolchain source: ${SHA}`),
   m('toolchain git: git version 2.39.5'),
@@ -69,9 +71,13 @@ describe('the CI task receipt', () => {
       reservationId: 'r-9',
       fencingToken: 4,
       phases: [{ suite: 'smoke', exitCode: 0, durationMs: 1234 }],
-      toolchain: { source: SHA, git: 'git version 2.39.5' },
+      toolchain: {
+        source: SHA,
+        git: 'git version 2.39.5',
+        cloneToken: 'revoked: HTTP 204 from https://api.github.com/installation/token (curl)',
+      },
       lane: { name: 'spark-test', targetMinutes: 30, elapsedMs: 300_000, withinTarget: true },
-      log: { lines: 7 },
+      log: { lines: 8 },
     });
     expect(r.reason).toBeUndefined();
     expect(r.lastLines).toBeUndefined();
@@ -81,6 +87,30 @@ describe('the CI task receipt', () => {
     const r = build([m('phase smoke start'), m('phase smoke exit 0 ms 5')]);
     expect(r.result).toBe('failed');
     expect(r.reason).toBe('the task ended (exit 0) before binding the commit; the script did not run');
+  });
+
+  it('exit 0 without the token revoked before the script ran fails (ADR 0115); a revoke line the script prints is not believed', () => {
+    const unrevoked = preamble.filter((x) => !x.includes('clone token revoked'));
+    const r = build([...unrevoked, m('phase smoke start'), m('phase smoke exit 0 ms 5')]);
+    expect(r.result).toBe('failed');
+    expect(r.reason).toBe(
+      'the task exited 0 without reporting its clone token revoked before the script ran',
+    );
+    expect(r.toolchain.cloneToken).toBeUndefined();
+    const forged = build([
+      ...unrevoked,
+      m('phase smoke start'),
+      m('clone token revoked: HTTP 204 from https://api.github.com/installation/token (curl)'),
+      m('phase smoke exit 0 ms 5'),
+    ]);
+    expect(forged.result).toBe('failed');
+  });
+
+  it("a failed revoke fails the task with the task's own line as the reason", () => {
+    const line =
+      'clone token revoke failed: HTTP 500 from https://api.github.com/installation/token after 3 attempt(s) (curl); the script did not run';
+    const r = build([m(`fetching ${SHA} from x`), m(line)], { exitCode: 85 });
+    expect(r).toMatchObject({ result: 'failed', exitCode: 85, reason: line, phases: [] });
   });
 
   it('binding lines the script prints after it started are not believed, nor toolchain entries', () => {
@@ -152,23 +182,34 @@ describe('reporting a task exit', () => {
     jobId: 'spark-r-9-spark-2-t4-a0',
     exitReported: false,
   };
-  function ctx(refuseReceipt: boolean) {
+  function ctx(
+    refuseReceipt: boolean,
+    lines = [...preamble, m('phase smoke start'), m('phase smoke exit 0 ms 3')],
+  ) {
     const sent: Report[] = [];
+    const revokes: string[] = [];
+    const logged: string[] = [];
     const state = { ...emptyState(), maxFencingToken: 4, lease: { ...lease, task, runner: { ...runner } } };
     const executor = {
       name: 'dstack',
       observe: async () => ({ state: 'exited', exitCode: 0 }),
       lastLines: async () => ['all good'],
-      taskOutput: async () => ({
-        text: `${[...preamble, m('phase smoke start'), m('phase smoke exit 0 ms 3')].join('\n')}\n`,
-        complete: true,
-      }),
+      taskOutput: async () => ({ text: `${lines.join('\n')}\n`, complete: true }),
       taskSecrets: () => [],
+      revokeTaskToken: async (l: LeaseState) => {
+        revokes.push(l.leaseId);
+        return { dead: true, detail: 'HTTP 204 (revoked)' };
+      },
     } as unknown as Executor;
     const c = {
       cfg: { hostId: 'spark-2' },
       executor,
-      log: { debug() {}, info() {}, warn() {}, error() {} },
+      log: {
+        debug() {},
+        info: (msg: string) => logged.push(msg),
+        warn: (msg: string) => logged.push(msg),
+        error() {},
+      },
       state,
       save: () => {},
       report: async (r: Report) => {
@@ -177,8 +218,22 @@ describe('reporting a task exit', () => {
         sent.push(r);
       },
     } as unknown as StepContext;
-    return { c, sent, state };
+    return { c, sent, state, revokes, logged };
   }
+
+  it('the agent revokes the token only when the task did not say it did (ADR 0115)', async () => {
+    const revokedByTask = ctx(false);
+    await reportExited(revokedByTask.c, false);
+    expect(revokedByTask.revokes).toEqual([]);
+    const failedClosed = ctx(false, [
+      m(`fetching ${SHA} from x`),
+      m('clone token revoke failed: HTTP 500 from x after 3 attempt(s) (curl); the script did not run'),
+    ]);
+    await reportExited(failedClosed.c, false);
+    expect(failedClosed.revokes).toEqual(['l-spark-2-4']);
+    expect(failedClosed.logged).toContain('the task did not revoke its clone token; the agent did');
+    expect(failedClosed.sent[0]).toMatchObject({ receipt: { result: 'failed' } });
+  });
 
   it('sends the receipt with the exit; a receipt the controller refuses does not hold the exit', async () => {
     const ok = ctx(false);

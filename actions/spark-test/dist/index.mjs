@@ -39516,6 +39516,7 @@ var RUNNER_NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,99}$/;
 var ATTACH_COMMAND_PATTERN = /^dstack attach [a-z][a-z0-9-]{1,40}$/;
 var MAX_WAIT_MS = 864e5;
 var REPO_PATTERN = /^[A-Za-z0-9_.-]{1,100}\/[A-Za-z0-9_.-]{1,100}$/;
+var httpUrl2 = (what) => string2().max(500).regex(/^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/, `${what} is http(s) without spaces or quotes`).refine((u) => !/^https?:\/\/[^/]*@/.test(u), `${what} carries no credentials`);
 var CiTaskSchema = object({
   repo: string2().regex(REPO_PATTERN, 'repositories look like "owner/name"'),
   headSha: string2().regex(/^[0-9a-f]{40}$/, "a head SHA is 40 lower-case hex digits"),
@@ -39534,10 +39535,14 @@ var CiTaskSchema = object({
     "a relative path inside the checkout"
   ).optional(),
   /** Git over HTTP(S), no credentials in it (the clone token travels separately, once). */
-  cloneUrl: string2().max(500).regex(
-    /^https?:\/\/[A-Za-z0-9._~:/?#[\]!$&()*+,;=%-]+$/,
-    "a clone URL is http(s) without spaces or quotes"
-  ).refine((u) => !/^https?:\/\/[^/]*@/.test(u), "a clone URL carries no credentials"),
+  cloneUrl: httpUrl2("a clone URL"),
+  /**
+   * GitHub's "Revoke an installation access token" (`DELETE <apiUrl>/installation/token`, ADR
+   * 0115): the task revokes its clone token there right after the fetch, before any of the PR's
+   * code runs. From the controller's `github.apiUrl` (GHES differs), never hard-coded. Optional
+   * only so a state file written before it existed still loads; a task without it fails closed.
+   */
+  revokeUrl: httpUrl2("a revoke URL").optional(),
   /** The seed's lane (spark-test 30 min, spark-test-long 60 min), as the spark-test action sets it. */
   lane: object({
     name: _enum2(["spark-test", "spark-test-long"]),
