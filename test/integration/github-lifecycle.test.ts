@@ -776,11 +776,13 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     const { h } = await scenario(ctx);
     h.gh.fail({ method: 'POST', path: /\/check-runs$/, status: 403, times: 100 });
     await h.deliver('pull_request', labeled());
-    const row = await h.until('outbox row failed', async () => {
-      const rows = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1'));
-      return rows.find((r) => r.status === 'failed');
+    // every row the outbox holds for r-1 has been tried (a change may have queued a second sync
+    // while the first was failing); the refusal fails each once
+    const rows = await h.until('outbox rows failed', async () => {
+      const all = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1'));
+      return all.some((r) => r.status === 'failed') && all.every((r) => r.status !== 'pending') && all;
     });
-    expect(row.attempts).toBe(1);
+    expect(rows.map((r) => [r.status, r.attempts])).toEqual(rows.map(() => ['failed', 1]));
     const ev = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'outbox.failed'));
     expect(ev[0]?.cause).toMatch(/check-run gave up after 1 attempt\(s\): POST .*check-runs → 403/);
     expect(await refreshQueuedChecks(githubService(h.c.ctx))).toBe(0);
