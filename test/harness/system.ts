@@ -139,6 +139,16 @@ export interface SparkSystem {
 
 export type { CheckRun, Delivery, JobPlan, PullRequest, SimJob };
 
+/**
+ * The controller process's background tick and admission pass periods here (SPARK_TICK_MS,
+ * SPARK_ADMISSION_INTERVAL_MS; production: 1,000 and 2,000 ms). Check runs, dispatches and
+ * runner registrations leave on the tick, and time-driven transitions (a stale heartbeat, an
+ * expired lease) are found by a pass: short periods let a story go on as soon as GitHub or the
+ * fleet could see the change, instead of up to a second or two later every time.
+ */
+export const SYSTEM_TICK_MS = 200;
+export const SYSTEM_ADMISSION_INTERVAL_MS = 500;
+
 const DEFAULT_TIMINGS = {
   heartbeatIntervalS: 1,
   offlineAfterS: 4,
@@ -254,6 +264,8 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     SPARK_GITHUB_PRIVATE_KEY: gh.privateKey,
     SPARK_PUBLIC_URL: controllerUrl,
     SPARK_AGENT_LONG_POLL_S: '5',
+    SPARK_TICK_MS: String(SYSTEM_TICK_MS),
+    SPARK_ADMISSION_INTERVAL_MS: String(SYSTEM_ADMISSION_INTERVAL_MS),
     SPARK_LOG_LEVEL: 'info',
   };
   const bootController = async (): Promise<ProcessHandle> => {
