@@ -7,7 +7,7 @@ import { type GitServer, startGitServer } from '../doubles/git-http-server.ts';
 import { waitFor } from '../doubles/index.ts';
 import type { FakeGitHub } from '../fake-github/server.ts';
 import { REPO } from '../harness/github-sim.ts';
-import { queuedId, type SparkSystem, type SystemHost, startSystem } from '../harness/system.ts';
+import { FAST_TICK_MS, queuedId, type SparkSystem, type SystemHost, startSystem } from '../harness/system.ts';
 
 /**
  * CI as a dstack task (issue 15, ADR 0110), end to end: the real controller and agent processes,
@@ -95,6 +95,8 @@ async function taskSystem(
   const tokenFile = join(root, 'dstack-token');
   writeFileSync(tokenFile, `${d.token}\n`, { mode: 0o600 });
   sys = await startSystem({
+    // only completed checks' summaries are read (see FAST_TICK_MS)
+    tickMs: FAST_TICK_MS,
     hosts,
     controllerConfig: (c, fake) => {
       gh = fake;

@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import type { FleetResponse, QueueResponse } from '../../core/protocol/api.ts';
 import { isLive, waitFor } from '../doubles/index.ts';
-import { type JobPlan, queuedId, type SparkSystem, startSystem } from '../harness/index.ts';
+import { FAST_TICK_MS, type JobPlan, queuedId, type SparkSystem, startSystem } from '../harness/index.ts';
 
 type FleetView = z.infer<typeof FleetResponse>;
 type QueueView = z.infer<typeof QueueResponse>;
@@ -29,6 +29,8 @@ const sleepers: ChildProcess[] = [];
 beforeAll(async () => {
   sys = await startSystem({
     timings: { offlineAfterS: 5, devLeaseDefaultTtlS: 6, restoreRetries: 1, restoreHealthTimeoutS: 2 },
+    // the scenarios read check titles only (see FAST_TICK_MS)
+    tickMs: FAST_TICK_MS,
     plan: (j) => plans.get(j.headSha)?.(j.hostId) ?? {},
   });
   const created = await sys.api<{ token: string }>('POST', '/api/v1/tokens', {
