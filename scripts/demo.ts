@@ -214,8 +214,9 @@ async function main() {
     plan: (j) => (failures ? failureStoryPlans : plans).get(j.headSha) ?? {},
     onNote: (n) => line('GitHub', dim(n)),
     signal: startup.signal,
-    // the failure story reads check titles only, so check runs may leave on a short tick
-    ...(failures ? { timings: FAILURE_STORY_TIMINGS, tickMs: FAST_TICK_MS } : {}),
+    // both stories read check titles only, so check runs may leave on a short tick
+    tickMs: FAST_TICK_MS,
+    ...(failures ? { timings: FAILURE_STORY_TIMINGS } : {}),
   });
   sys = await starting;
   console.log(
