@@ -23,7 +23,12 @@ async function main() {
   }
   const settings = settingsFromEnv(process.env, configText);
   const log = createLogger(settings.logLevel);
-  const c = await startController({ settings, log });
+  const c = await startController({
+    settings,
+    log,
+    tickMs: settings.tickMs,
+    admissionIntervalMs: settings.admissionIntervalMs,
+  });
   log.info('controller listening', {
     url: c.url,
     ledger: redactUrl(settings.ledgerUrl),

@@ -37,6 +37,19 @@ export const EnvSchema = z.object({
     .string()
     .regex(/^\d+$/, 'SPARK_AGENT_RATE_LIMIT must be requests per minute per agent token, e.g. 600')
     .optional(),
+  SPARK_TICK_MS: z
+    .string()
+    .regex(/^[1-9]\d*$/, 'SPARK_TICK_MS must be a positive whole number of milliseconds, e.g. 1000')
+    .optional()
+    .describe('Period of the background tick on Node: inbox retries, sweeps, outbox (default 1000).'),
+  SPARK_ADMISSION_INTERVAL_MS: z
+    .string()
+    .regex(
+      /^[1-9]\d*$/,
+      'SPARK_ADMISSION_INTERVAL_MS must be a positive whole number of milliseconds, e.g. 2000',
+    )
+    .optional()
+    .describe('Period of the admission pass on Node, besides the passes changes kick (default 2000).'),
 });
 
 export interface Settings {
@@ -53,6 +66,10 @@ export interface Settings {
   agentLongPollS: number;
   /** Agent API requests per minute per agent token before 429. */
   agentRateLimitPerMin: number;
+  /** Period of the background tick on Node (inbox retries, sweeps, outbox), ms. */
+  tickMs: number;
+  /** Period of the admission pass on Node (changes also kick one), ms. */
+  admissionIntervalMs: number;
 }
 
 /** Builds settings from env-like key/values plus config text (already read by the caller). */
@@ -95,5 +112,7 @@ export function settingsFromEnv(
     logLevel: e.SPARK_LOG_LEVEL ?? 'info',
     agentLongPollS: e.SPARK_AGENT_LONG_POLL_S ? Number(e.SPARK_AGENT_LONG_POLL_S) : 25,
     agentRateLimitPerMin: e.SPARK_AGENT_RATE_LIMIT ? Number(e.SPARK_AGENT_RATE_LIMIT) : 600,
+    tickMs: e.SPARK_TICK_MS ? Number(e.SPARK_TICK_MS) : 1000,
+    admissionIntervalMs: e.SPARK_ADMISSION_INTERVAL_MS ? Number(e.SPARK_ADMISSION_INTERVAL_MS) : 2000,
   };
 }

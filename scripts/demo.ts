@@ -18,6 +18,7 @@
  */
 import type { JobPlan } from '../test/harness/index.ts';
 import {
+  FAST_TICK_MS,
   queuedId,
   REPO,
   type SparkSystem,
@@ -213,6 +214,8 @@ async function main() {
     plan: (j) => (failures ? failureStoryPlans : plans).get(j.headSha) ?? {},
     onNote: (n) => line('GitHub', dim(n)),
     signal: startup.signal,
+    // both stories read check titles only, so check runs may leave on a short tick
+    tickMs: FAST_TICK_MS,
     ...(failures ? { timings: FAILURE_STORY_TIMINGS } : {}),
   });
   sys = await starting;

@@ -9,6 +9,7 @@ import {
   queuedId,
   type ReservationRow,
   type SparkSystem,
+  SYSTEM_ADMISSION_INTERVAL_MS,
   type SystemOptions,
   waitFor,
 } from '../../test/harness/index.ts';
@@ -31,8 +32,8 @@ export const FAILURE_STORY_TIMINGS = {
   restoreRetries: 1,
   restoreHealthTimeoutS: 2,
 } as const satisfies NonNullable<SystemOptions['timings']>;
-/** The Node controller's admission pass interval (functions/node-server.ts admissionIntervalMs). */
-const PASS_MS = 2000;
+/** The demo controller's admission pass interval (SPARK_ADMISSION_INTERVAL_MS, set by the harness). */
+const PASS_MS = SYSTEM_ADMISSION_INTERVAL_MS;
 
 type QueueView = z.infer<typeof QueueResponse>;
 

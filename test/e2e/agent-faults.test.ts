@@ -1,8 +1,8 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import type { AgentState } from '../../agent/state-file.ts';
-import { type Fleet, startFleet } from '../doubles/fleet.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
 import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
@@ -11,11 +11,15 @@ import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
  * for GitHub (it inserts the jit_handoffs row when a reservation reaches `preparing`).
  */
 
-let fleet: Fleet | null = null;
-afterEach(async () => {
-  await fleet?.close();
-  fleet = null;
-});
+/**
+ * A fleet of this test's own, closed when the test finishes. Fleets share nothing (temp dirs,
+ * ports, runner users, ledgers), so the tests run concurrently: they mostly wait on agents.
+ */
+async function fleetFor(ctx: TestContext, opts: FleetOptions): Promise<Fleet> {
+  const f = await startFleet(opts);
+  ctx.onTestFinished(() => f.close());
+  return f;
+}
 
 function agentState(f: Fleet, hostId: string): AgentState | null {
   const cfg = JSON.parse(readFileSync(f.agentConfigPath(hostId), 'utf8'));
@@ -35,9 +39,9 @@ async function expectConsistent(f: Fleet, id: string, status = 'done') {
   for (const m of readRunnerMarkers(f.markerDir)) expect(m.gpuAtStart).toEqual([]);
 }
 
-describe('relay agent: fencing and fail-closed', () => {
-  it('refuses a command whose fencing token is lower than one it has seen, and starts nothing', async () => {
-    fleet = await startFleet({ hosts: [{ id: 'spark-2' }] });
+describe.concurrent('relay agent: fencing and fail-closed', () => {
+  it('refuses a command whose fencing token is lower than one it has seen, and starts nothing', async (ctx) => {
+    const fleet = await fleetFor(ctx, { hosts: [{ id: 'spark-2' }] });
     // this agent has already seen token 10 (e.g. the ledger was restored from an old backup)
     const cfgPath = fleet.agentConfigPath('spark-2');
     const stateFile = join(dirname(cfgPath), 'state', 'agent-state.json');
@@ -62,8 +66,8 @@ describe('relay agent: fencing and fail-closed', () => {
     expect(agentState(fleet, 'spark-2')).toMatchObject({ maxFencingToken: 10, lease: null });
   });
 
-  it('starts nothing while the controller is down, then finishes the job it already runs', async () => {
-    fleet = await startFleet({
+  it('starts nothing while the controller is down, then finishes the job it already runs', async (ctx) => {
+    const fleet = await fleetFor(ctx, {
       hosts: [{ id: 'spark-2' }],
       runner: () => ({ exitCode: 0, sleepMs: 1500 }),
       githubOutcome: () => 'passed',
@@ -94,8 +98,8 @@ describe('relay agent: fencing and fail-closed', () => {
     expect(readRunnerMarkers(fleet.markerDir)).toHaveLength(1);
   });
 
-  it('replaces a runner the controller replaced (new handoff): stops its own, starts the new one', async () => {
-    fleet = await startFleet({
+  it('replaces a runner the controller replaced (new handoff): stops its own, starts the new one', async (ctx) => {
+    const fleet = await fleetFor(ctx, {
       hosts: [{ id: 'spark-2' }],
       runner: () => ({ exitCode: 0, sleepMs: 60_000 }),
       githubOutcome: () => 'passed',
@@ -117,7 +121,7 @@ describe('relay agent: fencing and fail-closed', () => {
 
 type Step = 'draining' | 'stopping' | 'running' | 'cleaning' | 'restoring';
 
-describe('relay agent: kill -9 at each step, then restart', () => {
+describe.concurrent('relay agent: kill -9 at each step, then restart', () => {
   const at: Record<Step, (s: AgentState | null) => boolean> = {
     draining: (s) => s?.lease?.lendStep === 'draining',
     stopping: (s) => s?.lease?.lendStep === 'stopping',
@@ -126,10 +130,10 @@ describe('relay agent: kill -9 at each step, then restart', () => {
     restoring: (s) => s?.restore != null,
   };
 
-  it.each(Object.keys(at) as Step[])(
+  it.for(Object.keys(at) as Step[])(
     'kill -9 while %s: the ledger ends consistent, nothing leaked',
-    async (step) => {
-      fleet = await startFleet({
+    async (step, ctx) => {
+      const fleet = await fleetFor(ctx, {
         hosts: [{ id: 'spark-1', homeService: 'deckard' }],
         runner: () =>
           step === 'cleaning'
@@ -169,10 +173,10 @@ describe('relay agent: kill -9 at each step, then restart', () => {
   );
 });
 
-describe('trust boundary: the job runs as its own unprivileged user (issue 11 item 1)', () => {
-  it('a job cannot read the token, config or state, cannot signal the agent, and cannot reach the next reservation', async () => {
+describe.concurrent('trust boundary: the job runs as its own unprivileged user (issue 11 item 1)', () => {
+  it('a job cannot read the token, config or state, cannot signal the agent, and cannot reach the next reservation', async (ctx) => {
     let paths: string[] = [];
-    fleet = await startFleet({
+    const fleet = await fleetFor(ctx, {
       hosts: [{ id: 'spark-2' }],
       githubOutcome: () => 'passed',
       runner: (rid) =>

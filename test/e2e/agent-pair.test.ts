@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
 import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
@@ -7,18 +7,17 @@ import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
  * it inserts one jit_handoffs row per lease when the pair reaches `preparing`.
  */
 
-let fleet: Fleet | null = null;
-afterEach(async () => {
-  await fleet?.close();
-  fleet = null;
-});
-
-async function startPairFleet(runner: FleetOptions['runner']) {
+/**
+ * A pair fleet of this test's own, closed when the test finishes: fleets share nothing (dirs,
+ * ports, runner users, ledgers), so the tests run concurrently.
+ */
+async function startPairFleet(ctx: TestContext, runner: FleetOptions['runner']): Promise<Fleet> {
   const f = await startFleet({
     runner,
     // both hosts check the interconnect before reporting prepared
     agentConfig: () => ({ interconnectCheck: ['/bin/true'] }),
   });
+  ctx.onTestFinished(() => f.close());
   await f.deckard!.start();
   f.startAgent('spark-1');
   f.startAgent('spark-2');
@@ -27,9 +26,9 @@ async function startPairFleet(runner: FleetOptions['runner']) {
   return f;
 }
 
-describe('relay agent: pairs', () => {
-  it('fails the pair as a unit when one node exits non-zero; both keep their evidence', async () => {
-    fleet = await startPairFleet((_rid, hostId) =>
+describe.concurrent('relay agent: pairs', () => {
+  it('fails the pair as a unit when one node exits non-zero; both keep their evidence', async (ctx) => {
+    const fleet = await startPairFleet(ctx, (_rid, hostId) =>
       hostId === 'spark-1'
         ? {
             exitCode: 3,
@@ -71,8 +70,8 @@ describe('relay agent: pairs', () => {
     expect(await fleet.bindingLeases()).toEqual([]);
   });
 
-  it('fails the pair as a unit when one node cannot be prepared; the other runs nothing', async () => {
-    fleet = await startPairFleet(() => ({ exitCode: 0, sleepMs: 300 }));
+  it('fails the pair as a unit when one node cannot be prepared; the other runs nothing', async (ctx) => {
+    const fleet = await startPairFleet(ctx, () => ({ exitCode: 0, sleepMs: 300 }));
     fleet.deckard!.setStopMode('pause');
     const id = await fleet.reserve({ topology: 'pair' });
     const r = await fleet.waitReservation(id, ['done', 'failed'], 40_000);

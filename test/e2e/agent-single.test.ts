@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import * as t from '../../functions/ledger/schema.ts';
-import { type Fleet, startFleet } from '../doubles/fleet.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
 import { fakeJitConfig, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
@@ -12,11 +12,15 @@ import { fakeJitConfig, readRunnerMarkers, waitFor } from '../doubles/index.ts';
  * reservation reaches `preparing` (the GitHub part's outbox does that in production).
  */
 
-let fleet: Fleet | null = null;
-afterEach(async () => {
-  await fleet?.close();
-  fleet = null;
-});
+/**
+ * A fleet of this test's own, closed when the test finishes. Fleets share nothing (temp dirs,
+ * ports, runner users, ledgers), so the tests run concurrently: they mostly wait on agents.
+ */
+async function fleetFor(ctx: TestContext, opts: FleetOptions): Promise<Fleet> {
+  const f = await startFleet(opts);
+  ctx.onTestFinished(() => f.close());
+  return f;
+}
 
 async function waitOnline(f: Fleet, ...ids: string[]) {
   for (const id of ids) {
@@ -24,9 +28,9 @@ async function waitOnline(f: Fleet, ...ids: string[]) {
   }
 }
 
-describe('relay agent: single-host work', () => {
-  it('runs a single reservation on spark-2: prepared, JIT runner by env, exit, clean, host idle', async () => {
-    fleet = await startFleet({
+describe.concurrent('relay agent: single-host work', () => {
+  it('runs a single reservation on spark-2: prepared, JIT runner by env, exit, clean, host idle', async (ctx) => {
+    const fleet = await fleetFor(ctx, {
       hosts: [{ id: 'spark-2' }],
       runner: () => ({ exitCode: 0, sleepMs: 400, lastLines: ['smoke suite: 12 passed'] }),
       // r-1 gets a GitHub result; r-2 does not (its workflow_job webhook has not arrived)
@@ -104,8 +108,8 @@ describe('relay agent: single-host work', () => {
     expect(readRunnerMarkers(fleet.markerDir)).toHaveLength(2);
   });
 
-  it('lends spark-1 when it is the only free host: Deckard drained, stopped, GPU verified, restored health-gated', async () => {
-    fleet = await startFleet({
+  it('lends spark-1 when it is the only free host: Deckard drained, stopped, GPU verified, restored health-gated', async (ctx) => {
+    const fleet = await fleetFor(ctx, {
       runner: (rid) => (rid === 'r-1' ? { exitCode: 0, sleepMs: 60_000 } : { exitCode: 0, sleepMs: 500 }),
       githubOutcome: () => 'passed',
       deckardReadyDelayMs: 800,
@@ -146,8 +150,8 @@ describe('relay agent: single-host work', () => {
     expect((await fleet.reservation(busy)).status).toBe('running');
   });
 
-  it('does not lend spark-1 when the GPU is still busy after stop (paused, not stopped)', async () => {
-    fleet = await startFleet({ hosts: [{ id: 'spark-1', homeService: 'deckard' }] });
+  it('does not lend spark-1 when the GPU is still busy after stop (paused, not stopped)', async (ctx) => {
+    const fleet = await fleetFor(ctx, { hosts: [{ id: 'spark-1', homeService: 'deckard' }] });
     await fleet.deckard!.start();
     fleet.deckard!.setStopMode('pause');
     fleet.startAgent('spark-1');
@@ -170,8 +174,8 @@ describe('relay agent: single-host work', () => {
     expect(await fleet.bindingLeases()).toEqual([]);
   });
 
-  it('quarantines spark-1 with an alert when Deckard cannot be restored within the retry budget', async () => {
-    fleet = await startFleet({
+  it('quarantines spark-1 with an alert when Deckard cannot be restored within the retry budget', async (ctx) => {
+    const fleet = await fleetFor(ctx, {
       hosts: [{ id: 'spark-1', homeService: 'deckard' }],
       runner: () => ({ exitCode: 0, sleepMs: 300 }),
       githubOutcome: () => 'passed',

@@ -42,7 +42,8 @@ const BEHAVIOURS = [
   'new SHA while active',
 ];
 
-describe('npm run demo -- --story failures', { timeout: 420_000 }, () => {
+// concurrent: the refusal is a second demo process that exits at once; it need not wait for the story
+describe.concurrent('npm run demo -- --story failures', { timeout: 420_000 }, () => {
   it('plays every failure and cancellation behaviour, prints the table and exits 0 when all match', async () => {
     const demo = runDemo(['--story', 'failures']);
     const code = await demo.exited;

@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { type DstackStandIn, startDstackStandIn } from '../doubles/dstack-server.ts';
 import { waitFor } from '../doubles/index.ts';
 import { REPO } from '../harness/github-sim.ts';
-import { queuedId, type SparkSystem, startSystem } from '../harness/system.ts';
+import { FAST_TICK_MS, queuedId, type SparkSystem, startSystem } from '../harness/system.ts';
 
 /**
  * The task-start timeout (ADR 0120) end to end: the real controller and agent processes, the fake
@@ -45,6 +45,8 @@ describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000
     const tokenFile = join(dir, 'dstack-token');
     writeFileSync(tokenFile, `${d.token}\n`, { mode: 0o600 });
     sys = await startSystem({
+      // only completed checks' summaries are read (see FAST_TICK_MS)
+      tickMs: FAST_TICK_MS,
       hosts: [{ id: 'spark-2' }],
       timings: { taskStartTimeoutS: TIMEOUT_S },
       controllerConfig: (c) => ({ ...c, repositories: { [REPO]: { executor: 'dstack', ci: 'task' } } }),

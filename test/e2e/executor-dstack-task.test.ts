@@ -1,13 +1,13 @@
-import { chmodSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import type { StoredReceipts } from '../../core/protocol/receipt.ts';
 import { type DstackStandIn, startDstackStandIn } from '../doubles/dstack-server.ts';
 import { type GitServer, startGitServer } from '../doubles/git-http-server.ts';
 import { waitFor } from '../doubles/index.ts';
 import type { FakeGitHub } from '../fake-github/server.ts';
 import { REPO } from '../harness/github-sim.ts';
-import { queuedId, type SparkSystem, type SystemHost, startSystem } from '../harness/system.ts';
+import { FAST_TICK_MS, queuedId, type SparkSystem, type SystemHost, startSystem } from '../harness/system.ts';
 
 /**
  * CI as a dstack task (issue 15, ADR 0110), end to end: the real controller and agent processes,
@@ -47,24 +47,6 @@ echo "cuda_smoke: expected 42, got 41"
 exit 3
 `;
 
-let sys: SparkSystem | null = null;
-let dstack: DstackStandIn | null = null;
-let git: GitServer | null = null;
-afterEach(async () => {
-  // every request the controller made to GitHub matched GitHub's description
-  expect(sys?.gh.violations ?? []).toEqual([]);
-  await sys?.close();
-  sys = null;
-  if (dstack) {
-    expect(dstack.invalid).toEqual([]);
-    expect(dstack.active().map((r) => r.name)).toEqual([]);
-    await dstack.close();
-  }
-  dstack = null;
-  await git?.close();
-  git = null;
-});
-
 interface TaskSystem {
   sys: SparkSystem;
   dstack: DstackStandIn;
@@ -72,16 +54,34 @@ interface TaskSystem {
   markers: string;
 }
 
-/** A system whose {@link REPO} runs CI as a dstack task, served from a local git repository. */
+/**
+ * A system whose {@link REPO} runs CI as a dstack task, served from a local git repository. Each
+ * test has its own (controller, agents, dstack stand-in, git server, dirs), so the tests run
+ * concurrently: they mostly wait on processes. What was checked after each test is checked when
+ * this one finishes.
+ */
 async function taskSystem(
+  ctx: TestContext,
   hosts: SystemHost[],
   o: { shimDir?: string; sleepS?: number } = {},
 ): Promise<TaskSystem> {
-  dstack = await startDstackStandIn();
-  const d = dstack;
+  let sys: SparkSystem | null = null;
+  let git: GitServer | null = null;
+  const d = await startDstackStandIn();
+  ctx.onTestFinished(async () => {
+    // every request the controller made to GitHub matched GitHub's description
+    const violations = sys?.gh.violations ?? [];
+    await sys?.close();
+    const invalid = d.invalid;
+    const active = d.active().map((r) => r.name);
+    await d.close();
+    await git?.close();
+    expect(violations).toEqual([]);
+    expect(invalid).toEqual([]);
+    expect(active).toEqual([]);
+  });
   let gh: FakeGitHub | null = null;
-  const root = join(process.env.TMPDIR ?? '/tmp', `spark-git-${process.pid}-${Date.now()}`);
-  mkdirSync(root, { recursive: true });
+  const root = mkdtempSync(join(process.env.TMPDIR ?? '/tmp', 'spark-git-'));
   git = await startGitServer(root, (token, repo) => {
     const scope = gh?.tokenScope(token);
     // GitHub's rule: the token opens only the repositories it was minted for, contents read or write
@@ -95,6 +95,8 @@ async function taskSystem(
   const tokenFile = join(root, 'dstack-token');
   writeFileSync(tokenFile, `${d.token}\n`, { mode: 0o600 });
   sys = await startSystem({
+    // only completed checks' summaries are read (see FAST_TICK_MS)
+    tickMs: FAST_TICK_MS,
     hosts,
     controllerConfig: (c, fake) => {
       gh = fake;
@@ -181,9 +183,12 @@ async function tokenNowhere(t: TaskSystem, id: string) {
     for (const tok of tokens) expect(text.includes(tok), `${where} shows a clone token`).toBe(false);
 }
 
-describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeout: 180_000 }, () => {
-  it('runs spark-test.sh at the exact SHA as a dstack task: passed and failed land on the check run with the receipt', async () => {
-    const t = await taskSystem([{ id: 'spark-2' }]);
+// concurrent: every test has a system of its own (see taskSystem) and mostly waits on processes
+describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git)', {
+  timeout: 180_000,
+}, () => {
+  it('runs spark-test.sh at the exact SHA as a dstack task: passed and failed land on the check run with the receipt', async (ctx) => {
+    const t = await taskSystem(ctx, [{ id: 'spark-2' }]);
     const s = t.sys;
     const good = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK, 'README.md': 'v1\n' });
     // a later commit on the same branch: the task must test the PR's commit, not the tip
@@ -337,17 +342,16 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     expect((await s.reservation(rid2)).outcome).toBe('failed');
   });
 
-  it('a checkout that lands on another commit fails the commit binding before the script runs; an unknown SHA fails the checkout; a failed revoke fails closed', async () => {
+  it('a checkout that lands on another commit fails the commit binding before the script runs; an unknown SHA fails the checkout', async (ctx) => {
     // a git that checks out the branch tip whatever it was asked for (a tampered or broken checkout)
-    const shim = join(process.env.TMPDIR ?? '/tmp', `spark-git-shim-${process.pid}-${Date.now()}`);
-    mkdirSync(shim, { recursive: true });
+    const shim = mkdtempSync(join(process.env.TMPDIR ?? '/tmp', 'spark-git-shim-'));
     const realGit = '/usr/bin/git';
     writeFileSync(
       join(shim, 'git'),
       `#!/bin/sh\nif [ "$1" = "-c" ] && [ "$3" = checkout ]; then "${realGit}" fetch -q --depth 1 "$SPARK_CLONE_URL" main 2>/dev/null; fi\nexec "${realGit}" "$@"\n`,
     );
     chmodSync(join(shim, 'git'), 0o755);
-    const t = await taskSystem([{ id: 'spark-2' }], { shimDir: shim });
+    const t = await taskSystem(ctx, [{ id: 'spark-2' }], { shimDir: shim });
     const s = t.sys;
     const admitted = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
     t.git.commit(REPO, { 'README.md': 'a later tip\n' });
@@ -383,7 +387,12 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     expect(s.gh.calls('DELETE', /^\/installation\/token$/).map((c) => c.status)).toEqual([204, 204]);
     await tokenNowhere(t, rid);
     await s.waitHostPhase('spark-2', ['idle']);
+  });
 
+  // its own test (and system) since the task waits out its revoke backoff (2 s + 4 s) here
+  it('a failed revoke fails closed: the script does not run and the agent revokes the token', async (ctx) => {
+    const t = await taskSystem(ctx, [{ id: 'spark-2' }]);
+    const s = t.sys;
     // GitHub fails the revoke (500 on each of the task's 3 attempts): the task fails closed before
     // the repository's code runs, with the status in its receipt and on the check; the agent then
     // revokes the token itself (ADR 0115), so it does not outlive the task
@@ -401,7 +410,8 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     });
     expect(r3.toolchain.cloneToken).toBeUndefined();
     expect(readdirSync(t.markers)).toEqual([]);
-    const [, , token3] = mintedTokens(s.gh);
+    const [token3] = mintedTokens(s.gh);
+    expect(mintedTokens(s.gh)).toHaveLength(1);
     expect(
       s.gh
         .calls('DELETE', /^\/installation\/token$/)
@@ -418,8 +428,8 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     await tokenNowhere(t, rid3);
   });
 
-  it('a pair runs one task per host, each on its own fleet; both receipts land before the check passes', async () => {
-    const t = await taskSystem([{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }]);
+  it('a pair runs one task per host, each on its own fleet; both receipts land before the check passes', async (ctx) => {
+    const t = await taskSystem(ctx, [{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }]);
     const s = t.sys;
     // the declared distributed assertion is missing from this commit: the pair fails before its
     // phases on both hosts instead of passing vacuously (as the spark-test action refuses it)
@@ -464,8 +474,8 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     await tokenNowhere(t, rid);
   });
 
-  it('kill -9 of the agent while the task runs: the restarted agent finds the task and still reports its receipt', async () => {
-    const t = await taskSystem([{ id: 'spark-2' }], { sleepS: 4 });
+  it('kill -9 of the agent while the task runs: the restarted agent finds the task and still reports its receipt', async (ctx) => {
+    const t = await taskSystem(ctx, [{ id: 'spark-2' }], { sleepS: 4 });
     const s = t.sys;
     const sha = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
     s.openPr(1, { sha });
@@ -489,8 +499,8 @@ describe('CI as a dstack task (stand-in dstack, fake GitHub, real git)', { timeo
     await tokenNowhere(t, rid);
   });
 
-  it('ending the work while the task runs stops it through dstack; the check says the task was stopped', async () => {
-    const t = await taskSystem([{ id: 'spark-2' }], { sleepS: 60 });
+  it('ending the work while the task runs stops it through dstack; the check says the task was stopped', async (ctx) => {
+    const t = await taskSystem(ctx, [{ id: 'spark-2' }], { sleepS: 60 });
     const s = t.sys;
     const sha = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
     s.openPr(1, { sha });

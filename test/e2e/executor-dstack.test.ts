@@ -1,7 +1,7 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import type { AgentState } from '../../agent/state-file.ts';
 import { attachText } from '../../cli/ops.ts';
 import { describeReservation } from '../../functions/api/describe.ts';
@@ -20,44 +20,53 @@ import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
  * reported the run finished.
  */
 
-let dstack: DstackStandIn;
-let tokenDir: string;
-beforeAll(() => {
-  tokenDir = mkdtempSync(join(tmpdir(), 'spark-dstack-token-'));
-});
-afterAll(() => {
-  rmSync(tokenDir, { recursive: true, force: true });
-});
+/** One case's dstack stand-in, its token file and the fleets started against it. */
+interface Kit {
+  dstack: DstackStandIn;
+  tokenFile: string;
+  fleets: Fleet[];
+}
 
-// a fresh dstack per case: reservation ids and fencing tokens restart with each fleet's ledger
-let fleet: Fleet | null = null;
-beforeEach(async () => {
-  dstack = await startDstackStandIn();
-  writeFileSync(join(tokenDir, 'token'), `${dstack.token}\n`, { mode: 0o600 });
-});
-afterEach(async () => {
-  await fleet?.close();
-  fleet = null;
-  expect(dstack.invalid).toEqual([]);
-  expect(dstack.active().map((r) => r.name)).toEqual([]);
-  await dstack.close();
-});
+/**
+ * A fresh dstack per case (reservation ids and fencing tokens restart with each fleet's ledger):
+ * the cases share nothing, so they run concurrently (they mostly wait on the agents). When the
+ * case finishes, its fleets are closed and dstack must have seen only valid requests and have
+ * nothing left running.
+ */
+async function standIn(ctx: TestContext): Promise<Kit> {
+  const dir = mkdtempSync(join(tmpdir(), 'spark-dstack-token-'));
+  const dstack = await startDstackStandIn();
+  const tokenFile = join(dir, 'token');
+  writeFileSync(tokenFile, `${dstack.token}\n`, { mode: 0o600 });
+  const kit: Kit = { dstack, tokenFile, fleets: [] };
+  ctx.onTestFinished(async () => {
+    for (const f of kit.fleets) await f.close();
+    const invalid = dstack.invalid;
+    const active = dstack.active().map((r) => r.name);
+    await dstack.close();
+    rmSync(dir, { recursive: true, force: true });
+    expect(invalid).toEqual([]);
+    expect(active).toEqual([]);
+  });
+  return kit;
+}
 
-const dstackConfig = (hostId: string) => ({
+const dstackConfig = (kit: Kit, hostId: string) => ({
   executor: 'dstack',
   dstack: {
-    url: dstack.url,
-    project: dstack.project,
-    tokenFile: join(tokenDir, 'token'),
+    url: kit.dstack.url,
+    project: kit.dstack.project,
+    tokenFile: kit.tokenFile,
     fleet: hostId,
     requestTimeoutS: 1,
   },
 });
 
 async function dstackFleet(
+  kit: Kit,
   hosts: string[],
   opts: FleetOptions,
-  agentConfig: (hostId: string) => Record<string, unknown> = dstackConfig,
+  agentConfig: (hostId: string) => Record<string, unknown> = (h) => dstackConfig(kit, h),
 ) {
   const f = await startFleet({
     hosts: hosts.map((id) => ({ id })),
@@ -67,6 +76,7 @@ async function dstackFleet(
     ...opts,
     agentConfig,
   });
+  kit.fleets.push(f);
   for (const h of hosts) f.startAgent(h);
   for (const h of hosts) {
     await waitFor(`${h} heartbeat`, async () => (await f.host(h)).lastHeartbeatAt != null);
@@ -75,27 +85,30 @@ async function dstackFleet(
 }
 
 /** The stand-in's runs of reservation `id` (run names start `spark-<id>-`). */
-const runsOf = (id: string) => [...dstack.runs.values()].filter((r) => r.name.startsWith(`spark-${id}-`));
+const runsOf = (kit: Kit, id: string) =>
+  [...kit.dstack.runs.values()].filter((r) => r.name.startsWith(`spark-${id}-`));
 
 /** The reservation was released (its `done`/`failed` event) no earlier than its last run finished. */
-async function releasedAfterTermination(f: Fleet, id: string) {
+async function releasedAfterTermination(kit: Kit, f: Fleet, id: string) {
   const events = await f.controller.ledger.history('reservation', id);
   const end = events.find((e) => e.type === 'reservation.done' || e.type === 'reservation.failed');
   expect(end, events.map((e) => e.type).join(',')).toBeDefined();
-  for (const r of runsOf(id)) {
+  for (const r of runsOf(kit, id)) {
     expect(r.finishedAt, `${r.name} finished`).not.toBeNull();
     expect(end!.at).toBeGreaterThanOrEqual(r.finishedAt!);
   }
 }
 
-describe('dstack executor (stand-in dstack server)', () => {
-  it('runs a single reservation as a dstack task on the host fleet and releases it after dstack reports done', async () => {
-    fleet = await dstackFleet(['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 300 }) });
+// concurrent: each case has its own dstack and fleet (see standIn)
+describe.concurrent('dstack executor (stand-in dstack server)', () => {
+  it('runs a single reservation as a dstack task on the host fleet and releases it after dstack reports done', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(kit, ['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 300 }) });
     const f = fleet;
     const id = await f.reserve();
     const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
     expect(r.status, f.agents['spark-2']!.output().slice(-3000)).toBe('done');
-    const [run] = runsOf(id);
+    const [run] = runsOf(kit, id);
     expect(run!.history).toEqual(['submitted', 'provisioning', 'running', 'done']);
     const c = run!.spec.configuration;
     expect(c.type).toBe('task');
@@ -115,11 +128,14 @@ describe('dstack executor (stand-in dstack server)', () => {
     const row = await f.reservation(id);
     expect(renderCheckRun(row, await renderContextFor(svc, row)).summary).toContain('- Backend: dstack');
     expect(await f.bindingLeases()).toEqual([]);
-    await releasedAfterTermination(f, id);
+    await releasedAfterTermination(kit, f, id);
   });
 
-  it('runs a pair as one task per host, each pinned to its own fleet, released as a unit', async () => {
-    fleet = await dstackFleet(['spark-2', 'spark-3'], { runner: () => ({ exitCode: 0, sleepMs: 300 }) });
+  it('runs a pair as one task per host, each pinned to its own fleet, released as a unit', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(kit, ['spark-2', 'spark-3'], {
+      runner: () => ({ exitCode: 0, sleepMs: 300 }),
+    });
     const f = fleet;
     const id = await f.reserve({ topology: 'pair' });
     const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
@@ -129,16 +145,17 @@ describe('dstack executor (stand-in dstack server)', () => {
       ['spark-2', 'released', 0],
       ['spark-3', 'released', 0],
     ]);
-    const fleets = runsOf(id)
+    const fleets = runsOf(kit, id)
       .map((x) => (x.spec.configuration.type === 'task' ? x.spec.configuration.fleets?.[0] : null))
       .sort();
     expect(fleets).toEqual(['spark-2', 'spark-3']);
-    expect(runsOf(id).map((x) => x.status)).toEqual(['done', 'done']);
-    await releasedAfterTermination(f, id);
+    expect(runsOf(kit, id).map((x) => x.status)).toEqual(['done', 'done']);
+    await releasedAfterTermination(kit, f, id);
   });
 
-  it('a release while the task runs stops it through dstack and waits for terminated before cleaned', async () => {
-    fleet = await dstackFleet(['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 120_000 }) });
+  it('a release while the task runs stops it through dstack and waits for terminated before cleaned', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(kit, ['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 120_000 }) });
     const f = fleet;
     const id = await f.reserve();
     await f.waitReservation(id, ['running'], 60_000);
@@ -152,15 +169,16 @@ describe('dstack executor (stand-in dstack server)', () => {
       status: 'done',
     });
     expect(isLive(m.pid)).toBe(false);
-    const [run] = runsOf(id);
+    const [run] = runsOf(kit, id);
     expect(run!.history.slice(-2)).toEqual(['terminating', 'terminated']);
     expect(run!.terminationReason).toBe('stopped_by_user');
     expect(f.agents['spark-2']!.output()).toContain('stopping the dstack run this lease created');
-    await releasedAfterTermination(f, id);
+    await releasedAfterTermination(kit, f, id);
   });
 
-  it('kill -9 of the agent while the task runs: the restarted agent finds its run by name and reports its exit', async () => {
-    fleet = await dstackFleet(['spark-2'], {
+  it('kill -9 of the agent while the task runs: the restarted agent finds its run by name and reports its exit', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(kit, ['spark-2'], {
       runner: () => ({ exitCode: 4, sleepMs: 3000 }),
       // no GitHub result: the task's exit status decides
       githubOutcome: () => null,
@@ -172,12 +190,12 @@ describe('dstack executor (stand-in dstack server)', () => {
       'the run to be running',
       () =>
         (JSON.parse(readFileSync(stateFile, 'utf8')) as AgentState).lease?.runner?.jobId &&
-        runsOf(id)[0]?.status === 'running',
+        runsOf(kit, id)[0]?.status === 'running',
       30_000,
     );
     await f.agents['spark-2']!.kill('SIGKILL');
     // dstack owns the run: it goes on without the agent
-    expect(runsOf(id)[0]!.status).toBe('running');
+    expect(runsOf(kit, id)[0]!.status).toBe('running');
     f.startAgent('spark-2');
     const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
     expect(r.status).toBe('failed');
@@ -185,14 +203,15 @@ describe('dstack executor (stand-in dstack server)', () => {
     expect(lease!.exitCode).toBe(4);
     // found again, never created twice
     expect(
-      dstack.calls.filter((c) => c.route === 'apply' && c.runName?.startsWith(`spark-${id}-`)),
+      kit.dstack.calls.filter((c) => c.route === 'apply' && c.runName?.startsWith(`spark-${id}-`)),
     ).toHaveLength(1);
     expect(await f.bindingLeases()).toEqual([]);
-    await releasedAfterTermination(f, id);
+    await releasedAfterTermination(kit, f, id);
   });
 
-  it('dstack answering 5xx and timing out on stop (and 5xx on get) keeps the reservation until dstack confirms terminated', async () => {
-    fleet = await dstackFleet(['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 120_000 }) });
+  it('dstack answering 5xx and timing out on stop (and 5xx on get) keeps the reservation until dstack confirms terminated', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(kit, ['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 120_000 }) });
     const f = fleet;
     const id = await f.reserve();
     await f.waitReservation(id, ['running'], 60_000);
@@ -201,14 +220,14 @@ describe('dstack executor (stand-in dstack server)', () => {
       () => readRunnerMarkers(f.markerDir).find((x) => x.reservationId === id),
       30_000,
     );
-    dstack.faults.stop5xx = 2;
-    dstack.faults.stopHang = 1;
-    dstack.faults.get5xx = 3;
-    const stops = () => dstack.calls.filter((c) => c.route === 'stop').length;
+    kit.dstack.faults.stop5xx = 2;
+    kit.dstack.faults.stopHang = 1;
+    kit.dstack.faults.get5xx = 3;
+    const stops = () => kit.dstack.calls.filter((c) => c.route === 'stop').length;
     await f.controller.ledger.beginRelease(id, 'released', 'operator release', 'test');
     await waitFor('two refused stops', () => stops() >= 2, 30_000);
     // dstack has not stopped the run: the reservation is not released
-    expect(runsOf(id)[0]!.status).toBe('running');
+    expect(runsOf(kit, id)[0]!.status).toBe('running');
     expect((await f.reservation(id)).status).not.toBe('done');
     expect(await f.bindingLeases()).toHaveLength(1);
     await expect(f.waitReservation(id, ['done', 'failed'], 60_000)).resolves.toMatchObject({
@@ -216,40 +235,43 @@ describe('dstack executor (stand-in dstack server)', () => {
     });
     expect(stops()).toBeGreaterThanOrEqual(4);
     expect(f.agents['spark-2']!.output()).toContain('dstack stop not confirmed');
-    const [run] = runsOf(id);
+    const [run] = runsOf(kit, id);
     expect(run!.status).toBe('terminated');
-    await releasedAfterTermination(f, id);
+    await releasedAfterTermination(kit, f, id);
   });
 
-  it('an apply whose answer is lost (the run was created, dstack answered 502): the agent finds the run by name, creates no second one', async () => {
-    fleet = await dstackFleet(['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 300 }) });
+  it('an apply whose answer is lost (the run was created, dstack answered 502): the agent finds the run by name, creates no second one', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(kit, ['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 300 }) });
     const f = fleet;
-    dstack.faults.apply5xxAfterCreate = 1;
+    kit.dstack.faults.apply5xxAfterCreate = 1;
     const id = await f.reserve();
     const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
     expect(r.status, f.agents['spark-2']!.output().slice(-3000)).toBe('done');
     expect(f.agents['spark-2']!.output()).toContain('dstack apply not confirmed');
-    expect(dstack.calls.filter((c) => c.route === 'apply')).toHaveLength(1);
-    expect(runsOf(id).map((x) => x.status)).toEqual(['done']);
+    expect(kit.dstack.calls.filter((c) => c.route === 'apply')).toHaveLength(1);
+    expect(runsOf(kit, id).map((x) => x.status)).toEqual(['done']);
     expect((await f.leases(id))[0]!.exitCode).toBe(0);
-    await releasedAfterTermination(f, id);
+    await releasedAfterTermination(kit, f, id);
   });
 
-  it('a repository configured for dstack runs its CI as a dstack task on a jit-runner host; another repository there keeps the JIT runner', async () => {
-    fleet = await dstackFleet(
+  it('a repository configured for dstack runs its CI as a dstack task on a jit-runner host; another repository there keeps the JIT runner', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(
+      kit,
       ['spark-2'],
       {
         runner: () => ({ exitCode: 0, sleepMs: 300 }),
         repositories: { 'acme/butter': { executor: 'dstack' } },
       },
       // the host's own backend is the JIT runner; it also knows the dstack server
-      (h) => ({ ...dstackConfig(h), executor: 'jit-runner' }),
+      (h) => ({ ...dstackConfig(kit, h), executor: 'jit-runner' }),
     );
     const f = fleet;
     const svc = { ledger: f.controller.ledger } as unknown as GitHubService;
     const butter = await f.reserve({ repo: 'acme/butter' });
     expect((await f.waitReservation(butter, ['done', 'failed'], 60_000)).status).toBe('done');
-    expect(runsOf(butter).map((x) => [x.status, x.spec.configuration.fleets])).toEqual([
+    expect(runsOf(kit, butter).map((x) => [x.status, x.spec.configuration.fleets])).toEqual([
       ['done', ['spark-2']],
     ]);
     const [bl] = await f.leases(butter);
@@ -257,13 +279,13 @@ describe('dstack executor (stand-in dstack server)', () => {
     const br = await f.reservation(butter);
     expect(renderCheckRun(br, await renderContextFor(svc, br)).summary).toContain('- Backend: dstack');
     // the job was told which backend ran it (its receipt's `executor`)
-    const task = runsOf(butter)[0]!.spec.configuration;
+    const task = runsOf(kit, butter)[0]!.spec.configuration;
     expect(task.type === 'task' ? task.env?.SPARK_EXECUTOR : null).toBe('dstack');
-    await releasedAfterTermination(f, butter);
+    await releasedAfterTermination(kit, f, butter);
 
     const iron = await f.reserve({ repo: 'acme/iron' });
     expect((await f.waitReservation(iron, ['done', 'failed'], 60_000)).status).toBe('done');
-    expect(runsOf(iron)).toEqual([]);
+    expect(runsOf(kit, iron)).toEqual([]);
     const [il] = await f.leases(iron);
     expect(JSON.parse(il!.evidenceJson!).executor).toBe('jit-runner');
     const ir = await f.reservation(iron);
@@ -271,15 +293,17 @@ describe('dstack executor (stand-in dstack server)', () => {
     expect(await f.bindingLeases()).toEqual([]);
   });
 
-  it("kill -9 mid-run of a repository's dstack task on a jit-runner host: the restarted agent goes on with dstack (recorded with the lease)", async () => {
-    fleet = await dstackFleet(
+  it("kill -9 mid-run of a repository's dstack task on a jit-runner host: the restarted agent goes on with dstack (recorded with the lease)", async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(
+      kit,
       ['spark-2'],
       {
         runner: () => ({ exitCode: 6, sleepMs: 3000 }),
         githubOutcome: () => null,
         repositories: { 'acme/butter': { executor: 'dstack' } },
       },
-      (h) => ({ ...dstackConfig(h), executor: 'jit-runner' }),
+      (h) => ({ ...dstackConfig(kit, h), executor: 'jit-runner' }),
     );
     const f = fleet;
     const stateFile = join(dirname(f.agentConfigPath('spark-2')), 'state', 'agent-state.json');
@@ -288,7 +312,7 @@ describe('dstack executor (stand-in dstack server)', () => {
       'the run to be running',
       () =>
         (JSON.parse(readFileSync(stateFile, 'utf8')) as AgentState).lease?.runner?.jobId &&
-        runsOf(id)[0]?.status === 'running',
+        runsOf(kit, id)[0]?.status === 'running',
       30_000,
     );
     expect((JSON.parse(readFileSync(stateFile, 'utf8')) as AgentState).lease?.executor).toBe('dstack');
@@ -298,13 +322,15 @@ describe('dstack executor (stand-in dstack server)', () => {
     expect(r.status).toBe('failed');
     // the task's exit status, which only dstack knows: the restarted agent asked dstack, not /proc
     expect((await f.leases(id))[0]!.exitCode).toBe(6);
-    expect(dstack.calls.filter((c) => c.route === 'apply')).toHaveLength(1);
+    expect(kit.dstack.calls.filter((c) => c.route === 'apply')).toHaveLength(1);
     expect(await f.bindingLeases()).toEqual([]);
-    await releasedAfterTermination(f, id);
+    await releasedAfterTermination(kit, f, id);
   });
 
-  it('a repository asking for dstack on a host without dstack settings fails preparation with the reason; nothing is created', async () => {
-    fleet = await dstackFleet(
+  it('a repository asking for dstack on a host without dstack settings fails preparation with the reason; nothing is created', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(
+      kit,
       ['spark-2'],
       { repositories: { 'acme/butter': { executor: 'dstack' } } },
       () => ({ executor: 'jit-runner' }),
@@ -318,13 +344,14 @@ describe('dstack executor (stand-in dstack server)', () => {
       'preparation failed on spark-2: this lease\'s repository runs on executor "dstack", which this host cannot run',
     );
     expect(causes).toContain('"dstack" section');
-    expect(dstack.calls).toEqual([]);
+    expect(kit.dstack.calls).toEqual([]);
     expect(readRunnerMarkers(f.markerDir)).toEqual([]);
     expect(await f.bindingLeases()).toEqual([]);
   });
 
-  it("a failed task's last output lines come from dstack's logs API into the lease evidence", async () => {
-    fleet = await dstackFleet(['spark-2'], {
+  it("a failed task's last output lines come from dstack's logs API into the lease evidence", async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(kit, ['spark-2'], {
       runner: () => ({
         exitCode: 3,
         sleepMs: 200,
@@ -346,26 +373,27 @@ describe('dstack executor (stand-in dstack server)', () => {
       ]),
     );
     // the secrets the task got in its environment never come back as evidence
-    const [run] = runsOf(id);
+    const [run] = runsOf(kit, id);
     const env = run!.spec.configuration.type === 'task' ? run!.spec.configuration.env! : {};
     expect(ev.runner.lastLines.join('\n')).not.toContain(env.ACTIONS_RUNNER_INPUT_JITCONFIG!);
-    expect(dstack.calls.some((c) => c.route === 'logs/poll' && c.runName === run!.name)).toBe(true);
-    await releasedAfterTermination(f, id);
+    expect(kit.dstack.calls.some((c) => c.route === 'logs/poll' && c.runName === run!.name)).toBe(true);
+    await releasedAfterTermination(kit, f, id);
   });
 
-  it('dstack logs unavailable (5xx): the evidence says so and the release still waits only for termination', async () => {
-    fleet = await dstackFleet(['spark-2'], {
+  it('dstack logs unavailable (5xx): the evidence says so and the release still waits only for termination', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(kit, ['spark-2'], {
       runner: () => ({ exitCode: 5, sleepMs: 200 }),
       githubOutcome: () => null,
     });
     const f = fleet;
-    dstack.faults.logs5xx = 100;
+    kit.dstack.faults.logs5xx = 100;
     const id = await f.reserve();
     expect((await f.waitReservation(id, ['done', 'failed'], 60_000)).status).toBe('failed');
     const [lease] = await f.leases(id);
     const ev = JSON.parse(lease!.evidenceJson!) as { runner: { lastLines: string[] } };
     expect(ev.runner.lastLines.join('\n')).toMatch(/dstack logs of spark-r-\S+ not available: .*HTTP 500/);
-    await releasedAfterTermination(f, id);
+    await releasedAfterTermination(kit, f, id);
   });
 
   const devReservation = (f: Fleet, input: Record<string, unknown>) =>
@@ -392,12 +420,13 @@ describe('dstack executor (stand-in dstack server)', () => {
     );
   }
 
-  it('a development lease gets a dev environment on the host fleet; sparkctl shows `dstack attach`, release waits for terminated', async () => {
-    fleet = await dstackFleet(['spark-2'], {});
+  it('a development lease gets a dev environment on the host fleet; sparkctl shows `dstack attach`, release waits for terminated', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(kit, ['spark-2'], {});
     const f = fleet;
     const id = await devReservation(f, { targetHost: 'spark-2' });
     await f.waitReservation(id, ['running'], 60_000);
-    const [run] = runsOf(id);
+    const [run] = runsOf(kit, id);
     // reported active only once dstack runs it
     expect(run!.status).toBe('running');
     expect(run!.spec.configuration).toMatchObject({ type: 'dev-environment', fleets: ['spark-2'] });
@@ -411,11 +440,12 @@ describe('dstack executor (stand-in dstack server)', () => {
       status: 'done',
     });
     expect(run!.history.slice(-2)).toEqual(['terminating', 'terminated']);
-    await releasedAfterTermination(f, id);
+    await releasedAfterTermination(kit, f, id);
   });
 
-  it('a pair development lease gets one dev environment per host, each attachable, both stopped before release', async () => {
-    fleet = await dstackFleet(['spark-2', 'spark-3'], {});
+  it('a pair development lease gets one dev environment per host, each attachable, both stopped before release', async (ctx) => {
+    const kit = await standIn(ctx);
+    const fleet = await dstackFleet(kit, ['spark-2', 'spark-3'], {});
     const f = fleet;
     const id = await devReservation(f, { topology: 'pair' });
     await f.waitReservation(id, ['running'], 60_000);
@@ -430,7 +460,7 @@ describe('dstack executor (stand-in dstack server)', () => {
       },
       30_000,
     );
-    const names = runsOf(id)
+    const names = runsOf(kit, id)
       .map((x) => x.name)
       .sort();
     expect(names).toHaveLength(2);
@@ -440,7 +470,7 @@ describe('dstack executor (stand-in dstack server)', () => {
     await expect(f.waitReservation(id, ['done', 'failed'], 60_000)).resolves.toMatchObject({
       status: 'done',
     });
-    expect(runsOf(id).map((x) => x.status)).toEqual(['terminated', 'terminated']);
-    await releasedAfterTermination(f, id);
+    expect(runsOf(kit, id).map((x) => x.status)).toEqual(['terminated', 'terminated']);
+    await releasedAfterTermination(kit, f, id);
   });
 });

@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
 import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
@@ -10,14 +10,13 @@ import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
  * runs as root), the real controller and ledger; GitHub is the fleet's handoff stand-in.
  */
 
-let fleet: Fleet | null = null;
-afterEach(async () => {
-  await fleet?.close();
-  fleet = null;
-});
-
-async function jitFleet(hosts: string[], opts: FleetOptions) {
+/**
+ * A fleet of this test's own, closed when the test finishes: fleets share nothing (dirs, ports,
+ * runner users, ledgers), so the tests run concurrently.
+ */
+async function jitFleet(ctx: TestContext, hosts: string[], opts: FleetOptions): Promise<Fleet> {
   const f = await startFleet({ hosts: hosts.map((id) => ({ id })), githubOutcome: () => 'passed', ...opts });
+  ctx.onTestFinished(() => f.close());
   for (const h of hosts) f.startAgent(h);
   for (const h of hosts) {
     await waitFor(`${h} heartbeat`, async () => (await f.host(h)).lastHeartbeatAt != null);
@@ -33,9 +32,11 @@ async function releasedAt(f: Fleet, id: string): Promise<number> {
   return end!.at;
 }
 
-describe('jit-runner executor: the done-when matrix', () => {
-  it('runs a pair, one runner per host, and releases both as a unit after both exited', async () => {
-    fleet = await jitFleet(['spark-2', 'spark-3'], { runner: () => ({ exitCode: 0, sleepMs: 300 }) });
+describe.concurrent('jit-runner executor: the done-when matrix', () => {
+  it('runs a pair, one runner per host, and releases both as a unit after both exited', async (ctx) => {
+    const fleet = await jitFleet(ctx, ['spark-2', 'spark-3'], {
+      runner: () => ({ exitCode: 0, sleepMs: 300 }),
+    });
     const f = fleet;
     const id = await f.reserve({ topology: 'pair' });
     const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
@@ -52,8 +53,8 @@ describe('jit-runner executor: the done-when matrix', () => {
     expect(await f.bindingLeases()).toEqual([]);
   });
 
-  it('a release while the runner runs stops its process group and releases only once it is gone', async () => {
-    fleet = await jitFleet(['spark-2'], {
+  it('a release while the runner runs stops its process group and releases only once it is gone', async (ctx) => {
+    const fleet = await jitFleet(ctx, ['spark-2'], {
       // the job takes a moment to honour SIGTERM: the release waits for it
       runner: () => ({ exitCode: 0, sleepMs: 120_000, ignoreTermMs: 1000 }),
     });
@@ -78,8 +79,10 @@ describe('jit-runner executor: the done-when matrix', () => {
     expect(await f.bindingLeases()).toEqual([]);
   });
 
-  it('nvidia-smi failing during a release (GPU state unknown): the lease is kept until the GPU answers', async () => {
-    fleet = await jitFleet(['spark-2'], { runner: () => ({ exitCode: 0, sleepMs: 120_000, onGpu: true }) });
+  it('nvidia-smi failing during a release (GPU state unknown): the lease is kept until the GPU answers', async (ctx) => {
+    const fleet = await jitFleet(ctx, ['spark-2'], {
+      runner: () => ({ exitCode: 0, sleepMs: 120_000, onGpu: true }),
+    });
     const f = fleet;
     const id = await f.reserve();
     await f.waitReservation(id, ['running'], 60_000);

@@ -3,7 +3,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { isLive, waitFor } from '../doubles/index.ts';
-import { type JobPlan, queuedId, type SparkSystem, startSystem } from '../harness/index.ts';
+import {
+  FAST_TICK_MS,
+  type JobPlan,
+  queuedId,
+  type SparkSystem,
+  SYSTEM_ADMISSION_INTERVAL_MS,
+  startSystem,
+} from '../harness/index.ts';
 import { createVethNamespace, netnsUnavailable, type VethNamespace } from '../harness/netns.ts';
 
 /**
@@ -24,8 +31,8 @@ import { createVethNamespace, netnsUnavailable, type VethNamespace } from '../ha
 const sha = (c: string) => c.repeat(40);
 const plans = new Map<string, (hostId: string) => Partial<JobPlan>>();
 const OFFLINE_AFTER_S = 3;
-/** The Node controller's admission pass interval (functions/node-server.ts admissionIntervalMs). */
-const PASS_MS = 2000;
+/** The admission pass period the harness gives the controller process (SPARK_ADMISSION_INTERVAL_MS). */
+const PASS_MS = SYSTEM_ADMISSION_INTERVAL_MS;
 
 /** `SPARK_PAIR_LOST_MODE=sigstop` forces the fallback (to check it still works where netns runs). */
 const unavailable =
@@ -48,6 +55,8 @@ beforeAll(async () => {
   const ns = net;
   sys = await startSystem({
     timings: { offlineAfterS: OFFLINE_AFTER_S, ciLeaseTtlS: 120 },
+    // the scenario reads check titles and a completed check's summary only (see FAST_TICK_MS)
+    tickMs: FAST_TICK_MS,
     plan: (j) => plans.get(j.headSha)?.(j.hostId) ?? {},
     ...(ns ? { agentRoute: async (id, ep) => (id === DARK ? ns.route(ep) : null) } : {}),
   });

@@ -50,7 +50,8 @@ function processesMentioning(text: string): string[] {
   return found;
 }
 
-describe('npm run demo', { timeout: 240_000 }, () => {
+// concurrent: each demo has its own temp dir, ports and processes (the Ctrl-C one looks only at its own)
+describe.concurrent('npm run demo', { timeout: 240_000 }, () => {
   it('plays the whole story, prints the summary and exits 0, leaving nothing behind', async () => {
     const demo = runDemo();
     const code = await demo.exited;

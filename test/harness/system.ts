@@ -59,6 +59,8 @@ export interface SystemOptions {
   /** Called with every line worth showing on a timeline (webhooks, GitHub actions). */
   onNote?: (line: string) => void;
   deckardReadyDelayMs?: number;
+  /** The controller's background tick, ms (default production's 1,000; see {@link FAST_TICK_MS}). */
+  tickMs?: number;
   /** Aborting it while starting (Ctrl-C in the demo) stops what already runs and rejects. */
   signal?: AbortSignal;
   /**
@@ -138,6 +140,23 @@ export interface SparkSystem {
 }
 
 export type { CheckRun, Delivery, JobPlan, PullRequest, SimJob };
+
+/**
+ * The controller process's admission pass period here (SPARK_ADMISSION_INTERVAL_MS; production:
+ * 2,000 ms): time-driven transitions (a stale heartbeat, an expired lease, a lost pair node) are
+ * found by a pass, so a story goes on about when the fleet could see the change instead of up to
+ * two seconds later every time.
+ */
+export const SYSTEM_ADMISSION_INTERVAL_MS = 500;
+
+/**
+ * The background tick (SPARK_TICK_MS: check runs, dispatches, sweeps) a story may ask for with
+ * {@link SystemOptions.tickMs} instead of production's 1,000 ms. Only where no queued check's
+ * summary is looked at: at 200 ms a check run can go out between the pass that claims a host for
+ * a queued request and the write of that request's wait reason, and the summary then keeps
+ * "waiting for the next admission pass" (the queued-check refresh compares titles only).
+ */
+export const FAST_TICK_MS = 200;
 
 const DEFAULT_TIMINGS = {
   heartbeatIntervalS: 1,
@@ -254,6 +273,8 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     SPARK_GITHUB_PRIVATE_KEY: gh.privateKey,
     SPARK_PUBLIC_URL: controllerUrl,
     SPARK_AGENT_LONG_POLL_S: '5',
+    SPARK_TICK_MS: String(opts.tickMs ?? 1000),
+    SPARK_ADMISSION_INTERVAL_MS: String(SYSTEM_ADMISSION_INTERVAL_MS),
     SPARK_LOG_LEVEL: 'info',
   };
   const bootController = async (): Promise<ProcessHandle> => {

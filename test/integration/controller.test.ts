@@ -1,21 +1,23 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import { startTestController } from '../helpers/controller.ts';
 import { servingFacts, tempDir } from '../helpers/ledger.ts';
 
-const children: ChildProcess[] = [];
-afterEach(() => {
-  for (const c of children.splice(0)) c.kill('SIGKILL');
-});
+/** Kills `child` when the test finishes, whatever happened (the tests run concurrently). */
+function reap(ctx: TestContext, child: ChildProcess): void {
+  ctx.onTestFinished(() => {
+    child.kill('SIGKILL');
+  });
+}
 
-function startProcess(env: Record<string, string>) {
+function startProcess(ctx: TestContext, env: Record<string, string>) {
   const child = spawn(process.execPath, ['--import', 'tsx', 'functions/node.ts'], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  children.push(child);
+  reap(ctx, child);
   let out = '';
   let err = '';
   child.stdout!.on('data', (d) => {
@@ -35,13 +37,14 @@ function startProcess(env: Record<string, string>) {
   return { child, url, exited, output: () => ({ out, err }) };
 }
 
-describe('Node controller (npm start)', () => {
-  it('starts as a process with an embedded ledger file and answers health, fleet and queue', async () => {
+// concurrent: each test has its own dirs, ledger files and processes; they mostly wait on process start-ups
+describe.concurrent('Node controller (npm start)', () => {
+  it('starts as a process with an embedded ledger file and answers health, fleet and queue', async (ctx) => {
     const { dir, cleanup } = tempDir();
     try {
       const cfg = join(dir, 'spark.config.json');
       writeFileSync(cfg, JSON.stringify({ listen: { host: '127.0.0.1', port: 0 } }));
-      const p = startProcess({
+      const p = startProcess(ctx, {
         SPARK_CONFIG: cfg,
         SPARK_LEDGER_URL: `file:${join(dir, 'ledger', 'spark.db')}`,
       });
@@ -70,12 +73,12 @@ describe('Node controller (npm start)', () => {
     }
   });
 
-  it('refuses a wrong config with exit code 2 and a message naming the field', async () => {
+  it('refuses a wrong config with exit code 2 and a message naming the field', async (ctx) => {
     const { dir, cleanup } = tempDir();
     try {
       const cfg = join(dir, 'spark.config.json');
       writeFileSync(cfg, JSON.stringify({ budgets: { maxGpus: -1 } }));
-      const p = startProcess({ SPARK_CONFIG: cfg, SPARK_LEDGER_URL: `file:${join(dir, 'spark.db')}` });
+      const p = startProcess(ctx, { SPARK_CONFIG: cfg, SPARK_LEDGER_URL: `file:${join(dir, 'spark.db')}` });
       p.url.catch(() => undefined);
       expect(await p.exited).toBe(2);
       expect(p.output().err).toMatch(/Invalid configuration in .*spark\.config\.json[\s\S]*budgets\.maxGpus/);
@@ -151,12 +154,12 @@ describe('Node controller (npm start)', () => {
 });
 
 /** Runs `node --import tsx scripts/admin.ts …` from the repository root, as `sparkctl admin` does. */
-function runAdmin(args: string[], env: Record<string, string> = {}) {
+function runAdmin(ctx: TestContext, args: string[], env: Record<string, string> = {}) {
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/admin.ts', ...args], {
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  children.push(child);
+  reap(ctx, child);
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (d) => {
@@ -170,12 +173,12 @@ function runAdmin(args: string[], env: Record<string, string> = {}) {
   );
 }
 
-describe('admin bootstrap (npm run admin -- token create)', () => {
-  it('creates the first operate token in the ledger file; it works against the controller', async () => {
+describe.concurrent('admin bootstrap (npm run admin -- token create)', () => {
+  it('creates the first operate token in the ledger file; it works against the controller', async (ctx) => {
     const { dir, cleanup } = tempDir();
     const ledgerUrl = `file:${join(dir, 'spark.db')}`;
     try {
-      const created = await runAdmin([
+      const created = await runAdmin(ctx, [
         'token',
         'create',
         '--name',
@@ -196,7 +199,7 @@ describe('admin bootstrap (npm run admin -- token create)', () => {
         `(written to ${ledgerUrl})`,
       ]);
 
-      const json = await runAdmin([
+      const json = await runAdmin(ctx, [
         'token',
         'create',
         '--name',
@@ -233,36 +236,30 @@ describe('admin bootstrap (npm run admin -- token create)', () => {
     }
   });
 
-  it('refuses bad arguments with exit 2 and an unreachable ledger with exit 3', async () => {
-    const bad = await runAdmin(['token', 'create', '--name', 'x', '--scopes', 'root']);
+  it('refuses bad arguments with exit 2 and an unreachable ledger with exit 3', async (ctx) => {
+    // four independent invocations (none opens a ledger it could share), started together
+    const [bad, never, usage, down] = await Promise.all([
+      runAdmin(ctx, ['token', 'create', '--name', 'x', '--scopes', 'root']),
+      runAdmin(ctx, ['token', 'create', '--name', 'x', '--scopes', 'operate', '--expires', 'soon']),
+      runAdmin(ctx, ['token', 'delete']),
+      runAdmin(ctx, [
+        'token',
+        'create',
+        '--name',
+        'x',
+        '--scopes',
+        'operate',
+        '--ledger',
+        'http://127.0.0.1:9',
+      ]),
+    ]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/invalid --scopes 'root': use a comma list of develop, operate, emergency/);
     expect(bad.stdout).toBe('');
-    const never = await runAdmin([
-      'token',
-      'create',
-      '--name',
-      'x',
-      '--scopes',
-      'operate',
-      '--expires',
-      'soon',
-    ]);
     expect(never.code).toBe(2);
     expect(never.stderr).toMatch(/invalid --expires 'soon': use e\.g\. 30d/);
-    const usage = await runAdmin(['token', 'delete']);
     expect(usage.code).toBe(2);
     expect(usage.stderr).toMatch(/usage: sparkctl admin token create --name NAME --scopes/);
-    const down = await runAdmin([
-      'token',
-      'create',
-      '--name',
-      'x',
-      '--scopes',
-      'operate',
-      '--ledger',
-      'http://127.0.0.1:9',
-    ]);
     expect(down.code).toBe(3);
     expect(down.stderr).toMatch(/cannot open the ledger http:\/\/127\.0\.0\.1:9/);
   });

@@ -1,5 +1,5 @@
 import { eq, sql } from 'drizzle-orm';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import { readMeta } from '../../functions/github/meta.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { refreshQueuedChecks } from '../../functions/github/sweeps.ts';
@@ -28,24 +28,29 @@ async function status(h: Harness, id: string) {
   return (await h.c.ledger.getReservation(undefined, id))?.status;
 }
 
-describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, outbox', () => {
-  let h: Harness;
-  beforeEach(async () => {
-    h = await startHarness({ config: { timings: { runnerPickupTimeoutS: 5, runnerRetries: 1 } } });
-    h.gh.addRepo(REPO, {
-      installationId: 1,
-      collaborators: { Codertocat: 'admin', outsider: 'triage' },
-      pulls: { 2: { state: 'open', headSha: SHA, headRepo: REPO, labels: ['spark-test'] } },
-      headSha: TIP,
-    });
-    // the rollout gate wants every host adopted; without heartbeats they stay offline (no grants)
-    for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
-    expect((await h.enable(REPO)).status).toBe(200);
-  });
-  afterEach(async () => {
-    expect(h.gh.violations).toEqual([]);
+/**
+ * One test's world (../fake-github/harness.ts: its own fake GitHub, controller, ledger file and
+ * clock) with the enabled repository, and the helpers bound to it. Nothing is shared between
+ * tests, so they run concurrently: most of their time is spent waiting on the controller's ticks
+ * and GitHub's retry delays. When the test finishes, every request the controller made must have
+ * matched GitHub's schema.
+ */
+async function scenario(ctx: TestContext) {
+  const h = await startHarness({ config: { timings: { runnerPickupTimeoutS: 5, runnerRetries: 1 } } });
+  ctx.onTestFinished(async () => {
+    const violations = h.gh.violations;
     await h.close();
+    expect(violations).toEqual([]);
   });
+  h.gh.addRepo(REPO, {
+    installationId: 1,
+    collaborators: { Codertocat: 'admin', outsider: 'triage' },
+    pulls: { 2: { state: 'open', headSha: SHA, headRepo: REPO, labels: ['spark-test'] } },
+    headSha: TIP,
+  });
+  // the rollout gate wants every host adopted; without heartbeats they stay offline (no grants)
+  for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
+  expect((await h.enable(REPO)).status).toBe(200);
 
   /** Label → granted → the agent reports every lease prepared (agent part, simulated here). */
   async function prepared(rid = 'r-1', waitHandoff = true) {
@@ -101,6 +106,20 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     return j;
   }
 
+  /** The admitted run once it is recorded, and the path that cancels it. */
+  async function recordedRun(rid = 'r-1') {
+    const meta = await h.until('run recorded', async () => {
+      const m = await metaOf(rid);
+      return m.runId != null ? m : null;
+    });
+    return { meta, cancelPath: new RegExp(`^/repos/${REPO}/actions/runs/${meta.runId}/cancel$`) };
+  }
+
+  return { h, prepared, metaOf, pickUp, foreignJob, recordedRun };
+}
+
+// concurrent: every test has a world of its own (see scenario)
+describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, outbox', () => {
   it('the fake really checks bodies against the GitHub schema', () => {
     const schema = {
       type: 'object',
@@ -111,7 +130,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(validate(schema, { name: 1, head_sha: 'a' })).toEqual(['$.name: expected string, got number']);
   });
 
-  it('prepared → dispatch with the nonce, run recorded, one JIT runner with the seed labels + nonce label', async () => {
+  it('prepared → dispatch with the nonce, run recorded, one JIT runner with the seed labels + nonce label', async (ctx) => {
+    const { h, prepared, metaOf } = await scenario(ctx);
     const handoff = (await prepared())!;
     expect(handoff).toMatchObject({ hostId: 'spark-2', attempt: 0, runnerName: 'spark-spark-2-r-1-a0' });
     await h.until('dispatch', () => h.gh.dispatches.length === 1);
@@ -145,7 +165,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     );
   });
 
-  it('the run is dispatched and the runner registered at the grant; its config is handed over only once the host is prepared (ADR 0070)', async () => {
+  it('the run is dispatched and the runner registered at the grant; its config is handed over only once the host is prepared (ADR 0070)', async (ctx) => {
+    const { h } = await scenario(ctx);
     await adoptAll(h.c.ledger);
     expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
     const handoff = await h.until('JIT runner registered while the host prepares', async () => {
@@ -179,7 +200,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(queued.filter((o) => o.kind === 'generate-jitconfig')).toHaveLength(1);
   });
 
-  it('workflow_job in_progress → running with the exact SHA; completed → passed; receipt → evidence recorded', async () => {
+  it('workflow_job in_progress → running with the exact SHA; completed → passed; receipt → evidence recorded', async (ctx) => {
+    const { h, prepared, pickUp } = await scenario(ctx);
     const handoff = (await prepared())!;
     const picked = await pickUp(handoff.runnerName);
     // GitHub's job carries the default branch tip; the check shows the admitted PR commit
@@ -217,7 +239,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(h.gh.checkRuns.filter((c) => c.external_id === 'r-1')).toHaveLength(1);
   });
 
-  it('a job asking for a guessed nonce label, or for ours from another run, changes nothing (audited)', async () => {
+  it('a job asking for a guessed nonce label, or for ours from another run, changes nothing (audited)', async (ctx) => {
+    const { h, prepared, metaOf, foreignJob } = await scenario(ctx);
     await prepared();
     const meta = await metaOf();
     const guess = foreignJob([`spark-r-1-${'0'.repeat(32)}`]);
@@ -240,7 +263,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
   });
 
   for (const variant of ['fleet labels only', 'the leaked nonce label'] as const) {
-    it(`a foreign job (${variant}) on our runner is stopped: check fails, host cleans up, alert fires`, async () => {
+    it(`a foreign job (${variant}) on our runner is stopped: check fails, host cleans up, alert fires`, async (ctx) => {
+      const { h, prepared, metaOf, pickUp, foreignJob } = await scenario(ctx);
       const handoff = (await prepared())!;
       const meta = await metaOf();
       await h.until('run recorded', async () => (await metaOf()).runId != null);
@@ -296,7 +320,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     });
   }
 
-  it('a foreign job whose admitted run already completed: GitHub answers 409, recorded once, not retried', async () => {
+  it('a foreign job whose admitted run already completed: GitHub answers 409, recorded once, not retried', async (ctx) => {
+    const { h, prepared, metaOf, pickUp, foreignJob } = await scenario(ctx);
     const handoff = (await prepared())!;
     const meta = await h.until('run recorded', async () => {
       const m = await metaOf();
@@ -329,16 +354,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect((await h.c.ledger.getReservation(undefined, 'r-1'))?.outcome).toBe('foreign_job');
   });
 
-  /** The admitted run once it is recorded, and the path that cancels it. */
-  async function recordedRun(rid = 'r-1') {
-    const meta = await h.until('run recorded', async () => {
-      const m = await metaOf(rid);
-      return m.runId != null ? m : null;
-    });
-    return { meta, cancelPath: new RegExp(`^/repos/${REPO}/actions/runs/${meta.runId}/cancel$`) };
-  }
-
-  it('preparation fails after the dispatch: the admitted run is cancelled on GitHub (ADR 0095)', async () => {
+  it('preparation fails after the dispatch: the admitted run is cancelled on GitHub (ADR 0095)', async (ctx) => {
+    const { h, recordedRun } = await scenario(ctx);
     await adoptAll(h.c.ledger);
     expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
     const { meta, cancelPath } = await recordedRun();
@@ -367,7 +384,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(h.gh.calls('POST', cancelPath)).toHaveLength(1);
   });
 
-  it('work released while its job is queued on GitHub: the run is cancelled; the echo keeps the outcome', async () => {
+  it('work released while its job is queued on GitHub: the run is cancelled; the echo keeps the outcome', async (ctx) => {
+    const { h, prepared, recordedRun } = await scenario(ctx);
     await prepared();
     const { meta, cancelPath } = await recordedRun();
     expect(h.gh.jobs.find((j) => j.runId === meta.runId)?.status).toBe('queued');
@@ -383,7 +401,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(rows.map((r) => r.idempotencyKey)).toEqual([`cancel-run:r-1:${meta.runId}`]);
   });
 
-  it('a run cancelled on GitHub by someone else while the work is active still counts as cancelled', async () => {
+  it('a run cancelled on GitHub by someone else while the work is active still counts as cancelled', async (ctx) => {
+    const { h, prepared, recordedRun } = await scenario(ctx);
     await prepared();
     const { meta } = await recordedRun();
     const job = h.gh.completeJob(h.gh.jobs.find((j) => j.runId === meta.runId)!.id, 'cancelled');
@@ -391,7 +410,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect((await res.json()).result).toBe('r-1 outcome cancelled');
   });
 
-  it('the runner exits 0 before GitHub reports the job: the release cancels nothing (ADR 0095)', async () => {
+  it('the runner exits 0 before GitHub reports the job: the release cancels nothing (ADR 0095)', async (ctx) => {
+    const { h, prepared, pickUp } = await scenario(ctx);
     const handoff = (await prepared())!;
     const picked = await pickUp(handoff.runnerName);
     await h.deliver('workflow_job', workflowJobEvent(picked, 'in_progress'));
@@ -415,7 +435,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.kind, 'cancel-run'))).toEqual([]);
   });
 
-  it('released while the run is still being looked up by its run-name: found, recorded, cancelled', async () => {
+  it('released while the run is still being looked up by its run-name: found, recorded, cancelled', async (ctx) => {
+    const { h, metaOf } = await scenario(ctx);
     // without run details (204), the run is found by its run-name through find-run rows
     h.gh.fail({ method: 'POST', path: /\/dispatches$/, status: 204, body: null });
     await adoptAll(h.c.ledger);
@@ -449,7 +470,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(h.gh.calls('POST', /generate-jitconfig$/)).toEqual([]);
   });
 
-  it('without run details in the dispatch answer (204), the run is found by its run-name', async () => {
+  it('without run details in the dispatch answer (204), the run is found by its run-name', async (ctx) => {
+    const { h, prepared, metaOf } = await scenario(ctx);
     // GitHub Enterprise Server without return_run_details answers 204 with no body
     h.gh.fail({
       method: 'POST',
@@ -489,7 +511,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     await h.until('runner registered', () => h.gh.runners.length === 1, 20_000);
   });
 
-  it('label removal while running does not cancel; release deletes the runner (busy 422 retried)', async () => {
+  it('label removal while running does not cancel; release deletes the runner (busy 422 retried)', async (ctx) => {
+    const { h, prepared, pickUp } = await scenario(ctx);
     const handoff = (await prepared())!;
     const picked = await pickUp(handoff.runnerName);
     await h.deliver('workflow_job', workflowJobEvent(picked, 'in_progress'));
@@ -530,7 +553,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(h.gh.calls('POST', /\/cancel$/)).toEqual([]);
   });
 
-  it('work no longer wanted at dispatch time is released instead of dispatched', async () => {
+  it('work no longer wanted at dispatch time is released instead of dispatched', async (ctx) => {
+    const { h } = await scenario(ctx);
     h.gh.repos.get(REPO.toLowerCase())!.pulls[2]!.labels = [];
     await adoptAll(h.c.ledger);
     expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
@@ -546,7 +570,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(r?.reason).toMatch(/label "spark-test" was removed/);
   });
 
-  it('push to the PR supersedes queued work; only an authorized pusher gets the new SHA queued', async () => {
+  it('push to the PR supersedes queued work; only an authorized pusher gets the new SHA queued', async (ctx) => {
+    const { h } = await scenario(ctx);
     expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
     const sync = (sender: string, sha: string) => {
       const p = example('pull_request', 'synchronize');
@@ -577,7 +602,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(refusal.output.title).toMatch(/new commits pushed by @outsider were not queued/);
   });
 
-  it('push to the default branch queues merge CI (70) and supersedes the older queued merge', async () => {
+  it('push to the default branch queues merge CI (70) and supersedes the older queued merge', async (ctx) => {
+    const { h } = await scenario(ctx);
     const push = (after: string) => {
       const p = example('push');
       p.repository.full_name = REPO;
@@ -598,7 +624,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect((await (await h.deliver('push', other)).json()).result).toMatch(/ignored/);
   });
 
-  it('merge CI on push: a malformed SHA is refused, an unauthorized pusher queues nothing (ADR 0003)', async () => {
+  it('merge CI on push: a malformed SHA is refused, an unauthorized pusher queues nothing (ADR 0003)', async (ctx) => {
+    const { h } = await scenario(ctx);
     // issue 11 item 10
     const push = (after: string, sender = 'Codertocat') => {
       const p = example('push');
@@ -634,7 +661,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect((await (await h.deliver('push', push('7'.repeat(40)))).json()).result).toBe('queued r-1');
   });
 
-  it('outbox retries after GitHub answers 500 and the check run is created exactly once', async () => {
+  it('outbox retries after GitHub answers 500 and the check run is created exactly once', async (ctx) => {
+    const { h } = await scenario(ctx);
     h.gh.fail({ method: 'POST', path: /\/check-runs$/, status: 500 });
     await h.deliver('pull_request', labeled());
     await h.until(
@@ -653,7 +681,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(h.gh.checkRuns.filter((c) => c.external_id === 'r-1')).toHaveLength(1);
   });
 
-  it('honours Retry-After and rate-limit reset before trying again', async () => {
+  it('honours Retry-After and rate-limit reset before trying again', async (ctx) => {
+    const { h } = await scenario(ctx);
     h.gh.fail({
       method: 'POST',
       path: /\/check-runs$/,
@@ -687,7 +716,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(ok.at).toBeGreaterThanOrEqual(reset * 1000 - 50);
   });
 
-  it('a runner not picked up is replaced, then the reservation is released with the reason', async () => {
+  it('a runner not picked up is replaced, then the reservation is released with the reason', async (ctx) => {
+    const { h, prepared, metaOf } = await scenario(ctx);
     const first = (await prepared())!;
     h.clock.advance(6_000);
     const second = await h.until(
@@ -725,7 +755,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(h.gh.jobs.find((j) => j.runId === runId)).toMatchObject({ conclusion: 'cancelled' });
   });
 
-  it('JIT registrations share one 10,000/h bucket per App: an empty bucket defers to the next hour', async () => {
+  it('JIT registrations share one 10,000/h bucket per App: an empty bucket defers to the next hour', async (ctx) => {
+    const { h, prepared } = await scenario(ctx);
     const hour = Math.floor(h.clock() / 3_600_000);
     await h.c.ledger.db
       .insert(t.meta)
@@ -741,21 +772,25 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(h.gh.runners).toHaveLength(0);
   });
 
-  it('a check run GitHub refuses for good fails once, is audited, and is not retried every tick', async () => {
+  it('a check run GitHub refuses for good fails once, is audited, and is not retried every tick', async (ctx) => {
+    const { h } = await scenario(ctx);
     h.gh.fail({ method: 'POST', path: /\/check-runs$/, status: 403, times: 100 });
     await h.deliver('pull_request', labeled());
-    const row = await h.until('outbox row failed', async () => {
-      const rows = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1'));
-      return rows.find((r) => r.status === 'failed');
+    // every row the outbox holds for r-1 has been tried (a change may have queued a second sync
+    // while the first was failing); the refusal fails each once
+    const rows = await h.until('outbox rows failed', async () => {
+      const all = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1'));
+      return all.some((r) => r.status === 'failed') && all.every((r) => r.status !== 'pending') && all;
     });
-    expect(row.attempts).toBe(1);
+    expect(rows.map((r) => [r.status, r.attempts])).toEqual(rows.map(() => ['failed', 1]));
     const ev = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'outbox.failed'));
     expect(ev[0]?.cause).toMatch(/check-run gave up after 1 attempt\(s\): POST .*check-runs → 403/);
     expect(await refreshQueuedChecks(githubService(h.c.ctx))).toBe(0);
     h.gh.failures.length = 0;
   });
 
-  it('development work that names a repository gets no check run (only GitHub requests do)', async () => {
+  it('development work that names a repository gets no check run (only GitHub requests do)', async (ctx) => {
+    const { h } = await scenario(ctx);
     await h.c.ledger.createReservation(
       { kind: 'development', topology: 'single', repo: REPO, headSha: SHA, requester: 'sparkctl:alice' },
       'sparkctl:alice',
@@ -767,7 +802,8 @@ describe('GitHub lifecycle: dispatch, JIT runners, workflow_job, push policy, ou
     expect(h.gh.checkRuns.some((c) => c.external_id === 'r-1')).toBe(false);
   });
 
-  it('the JIT config never appears in any API response, log line, outbox row or event row', async () => {
+  it('the JIT config never appears in any API response, log line, outbox row or event row', async (ctx) => {
+    const { h, prepared, pickUp } = await scenario(ctx);
     const handoff = (await prepared())!;
     const secret = h.gh.runners[0]!.encodedJitConfig;
     expect(handoff.jitConfig).toBe(secret);

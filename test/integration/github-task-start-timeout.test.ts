@@ -1,5 +1,5 @@
 import { eq } from 'drizzle-orm';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import type { DesiredState, PollResponse } from '../../core/protocol/agent.ts';
 import { createAgentToken } from '../../functions/auth/tokens.ts';
 import { githubService } from '../../functions/github/service.ts';
@@ -31,20 +31,27 @@ function labeled(label = 'spark-test') {
   return p;
 }
 
-let h: Harness | null = null;
-afterEach(async () => {
-  expect(h?.gh.violations ?? []).toEqual([]);
-  await h?.close();
-  h = null;
-});
-
-/** A controller whose {@link REPO} runs CI as a dstack task (`task`) or on a JIT runner (`runner`). */
-async function start(ci: 'task' | 'runner', timings: Record<string, number> = {}): Promise<Harness> {
-  h = await startHarness({
+/**
+ * A controller whose {@link REPO} runs CI as a dstack task (`task`) or on a JIT runner (`runner`),
+ * with its own fake GitHub, ledger and clock: closed when the test finishes, after checking every
+ * request it made to GitHub matched GitHub's schema. Nothing is shared, so the tests run
+ * concurrently.
+ */
+async function start(
+  ctx: TestContext,
+  ci: 'task' | 'runner',
+  timings: Record<string, number> = {},
+): Promise<Harness> {
+  const h = await startHarness({
     config: {
       repositories: ci === 'task' ? { [REPO]: { executor: 'dstack', ci: 'task' } } : {},
       timings: { taskStartTimeoutS: TIMEOUT_S, ...timings },
     },
+  });
+  ctx.onTestFinished(async () => {
+    const violations = h.gh.violations;
+    await h.close();
+    expect(violations).toEqual([]);
   });
   h.gh.addRepo(REPO, {
     installationId: 1,
@@ -109,9 +116,9 @@ async function handedOver(h: Harness, credential: 'clone token' | 'JIT config') 
   return { agent, lease, run };
 }
 
-describe('task-start timeout: a CI task dstack never starts', () => {
-  it('ends as task_not_started after the timeout through the normal release; hosts freed only on cleaned', async () => {
-    const h = await start('task');
+describe.concurrent('task-start timeout: a CI task dstack never starts', () => {
+  it('ends as task_not_started after the timeout through the normal release; hosts freed only on cleaned', async (ctx) => {
+    const h = await start(ctx, 'task');
     const { agent, lease, run } = await handedOver(h, 'clone token');
     const svc = githubService(h.c.ctx);
 
@@ -201,8 +208,8 @@ describe('task-start timeout: a CI task dstack never starts', () => {
     expect(history).toContain(`reservation.releasing: ${r.reason}`);
   });
 
-  it('a task that started is never swept, however long it runs', async () => {
-    const h = await start('task');
+  it('a task that started is never swept, however long it runs', async (ctx) => {
+    const h = await start(ctx, 'task');
     const { agent, lease, run } = await handedOver(h, 'clone token');
     if (run.state !== 'run') throw new Error('unreachable');
     // dstack runs it: the agent reports the start (ADR 0120: only once dstack says running)
@@ -230,8 +237,8 @@ describe('task-start timeout: a CI task dstack never starts', () => {
     expect(await agent.poll()).toMatchObject({ state: 'run' });
   });
 
-  it('a task not handed over yet (its agent has not taken the run state) is not timed', async () => {
-    const h = await start('task');
+  it('a task not handed over yet (its agent has not taken the run state) is not timed', async (ctx) => {
+    const h = await start(ctx, 'task');
     await adoptAll(h.c.ledger);
     expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
     await h.until('allocated', async () => (await reservation(h)).status === 'allocated');
@@ -260,9 +267,9 @@ describe('task-start timeout: a CI task dstack never starts', () => {
   });
 });
 
-describe('task-start timeout: a pair', () => {
-  it('one node started, the other never: the pair fails as a unit naming the node that did not start', async () => {
-    const h = await start('task');
+describe.concurrent('task-start timeout: a pair', () => {
+  it('one node started, the other never: the pair fails as a unit naming the node that did not start', async (ctx) => {
+    const h = await start(ctx, 'task');
     await adoptAll(h.c.ledger);
     expect((await h.enable(REPO, { pairEnabled: true })).status).toBe(200);
     // GitHub's PR carries the pair label (the token is minted only for work still wanted)
@@ -335,9 +342,9 @@ describe('task-start timeout: a pair', () => {
   });
 });
 
-describe('task-start timeout: the runner path is unchanged', () => {
-  it('a JIT runner past the task timeout is left to the pickup sweep, which replaces it as before', async () => {
-    const h = await start('runner', { runnerPickupTimeoutS: 3 * TIMEOUT_S, runnerRetries: 1 });
+describe.concurrent('task-start timeout: the runner path is unchanged', () => {
+  it('a JIT runner past the task timeout is left to the pickup sweep, which replaces it as before', async (ctx) => {
+    const h = await start(ctx, 'runner', { runnerPickupTimeoutS: 3 * TIMEOUT_S, runnerRetries: 1 });
     const { agent, lease } = await handedOver(h, 'JIT config');
     const svc = githubService(h.c.ctx);
     // well past the task timeout, within the pickup timeout: nothing is ended, nothing replaced

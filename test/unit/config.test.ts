@@ -74,6 +74,19 @@ describe('configuration', () => {
     );
   });
 
+  it('the Node tick and admission pass periods default to 1 s and 2 s; a bad value says what to fix', () => {
+    expect(settingsFromEnv({}, null)).toMatchObject({ tickMs: 1000, admissionIntervalMs: 2000 });
+    expect(settingsFromEnv({ SPARK_TICK_MS: '200', SPARK_ADMISSION_INTERVAL_MS: '500' }, null)).toMatchObject(
+      { tickMs: 200, admissionIntervalMs: 500 },
+    );
+    expect(() => settingsFromEnv({ SPARK_TICK_MS: '0' }, null)).toThrow(
+      'SPARK_TICK_MS must be a positive whole number of milliseconds, e.g. 1000',
+    );
+    expect(() => settingsFromEnv({ SPARK_ADMISSION_INTERVAL_MS: '2s' }, null)).toThrow(
+      'SPARK_ADMISSION_INTERVAL_MS must be a positive whole number of milliseconds, e.g. 2000',
+    );
+  });
+
   it('the example config is valid', () => {
     const c = parseConfigText(readFileSync('spark.config.example.json', 'utf8'), 'spark.config.example.json');
     expect(c.schedules[0]).toMatchObject({ repo: 'acme/iron', kind: 'benchmark' });
