@@ -39,6 +39,23 @@ export interface RenderContext {
   eta?: string | null;
 }
 
+/**
+ * What a sent check run showed, kept in the reservation's meta (`lastCheck`) so the queued-check
+ * refresh re-sends only a check whose rendering moved: status, title and a digest of the summary.
+ * The summary counts too: a queued check's title can stay the same ("Spark 2 draining — active
+ * job finishing") while its wait reason arrives or changes, and a title-only key kept the
+ * "waiting for the next admission pass" of a check sent before the pass wrote the reason.
+ */
+export function checkRunKey(view: CheckRunView): string {
+  // FNV-1a (32-bit): a change detector, not a secret; Workers-safe without node:crypto
+  let h = 0x811c9dc5;
+  for (let i = 0; i < view.summary.length; i++) {
+    h ^= view.summary.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return `${view.status}|${view.title}|${(h >>> 0).toString(16)}`;
+}
+
 /** `spark-2` → `Spark 2` (how people name the hosts). */
 export function displayHost(id: string): string {
   const s = id.replace(/-/g, ' ');

@@ -15,7 +15,13 @@ import { leasesOf } from '../ledger/leases.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 import { getReservation, setCheckRunId, withdrawBeforeDispatch } from '../ledger/reservations.ts';
 import { buildViews } from '../views.ts';
-import { type CheckRunView, REFUSAL_CHECK_NAME, type RenderContext, renderCheckRun } from './check-run.ts';
+import {
+  type CheckRunView,
+  checkRunKey,
+  REFUSAL_CHECK_NAME,
+  type RenderContext,
+  renderCheckRun,
+} from './check-run.ts';
 import { GitHubError } from './client.ts';
 import { type GitHubMeta, patchMeta, readMeta } from './meta.ts';
 import { enqueue, type OutboxKind, type Sender, type SendResult } from './outbox.ts';
@@ -142,7 +148,7 @@ const sendCheckRun: Sender = async (svc, _row, payload) => {
       const cur = await getReservation(svc.ledger, tx, rid);
       if (!cur) return;
       await setCheckRunId(tx, cur, checkRunId);
-      await patchMeta(tx, cur, { lastCheck: `${view.status}|${view.title}` });
+      await patchMeta(tx, cur, { lastCheck: checkRunKey(view) });
     },
   };
 };

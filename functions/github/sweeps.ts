@@ -18,7 +18,7 @@ import {
   setRunnerAttempt,
 } from '../ledger/reservations.ts';
 import { buildViews } from '../views.ts';
-import { renderCheckRun } from './check-run.ts';
+import { checkRunKey, renderCheckRun } from './check-run.ts';
 import { GitHubError } from './client.ts';
 import { readMeta } from './meta.ts';
 import { enqueueRunnerDeletes, queuedContext } from './senders.ts';
@@ -118,7 +118,10 @@ export async function sweepTaskStart(svc: GitHubService): Promise<number> {
   return acted;
 }
 
-/** Queue positions change without events: refresh check runs whose rendered state moved. */
+/**
+ * Queue positions and wait reasons change without events: refresh the check runs whose rendering
+ * moved (status, title or summary, {@link checkRunKey}).
+ */
 export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
   const { ledger } = svc;
   const queued = await q.githubReservations(ledger, ['queued'], { withHeadSha: true });
@@ -147,7 +150,7 @@ export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
       fault: meta.fault ?? null,
       note: meta.note ?? null,
     });
-    if (meta.lastCheck === `${view.status}|${view.title}`) continue;
+    if (meta.lastCheck === checkRunKey(view)) continue;
     await ledger.write((tx, now) => enqueueCheckSync(tx, now, r.id));
     n++;
   }

@@ -89,7 +89,12 @@ export interface Harness {
 let deliveries = 0;
 
 export async function startHarness(
-  opts: { config?: SparkConfigInput; env?: Record<string, string> } = {},
+  opts: {
+    config?: SparkConfigInput;
+    env?: Record<string, string>;
+    /** The periodic admission pass (default 200 ms); passes kicked by ledger changes still run. */
+    admissionIntervalMs?: number;
+  } = {},
 ): Promise<Harness> {
   const gh = await startFakeGitHub();
   const { dir, cleanup } = tempDir('spark-gh-');
@@ -134,7 +139,7 @@ export async function startHarness(
     log,
     clock,
     tickMs: 200,
-    admissionIntervalMs: 200,
+    admissionIntervalMs: opts.admissionIntervalMs ?? 200,
   });
   let token: string | null = null;
   const h: Harness = {

@@ -153,8 +153,8 @@ export const SYSTEM_ADMISSION_INTERVAL_MS = 500;
  * The background tick (SPARK_TICK_MS: check runs, dispatches, sweeps) a story may ask for with
  * {@link SystemOptions.tickMs} instead of production's 1,000 ms. Only where no queued check's
  * summary is looked at: at 200 ms a check run can go out between the pass that claims a host for
- * a queued request and the write of that request's wait reason, and the summary then keeps
- * "waiting for the next admission pass" (the queued-check refresh compares titles only).
+ * a queued request and the write of that request's wait reason, and its summary says "waiting for
+ * the next admission pass" until the next tick's queued-check refresh re-sends it (`checkRunKey`).
  */
 export const FAST_TICK_MS = 200;
 

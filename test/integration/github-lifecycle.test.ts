@@ -707,12 +707,14 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
       headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': String(reset) },
     });
     await h.c.ledger.cancelReservation('r-1', 'test', 'test cancel');
-    await h.until(
-      'patched after reset',
-      () => h.gh.calls('PATCH', /\/check-runs\/\d+$/).some((r) => r.status === 200),
-      20_000,
-    );
-    const ok = h.gh.calls('PATCH', /\/check-runs\/\d+$/).find((r) => r.status === 200)!;
+    // the first PATCH after the limited one: a queued-check refresh may have patched before the
+    // failure was set up, and that one says nothing about the pause
+    const afterLimited = () => {
+      const patches = h.gh.calls('PATCH', /\/check-runs\/\d+$/);
+      const limited = patches.findIndex((r) => r.status === 403);
+      return limited < 0 ? undefined : patches.slice(limited + 1).find((r) => r.status === 200);
+    };
+    const ok = await h.until('patched after reset', afterLimited, 20_000);
     expect(ok.at).toBeGreaterThanOrEqual(reset * 1000 - 50);
   });
 
@@ -787,6 +789,52 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     expect(ev[0]?.cause).toMatch(/check-run gave up after 1 attempt\(s\): POST .*check-runs → 403/);
     expect(await refreshQueuedChecks(githubService(h.c.ctx))).toBe(0);
     h.gh.failures.length = 0;
+  });
+
+  it('a queued check whose wait reason changes under the same title is re-sent once, with the new reason', async (ctx) => {
+    // no periodic pass: the reason written below stays until the refresh has seen it (a kicked
+    // pass only follows changes the ledger announces)
+    const h = await startHarness({ admissionIntervalMs: 3_600_000 });
+    ctx.onTestFinished(async () => {
+      const violations = h.gh.violations;
+      await h.close();
+      expect(violations).toEqual([]);
+    });
+    h.gh.addRepo(REPO, {
+      installationId: 1,
+      collaborators: { Codertocat: 'admin' },
+      pulls: { 2: { state: 'open', headSha: SHA, headRepo: REPO, labels: ['spark-test'] } },
+      headSha: TIP,
+    });
+    for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
+    expect((await h.enable(REPO)).status).toBe(200);
+    expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
+    const svc = githubService(h.c.ctx);
+    const sent = () => h.gh.checkRuns.find((c) => c.external_id === 'r-1');
+    const settled = async () => {
+      const rows = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.reservationId, 'r-1'));
+      return rows.length > 0 && rows.every((r) => r.status !== 'pending');
+    };
+    await h.until('the queued check sent and its outbox settled', async () => !!sent() && (await settled()));
+    // nothing moved since it was sent: the refresh sends nothing
+    expect(await refreshQueuedChecks(svc)).toBe(0);
+    const before = sent()!;
+    expect(before.status).toBe('queued');
+    // the wait reason changes and nothing else does (as when a check went out before the pass
+    // that wrote the reason): the title stays, the summary does not
+    await h.c.ledger.db
+      .update(t.reservations)
+      .set({ reason: 'Spark 2 is draining for this request' })
+      .where(eq(t.reservations.id, 'r-1'));
+    expect(await refreshQueuedChecks(svc)).toBe(1);
+    const after = await h.until('the check shows the new reason', () => {
+      const c = sent();
+      return c && /Spark 2 is draining for this request/.test(c.output.summary ?? '') ? c : null;
+    });
+    expect(after.output.title).toBe(before.output.title);
+    await h.until('the re-send settled', settled);
+    // sent once: the next refresh finds it current
+    expect(await refreshQueuedChecks(svc)).toBe(0);
   });
 
   it('development work that names a repository gets no check run (only GitHub requests do)', async (ctx) => {
