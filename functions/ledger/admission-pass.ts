@@ -343,8 +343,7 @@ async function failLostPair(
 ): Promise<void> {
   const lost = loss.lostHosts.join(' and ');
   const cause = `${lost} lost contact during a pair run — pair failed as a unit`;
-  await beginRelease(s, loss.reservationId, 'pair_node_lost', cause, actor, tx);
-  await tx.update(t.reservations).set({ reason: cause }).where(eq(t.reservations.id, loss.reservationId));
+  await beginRelease(s, loss.reservationId, 'pair_node_lost', cause, actor, tx, { showCause: true });
   for (const id of loss.lostHosts) {
     const host = hostById.get(id);
     if (!host) continue;

@@ -214,9 +214,7 @@ export function endTaskNotStarted(
     if (!late.length) return false;
     const hosts = late.map((l) => l.hostId).join(' + ');
     const cause = `dstack did not start the CI task on ${hosts} within ${timeoutS} s of its hand-over (not retried)`;
-    await beginRelease(s, r.id, 'task_not_started', cause, actor, tx);
-    // the check run and the views say why (the transition alone keeps no reason while releasing)
-    await tx.update(t.reservations).set({ reason: cause }).where(eq(t.reservations.id, r.id));
+    await beginRelease(s, r.id, 'task_not_started', cause, actor, tx, { showCause: true });
     changed.add('reservation');
     return true;
   });

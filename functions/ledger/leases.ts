@@ -247,14 +247,13 @@ export function confirmReleased(
     const remaining = (await leasesOf(s, tx, r.id)).filter((l) => l.status !== 'released');
     if (remaining.length === 0 && r.status === 'releasing') {
       const failed = !endsDone(r.outcome);
-      // a terminal transition stores its cause as the reason; a lost pair keeps the seed's words
-      // ("spark-1 lost contact …"), which its check run's title is made of, and a task dstack never
-      // started keeps what did not start where (ADR 0120)
+      // a terminal transition stores its cause as the reason; a failed release begun with its cause
+      // shown (`beginRelease` `showCause`) keeps it: a lost pair keeps the seed's words ("spark-1
+      // lost contact …"), which its check run's title is made of, a task dstack never started keeps
+      // what did not start where (ADR 0120). The grant clears the reason, so no wait reason is left.
       const cause = !failed
         ? 'released; termination confirmed on every host'
-        : (r.outcome === 'pair_node_lost' || r.outcome === 'task_not_started') && r.reason
-          ? r.reason
-          : `ended: ${r.outcome}`;
+        : (r.reason ?? `ended: ${r.outcome}`);
       await transitionReservation(s, tx, now, r, failed ? 'failed' : 'done', cause, actor);
     }
     changed.add('reservation').add(`host:${hostId}`);

@@ -367,6 +367,9 @@ export function advanceReservation(
 /**
  * Starts releasing an active reservation: its leases go to `releasing` and its hosts to
  * `cleaning`. Hosts are freed only when the agent confirms cleanup ({@link confirmReleased}).
+ * With `showCause` the cause also becomes the reservation's reason: its check run and the views
+ * say why while it releases, and a failed release ends with it (a pair node lost, a task never
+ * started, a foreign job, work withdrawn before dispatch) instead of `ended: <outcome>`.
  */
 export function beginRelease(
   s: LedgerStore,
@@ -375,6 +378,7 @@ export function beginRelease(
   cause: string,
   actor: string,
   tx?: Tx,
+  opts: { showCause?: boolean } = {},
 ): Promise<ReservationRow> {
   return s.within(tx, async (tx, now, changed) => {
     const r = await getReservation(s, tx, id);
@@ -384,6 +388,10 @@ export function beginRelease(
       throw conflict('not_active', `reservation ${id} is ${r.status}; only active work can be released`);
     }
     await transitionReservation(s, tx, now, r, 'releasing', cause, actor, { outcome });
+    if (opts.showCause) {
+      r.reason = cause.slice(0, 500);
+      await tx.update(t.reservations).set({ reason: r.reason }).where(eq(t.reservations.id, id));
+    }
     for (const lease of await leasesOf(s, tx, id)) {
       if (lease.status === 'active' || lease.status === 'expired') {
         await setLeaseStatus(s, tx, now, lease, 'releasing', cause, actor);
@@ -480,8 +488,7 @@ export function withdrawBeforeDispatch(s: LedgerStore, id: string, why: string, 
     const cur = await getReservation(s, tx, id);
     if (!cur || !isReleasableStatus(cur.status)) return;
     const cause = `no longer wanted before dispatch: ${why}`;
-    await beginRelease(s, id, 'withdrawn', cause, 'github', tx);
-    await tx.update(t.reservations).set({ reason: cause }).where(eq(t.reservations.id, id));
+    await beginRelease(s, id, 'withdrawn', cause, 'github', tx, { showCause: true });
   });
 }
 
@@ -618,11 +625,9 @@ export async function stopForeignJob(
   if (!r) throw notFound(`reservation ${id}`);
   const acted = isReleasableStatus(r.status);
   if (acted) {
-    await beginRelease(s, id, 'foreign_job', `${FOREIGN_JOB_REASON}: ${detail}`, 'github', tx);
-    await tx
-      .update(t.reservations)
-      .set({ reason: `${FOREIGN_JOB_REASON}: ${detail}`.slice(0, 500) })
-      .where(eq(t.reservations.id, id));
+    await beginRelease(s, id, 'foreign_job', `${FOREIGN_JOB_REASON}: ${detail}`, 'github', tx, {
+      showCause: true,
+    });
   }
   await s.record(tx, s.clock(), {
     subjectType: 'reservation',
