@@ -1,5 +1,7 @@
+import { RUNNER_STATUSES } from '../../core/model.ts';
 import { requestGate } from '../admission-loop.ts';
 import type { AppContext, AppModule } from '../app.ts';
+import { githubReservations } from '../ledger/queries.ts';
 import { createGitHubHook } from './hooks.ts';
 import { inboxProcessor } from './inbox.ts';
 import { mountInboxRoutes } from './inbox-routes.ts';
@@ -56,8 +58,11 @@ export const githubModule: AppModule = {
       svc.log.warn('webhook redelivery sweep failed', { error: String(e) }),
     );
     await runSchedules(svc);
-    await sweepRunnerPickup(svc);
-    await sweepTaskStart(svc);
+    // one read for both sweeps: runner work and task work are disjoint, and each sweep re-reads
+    // what it acts on inside its write transaction
+    const running = await githubReservations(svc.ledger, RUNNER_STATUSES);
+    await sweepRunnerPickup(svc, running);
+    await sweepTaskStart(svc, running);
     await refreshQueuedChecks(svc);
     await pruneDeliveries(svc);
     await drainGitHubOutbox(ctx);

@@ -17,6 +17,7 @@ import {
   queuedOfKind,
   setRunnerAttempt,
 } from '../ledger/reservations.ts';
+import type { ReservationRow } from '../ledger/rows.ts';
 import { buildViews } from '../views.ts';
 import { checkRunKey, renderCheckRun } from './check-run.ts';
 import { GitHubError } from './client.ts';
@@ -30,11 +31,11 @@ import type { GitHubService } from './service.ts';
  * reservation is released with outcome `runner_not_picked_up` (DESIGN.md "Timings": GitHub would
  * otherwise keep the job queued for 24 h).
  */
-export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
+export async function sweepRunnerPickup(svc: GitHubService, candidates?: ReservationRow[]): Promise<number> {
   const { ledger } = svc;
   const { runnerPickupTimeoutS, runnerRetries } = svc.config.timings;
   const now = ledger.clock();
-  const candidates = await q.githubReservations(ledger, RUNNER_STATUSES);
+  candidates ??= await q.githubReservations(ledger, RUNNER_STATUSES);
   let acted = 0;
   for (const r of candidates) {
     const meta = readMeta(r);
@@ -104,12 +105,12 @@ export async function sweepRunnerPickup(svc: GitHubService): Promise<number> {
  * agents then stop their dstack runs; the hosts are freed only once dstack reports them terminated.
  * Returns how many reservations it ended.
  */
-export async function sweepTaskStart(svc: GitHubService): Promise<number> {
+export async function sweepTaskStart(svc: GitHubService, candidates?: ReservationRow[]): Promise<number> {
   const { ledger } = svc;
   const { taskStartTimeoutS } = svc.config.timings;
   const now = ledger.clock();
   let acted = 0;
-  for (const r of await q.githubReservations(ledger, RUNNER_STATUSES)) {
+  for (const r of candidates ?? (await q.githubReservations(ledger, RUNNER_STATUSES))) {
     if (readMeta(r)?.ci !== 'task') continue;
     // a cheap read first: the write transaction is taken only for work that is late
     if (!(await unstartedTasks(ledger.db, r, now, taskStartTimeoutS)).length) continue;
