@@ -35,8 +35,11 @@ async function status(h: Harness, id: string) {
  * and GitHub's retry delays. When the test finishes, every request the controller made must have
  * matched GitHub's schema.
  */
-async function scenario(ctx: TestContext) {
-  const h = await startHarness({ config: { timings: { runnerPickupTimeoutS: 5, runnerRetries: 1 } } });
+async function scenario(ctx: TestContext, opts: { admissionIntervalMs?: number } = {}) {
+  const h = await startHarness({
+    config: { timings: { runnerPickupTimeoutS: 5, runnerRetries: 1 } },
+    ...opts,
+  });
   ctx.onTestFinished(async () => {
     const violations = h.gh.violations;
     await h.close();
@@ -794,20 +797,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
   it('a queued check whose wait reason changes under the same title is re-sent once, with the new reason', async (ctx) => {
     // no periodic pass: the reason written below stays until the refresh has seen it (a kicked
     // pass only follows changes the ledger announces)
-    const h = await startHarness({ admissionIntervalMs: 3_600_000 });
-    ctx.onTestFinished(async () => {
-      const violations = h.gh.violations;
-      await h.close();
-      expect(violations).toEqual([]);
-    });
-    h.gh.addRepo(REPO, {
-      installationId: 1,
-      collaborators: { Codertocat: 'admin' },
-      pulls: { 2: { state: 'open', headSha: SHA, headRepo: REPO, labels: ['spark-test'] } },
-      headSha: TIP,
-    });
-    for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
-    expect((await h.enable(REPO)).status).toBe(200);
+    const { h } = await scenario(ctx, { admissionIntervalMs: 3_600_000 });
     expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
     const svc = githubService(h.c.ctx);
     const sent = () => h.gh.checkRuns.find((c) => c.external_id === 'r-1');
