@@ -6,7 +6,8 @@ import { refreshQueuedChecks } from '../../functions/github/sweeps.ts';
 import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import { computeDesiredState } from '../../functions/ledger/desired-state.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { example, type Harness, startHarness, workflowJobEvent } from '../fake-github/harness.ts';
+import { example, type Harness, workflowJobEvent } from '../fake-github/harness.ts';
+import { startHarnessFor } from '../fake-github/harness-for-test.ts';
 import { validate } from '../fake-github/schema.ts';
 import type { Job } from '../fake-github/server.ts';
 import { adoptAll } from '../helpers/ledger.ts';
@@ -36,14 +37,9 @@ async function status(h: Harness, id: string) {
  * matched GitHub's schema.
  */
 async function scenario(ctx: TestContext, opts: { admissionIntervalMs?: number } = {}) {
-  const h = await startHarness({
+  const h = await startHarnessFor(ctx, {
     config: { timings: { runnerPickupTimeoutS: 5, runnerRetries: 1 } },
     ...opts,
-  });
-  ctx.onTestFinished(async () => {
-    const violations = h.gh.violations;
-    await h.close();
-    expect(violations).toEqual([]);
   });
   h.gh.addRepo(REPO, {
     installationId: 1,

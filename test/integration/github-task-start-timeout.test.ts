@@ -5,7 +5,8 @@ import { createAgentToken } from '../../functions/auth/tokens.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { sweepRunnerPickup, sweepTaskStart } from '../../functions/github/sweeps.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { example, type Harness, startHarness } from '../fake-github/harness.ts';
+import { example, type Harness } from '../fake-github/harness.ts';
+import { startHarnessFor } from '../fake-github/harness-for-test.ts';
 import { adoptAll, idleFacts } from '../helpers/ledger.ts';
 
 /**
@@ -42,16 +43,11 @@ async function start(
   ci: 'task' | 'runner',
   timings: Record<string, number> = {},
 ): Promise<Harness> {
-  const h = await startHarness({
+  const h = await startHarnessFor(ctx, {
     config: {
       repositories: ci === 'task' ? { [REPO]: { executor: 'dstack', ci: 'task' } } : {},
       timings: { taskStartTimeoutS: TIMEOUT_S, ...timings },
     },
-  });
-  ctx.onTestFinished(async () => {
-    const violations = h.gh.violations;
-    await h.close();
-    expect(violations).toEqual([]);
   });
   h.gh.addRepo(REPO, {
     installationId: 1,
