@@ -76,8 +76,14 @@ export interface DstackStandIn {
     logs5xx: number;
     /**
      * Keep this many new runs in `provisioning` until they are stopped: their instance never
-     * becomes ready (an SSH fleet host whose shim does not answer, an image pull that hangs), so
-     * dstack never runs their commands (the task-start timeout's case, ADR 0120).
+     * becomes ready, so dstack never runs their commands (the task-start timeout's case, ADR 0120).
+     * dstack's `contributing/RUNS-AND-JOBS.md` ("Job's lifecycle", STEP 3): "While
+     * `dstack-shim`/`dstack-runner` is not responding, the job stays `PROVISIONING`", and a run
+     * with a `PROVISIONING` or `PULLING` job is `PROVISIONING` (run lifecycle, STEP 2). dstack
+     * itself fails such a job only when the shim or runner "don't respond for a long time"
+     * (`TERMINATING`, then `FAILED`); this fault plays a hold shorter than that limit, so the
+     * controller's timeout is what ends it. A stop meanwhile goes `terminating → terminated` as for
+     * any unfinished run (STEP 3 of the run lifecycle).
      */
     holdProvisioning: number;
   };
