@@ -1,3 +1,4 @@
+import { sha256Hex } from '../auth/tokens.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 
 /**
@@ -46,14 +47,9 @@ export interface RenderContext {
  * job finishing") while its wait reason arrives or changes, and a title-only key kept the
  * "waiting for the next admission pass" of a check sent before the pass wrote the reason.
  */
-export function checkRunKey(view: CheckRunView): string {
-  // FNV-1a (32-bit): a change detector, not a secret; Workers-safe without node:crypto
-  let h = 0x811c9dc5;
-  for (let i = 0; i < view.summary.length; i++) {
-    h ^= view.summary.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return `${view.status}|${view.title}|${(h >>> 0).toString(16)}`;
+export async function checkRunKey(view: CheckRunView): Promise<string> {
+  // a change detector: 64 bits of the summary's SHA-256 keep the meta short
+  return `${view.status}|${view.title}|${(await sha256Hex(view.summary)).slice(0, 16)}`;
 }
 
 /** `spark-2` → `Spark 2` (how people name the hosts). */

@@ -142,13 +142,14 @@ const sendCheckRun: Sender = async (svc, _row, payload) => {
     });
   }
   const checkRunId = id;
+  const lastCheck = await checkRunKey(view);
   return {
     result: { checkRunId, status: view.status, title: view.title },
     apply: async (tx) => {
       const cur = await getReservation(svc.ledger, tx, rid);
       if (!cur) return;
       await setCheckRunId(tx, cur, checkRunId);
-      await patchMeta(tx, cur, { lastCheck: checkRunKey(view) });
+      await patchMeta(tx, cur, { lastCheck });
     },
   };
 };

@@ -151,7 +151,7 @@ export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
       fault: meta.fault ?? null,
       note: meta.note ?? null,
     });
-    if (meta.lastCheck === checkRunKey(view)) continue;
+    if (meta.lastCheck === (await checkRunKey(view))) continue;
     await ledger.write((tx, now) => enqueueCheckSync(tx, now, r.id));
     n++;
   }
