@@ -86,6 +86,13 @@ export interface DstackStandIn {
      * any unfinished run (STEP 3 of the run lifecycle).
      */
     holdProvisioning: number;
+    /**
+     * Fail this many new runs while they provision, as dstack does when the instance's shim or
+     * runner does not answer "for a long time" (RUNS-AND-JOBS.md, job lifecycle STEP 3: the job
+     * becomes `TERMINATING`, then `FAILED`): the run goes `terminating → failed` with
+     * `job_failed` (run lifecycle STEP 2) and no exit status, its commands never run.
+     */
+    failProvisioning: number;
   };
   /** Runs whose status is not finished. */
   active(): StandInRun[];
@@ -111,6 +118,7 @@ export async function startDstackStandIn(
     apply5xxAfterCreate: 0,
     logs5xx: 0,
     holdProvisioning: 0,
+    failProvisioning: 0,
   };
   const timers = new Set<NodeJS.Timeout>();
   const hung = new Set<ServerResponse>();
@@ -287,10 +295,19 @@ export async function startDstackStandIn(
       runs.set(name, r);
       const hold = faults.holdProvisioning > 0;
       if (hold) faults.holdProvisioning--;
+      const fail = !hold && faults.failProvisioning > 0;
+      if (fail) faults.failProvisioning--;
       later(STEP_MS, () => {
         if (r.status !== 'submitted') return;
         setStatus(r, 'provisioning');
-        if (!hold) later(STEP_MS, () => execute(r));
+        if (fail) {
+          later(STEP_MS, () => {
+            if (r.status !== 'provisioning') return;
+            r.terminationReason = 'job_failed';
+            setStatus(r, 'terminating');
+            later(STEP_MS, () => setStatus(r, 'failed'));
+          });
+        } else if (!hold) later(STEP_MS, () => execute(r));
       });
       if (faults.apply5xxAfterCreate > 0) {
         faults.apply5xxAfterCreate--;

@@ -12,7 +12,8 @@ import { FAST_TICK_MS, queuedId, type SparkSystem, startSystem } from '../harnes
  * GitHub, and the dstack stand-in holding the task's run in `provisioning` (its instance never
  * becomes ready). The agent submits the task but reports no start (dstack never says `running`);
  * after `timings.taskStartTimeoutS` the controller ends the work as `task_not_started`; the agent
- * stops the run through dstack and reports `cleaned` only once dstack says `terminated`.
+ * stops the run through dstack and reports `cleaned` only once dstack says `terminated`. And when
+ * dstack gives up on the run itself first (its shim never answered), the work fails at once.
  */
 
 const TIMEOUT_S = 3;
@@ -34,6 +35,24 @@ afterEach(async () => {
   dir = null;
 });
 
+/** The controller and one agent whose repository's CI runs as a dstack task on `d`. */
+async function startTaskSystem(d: DstackStandIn): Promise<SparkSystem> {
+  dir = mkdtempSync(join(tmpdir(), 'spark-task-start-'));
+  const tokenFile = join(dir, 'dstack-token');
+  writeFileSync(tokenFile, `${d.token}\n`, { mode: 0o600 });
+  return startSystem({
+    // only completed checks' summaries are read (see FAST_TICK_MS)
+    tickMs: FAST_TICK_MS,
+    hosts: [{ id: 'spark-2' }],
+    timings: { taskStartTimeoutS: TIMEOUT_S },
+    controllerConfig: (c) => ({ ...c, repositories: { [REPO]: { executor: 'dstack', ci: 'task' } } }),
+    agentConfig: (hostId, c) => ({
+      ...c,
+      dstack: { url: d.url, project: d.project, tokenFile, fleet: hostId, requestTimeoutS: 2 },
+    }),
+  });
+}
+
 describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000 }, () => {
   it('a task dstack keeps provisioning ends as task_not_started; the run is stopped and terminated before the host is freed', async () => {
     dstack = await startDstackStandIn();
@@ -41,20 +60,7 @@ describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000
     d.faults.holdProvisioning = 1;
     // every stop is refused until the test lets dstack answer
     d.faults.stop5xx = 1_000_000;
-    dir = mkdtempSync(join(tmpdir(), 'spark-task-start-'));
-    const tokenFile = join(dir, 'dstack-token');
-    writeFileSync(tokenFile, `${d.token}\n`, { mode: 0o600 });
-    sys = await startSystem({
-      // only completed checks' summaries are read (see FAST_TICK_MS)
-      tickMs: FAST_TICK_MS,
-      hosts: [{ id: 'spark-2' }],
-      timings: { taskStartTimeoutS: TIMEOUT_S },
-      controllerConfig: (c) => ({ ...c, repositories: { [REPO]: { executor: 'dstack', ci: 'task' } } }),
-      agentConfig: (hostId, c) => ({
-        ...c,
-        dstack: { url: d.url, project: d.project, tokenFile, fleet: hostId, requestTimeoutS: 2 },
-      }),
-    });
+    sys = await startTaskSystem(d);
     const s = sys;
     const sha = 'c'.repeat(40);
     s.openPr(1, { sha });
@@ -102,6 +108,33 @@ describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000
     expect(check.output.summary).toContain(`Ended: ${releasing.reason}`);
     const history = (await s.history(rid)).map((e) => e.type);
     expect(history).not.toContain('reservation.running');
+    await s.waitHostPhase('spark-2', ['idle']);
+  });
+
+  it('a task dstack gives up on while provisioning (its shim never answered) fails at once, with no start, no retry', async () => {
+    dstack = await startDstackStandIn();
+    const d = dstack;
+    d.faults.failProvisioning = 1;
+    sys = await startTaskSystem(d);
+    const s = sys;
+    const sha = 'd'.repeat(40);
+    s.openPr(1, { sha });
+    const rid = queuedId(await s.label(1, 'spark-test'));
+    const ended = await s.waitReservation(rid, ['failed', 'done'], 60_000);
+    expect(ended, await s.diagnostics()).toMatchObject({ status: 'failed' });
+    const run = [...d.runs.values()].find((r) => r.name.startsWith(`spark-${rid}-`))!;
+    expect(run.history).toEqual(['submitted', 'provisioning', 'terminating', 'failed']);
+    expect((await s.leases(rid))[0]?.runnerStartedAt ?? null).toBeNull();
+    expect([...d.runs.values()].filter((r) => r.name.startsWith(`spark-${rid}-`))).toHaveLength(1);
+    expect(ended.outcome).toBe('failed');
+    // the agent's receipt says the script never ran, and the release carries it
+    const history = await s.history(rid);
+    expect(history.map((e) => e.type)).not.toContain('reservation.running');
+    expect(history.find((e) => e.type === 'reservation.releasing')?.cause).toBe(
+      'CI task on spark-2: the task ended (exit unknown) before binding the commit; the script did not run',
+    );
+    const check = await s.waitCheck(rid, 'Spark test failed — exact SHA ddddddd');
+    expect(check).toMatchObject({ status: 'completed', conclusion: 'failure', head_sha: sha });
     await s.waitHostPhase('spark-2', ['idle']);
   });
 });
