@@ -8,6 +8,7 @@ import {
   MULTI_ARCH_IMAGE,
   startDstackStandIn,
 } from '../doubles/dstack/server.ts';
+import { NO_LIVENESS_TIMINGS } from '../doubles/fleet.ts';
 import { waitFor } from '../doubles/index.ts';
 import { REPO } from '../harness/github-sim.ts';
 import { FAST_TICK_MS, queuedId, type SparkSystem, startSystem } from '../harness/system.ts';
@@ -50,7 +51,7 @@ async function startTaskSystem(d: DstackStandIn, image = MULTI_ARCH_IMAGE): Prom
     // only completed checks' summaries are read (see FAST_TICK_MS)
     tickMs: FAST_TICK_MS,
     hosts: [{ id: 'spark-2' }],
-    timings: { taskStartTimeoutS: TIMEOUT_S },
+    timings: { ...NO_LIVENESS_TIMINGS, taskStartTimeoutS: TIMEOUT_S },
     controllerConfig: (c) => ({ ...c, repositories: { [REPO]: { executor: 'dstack', ci: 'task' } } }),
     agentConfig: (hostId, c) => ({
       ...c,

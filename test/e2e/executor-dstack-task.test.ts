@@ -9,6 +9,7 @@ import {
   outputOf,
   startDstackStandIn,
 } from '../doubles/dstack/server.ts';
+import { NO_LIVENESS_TIMINGS } from '../doubles/fleet.ts';
 import { type GitServer, startGitServer } from '../doubles/git-http-server.ts';
 import { waitFor } from '../doubles/index.ts';
 import type { FakeGitHub } from '../fake-github/server.ts';
@@ -105,6 +106,8 @@ async function taskSystem(
     // only completed checks' summaries are read (see FAST_TICK_MS)
     tickMs: FAST_TICK_MS,
     hosts,
+    // no case here is about a lost host: a heartbeat late on a busy machine must not end a pair
+    timings: NO_LIVENESS_TIMINGS,
     controllerConfig: (c, fake) => {
       gh = fake;
       return {
