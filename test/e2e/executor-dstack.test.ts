@@ -87,9 +87,12 @@ async function dstackFleet(
     agentConfig,
   });
   kit.fleets.push(f);
-  // the agent's own dirs are the host's, not the job container's (test/doubles/dstack/container.ts)
+  // the agent's own dirs and the runner's install (runner.dir, the repository here) are the
+  // host's, not the job container's (test/doubles/dstack/container.ts): the runner reaches the
+  // container only as the instance volume the agent mounts
   for (const h of hosts)
     kit.dstack.hostOnly.push(...['work', 'state', 'models'].map((d) => join(f.dir, h, d)));
+  kit.dstack.hostOnly.push(REPO_ROOT);
   for (const h of hosts) f.startAgent(h);
   for (const h of hosts) {
     await waitFor(`${h} heartbeat`, async () => (await f.host(h)).lastHeartbeatAt != null);
