@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { z } from 'zod';
+import { canLaunchJobs } from './container.ts';
 import {
   ApplyRunPlanRequest,
   GetRunRequest,
@@ -171,6 +172,10 @@ const RUN_NAME = /^[a-z][a-z0-9-]{1,40}$/;
 
 /** Starts the stand-in on a free loopback port. */
 export async function startDstackStandIn(opts: DstackStandInOptions = {}): Promise<DstackStandIn> {
+  if (!canLaunchJobs())
+    throw new Error(
+      "the dstack stand-in runs each job in its own PID and mount namespaces: it needs root and util-linux's unshare and script",
+    );
   const project = opts.project ?? 'main';
   const token = opts.token ?? `dstack-${randomUUID()}`;
   const arch = opts.arch ?? 'arm';
