@@ -126,12 +126,20 @@ export const AgentConfigSchema = z
           .nullable()
           .default(null)
           .describe('On-prem SSH fleet holding exactly this host; null: a fleet named like the host id.'),
+        // dstack's default image (no `image`) is built for linux/amd64 only and makes the run
+        // require an x86 CPU, so on a DGX Spark (aarch64) it never starts (docs/executors.md,
+        // ADR 0140): every run names its image
         image: z
-          .string()
+          .string({
+            error: (i) =>
+              i.input === undefined || i.input === null
+                ? "set the image of dstack runs: one with a linux/arm64 build (the DGX Spark is aarch64; dstack's default image is amd64-only, so a run without an image never starts) holding git, bash, coreutils and curl or GNU wget"
+                : undefined,
+          })
           .min(1)
-          .nullable()
-          .default(null)
-          .describe("Container image of runs; null: dstack's default."),
+          .describe(
+            'Container image of every dstack run; it needs a linux/arm64 build (DGX Spark) and git, bash, coreutils, curl or GNU wget.',
+          ),
         ide: z
           .enum(['vscode', 'cursor', 'windsurf', 'zed'])
           .nullable()
@@ -166,7 +174,7 @@ export const AgentConfigSchema = z
   .strict()
   .refine((c) => c.executor !== 'dstack' || c.dstack != null, {
     path: ['dstack'],
-    message: 'executor "dstack" needs a "dstack" section: { "url", "project", "tokenFile" }',
+    message: 'executor "dstack" needs a "dstack" section: { "url", "project", "tokenFile", "image" }',
   });
 
 export type AgentConfig = z.output<typeof AgentConfigSchema>;

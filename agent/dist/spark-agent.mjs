@@ -20818,7 +20818,7 @@ function taskReceipt(a) {
       "does not exist in the repository: copy the template from the Spark controller's workflows-templates/"
     )
   );
-  const reason = a.stopped ? "the task was stopped through dstack before it ended (the work was released)" : failedEarly ? failedEarly : !bound ? `the task ended (exit ${a.exitCode ?? "unknown"}) before binding the commit; the script did not run` : a.exitCode === 124 ? `lane ${task.lane.name} exceeded its ${task.lane.targetMinutes}-minute time target` : a.exitCode !== 0 ? `${phases.at(-1)?.suite ?? "smoke"} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? "by signal"}` : !revoked ? "the task exited 0 without reporting its clone token revoked before the script ran" : !passed ? "the task exited 0 but did not report every phase" : null;
+  const reason = a.stopped ? "the task was stopped through dstack before it ended (the work was released)" : failedEarly ? failedEarly : !bound ? output2.endedBy && a.exitCode == null ? `${output2.endedBy}; the script did not run` : `the task ended (exit ${a.exitCode ?? "unknown"}) before binding the commit; the script did not run` : a.exitCode === 124 ? `lane ${task.lane.name} exceeded its ${task.lane.targetMinutes}-minute time target` : a.exitCode !== 0 ? `${phases.at(-1)?.suite ?? "smoke"} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? "by signal"}` : !revoked ? "the task exited 0 without reporting its clone token revoked before the script ran" : !passed ? "the task exited 0 but did not report every phase" : null;
   const elapsedMs = Math.max(0, a.endedAt - a.startedAt);
   const bytes = Buffer.byteLength(output2.text);
   const n = Math.min(a.tailLines ?? 40, MAX_RECEIPT_LAST_LINES);
@@ -20886,7 +20886,10 @@ var TaskConfigurationSchema = external_exports.object({
   /** `TaskConfigurationParams.nodes` (ge=1): a distributed task spans this many instances. */
   nodes: external_exports.number().int().min(1).optional(),
   working_dir: external_exports.string().nullable().optional(),
-  image: external_exports.string().nullable().optional(),
+  /** Always set: dstack's default image is amd64-only (docs/executors.md, ADR 0140). */
+  image: external_exports.string().min(1),
+  /** `InstanceMountPoint` (core/models/volumes.py): host dirs the container sees. */
+  volumes: external_exports.array(external_exports.object({ instance_path: external_exports.string(), path: external_exports.string() }).strict()).optional(),
   /** `ProfileParams.fleets`: run only on instances of these fleets. */
   fleets: external_exports.array(external_exports.string()).nullable().optional(),
   max_duration: external_exports.union([external_exports.literal("off"), external_exports.number().int(), external_exports.string()]).nullable().optional()
@@ -20898,7 +20901,7 @@ var DevEnvironmentConfigurationSchema = external_exports.object({
   ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().optional(),
   init: external_exports.array(external_exports.string()).optional(),
   env: external_exports.record(external_exports.string(), external_exports.string()).optional(),
-  image: external_exports.string().nullable().optional(),
+  image: external_exports.string().min(1),
   fleets: external_exports.array(external_exports.string()).nullable().optional(),
   inactivity_duration: external_exports.union([external_exports.literal("off"), external_exports.number().int(), external_exports.string()]).nullable().optional()
 }).strict();
@@ -20920,7 +20923,9 @@ var JobSubmissionSchema = external_exports.object({
   id: external_exports.string().optional(),
   status: external_exports.string(),
   exit_status: external_exports.number().int().nullable().optional(),
-  termination_reason: external_exports.string().nullable().optional()
+  /** `JobTerminationReason` (e.g. `failed_to_start_due_to_no_capacity`) and its message. */
+  termination_reason: external_exports.string().nullable().optional(),
+  termination_reason_message: external_exports.string().nullable().optional()
 });
 var RunSchema = external_exports.object({
   id: external_exports.string(),
@@ -20936,9 +20941,17 @@ var RunSchema = external_exports.object({
   ),
   latest_job_submission: JobSubmissionSchema.nullable().optional()
 });
+var ErrorDetailSchema = external_exports.object({ msg: external_exports.string(), code: external_exports.string().nullable().optional() }).passthrough();
 var ErrorBodySchema = external_exports.object({
-  detail: external_exports.array(external_exports.object({ msg: external_exports.string(), code: external_exports.string().optional() }).passthrough())
+  detail: external_exports.union([external_exports.array(ErrorDetailSchema), ErrorDetailSchema, external_exports.string()])
 });
+function errorMessages(json2) {
+  const e = ErrorBodySchema.safeParse(json2);
+  if (!e.success) return null;
+  const d = e.data.detail;
+  if (typeof d === "string") return [{ msg: d, code: null }];
+  return (Array.isArray(d) ? d : [d]).map((x) => ({ msg: x.msg, code: x.code ?? null }));
+}
 var UUID4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
 var PollLogsRequestSchema = external_exports.object({
   run_name: external_exports.string(),
@@ -20993,8 +21006,7 @@ function createDstackClient(o) {
     return { status: res.status, json: json2 };
   };
   const refused = (route, status, json2) => {
-    const e = ErrorBodySchema.safeParse(json2);
-    const msg = e.success ? e.data.detail.map((d) => d.msg).join("; ") : `HTTP ${status}`;
+    const msg = errorMessages(json2)?.map((d) => d.msg).join("; ") || `HTTP ${status}`;
     return new DstackRefused(`dstack ${route} refused: ${msg.slice(0, 300)}`);
   };
   const run = (route, json2) => {
@@ -21012,8 +21024,7 @@ function createDstackClient(o) {
     async get(runName) {
       const r = await call("get", { run_name: runName });
       if (r.status === 200) return run("get", r.json);
-      const e = ErrorBodySchema.safeParse(r.json);
-      if (r.status === 400 && e.success && e.data.detail.some((d) => d.code === "resource_not_exists"))
+      if (r.status === 400 && errorMessages(r.json)?.some((d) => d.code === "resource_not_exists"))
         return null;
       if (r.status === 401 || r.status === 403) throw refused("get", r.status, r.json);
       throw new DstackUncertain(`dstack get: HTTP ${r.status}`);
@@ -21052,8 +21063,7 @@ function createDstackClient(o) {
         if (!p.success) throw new DstackUncertain("dstack logs/poll: unexpected logs shape");
         for (const e of p.data.logs) chunks.push(Buffer.from(e.message, "base64"));
         next = p.data.next_token ?? null;
-        if (!next)
-          return { text: Buffer.concat(chunks).toString("utf8"), complete: p.data.logs.length < 1e3 };
+        if (!next) return { text: Buffer.concat(chunks).toString("utf8"), complete: true };
       }
       return { text: Buffer.concat(chunks).toString("utf8"), complete: false };
     },
@@ -21156,6 +21166,15 @@ function recordRunStart(l, run, save) {
 function dstackRunName(l, hostId, attempt = 0) {
   return `spark-${l.reservationId}-${hostId}-t${l.fencingToken}-a${attempt}`.replace(/[^a-z0-9-]/g, "-").slice(0, 41);
 }
+var HOST_BASICS = /^(PATH|HOME|USER|LOGNAME|SHELL|LANG|TZ|TMPDIR|LC_.*)$/;
+function containerEnv(env, passEnv) {
+  return Object.fromEntries(
+    Object.entries(env).filter(
+      (e) => e[1] !== void 0 && (!HOST_BASICS.test(e[0]) || passEnv.includes(e[0]))
+    )
+  );
+}
+var hostMounts = (dirs) => [...new Set(dirs)].map((d) => ({ instance_path: d, path: d }));
 var attemptOf = (workloadName) => Number(/-a(\d{1,4})$/.exec(workloadName)?.[1] ?? 0);
 function devRunName(l, hostId) {
   return `spark-${l.reservationId}-${hostId}-t${l.fencingToken}-dev`.replace(/[^a-z0-9-]/g, "-").slice(0, 41);
@@ -21189,6 +21208,16 @@ function createDstackExecutor(deps) {
     if (run.status === "done") return sub?.exit_status ?? 0;
     return sub?.exit_status ?? null;
   };
+  const endedWithout = (run) => {
+    if (!run || !isFinished(run) || run.status === "done") return null;
+    const sub = run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1);
+    if (sub?.exit_status != null) return null;
+    const why = [sub?.termination_reason ?? run.termination_reason, sub?.termination_reason_message].filter(Boolean).join(": ");
+    return `dstack run ${run.run_spec.run_name ?? ""} ${run.status} before its commands ended (${why || "no reason given"})`.slice(
+      0,
+      300
+    );
+  };
   return {
     name: "dstack",
     prepare: (l) => area.fresh(l),
@@ -21197,8 +21226,9 @@ function createDstackExecutor(deps) {
       const name = dstackRunName(l, cfg.hostId, attemptOf(w.name));
       if (w.task) l.task = w.task.spec;
       recordRunStart(l, { runnerName: w.name, runDir: l.workDir, jobId: name }, save);
-      const env = w.task ? taskEnv(cfg, l, w.task.spec, w.task.cloneToken) : Object.fromEntries(
-        Object.entries(jobEnv(cfg, null, l, w)).filter((e) => e[1] !== void 0)
+      const env = containerEnv(
+        w.task ? taskEnv(cfg, l, w.task.spec, w.task.cloneToken) : jobEnv(cfg, null, l, w),
+        cfg.runner.passEnv
       );
       const spec = {
         run_name: name,
@@ -21210,7 +21240,10 @@ function createDstackExecutor(deps) {
           env,
           nodes: 1,
           working_dir: l.workDir,
-          ...d.image ? { image: d.image } : {},
+          image: d.image,
+          // the job runs in the image's container: the host's model cache (and, for a runner
+          // lease, the runner's install) is there only as an instance volume (docs/executors.md)
+          volumes: hostMounts(w.task ? [cfg.modelCacheDir] : [cfg.modelCacheDir, cfg.runner.dir]),
           fleets: [d.fleet ?? cfg.hostId]
         }
       };
@@ -21285,11 +21318,12 @@ function createDstackExecutor(deps) {
       const run = await look(l);
       const sub = run ? run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1) : null;
       if (!run || !sub?.id) return [];
+      const why = endedWithout(run);
       try {
         const text = await client2.tailLogs(runName(l), sub.id, Math.min(1e3, n * 4));
         const lines = text.split(/\r?\n/);
         if (lines.at(-1) === "") lines.pop();
-        return redactLines(lines.slice(-n), secrets);
+        return redactLines([...lines, ...why ? [why] : []].slice(-n), secrets);
       } catch (e) {
         log.warn("dstack logs not available", { run: runName(l), error: e.message });
         return [`dstack logs of ${runName(l)} not available: ${e.message}`.slice(0, 300)];
@@ -21317,7 +21351,7 @@ function createDstackExecutor(deps) {
           type: "dev-environment",
           name,
           ide: d.ide,
-          ...d.image ? { image: d.image } : {},
+          image: d.image,
           fleets: [d.fleet ?? cfg.hostId],
           // the controller's lease decides how long it lives, not dstack's idle timer
           inactivity_duration: "off"
@@ -21339,8 +21373,9 @@ function createDstackExecutor(deps) {
       const sub = run ? run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1) : null;
       if (!run || !sub?.id)
         return { text: "", complete: false, detail: `dstack has no output of ${runName(l)}` };
+      const why = endedWithout(run);
       try {
-        return await client2.readLogs(runName(l), sub.id);
+        return { ...await client2.readLogs(runName(l), sub.id), ...why ? { endedBy: why } : {} };
       } catch (e) {
         log.warn("dstack logs not available for the receipt", {
           run: runName(l),
@@ -22716,7 +22751,14 @@ var AgentConfigSchema = external_exports.object({
     project: external_exports.string().regex(/^[A-Za-z0-9_-]{1,50}$/, 'a dstack project name, e.g. "main"').default("main"),
     tokenFile: external_exports.string().min(1).describe("File holding the dstack user token (mode 0600)."),
     fleet: external_exports.string().regex(/^[a-z][a-z0-9-]{1,40}$/, 'a dstack fleet name, e.g. "spark-2"').nullable().default(null).describe("On-prem SSH fleet holding exactly this host; null: a fleet named like the host id."),
-    image: external_exports.string().min(1).nullable().default(null).describe("Container image of runs; null: dstack's default."),
+    // dstack's default image (no `image`) is built for linux/amd64 only and makes the run
+    // require an x86 CPU, so on a DGX Spark (aarch64) it never starts (docs/executors.md,
+    // ADR 0140): every run names its image
+    image: external_exports.string({
+      error: (i) => i.input === void 0 || i.input === null ? "set the image of dstack runs: one with a linux/arm64 build (the DGX Spark is aarch64; dstack's default image is amd64-only, so a run without an image never starts) holding git, bash, coreutils and curl or GNU wget" : void 0
+    }).min(1).describe(
+      "Container image of every dstack run; it needs a linux/arm64 build (DGX Spark) and git, bash, coreutils, curl or GNU wget."
+    ),
     ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().default(null).describe("IDE pre-installed in development environments; null: SSH only (`dstack attach`)."),
     requestTimeoutS: external_exports.number().positive().max(300).default(20)
   }).strict().nullable().default(null).describe('dstack server for executor "dstack" (issue 15): CI tasks and development environments.'),
@@ -22733,7 +22775,7 @@ var AgentConfigSchema = external_exports.object({
   logLevel: external_exports.enum(["debug", "info", "warn", "error"]).default("info")
 }).strict().refine((c) => c.executor !== "dstack" || c.dstack != null, {
   path: ["dstack"],
-  message: 'executor "dstack" needs a "dstack" section: { "url", "project", "tokenFile" }'
+  message: 'executor "dstack" needs a "dstack" section: { "url", "project", "tokenFile", "image" }'
 });
 var AgentConfigError = class extends Error {
   name = "AgentConfigError";

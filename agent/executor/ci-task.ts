@@ -223,6 +223,8 @@ export interface TaskOutput {
   /** False when the logs could not be read (whole or in part); the receipt says so. */
   complete: boolean;
   detail?: string;
+  /** Why dstack ended the run when its commands did not (no exit status), e.g. no instance fits. */
+  endedBy?: string;
 }
 
 const redact = (line: string, secrets: readonly string[]): string => {
@@ -287,7 +289,9 @@ export function taskReceipt(a: {
     : failedEarly
       ? failedEarly
       : !bound
-        ? `the task ended (exit ${a.exitCode ?? 'unknown'}) before binding the commit; the script did not run`
+        ? output.endedBy && a.exitCode == null
+          ? `${output.endedBy}; the script did not run`
+          : `the task ended (exit ${a.exitCode ?? 'unknown'}) before binding the commit; the script did not run`
         : a.exitCode === 124
           ? `lane ${task.lane.name} exceeded its ${task.lane.targetMinutes}-minute time target`
           : a.exitCode !== 0

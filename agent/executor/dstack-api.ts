@@ -2,7 +2,8 @@ import { z } from 'zod';
 
 /**
  * The part of dstack's server REST API the `dstack` executor uses (issue 15 item 3), with request
- * and response shapes taken from dstack's own source (`dstackai/dstack`):
+ * and response shapes taken from dstack's own source (`dstackai/dstack`, read at tag 0.21.2,
+ * commit 0dee238d47fafc89bdde75b83ee99a0fae7c08a1; paths under `src/dstack/_internal/`):
  *
  * - routes: `src/dstack/_internal/server/routers/runs.py` — every call is a `POST` under
  *   `/api/project/{project_name}/runs/` with a JSON body, authenticated by `Authorization: Bearer
@@ -51,7 +52,10 @@ export const TaskConfigurationSchema = z
     /** `TaskConfigurationParams.nodes` (ge=1): a distributed task spans this many instances. */
     nodes: z.number().int().min(1).optional(),
     working_dir: z.string().nullable().optional(),
-    image: z.string().nullable().optional(),
+    /** Always set: dstack's default image is amd64-only (docs/executors.md, ADR 0140). */
+    image: z.string().min(1),
+    /** `InstanceMountPoint` (core/models/volumes.py): host dirs the container sees. */
+    volumes: z.array(z.object({ instance_path: z.string(), path: z.string() }).strict()).optional(),
     /** `ProfileParams.fleets`: run only on instances of these fleets. */
     fleets: z.array(z.string()).nullable().optional(),
     max_duration: z
@@ -70,7 +74,7 @@ export const DevEnvironmentConfigurationSchema = z
     ide: z.enum(['vscode', 'cursor', 'windsurf', 'zed']).nullable().optional(),
     init: z.array(z.string()).optional(),
     env: z.record(z.string(), z.string()).optional(),
-    image: z.string().nullable().optional(),
+    image: z.string().min(1),
     fleets: z.array(z.string()).nullable().optional(),
     inactivity_duration: z
       .union([z.literal('off'), z.number().int(), z.string()])
@@ -113,7 +117,9 @@ const JobSubmissionSchema = z.object({
   id: z.string().optional(),
   status: z.string(),
   exit_status: z.number().int().nullable().optional(),
+  /** `JobTerminationReason` (e.g. `failed_to_start_due_to_no_capacity`) and its message. */
   termination_reason: z.string().nullable().optional(),
+  termination_reason_message: z.string().nullable().optional(),
 });
 
 /** `Run` (core/models/runs.py): what the agent reads of it. */
@@ -133,18 +139,29 @@ export const RunSchema = z.object({
 });
 export type DstackRun = z.infer<typeof RunSchema>;
 
+const ErrorDetailSchema = z.object({ msg: z.string(), code: z.string().nullable().optional() }).passthrough();
 /**
- * dstack's error body (`server/utils/routers.py` `error_detail`, raised for `ResourceNotExistsError`
- * as HTTP 400 with code `resource_not_exists`).
+ * dstack's error bodies: a `ServerClientError` is HTTP 400 `{"detail": [{"msg", "code"}]}`
+ * (`server/app.py`, `server/utils/routers.py` `get_server_client_error_details`; `Run not found`
+ * has code `resource_not_exists`); FastAPI's validation error is 422 with a list of `{msg, loc,
+ * type}`; an `HTTPException` (invalid token 403, unknown project 404) carries one object.
  */
 export const ErrorBodySchema = z.object({
-  detail: z.array(z.object({ msg: z.string(), code: z.string().optional() }).passthrough()),
+  detail: z.union([z.array(ErrorDetailSchema), ErrorDetailSchema, z.string()]),
 });
+/** The messages of an error body, or null when it is not one of dstack's. */
+export function errorMessages(json: unknown): { msg: string; code: string | null }[] | null {
+  const e = ErrorBodySchema.safeParse(json);
+  if (!e.success) return null;
+  const d = e.data.detail;
+  if (typeof d === 'string') return [{ msg: d, code: null }];
+  return (Array.isArray(d) ? d : [d]).map((x) => ({ msg: x.msg, code: x.code ?? null }));
+}
 
 /** dstack's `UUID4` fields, as pydantic accepts them (hex with dashes). */
 const UUID4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
 
-/** `PollLogsRequest` (server/schemas/logs.py); `next_token` exists in newer dstack versions. */
+/** `PollLogsRequest` (server/schemas/logs.py). */
 export const PollLogsRequestSchema = z
   .object({
     run_name: z.string(),

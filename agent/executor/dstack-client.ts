@@ -1,6 +1,6 @@
 import {
   type DstackRun,
-  ErrorBodySchema,
+  errorMessages,
   FINISHED_RUN_STATUSES,
   JobSubmissionLogsSchema,
   RunSchema,
@@ -41,8 +41,9 @@ export interface DstackClient {
   tailLogs(runName: string, jobSubmissionId: string, limit: number): Promise<string>;
   /**
    * A job submission's whole output, oldest first, page by page (`descending: false`, `limit`
-   * 1000, following `next_token` while dstack gives one); at most `maxPages` pages. `complete` is
-   * false when a full page came without a `next_token` (an older dstack) or the pages ran out.
+   * 1000, following `next_token` until dstack gives none: its log storage sets one exactly when
+   * more events follow, services/logs/filelog.py); at most `maxPages` pages, else `complete` is
+   * false.
    */
   readLogs(
     runName: string,
@@ -80,8 +81,10 @@ export function createDstackClient(o: DstackClientOptions): DstackClient {
     return { status: res.status, json };
   };
   const refused = (route: string, status: number, json: unknown): DstackRefused => {
-    const e = ErrorBodySchema.safeParse(json);
-    const msg = e.success ? e.data.detail.map((d) => d.msg).join('; ') : `HTTP ${status}`;
+    const msg =
+      errorMessages(json)
+        ?.map((d) => d.msg)
+        .join('; ') || `HTTP ${status}`;
     return new DstackRefused(`dstack ${route} refused: ${msg.slice(0, 300)}`);
   };
   const run = (route: string, json: unknown): DstackRun => {
@@ -99,9 +102,8 @@ export function createDstackClient(o: DstackClientOptions): DstackClient {
     async get(runName) {
       const r = await call('get', { run_name: runName });
       if (r.status === 200) return run('get', r.json);
-      const e = ErrorBodySchema.safeParse(r.json);
-      // ResourceNotExistsError is answered 400 with code resource_not_exists (server/utils/routers.py)
-      if (r.status === 400 && e.success && e.data.detail.some((d) => d.code === 'resource_not_exists'))
+      // ResourceNotExistsError is answered 400 with code resource_not_exists (server/app.py)
+      if (r.status === 400 && errorMessages(r.json)?.some((d) => d.code === 'resource_not_exists'))
         return null;
       if (r.status === 401 || r.status === 403) throw refused('get', r.status, r.json);
       throw new DstackUncertain(`dstack get: HTTP ${r.status}`);
@@ -143,8 +145,7 @@ export function createDstackClient(o: DstackClientOptions): DstackClient {
         if (!p.success) throw new DstackUncertain('dstack logs/poll: unexpected logs shape');
         for (const e of p.data.logs) chunks.push(Buffer.from(e.message, 'base64'));
         next = p.data.next_token ?? null;
-        if (!next)
-          return { text: Buffer.concat(chunks).toString('utf8'), complete: p.data.logs.length < 1000 };
+        if (!next) return { text: Buffer.concat(chunks).toString('utf8'), complete: true };
       }
       return { text: Buffer.concat(chunks).toString('utf8'), complete: false };
     },

@@ -39,6 +39,32 @@ export function dstackRunName(
     .slice(0, 41);
 }
 
+/** Variables of the agent's own host that `baseRunnerEnv` adds and a container must not get. */
+const HOST_BASICS = /^(PATH|HOME|USER|LOGNAME|SHELL|LANG|TZ|TMPDIR|LC_.*)$/;
+
+/**
+ * A dstack run's `env`: what the job needs, without the agent host's basics. dstack's runner lays
+ * the run's `env` over the image's own environment (`EnvMap.Update`, runner/internal/runner/
+ * executor/executor.go in dstackai/dstack 0.21.2), so the host's `PATH`, `HOME` or `TMPDIR` would
+ * replace the image's with paths the container does not have. Only what `runner.passEnv` names
+ * explicitly is passed on.
+ */
+export function containerEnv(env: NodeJS.ProcessEnv, passEnv: readonly string[]): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(env).filter(
+      (e): e is [string, string] => e[1] !== undefined && (!HOST_BASICS.test(e[0]) || passEnv.includes(e[0])),
+    ),
+  );
+}
+
+/**
+ * Host directories the job uses, as dstack instance volumes at the same path
+ * (`InstanceMountPoint`, core/models/volumes.py; supported on SSH fleets): the job runs in the
+ * image's container and sees nothing of the host otherwise.
+ */
+export const hostMounts = (dirs: readonly string[]) =>
+  [...new Set(dirs)].map((d) => ({ instance_path: d, path: d }));
+
 /** The attempt number the controller put at the end of a runner name (`…-a2`), else 0. */
 const attemptOf = (workloadName: string): number => Number(/-a(\d{1,4})$/.exec(workloadName)?.[1] ?? 0);
 
@@ -96,6 +122,23 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
     if (run.status === 'done') return sub?.exit_status ?? 0;
     return sub?.exit_status ?? null;
   };
+  /**
+   * Why dstack ended a run whose commands did not decide it (no exit status): the job's
+   * `termination_reason` and its message, e.g. `failed_to_start_due_to_no_capacity: Failed to use
+   * specified fleets` when no instance of the fleet fits the run (docs/executors.md).
+   */
+  const endedWithout = (run: DstackRun | null | undefined): string | null => {
+    if (!run || !isFinished(run) || run.status === 'done') return null;
+    const sub = run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1);
+    if (sub?.exit_status != null) return null;
+    const why = [sub?.termination_reason ?? run.termination_reason, sub?.termination_reason_message]
+      .filter(Boolean)
+      .join(': ');
+    return `dstack run ${run.run_spec.run_name ?? ''} ${run.status} before its commands ended (${why || 'no reason given'})`.slice(
+      0,
+      300,
+    );
+  };
 
   return {
     name: 'dstack',
@@ -109,11 +152,10 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
       if (w.task) l.task = w.task.spec;
       // persisted before the run exists: a crash after apply finds it again by its name
       recordRunStart(l, { runnerName: w.name, runDir: l.workDir, jobId: name }, save);
-      const env = w.task
-        ? taskEnv(cfg, l, w.task.spec, w.task.cloneToken)
-        : Object.fromEntries(
-            Object.entries(jobEnv(cfg, null, l, w)).filter((e): e is [string, string] => e[1] !== undefined),
-          );
+      const env = containerEnv(
+        w.task ? taskEnv(cfg, l, w.task.spec, w.task.cloneToken) : jobEnv(cfg, null, l, w),
+        cfg.runner.passEnv,
+      );
       const spec: RunSpec = {
         run_name: name,
         configuration: {
@@ -124,7 +166,10 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
           env,
           nodes: 1,
           working_dir: l.workDir,
-          ...(d.image ? { image: d.image } : {}),
+          image: d.image,
+          // the job runs in the image's container: the host's model cache (and, for a runner
+          // lease, the runner's install) is there only as an instance volume (docs/executors.md)
+          volumes: hostMounts(w.task ? [cfg.modelCacheDir] : [cfg.modelCacheDir, cfg.runner.dir]),
           fleets: [d.fleet ?? cfg.hostId],
         },
       };
@@ -211,13 +256,13 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
       const run = await look(l);
       const sub = run ? (run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1)) : null;
       if (!run || !sub?.id) return [];
+      const why = endedWithout(run);
       try {
-        // events are chunks of output, not lines: ask for more than n, cut to whole lines (and
-        // cut in any case: dstack's file log storage ignores `limit`, services/logs/filelog.py)
+        // events are chunks of output, not lines: ask for more than n, then cut to whole lines
         const text = await client.tailLogs(runName(l), sub.id, Math.min(1000, n * 4));
         const lines = text.split(/\r?\n/);
         if (lines.at(-1) === '') lines.pop();
-        return redactLines(lines.slice(-n), secrets);
+        return redactLines([...lines, ...(why ? [why] : [])].slice(-n), secrets);
       } catch (e) {
         log.warn('dstack logs not available', { run: runName(l), error: (e as Error).message });
         return [`dstack logs of ${runName(l)} not available: ${(e as Error).message}`.slice(0, 300)];
@@ -247,7 +292,7 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
           type: 'dev-environment',
           name,
           ide: d.ide,
-          ...(d.image ? { image: d.image } : {}),
+          image: d.image,
           fleets: [d.fleet ?? cfg.hostId],
           // the controller's lease decides how long it lives, not dstack's idle timer
           inactivity_duration: 'off',
@@ -271,8 +316,9 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
       const sub = run ? (run.latest_job_submission ?? run.jobs[0]?.job_submissions.at(-1)) : null;
       if (!run || !sub?.id)
         return { text: '', complete: false, detail: `dstack has no output of ${runName(l)}` };
+      const why = endedWithout(run);
       try {
-        return await client.readLogs(runName(l), sub.id);
+        return { ...(await client.readLogs(runName(l), sub.id)), ...(why ? { endedBy: why } : {}) };
       } catch (e) {
         log.warn('dstack logs not available for the receipt', {
           run: runName(l),

@@ -119,6 +119,14 @@ export interface Fleet {
   close(): Promise<void>;
 }
 
+/**
+ * Timings for a story that does not test liveness: production's offline threshold (40 s,
+ * `timings.offlineAfterS` in core/config.ts) instead of the harness's 4 s. At 4 s a heartbeat
+ * delayed by a loaded machine (a load average of 9 on two cores does it) marks a host offline and
+ * fails a pair with `pair_node_lost`; a story about losing a host keeps the short default.
+ */
+export const NO_LIVENESS_TIMINGS = { offlineAfterS: 40 } as const;
+
 const DEFAULT_TIMINGS = {
   heartbeatIntervalS: 1,
   offlineAfterS: 4,

@@ -2,7 +2,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type DstackStandIn, startDstackStandIn } from '../doubles/dstack-server.ts';
+import {
+  AMD64_ONLY_IMAGE,
+  type DstackStandIn,
+  MULTI_ARCH_IMAGE,
+  startDstackStandIn,
+} from '../doubles/dstack/server.ts';
+import { NO_LIVENESS_TIMINGS } from '../doubles/fleet.ts';
 import { waitFor } from '../doubles/index.ts';
 import { REPO } from '../harness/github-sim.ts';
 import { FAST_TICK_MS, queuedId, type SparkSystem, startSystem } from '../harness/system.ts';
@@ -13,7 +19,8 @@ import { FAST_TICK_MS, queuedId, type SparkSystem, startSystem } from '../harnes
  * becomes ready). The agent submits the task but reports no start (dstack never says `running`);
  * after `timings.taskStartTimeoutS` the controller ends the work as `task_not_started`; the agent
  * stops the run through dstack and reports `cleaned` only once dstack says `terminated`. And when
- * dstack gives up on the run itself first (its shim never answered), the work fails at once.
+ * dstack gives up on the run itself first (its runner never answered, or no instance of the fleet
+ * fits the run's image), the work fails at once with dstack's reason.
  */
 
 const TIMEOUT_S = 3;
@@ -36,21 +43,24 @@ afterEach(async () => {
 });
 
 /** The controller and one agent whose repository's CI runs as a dstack task on `d`. */
-async function startTaskSystem(d: DstackStandIn): Promise<SparkSystem> {
+async function startTaskSystem(d: DstackStandIn, image = MULTI_ARCH_IMAGE): Promise<SparkSystem> {
   dir = mkdtempSync(join(tmpdir(), 'spark-task-start-'));
   const tokenFile = join(dir, 'dstack-token');
   writeFileSync(tokenFile, `${d.token}\n`, { mode: 0o600 });
-  return startSystem({
+  const s = await startSystem({
     // only completed checks' summaries are read (see FAST_TICK_MS)
     tickMs: FAST_TICK_MS,
     hosts: [{ id: 'spark-2' }],
-    timings: { taskStartTimeoutS: TIMEOUT_S },
+    timings: { ...NO_LIVENESS_TIMINGS, taskStartTimeoutS: TIMEOUT_S },
     controllerConfig: (c) => ({ ...c, repositories: { [REPO]: { executor: 'dstack', ci: 'task' } } }),
     agentConfig: (hostId, c) => ({
       ...c,
-      dstack: { url: d.url, project: d.project, tokenFile, fleet: hostId, requestTimeoutS: 2 },
+      dstack: { url: d.url, project: d.project, tokenFile, fleet: hostId, image, requestTimeoutS: 2 },
     }),
   });
+  // the agent's own dirs are the host's, not the job container's (test/doubles/dstack/container.ts)
+  d.hostOnly.push(...['work', 'state', 'models'].map((x) => join(s.dir, 'spark-2', x)));
+  return s;
 }
 
 describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000 }, () => {
@@ -97,7 +107,8 @@ describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000
     expect(ended).toMatchObject({ status: 'failed', outcome: 'task_not_started', reason: releasing.reason });
     // stopped through dstack from provisioning, never run, confirmed terminated before the release
     expect(run.history).toEqual(['submitted', 'provisioning', 'terminating', 'terminated']);
-    expect(run.exitStatus).toBeNull();
+    expect(run.job.exitStatus).toBeNull();
+    expect(run.job.terminationReason).toBe('terminated_by_user');
     // one task only: no retry, no second token
     expect([...d.runs.values()].filter((r) => r.name.startsWith(`spark-${rid}-`))).toHaveLength(1);
     expect(
@@ -111,7 +122,7 @@ describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000
     await s.waitHostPhase('spark-2', ['idle']);
   });
 
-  it('a task dstack gives up on while provisioning (its shim never answered) fails at once, with no start, no retry', async () => {
+  it("a task dstack gives up on while provisioning (its runner never answered) fails at once with dstack's reason, no start, no retry", async () => {
     dstack = await startDstackStandIn();
     const d = dstack;
     d.faults.failProvisioning = 1;
@@ -130,11 +141,41 @@ describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000
     // the agent's receipt says the script never ran, and the release carries it
     const history = await s.history(rid);
     expect(history.map((e) => e.type)).not.toContain('reservation.running');
+    expect(run.job.terminationReason).toBe('waiting_runner_limit_exceeded');
+    // dstack's own reason, not a guess, is what the receipt and the release say
     expect(history.find((e) => e.type === 'reservation.releasing')?.cause).toBe(
-      'CI task on spark-2: the task ended (exit unknown) before binding the commit; the script did not run',
+      `CI task on spark-2: dstack run ${run.name} failed before its commands ended (waiting_runner_limit_exceeded: Runner did not become available in time); the script did not run`,
     );
     const check = await s.waitCheck(rid, 'Spark test failed — exact SHA ddddddd');
     expect(check).toMatchObject({ status: 'completed', conclusion: 'failure', head_sha: sha });
+    await s.waitHostPhase('spark-2', ['idle']);
+  });
+  it('an image without an arm64 build never starts on the aarch64 fleet: dstack fails it for no capacity, and the release says so', async () => {
+    // dstack reads the image's manifest: one built for linux/amd64 only makes the job require an
+    // x86 CPU (configurators/base.py `_requirements`), which no instance of the DGX Spark fleet has
+    dstack = await startDstackStandIn({ arch: 'arm' });
+    const d = dstack;
+    sys = await startTaskSystem(d, AMD64_ONLY_IMAGE);
+    const s = sys;
+    const sha = 'e'.repeat(40);
+    s.openPr(1, { sha });
+    const rid = queuedId(await s.label(1, 'spark-test'));
+    const ended = await s.waitReservation(rid, ['failed', 'done'], 60_000);
+    expect(ended, await s.diagnostics()).toMatchObject({ status: 'failed', outcome: 'failed' });
+    const run = [...d.runs.values()].find((r) => r.name.startsWith(`spark-${rid}-`))!;
+    expect(run.spec.configuration.image).toBe(AMD64_ONLY_IMAGE);
+    expect(run.job.arch).toBe('x86');
+    // never placed: no instance, no container, no output
+    expect(run.history).toEqual(['submitted', 'terminating', 'failed']);
+    expect(run.job.history).toEqual(['submitted', 'terminating', 'failed']);
+    expect(run.job.terminationReason).toBe('failed_to_start_due_to_no_capacity');
+    expect(run.job.log.events).toEqual([]);
+    expect((await s.leases(rid))[0]?.runnerStartedAt ?? null).toBeNull();
+    const history = await s.history(rid);
+    expect(history.find((e) => e.type === 'reservation.releasing')?.cause).toBe(
+      `CI task on spark-2: dstack run ${run.name} failed before its commands ended (failed_to_start_due_to_no_capacity: Failed to use specified fleets); the script did not run`,
+    );
+    await s.waitCheck(rid, 'Spark test failed — exact SHA eeeeeee');
     await s.waitHostPhase('spark-2', ['idle']);
   });
 });

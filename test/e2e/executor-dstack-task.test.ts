@@ -2,7 +2,14 @@ import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFile
 import { join } from 'node:path';
 import { describe, expect, it, type TestContext } from 'vitest';
 import type { StoredReceipts } from '../../core/protocol/receipt.ts';
-import { type DstackStandIn, startDstackStandIn } from '../doubles/dstack-server.ts';
+import {
+  type DstackStandIn,
+  envOf,
+  MULTI_ARCH_IMAGE,
+  outputOf,
+  startDstackStandIn,
+} from '../doubles/dstack/server.ts';
+import { NO_LIVENESS_TIMINGS } from '../doubles/fleet.ts';
 import { type GitServer, startGitServer } from '../doubles/git-http-server.ts';
 import { waitFor } from '../doubles/index.ts';
 import type { FakeGitHub } from '../fake-github/server.ts';
@@ -32,6 +39,7 @@ date +%s%3N > "$TASK_MARKER_DIR/$SPARK_HOST_ID-script-started-ms"
 gp=$(cut -d' ' -f4 "/proc/$PPID/stat")
 tr '\\0' '\\n' < "/proc/$gp/environ" | cut -d= -f1 | sort > "$TASK_MARKER_DIR/$SPARK_HOST_ID-first-process-env" || true
 echo "$(git rev-parse HEAD) $1 $SPARK_TEST_SUITE $SPARK_LANE $SPARK_LANE_TARGET_MINUTES" >> "$TASK_MARKER_DIR/$SPARK_HOST_ID-ran"
+git rev-parse HEAD > "$SPARK_MODEL_CACHE/seen-by-$SPARK_HOST_ID"
 if [ "$1" = pair ]; then bash "$SPARK_DISTRIBUTED_ASSERTION"; fi
 sleep "\${TASK_SLEEP_S:-0}"
 echo "all good on $SPARK_HOST_ID"
@@ -98,6 +106,8 @@ async function taskSystem(
     // only completed checks' summaries are read (see FAST_TICK_MS)
     tickMs: FAST_TICK_MS,
     hosts,
+    // no case here is about a lost host: a heartbeat late on a busy machine must not end a pair
+    timings: NO_LIVENESS_TIMINGS,
     controllerConfig: (c, fake) => {
       gh = fake;
       return {
@@ -118,7 +128,14 @@ async function taskSystem(
         ...c,
         // the host's own backend stays the JIT runner: the repository's config moves its CI to dstack
         runner: { ...runner, passEnv: [...runner.passEnv, 'TASK_MARKER_DIR', 'TASK_SLEEP_S'] },
-        dstack: { url: d.url, project: d.project, tokenFile, fleet: hostId, requestTimeoutS: 2 },
+        dstack: {
+          url: d.url,
+          project: d.project,
+          tokenFile,
+          fleet: hostId,
+          image: MULTI_ARCH_IMAGE,
+          requestTimeoutS: 2,
+        },
       };
     },
     agentEnv: (_h, env) => ({
@@ -128,6 +145,8 @@ async function taskSystem(
       ...(o.shimDir ? { PATH: `${o.shimDir}:${env.PATH}` } : {}),
     }),
   });
+  // the agents' own dirs are the host's, not the job container's (test/doubles/dstack/container.ts)
+  for (const h of hosts) d.hostOnly.push(...['work', 'state', 'models'].map((x) => join(sys.dir, h.id, x)));
   return { sys, dstack: d, git: g, markers };
 }
 
@@ -136,10 +155,7 @@ async function settled(t: TaskSystem, id: string, timeoutMs = 90_000) {
   return t.sys.waitReservation(id, ['done', 'failed'], timeoutMs).catch(async (e) => {
     const runs = runsOf(t.dstack, id).map(
       (r) =>
-        `${r.name}: ${r.history.join('→')} exit ${r.exitStatus}\n${r.logs
-          .map((x) => Buffer.from(x.message, 'base64').toString('utf8'))
-          .join('')
-          .slice(-1500)}`,
+        `${r.name}: ${r.history.join('→')} exit ${r.job.exitStatus} (${r.job.terminationReason})\n${outputOf(r).slice(-1500)}`,
     );
     throw new Error(`${(e as Error).message}\n${await t.sys.diagnostics()}\n--- dstack\n${runs.join('\n')}`);
   });
@@ -174,9 +190,7 @@ async function tokenNowhere(t: TaskSystem, id: string) {
     taskCommands: JSON.stringify(
       runsOf(t.dstack, id).map((r) => r.spec.configuration.type === 'task' && r.spec.configuration.commands),
     ),
-    taskOutput: runsOf(t.dstack, id)
-      .flatMap((r) => r.logs.map((e) => Buffer.from(e.message, 'base64').toString('utf8')))
-      .join(''),
+    taskOutput: runsOf(t.dstack, id).map(outputOf).join(''),
     ...Object.fromEntries(Object.entries(t.sys.agents).map(([h, a]) => [`agent ${h}`, a.output()])),
   };
   for (const [where, text] of Object.entries(surfaces))
@@ -247,15 +261,25 @@ describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git
     expect(firstEnv).toContain('SPARK_REVOKE_URL');
     expect(firstEnv).not.toContain('SPARK_CLONE_TOKEN');
     const [run] = runsOf(t.dstack, rid);
-    const out = run!.logs.map((e) => Buffer.from(e.message, 'base64').toString('utf8')).join('');
+    // dstack's runner runs the task on a pty: the output's lines end \r\n
+    const out = outputOf(run!);
     const revokedAt = out.indexOf(
-      `spark-task: clone token revoked: HTTP 204 from ${s.gh.url}/installation/token (curl)\n`,
+      `spark-task: clone token revoked: HTTP 204 from ${s.gh.url}/installation/token (curl)\r\n`,
     );
     expect(revokedAt, out).toBeGreaterThan(out.indexOf('spark-task: fetching '));
     expect(revokedAt).toBeLessThan(out.indexOf('spark-task: phase smoke start'));
-    expect(run!.history).toEqual(['submitted', 'provisioning', 'running', 'done']);
+    expect(run!.history).toEqual(['submitted', 'provisioning', 'running', 'terminating', 'done']);
     const c = run!.spec.configuration;
     expect(c.type === 'task' && c.fleets).toEqual(['spark-2']);
+    // the image has an arm64 build (the fleet is aarch64), and the host's model cache is mounted
+    expect(c.image).toBe(MULTI_ARCH_IMAGE);
+    const models = join(s.dir, 'spark-2', 'models');
+    expect(c.volumes).toEqual([{ instance_path: models, path: models }]);
+    // the job's environment has no path of the agent's host but what the config passes
+    expect(envOf(run!).HOME).toBeUndefined();
+    expect(envOf(run!).TMPDIR).toBeUndefined();
+    // …and the task's writes to the model cache land in the host's cache dir
+    expect(readFileSync(join(models, 'seen-by-spark-2'), 'utf8').trim()).toBe(good);
     const receipt = (await receiptsOf(s, rid))['spark-2']!;
     expect(receipt).toMatchObject({
       result: 'passed',
@@ -276,9 +300,7 @@ describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git
     expect(receipt.lastLines).toBeUndefined();
     // the log hash covers the task's whole output as dstack stored it
     const { createHash } = await import('node:crypto');
-    const text = run!.logs
-      .map((e) => Buffer.from(e.message, 'base64'))
-      .reduce((a, b) => Buffer.concat([a, b]), Buffer.alloc(0));
+    const text = Buffer.from(outputOf(run!), 'utf8');
     expect(receipt.log).toEqual({
       sha256: createHash('sha256').update(text.toString('utf8')).digest('hex'),
       bytes: text.length,

@@ -8,14 +8,21 @@ import { describeReservation } from '../../functions/api/describe.ts';
 import { renderCheckRun } from '../../functions/github/check-run.ts';
 import { renderContextFor } from '../../functions/github/senders.ts';
 import type { GitHubService } from '../../functions/github/service.ts';
-import { type DstackStandIn, startDstackStandIn } from '../doubles/dstack-server.ts';
-import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
-import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import {
+  type DstackStandIn,
+  envOf,
+  MULTI_ARCH_IMAGE,
+  outputOf,
+  startDstackStandIn,
+} from '../doubles/dstack/server.ts';
+import { type Fleet, type FleetOptions, NO_LIVENESS_TIMINGS, startFleet } from '../doubles/fleet.ts';
+import { REPO_ROOT, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
  * The `dstack` executor (issue 15 item 3, CI tasks) against the dstack stand-in
- * (test/doubles/dstack-server.ts: real HTTP, every request validated against dstack's shapes, the
- * task's commands really run on this machine as the fleet instance). Each case ends with nothing
+ * (test/doubles/dstack/: real HTTP, every request validated against models written from dstack's
+ * source, the task's commands really run on this machine as the aarch64 fleet instance, in a
+ * container-like namespace that does not see the agents' own dirs). Each case ends with nothing
  * left running in dstack, no binding lease, and the reservation released only after dstack
  * reported the run finished.
  */
@@ -58,6 +65,7 @@ const dstackConfig = (kit: Kit, hostId: string) => ({
     project: kit.dstack.project,
     tokenFile: kit.tokenFile,
     fleet: hostId,
+    image: MULTI_ARCH_IMAGE,
     requestTimeoutS: 1,
   },
 });
@@ -74,9 +82,17 @@ async function dstackFleet(
     // dstack runs the job as its own runner on the fleet instance, not as the agent's runner user
     runnerUsers: false,
     ...opts,
+    // no case here is about a lost host: a heartbeat late on a busy machine must not end a pair
+    timings: { ...NO_LIVENESS_TIMINGS, ...opts.timings },
     agentConfig,
   });
   kit.fleets.push(f);
+  // the agent's own dirs and the runner's install (runner.dir, the repository here) are the
+  // host's, not the job container's (test/doubles/dstack/container.ts): the runner reaches the
+  // container only as the instance volume the agent mounts
+  for (const h of hosts)
+    kit.dstack.hostOnly.push(...['work', 'state', 'models'].map((d) => join(f.dir, h, d)));
+  kit.dstack.hostOnly.push(REPO_ROOT);
   for (const h of hosts) f.startAgent(h);
   for (const h of hosts) {
     await waitFor(`${h} heartbeat`, async () => (await f.host(h)).lastHeartbeatAt != null);
@@ -109,16 +125,23 @@ describe.concurrent('dstack executor (stand-in dstack server)', () => {
     const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
     expect(r.status, f.agents['spark-2']!.output().slice(-3000)).toBe('done');
     const [run] = runsOf(kit, id);
-    expect(run!.history).toEqual(['submitted', 'provisioning', 'running', 'done']);
+    // every end passes through terminating (dstack's _terminate_job), with the job's reason
+    expect(run!.history).toEqual(['submitted', 'provisioning', 'running', 'terminating', 'done']);
+    expect(run!.terminationReason).toBe('all_jobs_done');
+    expect(run!.job.terminationReason).toBe('done_by_runner');
     const c = run!.spec.configuration;
     expect(c.type).toBe('task');
+    const env = envOf(run!);
     if (c.type === 'task') {
       expect(c.fleets).toEqual(['spark-2']);
       expect(c.nodes).toBe(1);
-      expect(c.env?.SPARK_RESERVATION_ID).toBe(id);
+      expect(c.image).toBe(MULTI_ARCH_IMAGE);
+      expect(env.SPARK_RESERVATION_ID).toBe(id);
       // the JIT config goes in the task's environment, never its commands
-      expect(c.env?.ACTIONS_RUNNER_INPUT_JITCONFIG).toBeTruthy();
-      expect(c.commands.join(' ')).not.toContain(c.env!.ACTIONS_RUNNER_INPUT_JITCONFIG!);
+      expect(env.ACTIONS_RUNNER_INPUT_JITCONFIG).toBeTruthy();
+      expect((c.commands ?? []).join(' ')).not.toContain(env.ACTIONS_RUNNER_INPUT_JITCONFIG!);
+      // the container sees the runner's install only as an instance volume
+      expect(c.volumes).toContainEqual({ instance_path: REPO_ROOT, path: REPO_ROOT });
     }
     const [lease] = await f.leases(id);
     expect(lease!.exitCode).toBe(0);
@@ -139,7 +162,7 @@ describe.concurrent('dstack executor (stand-in dstack server)', () => {
     const f = fleet;
     const id = await f.reserve({ topology: 'pair' });
     const r = await f.waitReservation(id, ['done', 'failed'], 60_000);
-    expect(r.status, f.agents['spark-3']!.output().slice(-2000)).toBe('done');
+    expect(r.status, `${r.outcome}: ${r.reason}\n${f.agents['spark-3']!.output().slice(-2000)}`).toBe('done');
     const leases = await f.leases(id);
     expect(leases.map((l) => [l.hostId, l.status, l.exitCode])).toEqual([
       ['spark-2', 'released', 0],
@@ -168,10 +191,15 @@ describe.concurrent('dstack executor (stand-in dstack server)', () => {
     await expect(f.waitReservation(id, ['done', 'failed'], 60_000)).resolves.toMatchObject({
       status: 'done',
     });
-    expect(isLive(m.pid)).toBe(false);
+    expect(m.reservationId).toBe(id);
     const [run] = runsOf(kit, id);
+    // the job's container is gone (its PID namespace, every process of the task with it)
+    expect(run!.job.proc).toBeNull();
     expect(run!.history.slice(-2)).toEqual(['terminating', 'terminated']);
     expect(run!.terminationReason).toBe('stopped_by_user');
+    expect(run!.job.terminationReason).toBe('terminated_by_user');
+    // stopped by dstack, not ended by its commands: no exit status
+    expect(run!.job.exitStatus).toBeNull();
     expect(f.agents['spark-2']!.output()).toContain('stopping the dstack run this lease created');
     await releasedAfterTermination(kit, f, id);
   });
@@ -279,8 +307,7 @@ describe.concurrent('dstack executor (stand-in dstack server)', () => {
     const br = await f.reservation(butter);
     expect(renderCheckRun(br, await renderContextFor(svc, br)).summary).toContain('- Backend: dstack');
     // the job was told which backend ran it (its receipt's `executor`)
-    const task = runsOf(kit, butter)[0]!.spec.configuration;
-    expect(task.type === 'task' ? task.env?.SPARK_EXECUTOR : null).toBe('dstack');
+    expect(envOf(runsOf(kit, butter)[0]!).SPARK_EXECUTOR).toBe('dstack');
     await releasedAfterTermination(kit, f, butter);
 
     const iron = await f.reserve({ repo: 'acme/iron' });
@@ -374,8 +401,11 @@ describe.concurrent('dstack executor (stand-in dstack server)', () => {
     );
     // the secrets the task got in its environment never come back as evidence
     const [run] = runsOf(kit, id);
-    const env = run!.spec.configuration.type === 'task' ? run!.spec.configuration.env! : {};
-    expect(ev.runner.lastLines.join('\n')).not.toContain(env.ACTIONS_RUNNER_INPUT_JITCONFIG!);
+    expect(ev.runner.lastLines.join('\n')).not.toContain(envOf(run!).ACTIONS_RUNNER_INPUT_JITCONFIG!);
+    // what dstack's runner shipped: one pty stream, lines ending \r\n; the evidence has whole lines
+    expect(outputOf(run!)).toContain('E   assert 0.51 < 0.5\r\n');
+    expect(run!.job.terminationReason).toBe('container_exited_with_error');
+    expect(run!.job.exitStatus).toBe(3);
     expect(kit.dstack.calls.some((c) => c.route === 'logs/poll' && c.runName === run!.name)).toBe(true);
     await releasedAfterTermination(kit, f, id);
   });

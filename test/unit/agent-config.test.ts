@@ -106,7 +106,11 @@ describe('executor (issue 15)', () => {
       {
         ...base,
         executor: 'dstack',
-        dstack: { url: 'https://dstack.internal:3000', tokenFile: 'dstack-token' },
+        dstack: {
+          url: 'https://dstack.internal:3000',
+          tokenFile: 'dstack-token',
+          image: 'ghcr.io/acme/ci:1',
+        },
       },
       'agent.json',
       '/etc/spark',
@@ -116,16 +120,46 @@ describe('executor (issue 15)', () => {
       project: 'main',
       tokenFile: '/etc/spark/dstack-token',
       fleet: null,
-      image: null,
+      image: 'ghcr.io/acme/ci:1',
       ide: null,
       requestTimeoutS: 20,
     });
     expect(() =>
       parseAgentConfig(
-        { ...base, executor: 'dstack', dstack: { url: 'http://dstack.example.org', tokenFile: 't' } },
+        {
+          ...base,
+          executor: 'dstack',
+          dstack: { url: 'http://dstack.example.org', tokenFile: 't', image: 'ghcr.io/acme/ci:1' },
+        },
         'agent.json',
         '/etc',
       ),
     ).toThrow(/dstack.url: use https:\/\//);
+  });
+
+  it("a dstack section without an image fails: dstack's default image is amd64-only and never starts on a DGX Spark", () => {
+    // dstackai/dstack 0.21.2: no `image` makes the job require an x86 CPU
+    // (services/jobs/configurators/base.py `_requirements`); docs/executors.md, ADR 0140
+    for (const image of [undefined, null, '']) {
+      expect(() =>
+        parseAgentConfig(
+          {
+            ...base,
+            executor: 'dstack',
+            dstack: {
+              url: 'https://dstack.internal:3000',
+              tokenFile: 't',
+              ...(image === undefined ? {} : { image }),
+            },
+          },
+          'agent.json',
+          '/etc',
+        ),
+      ).toThrow(
+        image === ''
+          ? /dstack.image/
+          : /dstack.image: set the image of dstack runs: one with a linux\/arm64 build/,
+      );
+    }
   });
 });
