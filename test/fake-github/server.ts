@@ -127,7 +127,10 @@ export interface RepoState {
   /** Other branches → tip SHA (the default branch is `headSha`). */
   branches: Record<string, string>;
   labels: Set<string>;
-  /** Workflow files by name (`spark-pr-test.yml`), as the dispatch API resolves `workflow_id`. */
+  /**
+   * Workflow files by name (`spark-pr-test.yml`), as the dispatch API resolves `workflow_id` and
+   * the contents API serves `.github/workflows/<name>`; default the shipped template.
+   */
   workflows: Record<string, WorkflowDef>;
 }
 
@@ -533,11 +536,6 @@ export class FakeGitHub {
       if (this.runs.find((r) => r.id === run.id)?.status !== 'completed')
         Object.assign(run, { status: 'completed', conclusion: 'cancelled' });
     }
-  }
-
-  /** The run a dispatch created, by the `spark <reservation> <nonce>` run name. */
-  runNamed(displayTitle: string): WorkflowRun | undefined {
-    return this.runs.find((r) => r.displayTitle === displayTitle);
   }
 
   /** Logs one delivery attempt; GitHub never retries a failed one by itself (DOC.failedDeliveries). */
