@@ -99,12 +99,16 @@ export async function startHarness(
     env?: Record<string, string>;
     /** The periodic admission pass (default 200 ms); passes kicked by ledger changes still run. */
     admissionIntervalMs?: number;
+    /** The App's manifest (a path in this repository); default the one for the configured runner scope. */
+    manifest?: string;
   } = {},
 ): Promise<Harness> {
   const ghConfig = (opts.config?.github ?? {}) as { runnerScope?: string; runnerGroupId?: number };
   const scope = ghConfig.runnerScope ?? 'org';
   // the App as docs/github-app.md has operators create it: from the manifest of the runner scope
-  const gh = await startFakeGitHub(scope === 'repo' ? { manifest: REPO_SCOPE_MANIFEST } : {});
+  const gh = await startFakeGitHub(
+    opts.manifest ? { manifest: opts.manifest } : scope === 'repo' ? { manifest: REPO_SCOPE_MANIFEST } : {},
+  );
   if (scope === 'org' && ghConfig.runnerGroupId == null) {
     // the spec's path: an organization runner group restricted to the enabled repositories
     gh.addRunnerGroup(SPARK_RUNNER_GROUP, 'spark', 'selected');
