@@ -478,26 +478,25 @@ const sendMintCloneToken: Sender = async (svc, _row, payload) => {
     token: string;
     expires_at: string;
     permissions?: Record<string, string>;
+    repository_selection?: string;
     repositories?: { full_name: string }[];
   }>('POST', `/app/installations/${inst}/access_tokens`, {
     as: 'app',
     body: { repositories: [name], permissions: { contents: 'read' } },
   });
-  // GitHub grants at most what the App holds; anything beyond read access to this one
-  // repository would be a credential the task must not carry (it runs the PR's code)
-  const perms = res.data.permissions ?? {};
-  const extra = Object.entries(perms).filter(
-    ([k, v]) => !(k === 'contents' && v === 'read') && k !== 'metadata',
-  );
-  const repos = res.data.repositories?.length
-    ? res.data.repositories.map((x) => x.full_name.toLowerCase())
-    : [r.repo.toLowerCase()];
-  if (extra.length || repos.length !== 1 || repos[0] !== r.repo.toLowerCase())
+  // fail closed (docs/github-app.md): the task runs the PR's code, so the token must be exactly
+  // what was asked — `contents: read` (metadata: read is implied) on this one repository, as GitHub
+  // answers it (REST "Create an installation access token for an app": permissions,
+  // repository_selection, repositories). Anything broader or unstated is revoked and refused.
+  const broader = cloneTokenBroaderThanAsked(res.data, r.repo);
+  if (broader) {
+    const revoked = await revokeToken(svc, res.data.token);
     throw new GitHubError(
       0,
-      `the clone token GitHub minted for ${r.repo} is broader than contents: read on that repository (${extra.map(([k, v]) => `${k}: ${v}`).join(', ') || `repositories ${repos.join(', ')}`}); refusing to hand it out`,
+      `the clone token GitHub minted for ${r.repo} is broader than contents: read on that repository (${broader}); ${revoked}; refusing to hand it out`,
       false,
     );
+  }
   const taskName = runnerName(lease.hostId, rid, 0);
   const cloneToken = res.data.token;
   return {
@@ -519,6 +518,46 @@ const sendMintCloneToken: Sender = async (svc, _row, payload) => {
     },
   };
 };
+
+/**
+ * Why a clone token's answer is broader than `contents: read` on `repo`, or null when it is
+ * exactly that. A missing field counts as broader: the answer must state what the token opens.
+ */
+export function cloneTokenBroaderThanAsked(
+  answer: {
+    permissions?: Record<string, string>;
+    repository_selection?: string;
+    repositories?: { full_name: string }[];
+  },
+  repo: string,
+): string | null {
+  const why: string[] = [];
+  if (answer.repository_selection !== 'selected')
+    why.push(`repository_selection ${JSON.stringify(answer.repository_selection ?? null)}`);
+  const repos = (answer.repositories ?? []).map((x) => x.full_name.toLowerCase());
+  if (repos.length !== 1 || repos[0] !== repo.toLowerCase())
+    why.push(`repositories ${repos.length ? repos.join(', ') : 'not listed'}`);
+  const perms = answer.permissions;
+  const extra = Object.entries(perms ?? {}).filter(
+    ([k, v]) => !((k === 'contents' || k === 'metadata') && v === 'read'),
+  );
+  if (perms?.contents !== 'read') why.push('no contents: read stated');
+  if (extra.length) why.push(extra.map(([k, v]) => `${k}: ${v}`).join(', '));
+  return why.length ? why.join('; ') : null;
+}
+
+/** Revokes an installation token with itself (REST "Revoke an installation access token"); says how it went. */
+async function revokeToken(svc: GitHubService, token: string): Promise<string> {
+  try {
+    await svc.client.request('DELETE', '/installation/token', { token });
+    return 'it was revoked';
+  } catch (e) {
+    svc.log.warn('revoking a refused clone token failed', {
+      error: e instanceof GitHubError ? e.message : String(e),
+    });
+    return `revoking it failed (${e instanceof GitHubError ? e.status : 'error'}); it expires within the hour`;
+  }
+}
 
 const sendDeleteRunner: Sender = async (svc, _row, payload) => {
   const name = String(payload.runnerName);

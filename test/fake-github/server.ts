@@ -321,8 +321,8 @@ export class FakeGitHub {
   runnerGroups = new Map<number, { name: string; visibility: 'all' | 'selected'; repositories: string[] }>();
   /** Installation id → whether it was installed on all the account's repositories or selected ones. */
   installationSelection = new Map<number, 'all' | 'selected'>();
-  /** Fault: the next N access tokens ignore the narrowing asked for (see {@link ignoreNextTokenNarrowing}). */
-  private ignoreNarrowing = 0;
+  /** Fault: what the next narrowed access tokens ignore (see {@link ignoreNextTokenNarrowing}). */
+  private ignoreNarrowing: { repositories: boolean; permissions: boolean }[] = [];
   /** A runner group every repository added from now on joins (a harness's Spark group), or null. */
   joinRunnerGroup: number | null = null;
   requests: RecordedRequest[] = [];
@@ -550,12 +550,16 @@ export class FakeGitHub {
   }
 
   /**
-   * Fault injection: the next access token is minted broader than asked (all the installation's
-   * repositories, every App permission) and answered as such (`repository_selection: "all"`, no
-   * `repositories`), so a test can check that a caller refuses and revokes it.
+   * Fault injection: the next access token asked for with narrowing is minted broader than asked
+   * — every repository of the installation (answered `repository_selection` of the installation,
+   * no `repositories`) and/or every App permission — and really opens that much, so a test can
+   * check that the caller refuses and revokes it.
    */
-  ignoreNextTokenNarrowing(): void {
-    this.ignoreNarrowing++;
+  ignoreNextTokenNarrowing(what: { repositories?: boolean; permissions?: boolean } = {}): void {
+    this.ignoreNarrowing.push({
+      repositories: what.repositories ?? true,
+      permissions: what.permissions ?? true,
+    });
   }
 
   /** The next `times` matching calls answer `status` (with headers/body) instead of succeeding. */
@@ -780,11 +784,14 @@ export class FakeGitHub {
         if (!narrowed.ok)
           return send(422, { message: narrowed.message, documentation_url: DOC.accessTokens });
         let permissions = narrowed.permissions;
-        if (this.ignoreNarrowing > 0) {
-          // fault: GitHub answers with a token broader than asked (every repository, every permission)
-          this.ignoreNarrowing--;
-          scoped = null;
-          permissions = { ...this.appPermissions };
+        const fault =
+          ask.repositories || ask.repository_ids || ask.permissions
+            ? this.ignoreNarrowing.shift()
+            : undefined;
+        if (fault) {
+          // fault: GitHub answers a narrowed request with a token broader than asked
+          if (fault.repositories) scoped = null;
+          if (fault.permissions) permissions = { ...this.appPermissions };
         }
         const tokenValue = `ghs_${randomBytes(12).toString('hex')}`;
         // installation tokens expire after one hour (DOC.installationToken)
