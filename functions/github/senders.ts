@@ -198,9 +198,10 @@ async function whyNotWanted(svc: GitHubService, r: ReservationRow, meta: GitHubM
 }
 
 /**
- * Dispatches the workflow with the reservation's inputs (the nonce among them) and records the
- * run it created (issue 12 item 1): from the dispatch response when GitHub returns run details,
- * else by its run-name, through a bounded `find-run` outbox row — no polling on a runner.
+ * Dispatches the workflow with the inputs its file declares (docs/adr/0131: the spec's four, and
+ * the nonce where declared) and records the run it created from the dispatch answer
+ * (`return_run_details`); without an id in the answer, by its jobs' nonce label through a bounded
+ * `find-run` outbox row — never by its name, and no polling on a runner.
  */
 const sendDispatch: Sender = async (svc, row, payload) => {
   const rid = String(payload.reservationId);
