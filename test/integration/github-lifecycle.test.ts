@@ -148,9 +148,9 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     expect(meta).toMatchObject({ runId: run.id, runAttempt: 1, nonceLabel: true });
     // the inputs were read from the workflow on the default branch before the dispatch
     const order0 = h.gh.requests.map((r) => `${r.method} ${r.path}`);
-    expect(order0.indexOf(`GET /repos/${REPO}/contents/.github/workflows/spark-pr-test.yml?ref=main`)).toBeLessThan(
-      order0.indexOf(`POST /repos/${REPO}/actions/workflows/spark-pr-test.yml/dispatches`),
-    );
+    expect(
+      order0.indexOf(`GET /repos/${REPO}/contents/.github/workflows/spark-pr-test.yml?ref=main`),
+    ).toBeLessThan(order0.indexOf(`POST /repos/${REPO}/actions/workflows/spark-pr-test.yml/dispatches`));
     expect(h.gh.runners).toHaveLength(1);
     expect(h.gh.runners[0]!.labels).toEqual([
       'self-hosted',
@@ -444,7 +444,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     expect(await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.kind, 'cancel-run'))).toEqual([]);
   });
 
-  it('released while the run is still being looked up by its jobs\' nonce label: found, recorded, cancelled', async (ctx) => {
+  it("released while the run is still being looked up by its jobs' nonce label: found, recorded, cancelled", async (ctx) => {
     const { h, metaOf } = await scenario(ctx);
     // without run details (204), the run is found by its jobs' nonce label through find-run rows
     h.gh.fail({ method: 'POST', path: /\/dispatches$/, status: 204, body: null });
@@ -480,7 +480,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     expect(h.gh.calls('POST', /generate-jitconfig$/)).toEqual([]);
   });
 
-  it('without run details in the dispatch answer (204), the run is found by its jobs\' nonce label, never its name', async (ctx) => {
+  it("without run details in the dispatch answer (204), the run is found by its jobs' nonce label, never its name", async (ctx) => {
     const { h, prepared, metaOf } = await scenario(ctx);
     // GitHub Enterprise Server without return_run_details answers 204 with no body
     h.gh.fail({
@@ -505,7 +505,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     expect(other.status).toBe(204);
     const runId = h.gh.runs[0]!.id;
     await h.until(
-      'run recorded by its jobs\' label',
+      "run recorded by its jobs' label",
       async () => {
         await h.drain();
         return (await metaOf()).runId === runId;
