@@ -529,6 +529,8 @@ const RepoEnabled = z
     labelsCreated: z.array(z.string()),
     labelsExisting: z.array(z.string()).optional(),
     labelsFailed: z.array(z.string()).optional(),
+    /** Labels the App may not create (no Issues/Pull requests: write): a maintainer creates them. */
+    labelsToCreate: z.array(z.object({ name: z.string(), color: z.string() }).passthrough()).optional(),
     runnerGroupOk: z.boolean(),
     runnerGroupDetail: z.string().optional(),
     /** Hosts that were not adopted when the rollout gate was overridden. */
@@ -560,6 +562,10 @@ export async function cmdRepo({ client, io, flags, args }: CommandContext): Prom
     ].filter(Boolean);
     io.out(`enabled ${full}${flags.pair ? ' with pair tests' : ''}`);
     io.out(`  labels:       ${labels.join('; ') || 'none'}`);
+    if (res.labelsToCreate?.length)
+      io.out(
+        `  create by hand (the App may not): ${res.labelsToCreate.map((l) => `${l.name} #${l.color}`).join(', ')}`,
+      );
     io.out(
       `  runner group: ${res.runnerGroupOk ? 'ok' : 'NOT usable for this repository'}${res.runnerGroupDetail ? ` (${res.runnerGroupDetail})` : ''}`,
     );

@@ -170,7 +170,12 @@ const githubSchema = z
       .default(['maintain', 'admin'])
       .describe('Roles (role_name) a sender needs for labels and commands.'),
     permissionCacheS: z.number().int().min(0).default(60),
-    runnerScope: z.enum(['org', 'repo']).default('repo'),
+    runnerScope: z
+      .enum(['org', 'repo'])
+      .default('org')
+      .describe(
+        'Where JIT runners are registered: "org" (an organization runner group restricted to the enabled repositories; needs github.runnerGroupId and the App permission Organization → Self-hosted runners) or "repo" (repository runners; needs the App permission Repository → Administration: write). docs/github-app.md.',
+      ),
     fleetLabel: z
       .string()
       .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'a runner label is letters, digits, ".", "_" and "-"')
@@ -178,7 +183,14 @@ const githubSchema = z
       .describe(
         'Fleet label on every JIT runner (DESIGN.md "Binding"); must equal the workflow templates\' runs-on label.',
       ),
-    runnerGroupId: z.number().int().positive().default(1),
+    runnerGroupId: z
+      .number()
+      .int()
+      .positive()
+      .optional()
+      .describe(
+        'The organization runner group the JIT runners join (runnerScope "org"): create it for the Spark runners and restrict its repository access to the enabled repositories. Unused with runnerScope "repo".',
+      ),
     checkName: z.string().min(1).default('Spark test'),
   })
   .strict();
@@ -434,6 +446,24 @@ export function executorForRepo(
 export function ciModeForRepo(cfg: Pick<SparkConfig, 'repositories'>, repo: string | null): CiMode {
   if (!repo || !Object.hasOwn(cfg.repositories, repo)) return 'runner';
   return cfg.repositories[repo]?.ci ?? 'runner';
+}
+
+/**
+ * What the GitHub part's configuration still lacks once the App is configured (its id and key are
+ * set), one line each naming the fix; empty when complete. The settings boundary refuses to start
+ * with any (docs/github-app.md "Minimum permissions", docs/adr/0130-organization-runners-by-default.md).
+ */
+export function githubConfigProblems(cfg: Pick<SparkConfig, 'github'>): string[] {
+  if (cfg.github.runnerScope === 'org' && cfg.github.runnerGroupId == null)
+    return [
+      'github.runnerGroupId: required with github.runnerScope "org" (the default): the id of the organization runner group for the Spark runners, restricted to the enabled repositories (Organization settings → Actions → Runner groups; docs/github-app.md); or set github.runnerScope to "repo" (repository runners, which need the App permission Administration: write)',
+    ];
+  return [];
+}
+
+/** The `runner_group_id` a JIT registration names: the configured group, or "Default" (1) for repository runners. */
+export function runnerGroupIdOf(cfg: Pick<SparkConfig, 'github'>): number {
+  return cfg.github.runnerGroupId ?? 1;
 }
 
 /**

@@ -1,5 +1,12 @@
 import * as z from 'zod';
-import { ConfigError, parseConfig, parseConfigText, redactUrl, type SparkConfig } from '../core/config.ts';
+import {
+  ConfigError,
+  githubConfigProblems,
+  parseConfig,
+  parseConfigText,
+  redactUrl,
+  type SparkConfig,
+} from '../core/config.ts';
 
 /**
  * The controller's boundary: the only place that reads environment variables / Worker bindings.
@@ -100,13 +107,19 @@ export function settingsFromEnv(
   if (e.SPARK_GITHUB_API_URL) overrides.github = { ...config.github, apiUrl: e.SPARK_GITHUB_API_URL };
   if (Object.keys(overrides).length)
     config = parseConfig({ ...config, ...overrides }, 'environment overrides');
+  const githubAppId =
+    e.SPARK_GITHUB_APP_ID ?? (config.github.appId != null ? String(config.github.appId) : undefined);
+  // the App is configured: its part of the config must be complete before anything is registered
+  if (githubAppId && e.SPARK_GITHUB_PRIVATE_KEY) {
+    const problems = githubConfigProblems(config);
+    if (problems.length) throw new ConfigError(configText?.source ?? 'config', problems);
+  }
   return {
     config,
     ledgerUrl: e.SPARK_LEDGER_URL ?? config.ledgerUrl,
     ledgerAuthToken: e.SPARK_LEDGER_AUTH_TOKEN,
     webhookSecret: e.SPARK_WEBHOOK_SECRET,
-    githubAppId:
-      e.SPARK_GITHUB_APP_ID ?? (config.github.appId != null ? String(config.github.appId) : undefined),
+    githubAppId,
     githubPrivateKey: e.SPARK_GITHUB_PRIVATE_KEY,
     publicUrl: e.SPARK_PUBLIC_URL,
     logLevel: e.SPARK_LOG_LEVEL ?? 'info',

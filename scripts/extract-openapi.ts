@@ -51,6 +51,8 @@ export const OPERATIONS: ReadonlyArray<readonly [string, string]> = [
   // a CI task revokes its clone token after the fetch (ADR 0115); the task calls it, not the
   // controller, but the fake GitHub serves it and checks it like the rest
   ['delete', '/installation/token'],
+  // the dispatched workflow's declared inputs are read from the file on the default branch
+  ['get', '/repos/{owner}/{repo}/contents/{path}'],
 ];
 
 const DROP = new Set(['description', 'example', 'examples', 'summary', 'externalDocs', 'x-github', 'title']);

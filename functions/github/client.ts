@@ -10,10 +10,22 @@ export interface GitHubClient {
   request<T = unknown>(
     method: string,
     path: string,
-    opts?: { body?: unknown; installationId?: number | null; as?: 'app' | 'installation' },
+    opts?: {
+      body?: unknown;
+      installationId?: number | null;
+      as?: 'app' | 'installation';
+      /** An installation token to authenticate with instead (e.g. one to revoke with itself). */
+      token?: string;
+    },
   ): Promise<GitHubResponse<T>>;
   /** True when App credentials are configured; without them every call fails with `not_configured`. */
   readonly configured: boolean;
+  /**
+   * The permissions an installation holds, as GitHub reported them with its installation token
+   * (REST "Create an installation access token for an app": `permissions`), so a caller can skip a
+   * request the installation cannot serve instead of sending it to be refused.
+   */
+  installationPermissions(installationId: number): Promise<Record<string, string>>;
 }
 
 export interface GitHubResponse<T> {
@@ -79,7 +91,10 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   const base = opts.apiUrl.replace(/\/+$/, '');
   const configured = Boolean(opts.appId && opts.privateKey);
   let appJwt: { token: string; expiresAt: number } | null = null;
-  const installationTokens = new Map<number, { token: string; expiresAt: number }>();
+  const installationTokens = new Map<
+    number,
+    { token: string; expiresAt: number; permissions: Record<string, string> }
+  >();
 
   async function getAppJwt(): Promise<string> {
     const now = clock();
@@ -109,22 +124,26 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     return r.token;
   }
 
-  async function getInstallationToken(id: number): Promise<string> {
+  async function getInstallationToken(
+    id: number,
+  ): Promise<{ token: string; expiresAt: number; permissions: Record<string, string> }> {
     const cached = installationTokens.get(id);
     // tokens live 1 h; refresh 5 min early so an in-flight call never carries an expired one
-    if (cached && cached.expiresAt - 5 * 60_000 > clock()) return cached.token;
-    const res = await send<{ token: string; expires_at: string }>(
+    if (cached && cached.expiresAt - 5 * 60_000 > clock()) return cached;
+    const res = await send<{ token: string; expires_at: string; permissions?: Record<string, string> }>(
       'POST',
       `/app/installations/${id}/access_tokens`,
       undefined,
       `Bearer ${await getAppJwt()}`,
     );
     const expiresAt = Date.parse(res.data.expires_at);
-    installationTokens.set(id, {
+    const entry = {
       token: res.data.token,
       expiresAt: Number.isFinite(expiresAt) ? expiresAt : clock() + 55 * 60_000,
-    });
-    return res.data.token;
+      permissions: { ...(res.data.permissions ?? {}) },
+    };
+    installationTokens.set(id, entry);
+    return entry;
   }
 
   async function send<T>(
@@ -179,12 +198,16 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
 
   return {
     configured,
+    async installationPermissions(installationId: number) {
+      return { ...(await getInstallationToken(installationId)).permissions };
+    },
     async request<T>(
       method: string,
       path: string,
-      o: { body?: unknown; installationId?: number | null; as?: 'app' | 'installation' } = {},
+      o: { body?: unknown; installationId?: number | null; as?: 'app' | 'installation'; token?: string } = {},
     ) {
       if (o.as === 'app') return send<T>(method, path, o.body, `Bearer ${await getAppJwt()}`);
+      if (o.token != null) return send<T>(method, path, o.body, `token ${o.token}`);
       if (o.installationId == null) {
         throw new GitHubError(
           0,
@@ -192,7 +215,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
           false,
         );
       }
-      const token = await getInstallationToken(o.installationId);
+      const { token } = await getInstallationToken(o.installationId);
       return send<T>(method, path, o.body, `token ${token}`);
     },
   };

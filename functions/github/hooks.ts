@@ -104,7 +104,7 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
 
     // the one place a dispatched run of ended work is cancelled (ADR 0095): when the release
     // begins (granted work only ends through releasing), or when the run is identified only
-    // after that (dispatch answer or run-name lookup still pending at the release)
+    // after that (dispatch answer or nonce-label lookup still pending at the release)
     if (
       ev.type === 'reservation.releasing' ||
       (ev.type === 'reservation.run_recorded' && !isReleasableStatus(r.status))

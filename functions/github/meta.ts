@@ -34,7 +34,13 @@ export interface GitHubMeta {
    * Secret until dispatch: never rendered on the dashboard, the status API, metrics or checks.
    */
   nonce?: string | null;
-  /** The dispatched workflow run and its attempt (recorded by `recordDispatchedRun`). */
+  /**
+   * Whether the dispatched workflow declares the `nonce` input, so the runners carry the nonce
+   * label and a job must ask for it (docs/adr/0131-workflow-contract-and-run-identity.md); false:
+   * the allocation labels only. Unset (work dispatched before this was recorded) counts as true.
+   */
+  nonceLabel?: boolean | null;
+  /** The dispatched workflow run and its attempt (recorded by `recordDispatchedRun`, from the dispatch answer). */
   runId?: number | null;
   runAttempt?: number | null;
   /**

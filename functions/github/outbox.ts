@@ -13,6 +13,7 @@ import {
 } from '../ledger/outbox.ts';
 import { beginRelease, getReservation } from '../ledger/reservations.ts';
 import { GitHubError } from './client.ts';
+import { patchMeta } from './meta.ts';
 import type { GitHubService } from './service.ts';
 
 /**
@@ -119,6 +120,10 @@ async function onFinalFailure(svc: GitHubService, row: OutboxRow, message: strin
   await svc.ledger.write(async (tx) => {
     const r = await getReservation(svc.ledger, tx, rid);
     if (!r || !isReleasableStatus(r.status)) return;
+    // the check run says why in words (e.g. a workflow that breaks the contract, with its fix)
+    await patchMeta(tx, r, {
+      note: `GitHub ${FINAL_FAILURE_WHAT[row.kind] ?? row.kind} failed: ${message}`.slice(0, 1000),
+    });
     await beginRelease(
       svc.ledger,
       rid,

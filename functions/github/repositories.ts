@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { runnerGroupIdOf } from '../../core/config.ts';
 import { parseBody } from '../api/body.ts';
 import type { OperatorApi } from '../api/operator.ts';
 import { ApiError } from '../errors.ts';
@@ -55,24 +56,45 @@ const LABEL_STYLE: Record<'test' | 'long' | 'pair', { color: string; description
   pair: { color: '2e5c00', description: 'Run the two-Spark distributed test (maintainers only)' },
 };
 
+/** The App permission (and level) each runner scope needs (docs/github-app.md "Minimum permissions"). */
+const RUNNER_PERMISSION = {
+  org: { key: 'organization_self_hosted_runners', name: 'Organization → "Self-hosted runners"' },
+  repo: { key: 'administration', name: 'Repository → "Administration"' },
+} as const;
+
+const RANK: Record<string, number> = { read: 1, write: 2, admin: 3 };
+/** Whether `held` grants `permission` at `access` or above. */
+export const holds = (held: Record<string, string>, permission: string, access: 'read' | 'write') =>
+  (RANK[held[permission] ?? ''] ?? 0) >= RANK[access]!;
+
 async function checkRunnerGroup(
   svc: GitHubService,
   repo: string,
   installationId: number,
+  held: Record<string, string>,
 ): Promise<{ ok: boolean; detail: string }> {
+  // asked only when the installation may answer: a request it cannot serve is refused by GitHub
+  // (403 "Resource not accessible by integration") and says nothing more than its permissions do
+  const need = RUNNER_PERMISSION[svc.gh.runnerScope];
+  if (!holds(held, need.key, 'write'))
+    return {
+      ok: false,
+      detail: `the App installation lacks ${need.name}: read and write, which runnerScope "${svc.gh.runnerScope}" needs to register runners for ${repo}; grant it (docs/github-app.md) and accept the new permission on the installation`,
+    };
   try {
     if (svc.gh.runnerScope === 'org') {
       const org = repo.split('/')[0]!;
+      const group = runnerGroupIdOf(svc.config);
       const g = await svc.client.request<{ visibility: string; name: string }>(
         'GET',
-        `/orgs/${org}/actions/runner-groups/${svc.gh.runnerGroupId}`,
+        `/orgs/${org}/actions/runner-groups/${group}`,
         { installationId },
       );
       if (g.data.visibility === 'all')
         return { ok: true, detail: `runner group "${g.data.name}" is open to all repositories` };
       const repos = await svc.client.request<{ repositories: { full_name: string }[] }>(
         'GET',
-        `/orgs/${org}/actions/runner-groups/${svc.gh.runnerGroupId}/repositories?per_page=100`,
+        `/orgs/${org}/actions/runner-groups/${group}/repositories?per_page=100`,
         { installationId },
       );
       const ok = repos.data.repositories.some((r) => r.full_name.toLowerCase() === repo.toLowerCase());
@@ -89,7 +111,7 @@ async function checkRunnerGroup(
     if (e instanceof GitHubError)
       return {
         ok: false,
-        detail: `cannot manage self-hosted runners for ${repo} (${e.status}): grant the App ${svc.gh.runnerScope === 'org' ? 'organization "Self-hosted runners"' : 'repository "Administration"'} read/write`,
+        detail: `cannot manage self-hosted runners for ${repo} (${e.status}): grant the App ${need.name} read/write`,
       };
     throw e;
   }
@@ -159,12 +181,21 @@ export function mountRepositoryRoutes(api: OperatorApi, svc: () => GitHubService
       throw e;
     }
 
-    const runnerGroup = await checkRunnerGroup(s, fullName, installationId);
+    const held = await s.client.installationPermissions(installationId);
+    const runnerGroup = await checkRunnerGroup(s, fullName, installationId, held);
     const labelsCreated: string[] = [];
     const labelsExisting: string[] = [];
     const labelsFailed: string[] = [];
+    // labels a maintainer must create by hand: the installation may not (creating one needs Issues
+    // or Pull requests: write, REST "Create a label"); the request is never sent to be refused
+    const labelsToCreate: { name: string; color: string; description: string }[] = [];
+    const mayCreateLabels = holds(held, 'issues', 'write') || holds(held, 'pull_requests', 'write');
     for (const key of ['test', 'long', 'pair'] as const) {
       const labelName = s.gh.labels[key];
+      if (!mayCreateLabels) {
+        labelsToCreate.push({ name: labelName, ...LABEL_STYLE[key] });
+        continue;
+      }
       try {
         await s.client.request('POST', `/repos/${fullName}/labels`, {
           body: { name: labelName, ...LABEL_STYLE[key] },
@@ -199,6 +230,7 @@ export function mountRepositoryRoutes(api: OperatorApi, svc: () => GitHubService
       labelsCreated,
       labelsExisting,
       labelsFailed,
+      labelsToCreate,
       runnerGroupOk: runnerGroup.ok,
       runnerGroupDetail: runnerGroup.detail,
       rolloutOverride: notReady,

@@ -31,11 +31,6 @@ export function parseReservationLabel(label: string): { reservationId: string; n
   return m ? { reservationId: m[1]!.toLowerCase(), nonce: m[2]!.toLowerCase() } : null;
 }
 
-/** The templates' `run-name: spark ${{ inputs.reservation_id }} ${{ inputs.nonce }}`. */
-export function runNameOf(reservationId: string, nonce: string): string {
-  return `spark ${reservationId} ${nonce}`;
-}
-
 /** The run a dispatch created, as the list and dispatch endpoints describe it. */
 export interface DispatchedRun {
   runId: number;
@@ -44,51 +39,51 @@ export interface DispatchedRun {
 
 interface RunListItem {
   id: number;
-  display_title?: string;
   event?: string;
   run_attempt?: number;
-  created_at?: string;
 }
 
-/** Pages read at most per lookup (100 runs each); the run is among the newest, so 3 is plenty. */
-const MAX_PAGES = 3;
+/** Runs looked at per lookup, newest first (one page of 100); a dispatch is among the newest. */
+const MAX_RUNS = 30;
 /** Runs created up to this long before the grant still count (GitHub's clock may differ from ours). */
 const SKEW_MS = 5 * 60_000;
 
 /**
- * Finds the run a dispatch created by its run-name (`spark <id> <nonce>`): lists the workflow's
- * `workflow_dispatch` runs created since the grant (dispatch comes after it) (GitHub REST "List workflow runs for a
- * workflow": `event`, `created` filters; newest first, paginated) and takes the earliest run
- * with that exact name — a later one with the same name was made by someone who read ours.
- * Null when GitHub does not list it yet.
+ * Finds the run a dispatch created when its answer carried no run id (a lost response, or a GitHub
+ * that answers 204 without `return_run_details`): among the workflow's `workflow_dispatch` runs
+ * created since the grant (REST "List workflow runs for a workflow", newest first), the earliest
+ * whose jobs ask for this reservation's nonce label (REST "List jobs for a workflow run",
+ * `labels`) — the nonce is drawn at the grant and only our dispatch hands it out, so a later run
+ * with it was made by someone who read ours. Never by run-name or `head_sha`. Null when no such
+ * run is listed yet, or when the workflow takes no nonce: such a run cannot be told apart from any
+ * other dispatch of the workflow (docs/adr/0131-workflow-contract-and-run-identity.md).
  */
 export async function findDispatchedRun(
   svc: GitHubService,
   r: ReservationRow,
   meta: GitHubMeta,
 ): Promise<DispatchedRun | null> {
-  if (!r.repo || !meta.nonce) return null;
-  const name = runNameOf(r.id, meta.nonce);
+  if (!r.repo || !meta.nonce || meta.nonceLabel === false) return null;
+  const label = reservationLabel(r.id, meta.nonce).toLowerCase();
   const since = new Date((r.grantedAt ?? r.createdAt) - SKEW_MS).toISOString();
-  const base = `/repos/${r.repo}/actions/workflows/${encodeURIComponent(meta.workflow)}/runs`;
-  let found: RunListItem | null = null;
-  for (let page = 1; page <= MAX_PAGES; page++) {
-    const q = new URLSearchParams({
-      event: 'workflow_dispatch',
-      created: `>=${since}`,
-      per_page: '100',
-      page: String(page),
-    });
-    const res = await svc.client.request<{ workflow_runs: RunListItem[] }>('GET', `${base}?${q}`, {
-      installationId: meta.installationId,
-    });
-    const runs = res.data.workflow_runs ?? [];
-    for (const run of runs) {
-      if (run.display_title !== name) continue;
-      if (run.event && run.event !== 'workflow_dispatch') continue;
-      if (!found || run.id < found.id) found = run;
-    }
-    if (runs.length < 100 || !/rel="next"/.test(res.headers.get('link') ?? '')) break;
+  const q = new URLSearchParams({ event: 'workflow_dispatch', created: `>=${since}`, per_page: '100' });
+  const res = await svc.client.request<{ workflow_runs: RunListItem[] }>(
+    'GET',
+    `/repos/${r.repo}/actions/workflows/${encodeURIComponent(meta.workflow)}/runs?${q}`,
+    { installationId: meta.installationId },
+  );
+  const runs = (res.data.workflow_runs ?? [])
+    .filter((run) => !run.event || run.event === 'workflow_dispatch')
+    .slice(0, MAX_RUNS)
+    .sort((a, b) => a.id - b.id);
+  for (const run of runs) {
+    const jobs = await svc.client.request<{ jobs: { labels?: string[] }[] }>(
+      'GET',
+      `/repos/${r.repo}/actions/runs/${run.id}/jobs?per_page=100`,
+      { installationId: meta.installationId },
+    );
+    if ((jobs.data.jobs ?? []).some((j) => (j.labels ?? []).some((l) => l.toLowerCase() === label)))
+      return { runId: run.id, runAttempt: run.run_attempt ?? 1 };
   }
-  return found ? { runId: found.id, runAttempt: found.run_attempt ?? 1 } : null;
+  return null;
 }

@@ -1,4 +1,4 @@
-import { fleetLabelOf } from '../../core/config.ts';
+import { fleetLabelOf, runnerGroupIdOf } from '../../core/config.ts';
 import { isJobOutcome, isReleasableStatus } from '../../core/model.ts';
 import { EXECUTOR_NAMES } from '../../core/protocol/agent.ts';
 import { recordTaskCredential } from '../ledger/ci-task.ts';
@@ -28,16 +28,19 @@ import { enqueue, type OutboxKind, type Sender, type SendResult } from './outbox
 import { PullRequestResource } from './payloads.ts';
 import { type DispatchedRun, findDispatchedRun, reservationLabel } from './run-identity.ts';
 import type { GitHubService } from './service.ts';
+import { dispatchInputs, readWorkflowContract } from './workflow-contract.ts';
 
 /**
- * JIT runner labels (DESIGN.md "Binding", issue 12 item 5): `self-hosted, Linux, ARM64, <fleet
- * label>, spark-single|spark-pair` plus the reservation's nonce label `spark-r-<n>-<nonce>`.
+ * JIT runner labels (docs/github-app.md "Runner labels"): `self-hosted, Linux, ARM64, <fleet
+ * label>, spark-single|spark-pair`, plus the reservation's nonce label `spark-r-<n>-<nonce>` where
+ * the workflow declares the nonce (ADR 0040, 0131).
  */
-export function runnerLabels(fleetLabel: string, topology: string, nonceLabel: string): string[] {
-  return ['self-hosted', 'Linux', 'ARM64', fleetLabel, `spark-${topology}`, nonceLabel];
+export function runnerLabels(fleetLabel: string, topology: string, nonceLabel: string | null): string[] {
+  const allocation = ['self-hosted', 'Linux', 'ARM64', fleetLabel, `spark-${topology}`];
+  return nonceLabel ? [...allocation, nonceLabel] : allocation;
 }
 
-/** Lookups of the dispatched run by its run-name before the reservation fails (≈ 8 min of backoff). */
+/** Lookups of the dispatched run by its jobs' nonce label before the reservation fails (≈ 8 min of backoff). */
 export const FIND_RUN_ATTEMPTS = 8;
 
 /** `spark-<hostId>-<reservationId>-a<attempt>` (unique per attempt, so a retry never collides). */
@@ -195,9 +198,10 @@ async function whyNotWanted(svc: GitHubService, r: ReservationRow, meta: GitHubM
 }
 
 /**
- * Dispatches the workflow with the reservation's inputs (the nonce among them) and records the
- * run it created (issue 12 item 1): from the dispatch response when GitHub returns run details,
- * else by its run-name, through a bounded `find-run` outbox row — no polling on a runner.
+ * Dispatches the workflow with the inputs its file declares (docs/adr/0131: the spec's four, and
+ * the nonce where declared) and records the run it created from the dispatch answer
+ * (`return_run_details`); without an id in the answer, by its jobs' nonce label through a bounded
+ * `find-run` outbox row — never by its name, and no polling on a runner.
  */
 const sendDispatch: Sender = async (svc, row, payload) => {
   const rid = String(payload.reservationId);
@@ -206,15 +210,16 @@ const sendDispatch: Sender = async (svc, row, payload) => {
   const meta = readMeta(r);
   if (!meta) return skipped('reservation was not created by GitHub');
   if (meta.runId != null) return skipped(`run ${meta.runId} already recorded`);
-  const record = (run: DispatchedRun, via: 'dispatch-response' | 'run-name') => (tx: Tx) =>
-    recordDispatchedRun(svc.ledger, tx, rid, { ...run, via }).then(() => undefined);
+  const record =
+    (run: DispatchedRun, via: 'dispatch-response' | 'job-label', nonceLabel: boolean) => (tx: Tx) =>
+      recordDispatchedRun(svc.ledger, tx, rid, { ...run, via, meta: { nonceLabel } }).then(() => undefined);
   // granted work: dispatched and registered at the grant, while the hosts prepare (ADR 0070)
   if (!isReleasableStatus(r.status)) {
     // an earlier attempt may have dispatched and lost the answer: record that run, so the hook
     // cancels it (ADR 0095), rather than leave it queued on GitHub
     const earlier = row.attempts > 0 && meta.nonce ? await findDispatchedRun(svc, r, meta) : null;
     if (earlier)
-      return { result: { found: earlier.runId, ended: r.status }, apply: record(earlier, 'run-name') };
+      return { result: { found: earlier.runId, ended: r.status }, apply: record(earlier, 'job-label', true) };
     return skipped(`reservation is ${r.status}`);
   }
   const why = await whyNotWanted(svc, r, meta);
@@ -226,10 +231,25 @@ const sendDispatch: Sender = async (svc, row, payload) => {
     };
   }
   if (!meta.nonce) throw new GitHubError(0, `${rid} has no runner nonce; it cannot be dispatched`, false);
-  if (row.attempts > 0) {
+  // the workflow's own declared inputs decide what is sent (docs/adr/0131): GitHub refuses any
+  // undeclared input, and a workflow that breaks the contract is refused here with the fix
+  const contract = await readWorkflowContract(
+    svc,
+    r.repo,
+    meta.workflow,
+    meta.defaultBranch,
+    meta.installationId,
+  );
+  if (!contract.ok)
+    throw new GitHubError(
+      0,
+      `the workflow .github/workflows/${meta.workflow} on ${meta.defaultBranch} breaks the Spark workflow contract: ${contract.problems.join('; ')}`,
+      false,
+    );
+  if (row.attempts > 0 && contract.nonce) {
     // an earlier attempt may have dispatched and lost the answer: never start a second run
-    const earlier = await findDispatchedRun(svc, r, meta);
-    if (earlier) return { result: { found: earlier.runId }, apply: record(earlier, 'run-name') };
+    const earlier = await findDispatchedRun(svc, r, { ...meta, nonceLabel: true });
+    if (earlier) return { result: { found: earlier.runId }, apply: record(earlier, 'job-label', true) };
   }
   const res = await svc.client.request<{ workflow_run_id?: number } | null>(
     'POST',
@@ -237,38 +257,49 @@ const sendDispatch: Sender = async (svc, row, payload) => {
     {
       body: {
         ref: meta.defaultBranch,
-        inputs: {
-          reservation_id: r.id,
-          nonce: meta.nonce,
-          head_sha: r.headSha,
+        inputs: dispatchInputs(contract, {
+          reservationId: r.id,
+          headSha: r.headSha,
           topology: r.topology,
           suite: r.suite ?? 'smoke',
-        },
-        // GitHub answers 200 with the run id when asked (REST "Create a workflow dispatch
-        // event", return_run_details); without it (older GHES) the answer is 204 and no body
+          nonce: meta.nonce,
+        }),
+        // GitHub answers 200 with the run id and URLs (REST "Create a workflow dispatch event",
+        // return_run_details; from API version 2026-03-10 the only answer): the run is known from
+        // the dispatch itself
         return_run_details: true,
       },
       installationId: meta.installationId,
     },
   );
   const direct = res.data?.workflow_run_id;
+  const sent = { dispatched: meta.workflow, ref: meta.defaultBranch, inputs: contract.sends };
   if (typeof direct === 'number') {
     return {
-      result: { dispatched: meta.workflow, ref: meta.defaultBranch, runId: direct },
-      apply: record({ runId: direct, runAttempt: 1 }, 'dispatch-response'),
+      result: { ...sent, runId: direct },
+      apply: record({ runId: direct, runAttempt: 1 }, 'dispatch-response', contract.nonce),
     };
   }
-  const listed = await findDispatchedRun(svc, r, meta);
+  // no run id in the answer (a GitHub without return_run_details answers 204): a run whose jobs
+  // ask for the nonce label is ours; without a nonce no run can be told apart from another dispatch
+  if (!contract.nonce)
+    throw new GitHubError(
+      0,
+      `GitHub answered the dispatch without the run's id (no return_run_details), and .github/workflows/${meta.workflow} declares no nonce input to find the run by; the run cannot be identified`,
+      false,
+    );
+  const listed = await findDispatchedRun(svc, r, { ...meta, nonceLabel: true });
   if (listed) {
     return {
-      result: { dispatched: meta.workflow, ref: meta.defaultBranch, runId: listed.runId },
-      apply: record(listed, 'run-name'),
+      result: { ...sent, runId: listed.runId },
+      apply: record(listed, 'job-label', true),
     };
   }
   return {
-    result: { dispatched: meta.workflow, ref: meta.defaultBranch, runId: null },
+    result: { ...sent, runId: null },
     // GitHub lists a new run after a moment: look again through the outbox (bounded), not here
     apply: async (tx, now) => {
+      await patchMetaOf(svc, tx, rid, { nonceLabel: true });
       await enqueue(tx, now, {
         kind: 'find-run',
         key: `find-run:${rid}`,
@@ -280,7 +311,13 @@ const sendDispatch: Sender = async (svc, row, payload) => {
   };
 };
 
-/** Looks for the dispatched run by its run-name until found, at most {@link FIND_RUN_ATTEMPTS} times. */
+/** Merges `patch` into reservation `rid`'s GitHub meta inside `tx`. */
+async function patchMetaOf(svc: GitHubService, tx: Tx, rid: string, patch: Partial<GitHubMeta>) {
+  const cur = await getReservation(svc.ledger, tx, rid);
+  if (cur) await patchMeta(tx, cur, patch);
+}
+
+/** Looks for the dispatched run by its jobs' nonce label until found, at most {@link FIND_RUN_ATTEMPTS} times. */
 const sendFindRun: Sender = async (svc, row, payload) => {
   const rid = String(payload.reservationId);
   const r = await svc.ledger.getReservation(undefined, rid);
@@ -293,7 +330,7 @@ const sendFindRun: Sender = async (svc, row, payload) => {
   const run = await findDispatchedRun(svc, r, meta);
   if (!run) {
     const last = row.attempts + 1 >= FIND_RUN_ATTEMPTS;
-    // the message never names the run-name: it carries the nonce
+    // the message never names the label: it carries the nonce
     throw new GitHubError(
       0,
       `the dispatched workflow run of ${rid} is not listed by GitHub${last ? ` after ${FIND_RUN_ATTEMPTS} lookups` : ' yet'}`,
@@ -303,7 +340,9 @@ const sendFindRun: Sender = async (svc, row, payload) => {
   return {
     result: { found: run.runId, runAttempt: run.runAttempt },
     apply: (tx) =>
-      recordDispatchedRun(svc.ledger, tx, rid, { ...run, via: 'run-name' }).then(() => undefined),
+      recordDispatchedRun(svc.ledger, tx, rid, { ...run, via: 'job-label', meta: { nonceLabel: true } }).then(
+        () => undefined,
+      ),
   };
 };
 
@@ -351,17 +390,19 @@ const sendGenerateJit: Sender = async (svc, _row, payload) => {
   if (meta.runId == null)
     throw new GitHubError(0, `waiting for the dispatched run of ${rid} to be identified`, true);
   const name = runnerName(lease.hostId, rid, attempt);
+  // the nonce label only where the dispatched workflow asks for it (docs/adr/0131); else the
+  // allocation labels alone, and a job of another run on the runner is stopped as foreign
   const labels = runnerLabels(
     fleetLabelOf(svc.config, r.pool),
     r.topology,
-    reservationLabel(rid, meta.nonce),
+    meta.nonceLabel === false ? null : reservationLabel(rid, meta.nonce),
   );
   const inst = meta?.installationId ?? null;
   await takeJitToken(svc);
   let res: { data: { runner: { id: number; name: string }; encoded_jit_config: string } };
   try {
     res = await svc.client.request('POST', `${runnersPath(svc, r.repo)}/generate-jitconfig`, {
-      body: { name, runner_group_id: svc.gh.runnerGroupId, labels, work_folder: '_work' },
+      body: { name, runner_group_id: runnerGroupIdOf(svc.config), labels, work_folder: '_work' },
       installationId: inst,
     });
   } catch (e) {
@@ -438,26 +479,25 @@ const sendMintCloneToken: Sender = async (svc, _row, payload) => {
     token: string;
     expires_at: string;
     permissions?: Record<string, string>;
+    repository_selection?: string;
     repositories?: { full_name: string }[];
   }>('POST', `/app/installations/${inst}/access_tokens`, {
     as: 'app',
     body: { repositories: [name], permissions: { contents: 'read' } },
   });
-  // GitHub grants at most what the App holds; anything beyond read access to this one
-  // repository would be a credential the task must not carry (it runs the PR's code)
-  const perms = res.data.permissions ?? {};
-  const extra = Object.entries(perms).filter(
-    ([k, v]) => !(k === 'contents' && v === 'read') && k !== 'metadata',
-  );
-  const repos = res.data.repositories?.length
-    ? res.data.repositories.map((x) => x.full_name.toLowerCase())
-    : [r.repo.toLowerCase()];
-  if (extra.length || repos.length !== 1 || repos[0] !== r.repo.toLowerCase())
+  // fail closed (docs/github-app.md): the task runs the PR's code, so the token must be exactly
+  // what was asked — `contents: read` (metadata: read is implied) on this one repository, as GitHub
+  // answers it (REST "Create an installation access token for an app": permissions,
+  // repository_selection, repositories). Anything broader or unstated is revoked and refused.
+  const broader = cloneTokenBroaderThanAsked(res.data, r.repo);
+  if (broader) {
+    const revoked = await revokeToken(svc, res.data.token);
     throw new GitHubError(
       0,
-      `the clone token GitHub minted for ${r.repo} is broader than contents: read on that repository (${extra.map(([k, v]) => `${k}: ${v}`).join(', ') || `repositories ${repos.join(', ')}`}); refusing to hand it out`,
+      `the clone token GitHub minted for ${r.repo} is broader than contents: read on that repository (${broader}); ${revoked}; refusing to hand it out`,
       false,
     );
+  }
   const taskName = runnerName(lease.hostId, rid, 0);
   const cloneToken = res.data.token;
   return {
@@ -479,6 +519,46 @@ const sendMintCloneToken: Sender = async (svc, _row, payload) => {
     },
   };
 };
+
+/**
+ * Why a clone token's answer is broader than `contents: read` on `repo`, or null when it is
+ * exactly that. A missing field counts as broader: the answer must state what the token opens.
+ */
+export function cloneTokenBroaderThanAsked(
+  answer: {
+    permissions?: Record<string, string>;
+    repository_selection?: string;
+    repositories?: { full_name: string }[];
+  },
+  repo: string,
+): string | null {
+  const why: string[] = [];
+  if (answer.repository_selection !== 'selected')
+    why.push(`repository_selection ${JSON.stringify(answer.repository_selection ?? null)}`);
+  const repos = (answer.repositories ?? []).map((x) => x.full_name.toLowerCase());
+  if (repos.length !== 1 || repos[0] !== repo.toLowerCase())
+    why.push(`repositories ${repos.length ? repos.join(', ') : 'not listed'}`);
+  const perms = answer.permissions;
+  const extra = Object.entries(perms ?? {}).filter(
+    ([k, v]) => !((k === 'contents' || k === 'metadata') && v === 'read'),
+  );
+  if (perms?.contents !== 'read') why.push('no contents: read stated');
+  if (extra.length) why.push(extra.map(([k, v]) => `${k}: ${v}`).join(', '));
+  return why.length ? why.join('; ') : null;
+}
+
+/** Revokes an installation token with itself (REST "Revoke an installation access token"); says how it went. */
+async function revokeToken(svc: GitHubService, token: string): Promise<string> {
+  try {
+    await svc.client.request('DELETE', '/installation/token', { token });
+    return 'it was revoked';
+  } catch (e) {
+    svc.log.warn('revoking a refused clone token failed', {
+      error: e instanceof GitHubError ? e.message : String(e),
+    });
+    return `revoking it failed (${e instanceof GitHubError ? e.status : 'error'}); it expires within the hour`;
+  }
+}
 
 const sendDeleteRunner: Sender = async (svc, _row, payload) => {
   const name = String(payload.runnerName);

@@ -298,7 +298,13 @@ export async function recordDispatchedRun(
   s: LedgerStore,
   tx: Tx,
   reservationId: string,
-  run: { runId: number; runAttempt: number; via: 'dispatch-response' | 'run-name' },
+  run: {
+    runId: number;
+    runAttempt: number;
+    via: 'dispatch-response' | 'job-label';
+    /** More integration meta written with the run (e.g. whether the runners carry the nonce label). */
+    meta?: Record<string, unknown>;
+  },
 ): Promise<boolean> {
   const r = (await tx.select().from(t.reservations).where(eq(t.reservations.id, reservationId)))[0];
   if (!r?.metaJson) return false;
@@ -308,7 +314,12 @@ export async function recordDispatchedRun(
   await tx
     .update(t.reservations)
     .set({
-      metaJson: JSON.stringify({ ...meta, runId: run.runId, runAttempt: run.runAttempt }),
+      metaJson: JSON.stringify({
+        ...meta,
+        ...(run.meta ?? {}),
+        runId: run.runId,
+        runAttempt: run.runAttempt,
+      }),
       updatedAt: now,
     })
     .where(eq(t.reservations.id, reservationId));
@@ -316,7 +327,7 @@ export async function recordDispatchedRun(
     subjectType: 'reservation',
     subjectId: reservationId,
     type: 'reservation.run_recorded',
-    cause: `dispatched workflow run ${run.runId} (attempt ${run.runAttempt}) identified by ${run.via === 'dispatch-response' ? 'the dispatch response' : 'its run-name'}`,
+    cause: `dispatched workflow run ${run.runId} (attempt ${run.runAttempt}) identified by ${run.via === 'dispatch-response' ? 'the dispatch response' : "its jobs' runner label"}`,
     actor: 'github',
     data: { runId: run.runId, runAttempt: run.runAttempt, via: run.via },
   });

@@ -122,7 +122,7 @@ export const run: BenchRunner = async (progress) => {
   const config = {
     hosts: [{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }],
     budgets: { maxPrs: 1000, maxGpusPerPr: 8, maxGpus: 8 },
-    github: { apiUrl: gh.url, permissionCacheS: 3600 },
+    github: { apiUrl: gh.url, permissionCacheS: 3600, runnerGroupId: 1 },
   };
   const tl = await makeTestLedger({ config });
   const operator = (await createApiToken(tl.ledger, { name: 'bench', scopes: ['operate'] }, 'bench')).token;

@@ -84,7 +84,10 @@ async function fuzzController(dir: string): Promise<{ c: RunningController; url:
       SPARK_GITHUB_PRIVATE_KEY: gh.privateKey,
     },
     {
-      text: JSON.stringify({ listen: { host: '127.0.0.1', port: 0 }, github: { apiUrl: gh.url } }),
+      text: JSON.stringify({
+        listen: { host: '127.0.0.1', port: 0 },
+        github: { apiUrl: gh.url, runnerGroupId: 1 },
+      }),
       source: 'fuzz config',
     },
   );

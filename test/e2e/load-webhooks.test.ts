@@ -99,7 +99,7 @@ describe(`webhook load: ${SENDS} deliveries over ${PROCESSES} controller process
         ),
       },
     ]);
-    const fullConfig = { ...config, github: { ...config.github, apiUrl: gh.url } };
+    const fullConfig = { ...config, github: { ...config.github, apiUrl: gh.url, runnerGroupId: 1 } };
     tl = await makeTestLedger({ config: fullConfig });
     await adoptAll(tl.ledger);
     const tokens: Record<string, string> = {};

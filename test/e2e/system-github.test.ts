@@ -61,6 +61,12 @@ describe('system: happy path', { timeout: 180_000 }, () => {
     const running = await sys.waitCheck(rid, `Spark test running — exact SHA ${sha('a').slice(0, 7)}`);
     expect(running.status).toBe('in_progress');
     expect((await sys.reservation(rid)).status).toBe('running');
+    // GitHub reported the job queued when the dispatch created it, before any runner took it,
+    // then in_progress at pickup (docs: webhook events, workflow_job)
+    const results = sys.deliveries.filter((d) => d.event === 'workflow_job').map((d) => d.result ?? '');
+    const queued = results.findIndex((r) => new RegExp(`^job ${job.id} queued`).test(r));
+    expect(queued).toBeGreaterThanOrEqual(0);
+    expect(queued).toBeLessThan(results.findIndex((r) => r === `running ${rid}` || /^job started;/.test(r)));
 
     sys.openGate(rid, 'work');
     const done = await sys.waitReservation(rid, ['done', 'failed']);

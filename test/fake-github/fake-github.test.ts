@@ -80,7 +80,7 @@ describe('workflow_dispatch (DOC.dispatchEvent, DOC.dispatchApi)', () => {
       event: 'workflow_dispatch',
       head_sha: TIP,
       head_branch: 'main',
-      display_title: `spark r-12 ${NONCE}`,
+      display_title: 'Spark test r-12',
       path: '.github/workflows/spark-pr-test.yml',
     });
     expect(run.body.head_sha).not.toBe(PR_SHA);
@@ -98,15 +98,13 @@ describe('workflow_dispatch (DOC.dispatchEvent, DOC.dispatchApi)', () => {
         TIP,
       ],
     ]);
-    // found again by its run name, as a controller without run details would
+    // listed among the workflow's dispatched runs, as a controller without run details looks
     const list = await call(
       'GET',
       '/repos/acme/butter/actions/workflows/spark-pr-test.yml/runs?event=workflow_dispatch',
       t,
     );
-    expect(list.body.workflow_runs.map((x: { display_title: string }) => x.display_title)).toEqual([
-      `spark r-12 ${NONCE}`,
-    ]);
+    expect(list.body.workflow_runs.map((x: { id: number }) => x.id)).toEqual([runId]);
     // a plain dispatch answers 204; a pair queues one job per node
     const pair = await call('POST', '/repos/acme/butter/actions/workflows/spark-pr-test.yml/dispatches', t, {
       ref: 'main',
@@ -114,7 +112,9 @@ describe('workflow_dispatch (DOC.dispatchEvent, DOC.dispatchApi)', () => {
     });
     expect(pair.status).toBe(204);
     expect(
-      gh.jobs.filter((j) => j.runId === gh.runNamed(`spark r-13 ${NONCE}`)!.id).map((j) => j.name),
+      gh.jobs
+        .filter((j) => j.runId === gh.runs.find((r) => r.inputs.reservation_id === 'r-13')!.id)
+        .map((j) => j.name),
     ).toEqual(['Spark test (pair, node 1)', 'Spark test (pair, node 2)']);
   });
 
@@ -156,8 +156,10 @@ describe('JIT runners (DOC.jit, DOC.runnerLabels)', () => {
       ref: 'main',
       inputs: inputs(),
     });
+    // organization runners in the "Default" group (open to every repository of acme): the
+    // documented App holds organization self-hosted runners, not Administration
     const register = (name: string, labels: string[]) =>
-      call('POST', '/repos/acme/butter/actions/runners/generate-jitconfig', t, {
+      call('POST', '/orgs/acme/actions/runners/generate-jitconfig', t, {
         name,
         runner_group_id: 1,
         labels,
@@ -182,12 +184,12 @@ describe('JIT runners (DOC.jit, DOC.runnerLabels)', () => {
     ]);
     const job = gh.pickUp('spark-2-r-12-a1')!;
     expect(job).toMatchObject({ status: 'in_progress', runnerName: 'spark-2-r-12-a1', headSha: TIP });
-    const busy = await call('DELETE', `/repos/acme/butter/actions/runners/${ok.body.runner.id}`, t);
+    const busy = await call('DELETE', `/orgs/acme/actions/runners/${ok.body.runner.id}`, t);
     expect(busy.status).toBe(422);
     gh.completeJob(job.id, 'success');
-    const gone = await call('DELETE', `/repos/acme/butter/actions/runners/${ok.body.runner.id}`, t);
+    const gone = await call('DELETE', `/orgs/acme/actions/runners/${ok.body.runner.id}`, t);
     expect(gone.status).toBe(404);
-    const left = await call('GET', '/repos/acme/butter/actions/runners', t);
+    const left = await call('GET', '/orgs/acme/actions/runners', t);
     expect(left.body.runners.map((r: { id: number }) => r.id)).toEqual([guessed.body.runner.id]);
     expect(gh.runs[0]).toMatchObject({ status: 'completed', conclusion: 'success' });
     // the webhook a test sends for this job carries the run's head_sha (the branch tip), not the PR's
@@ -278,19 +280,19 @@ describe('pagination (DOC.pagination) and labels (DOC.labels)', () => {
   it('pages list endpoints with per_page (30 by default, at most 100) and a Link header', async () => {
     const t = await token();
     for (let i = 0; i < 35; i++)
-      await call('POST', '/repos/acme/butter/actions/runners/generate-jitconfig', t, {
+      await call('POST', '/orgs/acme/actions/runners/generate-jitconfig', t, {
         name: `r${i}`,
         runner_group_id: 1,
         labels: ['self-hosted'],
       });
-    const first = await call('GET', '/repos/acme/butter/actions/runners', t);
+    const first = await call('GET', '/orgs/acme/actions/runners', t);
     expect(first.body.total_count).toBe(35);
     expect(first.body.runners).toHaveLength(30);
     const link = first.headers.get('link')!;
     expect(link).toContain('page=2');
     expect(link).toContain('rel="next"');
     expect(link).toContain('rel="last"');
-    const second = await call('GET', '/repos/acme/butter/actions/runners?page=2', t);
+    const second = await call('GET', '/orgs/acme/actions/runners?page=2', t);
     expect(second.body.runners.map((r: { name: string }) => r.name)).toEqual([
       'r30',
       'r31',
@@ -299,12 +301,17 @@ describe('pagination (DOC.pagination) and labels (DOC.labels)', () => {
       'r34',
     ]);
     expect(second.headers.get('link')).toContain('rel="prev"');
-    const big = await call('GET', '/repos/acme/butter/actions/runners?per_page=500', t);
+    const big = await call('GET', '/orgs/acme/actions/runners?per_page=500', t);
     expect(big.body.runners).toHaveLength(35);
     expect(big.headers.get('link')).toBeNull();
   });
 
   it('treats label names case-insensitively', async () => {
+    // an App that may create labels (Issues: write), unlike the documented one
+    await gh.close();
+    gh = await startFakeGitHub({ manifest: 'test/fixtures/github-apps/manifest-issues-write.json' });
+    gh.clock = () => now;
+    gh.addRepo('acme/butter', { installationId: 77 });
     const t = await token();
     expect((await call('POST', '/repos/acme/butter/labels', t, { name: 'spark-test' })).status).toBe(201);
     const again = await call('POST', '/repos/acme/butter/labels', t, { name: 'Spark-Test' });
@@ -312,7 +319,39 @@ describe('pagination (DOC.pagination) and labels (DOC.labels)', () => {
     expect(again.body.errors[0].code).toBe('already_exists');
   });
 
-  it('cancels a run: queued jobs end cancelled; a completed run answers 409', async () => {
+  it('cancels a run asynchronously: 202, the run unchanged until its jobs end cancelled; then 409', async () => {
+    const t = await token();
+    const events: string[] = [];
+    gh.onWorkflowJob = (j, action) => events.push(`${action}:${j.conclusion ?? '-'}`);
+    gh.cancelDelayMs = 60_000; // ended by settleCancellations below, not by the timer
+    await call('POST', '/repos/acme/butter/actions/workflows/spark-pr-test.yml/dispatches', t, {
+      ref: 'main',
+      inputs: inputs(),
+    });
+    // GitHub reports the job queued with its run, before any runner exists (DOC.workflowJobEvent)
+    expect(events).toEqual(['queued:-']);
+    const run = gh.runs[0]!;
+    expect((await call('POST', `/repos/acme/butter/actions/runs/${run.id}/cancel`, t)).status).toBe(202);
+    // accepted, not done: the API has no "cancelling" status; the run is as it was (DOC.cancelling)
+    const during = await call('GET', `/repos/acme/butter/actions/runs/${run.id}`, t);
+    expect(during.body).toMatchObject({ status: 'queued', conclusion: null });
+    expect(gh.jobs.map((j) => j.status)).toEqual(['queued']);
+    // a cancelled run's job is never handed to a runner
+    await call('POST', '/orgs/acme/actions/runners/generate-jitconfig', t, {
+      name: 'late',
+      runner_group_id: 1,
+      labels: ['self-hosted', 'Linux', 'ARM64', 'waffuru-spark', 'spark-single', `spark-r-12-${NONCE}`],
+    });
+    expect(gh.pickUp('late')).toBeNull();
+    gh.settleCancellations();
+    expect(gh.jobs.map((j) => j.conclusion)).toEqual(['cancelled']);
+    expect(events).toEqual(['queued:-', 'completed:cancelled']);
+    const after = await call('GET', `/repos/acme/butter/actions/runs/${run.id}`, t);
+    expect(after.body).toMatchObject({ status: 'completed', conclusion: 'cancelled' });
+    expect((await call('POST', `/repos/acme/butter/actions/runs/${run.id}/cancel`, t)).status).toBe(409);
+  });
+
+  it('ends an accepted cancellation by itself shortly after', async () => {
     const t = await token();
     await call('POST', '/repos/acme/butter/actions/workflows/spark-pr-test.yml/dispatches', t, {
       ref: 'main',
@@ -320,7 +359,7 @@ describe('pagination (DOC.pagination) and labels (DOC.labels)', () => {
     });
     const run = gh.runs[0]!;
     expect((await call('POST', `/repos/acme/butter/actions/runs/${run.id}/cancel`, t)).status).toBe(202);
-    expect(gh.jobs.map((j) => j.conclusion)).toEqual(['cancelled']);
-    expect((await call('POST', `/repos/acme/butter/actions/runs/${run.id}/cancel`, t)).status).toBe(409);
+    for (let i = 0; i < 200 && run.status !== 'completed'; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(run).toMatchObject({ status: 'completed', conclusion: 'cancelled' });
   });
 });

@@ -60,6 +60,11 @@ export function workflowJobEvent(job: Job, action: 'queued' | 'in_progress' | 'c
 
 export const SECRET = "test-webhook-secret-It's a Secret to Everybody";
 
+/** The runner group the harness's organization keeps for the Spark runners (visibility: selected). */
+export const SPARK_RUNNER_GROUP = 2;
+/** The App manifest docs/github-app.md gives for repository runners (`github.runnerScope: "repo"`). */
+export const REPO_SCOPE_MANIFEST = 'docs/github-app-manifest.repo-scope.json';
+
 export interface Harness {
   gh: FakeGitHub;
   c: RunningController;
@@ -94,9 +99,21 @@ export async function startHarness(
     env?: Record<string, string>;
     /** The periodic admission pass (default 200 ms); passes kicked by ledger changes still run. */
     admissionIntervalMs?: number;
+    /** The App's manifest (a path in this repository); default the one for the configured runner scope. */
+    manifest?: string;
   } = {},
 ): Promise<Harness> {
-  const gh = await startFakeGitHub();
+  const ghConfig = (opts.config?.github ?? {}) as { runnerScope?: string; runnerGroupId?: number };
+  const scope = ghConfig.runnerScope ?? 'org';
+  // the App as docs/github-app.md has operators create it: from the manifest of the runner scope
+  const gh = await startFakeGitHub(
+    opts.manifest ? { manifest: opts.manifest } : scope === 'repo' ? { manifest: REPO_SCOPE_MANIFEST } : {},
+  );
+  if (scope === 'org' && ghConfig.runnerGroupId == null) {
+    // the spec's path: an organization runner group restricted to the enabled repositories
+    gh.addRunnerGroup(SPARK_RUNNER_GROUP, 'spark', 'selected');
+    gh.joinRunnerGroup = SPARK_RUNNER_GROUP;
+  }
   const { dir, cleanup } = tempDir('spark-gh-');
   let offset = 0;
   const clock = Object.assign(() => Date.now() + offset, {
@@ -121,7 +138,11 @@ export async function startHarness(
   const config = {
     ...(opts.config ?? {}),
     listen: { host: '127.0.0.1', port: 0 },
-    github: { apiUrl: gh.url, ...((opts.config?.github as object) ?? {}) },
+    github: {
+      apiUrl: gh.url,
+      ...(scope === 'org' ? { runnerGroupId: SPARK_RUNNER_GROUP } : {}),
+      ...((opts.config?.github as object) ?? {}),
+    },
   };
   const settings = settingsFromEnv(
     {

@@ -1,8 +1,9 @@
-import { createVerify, generateKeyPairSync, randomBytes } from 'node:crypto';
+import { createHash, createVerify, generateKeyPairSync, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { manifestPermissions, narrowPermissions, requirementFor, satisfies } from './permissions.ts';
 import { exampleOf, overlay, type Schema, validate } from './schema.ts';
 import { loadWorkflow, type WorkflowDef } from './workflows.ts';
 
@@ -41,16 +42,6 @@ import { loadWorkflow, type WorkflowDef } from './workflows.ts';
  * GitHub-shaped refusals that the OpenAPI description leaves out (its 404s, the dispatch 422s)
  * are recorded in `refused`, not in `violations`.
  */
-/** What the App holds when a token is not narrowed (the permissions docs/github-app.md asks for). */
-const APP_PERMISSIONS: Record<string, string> = {
-  actions: 'write',
-  checks: 'write',
-  contents: 'read',
-  metadata: 'read',
-  pull_requests: 'read',
-  issues: 'read',
-};
-
 export const DOC = {
   dispatchEvent:
     'https://docs.github.com/en/actions/reference/workflows-and-actions/events-that-trigger-workflows#workflow_dispatch (GITHUB_SHA: last commit on the GITHUB_REF branch or tag)',
@@ -70,6 +61,10 @@ export const DOC = {
     'https://docs.github.com/en/actions/how-tos/manage-runners/self-hosted-runners/apply-labels (labels are case-insensitive; a job needs a runner with all its labels)',
   notFound:
     'https://docs.github.com/en/rest/using-the-rest-api/troubleshooting-the-rest-api#404-not-found-for-an-existing-resource',
+  runnerGroups:
+    'https://docs.github.com/en/actions/how-tos/manage-runners/self-hosted-runners/manage-access (every organization has a "Default" group; a group serves all repositories or selected ones, and its runners take jobs only from those)',
+  runnerScope:
+    'https://docs.github.com/en/actions/concepts/runners/self-hosted-runners (a repository runner serves one repository; an organization runner the repositories its runner group allows)',
   failedDeliveries:
     'https://docs.github.com/en/webhooks/using-webhooks/handling-failed-webhook-deliveries (GitHub does not redeliver failed deliveries by itself; a failed delivery has a status other than OK)',
   hookDeliveries:
@@ -80,6 +75,20 @@ export const DOC = {
     'https://docs.github.com/en/rest/apps/installations#revoke-an-installation-access-token (DELETE /installation/token with the installation token itself; 204; "once an installation token is revoked, the token is invalidated and cannot be used")',
   cancelRun:
     'https://docs.github.com/en/rest/actions/workflow-runs#cancel-a-workflow-run (202 Accepted; 409 Conflict when the run can no longer be cancelled; GitHub Apps need actions: write)',
+  cancelling:
+    'https://docs.github.com/en/actions/how-tos/manage-workflow-runs/cancel-a-workflow-run#steps-github-takes-to-cancel-a-workflow-run (the server re-evaluates if conditions, sends the cancellation to the runners of running jobs, and the jobs end afterwards; the REST status enum of a run has no "cancelling")',
+  workflowJobEvent:
+    'https://docs.github.com/en/webhooks/webhook-events-and-payloads#workflow_job (queued when the job is created, in_progress when a runner starts it, completed when it ends)',
+  permissions:
+    'https://docs.github.com/en/rest/authentication/permissions-required-for-github-apps (each endpoint needs the listed App permission; test/fake-github/permissions.ts)',
+  notAccessible:
+    'https://docs.github.com/en/rest/using-the-rest-api/troubleshooting-the-rest-api#resource-not-accessible (403 "Resource not accessible by integration": the token lacks the permission or the repository)',
+  accessTokens:
+    'https://docs.github.com/en/rest/apps/apps#create-an-installation-access-token-for-an-app (repositories or repository_ids narrow the token, at most 500; permissions narrow it and cannot exceed what the App was granted; the answer lists permissions, repository_selection and the repositories)',
+  contents:
+    'https://docs.github.com/en/rest/repos/contents#get-repository-content (a file: type file, encoding base64, content, sha; ref defaults to the default branch)',
+  manifest:
+    "https://docs.github.com/en/apps/sharing-github-apps/registering-a-github-app-from-a-manifest (default_permissions are the App's permissions)",
 } as const;
 
 interface Operation {
@@ -105,6 +114,8 @@ export interface PullState {
 }
 
 export interface RepoState {
+  /** The repository's numeric id (what `repository_ids` names when a token is narrowed). */
+  id: number;
   installationId: number;
   defaultBranch: string;
   visibility: 'private' | 'public';
@@ -116,7 +127,10 @@ export interface RepoState {
   /** Other branches → tip SHA (the default branch is `headSha`). */
   branches: Record<string, string>;
   labels: Set<string>;
-  /** Workflow files by name (`spark-pr-test.yml`), as the dispatch API resolves `workflow_id`. */
+  /**
+   * Workflow files by name (`spark-pr-test.yml`), as the dispatch API resolves `workflow_id` and
+   * the contents API serves `.github/workflows/<name>`; default the shipped template.
+   */
   workflows: Record<string, WorkflowDef>;
 }
 
@@ -136,6 +150,12 @@ export interface WorkflowRun {
   status: 'queued' | 'in_progress' | 'completed';
   conclusion: string | null;
   createdAt: string;
+  /**
+   * When a cancellation was accepted (GitHub's clock, ms). The API shows no status for it (the
+   * run's `status` enum has none), the run stays `queued`/`in_progress` until it completes
+   * `cancelled` (DOC.cancelling).
+   */
+  cancelRequestedAt?: number;
 }
 
 export interface Job {
@@ -209,6 +229,25 @@ export interface Failure {
   times: number;
 }
 
+/** The App manifest docs/github-app.md tells operators to create the App from. */
+export const DEFAULT_MANIFEST = 'docs/github-app-manifest.json';
+
+export interface FakeGitHubOptions {
+  /** App manifest (path in this repository) whose `default_permissions` the App holds. */
+  manifest?: string;
+}
+
+/** An installation access token as GitHub keeps it (DOC.accessTokens). */
+export interface InstallationToken {
+  installationId: number;
+  expiresAt: number;
+  /** Lower-case `owner/name`s the token was narrowed to; null: every repository of the installation. */
+  repositories: string[] | null;
+  permissions: Record<string, string>;
+  /** When `DELETE /installation/token` revoked it (GitHub's clock, ms); dead from then on. */
+  revokedAt?: number;
+}
+
 export interface RecordedRequest {
   method: string;
   path: string;
@@ -245,7 +284,8 @@ const operations: Operation[] = fixture.operations.map((o) => {
   const re = new RegExp(
     `^${o.path.replace(/\{([^}]+)\}/g, (_m, n: string) => {
       names.push(n);
-      return '([^/]+)';
+      // a content path spans directories (.github/workflows/x.yml), as GitHub serves it
+      return n === 'path' ? '(.+)' : '([^/]+)';
     })}$`,
   );
   return { ...o, re, names };
@@ -279,33 +319,42 @@ export class FakeGitHub {
   runners: Runner[] = [];
   dispatches: { repo: string; workflow: string; ref: string; inputs: Record<string, string> }[] = [];
   runnerGroups = new Map<number, { name: string; visibility: 'all' | 'selected'; repositories: string[] }>();
+  /** Installation id → whether it was installed on all the account's repositories or selected ones. */
+  installationSelection = new Map<number, 'all' | 'selected'>();
+  /** Fault: what the next narrowed access tokens ignore (see {@link ignoreNextTokenNarrowing}). */
+  private ignoreNarrowing: { repositories: boolean; permissions: boolean }[] = [];
+  /** A runner group every repository added from now on joins (a harness's Spark group), or null. */
+  joinRunnerGroup: number | null = null;
   requests: RecordedRequest[] = [];
   violations: string[] = [];
   /** GitHub-shaped refusals (404/422) the OpenAPI description does not list: not violations. */
   refused: Refusal[] = [];
   failures: Failure[] = [];
-  /** Installation token → its installation and expiry (ms). */
-  tokens = new Map<
-    string,
-    {
-      installationId: number;
-      expiresAt: number;
-      /** Lower-case `owner/name`s the token was narrowed to; null: every repository of the installation. */
-      repositories?: string[] | null;
-      permissions?: Record<string, string>;
-      /** When `DELETE /installation/token` revoked it (GitHub's clock, ms); dead from then on. */
-      revokedAt?: number;
-    }
-  >();
+  /**
+   * Installation token → what it opens (DOC.accessTokens): its installation, expiry (ms), the
+   * repositories it was narrowed to and its permissions.
+   */
+  tokens = new Map<string, InstallationToken>();
+  /**
+   * The App's permissions: the manifest's `default_permissions` (DOC.manifest); every
+   * installation grants exactly these (the fake's installations accept what the App asks for).
+   */
+  readonly appPermissions: Record<string, string>;
+  /**
+   * Every call GitHub refused for a missing permission or repository (403 "Resource not
+   * accessible by integration"); each is also a violation, since a controller that sends a request
+   * its token cannot serve is broken.
+   */
+  forbidden: Refusal[] = [];
 
   /**
    * What an installation token may do (for a test's git server, which GitHub's git endpoint
-   * plays): null when it is unknown or expired.
+   * plays): null when it is unknown, expired or revoked.
    */
   tokenScope(token: string): { repositories: string[] | null; permissions: Record<string, string> } | null {
     const t = this.tokens.get(token);
     if (!t || t.expiresAt <= this.clock() || t.revokedAt !== undefined) return null;
-    return { repositories: t.repositories ?? null, permissions: t.permissions ?? { ...APP_PERMISSIONS } };
+    return { repositories: t.repositories, permissions: { ...t.permissions } };
   }
   runs: WorkflowRun[] = [];
   jobs: Job[] = [];
@@ -314,10 +363,14 @@ export class FakeGitHub {
   /** Org login → installation id; defaults to the installation of the org's first repository. */
   orgInstallations = new Map<string, number>();
   /**
-   * Called after a run was cancelled with the jobs the cancellation ended, so a harness can send
-   * the `workflow_job` `completed` (conclusion `cancelled`) webhooks GitHub sends for them.
+   * Called as GitHub sends the `workflow_job` webhooks (DOC.workflowJobEvent): `queued` for each
+   * job when its run is created (dispatch; whether or not any runner exists), `in_progress` when a
+   * runner picks it up, `completed` when it ends (a cancellation included). A harness delivers them.
    */
-  onRunCancelled: ((run: WorkflowRun, ended: Job[]) => void) | null = null;
+  onWorkflowJob: ((job: Job, action: 'queued' | 'in_progress' | 'completed') => void) | null = null;
+  /** How long after an accepted cancellation its jobs end (GitHub's asynchronous cancel, DOC.cancelling). */
+  cancelDelayMs = 25;
+  private cancelTimers = new Set<ReturnType<typeof setTimeout>>();
   /** The App's webhook delivery log, oldest first (served newest first). */
   hookDeliveries: HookDelivery[] = [];
   /** Sends a delivery again with its GUID (the harness's webhook sender) when one is requested. */
@@ -327,10 +380,17 @@ export class FakeGitHub {
   private nextId = 1000;
   private runNumbers = new Map<string, number>();
 
-  constructor() {
+  /**
+   * `manifest`: the App manifest (a path in this repository) whose permissions the App holds;
+   * default the one docs/github-app.md tells operators to use.
+   */
+  constructor(opts: FakeGitHubOptions = {}) {
     const { privateKey, publicKey } = appKeyPair();
     this.privateKey = privateKey;
     this.publicKey = publicKey;
+    this.appPermissions = manifestPermissions(opts.manifest ?? DEFAULT_MANIFEST);
+    // every organization has the "Default" runner group, open to all its repositories
+    // (DOC.runnerGroups)
     this.runnerGroups.set(1, { name: 'Default', visibility: 'all', repositories: [] });
   }
 
@@ -342,12 +402,15 @@ export class FakeGitHub {
   }
 
   async close(): Promise<void> {
+    for (const t of this.cancelTimers) clearTimeout(t);
+    this.cancelTimers.clear();
     this.server.closeAllConnections();
     await new Promise<void>((r) => this.server.close(() => r()));
   }
 
   addRepo(fullName: string, over: Partial<RepoState> = {}): RepoState {
     const st: RepoState = {
+      id: this.nextId++,
       installationId: 77,
       defaultBranch: 'main',
       visibility: 'private',
@@ -362,19 +425,62 @@ export class FakeGitHub {
     this.repos.set(fullName.toLowerCase(), st);
     const org = fullName.split('/')[0]!.toLowerCase();
     if (!this.orgInstallations.has(org)) this.orgInstallations.set(org, st.installationId);
+    // the harness's runner group restricted to the enabled repositories (docs/github-app.md)
+    if (this.joinRunnerGroup != null) this.addToRunnerGroup(this.joinRunnerGroup, fullName);
     return st;
   }
 
   /**
-   * A registered runner picks up the oldest queued job whose labels it carries (all of them,
-   * case-insensitively: DOC.runnerLabels); null when none fits. The job is in_progress on it.
+   * A runner group of the organization: `all` repositories, or the `selected` ones listed
+   * (DOC.runnerGroups).
+   */
+  addRunnerGroup(
+    id: number,
+    name: string,
+    visibility: 'all' | 'selected',
+    repositories: string[] = [],
+  ): void {
+    this.runnerGroups.set(id, { name, visibility, repositories: [...repositories] });
+  }
+
+  /** Gives a `selected` runner group access to one more repository. */
+  addToRunnerGroup(id: number, fullName: string): void {
+    const g = this.runnerGroups.get(id);
+    if (!g) throw new TypeError(`no runner group ${id}`);
+    if (!g.repositories.some((r) => r.toLowerCase() === fullName.toLowerCase()))
+      g.repositories.push(fullName);
+  }
+
+  /**
+   * Whether `runner` may take jobs of `repo`: a repository runner only its own repository's; an
+   * organization runner those of its organization that its runner group allows — every one for a
+   * group open to all repositories, else the group's selected repositories (DOC.runnerScope,
+   * DOC.runnerGroups).
+   */
+  private serves(runner: Runner, repo: string): boolean {
+    const lower = repo.toLowerCase();
+    if (runner.scope.startsWith('repo:')) return runner.scope.slice(5).toLowerCase() === lower;
+    if (runner.scope.slice(4).toLowerCase() !== lower.split('/')[0]) return false;
+    const g = this.runnerGroups.get(runner.runnerGroupId);
+    if (!g) return false;
+    return g.visibility === 'all' || g.repositories.some((r) => r.toLowerCase() === lower);
+  }
+
+  /**
+   * A registered runner picks up the oldest queued job of a repository it serves whose labels it
+   * carries (all of them, case-insensitively: DOC.runnerLabels); null when none fits. The job is
+   * in_progress on it.
    */
   pickUp(runnerName: string): Job | null {
     const runner = this.runners.find((r) => r.name === runnerName);
     if (!runner || runner.busy || runner.jobId != null) return null;
     const have = new Set(runner.labels.map((l) => l.toLowerCase()));
     const job = this.jobs.find(
-      (j) => j.status === 'queued' && j.labels.every((l) => have.has(l.toLowerCase())),
+      (j) =>
+        j.status === 'queued' &&
+        !this.runs.find((r) => r.id === j.runId)?.cancelRequestedAt &&
+        this.serves(runner, j.repo) &&
+        j.labels.every((l) => have.has(l.toLowerCase())),
     );
     if (!job) return null;
     const now = new Date(this.clock()).toISOString();
@@ -388,6 +494,7 @@ export class FakeGitHub {
     runner.jobId = job.id;
     const run = this.runs.find((r) => r.id === job.runId);
     if (run) run.status = 'in_progress';
+    this.onWorkflowJob?.(job, 'in_progress');
     return job;
   }
 
@@ -405,14 +512,30 @@ export class FakeGitHub {
     const siblings = this.jobs.filter((j) => j.runId === job.runId);
     if (run && siblings.every((j) => j.status === 'completed')) {
       run.status = 'completed';
-      run.conclusion = siblings.every((j) => j.conclusion === 'success') ? 'success' : 'failure';
+      run.conclusion = siblings.every((j) => j.conclusion === 'success')
+        ? 'success'
+        : siblings.some((j) => j.conclusion === 'cancelled')
+          ? 'cancelled'
+          : 'failure';
     }
+    this.onWorkflowJob?.(job, 'completed');
     return job;
   }
 
-  /** The run a dispatch created, by the `spark <reservation> <nonce>` run name. */
-  runNamed(displayTitle: string): WorkflowRun | undefined {
-    return this.runs.find((r) => r.displayTitle === displayTitle);
+  /**
+   * Ends the accepted cancellations now (the fake also does it `cancelDelayMs` after each one):
+   * every unfinished job of each such run completes `cancelled` — a queued one never had a runner,
+   * a running one's runner acknowledged the cancellation and removes itself (DOC.cancelling, DOC.jit).
+   */
+  settleCancellations(): void {
+    for (const run of this.runs) {
+      if (run.cancelRequestedAt == null || run.status === 'completed') continue;
+      for (const j of this.jobs.filter((x) => x.runId === run.id && x.status !== 'completed'))
+        this.completeJob(j.id, 'cancelled');
+      // a run without jobs (all skipped) ends as well
+      if (this.runs.find((r) => r.id === run.id)?.status !== 'completed')
+        Object.assign(run, { status: 'completed', conclusion: 'cancelled' });
+    }
   }
 
   /** Logs one delivery attempt; GitHub never retries a failed one by itself (DOC.failedDeliveries). */
@@ -424,6 +547,19 @@ export class FakeGitHub {
     };
     this.hookDeliveries.push(entry);
     return entry;
+  }
+
+  /**
+   * Fault injection: the next access token asked for with narrowing is minted broader than asked
+   * — every repository of the installation (answered `repository_selection` of the installation,
+   * no `repositories`) and/or every App permission — and really opens that much, so a test can
+   * check that the caller refuses and revokes it.
+   */
+  ignoreNextTokenNarrowing(what: { repositories?: boolean; permissions?: boolean } = {}): void {
+    this.ignoreNarrowing.push({
+      repositories: what.repositories ?? true,
+      permissions: what.permissions ?? true,
+    });
   }
 
   /** The next `times` matching calls answer `status` (with headers/body) instead of succeeding. */
@@ -558,7 +694,7 @@ export class FakeGitHub {
     const auth = req.headers.authorization;
     const notFound = () =>
       send(404, { message: 'Not Found', documentation_url: 'https://docs.github.com/rest' });
-    let tokenInstallation: number | null = null;
+    let token: InstallationToken | null = null;
     if (isAppCall) {
       const problem = this.jwtProblem(auth);
       if (problem) return send(401, { message: problem, documentation_url: DOC.jwt });
@@ -568,15 +704,40 @@ export class FakeGitHub {
       // an expired (DOC.installationToken) or revoked (DOC.revokeToken) token is no token at all
       if (!t || t.expiresAt <= this.clock() || t.revokedAt !== undefined)
         return send(401, { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' });
-      tokenInstallation = t.installationId;
+      token = t;
     }
     const full = (data: unknown, status: number) => overlay(exampleOf(op.responses[String(status)]), data);
     const repo = params.owner ? this.repo(params.owner, params.repo!) : undefined;
-    // a token opens only its own installation's repositories and organization (DOC.installationToken)
-    if (tokenInstallation != null) {
-      if (repo && repo.installationId !== tokenInstallation) return notFound();
-      if (params.org && this.orgInstallations.get(params.org.toLowerCase()) !== tokenInstallation)
+    if (token) {
+      // a token opens only its own installation's repositories and organization (DOC.installationToken)
+      if (repo && repo.installationId !== token.installationId) return notFound();
+      if (params.org && this.orgInstallations.get(params.org.toLowerCase()) !== token.installationId)
         return notFound();
+      const need = requirementFor(method, op.path);
+      if (need === undefined) {
+        this.violations.push(
+          `no App permission known for ${method.toUpperCase()} ${op.path} (permissions.ts)`,
+        );
+        return notFound();
+      }
+      // a token narrowed to some repositories, or holding too little, is refused (DOC.permissions,
+      // DOC.notAccessible)
+      const outside =
+        repo != null &&
+        token.repositories != null &&
+        !token.repositories.includes(`${params.owner}/${params.repo}`.toLowerCase());
+      if (need && (outside || !satisfies(token.permissions, need))) {
+        const why = outside
+          ? `the token is narrowed to ${token.repositories!.join(', ')}`
+          : `the token holds ${JSON.stringify(token.permissions)}; needs ${need.anyOf.map((n) => `${n.permission}: ${n.access}`).join(' or ')}`;
+        this.forbidden.push({ method: method.toUpperCase(), path: url.pathname, status: 403, message: why });
+        this.violations.push(`permission: ${method.toUpperCase()} ${url.pathname} refused (403): ${why}`);
+        return send(403, {
+          message: 'Resource not accessible by integration',
+          documentation_url: need.documentationUrl,
+          status: '403',
+        });
+      }
     }
     const key = `${method} ${op.path}`;
     const page = PAGINATED.has(key) ? this.pager(url) : null;
@@ -588,43 +749,71 @@ export class FakeGitHub {
         const installationId = Number(params.installation_id);
         const known = [...this.repos.values()].some((r) => r.installationId === installationId);
         if (!known) return notFound();
-        // a token may be narrowed to some of the installation's repositories (names, without the
-        // owner) and to fewer permissions than the App holds (DOC.installationToken, "repositories",
-        // "permissions"); naming a repository outside the installation is 422
-        const ask = (body ?? {}) as { repositories?: string[]; permissions?: Record<string, string> };
+        // a token may be narrowed to some of the installation's repositories (`repositories`
+        // names without the owner, or `repository_ids`, at most 500) and to fewer permissions than
+        // the installation holds; a repository outside the installation, or a permission it does
+        // not hold, is 422 (DOC.accessTokens)
+        const ask = (body ?? {}) as {
+          repositories?: string[];
+          repository_ids?: number[];
+          permissions?: Record<string, string>;
+        };
         const mine = [...this.repos.entries()].filter(([, r]) => r.installationId === installationId);
         let scoped: string[] | null = null;
-        if (ask.repositories) {
+        const outside = () =>
+          send(422, {
+            message:
+              'There is at least one repository that does not exist or is not accessible to the parent installation.',
+            documentation_url: DOC.accessTokens,
+          });
+        if (ask.repositories || ask.repository_ids) {
           scoped = [];
-          for (const n of ask.repositories) {
+          for (const n of ask.repositories ?? []) {
             const hit = mine.find(([k]) => k.split('/')[1] === n.toLowerCase());
-            if (!hit)
-              return send(422, {
-                message:
-                  'There is at least one repository that does not exist or is not accessible to the parent installation.',
-                documentation_url: DOC.installationToken,
-              });
+            if (!hit) return outside();
             scoped.push(hit[0]);
           }
+          for (const id of ask.repository_ids ?? []) {
+            const hit = mine.find(([, r]) => r.id === id);
+            if (!hit) return outside();
+            scoped.push(hit[0]);
+          }
+          scoped = [...new Set(scoped)];
         }
-        const permissions = ask.permissions ?? { ...APP_PERMISSIONS };
-        const token = `ghs_${randomBytes(12).toString('hex')}`;
+        const narrowed = narrowPermissions(this.appPermissions, ask.permissions);
+        if (!narrowed.ok)
+          return send(422, { message: narrowed.message, documentation_url: DOC.accessTokens });
+        let permissions = narrowed.permissions;
+        const fault =
+          ask.repositories || ask.repository_ids || ask.permissions
+            ? this.ignoreNarrowing.shift()
+            : undefined;
+        if (fault) {
+          // fault: GitHub answers a narrowed request with a token broader than asked
+          if (fault.repositories) scoped = null;
+          if (fault.permissions) permissions = { ...this.appPermissions };
+        }
+        const tokenValue = `ghs_${randomBytes(12).toString('hex')}`;
         // installation tokens expire after one hour (DOC.installationToken)
         const expiresAt = this.clock() + 3600_000;
-        this.tokens.set(token, { installationId, expiresAt, repositories: scoped, permissions });
+        this.tokens.set(tokenValue, { installationId, expiresAt, repositories: scoped, permissions });
         return send(
           201,
           full(
             {
-              token,
+              token: tokenValue,
               expires_at: new Date(expiresAt).toISOString(),
               permissions,
-              repository_selection: scoped ? 'selected' : 'all',
+              // "selected" when narrowed, else the installation's own selection
+              repository_selection: scoped
+                ? 'selected'
+                : (this.installationSelection.get(installationId) ?? 'all'),
               // full repository objects, as GitHub lists them (the schema's shape)
               ...(scoped
                 ? {
                     repositories: scoped.map((k) =>
                       overlay(exampleOf(op.responses['201']?.properties?.repositories?.items), {
+                        id: this.repos.get(k)!.id,
                         full_name: k,
                         name: k.split('/')[1],
                       }),
@@ -685,6 +874,42 @@ export class FakeGitHub {
             200,
           ),
         );
+      }
+      case 'get /repos/{owner}/{repo}/contents/{path}': {
+        // a file on a ref, base64 with a newline every 60 characters, its git blob sha (DOC.contents);
+        // the fake's repositories hold their workflow files, the same on every branch
+        if (!repo) return notFound();
+        const ref = (url.searchParams.get('ref') ?? repo.defaultBranch).replace(/^refs\/heads\//, '');
+        if (ref !== repo.defaultBranch && !(ref in repo.branches) && ref !== repo.headSha)
+          return send(404, {
+            message: `No commit found for the ref ${ref}`,
+            documentation_url: DOC.contents,
+          });
+        const file = /^\.github\/workflows\/([^/]+)$/.exec(params.path!)?.[1];
+        const wf = file ? repo.workflows[file] : undefined;
+        if (!wf) return notFound();
+        const bytes = Buffer.from(wf.text, 'utf8');
+        const blobSha = createHash('sha1')
+          .update(Buffer.concat([Buffer.from(`blob ${bytes.length}\0`), bytes]))
+          .digest('hex');
+        const b64 = bytes.toString('base64').replace(/.{60}/g, '$&\n');
+        const self = `${this.url}/repos/${params.owner}/${params.repo}/contents/${params.path}?ref=${ref}`;
+        const html = `https://github.com/${params.owner}/${params.repo}/blob/${ref}/${params.path}`;
+        const git = `${this.url}/repos/${params.owner}/${params.repo}/git/blobs/${blobSha}`;
+        return send(200, {
+          type: 'file',
+          encoding: 'base64',
+          size: bytes.length,
+          name: file,
+          path: params.path,
+          content: b64,
+          sha: blobSha,
+          url: self,
+          git_url: git,
+          html_url: html,
+          download_url: `https://raw.githubusercontent.com/${params.owner}/${params.repo}/${ref}/${params.path}`,
+          _links: { git, html, self },
+        });
       }
       case 'get /repos/{owner}/{repo}/commits/{ref}':
         return repo ? send(200, full({ sha: repo.headSha }, 200)) : notFound();
@@ -977,7 +1202,7 @@ export class FakeGitHub {
         );
       }
       case 'post /repos/{owner}/{repo}/actions/runs/{run_id}/cancel': {
-        // 202 and the run's unfinished jobs end cancelled; a completed run is a 409 (DOC.cancelRun)
+        // 202 and the run's unfinished jobs end cancelled afterwards; a completed run is a 409 (DOC.cancelRun)
         const run = this.runs.find(
           (r) =>
             r.id === Number(params.run_id) &&
@@ -989,20 +1214,15 @@ export class FakeGitHub {
             message: 'Cannot cancel a workflow run that is completed.',
             documentation_url: DOC.cancelRun,
           });
-        const ended = this.jobs.filter((x) => x.runId === run.id && x.status !== 'completed');
-        for (const j of ended) {
-          if (j.status === 'queued')
-            Object.assign(j, {
-              status: 'completed',
-              conclusion: 'cancelled',
-              completedAt: new Date(this.clock()).toISOString(),
-            });
-          else this.completeJob(j.id, 'cancelled');
-        }
-        Object.assign(run, { status: 'completed', conclusion: 'cancelled' });
-        send(202, {});
-        this.onRunCancelled?.(run, ended);
-        return;
+        // accepted, not done: the run keeps its status until its jobs end (DOC.cancelling)
+        run.cancelRequestedAt ??= this.clock();
+        const timer = setTimeout(() => {
+          this.cancelTimers.delete(timer);
+          this.settleCancellations();
+        }, this.cancelDelayMs);
+        timer.unref?.();
+        this.cancelTimers.add(timer);
+        return send(202, {});
       }
       case 'get /app/hook/deliveries': {
         // newest first, `per_page` (max 100) and an opaque `cursor` (DOC.hookDeliveries)
@@ -1046,9 +1266,8 @@ export class FakeGitHub {
       }
       case 'delete /installation/token': {
         // revokes the token this very request authenticated with (checked live above, else 401)
-        const t = this.tokens.get(/^(?:token|Bearer) (ghs_\S+)$/.exec(auth ?? '')?.[1] ?? '');
-        if (!t) return send(401, { message: 'Bad credentials', documentation_url: DOC.revokeToken });
-        t.revokedAt = this.clock();
+        if (!token) return send(401, { message: 'Bad credentials', documentation_url: DOC.revokeToken });
+        token.revokedAt = this.clock();
         return send(204, null);
       }
       case 'post /app/hook/deliveries/{delivery_id}/attempts': {
@@ -1140,6 +1359,8 @@ export class FakeGitHub {
         completedAt: null,
       });
     }
+    // each job is queued with its run, whether or not a runner exists (DOC.workflowJobEvent)
+    for (const j of this.jobs.filter((x) => x.runId === run.id)) this.onWorkflowJob?.(j, 'queued');
     return run;
   }
 
@@ -1210,6 +1431,6 @@ export class FakeGitHub {
 }
 
 /** Starts a fake GitHub on an ephemeral loopback port. */
-export async function startFakeGitHub(): Promise<FakeGitHub> {
-  return new FakeGitHub().start();
+export async function startFakeGitHub(opts: FakeGitHubOptions = {}): Promise<FakeGitHub> {
+  return new FakeGitHub(opts).start();
 }

@@ -2,8 +2,14 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { sign } from '@octokit/webhooks-methods';
 import { waitFor } from '../doubles/index.ts';
-import { example, SECRET } from '../fake-github/harness.ts';
-import { type CheckRun, type FakeGitHub, type RepoState, startFakeGitHub } from '../fake-github/server.ts';
+import { example, SECRET, SPARK_RUNNER_GROUP } from '../fake-github/harness.ts';
+import {
+  type CheckRun,
+  type FakeGitHub,
+  type Job,
+  type RepoState,
+  startFakeGitHub,
+} from '../fake-github/server.ts';
 
 /**
  * GitHub, simulated for the system harness: the fake GitHub REST API (checked against GitHub's
@@ -141,6 +147,9 @@ export const DEFAULT_BRANCH_TIP = 'dead'.repeat(10);
 export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim> {
   const note = opts.onNote ?? (() => undefined);
   const gh = await startFakeGitHub();
+  // the spec's path: an organization runner group restricted to the enabled repositories
+  gh.addRunnerGroup(SPARK_RUNNER_GROUP, 'spark', 'selected');
+  gh.joinRunnerGroup = SPARK_RUNNER_GROUP;
   const repoState = gh.addRepo(REPO, {
     installationId: 77,
     collaborators: { [MAINTAINER]: 'admin', mallory: 'read' },
@@ -226,44 +235,31 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
 
   // ------------------------------------------------------------ GitHub Actions
 
-  const workflowJob = (job: SimJob, action: 'queued' | 'in_progress' | 'completed') => {
+  // GitHub sends each job's workflow_job webhooks as the fake's Actions service moves it: queued
+  // with its run (at dispatch, before any runner exists), in_progress at pickup, completed when it
+  // ends or a cancellation ends it. One at a time, in the order GitHub sent them.
+  let webhooks: Promise<unknown> = Promise.resolve();
+  gh.onWorkflowJob = (j: Job, action) => {
     const p = example('workflow_job', action);
-    p.repository.full_name = job.repo;
-    p.repository.name = job.repo.split('/')[1];
+    p.repository.full_name = j.repo;
+    p.repository.name = j.repo.split('/')[1];
     p.installation = { id: repoState.installationId };
-    p.workflow_job.id = job.id;
-    p.workflow_job.run_id = job.runId;
-    p.workflow_job.head_sha = job.runHeadSha;
-    p.workflow_job.status = action;
-    p.workflow_job.conclusion = action === 'completed' ? job.conclusion : null;
-    p.workflow_job.labels = job.labels;
-    p.workflow_job.runner_name = action === 'queued' ? null : job.runnerName;
-    p.workflow_job.html_url = `https://github.com/${job.repo}/actions/runs/${job.runId}/job/${job.id}`;
-    return p;
-  };
-
-  // GitHub reports each job a run cancellation ended (a queued job never had a runner)
-  gh.onRunCancelled = (run, ended) => {
-    void (async () => {
-      for (const j of ended) {
-        const p = example('workflow_job', 'completed');
-        p.repository.full_name = run.repo;
-        p.repository.name = run.repo.split('/')[1];
-        p.installation = { id: repoState.installationId };
-        Object.assign(p.workflow_job, {
-          id: j.id,
-          run_id: j.runId,
-          head_sha: j.headSha,
-          status: 'completed',
-          conclusion: 'cancelled',
-          labels: j.labels,
-          runner_name: j.runnerName,
-          html_url: `https://github.com/${run.repo}/actions/runs/${run.id}/job/${j.id}`,
-        });
-        note(`GitHub Actions: run ${run.id} cancelled; job ${j.id} completed: cancelled`);
-        await deliver('workflow_job', p);
-      }
-    })();
+    Object.assign(p.workflow_job, {
+      id: j.id,
+      run_id: j.runId,
+      head_sha: j.headSha,
+      head_branch: j.headBranch,
+      status: action,
+      conclusion: action === 'completed' ? j.conclusion : null,
+      labels: [...j.labels],
+      runner_id: action === 'queued' ? null : j.runnerId,
+      runner_name: action === 'queued' ? null : j.runnerName,
+      html_url: `https://github.com/${j.repo}/actions/runs/${j.runId}/job/${j.id}`,
+    });
+    note(
+      `GitHub Actions: job ${j.id} (run ${j.runId}) ${action}${action === 'completed' ? `: ${j.conclusion}` : ''}`,
+    );
+    webhooks = webhooks.then(() => deliver('workflow_job', p));
   };
 
   const actions: Server = createServer((req, res) => {
@@ -317,8 +313,8 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
         note(
           `GitHub Actions: ${foreign ? `FOREIGN job ${job.id} (run ${run.id})` : `job ${job.id} of ${rid}`} assigned to runner ${runner.name}`,
         );
-        await deliver('workflow_job', workflowJob(job, 'queued'));
-        await deliver('workflow_job', workflowJob(job, 'in_progress'));
+        // the pickup's in_progress webhook reaches the controller before the runner starts the job
+        await webhooks;
         return send(res, 200, job);
       }
       const gate = /^\/jobs\/(\d+)\/gates\/(work|exit)$/.exec(url.pathname);
@@ -331,7 +327,7 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
         const job = jobs.find((j) => j.id === Number(done[1]));
         if (!job) return send(res, 404, { message: 'no such job' });
         const b = (await readBody(req)) as { conclusion: string };
-        if (job.conclusion == null) {
+        if (job.conclusion == null && gh.jobs.find((j) => j.id === job.id)?.status !== 'completed') {
           job.conclusion = b.conclusion;
           note(
             `GitHub Actions: job ${job.id} of ${job.reservationId} on ${job.hostId} completed: ${b.conclusion}`,
@@ -341,7 +337,7 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
             job.id,
             b.conclusion === 'success' ? 'success' : b.conclusion === 'cancelled' ? 'cancelled' : 'failure',
           );
-          await deliver('workflow_job', workflowJob(job, 'completed'));
+          await webhooks;
         }
         return send(res, 200, { ok: true });
       }

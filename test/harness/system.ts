@@ -15,7 +15,7 @@ import {
   simulatedAgentConfig,
   waitFor,
 } from '../doubles/index.ts';
-import { SECRET } from '../fake-github/harness.ts';
+import { SECRET, SPARK_RUNNER_GROUP } from '../fake-github/harness.ts';
 import type { CheckRun, FakeGitHub } from '../fake-github/server.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import {
@@ -255,7 +255,8 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     hosts: hosts.map((h) => ({ id: h.id, homeService: h.homeService ?? null })),
     preferHosts: hosts.some((h) => h.id === 'spark-2') ? ['spark-2'] : [],
     timings: { ...DEFAULT_TIMINGS, ...(opts.timings ?? {}) },
-    github: { apiUrl: gh.url },
+    // organization runners in the group restricted to the enabled repositories (docs/github-app.md)
+    github: { apiUrl: gh.url, runnerGroupId: SPARK_RUNNER_GROUP },
   };
   const config = opts.controllerConfig ? opts.controllerConfig(baseConfig, gh) : baseConfig;
   const configPath = join(dir, 'spark.config.json');

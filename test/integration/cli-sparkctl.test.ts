@@ -326,8 +326,9 @@ describe('sparkctl against a real controller', () => {
       const first = await runSparkctl(bin, ['repo', 'enable', 'acme/butter', '--pair'], env, home.dir);
       expect(first.stderr).toBe('');
       expect(first.code).toBe(0);
+      // the documented App holds Issues: read: the labels are named for a maintainer, never asked for
       expect(first.stdout).toMatch(
-        /^enabled acme\/butter with pair tests\n {2}labels: {7}created spark-test, spark-test-long, spark-pair-test\n {2}runner group: ok/,
+        /^enabled acme\/butter with pair tests\n {2}labels: {7}none\n {2}create by hand \(the App may not\): spark-test #76b900, spark-test-long #4b8b00, spark-pair-test #2e5c00\n {2}runner group: ok/,
       );
       const again = await runSparkctl(bin, ['repo', 'enable', 'acme/butter', '--json'], env, home.dir);
       expect(JSON.parse(again.stdout)).toMatchObject({ labelsCreated: [], runnerGroupOk: true });

@@ -153,4 +153,43 @@ describe('CI as a dstack task: the controller', () => {
     expect(rows).toContain('broader than contents: read');
     expect(rows.includes('ghs_tooBroad0123456789')).toBe(false);
   });
+
+  for (const [what, fault] of [
+    [
+      'every repository of the installation (repository_selection "all", no repositories)',
+      { repositories: true, permissions: false },
+    ],
+    ['every App permission', { repositories: false, permissions: true }],
+  ] as const)
+    it(`a clone token GitHub really mints broader than asked (${what}) is revoked with itself and refused`, async () => {
+      h.gh.ignoreNextTokenNarrowing(fault);
+      await granted();
+      await h.until('the mint refused', async () => {
+        await h.drain();
+        const rows = await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.kind, 'mint-clone-token'));
+        return rows.some((r) => r.status === 'failed') ? rows : null;
+      });
+      // the broad token GitHub minted was revoked with itself (DELETE /installation/token, 204) and
+      // opens nothing any more; it was never stored for the agent
+      const minted = h.gh.calls('POST', /\/app\/installations\/1\/access_tokens$/).filter((c) => c.body);
+      expect(minted).toHaveLength(1);
+      const broad = [...h.gh.tokens.entries()].find(
+        ([, tk]) => tk.repositories === null && tk.revokedAt != null,
+      );
+      const revokes = h.gh.calls('DELETE', /^\/installation\/token$/);
+      expect(revokes).toHaveLength(1);
+      expect(revokes[0]).toMatchObject({ status: 204 });
+      const token = revokes[0]!.token!;
+      expect(h.gh.tokenScope(token)).toBeNull();
+      if (fault.repositories) expect(broad?.[0]).toBe(token);
+      expect(await handoffs()).toEqual([]);
+      const rows = JSON.stringify(await h.c.ledger.db.select().from(t.outbox));
+      expect(rows).toContain('broader than contents: read');
+      expect(rows).toContain('it was revoked');
+      expect(rows.includes(token)).toBe(false);
+      // the reservation does not run without its credential: no task is handed out
+      const lease = (await h.c.ledger.leasesOf(undefined, 'r-1'))[0]!;
+      const st = await computeDesiredState(h.c.ledger, h.c.ledger.db, lease.hostId, Date.now());
+      expect(st.pendingHandoff ?? null).toBeNull();
+    });
 });

@@ -6,7 +6,7 @@ import { refreshQueuedChecks } from '../../functions/github/sweeps.ts';
 import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import { computeDesiredState } from '../../functions/ledger/desired-state.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { example, type Harness, workflowJobEvent } from '../fake-github/harness.ts';
+import { example, type Harness, SPARK_RUNNER_GROUP, workflowJobEvent } from '../fake-github/harness.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
 import { validate } from '../fake-github/schema.ts';
 import type { Job } from '../fake-github/server.ts';
@@ -144,8 +144,13 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     });
     // the run GitHub created is recorded (from the dispatch's run details) before any runner exists
     const run = h.gh.runs[0]!;
-    expect(run).toMatchObject({ displayTitle: `spark r-1 ${meta.nonce}`, headSha: TIP, runAttempt: 1 });
-    expect(meta).toMatchObject({ runId: run.id, runAttempt: 1 });
+    expect(run).toMatchObject({ displayTitle: 'Spark test r-1', headSha: TIP, runAttempt: 1 });
+    expect(meta).toMatchObject({ runId: run.id, runAttempt: 1, nonceLabel: true });
+    // the inputs were read from the workflow on the default branch before the dispatch
+    const order0 = h.gh.requests.map((r) => `${r.method} ${r.path}`);
+    expect(
+      order0.indexOf(`GET /repos/${REPO}/contents/.github/workflows/spark-pr-test.yml?ref=main`),
+    ).toBeLessThan(order0.indexOf(`POST /repos/${REPO}/actions/workflows/spark-pr-test.yml/dispatches`));
     expect(h.gh.runners).toHaveLength(1);
     expect(h.gh.runners[0]!.labels).toEqual([
       'self-hosted',
@@ -155,7 +160,8 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
       'spark-single',
       `spark-r-1-${meta.nonce}`,
     ]);
-    expect(h.gh.runners[0]!.runnerGroupId).toBe(1);
+    // an organization runner in the group restricted to the enabled repositories (the default scope)
+    expect(h.gh.runners[0]).toMatchObject({ scope: 'org:Codertocat', runnerGroupId: SPARK_RUNNER_GROUP });
     expect(handoff.jitConfig).toBe(h.gh.runners[0]!.encodedJitConfig);
     // the dispatch re-checked the PR (open, label present, SHA current) first
     const order = h.gh.requests.map((r) => `${r.method} ${r.path.split('?')[0]}`);
@@ -300,6 +306,8 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
       const cancelPath = new RegExp(`^/repos/${REPO}/actions/runs/${meta.runId}/cancel$`);
       const cancel = await h.until('the admitted run cancelled', () => h.gh.calls('POST', cancelPath)[0]);
       expect(cancel).toMatchObject({ status: 202, auth: 'installation' });
+      // GitHub ends an accepted cancellation afterwards (asynchronously)
+      h.gh.settleCancellations();
       const admittedRun = h.gh.runs.find((x) => x.id === meta.runId)!;
       expect(admittedRun).toMatchObject({ status: 'completed', conclusion: 'cancelled' });
       const admittedJob = h.gh.jobs.find((j) => j.runId === meta.runId)!;
@@ -370,6 +378,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     });
     const cancel = await h.until('the admitted run cancelled', () => h.gh.calls('POST', cancelPath)[0]);
     expect(cancel).toMatchObject({ status: 202, auth: 'installation' });
+    h.gh.settleCancellations();
     expect(h.gh.runs.find((x) => x.id === meta.runId)).toMatchObject({
       status: 'completed',
       conclusion: 'cancelled',
@@ -390,6 +399,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     expect(h.gh.jobs.find((j) => j.runId === meta.runId)?.status).toBe('queued');
     await h.c.ledger.beginRelease('r-1', 'released', 'released by alice', 'alice');
     await h.until('the admitted run cancelled', () => h.gh.calls('POST', cancelPath)[0]?.status === 202);
+    h.gh.settleCancellations();
     const job = h.gh.jobs.find((j) => j.runId === meta.runId)!;
     expect(job).toMatchObject({ status: 'completed', conclusion: 'cancelled' });
     // our own cancellation's echo does not turn the release into a `cancelled` (failed) result
@@ -434,9 +444,9 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     expect(await h.c.ledger.db.select().from(t.outbox).where(eq(t.outbox.kind, 'cancel-run'))).toEqual([]);
   });
 
-  it('released while the run is still being looked up by its run-name: found, recorded, cancelled', async (ctx) => {
+  it("released while the run is still being looked up by its jobs' nonce label: found, recorded, cancelled", async (ctx) => {
     const { h, metaOf } = await scenario(ctx);
-    // without run details (204), the run is found by its run-name through find-run rows
+    // without run details (204), the run is found by its jobs' nonce label through find-run rows
     h.gh.fail({ method: 'POST', path: /\/dispatches$/, status: 204, body: null });
     await adoptAll(h.c.ledger);
     expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
@@ -464,12 +474,13 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
       20_000,
     );
     expect((await metaOf()).runId).toBe(runId);
+    h.gh.settleCancellations();
     expect(h.gh.runs[0]).toMatchObject({ status: 'completed', conclusion: 'cancelled' });
     // no runner was ever registered for the ended work
     expect(h.gh.calls('POST', /generate-jitconfig$/)).toEqual([]);
   });
 
-  it('without run details in the dispatch answer (204), the run is found by its run-name', async (ctx) => {
+  it("without run details in the dispatch answer (204), the run is found by its jobs' nonce label, never its name", async (ctx) => {
     const { h, prepared, metaOf } = await scenario(ctx);
     // GitHub Enterprise Server without return_run_details answers 204 with no body
     h.gh.fail({
@@ -494,7 +505,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     expect(other.status).toBe(204);
     const runId = h.gh.runs[0]!.id;
     await h.until(
-      'run recorded by run-name',
+      "run recorded by its jobs' label",
       async () => {
         await h.drain();
         return (await metaOf()).runId === runId;
@@ -505,7 +516,9 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
       .select()
       .from(t.events)
       .where(eq(t.events.type, 'reservation.run_recorded'));
-    expect(ev[0]?.cause).toMatch(/identified by its run-name/);
+    expect(ev[0]?.cause).toMatch(/identified by its jobs' runner label/);
+    // the run was found by listing its jobs, never by its name
+    expect(h.gh.calls('GET', new RegExp(`/actions/runs/${runId}/jobs`)).length).toBeGreaterThan(0);
     // the runner is registered only now that the run is known
     await h.until('runner registered', () => h.gh.runners.length === 1, 20_000);
   });
@@ -753,6 +766,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     await h.until('the admitted run cancelled', () =>
       h.gh.calls('POST', new RegExp(`/actions/runs/${runId}/cancel$`)).some((c) => c.status === 202),
     );
+    h.gh.settleCancellations();
     expect(h.gh.jobs.find((j) => j.runId === runId)).toMatchObject({ conclusion: 'cancelled' });
   });
 

@@ -48,10 +48,9 @@ describe('repository enablement (operator routes)', () => {
     expect((await open.json()).rolloutOverride).toEqual([]);
   });
 
-  it('checks the installation and runner scope, creates the three labels, and records it', async () => {
+  it('checks the installation and runner scope; the documented App may not create labels, so it names them', async () => {
     h = await startHarness();
     h.gh.addRepo('acme/butter', { installationId: 9, defaultBranch: 'trunk' });
-    h.gh.repos.get('acme/butter')!.labels.add('spark-test');
     await adoptHosts(h);
     const res = await h.enable('acme/butter', { pairEnabled: true });
     expect(res.status).toBe(200);
@@ -63,14 +62,21 @@ describe('repository enablement (operator routes)', () => {
         pairEnabled: true,
         enabled: true,
       },
-      labelsCreated: ['spark-test-long', 'spark-pair-test'],
-      labelsExisting: ['spark-test'],
+      labelsCreated: [],
       labelsFailed: [],
+      // Issues: read only (docs/github-app-manifest.json): a maintainer creates them, exactly so
+      labelsToCreate: [
+        { name: 'spark-test', color: '76b900' },
+        { name: 'spark-test-long', color: '4b8b00' },
+        { name: 'spark-pair-test', color: '2e5c00' },
+      ],
       runnerGroupOk: true,
     });
-    // the installation lookup used the App JWT; everything else an installation token
+    // no request the installation cannot serve was sent (GitHub would refuse it with 403)
+    expect(h.gh.calls('POST', /\/labels$/)).toEqual([]);
+    expect(h.gh.forbidden).toEqual([]);
+    // the installation lookup used the App JWT
     expect(h.gh.calls('GET', /\/installation$/)[0]!.auth).toBe('app');
-    expect(h.gh.calls('POST', /\/labels$/).every((r) => r.auth === 'installation')).toBe(true);
     const ev = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'repository.enabled'));
     expect(ev[0]).toMatchObject({ subjectId: 'acme/butter', actor: 'api:test-operator' });
 
@@ -79,6 +85,37 @@ describe('repository enablement (operator routes)', () => {
       headers: { authorization: `Bearer ${await h.operatorToken()}` },
     });
     expect((await off.json()).repository.enabled).toBe(false);
+  });
+
+  it('an App that may write issues gets the three labels created (one already there)', async () => {
+    h = await startHarness({ manifest: 'test/fixtures/github-apps/manifest-issues-write.json' });
+    h.gh.addRepo('acme/butter', { installationId: 9 });
+    h.gh.repos.get('acme/butter')!.labels.add('spark-test');
+    await adoptHosts(h);
+    const res = await h.enable('acme/butter');
+    expect(await res.json()).toMatchObject({
+      labelsCreated: ['spark-test-long', 'spark-pair-test'],
+      labelsExisting: ['spark-test'],
+      labelsFailed: [],
+      labelsToCreate: [],
+    });
+    expect(h.gh.calls('POST', /\/labels$/).every((r) => r.auth === 'installation')).toBe(true);
+    expect(h.gh.forbidden).toEqual([]);
+  });
+
+  it('repository runners with an App that lacks Administration: says so without asking GitHub', async () => {
+    // runnerScope "repo", but the App was created from the organization-runner manifest
+    h = await startHarness({
+      config: { github: { runnerScope: 'repo' } },
+      manifest: 'docs/github-app-manifest.json',
+    });
+    h.gh.addRepo('acme/butter', { installationId: 9 });
+    await adoptHosts(h);
+    const body = await (await h.enable('acme/butter')).json();
+    expect(body.runnerGroupOk).toBe(false);
+    expect(body.runnerGroupDetail).toMatch(/lacks Repository → "Administration": read and write/);
+    expect(h.gh.calls('GET', /\/actions\/runners/)).toEqual([]);
+    expect(h.gh.forbidden).toEqual([]);
   });
 
   it('refuses without the operate scope, for a repository without the App, or the wrong installation', async () => {

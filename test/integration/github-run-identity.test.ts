@@ -7,7 +7,6 @@ import {
   newRunnerNonce,
   parseReservationLabel,
   reservationLabel,
-  runNameOf,
 } from '../../functions/github/run-identity.ts';
 import { example, type Harness, startHarness } from '../fake-github/harness.ts';
 import { adoptAll } from '../helpers/ledger.ts';
@@ -73,7 +72,6 @@ describe('runner label nonce (pure)', () => {
       'spark-r-x-0123456789abcdef',
     ])
       expect(parseReservationLabel(l)).toBeNull();
-    expect(runNameOf('r-7', 'ab'.repeat(16))).toBe(`spark r-7 ${'ab'.repeat(16)}`);
   });
 });
 

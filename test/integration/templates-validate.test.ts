@@ -124,9 +124,11 @@ describe('spark-pr-test.yml', () => {
     for (const job of Object.values(d.jobs)) expect(job['timeout-minutes']).toBe(120);
   });
 
-  it('names the run `spark <reservation_id> <nonce>` so the controller can find it (issue 12 item 1)', () => {
-    // a workflow_dispatch run's head_sha is the default branch tip, so the run name is the handle
-    expect(doc()['run-name']).toBe(`spark ${gh('inputs.reservation_id')} ${gh('inputs.nonce')}`);
+  it('names the run for people only: the controller knows it from the dispatch answer (docs/adr/0131)', () => {
+    // the run-name is shown to everyone who reads the repository's Actions: it never carries the nonce
+    const name = String(doc()['run-name']);
+    expect(name).toBe(`Spark test ${gh('inputs.reservation_id')}`);
+    expect(name).not.toContain('nonce');
   });
 
   it('has two mutually exclusive jobs with static labels plus the unguessable reservation label', () => {
@@ -161,6 +163,8 @@ describe('spark-pr-test.yml', () => {
     for (const job of Object.values(doc().jobs)) {
       const [checkout, binding, preflight, test] = job.steps;
       expect(checkout!.uses).toMatch(/^actions\/checkout@[0-9a-f]{40}$/);
+      // actions/checkout v6 (the spec's `actions/checkout@v6`), pinned by its commit
+      expect(text()).toContain(`${checkout!.uses} # v6.`);
       expect(checkout!.with).toMatchObject({ ref: gh('inputs.head_sha'), 'persist-credentials': false });
       expect(binding!.uses).toMatch(/\/actions\/commit-binding@/);
       expect(binding!.with).toEqual({ head_sha: gh('inputs.head_sha') });

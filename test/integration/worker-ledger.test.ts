@@ -60,7 +60,7 @@ describe('Worker with a reachable remote ledger', () => {
     expect(migrate.out).toMatch(/ledger migrations applied/);
     gh = await startFakeGitHub();
     gh.addRepo(REPO, { installationId: 1, collaborators: { Codertocat: 'maintain' } });
-    const config = { github: { apiUrl: gh.url } };
+    const config = { github: { apiUrl: gh.url, runnerGroupId: 1 } };
     const store = await openLedgerDb({ url: sqld.url, createClient });
     ledger = new Ledger(store, { config: parseConfig(config) });
     dev = await startWranglerDev({

@@ -70,8 +70,8 @@ describe('configuration errors', () => {
       labels: { test: 'spark-test', long: 'spark-test-long', pair: 'spark-pair-test' },
       requiredPermission: ['maintain', 'admin'],
       permissionCacheS: 60,
-      runnerScope: 'repo',
-      runnerGroupId: 1,
+      // organization runners in a group the operator names (docs/adr/0130)
+      runnerScope: 'org',
       checkName: 'Spark test',
       fleetLabel: 'waffuru-spark',
     });

@@ -38,6 +38,8 @@ function notAdmitted(r: ReservationRow, repo: string, job: Job): string | null {
   if (job.run_id !== meta.runId) return `run ${job.run_id} is not the dispatched run ${meta.runId}`;
   const attempt = job.run_attempt ?? 1;
   if (attempt !== (meta.runAttempt ?? 1)) return `run attempt ${attempt} is not ${meta.runAttempt ?? 1}`;
+  // a workflow without the nonce input asks for the allocation labels only (docs/adr/0131)
+  if (meta.nonceLabel === false) return null;
   const want = meta.nonce ? reservationLabel(r.id, meta.nonce).toLowerCase() : null;
   if (!want || !job.labels.some((l) => l.toLowerCase() === want))
     return `the job does not ask for ${r.id}'s runner label`;
@@ -83,6 +85,10 @@ export async function onWorkflowJob(svc: GitHubService, d: Delivery, raw: unknow
       );
       return `fault: no such reservation label (${named.reservationId})`;
     }
+    // GitHub reports a job queued as soon as the dispatch creates it, which may be before the
+    // dispatch answer recorded the run: nothing to judge yet, and nothing to audit
+    if (p.action === 'queued' && !job.runner_name && readMeta(r)?.runId == null)
+      return `job ${job.id} queued; ${r.id}'s run is not recorded yet`;
     const why = notAdmitted(r, repo, job);
     if (job.runner_name) {
       // our label, yet a runner we never registered took it: nothing of ours runs there
