@@ -1,8 +1,9 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/ledger.ts';
+import { readOnlyView } from '../helpers/read-only-view.ts';
 import { repoRoot } from './actions-lease-fixture.ts';
 import { listing } from './lanes-harness.ts';
 
@@ -41,16 +42,9 @@ function run(
   opts: { readOnly?: string } = {},
 ): { code: number | null; stdout: string; stderr: string } {
   const base = { PATH: '/usr/bin:/bin', HOME: tmp.dir, ...env };
-  let cmd = 'bash';
-  let argv = [script(project), ...args];
-  if (opts.readOnly && process.getuid?.() === 0) {
-    // a read-only view of the dir, as a host gives a job a cache it must not write: a bind mount
-    // in a mount namespace of this one process (root ignores mode bits, so chmod would prove nothing)
-    cmd = 'unshare';
-    argv = ['--mount', 'sh', '-c', 'mount --bind -o ro "$0" "$0" && exec bash "$@"', opts.readOnly, ...argv];
-  } else if (opts.readOnly) {
-    chmodSync(opts.readOnly, 0o555);
-  }
+  const [cmd, argv] = opts.readOnly
+    ? readOnlyView(opts.readOnly, '/bin/bash', [script(project), ...args])
+    : ['/bin/bash', [script(project), ...args]];
   const r = spawnSync(cmd, argv, { env: base, encoding: 'utf8', cwd: tmp.dir });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
