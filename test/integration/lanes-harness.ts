@@ -9,7 +9,6 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { join, relative } from 'node:path';
-import { repoRoot } from './actions-lease-fixture.ts';
 
 /**
  * Runs the shipped Butter and Iron lane scripts the way a consuming repository does: the fixture
@@ -20,8 +19,10 @@ import { repoRoot } from './actions-lease-fixture.ts';
  * (`~/.cargo/bin`): they are pinned by the distribution (no toolchain download, no network) and
  * match the offline crates directory Debian ships for them (/usr/share/cargo/registry, read
  * through test/fixtures/lanes/cargo-config.toml), which is built for Debian's rustc.
+ * Also used by `npm run bench -- lanes` (scripts/bench/lanes.ts), so it imports no test runner.
  */
 
+const repoRoot = join(import.meta.dirname, '..', '..');
 export const DEBIAN_CARGO = '/usr/bin/cargo';
 export const DEBIAN_RUSTC = '/usr/bin/rustc';
 const FIXTURES = join(repoRoot, 'test', 'fixtures', 'lanes');
