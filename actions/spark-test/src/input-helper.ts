@@ -73,7 +73,7 @@ const Inputs = z.object({
     ),
 });
 
-/** The seed's lane time targets (issue 14 item 5). */
+/** The spec's lane time targets (docs/in-job.md "The lanes"): targets, never limits. */
 export const LANE_TARGET_MINUTES = { 'spark-test': 30, 'spark-test-long': 60 } as const;
 
 const RunnerEnv = z.object({
