@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -39,7 +39,14 @@ afterEach(() => {
   dir = null;
 });
 
-function run(o: { have: string[]; uid: number; sudo?: boolean; debs?: Record<string, string> }) {
+function run(o: {
+  have: string[];
+  uid: number;
+  sudo?: boolean;
+  debs?: Record<string, string>;
+  /** Real programs linked into the PATH under test (name → path). */
+  links?: Record<string, string>;
+}) {
   dir = tempDir('setup-deps-');
   const bin = join(dir.dir, 'bin');
   mkdirSync(bin);
@@ -49,6 +56,7 @@ function run(o: { have: string[]; uid: number; sudo?: boolean; debs?: Record<str
     chmodSync(join(bin, name), 0o755);
   };
   for (const c of o.have) standIn(c, 'exit 0');
+  for (const [name, target] of Object.entries(o.links ?? {})) symlinkSync(target, join(bin, name));
   standIn('id', `[ "$1" = "-u" ] && echo ${o.uid}`);
   standIn('apt-get', `echo "$*" >> ${log}`);
   standIn('tr', '/usr/bin/tr "$@"');
@@ -93,10 +101,11 @@ describe('scripts/setup-test-deps.sh (npm test pretest)', () => {
   });
 
   it("asks dpkg for the Rust toolchain and crates: a rustup cargo on PATH is not Debian's", () => {
-    // cargo resolves on PATH (as a rustup ~/.cargo/bin would make it), but dpkg has never seen
-    // the package, and librust-criterion-dev was removed with its configuration left
+    // a real cargo resolves on PATH (as a rustup ~/.cargo/bin would make it), but dpkg says the
+    // package is not installed, and librust-criterion-dev was removed with its configuration left
     const r = run({
-      have: [...EVERY, 'cargo', 'rustc'],
+      have: EVERY,
+      links: { cargo: '/usr/bin/cargo' },
       uid: 0,
       debs: { rustc: 'installed', 'librust-criterion-dev': 'config-files' },
     });
