@@ -1,5 +1,5 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   adopt,
@@ -22,8 +22,11 @@ import type { BenchRunner, BenchSection } from './types.ts';
  * (test/fixtures/lanes/) with Debian's cargo and one shared build cache (SPARK_BUILD_CACHE_DIR):
  * first in a new checkout with an empty cache (cold), then in another new checkout (the next
  * lease: new path, new file times), then again in that checkout (a re-run). The build step is the
- * sum of the lane's `cargo … --no-run` steps, from its spark-lane.json. The target: the next
- * lease's build takes at most 25 % of the cold one.
+ * sum of the lane's `cargo … --no-run` steps, from its spark-lane.json. The target: the second
+ * build takes at most 25 % of the cold one. A new checkout rebuilds the workspace's own crates
+ * (cargo's freshness is by file time, ADR 0147), so the next lease saves the dependencies' share;
+ * a re-run in the same checkout compiles nothing. The machine's load is reported beside the cold
+ * build: the times are wall-clock.
  */
 
 const MODEL = 'nvidia/Qwen3.8-27B-NVFP4';
@@ -84,14 +87,22 @@ export const run: BenchRunner = async (progress) => {
           dependenciesReusedInNextLease: depsReused,
         },
         rows: [
-          { metric: `${project} performance lane: build step, cold`, value: s1(c) },
+          {
+            metric: `${project} performance lane: build step, cold`,
+            value: `${s1(c)} (load ${load.toFixed(1)} on ${cpus().length} cores)`,
+          },
           {
             metric: `${project}: build step, next lease (warm cache, new checkout)`,
             value: `${s1(w)} (${(ratio * 100).toFixed(0)} %)`,
             target: '≤ 25 % of cold',
             met: ratio <= 0.25,
           },
-          { metric: `${project}: build step, re-run in the same checkout`, value: s1(r) },
+          {
+            metric: `${project}: build step, re-run in the same checkout`,
+            value: `${s1(r)} (${((r / c) * 100).toFixed(0)} %)`,
+            target: '≤ 25 % of cold',
+            met: r / c <= 0.25,
+          },
           {
             metric: `${project}: next lease reused every dependency`,
             value: depsReused ? 'yes' : 'no',
