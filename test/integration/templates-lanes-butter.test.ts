@@ -36,7 +36,7 @@ const REV = 'c0ffee'.padEnd(40, '0');
 /** The fixture's tests outside the lane: none of them may ever run. */
 const EXCLUDED = ['dispatch_table_unit', 'llama_3_70b_fp8_serving', 'request_shapes_are_valid'];
 /** A cold build of the fixture (serde_derive and syn included) takes up to minutes on a loaded 2-core machine. */
-const COLD = 300_000;
+const COLD = 600_000;
 
 let tmp: { dir: string; cleanup: () => void };
 let home: string;

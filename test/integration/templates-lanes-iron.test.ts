@@ -44,7 +44,7 @@ let n = 0;
 let built: ReturnType<typeof lease> | null = null;
 
 /** A cold build of the fixture takes 15–60 s of a loaded 2-core machine. */
-const COLD = 300_000;
+const COLD = 600_000;
 
 /** A fresh lease: a new checkout (new path, new file times) and new dirs; the build cache is shared. */
 function lease(opts: { cache?: string } = {}) {
