@@ -7,10 +7,18 @@
 #   - prometheus: promtool, which checks /metrics (`promtool check metrics`)
 #   - slurm-wlm:  the slurm execution backend (sbatch, squeue, sacct, scancel; slurmctld, slurmd)
 #   - munge:      slurm's authentication daemon
+#   - cargo, rustc, librust-criterion-dev: the Butter/Iron lane scripts run by Debian's real cargo
+#     on fixture workspaces (test/fixtures/lanes/), offline, from the crates Debian ships under
+#     /usr/share/cargo/registry. These are checked with dpkg-query, not by command: a rustup
+#     cargo earlier on PATH (~/.cargo/bin) is not the distribution's, and the crates directory
+#     has no command at all.
 # Installing needs root or passwordless sudo; without either it says what to run and fails.
 set -euo pipefail
 
 packages=(chromium shellcheck prometheus slurm-wlm munge)
+# installed when dpkg says so (`dpkg-query -W -f='${db:Status-Status}'` prints `installed`;
+# for a package dpkg never saw it prints nothing and exits 1, dpkg-query(1))
+debian_packages=(cargo rustc librust-criterion-dev)
 commands_of() {
   case "$1" in
     chromium) echo chromium ;;
@@ -18,6 +26,9 @@ commands_of() {
     prometheus) echo promtool ;;
     slurm-wlm) echo sbatch squeue sacct scancel slurmctld slurmd ;;
     munge) echo munge munged ;;
+    cargo) echo /usr/bin/cargo ;;
+    rustc) echo /usr/bin/rustc ;;
+    librust-criterion-dev) echo /usr/share/cargo/registry/criterion-0.3.6 ;;
   esac
 }
 
@@ -31,6 +42,11 @@ for pkg in "${packages[@]}"; do
       break
     fi
   done
+done
+for pkg in "${debian_packages[@]}"; do
+  if [ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" != installed ]; then
+    missing+=("$pkg")
+  fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

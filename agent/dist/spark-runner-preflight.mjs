@@ -40,6 +40,7 @@ import {
   existsSync as existsSync2,
   mkdtempSync,
   openSync,
+  readdirSync as readdirSync2,
   readFileSync as readFileSync2,
   rmSync,
   statSync as statSync3,
@@ -20390,7 +20391,7 @@ ${r.stderr}`;
       )
     );
   }
-  checks.push(checkModelCache(opts.modelCache));
+  checks.push(checkModelCache(opts.modelCache, opts.modelCacheAccess ?? "writable"));
   let provisioning;
   if (spec2) {
     const freeze = await pipFreeze;
@@ -20623,13 +20624,14 @@ function importCheck(answer, name, fatal) {
   if (error62 == null) return passed(label, "imports");
   return fatal ? failed(label, `import ${name} failed: ${error62}`) : softFailed(label, `import ${name} failed: ${error62}`);
 }
-function checkModelCache(dir) {
+function checkModelCache(dir, access) {
   const name = "model-cache";
   if (!dir)
     return failed(name, "no model cache configured (SPARK_MODEL_CACHE): models would be downloaded per run");
   try {
     if (!statSync3(dir).isDirectory())
       return failed(name, "model cache (SPARK_MODEL_CACHE) is not a directory");
+    readdirSync2(dir);
   } catch (e) {
     return failed(
       name,
@@ -20637,16 +20639,25 @@ function checkModelCache(dir) {
     );
   }
   const probe = join3(dir, `.spark-doctor-${process.pid}-${randomBytes(4).toString("hex")}`);
+  let writable;
+  let why = "";
   try {
     closeSync(openSync(probe, "wx"));
     unlinkSync(probe);
-    return passed(name, "model cache is writable");
+    writable = true;
   } catch (e) {
-    return failed(
-      name,
-      `model cache (SPARK_MODEL_CACHE) is not writable (${e.code ?? e}): fix its owner/permissions for the runner user`
-    );
+    writable = false;
+    why = String(e.code ?? e);
   }
+  if (access === "read-only")
+    return writable ? failed(
+      name,
+      "model cache (SPARK_MODEL_CACHE) is writable by this job: PR code could change the weights every later lease loads; give the runner user a read-only view of it (a read-only bind mount, or an owner and mode it cannot write)"
+    ) : passed(name, `model cache is read-only to this job (${why}), as a PR worker must see it`);
+  return writable ? passed(name, "model cache is writable") : failed(
+    name,
+    `model cache (SPARK_MODEL_CACHE) is not writable (${why}): fix its owner/permissions for the user who provisions it`
+  );
 }
 async function readCommit(runner, dir, env, timeoutMs) {
   const r = await runner.run("git", ["-C", dir, "rev-parse", "HEAD"], { env, timeoutMs });
@@ -20681,11 +20692,17 @@ function spec(path) {
     throw new UsageError(e.message);
   }
 }
-function torchMode(v) {
-  if (v == null || v === "required") return "required";
-  if (v === "skip") return "skip";
+function torchMode(v, fallback) {
+  if (v == null) return fallback;
+  if (v === "required" || v === "skip") return v;
   throw new UsageError(`--torch must be "required" or "skip", got "${v}"`);
 }
+function cacheAccess(v) {
+  if (v == null || v === "writable") return "writable";
+  if (v === "read-only") return "read-only";
+  throw new UsageError(`--model-cache-access must be "writable" or "read-only", got "${v}"`);
+}
+var LANE_DEFAULT_TOOLS = ["cargo", "rustc", "nvcc", "c++"];
 var RunnerEnvSchema = external_exports.object({
   SPARK_CONTROLLER_URL: external_exports.url({ message: "SPARK_CONTROLLER_URL must be an http(s) URL" }),
   SPARK_RESERVATION_ID: external_exports.string().min(1),
@@ -20700,7 +20717,7 @@ var RunnerEnvSchema = external_exports.object({
   SPARK_INTERCONNECT_CHECK: external_exports.string().min(1).optional()
 });
 var PREFLIGHT_USAGE = `usage: spark-runner-preflight <reservation_id> [--min-free-gb N] [--imports a,b] [--soft-imports c]
-       [--torch required|skip] [--tools ninja,nvcc,c++] [--manifest FILE] [--source-dir DIR]
+       [--torch required|skip (default skip)] [--tools cargo,rustc,nvcc,c++ (default)] [--manifest FILE] [--source-dir DIR]
        [--interconnect-check CMD] [--spec PROVISIONING-SPEC.json]
        spark-runner-preflight doctor [doctor options]   (the provisioning doctor, no lease)
 Lease credentials come from the environment the Spark agent gives the runner (SPARK_*).`;
@@ -20761,8 +20778,10 @@ ${PREFLIGHT_USAGE}`);
     doctor: {
       imports: modules(values.imports, "--imports"),
       softImports: modules(values["soft-imports"], "--soft-imports"),
-      torch: torchMode(values.torch),
-      tools: values.tools != null ? list(values.tools) : ["ninja", "nvcc", "c++"],
+      torch: torchMode(values.torch, "skip"),
+      tools: values.tools != null ? list(values.tools) : [...LANE_DEFAULT_TOOLS],
+      // the job is a PR worker: the managed model cache must be read-only to it
+      modelCacheAccess: "read-only",
       ...provisioned(spec(values.spec))
     },
     manifestPath: resolve(values.manifest ?? join4(sourceDir, "PROVISIONING-MANIFEST.json")),
@@ -20773,7 +20792,7 @@ ${PREFLIGHT_USAGE}`);
 function provisioned(s) {
   return s ? { spec: s, provisionedManifestPath: besideVenv(s.venv) } : {};
 }
-var DOCTOR_USAGE = `usage: npm run doctor -- [--model-cache DIR] [--imports a,b] [--soft-imports c] [--torch required|skip]
+var DOCTOR_USAGE = `usage: npm run doctor -- [--model-cache DIR] [--model-cache-access writable|read-only] [--imports a,b] [--soft-imports c] [--torch required|skip]
        [--tools ninja,nvcc,c++] [--manifest FILE] [--source-dir DIR] [--json]
        [--spec PROVISIONING-SPEC.json [--prewarm]]
 With --spec the manifest is written beside the spec's venv unless --manifest says otherwise;
@@ -20781,6 +20800,7 @@ With --spec the manifest is written beside the spec's venv unless --manifest say
 function readDoctorSettings(argv, env) {
   const { values, flags, positionals } = parse3(argv, {
     "model-cache": { type: "string" },
+    "model-cache-access": { type: "string" },
     imports: { type: "string" },
     "soft-imports": { type: "string" },
     torch: { type: "string" },
@@ -20797,15 +20817,19 @@ ${DOCTOR_USAGE}`);
   const s = spec(values.spec);
   if (flags.prewarm === true && !s?.model)
     throw new UsageError('--prewarm needs --spec with a "model" (id and pinned revision) to fetch');
+  const access = cacheAccess(values["model-cache-access"]);
+  if (flags.prewarm === true && access === "read-only")
+    throw new UsageError("--prewarm fills the model cache: it needs --model-cache-access writable");
   const manifestPath = values.manifest ? resolve(values.manifest) : s ? besideVenv(s.venv) : null;
   return {
     json: flags.json === true,
     options: {
       env,
       modelCache: values["model-cache"] ?? env.SPARK_MODEL_CACHE ?? null,
+      modelCacheAccess: access,
       imports: modules(values.imports, "--imports"),
       softImports: modules(values["soft-imports"], "--soft-imports"),
-      torch: torchMode(values.torch),
+      torch: torchMode(values.torch, "required"),
       ...values.tools != null ? { tools: list(values.tools) } : {},
       sourceDir: values["source-dir"] ? resolve(values["source-dir"]) : null,
       hostId: env.SPARK_HOST_ID ?? null,
@@ -21007,7 +21031,12 @@ var ReceiptSchema = object({
    * (the agent ran spark-test.sh as a dstack task and built this receipt from its exit and logs).
    */
   mode: _enum2(CI_MODES).optional(),
-  /** Correctness (smoke) always runs first; performance only after it passed. */
+  /**
+   * One entry per run of the repository's scripts/ci/spark-test.sh: the lane's suite, whose
+   * script runs correctness first when the suite is performance (the spec: "the performance
+   * lane always runs correctness first"). Receipts of earlier actions ran smoke, then
+   * performance: two entries.
+   */
   phases: array(
     object({
       suite: _enum2(SUITES),
@@ -21027,15 +21056,19 @@ var ReceiptSchema = object({
   }).strict(),
   lastLines: array(string2().max(MAX_RECEIPT_LINE_CHARS)).max(MAX_RECEIPT_LAST_LINES).optional(),
   /**
-   * The seed's lane and its time target (spark-test 30 min, spark-test-long 60 min, issue 14
-   * item 5): how long the run took and whether it stayed within the target; a run past the
-   * target is stopped by the spark-test action and fails.
+   * The spec's lane and its time target (spark-test 30 min, spark-test-long 60 min): how long
+   * the run took and whether it went over. A target is not a limit: a run over it is not
+   * stopped and passes or fails on its results; the job's hard limit is the workflow's
+   * `timeout-minutes` (120). `elapsedSeconds` and `overTarget` are absent from receipts of
+   * earlier actions and agents (`withinTarget` says the same there).
    */
   lane: object({
     name: _enum2(["spark-test", "spark-test-long"]),
     targetMinutes: number2().positive().max(24 * 60),
     elapsedMs: number2().int().nonnegative(),
-    withinTarget: boolean2()
+    withinTarget: boolean2(),
+    elapsedSeconds: number2().int().nonnegative().optional(),
+    overTarget: boolean2().optional()
   }).strict().optional(),
   /** Short toolchain/source revision strings printed at the start (name → one line). */
   toolchain: record(string2().max(40), string2().max(200)).refine((r) => Object.keys(r).length <= 20, "at most 20 toolchain entries")

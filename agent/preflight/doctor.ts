@@ -4,6 +4,7 @@ import {
   existsSync,
   mkdtempSync,
   openSync,
+  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -36,8 +37,15 @@ import { PREWARM_SCRIPT, type ProbeAnswer, PYTHON_PROBE, parseProbeOutput } from
 export interface DoctorOptions {
   /** The environment child processes will see; PATH decides which `python`/`ninja`/`nvcc` resolve. */
   env: Record<string, string | undefined>;
-  /** Model cache directory that must be writable (SPARK_MODEL_CACHE); null fails the check. */
+  /** The managed model cache (SPARK_MODEL_CACHE); null fails the check. */
   modelCache: string | null;
+  /**
+   * How the model cache must look to whoever runs the doctor. `writable` (default): the operator,
+   * who provisions and pre-warms it. `read-only`: a job (the in-job preflight) — PR code reads the
+   * weights every later lease loads too, so it must not be able to change them, and a cache the
+   * job can write is a finding (docs/in-job.md "Provisioning doctor").
+   */
+  modelCacheAccess?: ModelCacheAccess;
   /** Modules that must import (fatal), e.g. ["torch", "flash_attn"]. */
   imports?: readonly string[];
   /** Modules checked softly: a failure is a warning line, not a failed preflight. */
@@ -68,6 +76,8 @@ export interface DoctorOptions {
   runner?: ProcessRunner;
   now?: () => Date;
 }
+
+export type ModelCacheAccess = 'writable' | 'read-only';
 
 /** `PROVISIONING-MANIFEST.json` beside the venv (in the venv's parent directory). */
 export const besideVenv = (venv: string) =>
@@ -276,7 +286,7 @@ async function doctorIn(neutral: string, opts: DoctorOptions): Promise<DoctorRep
           ),
     );
   }
-  checks.push(checkModelCache(opts.modelCache));
+  checks.push(checkModelCache(opts.modelCache, opts.modelCacheAccess ?? 'writable'));
 
   let provisioning: ProvisioningRecord | undefined;
   if (spec) {
@@ -578,30 +588,46 @@ function importCheck(answer: ProbeAnswer, name: string, fatal: boolean): CheckRe
     : softFailed(label, `import ${name} failed: ${error}`);
 }
 
-function checkModelCache(dir: string | null): CheckResult {
+function checkModelCache(dir: string | null, access: ModelCacheAccess): CheckResult {
   const name = 'model-cache';
   if (!dir)
     return failed(name, 'no model cache configured (SPARK_MODEL_CACHE): models would be downloaded per run');
   try {
     if (!statSync(dir).isDirectory())
       return failed(name, 'model cache (SPARK_MODEL_CACHE) is not a directory');
+    readdirSync(dir);
   } catch (e) {
     return failed(
       name,
       `model cache (SPARK_MODEL_CACHE) is not usable: ${(e as NodeJS.ErrnoException).code ?? e}`,
     );
   }
+  // creating a file is the probe: it answers for this user and this mount, root and read-only
+  // mounts included (access(2) and mode bits do not)
   const probe = join(dir, `.spark-doctor-${process.pid}-${randomBytes(4).toString('hex')}`);
+  let writable: boolean;
+  let why = '';
   try {
     closeSync(openSync(probe, 'wx'));
     unlinkSync(probe);
-    return passed(name, 'model cache is writable');
+    writable = true;
   } catch (e) {
-    return failed(
-      name,
-      `model cache (SPARK_MODEL_CACHE) is not writable (${(e as NodeJS.ErrnoException).code ?? e}): fix its owner/permissions for the runner user`,
-    );
+    writable = false;
+    why = String((e as NodeJS.ErrnoException).code ?? e);
   }
+  if (access === 'read-only')
+    return writable
+      ? failed(
+          name,
+          'model cache (SPARK_MODEL_CACHE) is writable by this job: PR code could change the weights every later lease loads; give the runner user a read-only view of it (a read-only bind mount, or an owner and mode it cannot write)',
+        )
+      : passed(name, `model cache is read-only to this job (${why}), as a PR worker must see it`);
+  return writable
+    ? passed(name, 'model cache is writable')
+    : failed(
+        name,
+        `model cache (SPARK_MODEL_CACHE) is not writable (${why}): fix its owner/permissions for the user who provisions it`,
+      );
 }
 
 async function readCommit(

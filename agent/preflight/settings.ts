@@ -1,7 +1,7 @@
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { besideVenv, type DoctorOptions } from './doctor.ts';
+import { besideVenv, type DoctorOptions, type ModelCacheAccess } from './doctor.ts';
 import { type ProvisioningSpec, readProvisioningSpec } from './provisioning.ts';
 import type { LeaseCredentials } from './verify-lease.ts';
 
@@ -41,11 +41,25 @@ function spec(path: string | undefined): ProvisioningSpec | null {
   }
 }
 
-function torchMode(v: string | undefined): 'required' | 'skip' {
-  if (v == null || v === 'required') return 'required';
-  if (v === 'skip') return 'skip';
+function torchMode(v: string | undefined, fallback: 'required' | 'skip'): 'required' | 'skip' {
+  if (v == null) return fallback;
+  if (v === 'required' || v === 'skip') return v;
   throw new UsageError(`--torch must be "required" or "skip", got "${v}"`);
 }
+
+function cacheAccess(v: string | undefined): ModelCacheAccess {
+  if (v == null || v === 'writable') return 'writable';
+  if (v === 'read-only') return 'read-only';
+  throw new UsageError(`--model-cache-access must be "writable" or "read-only", got "${v}"`);
+}
+
+/**
+ * What a job's preflight requires by default: what the shipped lanes use. Butter and Iron build
+ * Rust CUDA workspaces (docs/in-job.md "Templates"), so cargo, rustc, nvcc and a C++ toolchain,
+ * and no torch: a lane that uses torch says so (`--torch required`, the lease-preflight input
+ * `torch: required`), and names its own tools.
+ */
+export const LANE_DEFAULT_TOOLS = ['cargo', 'rustc', 'nvcc', 'c++'] as const;
 
 /** Environment the lease credentials come from (set by the Spark agent for the runner it starts). */
 const RunnerEnvSchema = z.object({
@@ -73,7 +87,7 @@ export interface PreflightSettings {
   minFreeGb: number;
   doctor: Pick<
     DoctorOptions,
-    'imports' | 'softImports' | 'torch' | 'tools' | 'spec' | 'provisionedManifestPath'
+    'imports' | 'softImports' | 'torch' | 'tools' | 'spec' | 'provisionedManifestPath' | 'modelCacheAccess'
   >;
   manifestPath: string;
   sourceDir: string;
@@ -82,7 +96,7 @@ export interface PreflightSettings {
 }
 
 export const PREFLIGHT_USAGE = `usage: spark-runner-preflight <reservation_id> [--min-free-gb N] [--imports a,b] [--soft-imports c]
-       [--torch required|skip] [--tools ninja,nvcc,c++] [--manifest FILE] [--source-dir DIR]
+       [--torch required|skip (default skip)] [--tools cargo,rustc,nvcc,c++ (default)] [--manifest FILE] [--source-dir DIR]
        [--interconnect-check CMD] [--spec PROVISIONING-SPEC.json]
        spark-runner-preflight doctor [doctor options]   (the provisioning doctor, no lease)
 Lease credentials come from the environment the Spark agent gives the runner (SPARK_*).`;
@@ -144,8 +158,10 @@ export function readPreflightSettings(argv: readonly string[], env: Env): Prefli
     doctor: {
       imports: modules(values.imports, '--imports'),
       softImports: modules(values['soft-imports'], '--soft-imports'),
-      torch: torchMode(values.torch),
-      tools: values.tools != null ? list(values.tools) : ['ninja', 'nvcc', 'c++'],
+      torch: torchMode(values.torch, 'skip'),
+      tools: values.tools != null ? list(values.tools) : [...LANE_DEFAULT_TOOLS],
+      // the job is a PR worker: the managed model cache must be read-only to it
+      modelCacheAccess: 'read-only',
       ...provisioned(spec(values.spec)),
     },
     manifestPath: resolve(values.manifest ?? join(sourceDir, 'PROVISIONING-MANIFEST.json')),
@@ -159,7 +175,7 @@ function provisioned(s: ProvisioningSpec | null): Pick<DoctorOptions, 'spec' | '
   return s ? { spec: s, provisionedManifestPath: besideVenv(s.venv) } : {};
 }
 
-export const DOCTOR_USAGE = `usage: npm run doctor -- [--model-cache DIR] [--imports a,b] [--soft-imports c] [--torch required|skip]
+export const DOCTOR_USAGE = `usage: npm run doctor -- [--model-cache DIR] [--model-cache-access writable|read-only] [--imports a,b] [--soft-imports c] [--torch required|skip]
        [--tools ninja,nvcc,c++] [--manifest FILE] [--source-dir DIR] [--json]
        [--spec PROVISIONING-SPEC.json [--prewarm]]
 With --spec the manifest is written beside the spec's venv unless --manifest says otherwise;
@@ -172,6 +188,7 @@ export function readDoctorSettings(
 ): { options: DoctorOptions; json: boolean } {
   const { values, flags, positionals } = parse(argv, {
     'model-cache': { type: 'string' },
+    'model-cache-access': { type: 'string' },
     imports: { type: 'string' },
     'soft-imports': { type: 'string' },
     torch: { type: 'string' },
@@ -187,15 +204,19 @@ export function readDoctorSettings(
   const s = spec(values.spec);
   if (flags.prewarm === true && !s?.model)
     throw new UsageError('--prewarm needs --spec with a "model" (id and pinned revision) to fetch');
+  const access = cacheAccess(values['model-cache-access']);
+  if (flags.prewarm === true && access === 'read-only')
+    throw new UsageError('--prewarm fills the model cache: it needs --model-cache-access writable');
   const manifestPath = values.manifest ? resolve(values.manifest) : s ? besideVenv(s.venv) : null;
   return {
     json: flags.json === true,
     options: {
       env,
       modelCache: values['model-cache'] ?? env.SPARK_MODEL_CACHE ?? null,
+      modelCacheAccess: access,
       imports: modules(values.imports, '--imports'),
       softImports: modules(values['soft-imports'], '--soft-imports'),
-      torch: torchMode(values.torch),
+      torch: torchMode(values.torch, 'required'),
       ...(values.tools != null ? { tools: list(values.tools) } : {}),
       sourceDir: values['source-dir'] ? resolve(values['source-dir']) : null,
       hostId: env.SPARK_HOST_ID ?? null,

@@ -1,3 +1,4 @@
+import { parseStoredReceipts } from '../../core/protocol/receipt.ts';
 import { sha256Hex } from '../auth/tokens.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 
@@ -64,6 +65,23 @@ function hostsText(hosts: string[]): string {
   return hosts.length ? hosts.map(displayHost).join(' + ') : 'Spark';
 }
 
+/**
+ * One line per host whose run went over its lane's time target, from the stored receipts. A target
+ * is not a limit (docs/in-job.md): the run was not stopped, and its result stands; the line says
+ * how long it took. Older receipts without `overTarget` say it with `withinTarget`.
+ */
+function overTargetLines(receiptJson: string | null): string[] {
+  const stored = parseStoredReceipts(receiptJson);
+  if (!stored) return [];
+  return Object.values(stored.byHost).flatMap((x) =>
+    x.lane && (x.lane.overTarget ?? !x.lane.withinTarget)
+      ? [
+          `- Over target: lane ${x.lane.name} took ${(x.lane.elapsedMs / 60_000).toFixed(1)} min on ${displayHost(x.hostId)}, over its ${x.lane.targetMinutes}-minute target (a target, not a limit: the run was not stopped)`,
+        ]
+      : [],
+  );
+}
+
 export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunView {
   const facts = [
     `- Reservation: \`${r.id}\` (${r.kind}, priority ${r.priority})`,
@@ -72,6 +90,7 @@ export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunV
     `- Requested by: @${r.requester.replace(/^github:/, '')}`,
   ];
   if (ctx.hosts.length) facts.push(`- Hosts: ${hostsText(ctx.hosts)}`);
+  facts.push(...overTargetLines(r.receiptJson));
   if (ctx.executors?.length)
     facts.push(
       `- Backend: ${[...new Set(ctx.executors)].join(' + ')}${ctx.mode === 'task' ? ' (task: scripts/ci/spark-test.sh, no GitHub job)' : ''}`,

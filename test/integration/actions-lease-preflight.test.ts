@@ -18,7 +18,10 @@ import {
 /**
  * The lease-preflight action run as the runner runs it, against a real controller on loopback.
  * The host command is the real bundled `spark-runner-preflight` (built with the project's build
- * script) installed on a prepared PATH with a real venv, a fake torch and fake GPU tools.
+ * script) installed on a prepared PATH with a real venv, a fake torch, fake GPU tools and Debian's
+ * real cargo and rustc. The host shows the job the managed model cache read-only: here the host
+ * command runs in a mount namespace of its own where SPARK_MODEL_CACHE is a read-only bind mount
+ * (as root; otherwise the cache loses its write bits), unless a case asks for a writable one.
  */
 
 let tmp: { dir: string; cleanup: () => void };
@@ -65,11 +68,20 @@ beforeAll(async () => {
   // the agent bundle installs the host command; here: the real bundle behind a tiny wrapper
   const bundle = join(tmp.dir, 'spark-runner-preflight.mjs');
   await buildTarget(targets.find((t) => t.name === 'preflight')!, bundle);
-  shellScript(join(hostBin, 'spark-runner-preflight'), `exec "${process.execPath}" "${bundle}" "$@"`);
+  // the preflight sees the model cache read-only; `doctor` (the operator provisioning) writable
+  shellScript(
+    join(hostBin, 'spark-runner-preflight'),
+    `if [ "$1" = doctor ] || [ "\${TEST_MODEL_CACHE_VIEW:-}" = writable ]; then exec "${process.execPath}" "${bundle}" "$@"; fi
+if [ "$(/usr/bin/id -u)" != 0 ]; then /bin/chmod a-w "$SPARK_MODEL_CACHE"; exec "${process.execPath}" "${bundle}" "$@"; fi
+exec /usr/bin/unshare --mount /bin/sh -c '/usr/bin/mount --bind -o ro "$SPARK_MODEL_CACHE" "$SPARK_MODEL_CACHE" && exec "$0" "$@"' "${process.execPath}" "${bundle}" "$@"`,
+  );
   fakeNvidiaSmi(hostBin, '');
   shellScript(join(hostBin, 'ninja'), "printf '%s\\n' 1.11.1");
   shellScript(join(hostBin, 'nvcc'), "printf '%s\\n' 'Cuda compilation tools, release 13.0, V13.0.88'");
   shellScript(join(hostBin, 'c++'), "printf '%s\\n' 'c++ (Debian 12.2.0-14) 12.2.0'");
+  // the shipped lanes' tools: Debian's real cargo and rustc (scripts/setup-test-deps.sh)
+  symlinkSync('/usr/bin/cargo', join(hostBin, 'cargo'));
+  symlinkSync('/usr/bin/rustc', join(hostBin, 'rustc'));
   symlinkSync(
     execFileSync('sh', ['-c', 'command -v git'], { encoding: 'utf8' }).trim(),
     join(hostBin, 'git'),
@@ -105,13 +117,19 @@ describe('actions/lease-preflight (run as the runner runs it)', () => {
     expect(r.output).toMatch(/preflight passed: \d+ checks/);
     expect(r.code).toBe(0);
     expect(r.outputs.ok).toBe('true');
+    // the default fits the shipped Rust CUDA lanes: their tools, no torch; the cache read-only
+    expect(r.output).toMatch(/^ok {3}tool:cargo: resolves on PATH$/m);
+    expect(r.output).toMatch(/^ok {3}tool:rustc: resolves on PATH$/m);
+    expect(r.output).not.toMatch(/ torch/);
+    expect(r.output).toMatch(/^ok {3}model-cache: model cache is read-only to this job/m);
     const manifest = JSON.parse(readFileSync(r.outputs.manifest!, 'utf8'));
     expect(manifest).toMatchObject({
       ok: true,
       hostId: 'spark-2',
       sourceCommit: head,
       reservation: { id: f.reservation.id, headSha: head, topology: 'single' },
-      torch: { version: '2.9.0+cu130', cudaAvailable: true },
+      torch: null,
+      tools: { cargo: expect.stringMatching(/^cargo \d/), rustc: expect.stringMatching(/^rustc \d/) },
     });
     expect(r.summary).toContain('Spark lease preflight passed');
     expect(r.summary).toMatch(/\| gpu \| ok \|/);
@@ -121,6 +139,21 @@ describe('actions/lease-preflight (run as the runner runs it)', () => {
       expect(text).not.toContain(lease.jobToken);
       expect(text).not.toContain(lease.leaseId);
     }
+  });
+
+  it('checks torch where the lane says it uses it, and fails a model cache the job can write', async () => {
+    f = await startWithGrantedLease({ headSha: head });
+    const torch = await preflight(f, 'spark-2', {}, { torch: 'required', tools: 'ninja,nvcc,c++' });
+    expect(torch.output).toContain('ok   torch-build: torch 2.9.0+cu130 is not a +cpu wheel');
+    expect(torch.output).toContain('ok   torch-cuda: CUDA 13.0 available on NVIDIA GB10');
+    expect(torch.code).toBe(0);
+    // a host that hands PR workers a writable model cache
+    const writable = await preflight(f, 'spark-2', { TEST_MODEL_CACHE_VIEW: 'writable' });
+    expect(writable.code).toBe(1);
+    expect(writable.output).toContain(
+      'FAIL model-cache: model cache (SPARK_MODEL_CACHE) is writable by this job: PR code could change the weights every later lease loads',
+    );
+    expect(writable.output).toContain('::error::lease preflight failed: model-cache');
   });
 
   it('fails with a stale fencing token: the host was re-granted to newer work', async () => {
@@ -239,7 +272,7 @@ describe('actions/lease-preflight (run as the runner runs it)', () => {
     // the host command resolves nvidia-smi on PATH; a host without it cannot prove the GPU is free
     const noSmi = join(tmp.dir, 'no-smi');
     mkdirSync(noSmi, { recursive: true });
-    for (const tool of ['spark-runner-preflight', 'ninja', 'nvcc', 'c++', 'git']) {
+    for (const tool of ['spark-runner-preflight', 'cargo', 'rustc', 'nvcc', 'c++', 'git']) {
       symlinkSync(join(hostBin, tool), join(noSmi, tool));
     }
     const missing = await preflight(f, 'spark-2', { PATH: `${noSmi}:${venvBin}` });

@@ -175,6 +175,23 @@ describe('spark-pr-test.yml', () => {
     }
   });
 
+  it('uploads the lane results dir and the provisioning manifest, whatever the result', () => {
+    const action = parse(readFileSync(join(repoRoot, 'actions', 'spark-test', 'action.yml'), 'utf8')) as {
+      outputs: Record<string, unknown>;
+    };
+    expect(Object.keys(action.outputs)).toContain('results_dir');
+    for (const job of Object.values(doc().jobs)) {
+      const upload = job.steps.find((s) => s.uses?.startsWith('actions/upload-artifact@'))!;
+      // tag v6.0.0 of github.com/actions/upload-artifact
+      expect(upload.uses).toBe('actions/upload-artifact@b7c566a772e6b6bfb58ed0dc250532a479d7789f');
+      expect(upload.if).toBe(gh("always() && steps.test.outputs.results_dir != ''"));
+      expect(String(upload.with!.path).trim().split('\n')).toEqual([
+        gh('steps.test.outputs.results_dir'),
+        'PROVISIONING-MANIFEST.json',
+      ]);
+    }
+  });
+
   it('pins every third-party action by full SHA with a version comment; own actions exist here', () => {
     const uses = [...text().matchAll(/^\s*(?:-\s+)?uses:\s*(\S+)(.*)$/gm)].map((m) => ({
       ref: m[1]!,

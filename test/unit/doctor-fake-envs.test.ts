@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runDoctor } from '../../agent/preflight/doctor.ts';
 import { buildTarget } from '../../scripts/build.ts';
 import { tempDir } from '../helpers/ledger.ts';
+import { readOnlyView } from '../helpers/read-only-view.ts';
 
 /**
  * The provisioning doctor against prepared fake environments (issue 5 tests): a real Python
@@ -118,10 +119,18 @@ interface CliRun {
   ms: number;
 }
 
-function runCli(env: Record<string, string>, args: string[] = [], cwd = repo): Promise<CliRun> {
+function runCli(
+  env: Record<string, string>,
+  args: string[] = [],
+  cwd = repo,
+  opts: { readOnly?: string } = {},
+): Promise<CliRun> {
   const started = Date.now();
+  const [cmd, argv] = opts.readOnly
+    ? readOnlyView(opts.readOnly, process.execPath, [doctorBundle, ...args])
+    : [process.execPath, [doctorBundle, ...args]];
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [doctorBundle, ...args], {
+    const child = spawn(cmd, argv, {
       cwd,
       env: { ...env, HOME: root.dir },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -282,6 +291,36 @@ describe('provisioning doctor', () => {
     expect(r.code).toBe(1);
     const missing = await runCli({ PATH: fullPath(venvBin) });
     expect(line(missing, 'model-cache')).toMatch(/^FAIL model-cache: no model cache configured/);
+  });
+
+  it('for a PR worker (the in-job view) a writable model cache is a finding and a read-only one passes', async () => {
+    const args = ['--model-cache-access', 'read-only'];
+    const writable = await runCli({ PATH: fullPath(venvBin), SPARK_MODEL_CACHE: cache() }, args);
+    expect(line(writable, 'model-cache')).toBe(
+      'FAIL model-cache: model cache (SPARK_MODEL_CACHE) is writable by this job: PR code could change the weights every later lease loads; give the runner user a read-only view of it (a read-only bind mount, or an owner and mode it cannot write)',
+    );
+    expect(writable.code).toBe(1);
+    const dir = cache();
+    const ro = await runCli({ PATH: fullPath(venvBin), SPARK_MODEL_CACHE: dir }, args, repo, {
+      readOnly: dir,
+    });
+    expect(line(ro, 'model-cache')).toMatch(
+      /^ok {3}model-cache: model cache is read-only to this job \((EROFS|EACCES)\), as a PR worker must see it$/,
+    );
+    expect(ro.code).toBe(0);
+    // pre-warming writes the cache: only the operator's (writable) view may
+    const spec = join(root.dir, 'spec-ro-prewarm.json');
+    writeFileSync(
+      spec,
+      JSON.stringify({ venv: '/opt/v', pins: {}, model: { id: 'acme/m', revision: 'a'.repeat(40) } }),
+    );
+    const prewarm = await runCli({ PATH: fullPath(venvBin) }, [...args, '--spec', spec, '--prewarm']);
+    expect(prewarm.code).toBe(2);
+    expect(prewarm.lines).toEqual([
+      'doctor: --prewarm fills the model cache: it needs --model-cache-access writable',
+    ]);
+    const bad = await runCli({ PATH: fullPath(venvBin) }, ['--model-cache-access', 'rw']);
+    expect(bad.lines).toEqual(['doctor: --model-cache-access must be "writable" or "read-only", got "rw"']);
   });
 
   it('names a missing declared import (fatal) and only warns for a soft one', async () => {

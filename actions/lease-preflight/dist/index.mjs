@@ -39380,7 +39380,8 @@ function getInputs() {
   const parsed = Inputs.safeParse({
     reservationId: getInput("reservation_id", { required: true }),
     minFreeGb: getInput("min_free_gb") || "50",
-    torch: getInput("torch") || "required"
+    // the shipped lanes (Rust CUDA workspaces) use no torch; a lane that does says so
+    torch: getInput("torch") || "skip"
   });
   if (!parsed.success) {
     throw new Error(`invalid input: ${parsed.error.issues.map((i) => i.message).join("; ")}`);
@@ -39398,7 +39399,7 @@ function getInputs() {
     ...parsed.data,
     imports: list(getInput("imports")),
     softImports: list(getInput("soft_imports")),
-    tools: tools ? list(tools) : ["ninja", "nvcc", "c++"],
+    tools: tools ? list(tools) : ["cargo", "rustc", "nvcc", "c++"],
     manifestPath: resolve(workspace, manifest || "PROVISIONING-MANIFEST.json"),
     provisioningSpec: spec || null,
     workspace,

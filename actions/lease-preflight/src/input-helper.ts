@@ -41,7 +41,8 @@ export function getInputs(): LeasePreflightSettings {
   const parsed = Inputs.safeParse({
     reservationId: core.getInput('reservation_id', { required: true }),
     minFreeGb: core.getInput('min_free_gb') || '50',
-    torch: core.getInput('torch') || 'required',
+    // the shipped lanes (Rust CUDA workspaces) use no torch; a lane that does says so
+    torch: core.getInput('torch') || 'skip',
   });
   if (!parsed.success) {
     throw new Error(`invalid input: ${parsed.error.issues.map((i) => i.message).join('; ')}`);
@@ -60,7 +61,7 @@ export function getInputs(): LeasePreflightSettings {
     ...parsed.data,
     imports: list(core.getInput('imports')),
     softImports: list(core.getInput('soft_imports')),
-    tools: tools ? list(tools) : ['ninja', 'nvcc', 'c++'],
+    tools: tools ? list(tools) : ['cargo', 'rustc', 'nvcc', 'c++'],
     manifestPath: resolve(workspace, manifest || 'PROVISIONING-MANIFEST.json'),
     provisioningSpec: spec || null,
     workspace,

@@ -1,4 +1,4 @@
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import * as core from '@actions/core';
 import { z } from 'zod';
 import type { Suite, Topology } from '../../../core/model.ts';
@@ -14,8 +14,9 @@ export interface SparkTestSettings {
   topology: Topology;
   suite: Suite;
   /**
-   * The seed's lane: `spark-test` (smoke, 30 min) or `spark-test-long` (smoke then performance,
-   * 60 min for both); the action stops the run when the target passes.
+   * The spec's lane: `spark-test` (smoke, 30-minute target) or `spark-test-long` (performance:
+   * correctness, then performance, 60-minute target). A target, not a limit: the action records
+   * a run over it and never stops it.
    */
   lane: {
     name: 'spark-test' | 'spark-test-long';
@@ -36,6 +37,11 @@ export interface SparkTestSettings {
   };
   workDir: string;
   modelCache: string;
+  /**
+   * Where the lane's results go (the script's bench JSON and lane record, the full log, the
+   * receipt): SPARK_RESULTS_DIR, else `<work dir>/spark-results`. The workflow uploads it.
+   */
+  resultsDir: string;
   github: { repo: string | undefined; runUrl: string | undefined };
   /** Environment for the test script: the runner's minus the lease credentials. */
   childEnv: Record<string, string | undefined>;
@@ -67,7 +73,7 @@ const Inputs = z.object({
     ),
 });
 
-/** The seed's lane time targets (issue 14 item 5). */
+/** The spec's lane time targets (docs/in-job.md "The lanes"): targets, never limits. */
 export const LANE_TARGET_MINUTES = { 'spark-test': 30, 'spark-test-long': 60 } as const;
 
 const RunnerEnv = z.object({
@@ -79,6 +85,7 @@ const RunnerEnv = z.object({
   SPARK_TOPOLOGY: z.enum(['single', 'pair']),
   SPARK_WORK_DIR: z.string().min(1),
   SPARK_MODEL_CACHE: z.string().min(1),
+  SPARK_RESULTS_DIR: z.string().startsWith('/', 'SPARK_RESULTS_DIR must be an absolute path').optional(),
   /** The agent's executor (issue 15); older agents do not set it. */
   SPARK_EXECUTOR: z.enum(EXECUTOR_NAMES).optional(),
 });
@@ -145,6 +152,7 @@ export function getInputs(): SparkTestSettings {
     },
     workDir: e.SPARK_WORK_DIR,
     modelCache: e.SPARK_MODEL_CACHE,
+    resultsDir: e.SPARK_RESULTS_DIR ?? join(e.SPARK_WORK_DIR, 'spark-results'),
     executor: e.SPARK_EXECUTOR ?? null,
     github: { repo: env.GITHUB_REPOSITORY, runUrl },
     childEnv,

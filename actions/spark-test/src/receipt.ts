@@ -54,7 +54,7 @@ export function renderSummary(r: Receipt, digest: string, recorded: string): str
       ? ([
           [
             'Lane',
-            `${r.lane.name}: ${(r.lane.elapsedMs / 60_000).toFixed(1)} of ${r.lane.targetMinutes} min target — ${r.lane.withinTarget ? 'within target' : 'target exceeded'}`,
+            `${r.lane.name}: ${(r.lane.elapsedMs / 60_000).toFixed(1)} of ${r.lane.targetMinutes} min target — ${(r.lane.overTarget ?? !r.lane.withinTarget) ? "over target (a target, not a limit: the job's limit is its timeout-minutes)" : 'within target'}`,
           ],
         ] as [string, string][])
       : []),

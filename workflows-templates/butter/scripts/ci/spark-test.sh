@@ -1,93 +1,210 @@
 #!/usr/bin/env bash
-# Spark test entry point for Butter. Copy to scripts/ci/spark-test.sh in the Butter repository.
+# Spark test entry point for Butter. Copy to scripts/ci/spark-test.sh in the Butter repository (the
+# Spark controller's scripts/ci/install-spark-templates.sh does).
 #
-# Called by the spark-test action as `scripts/ci/spark-test.sh <single|pair>` with
-# SPARK_TEST_SUITE=smoke|performance, inside the work and model-cache dirs the Spark controller
-# provides. The action runs smoke (correctness) first and performance only after smoke passed, so
-# each suite below does exactly one thing. Never stop services or processes you did not start.
+# Run as `scripts/ci/spark-test.sh <single|pair>` with SPARK_TEST_SUITE=smoke|performance in the
+# environment the Spark agent gives the runner (SPARK_WORK_DIR, SPARK_MODEL_CACHE, optionally
+# SPARK_BUILD_CACHE_DIR and SPARK_RESULTS_DIR; docs/in-job.md in the Spark controller). It never
+# stops services or processes it did not start, and it starts none of its own.
 #
-# Lanes (Spark seed):
-#   spark-test       (SPARK_TEST_SUITE=smoke, 30-minute target) release-mode wh-butter-cuda
-#                    cuda_smoke: allocation/upload, generated CUDA dispatch, elementwise ops,
-#                    RMSNorm and GEMV against CPU references
-#   spark-test-long  (smoke, then SPARK_TEST_SUITE=performance, 60-minute target for both)
-#                    Qwen3.8 27B NVFP4 serving: 512-token prompt, 32 decode tokens, 1 warmup,
-#                    2 measured runs, from the managed model cache (never downloaded)
+# The lanes (the Spark spec's table):
+#   spark-test       SPARK_TEST_SUITE=smoke, 30-minute target: release-mode wh-butter-cuda
+#                    cuda_smoke (allocation/upload, generated CUDA dispatch, elementwise ops,
+#                    RMSNorm and GEMV against CPU references)
+#   spark-test-long  SPARK_TEST_SUITE=performance, 60-minute target: the same CUDA smoke first
+#                    (this script runs it; the performance lane always does), then the one model
+#                    integration filter: Qwen3.8 27B NVFP4 serving at a 512-token prompt, 32 decode
+#                    tokens, one warmup and two measured runs, with the model read from the
+#                    managed cache (SPARK_MODEL_CACHE) and never downloaded
+# A target is a target: a lane over it passes or fails on its results, and the receipt and the
+# check say it went over; the job's hard limit is the workflow's timeout-minutes (120).
 #
-# The lane deadline (SPARK_LANE_DEADLINE, epoch seconds) comes from the spark-test action, which
-# also stops the run when it passes; this script starts no step after it and bounds every wait
-# by it. Run by hand, the deadline is the lane target from now.
+# The model integration test: run as `cargo test --release <BUTTER_MODEL_CARGO_ARGS> --
+# --include-ignored <BUTTER_MODEL_TEST_FILTER>` (a model test is usually #[ignore]d for ordinary
+# `cargo test`; the filter picks it, and it must match at least one test that passes). It reads
+# BUTTER_MODEL_DIR (the model snapshot in the managed cache), BUTTER_PROMPT_TOKENS,
+# BUTTER_DECODE_TOKENS, BUTTER_WARMUP_RUNS, BUTTER_MEASURED_RUNS, and writes its measurement as
+# JSON to BUTTER_RESULT_JSON; HF_HOME points into the managed cache and HF_HUB_OFFLINE=1,
+# TRANSFORMERS_OFFLINE=1 and HF_DATASETS_OFFLINE=1 keep any Hugging Face client offline.
+#
+# Results: the serving JSON (butter-model-bench.json), cargo's build messages and spark-lane.json
+# (steps, build and lock-wait times, compiled/fresh counts, target and elapsed time) go to
+# SPARK_RESULTS_DIR (default: SPARK_WORK_DIR/spark-results); the Spark workflow uploads it.
 set -euo pipefail
 
-topology="${1:-}"
-suite="${SPARK_TEST_SUITE:-}"
-: "${SPARK_WORK_DIR:?SPARK_WORK_DIR is not set: run this through the spark-test action on a Spark runner}"
-: "${SPARK_MODEL_CACHE:?SPARK_MODEL_CACHE is not set: run this through the spark-test action on a Spark runner}"
-
-QWEN_MODEL="${BUTTER_QWEN_MODEL:-nvidia/Qwen3.8-27B-NVFP4}"
-# a pinned revision (commit sha) of the model; empty = the snapshot refs/main points at in the cache
-QWEN_REVISION="${BUTTER_QWEN_REVISION:-}"
+PROJECT=Butter
+# Names the spec does not give, as variables defaulting to its wording (override in the
+# environment or edit here):
+#   BUTTER_MODEL_TEST_FILTER  the one model integration filter: "Qwen3.8 27B NVFP4" as a libtest
+#                             name filter
+#   BUTTER_MODEL_CARGO_ARGS   where cargo looks for it (the spec names no crate): the workspace
+#   BUTTER_MODEL              the model's id in the managed Hugging Face cache
+#   BUTTER_MODEL_REVISION     a pinned revision (commit sha); empty = the cache's refs/main
+BUTTER_MODEL_TEST_FILTER="${BUTTER_MODEL_TEST_FILTER:-qwen3_8_27b_nvfp4}"
+BUTTER_MODEL_CARGO_ARGS="${BUTTER_MODEL_CARGO_ARGS:---workspace}"
+BUTTER_MODEL="${BUTTER_MODEL:-nvidia/Qwen3.8-27B-NVFP4}"
+BUTTER_MODEL_REVISION="${BUTTER_MODEL_REVISION:-}"
+# The spec's names and numbers
+SMOKE_PACKAGE=wh-butter-cuda
+SMOKE_TEST=cuda_smoke
 PROMPT_TOKENS=512
 DECODE_TOKENS=32
 WARMUP_RUNS=1
 MEASURED_RUNS=2
 
-# Reuse the managed model cache: a run never downloads weights.
-export HF_HOME="${SPARK_MODEL_CACHE}/huggingface"
-export HF_HUB_OFFLINE=1
-export TRANSFORMERS_OFFLINE=1
+# Runs before anything is written (see the prelude below): the performance lane needs the model
+# in the managed cache, so a missing model fails at once, before any build, and is never fetched.
+project_check() {
+  read -r -a model_cargo_args <<<"${BUTTER_MODEL_CARGO_ARGS}"
+  [[ "${BUTTER_MODEL_TEST_FILTER}" =~ ^[A-Za-z0-9_:]+$ ]] ||
+    fail "BUTTER_MODEL_TEST_FILTER must be one libtest name filter (letters, digits, _ and ::), got '${BUTTER_MODEL_TEST_FILTER}'"
+  [ "${suite}" = performance ] || return 0
+  local repo_dir rev
+  repo_dir="${SPARK_MODEL_CACHE}/huggingface/hub/models--${BUTTER_MODEL//\//--}"
+  rev="${BUTTER_MODEL_REVISION}"
+  if [ -z "${rev}" ] && [ -f "${repo_dir}/refs/main" ]; then rev="$(<"${repo_dir}/refs/main")"; fi
+  if [ -z "${rev}" ] || [ ! -f "${repo_dir}/snapshots/${rev}/config.json" ]; then
+    fail "${BUTTER_MODEL}${BUTTER_MODEL_REVISION:+ at ${BUTTER_MODEL_REVISION}} is not in the managed model cache ${SPARK_MODEL_CACHE}/huggingface; a Spark run never downloads weights: pre-warm it on the host (spark-runner-preflight doctor --spec <the host's provisioning spec> --prewarm)"
+  fi
+  model_dir="${repo_dir}/snapshots/${rev}"
+}
 
-# The cargo target dir may be shared between runs on the host (warm builds); every write to it
-# (build, test build) holds this lock so two builds never interleave in one target dir.
-export CARGO_TARGET_DIR="${BUTTER_CARGO_TARGET_DIR:-${CARGO_TARGET_DIR:-${SPARK_WORK_DIR}/cargo-target}}"
-mkdir -p "${CARGO_TARGET_DIR}"
-BUILD_LOCK="${CARGO_TARGET_DIR}/.spark-build.lock"
+# ---- begin common lane prelude (identical in the Butter and Iron templates; a test compares) ----
+# From here to the end marker: the input checks, the dirs, the build lock, step timing and the
+# lane record. The project part below it only says which cargo commands make the lane.
 
 fail() {
   echo "spark-test: $*" >&2
   exit 2
 }
 
+# Bad input stops here, before anything is written anywhere: one line on stderr, exit 2.
+[ $# -eq 1 ] || fail "usage: scripts/ci/spark-test.sh <single|pair> (got $# arguments)"
+topology="$1"
 case "${topology}" in
   single) ;;
-  pair)
-    if [ -z "${SPARK_DISTRIBUTED_ASSERTION:-}" ] || [ ! -f "${SPARK_DISTRIBUTED_ASSERTION}" ]; then
-      fail "topology pair needs a real distributed assertion (SPARK_DISTRIBUTED_ASSERTION names a script that proves both hosts computed together); Butter declares none, so a pair run fails instead of passing vacuously"
-    fi
-    ;;
+  pair) fail "topology pair refused: ${PROJECT} has no distributed test yet, and a pair run must exercise both hosts together, never run independent commands on two of them; request single-host runs" ;;
   *) fail "usage: scripts/ci/spark-test.sh <single|pair> (got '${topology}')" ;;
 esac
-
+suite="${SPARK_TEST_SUITE:-}"
 case "${suite}" in
-  smoke) lane=spark-test target_minutes=30 ;;
-  performance) lane=spark-test-long target_minutes=60 ;;
+  smoke) lane=spark-test default_target=30 ;;
+  performance) lane=spark-test-long default_target=60 ;;
+  '') fail "SPARK_TEST_SUITE is not set (smoke or performance): run this through the Spark workflow on a runner the Spark agent started" ;;
   *) fail "SPARK_TEST_SUITE must be smoke or performance (got '${suite}')" ;;
 esac
-deadline="${SPARK_LANE_DEADLINE:-$(($(date +%s) + target_minutes * 60))}"
-[[ "${deadline}" =~ ^[0-9]+$ ]] || fail "SPARK_LANE_DEADLINE must be epoch seconds (got '${deadline}')"
 
-# seconds left in the lane; a step that cannot start in time ends the run with the lane's name
-left() {
-  local s=$((deadline - $(date +%s)))
-  if [ "${s}" -le 0 ]; then
-    echo "spark-test: lane ${lane} exceeded its ${target_minutes}-minute time target before: $1" >&2
-    exit 124
+# need_dir NAME: the directory in $NAME is set, absolute and exists
+need_dir() {
+  local value="${!1:-}"
+  [ -n "${value}" ] || fail "$1 is not set: run this through the Spark workflow on a runner the Spark agent started (the agent provides it)"
+  [[ "${value}" == /* ]] || fail "$1 must be an absolute path (got '${value}')"
+  [ -d "${value}" ] || fail "$1 ${value} is not a directory"
+}
+need_dir SPARK_WORK_DIR
+need_dir SPARK_MODEL_CACHE
+if [ -n "${SPARK_RESULTS_DIR:-}" ] && [[ "${SPARK_RESULTS_DIR}" != /* ]]; then
+  fail "SPARK_RESULTS_DIR must be an absolute path (got '${SPARK_RESULTS_DIR}')"
+fi
+target_minutes="${SPARK_LANE_TARGET_MINUTES:-${default_target}}"
+[[ "${target_minutes}" =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "SPARK_LANE_TARGET_MINUTES must be a number of minutes (got '${target_minutes}')"
+
+project_check # the project's own refusals (e.g. a model missing from the cache), still before any write
+
+# The build cache: with SPARK_BUILD_CACHE_DIR (one per repository, kept across leases by the
+# agent) the cargo target dir there stays warm from one lease to the next; without it the build
+# is cold, in this lease's work dir, and removed after a successful run.
+scratch="${SPARK_WORK_DIR}/spark-test-scratch"
+if [ -n "${SPARK_BUILD_CACHE_DIR:-}" ]; then
+  need_dir SPARK_BUILD_CACHE_DIR
+  build_cache=shared
+  build_lock="${SPARK_BUILD_CACHE_DIR}/spark-build.lock"
+  # creating the lock file is the writability probe (`test -w` says yes to root on any mode)
+  { : >>"${build_lock}"; } 2>/dev/null ||
+    fail "SPARK_BUILD_CACHE_DIR ${SPARK_BUILD_CACHE_DIR} is not writable by this job: the shared build cache must be (the Spark agent provides it per repository)"
+  export CARGO_TARGET_DIR="${SPARK_BUILD_CACHE_DIR}/cargo-target"
+else
+  build_cache=cold
+  build_lock="${scratch}/spark-build.lock"
+  export CARGO_TARGET_DIR="${scratch}/cargo-target"
+fi
+results="${SPARK_RESULTS_DIR:-${SPARK_WORK_DIR}/spark-results}"
+mkdir -p "${scratch}" "${results}"
+
+# Every cargo step holds an exclusive flock(2) on the build lock, so two builds never write one
+# target dir at once. The lock belongs to this shell's open file: the kernel drops it when that
+# file is closed, so a job that crashes or is killed cannot leave it held (flock(2)). Commands run
+# with the fd closed (`{lock_fd}>&-`): nothing they leave behind holds the lock after this script.
+exec {lock_fd}>>"${build_lock}"
+now_ms() { date +%s%3N; }
+lane_started_ms="$(now_ms)"
+steps=()
+
+# locked NAME CMD...: runs CMD under the build lock, timed, and records the step
+locked() {
+  local name="$1" t0 t1 rc=0
+  shift
+  t0="$(now_ms)"
+  if ! flock --nonblock "${lock_fd}"; then
+    echo "spark-test: waiting for the build lock ${build_lock} (another build of this repository holds it)" >&2
+    flock "${lock_fd}"
   fi
-  echo "${s}"
+  t1="$(now_ms)"
+  "$@" {lock_fd}>&- || rc=$?
+  flock --unlock "${lock_fd}"
+  steps+=("{\"name\":\"${name}\",\"ms\":$(($(now_ms) - t1)),\"lockWaitMs\":$((t1 - t0)),\"exit\":${rc}}")
+  return "${rc}"
 }
 
-with_build_lock() {
-  local wait
-  wait="$(left "waiting for the build lock ${BUILD_LOCK}")"
-  # 75 (EX_TEMPFAIL) = the lock stayed taken until the lane deadline
-  flock --exclusive --timeout "${wait}" --conflict-exit-code 75 "${BUILD_LOCK}" "$@" || {
-    local rc=$?
-    if [ "${rc}" -eq 75 ]; then
-      echo "spark-test: lane ${lane} exceeded its ${target_minutes}-minute time target waiting for the build lock ${BUILD_LOCK} (another build holds it)" >&2
-      exit 124
+# step_add KEY NUMBER...: adds fields to the last recorded step
+step_add() {
+  local last="${steps[-1]%\}}"
+  while [ $# -ge 2 ]; do
+    last+=",\"$1\":$2"
+    shift 2
+  done
+  steps[-1]="${last}}"
+}
+
+# build NAME CARGO-ARGS...: one `cargo … --no-run` build step. Cargo's JSON messages are kept in
+# the results (cargo-build-NAME.jsonl) and counted: units compiled (of them, this workspace's) and
+# units fresh, i.e. reused from the target dir.
+build() {
+  local name="$1" json="${results}/cargo-build-$1.jsonl" rc=0 compiled fresh workspace
+  shift
+  echo "== build ${name}: cargo $* --no-run (${build_cache} target dir)"
+  locked "build:${name}" cargo "$@" --no-run --message-format json-render-diagnostics >"${json}" || rc=$?
+  compiled="$(grep -c '"reason":"compiler-artifact".*"fresh":false' "${json}" || true)"
+  fresh="$(grep -c '"reason":"compiler-artifact".*"fresh":true' "${json}" || true)"
+  workspace="$(grep '"reason":"compiler-artifact".*"fresh":false' "${json}" | grep -c '"package_id":"[^"]*path+file://' || true)"
+  step_add compiled "${compiled}" compiledWorkspace "${workspace}" fresh "${fresh}"
+  echo "build ${name}: exit ${rc}; compiled ${compiled} units (${workspace} of this workspace), ${fresh} fresh"
+  return "${rc}"
+}
+
+# tests NAME "FILTER..." CARGO-ARGS...: runs `cargo CARGO-ARGS` under the lock (its output also
+# kept in the scratch dir) and fails unless every FILTER names at least one test that ran and
+# passed ("" = at least one test at all): libtest passes when a filter matches nothing, and a lane
+# that tested nothing must not pass.
+tests() {
+  local name="$1" want="$2" out="${scratch}/test-$1.log" rc=0 passed f
+  shift 2
+  echo "== test ${name}: cargo $*"
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  locked "test:${name}" bash -c 'set -o pipefail; cargo "$@" 2>&1 | tee "$0"' "${out}" "$@" || rc=$?
+  passed="$(sed -n 's/^test \(.*\) \.\.\. ok$/\1/p' "${out}")"
+  step_add passed "$(grep -c . <<<"${passed}" || true)"
+  [ "${rc}" -eq 0 ] || return "${rc}"
+  if [ -z "${want}" ] && [ -z "${passed}" ]; then
+    echo "spark-test: cargo $* ran no test: the ${name} step would pass without testing anything" >&2
+    return 1
+  fi
+  for f in ${want}; do
+    if ! grep -qF -- "${f}" <<<"${passed}"; then
+      echo "spark-test: the filter '${f}' matched no test that ran and passed: the ${name} step would pass without testing it" >&2
+      return 1
     fi
-    return "${rc}"
-  }
+  done
 }
 
 revisions() {
@@ -95,80 +212,64 @@ revisions() {
   echo "source: $(git rev-parse HEAD 2>/dev/null || echo 'not a git checkout')"
   echo "cargo: $(cargo --version 2>&1 || echo 'not found')"
   echo "rustc: $(rustc --version 2>&1 || echo 'not found')"
-  echo "nvcc: $(nvcc --version 2>&1 | grep -i release || echo 'not found')"
-  echo "lane: ${lane} (${target_minutes}-minute target), topology ${topology}"
+  echo "nvcc: $(nvcc --version 2>/dev/null | grep -i release || echo 'not found')"
+  echo "lane: ${lane} (${target_minutes}-minute target), suite ${suite}, topology ${topology}"
+  if [ "${build_cache}" = shared ]; then
+    echo "build cache: shared ${CARGO_TARGET_DIR} (SPARK_BUILD_CACHE_DIR: warm across leases)"
+  else
+    echo "build cache: cold ${CARGO_TARGET_DIR} (SPARK_BUILD_CACHE_DIR is not set; removed after a successful run)"
+  fi
+  echo "results: ${results}"
 }
 
+# At exit: the lane record in the results (spark-lane.json), the time against the target (a
+# target, never a kill: the job's limit is the workflow's timeout-minutes), and the disposable
+# work dir removed after a successful run (kept after a failure, for inspection; the agent removes
+# the lease's work dir at release).
+finish() {
+  local rc=$? elapsed_ms minutes over IFS=,
+  elapsed_ms=$(($(now_ms) - lane_started_ms))
+  minutes="$(awk -v e="${elapsed_ms}" 'BEGIN { printf "%.1f", e / 60000 }')"
+  over="$(awk -v e="${elapsed_ms}" -v m="${target_minutes}" 'BEGIN { print (e > m * 60000) ? "true" : "false" }')"
+  printf '{"lane":"%s","suite":"%s","topology":"%s","targetMinutes":%s,"elapsedSeconds":%s,"overTarget":%s,"exit":%s,"buildCache":"%s","steps":[%s]}\n' \
+    "${lane}" "${suite}" "${topology}" "$(awk -v m="${target_minutes}" 'BEGIN { printf "%g", m }')" \
+    "$((elapsed_ms / 1000))" "${over}" "${rc}" "${build_cache}" "${steps[*]}" >"${results}/spark-lane.json"
+  if [ "${over}" = true ]; then
+    echo "spark-test: lane ${lane} took ${minutes} min: over its ${target_minutes}-minute target (a target, not a limit; the job's limit is the workflow's timeout-minutes)"
+  else
+    echo "spark-test: lane ${lane} took ${minutes} min of its ${target_minutes}-minute target"
+  fi
+  if [ "${rc}" -eq 0 ]; then
+    rm -rf "${scratch}"
+    echo "spark-test: removed the disposable work dir ${scratch}"
+  else
+    echo "spark-test: kept ${scratch} after the failure (the agent removes the work dir at release)" >&2
+  fi
+  exit "${rc}"
+}
+trap finish EXIT
+# ---- end common lane prelude ----
+
+# The CUDA smoke: release-mode wh-butter-cuda, test target cuda_smoke
 smoke() {
-  echo "== Butter CUDA smoke, release mode: wh-butter-cuda cuda_smoke (${topology})"
-  left "cuda_smoke" >/dev/null
-  with_build_lock cargo test --release --locked -p wh-butter-cuda --test cuda_smoke
+  build smoke test --release --locked -p "${SMOKE_PACKAGE}" --test "${SMOKE_TEST}"
+  tests smoke "" test --release --locked -p "${SMOKE_PACKAGE}" --test "${SMOKE_TEST}"
 }
 
-# The snapshot dir of the model in the managed HF cache, or a clear failure: never a download.
-model_snapshot() {
-  local repo_dir rev
-  repo_dir="${HF_HOME}/hub/models--${QWEN_MODEL//\//--}"
-  rev="${QWEN_REVISION}"
-  if [ -z "${rev}" ] && [ -f "${repo_dir}/refs/main" ]; then rev="$(<"${repo_dir}/refs/main")"; fi
-  if [ -z "${rev}" ] || [ ! -f "${repo_dir}/snapshots/${rev}/config.json" ]; then
-    fail "Qwen3.8 27B NVFP4 (${QWEN_MODEL}${QWEN_REVISION:+ at ${QWEN_REVISION}}) is not in the managed model cache ${HF_HOME}; a Spark run never downloads weights: pre-warm it on the host (spark-runner-preflight doctor --spec <the host's provisioning spec> --prewarm)"
-  fi
-  echo "${repo_dir}/snapshots/${rev}"
-}
-
-server_pid=""
-stop_own_server() {
-  # only the server this script started
-  if [ -n "${server_pid}" ] && kill -0 "${server_pid}" 2>/dev/null; then
-    kill -TERM "${server_pid}" 2>/dev/null || true
-    wait "${server_pid}" 2>/dev/null || true
-  fi
-}
-
-performance() {
-  local snapshot bin ready port wait
-  snapshot="$(model_snapshot)"
-  echo "== Butter Qwen3.8 27B NVFP4 serving: ${PROMPT_TOKENS}-token prompt, ${DECODE_TOKENS} decode tokens, ${WARMUP_RUNS} warmup, ${MEASURED_RUNS} measured runs"
-  echo "model: ${QWEN_MODEL} snapshot $(basename "${snapshot}")"
-  left "building the server" >/dev/null
-  with_build_lock cargo build --release --locked -p wh-butter-serve --bin butter-serve --bin butter-bench
-  # run copies, so a later build in the shared target dir cannot change what this run executes
-  bin="${SPARK_WORK_DIR}/butter-bin"
-  mkdir -p "${bin}"
-  with_build_lock cp "${CARGO_TARGET_DIR}/release/butter-serve" "${CARGO_TARGET_DIR}/release/butter-bench" "${bin}/"
-  ready="${SPARK_WORK_DIR}/butter-serve.ready"
-  port="${BUTTER_SERVE_PORT:-18731}"
-  rm -f "${ready}"
-  trap stop_own_server EXIT
-  "${bin}/butter-serve" --model "${snapshot}" --host 127.0.0.1 --port "${port}" --ready-file "${ready}" &
-  server_pid=$!
-  until [ -f "${ready}" ]; do
-    kill -0 "${server_pid}" 2>/dev/null || fail "butter-serve exited before it was ready (see the log above)"
-    left "butter-serve became ready" >/dev/null
-    sleep 1
-  done
-  wait="$(left "the serving benchmark")"
-  echo "butter-serve ready on 127.0.0.1:${port} (${wait} s left in the lane)"
-  "${bin}/butter-bench" \
-    --url "http://127.0.0.1:${port}" \
-    --prompt-tokens "${PROMPT_TOKENS}" \
-    --decode-tokens "${DECODE_TOKENS}" \
-    --warmup "${WARMUP_RUNS}" \
-    --runs "${MEASURED_RUNS}" \
-    --output "${SPARK_WORK_DIR}/butter-serving-bench.json"
-  stop_own_server
-  trap - EXIT
+# The one model integration filter, offline, from the managed cache
+model() {
+  echo "== model: ${BUTTER_MODEL} snapshot ${model_dir##*/}: ${PROMPT_TOKENS}-token prompt, ${DECODE_TOKENS} decode tokens, ${WARMUP_RUNS} warmup, ${MEASURED_RUNS} measured runs"
+  export HF_HOME="${SPARK_MODEL_CACHE}/huggingface" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+  export BUTTER_MODEL_DIR="${model_dir}" BUTTER_PROMPT_TOKENS="${PROMPT_TOKENS}" BUTTER_DECODE_TOKENS="${DECODE_TOKENS}"
+  export BUTTER_WARMUP_RUNS="${WARMUP_RUNS}" BUTTER_MEASURED_RUNS="${MEASURED_RUNS}"
+  export BUTTER_RESULT_JSON="${results}/butter-model-bench.json"
+  rm -f "${BUTTER_RESULT_JSON}"
+  build model test --release --locked "${model_cargo_args[@]}"
+  tests model "${BUTTER_MODEL_TEST_FILTER}" test --release --locked "${model_cargo_args[@]}" -- --include-ignored "${BUTTER_MODEL_TEST_FILTER}"
+  [ -s "${BUTTER_RESULT_JSON}" ] ||
+    { echo "spark-test: the model integration test passed without writing its measurement to BUTTER_RESULT_JSON" >&2; return 1; }
 }
 
 revisions
-case "${suite}" in
-  smoke) smoke ;;
-  performance) performance ;;
-esac
-
-if [ "${topology}" = pair ]; then
-  echo "== distributed assertion"
-  left "the distributed assertion" >/dev/null
-  bash "${SPARK_DISTRIBUTED_ASSERTION}"
-fi
+smoke
+if [ "${suite}" = performance ]; then model; fi

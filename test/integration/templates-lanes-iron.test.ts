@@ -1,0 +1,286 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { parseStoredReceipts } from '../../core/protocol/receipt.ts';
+import { tempDir } from '../helpers/ledger.ts';
+import { type LeaseFixture, runAction, runnerEnv, startWithGrantedLease } from './actions-lease-fixture.ts';
+import {
+  adopt,
+  artifacts,
+  cargoHome,
+  laneEnv,
+  laneRecord,
+  leaseDirs,
+  ran,
+  requireDebianRust,
+  resultsDir,
+  runLane,
+} from './lanes-harness.ts';
+
+/**
+ * Iron's lane script (workflows-templates/iron/scripts/ci/spark-test.sh), adopted into a checkout
+ * of the Iron-shaped fixture (test/fixtures/lanes/iron: plain-Rust "CUDA" kernels against CPU
+ * oracles) and run by Debian's real cargo and rustc, offline. The fixture records every test and
+ * bench that runs, so each case shows what the lane ran and that nothing else did.
+ */
+
+const CORRECTNESS = [
+  'test cuda_backend binary_add_matches_cpu_oracle',
+  'test cuda_backend binary_multiply_matches_cpu_oracle',
+  'test cuda_backend gemv_matches_cpu_oracle',
+  'test cuda_backend rmsnorm_matches_cpu_oracle',
+];
+/** The fixture's tests and benches outside the lane: none of them may ever run. */
+const EXCLUDED = ['binary_subtract', 'softmax', 'codegen_emits_kernel_names'];
+
+let tmp: { dir: string; cleanup: () => void };
+let home: string;
+let toolchain: { cargo: string; rustc: string };
+let cache: string;
+let f: LeaseFixture | null = null;
+let n = 0;
+/** A checkout already built into `cache` (cases about one lease reuse it: nothing compiles). */
+let built: ReturnType<typeof lease> | null = null;
+
+/** A cold release build of the fixture: under 20 s of CPU, but up to 140 s of wall time on a 2-core machine at load 15. */
+const COLD = 600_000;
+
+/** A fresh lease: a new checkout (new path, new file times) and new dirs; the build cache is shared. */
+function lease(opts: { cache?: string } = {}) {
+  const root = join(tmp.dir, `lease-${++n}`);
+  const checkout = join(root, 'iron');
+  const head = adopt('iron', checkout);
+  return { checkout, head, d: leaseDirs(root, opts.cache) };
+}
+
+const sorted = (xs: string[]) => [...xs].sort();
+
+/** A checkout whose lane ran once with the shared cache (so a re-run compiles nothing). */
+async function builtCheckout(): Promise<ReturnType<typeof lease>> {
+  if (!built) {
+    const l = lease({ cache });
+    const r = await runLane(l.checkout, ['single'], laneEnv('smoke', l.d, home));
+    if (r.code !== 0) throw new Error(`the first lane run failed: ${r.stderr}`);
+    built = l;
+  }
+  return built;
+}
+
+/** New lease dirs for a re-run in an existing checkout. */
+function again(l: ReturnType<typeof lease>): ReturnType<typeof lease> {
+  return { ...l, d: leaseDirs(join(tmp.dir, `lease-${++n}`), cache) };
+}
+
+/** Polls `cond` every 25 ms until it holds (no fixed sleeps). */
+async function until(cond: () => boolean, ms = 30_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+const noneExcluded = (lines: string[]) => lines.filter((l) => EXCLUDED.some((x) => l.includes(x)));
+
+beforeAll(() => {
+  toolchain = requireDebianRust();
+  tmp = tempDir('spark-lanes-iron-');
+  home = tmp.dir;
+  cargoHome(join(home, 'cargo'));
+  cache = join(tmp.dir, 'build-cache');
+  mkdirSync(cache);
+});
+afterEach(async () => {
+  await f?.controller.close();
+  f = null;
+});
+afterAll(() => tmp.cleanup());
+
+describe("Iron lanes on Debian's cargo", () => {
+  it(
+    'spark-test without a build cache: the filtered correctness subset only, built cold and cleaned up',
+    async () => {
+      const { checkout, head, d } = lease();
+      const r = await runLane(checkout, ['single'], laneEnv('smoke', d, home));
+      expect(r.stderr).not.toMatch(/^spark-test: /m);
+      expect(r.code).toBe(0);
+      // revisions first: the commit and Debian's toolchain, not a rustup one
+      expect(r.stdout.indexOf('== toolchain and source revisions')).toBe(0);
+      expect(r.stdout).toContain(`source: ${head}`);
+      expect(r.stdout).toContain(`cargo: ${toolchain.cargo}`);
+      expect(r.stdout).toContain(`rustc: ${toolchain.rustc}`);
+      expect(r.stdout).toContain('build cache: cold');
+      expect(sorted(ran(d))).toEqual(CORRECTNESS);
+      const rec = laneRecord(d);
+      expect(rec).toMatchObject({ lane: 'spark-test', suite: 'smoke', targetMinutes: 30, overTarget: false });
+      expect(rec.buildCache).toBe('cold');
+      expect(rec.steps.map((s) => [s.name, s.exit])).toEqual([
+        ['build:correctness', 0],
+        ['test:correctness', 0],
+      ]);
+      expect(rec.steps[1]!.passed).toBe(4);
+      // the disposable work dir, its cold cargo target included, is gone; the results stay
+      expect(existsSync(join(d.work, 'spark-test-scratch'))).toBe(false);
+      expect(r.stdout).toContain(
+        `spark-test: removed the disposable work dir ${join(d.work, 'spark-test-scratch')}`,
+      );
+      expect(existsSync(join(resultsDir(d), 'cargo-build-correctness.jsonl'))).toBe(true);
+    },
+    COLD,
+  );
+
+  it(
+    'spark-test-long: correctness first, then only the GEMV and RMSNorm benches, 2 warmups and 5 runs',
+    async () => {
+      const { checkout, d } = lease({ cache });
+      const r = await runLane(checkout, ['single'], laneEnv('performance', d, home));
+      expect(r.code).toBe(0);
+      const lines = ran(d);
+      expect(sorted(lines.slice(0, 4))).toEqual(CORRECTNESS);
+      expect(lines.slice(4)).toEqual(['bench gemv warmup=2 runs=5', 'bench rmsnorm warmup=2 runs=5']);
+      expect(noneExcluded(lines)).toEqual([]);
+      for (const bench of ['gemv', 'rmsnorm']) {
+        const json = JSON.parse(readFileSync(join(resultsDir(d), `iron-bench-${bench}.json`), 'utf8'));
+        expect(json).toMatchObject({ bench, warmups: 2, runs: 5 });
+        expect(json.samples_ns).toHaveLength(5);
+      }
+      expect(existsSync(join(resultsDir(d), 'iron-bench-softmax.json'))).toBe(false);
+      const rec = laneRecord(d);
+      expect(rec).toMatchObject({
+        lane: 'spark-test-long',
+        targetMinutes: 60,
+        buildCache: 'shared',
+        exit: 0,
+      });
+      expect(rec.steps.map((s) => s.name)).toEqual([
+        'build:correctness',
+        'test:correctness',
+        'build:benches',
+        'bench:gemv',
+        'bench:rmsnorm',
+      ]);
+      expect(r.stdout).toContain(`build cache: shared ${join(cache, 'cargo-target')}`);
+      expect(existsSync(join(cache, 'cargo-target', 'release'))).toBe(true);
+    },
+    COLD,
+  );
+
+  it(
+    'the next lease of the repository builds warm: every dependency is reused, only the workspace compiles',
+    async () => {
+      // an earlier lease filled the cache; a new checkout has new file times, so cargo rebuilds the
+      // workspace's own crates (its freshness check is by mtime) and reuses every dependency
+      const first = await builtCheckout();
+      const { checkout, d } = lease({ cache });
+      expect(checkout).not.toBe(first.checkout);
+      const r = await runLane(checkout, ['single'], laneEnv('smoke', d, home));
+      expect(r.code).toBe(0);
+      const units = artifacts(d, 'correctness');
+      const deps = units.filter((u) => !u.packageId.includes('path+file://'));
+      expect(deps.length).toBeGreaterThan(0);
+      expect(deps.filter((u) => !u.fresh)).toEqual([]);
+      const build = laneRecord(d).steps[0]!;
+      expect(build.compiled).toBeGreaterThan(0);
+      expect(build.compiled).toBe(build.compiledWorkspace);
+      // the same checkout run again (a re-run of the lane) compiles nothing at all
+      const rerun = again({ checkout, head: '', d });
+      expect((await runLane(checkout, ['single'], laneEnv('smoke', rerun.d, home))).code).toBe(0);
+      expect(laneRecord(rerun.d).steps[0]).toMatchObject({ compiled: 0 });
+      // the lock file stays in the cache, and no one holds it once the lane is over
+      expect(spawnSync('flock', ['--nonblock', join(cache, 'spark-build.lock'), 'true']).status).toBe(0);
+    },
+    COLD,
+  );
+
+  it(
+    'waits for the build lock another build holds, and a killed holder cannot keep it',
+    async () => {
+      const { checkout, d } = again(await builtCheckout());
+      const lock = join(cache, 'spark-build.lock');
+      // another job's build holds the lock on its own open file (as the script does), then hangs
+      const holder = spawn('bash', ['-c', 'exec 9>>"$0" && flock 9 && exec sleep 300', lock], {
+        stdio: 'ignore',
+      });
+      const held = () => spawnSync('flock', ['--nonblock', lock, 'true']).status === 1;
+      await until(held);
+      try {
+        const r = await runLane(checkout, ['single'], laneEnv('smoke', d, home), (child, output) => {
+          void until(() => output().includes('waiting for the build lock') || child.exitCode != null).then(
+            () =>
+              // the holder crashes: the kernel drops its lock with its open file
+              holder.kill('SIGKILL'),
+          );
+        });
+        expect(r.stderr).toContain(
+          `spark-test: waiting for the build lock ${join(cache, 'spark-build.lock')} (another build of this repository holds it)`,
+        );
+        expect(r.code).toBe(0);
+        expect(holder.signalCode).toBe('SIGKILL');
+        expect(laneRecord(d).steps[0]!.lockWaitMs).toBeGreaterThan(0);
+        expect(sorted(ran(d))).toEqual(CORRECTNESS);
+      } finally {
+        holder.kill('SIGKILL');
+      }
+    },
+    COLD,
+  );
+
+  it(
+    'a filter that matches no test fails the lane instead of passing it untested',
+    async () => {
+      const { checkout, d } = again(await builtCheckout());
+      const r = await runLane(
+        checkout,
+        ['single'],
+        laneEnv('smoke', d, home, { IRON_CORRECTNESS_FILTERS: 'binary_add fused_attention' }),
+      );
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(
+        "spark-test: the filter 'fused_attention' matched no test that ran and passed: the correctness step would pass without testing it",
+      );
+      expect(ran(d)).toEqual(['test cuda_backend binary_add_matches_cpu_oracle']);
+      // a failed lane keeps its scratch dir for inspection
+      expect(existsSync(join(d.work, 'spark-test-scratch', 'test-correctness.log'))).toBe(true);
+      expect(laneRecord(d).exit).toBe(1);
+    },
+    COLD,
+  );
+
+  it(
+    'through the spark-test action: one run of the script, results and receipt in the results dir',
+    async () => {
+      const { checkout, head, d } = again(await builtCheckout());
+      f = await startWithGrantedLease({ headSha: head, suite: 'performance' });
+      const lease0 = f.leases[0]!;
+      const run = await runAction('spark-test', {
+        inputs: {
+          reservation_id: f.reservation.id,
+          head_sha: head,
+          topology: 'single',
+          suite: 'performance',
+        },
+        env: {
+          ...runnerEnv(f, lease0, { workDir: d.work, modelCache: d.models }),
+          ...laneEnv('performance', d, home),
+        },
+        workspace: checkout,
+        tmp: tmp.dir,
+      });
+      expect(run.code).toBe(0);
+      const lines = ran(d);
+      // correctness once (the script runs it first itself), then the two benches
+      expect(sorted(lines.slice(0, 4))).toEqual(CORRECTNESS);
+      expect(lines.slice(4)).toEqual(['bench gemv warmup=2 runs=5', 'bench rmsnorm warmup=2 runs=5']);
+      const results = run.outputs.results_dir!;
+      expect(results).toBe(resultsDir(d));
+      const receipt = parseStoredReceipts((await f.reservationRow()).receiptJson)!.byHost[lease0.hostId]!;
+      expect(receipt).toMatchObject({ result: 'passed', suite: 'performance' });
+      expect(receipt.phases.map((p) => [p.suite, p.exitCode])).toEqual([['performance', 0]]);
+      expect(receipt.lane).toMatchObject({ name: 'spark-test-long', targetMinutes: 60, overTarget: false });
+      expect(JSON.parse(readFileSync(join(results, 'receipt.json'), 'utf8'))).toEqual(receipt);
+      for (const file of ['iron-bench-gemv.json', 'iron-bench-rmsnorm.json', 'spark-lane.json'])
+        expect(existsSync(join(results, file)), file).toBe(true);
+    },
+    COLD,
+  );
+});
