@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { and, asc, eq, inArray } from 'drizzle-orm';
@@ -272,7 +272,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     if (user) {
       runnerUsers[h.id] = user;
       // what the operator does (docs/agent.md "Install"): the work root is root's, mode 0711; the
-      // runner install root's too (each lease sees it copy-on-write); the helper's configuration
+      // runner install is the runner user's, as GitHub's runner is usually set up (each lease sees
+      // it copy-on-write, so a job's changes stay in its lease); the helper's configuration is
       // root's, naming the runner user, the work root, the runner dir, and what a job may write
       // besides its own dirs (here the doubles' shared dirs: markers and the fake GPU's state)
       const work = join(hd, 'work');
@@ -283,10 +284,9 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       writeFileSync(
         join(runnerDir, 'run.sh'),
         '#!/bin/sh\n# the runner install a lease sees copy-on-write\n',
-        {
-          mode: 0o755,
-        },
+        { mode: 0o755 },
       );
+      for (const p of [runnerDir, join(runnerDir, 'run.sh')]) chownSync(p, user.uid, user.gid);
       const conf = join(hd, 'sandbox.conf');
       writeFileSync(
         conf,
