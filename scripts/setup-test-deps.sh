@@ -7,10 +7,11 @@
 #   - prometheus: promtool, which checks /metrics (`promtool check metrics`)
 #   - slurm-wlm:  the slurm execution backend (sbatch, squeue, sacct, scancel; slurmctld, slurmd)
 #   - munge:      slurm's authentication daemon
+#   - sudo:       how a host's agent runs its privileged helper (agent/host/spark-lease-sandbox.sh)
 # Installing needs root or passwordless sudo; without either it says what to run and fails.
 set -euo pipefail
 
-packages=(chromium shellcheck prometheus slurm-wlm munge)
+packages=(chromium shellcheck prometheus slurm-wlm munge sudo)
 commands_of() {
   case "$1" in
     chromium) echo chromium ;;
@@ -18,6 +19,7 @@ commands_of() {
     prometheus) echo promtool ;;
     slurm-wlm) echo sbatch squeue sacct scancel slurmctld slurmd ;;
     munge) echo munge munged ;;
+    sudo) echo sudo visudo ;;
   esac
 }
 

@@ -25,6 +25,8 @@ const EVERY = [
   'slurmd',
   'munge',
   'munged',
+  'sudo',
+  'visudo',
 ];
 
 let dir: { dir: string; cleanup: () => void } | null = null;
@@ -80,10 +82,10 @@ describe('scripts/setup-test-deps.sh (npm test pretest)', () => {
     expect(r.code).toBe(1);
     expect(r.apt).toBe('');
     expect(r.stderr).toContain(
-      'setup-test-deps: npm test needs these Debian packages, which are missing: chromium prometheus slurm-wlm munge',
+      'setup-test-deps: npm test needs these Debian packages, which are missing: chromium prometheus slurm-wlm munge sudo',
     );
     expect(r.stderr).toContain(
-      'apt-get update && apt-get install -y --no-install-recommends chromium prometheus slurm-wlm munge',
+      'apt-get update && apt-get install -y --no-install-recommends chromium prometheus slurm-wlm munge sudo',
     );
   });
 });
