@@ -22,7 +22,12 @@ export async function stopWorkload(ctx: StepContext): Promise<StepResult> {
   return (await ctx.executor.observe(l)).state === 'running' ? waitFor(1000) : again;
 }
 
-/** Longest wait between two attempts at a cleanup that keeps failing. */
+/**
+ * Waits between attempts at a cleanup that keeps failing: every second at first (a backend that is
+ * still terminating its workload — dstack stopping a container — is the common case and must not
+ * slow the release down), then doubling up to 10 s.
+ */
+const CLEANUP_QUICK_ATTEMPTS = 5;
 const CLEANUP_BACKOFF_MAX_MS = 10_000;
 
 /**
@@ -59,7 +64,10 @@ async function cleanupFailing(ctx: StepContext, l: LeaseState, reason: string): 
     ctx.save();
     return waitFor(null);
   }
-  const backoff = Math.min(CLEANUP_BACKOFF_MAX_MS, 1000 * 2 ** Math.min(c.attempts - 1, 10));
+  const backoff =
+    c.attempts <= CLEANUP_QUICK_ATTEMPTS
+      ? 1000
+      : Math.min(CLEANUP_BACKOFF_MAX_MS, 1000 * 2 ** Math.min(c.attempts - CLEANUP_QUICK_ATTEMPTS, 10));
   c.nextAt = now + Math.min(backoff, c.since + budgetMs - now);
   l.cleanup = c;
   ctx.save();
