@@ -88,7 +88,7 @@ export const AgentConfigSchema = z
             '-C',
             '5',
             '/usr/local/libexec/spark-lease-sandbox',
-            '/etc/spark-agent/sandbox.conf',
+            '/etc/spark-lease-sandbox.conf',
           ])
           .describe(
             'The privileged helper (ADR 0155) that makes and removes lease dirs, runs the job in its namespace and acts as the runner user: an argv prefix ending with its root-owned configuration file.',

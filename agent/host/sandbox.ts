@@ -10,7 +10,7 @@ import type { LeaseState } from '../state-file.ts';
  * agent/host/spark-lease-sandbox.sh): the agent holds no capability; everything it does as the
  * runner user or as root — a lease's fresh dirs, its namespace, signals, removal — goes through
  * `runner.helper` (by default `sudo -n -C 5 /usr/local/libexec/spark-lease-sandbox
- * /etc/spark-agent/sandbox.conf`, one sudoers rule). Environments travel on the helper's standard
+ * /etc/spark-lease-sandbox.conf`, one sudoers rule). Environments travel on the helper's standard
  * input (never argv: a JIT config must not show in `ps`), read only after the switch to the
  * runner user.
  */
@@ -132,7 +132,7 @@ export type HelperSettings = Record<string, string>;
  */
 export function checkSandbox(cfg: AgentConfig, account: RunnerAccount): HelperSettings {
   const hint =
-    'install the helper (docs/agent.md "Install"): agent/host/spark-lease-sandbox.sh as /usr/local/libexec/spark-lease-sandbox, its sandbox.conf, and the sudoers rule';
+    'install the helper (docs/agent.md "Install"): agent/host/spark-lease-sandbox.sh as /usr/local/libexec/spark-lease-sandbox, /etc/spark-lease-sandbox.conf, and the sudoers rule';
   let out: string;
   try {
     out = execFileSync(account.helper[0]!, [...account.helper.slice(1), 'check'], {
@@ -154,7 +154,7 @@ export function checkSandbox(cfg: AgentConfig, account: RunnerAccount): HelperSe
   const differ = (what: string, theirs: string | undefined, ours: string, field: string) => {
     if (theirs !== ours) {
       throw new AgentConfigError(
-        `the helper's ${what} is ${JSON.stringify(theirs ?? null)} but ${field} is ${JSON.stringify(ours)}; make sandbox.conf and agent.json agree`,
+        `the helper's ${what} is ${JSON.stringify(theirs ?? null)} but ${field} is ${JSON.stringify(ours)}; make the helper's configuration and agent.json agree`,
       );
     }
   };

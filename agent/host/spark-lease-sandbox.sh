@@ -25,7 +25,8 @@
 #   spark-lease-sandbox CONFIG wipe-cache KEY
 #       removes a repository's build cache (an operator's command; the agent's size cap)
 #
-# CONFIG (root-owned, not writable by group or others; the sudoers rule pins its path):
+# CONFIG (root-owned, not writable by group or others, in a directory only root writes; the
+# sudoers rule pins its path; /etc/spark-lease-sandbox.conf by default):
 #   runner_user=spark-runner     the unprivileged user jobs run as (never root)
 #   work_root=/srv/spark/work    root-owned, mode 0711: one dir per lease and .build-cache/
 #   runner_dir=/opt/actions-runner   optional: the runner install, seen copy-on-write by each lease
@@ -55,6 +56,13 @@ conf_mode=$(stat -c %a "$conf")
 [ "$conf_owner" = 0 ] || die "configuration $conf must be owned by root (chown root:root $conf)"
 case $conf_mode in
   *[2367]? | *[2367]) die "configuration $conf is writable by group or others (chmod 644 $conf)" ;;
+esac
+# nor may anyone but root replace it: its directory is root's and nobody else's to write
+conf_dir=$(dirname "$conf")
+conf_dir_mode=$(stat -L -c %a "$conf_dir")
+if [ "$(stat -L -c %u "$conf_dir")" != 0 ]; then die "the directory of $conf must be owned by root"; fi
+case $conf_dir_mode in
+  *[2367]? | *[2367]) die "the directory of $conf is writable by group or others" ;;
 esac
 
 runner_user=

@@ -171,6 +171,15 @@ describe('the lease sandbox helper through sudo (ADR 0155)', () => {
       { encoding: 'utf8', env: { PATH: '/usr/bin:/bin' } },
     );
     expect(job.status).not.toBe(0);
+    // nor one in a directory another user may write (that user could swap it)
+    const agentDir = join(base, 'agent-dir');
+    mkdirSync(agentDir);
+    chownSync(agentDir, agent.uid, agent.gid);
+    writeFileSync(join(agentDir, 'sandbox.conf'), readFileSync(conf), { mode: 0o644 });
+    const swappable = spawnSync(SANDBOX_HELPER, [join(agentDir, 'sandbox.conf'), 'check'], {
+      encoding: 'utf8',
+    });
+    expect(swappable.stderr).toContain('must be owned by root');
     // a configuration root does not own is not trusted
     chownSync(conf, agent.uid, agent.gid);
     try {

@@ -154,7 +154,7 @@ describe('agent config: the sandbox settings', () => {
       '-C',
       '5',
       '/usr/local/libexec/spark-lease-sandbox',
-      '/etc/spark-agent/sandbox.conf',
+      '/etc/spark-lease-sandbox.conf',
     ]);
     expect(c.buildCache).toEqual({ perRepository: true, maxGiB: 100 });
     expect(c.timeouts.cleanupS).toBe(300);
