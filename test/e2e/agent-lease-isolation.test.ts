@@ -22,7 +22,7 @@ async function fleetFor(ctx: TestContext, opts: FleetOptions): Promise<Fleet> {
 }
 
 /** Lease 1: the attacker's job. */
-function hostileJob(markers: string, runnerDir: string, modelCache: string): string {
+function hostileJob(markers: string, runnerDir: string, modelCache: string, tag: string): string {
   return `
     mkdir -p "$HOME/.hooks"
     # the hook reads the later lease's job token, as the attacker's did
@@ -31,9 +31,9 @@ function hostileJob(markers: string, runnerDir: string, modelCache: string): str
     git config --global core.hooksPath "$HOME/.hooks" && echo "planted hooksPath"
     echo 'echo rc ran >> ${markers}/rc.log' >> "$HOME/.profile" && echo "planted rc"
     mkdir -p "$HOME/.cache/pip" && echo poisoned > "$HOME/.cache/pip/wheel" && echo "planted cache"
-    echo planted > /tmp/planted && echo "planted tmp"
-    echo planted > /var/tmp/planted && echo "planted var-tmp"
-    echo planted > /dev/shm/planted && echo "planted shm"
+    echo planted > /tmp/${tag} && echo "planted tmp"
+    echo planted > /var/tmp/${tag} && echo "planted var-tmp"
+    echo planted > /dev/shm/${tag} && echo "planted shm"
     ipcmk -M 4096 >/dev/null && echo "planted sysv shm"
     echo 'echo runner install rewritten >> ${markers}/runner.log' >> ${runnerDir}/run.sh && echo "rewrote runner"
     echo poisoned > ${modelCache}/model.safetensors 2>&1 || echo "model cache refused"
@@ -44,10 +44,10 @@ function hostileJob(markers: string, runnerDir: string, modelCache: string): str
 }
 
 /** Lease 2 and 3: an ordinary job that checks out a commit (where a planted hook would run). */
-const victimJob = `
+const victimJob = (tag: string) => `
   echo "hooksPath=[$(git config --global core.hooksPath)]"
   echo "home=[$(ls -A "$HOME" | tr '\\n' ' ')]"
-  for f in /tmp/planted /var/tmp/planted /dev/shm/planted "$HOME/.cache/pip/wheel"; do
+  for f in /tmp/${tag} /var/tmp/${tag} /dev/shm/${tag} "$HOME/.cache/pip/wheel"; do
     [ -e "$f" ] && echo "found $f"
   done
   echo "sysv=[$(ipcs -m | awk '$1 ~ /^0x/' | wc -l)]"
@@ -67,13 +67,15 @@ describe('lease isolation (ADR 0155)', () => {
     let markers = '';
     let runnerDir = '';
     let modelCache = '';
+    // names no other run leaves in the host's /tmp, /var/tmp or /dev/shm
+    const tag = `planted-${process.pid}-${Date.now()}`;
     const fleet = await fleetFor(ctx, {
       hosts: [{ id: 'spark-2' }],
       githubOutcome: () => 'passed',
       runner: (rid) => ({
         exitCode: 0,
         sleepMs: 100,
-        shell: rid === 'r-1' ? hostileJob(markers, runnerDir, modelCache) : victimJob,
+        shell: rid === 'r-1' ? hostileJob(markers, runnerDir, modelCache, tag) : victimJob(tag),
       }),
     });
     const f = fleet;
@@ -117,7 +119,7 @@ describe('lease isolation (ADR 0155)', () => {
     // nothing of it reached the host: the runner user's real home, /tmp, /dev/shm, the runner install
     expect(readdirSync(user.home).sort()).toEqual(['.bash_logout', '.bashrc', '.profile']);
     expect(readFileSync(join(user.home, '.profile'), 'utf8')).not.toContain('rc ran');
-    for (const p of ['/tmp/planted', '/var/tmp/planted', '/dev/shm/planted'])
+    for (const p of [`/tmp/${tag}`, `/var/tmp/${tag}`, `/dev/shm/${tag}`])
       expect(existsSync(p), p).toBe(false);
     expect(readFileSync(join(runnerDir, 'run.sh'), 'utf8')).toBe(runShBefore);
     // the process it left behind ended with its lease; its work dir and sandbox are gone
