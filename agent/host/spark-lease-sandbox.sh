@@ -49,21 +49,34 @@ conf=$1
 verb=$2
 shift 2
 
+# Owner uid and octal mode of each path, one "uid mode" line per path (symlinks followed); one
+# stat for all of them: each command this script runs is a fork on the way to the job's start.
+owners_modes() {
+  stat -L -c '%u %a' -- "$@"
+}
+
+# mode ($1, octal) writable by group or others
+group_or_other_writable() {
+  case $1 in *[2367]? | *[2367]) return 0 ;; esac
+  return 1
+}
+
 # --- configuration: trusted only when root owns it and nobody else may change it -------------
+case $conf in /*/*) ;; *) die "configuration $conf: give its absolute path" ;; esac
 if [ ! -f "$conf" ] || [ -L "$conf" ]; then die "configuration $conf is not a regular file"; fi
-conf_owner=$(stat -c %u "$conf")
-conf_mode=$(stat -c %a "$conf")
-[ "$conf_owner" = 0 ] || die "configuration $conf must be owned by root (chown root:root $conf)"
-case $conf_mode in
-  *[2367]? | *[2367]) die "configuration $conf is writable by group or others (chmod 644 $conf)" ;;
-esac
 # nor may anyone but root replace it: its directory is root's and nobody else's to write
-conf_dir=$(dirname "$conf")
-conf_dir_mode=$(stat -L -c %a "$conf_dir")
-if [ "$(stat -L -c %u "$conf_dir")" != 0 ]; then die "the directory of $conf must be owned by root"; fi
-case $conf_dir_mode in
-  *[2367]? | *[2367]) die "the directory of $conf is writable by group or others" ;;
-esac
+{
+  read -r conf_owner conf_mode
+  read -r conf_dir_owner conf_dir_mode
+} <<EOF
+$(owners_modes "$conf" "${conf%/*}")
+EOF
+[ "$conf_owner" = 0 ] || die "configuration $conf must be owned by root (chown root:root $conf)"
+if group_or_other_writable "$conf_mode"; then
+  die "configuration $conf is writable by group or others (chmod 644 $conf)"
+fi
+[ "$conf_dir_owner" = 0 ] || die "the directory of $conf must be owned by root"
+if group_or_other_writable "$conf_dir_mode"; then die "the directory of $conf is writable by group or others"; fi
 
 runner_user=
 work_root=
@@ -108,15 +121,16 @@ if [ -n "$writable" ]; then
 fi
 
 entry=$(getent passwd "$runner_user") || die "runner user $runner_user does not exist"
-uid=$(echo "$entry" | cut -d: -f3)
-gid=$(echo "$entry" | cut -d: -f4)
-home=$(echo "$entry" | cut -d: -f6)
+IFS=: read -r _ _ uid gid _ home _ <<EOF
+$entry
+EOF
 [ "$uid" != 0 ] || die "runner_user $runner_user is root; jobs must run unprivileged"
 [ -z "${SUDO_UID:-}" ] || [ "$SUDO_UID" != "$uid" ] || die "the runner user may not run this helper"
 
 if [ ! -d "$work_root" ] || [ -L "$work_root" ]; then die "work_root $work_root is not a directory"; fi
-wr_owner=$(stat -c %u "$work_root")
-wr_mode=$(stat -c %a "$work_root")
+read -r wr_owner wr_mode <<EOF
+$(owners_modes "$work_root")
+EOF
 if [ "$wr_owner" != 0 ] || [ "$wr_mode" != 711 ]; then
   die "work_root $work_root must be owned by root with mode 0711 (install -d -o root -g root -m 0711 $work_root)"
 fi
@@ -144,9 +158,16 @@ runner_processes() {
   ps -e -o pid=,ruid=,euid=,stat= | awk -v u="$uid" '($2 == u || $3 == u) && $4 !~ /^Z/ { printf "%s ", $1 }'
 }
 
-# a real directory (not a symlink) owned by uid $2
-owned_dir() {
-  [ -d "$1" ] && [ ! -L "$1" ] && [ "$(stat -c %u "$1")" = "$2" ]
+# Each path ($2...) a real directory (not a symlink) owned by uid $1; dies naming the first that is not.
+owned_dirs() {
+  want=$1
+  shift
+  for d in "$@"; do
+    if [ ! -d "$d" ] || [ -L "$d" ]; then die "$d is not the lease's (prepare it first)"; fi
+  done
+  for o in $(stat -c %u -- "$@"); do
+    [ "$o" = "$want" ] || die "one of $* is not the lease's (prepare it first)"
+  done
 }
 
 lease_name() {
@@ -241,15 +262,12 @@ case $verb in
     [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left); a lease starts alone"
     ld=$work_root/$lease
     sd=$work_root/$lease.sandbox
-    for d in "$ld" "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner"; do
-      owned_dir "$d" "$uid" || die "$d is not the lease's (prepare it first)"
-    done
-    for d in "$sd" "$sd/ovl" "$sd/stage"; do
-      owned_dir "$d" 0 || die "$d is not the lease's (prepare it first)"
-    done
-    if [ "$key" != - ]; then
-      owned_dir "$cache_root/$key" "$uid" || die "build cache $key is missing (prepare it first)"
+    if [ "$key" = - ]; then
+      owned_dirs "$uid" "$ld" "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner"
+    else
+      owned_dirs "$uid" "$ld" "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner" "$cache_root/$key"
     fi
+    owned_dirs 0 "$sd" "$sd/ovl" "$sd/stage"
     case $0 in /*) ;; *) die "run: invoke this helper by its absolute path" ;; esac
     SPARK_SANDBOX_OUTER_NS=$(readlink /proc/self/ns/mnt)
     export SPARK_SANDBOX_OUTER_NS
@@ -281,13 +299,11 @@ case $verb in
     : >keep
     n=0
     keep() {
-      mkdir "$n"
-      mount -n -c --rbind "$1" "$n"
       printf '%s\n' "$1" >>keep
+      slots="$slots $n"
       n=$((n + 1))
     }
-    mkdir sandbox
-    mount -n -c --bind "$sd" sandbox
+    slots=
     keep "$ld"
     [ "$key" = - ] || keep "$cache_root/$key"
     [ -z "$runner_dir" ] || keep "$runner_dir"
@@ -298,6 +314,14 @@ case $verb in
       keep "$w"
       [ "$rest" = "$w" ] && rest= || rest=${rest#*:}
     done
+    # shellcheck disable=SC2086 # the slots are plain numbers
+    mkdir sandbox $slots
+    mount -n -c --bind "$sd" sandbox
+    i=0
+    while IFS= read -r p; do
+      mount -n -c --rbind "$p" "$i"
+      i=$((i + 1))
+    done <keep
     # 3. every other mount read-only (its other flags kept), apart from the kernel's own
     #    filesystems and the staging mount
     findmnt -rn -o TARGET,VFS-OPTIONS | while read -r target opts; do
@@ -305,9 +329,13 @@ case $verb in
         /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | "$stage" | "$stage"/*) continue ;;
         *\\*) die "cannot make mount point $target read-only: its name needs escaping" ;;
       esac
-      case ,$opts, in *,ro,*) continue ;; esac
-      mount -n -o "remount,bind,$(echo "$opts" | sed 's/^rw,/ro,/; s/,rw,/,ro,/; s/^rw$/ro/')" "$target" ||
-        die "cannot make $target read-only"
+      # VFS options start with rw or ro; the rest (nosuid, nodev, noexec, atime) is kept
+      case $opts in
+        ro | ro,*) continue ;;
+        rw) opts=ro ;;
+        rw,*) opts=ro,${opts#rw,} ;;
+      esac
+      mount -n -o "remount,bind,$opts" "$target" || die "cannot make $target read-only"
     done
     # 4. fresh places a job may write, private to this lease and gone with it
     mount -n -c --bind sandbox/tmp /tmp
