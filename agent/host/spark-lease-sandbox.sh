@@ -44,6 +44,114 @@ die() {
   exit 2
 }
 
+# Reads NAME=BASE64 lines from stdin up to an empty line, exports them, runs "$@" (as whoever
+# runs it: always the runner user, after setpriv; started by `env -i`, so nothing else is set).
+# shellcheck disable=SC2016 # expanded by the shell that runs it, not here
+READ_ENV='PATH=/usr/bin:/bin
+while IFS= read -r l && [ -n "$l" ]; do
+  n=${l%%=*}
+  case $n in ""|[0-9]*|*[!A-Za-z0-9_]*) echo "spark-lease-sandbox: bad environment name" >&2; exit 125;; esac
+  v=$(printf "%s" "${l#*=}" | base64 -d; echo x) || exit 125
+  export "$n=${v%x}"
+done
+exec "$@" </dev/null'
+
+# --- inside a lease's new namespace: only ever from `run` below ---------------------------------
+# `run` validated everything and passes it on. sudo's env_reset keeps the agent from setting
+# SPARK_SANDBOX_ENTER, and this process must be in another mount namespace than its parent (`run`
+# exec'd unshare, which exec'd this): it can never mount over the agent's own namespace.
+if [ "${2:-}" = enter ]; then
+  # shellcheck disable=SC3013 # -ef (same file): dash, Debian's and Ubuntu's /bin/sh, has it
+  if [ "${SPARK_SANDBOX_ENTER:-}" != 1 ] || [ /proc/self/ns/mnt -ef "/proc/$PPID/ns/mnt" ]; then
+    die "enter is internal to run"
+  fi
+  unset SPARK_SANDBOX_ENTER
+  if [ $# -lt 12 ] || [ "${11}" != -- ]; then die "enter is internal to run"; fi
+  uid=$3 gid=$4 home=$5 work_root=$6 runner_dir=$7 writable=$8 lease=$9 key=${10}
+  shift 11
+  cache_root=$work_root/.build-cache
+  ld=$work_root/$lease
+  sd=$work_root/$lease.sandbox
+  stage=$sd/stage
+  # 1. the runner install, copy-on-write: the lease may write there (the runner keeps its
+  #    config, logs and _work in it), and its writes land in the lease's own dir
+  if [ -n "$runner_dir" ]; then
+    mount -n -t overlay spark-runner -o "lowerdir=$runner_dir,upperdir=$sd/runner,workdir=$sd/ovl" "$runner_dir"
+  fi
+  # 2. what stays visible and writable, held on a private staging mount while the rest is
+  #    covered; the working directory keeps the staging mount reachable whatever covers its path
+  mount -n -t tmpfs -o size=64k,mode=0700 spark-stage "$stage"
+  cd "$stage"
+  : >keep
+  n=0
+  keep() {
+    printf '%s\n' "$1" >>keep
+    slots="$slots $n"
+    n=$((n + 1))
+  }
+  slots=
+  keep "$ld"
+  [ "$key" = - ] || keep "$cache_root/$key"
+  [ -z "$runner_dir" ] || keep "$runner_dir"
+  rest=$writable
+  while [ -n "$rest" ]; do
+    w=${rest%%:*}
+    [ -e "$w" ] || die "writable path $w does not exist"
+    keep "$w"
+    [ "$rest" = "$w" ] && rest= || rest=${rest#*:}
+  done
+  # shellcheck disable=SC2086 # the slots are plain numbers
+  mkdir sandbox $slots
+  mount -n -c --bind "$sd" sandbox
+  i=0
+  while IFS= read -r p; do
+    mount -n -c --rbind "$p" "$i"
+    i=$((i + 1))
+  done <keep
+  # 3. every other mount read-only (its other flags kept), apart from the kernel's own
+  #    filesystems and the staging mount
+  findmnt -rn -o TARGET,VFS-OPTIONS | while read -r target opts; do
+    case $target in
+      /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | "$stage" | "$stage"/*) continue ;;
+      *\\*) die "cannot make mount point $target read-only: its name needs escaping" ;;
+    esac
+    # VFS options start with rw or ro; the rest (nosuid, nodev, noexec, atime) is kept
+    case $opts in
+      ro | ro,*) continue ;;
+      rw) opts=ro ;;
+      rw,*) opts=ro,${opts#rw,} ;;
+    esac
+    mount -n -o "remount,bind,$opts" "$target" || die "cannot make $target read-only"
+  done
+  # 4. fresh places a job may write, private to this lease and gone with it
+  mount -n -c --bind sandbox/tmp /tmp
+  [ ! -d /var/tmp ] || mount -n -c --bind sandbox/var-tmp /var/tmp
+  mount -n -t tmpfs -o nosuid,nodev,mode=1777 spark-shm /dev/shm
+  [ ! -d /dev/mqueue ] || mount -n -t mqueue -o nosuid,nodev,noexec spark-mqueue /dev/mqueue
+  [ ! -d /run/lock ] || mount -n -t tmpfs -o nosuid,nodev,noexec,size=1m,mode=1777 spark-lock /run/lock
+  case $home in
+    / | '') ;;
+    *) [ ! -d "$home" ] || mount -n -c --bind sandbox/home "$home" ;;
+  esac
+  # the other leases' work dirs and the other repositories' build caches
+  [ -d "$work_root" ] || mkdir -p "$work_root"
+  mount -n -t tmpfs -o nosuid,nodev,size=64k,mode=0711 spark-work "$work_root"
+  # 5. back on top: each kept path at its own place (mount points made on the fresh tmpfs or
+  #    inside the lease's own dirs)
+  i=0
+  while IFS= read -r p; do
+    [ -e "$p" ] || mkdir -p "$p"
+    mount -n -c --move "$i" "$p"
+    i=$((i + 1))
+  done <keep
+  mount -n -o remount,ro,nosuid,nodev "$work_root"
+  # the staging mount (empty mount points, and the sandbox dir it held) stays behind, unreachable:
+  # its path lies under the covered work root and nothing the job runs has a reference to it
+  cd /
+  exec setpriv --reuid="$uid" --regid="$gid" --init-groups --inh-caps=-all --ambient-caps=-all \
+    --no-new-privs -- env -i /bin/sh -c "$READ_ENV" spark-job "$@"
+fi
+
 [ $# -ge 2 ] || die "usage: spark-lease-sandbox CONFIG check|as-runner|prepare|run|remove|wipe-cache ..."
 conf=$1
 verb=$2
@@ -141,17 +249,6 @@ as_runner() {
     --no-new-privs -- "$@"
 }
 
-# Reads NAME=BASE64 lines from stdin up to an empty line, exports them, runs "$@" (as whoever
-# runs it: always the runner user, after setpriv; started by `env -i`, so nothing else is set).
-# shellcheck disable=SC2016 # expanded by the shell that runs it, not here
-READ_ENV='PATH=/usr/bin:/bin
-while IFS= read -r l && [ -n "$l" ]; do
-  n=${l%%=*}
-  case $n in ""|[0-9]*|*[!A-Za-z0-9_]*) echo "spark-lease-sandbox: bad environment name" >&2; exit 125;; esac
-  v=$(printf "%s" "${l#*=}" | base64 -d; echo x) || exit 125
-  export "$n=${v%x}"
-done
-exec "$@" </dev/null'
 
 # Live (not zombie) processes whose real or effective uid is the runner's.
 runner_processes() {
@@ -269,101 +366,10 @@ case $verb in
     fi
     owned_dirs 0 "$sd" "$sd/ovl" "$sd/stage"
     case $0 in /*) ;; *) die "run: invoke this helper by its absolute path" ;; esac
-    SPARK_SANDBOX_OUTER_NS=$(readlink /proc/self/ns/mnt)
-    export SPARK_SANDBOX_OUTER_NS
-    exec unshare --mount --ipc --propagation private -- "$0" "$conf" enter "$lease" "$key" -- "$@"
-    ;;
-
-  enter)
-    # only from `run` above, already in the new namespace: sudo's env_reset keeps the agent from
-    # setting SPARK_SANDBOX_OUTER_NS, so this can never mount over the agent's own namespace
-    if [ -z "${SPARK_SANDBOX_OUTER_NS:-}" ] || [ "$(readlink /proc/self/ns/mnt)" = "$SPARK_SANDBOX_OUTER_NS" ]; then
-      die "enter is internal to run"
-    fi
-    unset SPARK_SANDBOX_OUTER_NS
-    lease=$1
-    key=$2
-    shift 3
-    ld=$work_root/$lease
-    sd=$work_root/$lease.sandbox
-    stage=$sd/stage
-    # 1. the runner install, copy-on-write: the lease may write there (the runner keeps its
-    #    config, logs and _work in it), and its writes land in the lease's own dir
-    if [ -n "$runner_dir" ]; then
-      mount -n -t overlay spark-runner -o "lowerdir=$runner_dir,upperdir=$sd/runner,workdir=$sd/ovl" "$runner_dir"
-    fi
-    # 2. what stays visible and writable, held on a private staging mount while the rest is
-    #    covered; the working directory keeps the staging mount reachable whatever covers its path
-    mount -n -t tmpfs -o size=64k,mode=0700 spark-stage "$stage"
-    cd "$stage"
-    : >keep
-    n=0
-    keep() {
-      printf '%s\n' "$1" >>keep
-      slots="$slots $n"
-      n=$((n + 1))
-    }
-    slots=
-    keep "$ld"
-    [ "$key" = - ] || keep "$cache_root/$key"
-    [ -z "$runner_dir" ] || keep "$runner_dir"
-    rest=$writable
-    while [ -n "$rest" ]; do
-      w=${rest%%:*}
-      [ -e "$w" ] || die "writable path $w does not exist"
-      keep "$w"
-      [ "$rest" = "$w" ] && rest= || rest=${rest#*:}
-    done
-    # shellcheck disable=SC2086 # the slots are plain numbers
-    mkdir sandbox $slots
-    mount -n -c --bind "$sd" sandbox
-    i=0
-    while IFS= read -r p; do
-      mount -n -c --rbind "$p" "$i"
-      i=$((i + 1))
-    done <keep
-    # 3. every other mount read-only (its other flags kept), apart from the kernel's own
-    #    filesystems and the staging mount
-    findmnt -rn -o TARGET,VFS-OPTIONS | while read -r target opts; do
-      case $target in
-        /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | "$stage" | "$stage"/*) continue ;;
-        *\\*) die "cannot make mount point $target read-only: its name needs escaping" ;;
-      esac
-      # VFS options start with rw or ro; the rest (nosuid, nodev, noexec, atime) is kept
-      case $opts in
-        ro | ro,*) continue ;;
-        rw) opts=ro ;;
-        rw,*) opts=ro,${opts#rw,} ;;
-      esac
-      mount -n -o "remount,bind,$opts" "$target" || die "cannot make $target read-only"
-    done
-    # 4. fresh places a job may write, private to this lease and gone with it
-    mount -n -c --bind sandbox/tmp /tmp
-    [ ! -d /var/tmp ] || mount -n -c --bind sandbox/var-tmp /var/tmp
-    mount -n -t tmpfs -o nosuid,nodev,mode=1777 spark-shm /dev/shm
-    [ ! -d /dev/mqueue ] || mount -n -t mqueue -o nosuid,nodev,noexec spark-mqueue /dev/mqueue
-    [ ! -d /run/lock ] || mount -n -t tmpfs -o nosuid,nodev,noexec,size=1m,mode=1777 spark-lock /run/lock
-    case $home in
-      / | '') ;;
-      *) [ ! -d "$home" ] || mount -n -c --bind sandbox/home "$home" ;;
-    esac
-    # the other leases' work dirs and the other repositories' build caches
-    [ -d "$work_root" ] || mkdir -p "$work_root"
-    mount -n -t tmpfs -o nosuid,nodev,size=64k,mode=0711 spark-work "$work_root"
-    # 5. back on top: each kept path at its own place (mount points made on the fresh tmpfs or
-    #    inside the lease's own dirs)
-    i=0
-    while IFS= read -r p; do
-      [ -e "$p" ] || mkdir -p "$p"
-      mount -n -c --move "$i" "$p"
-      i=$((i + 1))
-    done <keep
-    mount -n -o remount,ro,nosuid,nodev "$work_root"
-    # the staging mount (empty mount points, and the sandbox dir it held) stays behind, unreachable:
-    # its path lies under the covered work root and nothing the job runs has a reference to it
-    cd /
-    exec setpriv --reuid="$uid" --regid="$gid" --init-groups --inh-caps=-all --ambient-caps=-all \
-      --no-new-privs -- env -i /bin/sh -c "$READ_ENV" spark-job "$@"
+    SPARK_SANDBOX_ENTER=1
+    export SPARK_SANDBOX_ENTER
+    exec unshare --mount --ipc --propagation private -- "$0" "$conf" enter "$uid" "$gid" "$home" \
+      "$work_root" "$runner_dir" "$writable" "$lease" "$key" -- "$@"
     ;;
 
   *)

@@ -151,7 +151,7 @@ describe('the lease sandbox helper through sudo (ADR 0155)', () => {
     const setenv = asAgent([
       'sudo',
       '-n',
-      'SPARK_SANDBOX_OUTER_NS=x',
+      'SPARK_SANDBOX_ENTER=1',
       SANDBOX_HELPER,
       conf,
       'enter',
