@@ -79,6 +79,20 @@ export const AgentConfigSchema = z
           .describe(
             'Extra variables of the agent passed to the runner (besides PATH, HOME, locale); the job runs PR code.',
           ),
+        helper: z
+          .array(z.string().min(1))
+          .min(2, 'give the helper as an argv prefix ending with its configuration file')
+          .default([
+            'sudo',
+            '-n',
+            '-C',
+            '5',
+            '/usr/local/libexec/spark-lease-sandbox',
+            '/etc/spark-lease-sandbox.conf',
+          ])
+          .describe(
+            'The privileged helper (ADR 0155) that makes and removes lease dirs, runs the job in its namespace and acts as the runner user: an argv prefix ending with its root-owned configuration file.',
+          ),
       })
       .strict(),
     executor: z
@@ -166,9 +180,24 @@ export const AgentConfigSchema = z
         backoffMaxS: z.number().positive().default(30),
         /** Longest a poll is held by the controller (it caps this too). */
         longPollS: z.number().int().min(0).max(55).default(25),
+        /**
+         * How long a failing cleanup (a tree that will not go, a process that will not die) is
+         * retried before the host is quarantined with the reason (ADR 0156).
+         */
+        cleanupS: z.number().positive().max(86_400).default(300),
       })
       .strict()
       .prefault({}),
+    buildCache: z
+      .object({
+        /** One shared build dir per repository, kept across its leases (SPARK_BUILD_CACHE_DIR). */
+        perRepository: z.boolean().default(true),
+        /** Past this size the repository's cache is emptied after a lease. */
+        maxGiB: z.number().positive().default(100),
+      })
+      .strict()
+      .prefault({})
+      .describe('The per-repository build cache a job gets in SPARK_BUILD_CACHE_DIR (ADR 0157).'),
     logLevel: z.enum(['debug', 'info', 'warn', 'error']).default('info'),
   })
   .strict()
@@ -199,7 +228,12 @@ function resolvePaths(cfg: AgentConfig, base: string): AgentConfig {
     stateFile: abs(cfg.stateFile),
     workRoot: abs(cfg.workRoot),
     modelCacheDir: abs(cfg.modelCacheDir),
-    runner: { ...cfg.runner, dir: runnerDir, command: cmd(cfg.runner.command, runnerDir) },
+    runner: {
+      ...cfg.runner,
+      dir: runnerDir,
+      command: cmd(cfg.runner.command, runnerDir),
+      helper: cmd(cfg.runner.helper, base),
+    },
     nvidiaSmi: cfg.nvidiaSmi.includes('/') ? abs(cfg.nvidiaSmi) : cfg.nvidiaSmi,
     service: cfg.service
       ? {

@@ -13,11 +13,12 @@ const MAX_OUTPUT = 256 * 1024;
 
 /**
  * Runs `argv` without a shell (no quoting surprises) and waits for it, killing it after
- * `timeoutMs`. Never throws: a missing binary or a timeout comes back as `error`.
+ * `timeoutMs`. Never throws: a missing binary or a timeout comes back as `error`. `input` is
+ * written to its standard input (otherwise /dev/null).
  */
 export function runCommand(
   argv: readonly string[],
-  opts: { timeoutMs: number; env?: NodeJS.ProcessEnv; cwd?: string },
+  opts: { timeoutMs: number; env?: NodeJS.ProcessEnv; cwd?: string; input?: string },
 ): Promise<CommandResult> {
   return new Promise((resolve) => {
     const [cmd, ...args] = argv;
@@ -29,14 +30,19 @@ export function runCommand(
     let stderr = '';
     let error: string | null = null;
     const child = spawn(cmd, args, {
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: [opts.input != null ? 'pipe' : 'ignore', 'pipe', 'pipe'],
       env: opts.env ?? process.env,
       ...(opts.cwd ? { cwd: opts.cwd } : {}),
     });
-    child.stdout.on('data', (b: Buffer) => {
+    if (opts.input != null && child.stdin) {
+      // a command that exits without reading its input must not fail the agent with EPIPE
+      child.stdin.on('error', () => {});
+      child.stdin.end(opts.input);
+    }
+    child.stdout!.on('data', (b: Buffer) => {
       if (stdout.length < MAX_OUTPUT) stdout += b.toString('utf8');
     });
-    child.stderr.on('data', (b: Buffer) => {
+    child.stderr!.on('data', (b: Buffer) => {
       if (stderr.length < MAX_OUTPUT) stderr += b.toString('utf8');
     });
     const timer = setTimeout(() => {

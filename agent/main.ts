@@ -9,6 +9,7 @@ import { dirname } from 'node:path';
 import { Agent } from './agent.ts';
 import { type AgentConfig, AgentConfigError, loadAgentConfig, readAgentToken } from './config.ts';
 import { assertPrivate, assertWorkRoot, resolveRunnerAccount } from './host/account.ts';
+import { checkSandbox } from './host/sandbox.ts';
 import { type AgentLogger, createAgentLogger } from './log.ts';
 import type { RunnerAccount } from './runner.ts';
 
@@ -44,12 +45,14 @@ function checkHost(cfg: AgentConfig, configPath: string, log: AgentLogger): Runn
     );
     return null;
   }
-  const account = resolveRunnerAccount(cfg.runner.user);
+  const account: RunnerAccount = { ...resolveRunnerAccount(cfg.runner.user), helper: cfg.runner.helper };
   assertPrivate(configPath, 'agent config');
   assertPrivate(cfg.tokenFile, 'agent token file');
   assertPrivate(stateDir, 'state directory', true);
   if (existsSync(cfg.stateFile)) assertPrivate(cfg.stateFile, 'state file');
-  assertWorkRoot(cfg.workRoot, account);
+  assertWorkRoot(cfg.workRoot);
+  // the helper agrees on the runner user, the work root and the runner dir (ADR 0155)
+  checkSandbox(cfg, account);
   return account;
 }
 

@@ -176,6 +176,10 @@ export function reconcile(d: DesiredState, local: LocalView): Step {
       if (!mine) return { kind: 'adopt-lease', lease: d.lease };
       return cleanStep(mine, local);
     case 'hold': {
+      // the controller ended the lease and holds the host (quarantined): what the agent started
+      // for it is still the agent's to stop and remove (ADR 0156)
+      if (!d.lease && l)
+        return { kind: 'drop-lease', why: `lease ${l.leaseId} ended; host held: ${d.reason}` };
       if (!d.lease) return wait(null, `hold: ${d.reason}`);
       if (!mine) return { kind: 'adopt-lease', lease: d.lease };
       if (mine.phase === 'cleaning') return cleanStep(mine, local);

@@ -10,18 +10,18 @@ import {
   statSync,
 } from 'node:fs';
 import { join } from 'node:path';
-import { runCommand } from './exec.ts';
+import { encodeEnv, helperSpawnEnv, runAsRunner, sandboxRunArgv } from './host/sandbox.ts';
 
 /**
  * Starting, watching and stopping the one-job runner. The runner runs in its own session and
  * process group under a tiny `sh` wrapper, detached from the agent: a `kill -9` of the agent
  * leaves the job running, and the restarted agent finds its pid and exit status in the run dir.
  *
- * With a runner account (issue 11 item 1) the wrapper and everything it starts run as that
- * unprivileged user, switched by `setpriv` (util-linux) with no supplementary groups beyond the
- * user's own, no inheritable or ambient capabilities and `no_new_privs` (set-uid binaries such as
- * sudo do not elevate). The run dir stays the agent's (0700): the wrapper gets its pid and exit
- * status files as inherited descriptors 3 and 4, closed before the job starts, so the job can
+ * With a runner account (ADR 0010) the wrapper and everything it starts run as that unprivileged
+ * user, in a mount and IPC namespace of the lease's own (ADR 0155): the agent's helper
+ * (`host/sandbox.ts`) switches to the user with no capability and `no_new_privs` (set-uid binaries
+ * such as sudo do not elevate). The run dir stays the agent's (0700): the wrapper gets its pid and
+ * exit status files as inherited descriptors 3 and 4, closed before the job starts, so the job can
  * neither read the run dir nor forge its exit status. Signals to the runner's processes are sent
  * as the runner user too, so the agent needs no right to signal anyone else.
  */
@@ -29,7 +29,8 @@ import { runCommand } from './exec.ts';
 const WRAPPER = [
   'cd "$1" || exit 126',
   'shift',
-  'echo $$ >&3',
+  // the process group's id: the wrapper leads it, or (behind sudo) sudo does
+  'cut -d" " -f5 /proc/$$/stat >&3',
   'exec 3>&-',
   '"$@" 4>&-',
   'c=$?',
@@ -37,26 +38,14 @@ const WRAPPER = [
   'exit "$c"',
 ].join('\n');
 
-/** The unprivileged user the runner and all it starts run as. */
+/** The unprivileged user the runner and all it starts run as, and the helper that acts as it. */
 export interface RunnerAccount {
   name: string;
   uid: number;
   gid: number;
   home: string;
-}
-
-/** The argv prefix that runs a command as `account` with nothing of the agent's privileges. */
-export function asAccount(account: RunnerAccount): string[] {
-  return [
-    'setpriv',
-    `--reuid=${account.uid}`,
-    `--regid=${account.gid}`,
-    '--init-groups',
-    '--inh-caps=-all',
-    '--ambient-caps=-all',
-    '--no-new-privs',
-    '--',
-  ];
+  /** The argv prefix of the privileged helper (`runner.helper`, ADR 0155). */
+  helper: readonly string[];
 }
 
 export interface StartedRunner {
@@ -89,6 +78,8 @@ export function startRunner(opts: {
   workDir: string;
   env: NodeJS.ProcessEnv;
   account: RunnerAccount | null;
+  /** The lease's name and build cache key for the helper's sandbox (with a runner account). */
+  sandbox?: { lease: string; cacheKey: string };
 }): StartedRunner {
   mkdirSync(opts.runDir, { recursive: true, mode: 0o700 });
   const fds = [
@@ -97,22 +88,24 @@ export function startRunner(opts: {
     openSync(join(opts.runDir, 'exit'), 'w', 0o600),
   ] as const;
   try {
-    const argv = [
-      ...(opts.account ? asAccount(opts.account) : []),
-      '/bin/sh',
-      '-c',
-      WRAPPER,
-      'spark-runner',
-      opts.workDir,
-      ...opts.command,
-    ];
-    // cwd '/': the agent may not be able to enter the runner's work dir; the wrapper does, as the runner
+    const wrapped = ['/bin/sh', '-c', WRAPPER, 'spark-runner', opts.workDir, ...opts.command];
+    const { account } = opts;
+    if (account && !opts.sandbox) throw new TypeError('a runner of the runner user starts in its sandbox');
+    const argv = account
+      ? sandboxRunArgv(account, opts.sandbox!.lease, opts.sandbox!.cacheKey, wrapped)
+      : wrapped;
+    // cwd '/': the agent may not be able to enter the runner's work dir; the wrapper does, as the
+    // runner. With an account the job's environment goes to the helper on stdin, never in argv.
     const child = spawn(argv[0]!, argv.slice(1), {
       cwd: '/',
-      env: opts.env,
+      env: account ? helperSpawnEnv() : opts.env,
       detached: true,
-      stdio: ['ignore', fds[0], fds[0], fds[1], fds[2]],
+      stdio: [account ? 'pipe' : 'ignore', fds[0], fds[0], fds[1], fds[2]],
     });
+    if (account && child.stdin) {
+      child.stdin.on('error', () => {});
+      child.stdin.end(encodeEnv(opts.env));
+    }
     const exited = new Promise<void>((resolve) => {
       child.once('exit', () => resolve());
       child.once('error', () => resolve());
@@ -209,9 +202,7 @@ export async function signalGroup(pgid: number, signal: 'TERM' | 'KILL', account
     }
     return;
   }
-  await runCommand([...asAccount(account), '/bin/sh', '-c', `kill -s ${signal} -- -${pgid}`], {
-    timeoutMs: 10_000,
-  });
+  await runAsRunner(account, ['/bin/sh', '-c', `kill -s ${signal} -- -${pgid}`], { timeoutMs: 10_000 });
 }
 
 /**
@@ -251,7 +242,7 @@ export async function killAccountProcesses(account: RunnerAccount, waitMs = 5000
   for (;;) {
     const left = processesOfUid(account.uid);
     if (!left.length || Date.now() >= deadline) return left;
-    await runCommand([...asAccount(account), '/bin/sh', '-c', 'kill -s KILL -- -1'], { timeoutMs: 10_000 });
+    await runAsRunner(account, ['/bin/sh', '-c', 'kill -s KILL -- -1'], { timeoutMs: 10_000 });
     await delay(50);
   }
 }

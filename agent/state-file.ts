@@ -40,6 +40,8 @@ const leaseSchema = z.object({
    * is created, so the receipt built after a restart still names the commit, suite and lane.
    */
   task: CiTaskSchema.optional(),
+  /** The repository of CI work (`owner/name`): its shared build cache (ADR 0157). */
+  repo: z.string().optional(),
   workDir: z.string(),
   /** Lending steps: each is written before its command runs, so a restart repeats it. */
   lendStep: z.enum(['none', 'draining', 'stopping', 'verifying', 'lent', 'failed']),
@@ -48,6 +50,14 @@ const leaseSchema = z.object({
   runner: runnerSchema.nullable(),
   activeReported: z.boolean(),
   remainReported: z.boolean(),
+  /**
+   * A cleanup that keeps failing (ADR 0156): since when, how often, the last reason, and when to
+   * try again. Logged once per change of reason; past `timeouts.cleanupS` the host is quarantined.
+   */
+  cleanup: z
+    .object({ since: z.number(), attempts: z.number().int(), reason: z.string(), nextAt: z.number() })
+    .nullable()
+    .optional(),
 });
 export type LeaseState = z.infer<typeof leaseSchema>;
 
@@ -60,6 +70,11 @@ export const AgentStateSchema = z.object({
   restore: z
     .object({ fencingToken: z.number().int(), attempt: z.number().int(), startedAt: z.number() })
     .nullable(),
+  /**
+   * Work dirs of ended leases that could not be removed (ADR 0156): removed again before the next
+   * lease is prepared. No lease's job sees them (its namespace hides the work root).
+   */
+  leftovers: z.array(z.string()).max(64).optional(),
 });
 export type AgentState = z.infer<typeof AgentStateSchema>;
 

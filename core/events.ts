@@ -53,6 +53,8 @@ export const LEDGER_EVENTS = [
   'alert.emergency_terminate',
   'alert.foreign_job',
   'alert.pair_node_lost',
+  // a host whose agent could not clean up after a lease, quarantined with the reason (ADR 0156)
+  'alert.cleanup_failed',
   // credentials and repositories
   'token.created',
   'token.revoked',

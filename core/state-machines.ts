@@ -33,9 +33,11 @@ export const HOST_PHASE_TRANSITIONS: Readonly<Record<HostPhase, readonly HostPha
   idle: ['allocated', 'service', 'restoring', 'quarantined'],
   service: ['allocated', 'idle', 'restoring', 'quarantined'],
   allocated: ['cleaning', 'release-required'],
-  cleaning: ['idle', 'restoring', 'release-required'],
+  // → quarantined: the agent could not clean up in its bounded time, or an emergency terminate
+  // ended the work without its confirmation (ADR 0156)
+  cleaning: ['idle', 'restoring', 'release-required', 'quarantined'],
   restoring: ['service', 'restoring', 'quarantined', 'idle'],
-  'release-required': ['cleaning'],
+  'release-required': ['cleaning', 'quarantined'],
   // only an operator clears quarantine
   quarantined: ['idle', 'restoring'],
 };

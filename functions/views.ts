@@ -70,6 +70,19 @@ export interface QueueView {
 const SHA = /^[0-9a-f]{7,64}$/i;
 const REPO = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;
 
+/**
+ * Why a host is quarantined, as a fixed public template (the stored note may name paths and
+ * commands): a failed restore, a cleanup its agent could not finish, or work an emergency ended
+ * without its agent's confirmation (ADR 0156).
+ */
+function quarantineNote(note: string | null): string {
+  if (note?.startsWith('cleanup failed'))
+    return 'quarantined: cleanup after a lease failed; operator must clear';
+  if (note?.startsWith('emergency terminate'))
+    return 'quarantined: cleanup not confirmed; operator must clear';
+  return 'quarantined: restore failed; operator must clear';
+}
+
 function prUrl(webBase: string, repo: string | null, pr: number | null): string | null {
   if (!repo || pr == null || !REPO.test(repo)) return null;
   return `${webBase}/${repo}/pull/${pr}`;
@@ -185,7 +198,7 @@ async function computeViews(ledger: Ledger, now: number): Promise<Views> {
         note: plan.hostNotes[h.id]
           ? redactText(plan.hostNotes[h.id])
           : h.phase === 'quarantined'
-            ? 'quarantined: restore failed; operator must clear'
+            ? quarantineNote(h.note)
             : // also while the stale heartbeat shows it offline (a pair node that went dark)
               h.phase === 'release-required'
               ? 'release-required: nothing is granted here until its agent confirms cleanup'

@@ -7,6 +7,7 @@
 #   - prometheus: promtool, which checks /metrics (`promtool check metrics`)
 #   - slurm-wlm:  the slurm execution backend (sbatch, squeue, sacct, scancel; slurmctld, slurmd)
 #   - munge:      slurm's authentication daemon
+#   - sudo:       how a host's agent runs its privileged helper (agent/host/spark-lease-sandbox.sh)
 #   - cargo, rustc, librust-criterion-dev: the Butter/Iron lane scripts run by Debian's real cargo
 #     on fixture workspaces (test/fixtures/lanes/), offline, from the crates Debian ships under
 #     /usr/share/cargo/registry. These are checked with dpkg-query, not by command: a rustup
@@ -15,7 +16,7 @@
 # Installing needs root or passwordless sudo; without either it says what to run and fails.
 set -euo pipefail
 
-packages=(chromium shellcheck prometheus slurm-wlm munge)
+packages=(chromium shellcheck prometheus slurm-wlm munge sudo)
 # installed when dpkg says so (`dpkg-query -W -f='${db:Status-Status}'` prints `installed`;
 # for a package dpkg never saw it prints nothing and exits 1, dpkg-query(1))
 debian_packages=(cargo rustc librust-criterion-dev)
@@ -26,6 +27,7 @@ commands_of() {
     prometheus) echo promtool ;;
     slurm-wlm) echo sbatch squeue sacct scancel slurmctld slurmd ;;
     munge) echo munge munged ;;
+    sudo) echo sudo visudo ;;
     cargo) echo /usr/bin/cargo ;;
     rustc) echo /usr/bin/rustc ;;
     librust-criterion-dev) echo /usr/share/cargo/registry/criterion-0.3.6 ;;

@@ -7,8 +7,8 @@ var __export = (target, all) => {
 };
 
 // agent/main.ts
-import { existsSync as existsSync3, mkdirSync as mkdirSync5 } from "node:fs";
-import { dirname as dirname4 } from "node:path";
+import { existsSync as existsSync4, mkdirSync as mkdirSync5 } from "node:fs";
+import { dirname as dirname5 } from "node:path";
 
 // agent/agent.ts
 import { mkdirSync as mkdirSync4 } from "node:fs";
@@ -19935,6 +19935,8 @@ var LeaseRefSchema = object({
    * item 1); absent: the host's own `executor`.
    */
   executor: _enum2(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).optional(),
+  /** The repository of CI work: the agent gives its leases one shared build cache (ADR 0157). */
+  repo: string2().regex(REPO_PATTERN, 'repositories look like "owner/name"').optional(),
   /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
   expiresInMs: number2().int().min(-MAX_WAIT_MS * 366).max(MAX_WAIT_MS * 366)
 });
@@ -20061,6 +20063,15 @@ var ReportSchema = discriminatedUnion("type", [
      * what its GPU shows now, so admission need not wait for the next heartbeat.
      */
     facts: HostFactsSchema.optional()
+  }),
+  /**
+   * The agent could not clean up after the lease within its bounded time (ADR 0156): its work area
+   * would not go, or a process of the lease would not end. The host is quarantined with `reason`.
+   */
+  object({
+    type: literal("cleanup_failed"),
+    fencingToken: token,
+    reason: string2().min(1).max(1e3)
   }),
   object({
     type: literal("processes_remain"),
@@ -20357,6 +20368,10 @@ function createLeaseExecutor(hostDefault, build, warn = () => {
   };
   if (fallback.startDevelopment) router.startDevelopment = (l) => fallback.startDevelopment(l);
   if (fallback.attach) router.attach = (l) => fallback.attach(l);
+  router.leasePaths = (l) => {
+    const e = of(l);
+    return e instanceof Error || !e.leasePaths ? null : e.leasePaths(l);
+  };
   router.taskOutput = async (l) => {
     const e = of(l);
     if (e instanceof Error || !e.taskOutput) return { text: "", complete: false, detail: "no task backend" };
@@ -20374,7 +20389,7 @@ function createLeaseExecutor(hostDefault, build, warn = () => {
 }
 
 // agent/executor/dstack.ts
-import { readFileSync as readFileSync2 } from "node:fs";
+import { readFileSync as readFileSync3 } from "node:fs";
 
 // agent/runner.ts
 import { spawn as spawn2 } from "node:child_process";
@@ -20384,11 +20399,201 @@ import {
   mkdirSync,
   openSync,
   readdirSync,
-  readFileSync,
+  readFileSync as readFileSync2,
   readSync,
   statSync
 } from "node:fs";
-import { join } from "node:path";
+import { join as join2 } from "node:path";
+
+// agent/host/sandbox.ts
+import { execFileSync } from "node:child_process";
+import { basename, dirname as dirname2, join, relative } from "node:path";
+
+// agent/config.ts
+import { readFileSync } from "node:fs";
+import { dirname, isAbsolute, resolve } from "node:path";
+function isSafeControllerUrl(raw) {
+  let u;
+  try {
+    u = new URL(raw);
+  } catch {
+    return false;
+  }
+  if (u.username || u.password) return false;
+  if (u.protocol === "https:") return true;
+  if (u.protocol !== "http:") return false;
+  const h = u.hostname;
+  return h === "localhost" || h === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+var argv = external_exports.array(external_exports.string().min(1)).min(1, 'give the command as an argv array, e.g. ["systemctl", "start", "deckard"]');
+var serviceSchema = external_exports.object({
+  name: external_exports.string().min(1).default("deckard").describe("Name used in reports and logs."),
+  drain: argv.describe("Stops new work on the service and lets in-flight requests finish."),
+  stop: argv.describe("Stops the service completely (a paused container is not stopped)."),
+  start: argv.describe("Recreates the service; its model-ready health check gates the restore."),
+  healthUrl: external_exports.url().describe("Model-ready health URL: 2xx means the model is loaded and serving."),
+  commandTimeoutS: external_exports.number().int().positive().default(300),
+  /** How long the GPU may take to show the service's processes gone after `stop`. */
+  releaseVerifyTimeoutS: external_exports.number().int().positive().default(60),
+  healthPollMs: external_exports.number().int().positive().default(1e3)
+}).strict();
+var AgentConfigSchema = external_exports.object({
+  controllerUrl: external_exports.url().refine(isSafeControllerUrl, {
+    message: "use https:// (plain http:// only to a loopback address such as 127.0.0.1); anyone on the path of an http:// URL could command this host"
+  }).describe("Base URL of the controller (outbound HTTPS only)."),
+  hostId: external_exports.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'host ids look like "spark-2"'),
+  tokenFile: external_exports.string().min(1).describe("File holding this host's agent token (mode 0600)."),
+  stateFile: external_exports.string().min(1).describe("Local progress file, written by atomic rename."),
+  workRoot: external_exports.string().min(1).describe("Volume under which each lease gets a fresh work dir."),
+  modelCacheDir: external_exports.string().min(1).describe("Managed model cache passed to jobs as SPARK_MODEL_CACHE."),
+  runner: external_exports.object({
+    dir: external_exports.string().min(1).describe("Directory of the GitHub Actions runner."),
+    command: external_exports.array(external_exports.string().min(1)).min(1).default(["./run.sh"]).describe("Relative to runner.dir."),
+    stopGraceS: external_exports.number().positive().default(10),
+    user: external_exports.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'a user name, e.g. "spark-runner"').nullable().default("spark-runner").describe(
+      "Unprivileged user the runner and the job run as (issue 11); null runs them as the agent (development only)."
+    ),
+    path: external_exports.string().regex(/^\/[^:]*(:\/[^:]*)*$/, 'absolute directories separated by ":"').default("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").describe("PATH of the runner (its environment starts fresh; passEnv may override it)."),
+    passEnv: external_exports.array(external_exports.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names only")).default([]).describe(
+      "Extra variables of the agent passed to the runner (besides PATH, HOME, locale); the job runs PR code."
+    ),
+    helper: external_exports.array(external_exports.string().min(1)).min(2, "give the helper as an argv prefix ending with its configuration file").default([
+      "sudo",
+      "-n",
+      "-C",
+      "5",
+      "/usr/local/libexec/spark-lease-sandbox",
+      "/etc/spark-lease-sandbox.conf"
+    ]).describe(
+      "The privileged helper (ADR 0155) that makes and removes lease dirs, runs the job in its namespace and acts as the runner user: an argv prefix ending with its root-owned configuration file."
+    )
+  }).strict(),
+  executor: external_exports.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).default("jit-runner").describe(
+    "How a lease runs its workload (issue 15): a one-job JIT runner, a Slurm batch job, or a dstack task (and a dstack dev environment for development leases)."
+  ),
+  slurm: external_exports.object({
+    /** Directory of sbatch/squeue/sacct/scancel; empty: PATH. */
+    bin: external_exports.string().default(""),
+    /** Generic resource the job asks for (the lease's GPUs), e.g. "gpu:1". */
+    gres: external_exports.string().regex(/^[a-z][a-z0-9_]*(:[a-z0-9_]+)?(:[0-9]+)?$/, 'a gres like "gpu:1"').default("gpu:1"),
+    partition: external_exports.string().regex(/^[A-Za-z0-9_-]+$/).nullable().default(null),
+    /** SLURM_CONF for the commands; null: Slurm's default. */
+    conf: external_exports.string().nullable().default(null)
+  }).strict().prefault({}),
+  dstack: external_exports.object({
+    url: external_exports.url().refine(isSafeControllerUrl, {
+      message: "use https:// (plain http:// only to a loopback address): the run spec carries job secrets"
+    }).describe("Base URL of the dstack server (its REST API, e.g. 'https://dstack.internal:3000')."),
+    project: external_exports.string().regex(/^[A-Za-z0-9_-]{1,50}$/, 'a dstack project name, e.g. "main"').default("main"),
+    tokenFile: external_exports.string().min(1).describe("File holding the dstack user token (mode 0600)."),
+    fleet: external_exports.string().regex(/^[a-z][a-z0-9-]{1,40}$/, 'a dstack fleet name, e.g. "spark-2"').nullable().default(null).describe("On-prem SSH fleet holding exactly this host; null: a fleet named like the host id."),
+    // dstack's default image (no `image`) is built for linux/amd64 only and makes the run
+    // require an x86 CPU, so on a DGX Spark (aarch64) it never starts (docs/executors.md,
+    // ADR 0140): every run names its image
+    image: external_exports.string({
+      error: (i) => i.input === void 0 || i.input === null ? "set the image of dstack runs: one with a linux/arm64 build (the DGX Spark is aarch64; dstack's default image is amd64-only, so a run without an image never starts) holding git, bash, coreutils and curl or GNU wget" : void 0
+    }).min(1).describe(
+      "Container image of every dstack run; it needs a linux/arm64 build (DGX Spark) and git, bash, coreutils, curl or GNU wget."
+    ),
+    ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().default(null).describe("IDE pre-installed in development environments; null: SSH only (`dstack attach`)."),
+    requestTimeoutS: external_exports.number().positive().max(300).default(20)
+  }).strict().nullable().default(null).describe('dstack server for executor "dstack" (issue 15): CI tasks and development environments.'),
+  nvidiaSmi: external_exports.string().min(1).default("nvidia-smi").describe("nvidia-smi binary (PATH lookup if bare)."),
+  service: serviceSchema.nullable().default(null).describe("Home service (Deckard on spark-1), or null."),
+  interconnectCheck: external_exports.array(external_exports.string().min(1)).min(1).nullable().default(null).describe("Command that exits 0 when the pair interconnect is up."),
+  timeouts: external_exports.object({
+    requestS: external_exports.number().positive().default(10),
+    gpuQueryS: external_exports.number().positive().default(15),
+    backoffMaxS: external_exports.number().positive().default(30),
+    /** Longest a poll is held by the controller (it caps this too). */
+    longPollS: external_exports.number().int().min(0).max(55).default(25),
+    /**
+     * How long a failing cleanup (a tree that will not go, a process that will not die) is
+     * retried before the host is quarantined with the reason (ADR 0156).
+     */
+    cleanupS: external_exports.number().positive().max(86400).default(300)
+  }).strict().prefault({}),
+  buildCache: external_exports.object({
+    /** One shared build dir per repository, kept across its leases (SPARK_BUILD_CACHE_DIR). */
+    perRepository: external_exports.boolean().default(true),
+    /** Past this size the repository's cache is emptied after a lease. */
+    maxGiB: external_exports.number().positive().default(100)
+  }).strict().prefault({}).describe("The per-repository build cache a job gets in SPARK_BUILD_CACHE_DIR (ADR 0157)."),
+  logLevel: external_exports.enum(["debug", "info", "warn", "error"]).default("info")
+}).strict().refine((c) => c.executor !== "dstack" || c.dstack != null, {
+  path: ["dstack"],
+  message: 'executor "dstack" needs a "dstack" section: { "url", "project", "tokenFile", "image" }'
+});
+var AgentConfigError = class extends Error {
+  name = "AgentConfigError";
+  exitCode = 2;
+};
+function resolvePaths(cfg, base) {
+  const abs = (p) => isAbsolute(p) ? p : resolve(base, p);
+  const cmd = (c, cwd) => {
+    const [head, ...rest] = c;
+    return [head.includes("/") && !isAbsolute(head) ? resolve(cwd, head) : head, ...rest];
+  };
+  const runnerDir = abs(cfg.runner.dir);
+  return {
+    ...cfg,
+    tokenFile: abs(cfg.tokenFile),
+    stateFile: abs(cfg.stateFile),
+    workRoot: abs(cfg.workRoot),
+    modelCacheDir: abs(cfg.modelCacheDir),
+    runner: {
+      ...cfg.runner,
+      dir: runnerDir,
+      command: cmd(cfg.runner.command, runnerDir),
+      helper: cmd(cfg.runner.helper, base)
+    },
+    nvidiaSmi: cfg.nvidiaSmi.includes("/") ? abs(cfg.nvidiaSmi) : cfg.nvidiaSmi,
+    service: cfg.service ? {
+      ...cfg.service,
+      drain: cmd(cfg.service.drain, base),
+      stop: cmd(cfg.service.stop, base),
+      start: cmd(cfg.service.start, base)
+    } : null,
+    interconnectCheck: cfg.interconnectCheck ? cmd(cfg.interconnectCheck, base) : null,
+    dstack: cfg.dstack ? { ...cfg.dstack, tokenFile: abs(cfg.dstack.tokenFile) } : null
+  };
+}
+function parseAgentConfig(input2, source, base) {
+  const r = AgentConfigSchema.safeParse(input2);
+  if (!r.success) {
+    throw new AgentConfigError(
+      `invalid agent config ${source}: ${r.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`).join("; ")}`
+    );
+  }
+  return resolvePaths(r.data, base);
+}
+function loadAgentConfig(path) {
+  let text;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new AgentConfigError(`cannot read agent config ${path}: ${e.message}`);
+  }
+  let raw;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    throw new AgentConfigError(`agent config ${path} is not valid JSON: ${e.message}`);
+  }
+  return parseAgentConfig(raw, path, dirname(resolve(path)));
+}
+function readAgentToken(cfg) {
+  let token2;
+  try {
+    token2 = readFileSync(cfg.tokenFile, "utf8").trim();
+  } catch (e) {
+    throw new AgentConfigError(
+      `cannot read the agent token file ${cfg.tokenFile} (${e.message}); create a token with \`npm run agent-token -- create ${cfg.hostId}\` and save it there`
+    );
+  }
+  if (!token2) throw new AgentConfigError(`agent token file ${cfg.tokenFile} is empty`);
+  return token2;
+}
 
 // agent/exec.ts
 import { spawn } from "node:child_process";
@@ -20404,10 +20609,15 @@ function runCommand(argv2, opts) {
     let stderr = "";
     let error62 = null;
     const child = spawn(cmd, args, {
-      stdio: ["ignore", "pipe", "pipe"],
+      stdio: [opts.input != null ? "pipe" : "ignore", "pipe", "pipe"],
       env: opts.env ?? process.env,
       ...opts.cwd ? { cwd: opts.cwd } : {}
     });
+    if (opts.input != null && child.stdin) {
+      child.stdin.on("error", () => {
+      });
+      child.stdin.end(opts.input);
+    }
     child.stdout.on("data", (b) => {
       if (stdout.length < MAX_OUTPUT) stdout += b.toString("utf8");
     });
@@ -20434,32 +20644,115 @@ function describeFailure(argv2, r) {
   return `${what} exited ${r.code ?? r.signal}${out ? `: ${out}` : ""}`;
 }
 
+// agent/host/sandbox.ts
+function encodeEnv(env) {
+  let out = "";
+  for (const [k, v] of Object.entries(env)) {
+    if (v === void 0) continue;
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new TypeError(`not an environment variable name: ${k}`);
+    out += `${k}=${Buffer.from(v, "utf8").toString("base64")}
+`;
+  }
+  return `${out}
+`;
+}
+var plainEnv = () => ({ PATH: "/usr/bin:/bin", LANG: "C.UTF-8" });
+var helperSpawnEnv = () => ({
+  PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+});
+function runAsRunner(account, argv2, opts) {
+  return runCommand([...account.helper, "as-runner", "--", ...argv2], {
+    timeoutMs: opts.timeoutMs,
+    env: helperSpawnEnv(),
+    input: encodeEnv(opts.env ?? plainEnv())
+  });
+}
+function runHelper(account, args, timeoutMs = 12e4) {
+  return runCommand([...account.helper, ...args], { timeoutMs, env: helperSpawnEnv() });
+}
+function sandboxRunArgv(account, lease, key, command) {
+  return [...account.helper, "run", lease, key, "--", ...command];
+}
+var leaseName = (l) => basename(l.workDir);
+function repoCacheKey(repo) {
+  const m = /^([A-Za-z0-9][A-Za-z0-9_.-]{0,99})\/([A-Za-z0-9_.-]{1,100})$/.exec(repo);
+  return m ? `${m[1]}+${m[2]}`.toLowerCase() : null;
+}
+function leasePaths(cfg, l, shared) {
+  const root = dirname2(l.workDir);
+  const sandboxDir = `${l.workDir}.sandbox`;
+  const key = shared && cfg.buildCache.perRepository && l.kind !== "development" && l.repo && repoCacheKey(l.repo) || "-";
+  return {
+    workDir: l.workDir,
+    sandboxDir,
+    home: join(sandboxDir, "home"),
+    tmp: join(sandboxDir, "tmp"),
+    runnerWrites: join(sandboxDir, "runner"),
+    buildCache: key === "-" ? join(l.workDir, ".build-cache") : join(root, ".build-cache", key),
+    cacheKey: key
+  };
+}
+function checkSandbox(cfg, account) {
+  const hint = 'install the helper (docs/agent.md "Install"): agent/host/spark-lease-sandbox.sh as /usr/local/libexec/spark-lease-sandbox, /etc/spark-lease-sandbox.conf, and the sudoers rule';
+  let out;
+  try {
+    out = execFileSync(account.helper[0], [...account.helper.slice(1), "check"], {
+      encoding: "utf8",
+      env: helperSpawnEnv(),
+      timeout: 3e4,
+      stdio: ["ignore", "pipe", "pipe"]
+    });
+  } catch (e) {
+    const err = e;
+    const why = (err.stderr?.trim() || err.message).split("\n").slice(-2).join(" ");
+    throw new AgentConfigError(`runner.helper ${account.helper.join(" ")} check failed: ${why}; ${hint}`);
+  }
+  const s = {};
+  for (const line of out.split("\n")) {
+    const i = line.indexOf("=");
+    if (i > 0) s[line.slice(0, i)] = line.slice(i + 1);
+  }
+  const differ = (what, theirs, ours, field) => {
+    if (theirs !== ours) {
+      throw new AgentConfigError(
+        `the helper's ${what} is ${JSON.stringify(theirs ?? null)} but ${field} is ${JSON.stringify(ours)}; make the helper's configuration and agent.json agree`
+      );
+    }
+  };
+  differ("runner_user", s.runner_user, account.name, "runner.user");
+  differ("uid", s.uid, String(account.uid), `the uid of ${account.name}`);
+  differ("work_root", s.work_root, cfg.workRoot, "workRoot");
+  differ("runner_dir", s.runner_dir, cfg.runner.dir, "runner.dir");
+  const writable = (s.writable ?? "").split(":").filter(Boolean);
+  const inside = (p, dir) => {
+    const rel = relative(dir, p);
+    return rel === "" || !rel.startsWith("..") && !rel.startsWith("/");
+  };
+  for (const w of [...writable, cfg.workRoot]) {
+    if (inside(cfg.modelCacheDir, w) || inside(w, cfg.modelCacheDir)) {
+      throw new AgentConfigError(
+        `modelCacheDir ${cfg.modelCacheDir} overlaps ${w}, which jobs may write; the model cache is read-only to jobs (only the host's provisioning writes it)`
+      );
+    }
+  }
+  return s;
+}
+
 // agent/runner.ts
 var WRAPPER = [
   'cd "$1" || exit 126',
   "shift",
-  "echo $$ >&3",
+  // the process group's id: the wrapper leads it, or (behind sudo) sudo does
+  'cut -d" " -f5 /proc/$$/stat >&3',
   "exec 3>&-",
   '"$@" 4>&-',
   "c=$?",
   'printf "%s\\n" "$c" >&4',
   'exit "$c"'
 ].join("\n");
-function asAccount(account) {
-  return [
-    "setpriv",
-    `--reuid=${account.uid}`,
-    `--regid=${account.gid}`,
-    "--init-groups",
-    "--inh-caps=-all",
-    "--ambient-caps=-all",
-    "--no-new-privs",
-    "--"
-  ];
-}
 function processStartTicks(pid) {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const stat = readFileSync2(`/proc/${pid}/stat`, "utf8");
     const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
     return rest[19] ?? null;
   } catch {
@@ -20469,26 +20762,26 @@ function processStartTicks(pid) {
 function startRunner(opts) {
   mkdirSync(opts.runDir, { recursive: true, mode: 448 });
   const fds = [
-    openSync(join(opts.runDir, "output.log"), "a", 384),
-    openSync(join(opts.runDir, "pid"), "w", 384),
-    openSync(join(opts.runDir, "exit"), "w", 384)
+    openSync(join2(opts.runDir, "output.log"), "a", 384),
+    openSync(join2(opts.runDir, "pid"), "w", 384),
+    openSync(join2(opts.runDir, "exit"), "w", 384)
   ];
   try {
-    const argv2 = [
-      ...opts.account ? asAccount(opts.account) : [],
-      "/bin/sh",
-      "-c",
-      WRAPPER,
-      "spark-runner",
-      opts.workDir,
-      ...opts.command
-    ];
+    const wrapped = ["/bin/sh", "-c", WRAPPER, "spark-runner", opts.workDir, ...opts.command];
+    const { account } = opts;
+    if (account && !opts.sandbox) throw new TypeError("a runner of the runner user starts in its sandbox");
+    const argv2 = account ? sandboxRunArgv(account, opts.sandbox.lease, opts.sandbox.cacheKey, wrapped) : wrapped;
     const child = spawn2(argv2[0], argv2.slice(1), {
       cwd: "/",
-      env: opts.env,
+      env: account ? helperSpawnEnv() : opts.env,
       detached: true,
-      stdio: ["ignore", fds[0], fds[0], fds[1], fds[2]]
+      stdio: [account ? "pipe" : "ignore", fds[0], fds[0], fds[1], fds[2]]
     });
+    if (account && child.stdin) {
+      child.stdin.on("error", () => {
+      });
+      child.stdin.end(encodeEnv(opts.env));
+    }
     const exited = new Promise((resolve3) => {
       child.once("exit", () => resolve3());
       child.once("error", () => resolve3());
@@ -20502,7 +20795,7 @@ function startRunner(opts) {
 }
 function statFields(pid) {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const stat = readFileSync2(`/proc/${pid}/stat`, "utf8");
     return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   } catch {
     return null;
@@ -20529,15 +20822,15 @@ function isRunnerAlive(pid, startTicks) {
   return false;
 }
 function readExitCode(runDir) {
-  const f = join(runDir, "exit");
+  const f = join2(runDir, "exit");
   if (!existsSync(f)) return null;
-  const text = readFileSync(f, "utf8").trim();
+  const text = readFileSync2(f, "utf8").trim();
   if (!text) return null;
   const n = Number(text);
   return Number.isInteger(n) ? n : null;
 }
 function tailLines(runDir, n = 30) {
-  const f = join(runDir, "output.log");
+  const f = join2(runDir, "output.log");
   if (!existsSync(f)) return [];
   const size = statSync(f).size;
   const len = Math.min(size, 64 * 1024);
@@ -20559,9 +20852,7 @@ async function signalGroup(pgid, signal, account) {
     }
     return;
   }
-  await runCommand([...asAccount(account), "/bin/sh", "-c", `kill -s ${signal} -- -${pgid}`], {
-    timeoutMs: 1e4
-  });
+  await runAsRunner(account, ["/bin/sh", "-c", `kill -s ${signal} -- -${pgid}`], { timeoutMs: 1e4 });
 }
 function processesOfUid(uid) {
   const out = [];
@@ -20574,7 +20865,7 @@ function processesOfUid(uid) {
   for (const p of procs) {
     let status;
     try {
-      status = readFileSync(`/proc/${p}/status`, "utf8");
+      status = readFileSync2(`/proc/${p}/status`, "utf8");
     } catch {
       continue;
     }
@@ -20590,7 +20881,7 @@ async function killAccountProcesses(account, waitMs = 5e3) {
   for (; ; ) {
     const left = processesOfUid(account.uid);
     if (!left.length || Date.now() >= deadline) return left;
-    await runCommand([...asAccount(account), "/bin/sh", "-c", "kill -s KILL -- -1"], { timeoutMs: 1e4 });
+    await runAsRunner(account, ["/bin/sh", "-c", "kill -s KILL -- -1"], { timeoutMs: 1e4 });
     await delay(50);
   }
 }
@@ -20642,10 +20933,11 @@ function freshRunnerEnv(from, account, path, passEnv = []) {
   for (const k of passEnv) if (from[k] !== void 0) env[k] = from[k];
   return env;
 }
-function jobEnv(cfg, account, l, w) {
+function jobEnv(cfg, account, l, w, paths, sandboxed = true) {
   return {
     // the job runs PR code: it gets a minimal environment, never the agent's own
     ...account ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv) : baseRunnerEnv(process.env, cfg.runner.passEnv),
+    ...account && paths && !sandboxed ? { HOME: paths.home, TMPDIR: paths.tmp } : {},
     ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
     ...cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {},
     ACTIONS_RUNNER_INPUT_JITCONFIG: w.jitConfig,
@@ -20657,6 +20949,8 @@ function jobEnv(cfg, account, l, w) {
     SPARK_TOPOLOGY: l.topology,
     SPARK_WORK_DIR: l.workDir,
     SPARK_MODEL_CACHE: cfg.modelCacheDir,
+    // writable, kept across this repository's leases (ADR 0157); serialize writes with flock
+    ...paths ? { SPARK_BUILD_CACHE_DIR: paths.buildCache } : {},
     // the in-job receipt names the backend that ran the work (issue 15 item 5)
     SPARK_EXECUTOR: l.executor ?? cfg.executor
   };
@@ -21083,10 +21377,11 @@ function createDstackClient(o) {
 }
 
 // agent/executor/work-area.ts
-import { mkdirSync as mkdirSync2, rmSync } from "node:fs";
+import { chmodSync, existsSync as existsSync2, lstatSync, mkdirSync as mkdirSync2, readdirSync as readdirSync2, rmSync } from "node:fs";
+import { join as join4 } from "node:path";
 
 // agent/executor/work-dir.ts
-import { isAbsolute, join as join2, relative, resolve } from "node:path";
+import { isAbsolute as isAbsolute2, join as join3, relative as relative2, resolve as resolve2 } from "node:path";
 var PathOutsideRoot = class extends Error {
   name = "PathOutsideRoot";
 };
@@ -21094,61 +21389,107 @@ function childPath(root, name) {
   if (!name || name === "." || name === ".." || /[/\\\0]/.test(name)) {
     throw new PathOutsideRoot(`refusing path segment ${JSON.stringify(name.slice(0, 80))}: not a plain name`);
   }
-  const p = join2(root, name);
+  const p = join3(root, name);
   assertUnder(root, p);
   return p;
 }
 function assertUnder(root, path) {
-  const rel = relative(resolve(root), resolve(path));
-  if (!rel || rel.startsWith("..") || isAbsolute(rel) || resolve(root, rel) !== resolve(path)) {
+  const rel = relative2(resolve2(root), resolve2(path));
+  if (!rel || rel.startsWith("..") || isAbsolute2(rel) || resolve2(root, rel) !== resolve2(path)) {
     throw new PathOutsideRoot(`refusing ${path}: not under ${root}`);
   }
 }
 
 // agent/executor/work-area.ts
-function createWorkArea(cfg, account) {
-  const asRunner = async (argv2) => {
-    const r = await runCommand([...asAccount(account), ...argv2], { timeoutMs: 6e4 });
-    if (r.code !== 0) throw new Error(`${argv2[0]} as ${account.name} failed: ${r.stderr.trim() || r.error}`);
-    return r.stdout;
+function makeWritable(path) {
+  let st;
+  try {
+    st = lstatSync(path);
+  } catch {
+    return;
+  }
+  if (st.isSymbolicLink()) return;
+  try {
+    chmodSync(path, st.mode & 4095 | (st.isDirectory() ? 448 : 384));
+  } catch {
+  }
+  if (st.isDirectory()) {
+    let names = [];
+    try {
+      names = readdirSync2(path);
+    } catch {
+      return;
+    }
+    for (const n of names) makeWritable(join4(path, n));
+  }
+}
+function createWorkArea(cfg, account, shared = false) {
+  const paths = (l) => leasePaths(cfg, l, shared && account != null);
+  const foreign = () => account ? processesOfUid(account.uid) : [];
+  const helper = async (args) => {
+    const r = await runHelper(account, args);
+    return r.code === 0 ? { ok: true } : { ok: false, detail: describeFailure(["spark-lease-sandbox", ...args], r) };
+  };
+  const fresh = async (l) => {
+    const left = foreign();
+    if (left.length) {
+      return {
+        ok: false,
+        detail: `runner user ${account.name} still has ${left.length} process(es) this lease did not start (pid ${left.slice(0, 5).join(", ")})`
+      };
+    }
+    assertUnder(cfg.workRoot, l.workDir);
+    const p = paths(l);
+    if (account) return helper(["prepare", leaseName(l), p.cacheKey]);
+    for (const d of [l.workDir, p.sandboxDir]) {
+      makeWritable(d);
+      rmSync(d, { recursive: true, force: true });
+    }
+    for (const d of [l.workDir, p.home, p.tmp, p.buildCache]) mkdirSync2(d, { recursive: true, mode: 448 });
+    return { ok: true };
   };
   return {
-    asRunner,
-    /** Processes of the runner user (there must be none before a lease starts). */
-    foreign: () => account ? processesOfUid(account.uid) : [],
-    /** A fresh, empty work dir (whatever a crash left of an earlier attempt goes). */
-    async fresh(l) {
-      const left = account ? processesOfUid(account.uid) : [];
-      if (left.length) {
-        return {
-          ok: false,
-          detail: `runner user ${account.name} still has ${left.length} process(es) this lease did not start (pid ${left.slice(0, 5).join(", ")})`
-        };
-      }
+    paths,
+    foreign,
+    fresh,
+    /** The work area of a lease adopted after a restart, made only when it is missing. */
+    async make(l) {
       assertUnder(cfg.workRoot, l.workDir);
-      if (account) {
-        await asRunner([
-          "/bin/sh",
-          "-c",
-          'rm -rf --one-file-system -- "$1" && mkdir -m 0700 -- "$1"',
-          "sh",
-          l.workDir
-        ]);
-      } else {
-        rmSync(l.workDir, { recursive: true, force: true });
-        mkdirSync2(l.workDir, { recursive: true, mode: 448 });
+      if (existsSync2(l.workDir)) return;
+      const made = await fresh(l);
+      if (!made.ok) throw new Error(made.detail);
+    },
+    /**
+     * Removes the work area: the lease's processes must be gone; a tree the job made unreadable
+     * (`chmod 000`) is made writable first. What cannot be removed is named, never thrown.
+     */
+    async remove(l) {
+      assertUnder(cfg.workRoot, l.workDir);
+      if (account) return helper(["remove", leaseName(l)]);
+      const p = paths(l);
+      for (const d of [l.workDir, p.sandboxDir]) {
+        makeWritable(d);
+        try {
+          rmSync(d, { recursive: true, force: true });
+        } catch (e) {
+          return { ok: false, detail: `cannot remove ${d}: ${e.message}` };
+        }
       }
       return { ok: true };
     },
-    async make(l) {
-      assertUnder(cfg.workRoot, l.workDir);
-      if (account) await asRunner(["mkdir", "-p", "-m", "0700", "--", l.workDir]);
-      else mkdirSync2(l.workDir, { recursive: true, mode: 448 });
+    /** Bytes in the repository's shared build cache (null when it has none or it cannot be read). */
+    async cacheBytes(l) {
+      const p = paths(l);
+      if (!account || p.cacheKey === "-") return null;
+      const r = await runAsRunner(account, ["du", "-sk", "--", p.buildCache], { timeoutMs: 12e4 });
+      const kib = Number(r.stdout.trim().split(/\s/)[0]);
+      return r.code === 0 && Number.isFinite(kib) ? kib * 1024 : null;
     },
-    async remove(l) {
-      assertUnder(cfg.workRoot, l.workDir);
-      if (account) await asRunner(["rm", "-rf", "--one-file-system", "--", l.workDir]);
-      else rmSync(l.workDir, { recursive: true, force: true });
+    /** Empties the repository's shared build cache (its size cap, or an operator's wipe). */
+    async wipeCache(l) {
+      const p = paths(l);
+      if (!account || p.cacheKey === "-") return { ok: true };
+      return helper(["wipe-cache", p.cacheKey]);
     }
   };
 }
@@ -21195,7 +21536,7 @@ function createDstackExecutor(deps) {
   const client2 = deps.client ?? createDstackClient({
     url: d.url,
     project: d.project,
-    token: readFileSync2(d.tokenFile, "utf8").trim(),
+    token: readFileSync3(d.tokenFile, "utf8").trim(),
     timeoutMs: d.requestTimeoutS * 1e3
   });
   const area = createWorkArea(cfg, null);
@@ -21418,17 +21759,17 @@ function createDstackExecutor(deps) {
 }
 
 // agent/executor/jit-runner.ts
-import { existsSync as existsSync2, readFileSync as readFileSync3, rmSync as rmSync2 } from "node:fs";
-import { dirname, join as join3 } from "node:path";
+import { existsSync as existsSync3, readFileSync as readFileSync4, rmSync as rmSync2 } from "node:fs";
+import { dirname as dirname3, join as join5 } from "node:path";
 function createJitRunnerExecutor(deps) {
   const { cfg, log, save, account } = deps;
   let secrets = [];
-  const runsRoot = join3(dirname(cfg.stateFile), "runs");
+  const runsRoot = join5(dirname3(cfg.stateFile), "runs");
   const resolvePid = (r) => {
     if (r.pid != null) return;
-    const f = join3(r.runDir, "pid");
-    if (!existsSync2(f)) return;
-    const pid = Number(readFileSync3(f, "utf8").trim());
+    const f = join5(r.runDir, "pid");
+    if (!existsSync3(f)) return;
+    const pid = Number(readFileSync4(f, "utf8").trim());
     if (Number.isInteger(pid) && pid > 0) {
       r.pid = pid;
       r.startTicks = processStartTicks(pid);
@@ -21439,10 +21780,21 @@ function createJitRunnerExecutor(deps) {
     resolvePid(r);
     return r.pid != null && isRunnerAlive(r.pid, r.startTicks);
   };
-  const area = createWorkArea(cfg, account);
+  const area = createWorkArea(cfg, account, true);
   const foreign = area.foreign;
-  const removeWorkDir = area.remove;
-  const makeWorkDir = area.make;
+  const capCache = async (l) => {
+    const max = cfg.buildCache.maxGiB * 2 ** 30;
+    const bytes = await area.cacheBytes(l);
+    if (bytes == null || bytes <= max) return;
+    const wiped = await area.wipeCache(l);
+    log[wiped.ok ? "info" : "warn"]("emptied the build cache over its size cap", {
+      leaseId: l.leaseId,
+      repo: l.repo,
+      bytes,
+      maxGiB: cfg.buildCache.maxGiB,
+      ...wiped.ok ? {} : { error: wiped.detail }
+    });
+  };
   return {
     name: "jit-runner",
     async prepare(l) {
@@ -21451,10 +21803,18 @@ function createJitRunnerExecutor(deps) {
     async start(l, w) {
       const runDir = childPath(runsRoot, w.name);
       rmSync2(runDir, { recursive: true, force: true });
-      if (l.phase !== "prepared") await makeWorkDir(l);
+      if (l.phase !== "prepared") await area.make(l);
       const run = recordRunStart(l, { runnerName: w.name, runDir }, save);
-      const env = jobEnv(cfg, account, l, w);
-      const started = startRunner({ runDir, command: cfg.runner.command, workDir: l.workDir, env, account });
+      const paths = area.paths(l);
+      const env = jobEnv(cfg, account, l, w, paths);
+      const started = startRunner({
+        runDir,
+        command: cfg.runner.command,
+        workDir: l.workDir,
+        env,
+        account,
+        sandbox: { lease: leaseName(l), cacheKey: paths.cacheKey }
+      });
       run.pid = started.pid;
       run.startTicks = started.startTicks;
       save();
@@ -21509,8 +21869,11 @@ function createJitRunnerExecutor(deps) {
       secrets = [];
       save();
     },
+    leasePaths: (l) => area.paths(l),
     async discard(l) {
-      await removeWorkDir(l);
+      const removed = await area.remove(l);
+      if (!removed.ok) throw new Error(removed.detail);
+      await capCache(l);
       if (l.runner) {
         assertUnder(runsRoot, l.runner.runDir);
         rmSync2(l.runner.runDir, { recursive: true, force: true });
@@ -21521,7 +21884,7 @@ function createJitRunnerExecutor(deps) {
 }
 
 // agent/executor/slurm.ts
-import { join as join4 } from "node:path";
+import { join as join6 } from "node:path";
 var TERMINAL = /* @__PURE__ */ new Set([
   "COMPLETED",
   "FAILED",
@@ -21536,19 +21899,18 @@ var TERMINAL = /* @__PURE__ */ new Set([
 var OUTPUT = ".spark-slurm.out";
 function createSlurmExecutor(deps) {
   const { cfg, log, save, account } = deps;
-  const area = createWorkArea(cfg, account);
+  const area = createWorkArea(cfg, account, false);
   const s = cfg.slurm;
-  const bin = (name) => s.bin ? join4(s.bin, name) : name;
+  const bin = (name) => s.bin ? join6(s.bin, name) : name;
   const slurmEnv = () => ({
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     ...s.conf ? { SLURM_CONF: s.conf } : {}
   });
   const slurm = (argv2, env = slurmEnv()) => {
-    const asRunner = account && (argv2[0] === "sbatch" || argv2[0] === "scancel");
-    return runCommand([...asRunner ? asAccount(account) : [], bin(argv2[0]), ...argv2.slice(1)], {
-      timeoutMs: 3e4,
-      env
-    });
+    const cmd = [bin(argv2[0]), ...argv2.slice(1)];
+    if (account && (argv2[0] === "sbatch" || argv2[0] === "scancel"))
+      return runAsRunner(account, cmd, { timeoutMs: 3e4, env });
+    return runCommand(cmd, { timeoutMs: 3e4, env });
   };
   let secrets = [];
   const jobName = (l) => `spark-${l.reservationId}-${cfg.hostId}`;
@@ -21603,14 +21965,14 @@ function createSlurmExecutor(deps) {
         "--nodes=1",
         ...s.partition ? [`--partition=${s.partition}`] : [],
         `--chdir=${l.workDir}`,
-        `--output=${join4(l.workDir, OUTPUT)}`,
+        `--output=${join6(l.workDir, OUTPUT)}`,
         // the job gets exactly the environment built here (the JIT config travels in it, not argv)
         "--export=ALL",
         "--wrap",
         shellJoin(cfg.runner.command)
       ];
       const r = await slurm(argv2, {
-        ...jobEnv(cfg, account, l, w),
+        ...jobEnv(cfg, account, l, w, area.paths(l), false),
         ...s.conf ? { SLURM_CONF: s.conf } : {}
       });
       const id2 = r.stdout.trim().split(";")[0] ?? "";
@@ -21677,10 +22039,8 @@ function createSlurmExecutor(deps) {
     },
     async lastLines(l, n) {
       if (!l.runner) return [];
-      const file2 = join4(l.workDir, OUTPUT);
-      const r = account ? await runCommand([...asAccount(account), "tail", "-n", String(n), "--", file2], {
-        timeoutMs: 1e4
-      }) : await runCommand(["tail", "-n", String(n), "--", file2], { timeoutMs: 1e4 });
+      const file2 = join6(l.workDir, OUTPUT);
+      const r = account ? await runAsRunner(account, ["tail", "-n", String(n), "--", file2], { timeoutMs: 1e4 }) : await runCommand(["tail", "-n", String(n), "--", file2], { timeoutMs: 1e4 });
       const lines = r.code === 0 ? r.stdout.split("\n").map((x) => x.trimEnd()).filter(Boolean) : [];
       return redactLines(lines.slice(-n), secrets);
     },
@@ -21690,9 +22050,11 @@ function createSlurmExecutor(deps) {
       save();
     },
     async discard(l) {
-      await area.remove(l);
+      const removed = await area.remove(l);
+      if (!removed.ok) throw new Error(removed.detail);
       secrets = [];
-    }
+    },
+    leasePaths: (l) => area.paths(l)
   };
 }
 
@@ -22003,6 +22365,8 @@ function reconcile(d, local) {
       if (!mine) return { kind: "adopt-lease", lease: d.lease };
       return cleanStep(mine, local);
     case "hold": {
+      if (!d.lease && l)
+        return { kind: "drop-lease", why: `lease ${l.leaseId} ended; host held: ${d.reason}` };
       if (!d.lease) return wait(null, `hold: ${d.reason}`);
       if (!mine) return { kind: "adopt-lease", lease: d.lease };
       if (mine.phase === "cleaning") return cleanStep(mine, local);
@@ -22024,8 +22388,8 @@ function cleanStep(l, local) {
 }
 
 // agent/state-file.ts
-import { closeSync as closeSync2, fsyncSync, mkdirSync as mkdirSync3, openSync as openSync2, readFileSync as readFileSync4, renameSync, writeSync } from "node:fs";
-import { dirname as dirname2 } from "node:path";
+import { closeSync as closeSync2, fsyncSync, mkdirSync as mkdirSync3, openSync as openSync2, readFileSync as readFileSync5, renameSync, writeSync } from "node:fs";
+import { dirname as dirname4 } from "node:path";
 var runnerSchema = external_exports.object({
   runnerName: external_exports.string(),
   runDir: external_exports.string(),
@@ -22055,6 +22419,8 @@ var leaseSchema = external_exports.object({
    * is created, so the receipt built after a restart still names the commit, suite and lane.
    */
   task: CiTaskSchema.optional(),
+  /** The repository of CI work (`owner/name`): its shared build cache (ADR 0157). */
+  repo: external_exports.string().optional(),
   workDir: external_exports.string(),
   /** Lending steps: each is written before its command runs, so a restart repeats it. */
   lendStep: external_exports.enum(["none", "draining", "stopping", "verifying", "lent", "failed"]),
@@ -22062,7 +22428,12 @@ var leaseSchema = external_exports.object({
   failure: external_exports.string().nullable(),
   runner: runnerSchema.nullable(),
   activeReported: external_exports.boolean(),
-  remainReported: external_exports.boolean()
+  remainReported: external_exports.boolean(),
+  /**
+   * A cleanup that keeps failing (ADR 0156): since when, how often, the last reason, and when to
+   * try again. Logged once per change of reason; past `timeouts.cleanupS` the host is quarantined.
+   */
+  cleanup: external_exports.object({ since: external_exports.number(), attempts: external_exports.number().int(), reason: external_exports.string(), nextAt: external_exports.number() }).nullable().optional()
 });
 var AgentStateSchema = external_exports.object({
   v: external_exports.literal(1),
@@ -22070,13 +22441,18 @@ var AgentStateSchema = external_exports.object({
   maxFencingToken: external_exports.number().int().nonnegative(),
   lease: leaseSchema.nullable(),
   /** A restore in progress (repeated after a restart: start and health checks are idempotent). */
-  restore: external_exports.object({ fencingToken: external_exports.number().int(), attempt: external_exports.number().int(), startedAt: external_exports.number() }).nullable()
+  restore: external_exports.object({ fencingToken: external_exports.number().int(), attempt: external_exports.number().int(), startedAt: external_exports.number() }).nullable(),
+  /**
+   * Work dirs of ended leases that could not be removed (ADR 0156): removed again before the next
+   * lease is prepared. No lease's job sees them (its namespace hides the work root).
+   */
+  leftovers: external_exports.array(external_exports.string()).max(64).optional()
 });
 var emptyState = () => ({ v: 1, maxFencingToken: 0, lease: null, restore: null });
 function loadState(path) {
   let text;
   try {
-    text = readFileSync4(path, "utf8");
+    text = readFileSync5(path, "utf8");
   } catch (e) {
     if (e.code === "ENOENT") return emptyState();
     throw e;
@@ -22090,7 +22466,7 @@ function loadState(path) {
   return parsed.data;
 }
 function saveState(path, state) {
-  mkdirSync3(dirname2(path), { recursive: true });
+  mkdirSync3(dirname4(path), { recursive: true });
   const tmp = `${path}.tmp-${process.pid}`;
   const fd = openSync2(tmp, "w", 384);
   try {
@@ -22101,7 +22477,7 @@ function saveState(path, state) {
     closeSync2(fd);
   }
   renameSync(tmp, path);
-  const dfd = openSync2(dirname2(path), "r");
+  const dfd = openSync2(dirname4(path), "r");
   try {
     fsyncSync(dfd);
   } finally {
@@ -22133,15 +22509,79 @@ async function stopWorkload(ctx) {
   await ctx.executor.stop(l);
   return (await ctx.executor.observe(l)).state === "running" ? waitFor(1e3) : again;
 }
+var CLEANUP_QUICK_ATTEMPTS = 5;
+var CLEANUP_BACKOFF_MAX_MS = 1e4;
+async function cleanupFailing(ctx, l, reason) {
+  const now = ctx.port.now();
+  const budgetMs = ctx.cfg.timeouts.cleanupS * 1e3;
+  const c = l.cleanup ?? { since: now, attempts: 0, reason: "", nextAt: now };
+  c.attempts += 1;
+  if (c.reason !== reason) {
+    ctx.log.warn(
+      c.attempts === 1 ? "cleanup failed; retrying" : "cleanup still failing, now for another reason; retrying",
+      { leaseId: l.leaseId, reason, attempts: c.attempts, quarantineAfterS: ctx.cfg.timeouts.cleanupS }
+    );
+    c.reason = reason;
+  }
+  if (now - c.since >= budgetMs) {
+    l.cleanup = c;
+    ctx.save();
+    await ctx.report({ type: "cleanup_failed", fencingToken: l.fencingToken, reason: reason.slice(0, 1e3) });
+    ctx.log.error("cleanup failed for too long; the host is quarantined until an operator clears it", {
+      leaseId: l.leaseId,
+      reason,
+      attempts: c.attempts,
+      sinceS: Math.round((now - c.since) / 1e3)
+    });
+    rememberLeftover(ctx, l.workDir);
+    ctx.state.lease = null;
+    ctx.save();
+    return waitFor(null);
+  }
+  const backoff = c.attempts <= CLEANUP_QUICK_ATTEMPTS ? 1e3 : Math.min(CLEANUP_BACKOFF_MAX_MS, 1e3 * 2 ** Math.min(c.attempts - CLEANUP_QUICK_ATTEMPTS, 10));
+  c.nextAt = now + Math.min(backoff, c.since + budgetMs - now);
+  l.cleanup = c;
+  ctx.save();
+  return waitFor(c.nextAt - now);
+}
+function rememberLeftover(ctx, workDir) {
+  ctx.state.leftovers = [...(ctx.state.leftovers ?? []).filter((d) => d !== workDir), workDir].slice(-64);
+}
+async function removeLeftovers(ctx, l) {
+  const left = ctx.state.leftovers ?? [];
+  if (!left.length) return;
+  const still = [];
+  for (const workDir of left) {
+    try {
+      await ctx.executor.discard({ ...l, workDir, runner: null });
+    } catch (e) {
+      still.push(workDir);
+      ctx.log.warn("a work dir of an earlier lease still cannot be removed", {
+        workDir,
+        error: e.message
+      });
+    }
+  }
+  ctx.state.leftovers = still;
+  ctx.save();
+}
 async function finishClean(ctx) {
   const l = currentLease(ctx);
+  const now = ctx.port.now();
+  if (l.cleanup && now < l.cleanup.nextAt) return waitFor(l.cleanup.nextAt - now);
   await ctx.executor.stop(l);
   const gone = await ctx.executor.confirmTerminated(l);
-  if (!gone.ok) {
-    ctx.log.warn("cannot confirm cleanup: the workload has not terminated", { detail: gone.detail });
-    return waitFor(1e3);
+  if (!gone.ok) return cleanupFailing(ctx, l, `the workload has not terminated: ${gone.detail}`);
+  try {
+    await ctx.executor.discard(l);
+  } catch (e) {
+    return cleanupFailing(ctx, l, `the work area cannot be removed: ${e.message}`);
   }
-  await ctx.executor.discard(l);
+  if (l.cleanup) {
+    ctx.log.info("cleanup succeeded after failing", { leaseId: l.leaseId, attempts: l.cleanup.attempts });
+    l.cleanup = null;
+    ctx.save();
+  }
   const q = await ctx.port.queryGpu();
   if (!q.ok) {
     ctx.log.warn("cannot confirm cleanup: GPU state unknown", { error: q.error });
@@ -22244,6 +22684,7 @@ function adoptLease(ctx, lease) {
     topology: lease.topology,
     lend: lease.lend,
     ...lease.executor ? { executor: lease.executor } : {},
+    ...lease.repo ? { repo: lease.repo } : {},
     workDir: childPath(ctx.cfg.workRoot, `${lease.reservationId}-${ctx.cfg.hostId}-t${lease.fencingToken}`),
     lendStep: "none",
     phase: "preparing",
@@ -22261,7 +22702,15 @@ async function dropLease(ctx, why) {
   if (!l) return again;
   ctx.log.info("cleaning up local work of an ended lease", { leaseId: l.leaseId, why });
   await ctx.executor.stop(l);
-  await ctx.executor.discard(l);
+  try {
+    await ctx.executor.discard(l);
+  } catch (e) {
+    ctx.log.warn("the ended lease's work area cannot be removed now; it is retried before the next lease", {
+      leaseId: l.leaseId,
+      error: e.message
+    });
+    rememberLeftover(ctx, l.workDir);
+  }
   ctx.state.lease = null;
   ctx.save();
   return again;
@@ -22285,6 +22734,7 @@ async function reportPrepareFailed(ctx) {
 }
 async function prepareHost(ctx) {
   const l = currentLease(ctx);
+  await removeLeftovers(ctx, l);
   const [q, ready] = await Promise.all([
     l.lend ? Promise.resolve(null) : ctx.port.queryGpu(),
     ctx.executor.prepare(l)
@@ -22691,174 +23141,14 @@ var Agent3 = class {
   }
 };
 
-// agent/config.ts
-import { readFileSync as readFileSync5 } from "node:fs";
-import { dirname as dirname3, isAbsolute as isAbsolute2, resolve as resolve2 } from "node:path";
-function isSafeControllerUrl(raw) {
-  let u;
-  try {
-    u = new URL(raw);
-  } catch {
-    return false;
-  }
-  if (u.username || u.password) return false;
-  if (u.protocol === "https:") return true;
-  if (u.protocol !== "http:") return false;
-  const h = u.hostname;
-  return h === "localhost" || h === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
-}
-var argv = external_exports.array(external_exports.string().min(1)).min(1, 'give the command as an argv array, e.g. ["systemctl", "start", "deckard"]');
-var serviceSchema = external_exports.object({
-  name: external_exports.string().min(1).default("deckard").describe("Name used in reports and logs."),
-  drain: argv.describe("Stops new work on the service and lets in-flight requests finish."),
-  stop: argv.describe("Stops the service completely (a paused container is not stopped)."),
-  start: argv.describe("Recreates the service; its model-ready health check gates the restore."),
-  healthUrl: external_exports.url().describe("Model-ready health URL: 2xx means the model is loaded and serving."),
-  commandTimeoutS: external_exports.number().int().positive().default(300),
-  /** How long the GPU may take to show the service's processes gone after `stop`. */
-  releaseVerifyTimeoutS: external_exports.number().int().positive().default(60),
-  healthPollMs: external_exports.number().int().positive().default(1e3)
-}).strict();
-var AgentConfigSchema = external_exports.object({
-  controllerUrl: external_exports.url().refine(isSafeControllerUrl, {
-    message: "use https:// (plain http:// only to a loopback address such as 127.0.0.1); anyone on the path of an http:// URL could command this host"
-  }).describe("Base URL of the controller (outbound HTTPS only)."),
-  hostId: external_exports.string().regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'host ids look like "spark-2"'),
-  tokenFile: external_exports.string().min(1).describe("File holding this host's agent token (mode 0600)."),
-  stateFile: external_exports.string().min(1).describe("Local progress file, written by atomic rename."),
-  workRoot: external_exports.string().min(1).describe("Volume under which each lease gets a fresh work dir."),
-  modelCacheDir: external_exports.string().min(1).describe("Managed model cache passed to jobs as SPARK_MODEL_CACHE."),
-  runner: external_exports.object({
-    dir: external_exports.string().min(1).describe("Directory of the GitHub Actions runner."),
-    command: external_exports.array(external_exports.string().min(1)).min(1).default(["./run.sh"]).describe("Relative to runner.dir."),
-    stopGraceS: external_exports.number().positive().default(10),
-    user: external_exports.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'a user name, e.g. "spark-runner"').nullable().default("spark-runner").describe(
-      "Unprivileged user the runner and the job run as (issue 11); null runs them as the agent (development only)."
-    ),
-    path: external_exports.string().regex(/^\/[^:]*(:\/[^:]*)*$/, 'absolute directories separated by ":"').default("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").describe("PATH of the runner (its environment starts fresh; passEnv may override it)."),
-    passEnv: external_exports.array(external_exports.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names only")).default([]).describe(
-      "Extra variables of the agent passed to the runner (besides PATH, HOME, locale); the job runs PR code."
-    )
-  }).strict(),
-  executor: external_exports.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).default("jit-runner").describe(
-    "How a lease runs its workload (issue 15): a one-job JIT runner, a Slurm batch job, or a dstack task (and a dstack dev environment for development leases)."
-  ),
-  slurm: external_exports.object({
-    /** Directory of sbatch/squeue/sacct/scancel; empty: PATH. */
-    bin: external_exports.string().default(""),
-    /** Generic resource the job asks for (the lease's GPUs), e.g. "gpu:1". */
-    gres: external_exports.string().regex(/^[a-z][a-z0-9_]*(:[a-z0-9_]+)?(:[0-9]+)?$/, 'a gres like "gpu:1"').default("gpu:1"),
-    partition: external_exports.string().regex(/^[A-Za-z0-9_-]+$/).nullable().default(null),
-    /** SLURM_CONF for the commands; null: Slurm's default. */
-    conf: external_exports.string().nullable().default(null)
-  }).strict().prefault({}),
-  dstack: external_exports.object({
-    url: external_exports.url().refine(isSafeControllerUrl, {
-      message: "use https:// (plain http:// only to a loopback address): the run spec carries job secrets"
-    }).describe("Base URL of the dstack server (its REST API, e.g. 'https://dstack.internal:3000')."),
-    project: external_exports.string().regex(/^[A-Za-z0-9_-]{1,50}$/, 'a dstack project name, e.g. "main"').default("main"),
-    tokenFile: external_exports.string().min(1).describe("File holding the dstack user token (mode 0600)."),
-    fleet: external_exports.string().regex(/^[a-z][a-z0-9-]{1,40}$/, 'a dstack fleet name, e.g. "spark-2"').nullable().default(null).describe("On-prem SSH fleet holding exactly this host; null: a fleet named like the host id."),
-    // dstack's default image (no `image`) is built for linux/amd64 only and makes the run
-    // require an x86 CPU, so on a DGX Spark (aarch64) it never starts (docs/executors.md,
-    // ADR 0140): every run names its image
-    image: external_exports.string({
-      error: (i) => i.input === void 0 || i.input === null ? "set the image of dstack runs: one with a linux/arm64 build (the DGX Spark is aarch64; dstack's default image is amd64-only, so a run without an image never starts) holding git, bash, coreutils and curl or GNU wget" : void 0
-    }).min(1).describe(
-      "Container image of every dstack run; it needs a linux/arm64 build (DGX Spark) and git, bash, coreutils, curl or GNU wget."
-    ),
-    ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().default(null).describe("IDE pre-installed in development environments; null: SSH only (`dstack attach`)."),
-    requestTimeoutS: external_exports.number().positive().max(300).default(20)
-  }).strict().nullable().default(null).describe('dstack server for executor "dstack" (issue 15): CI tasks and development environments.'),
-  nvidiaSmi: external_exports.string().min(1).default("nvidia-smi").describe("nvidia-smi binary (PATH lookup if bare)."),
-  service: serviceSchema.nullable().default(null).describe("Home service (Deckard on spark-1), or null."),
-  interconnectCheck: external_exports.array(external_exports.string().min(1)).min(1).nullable().default(null).describe("Command that exits 0 when the pair interconnect is up."),
-  timeouts: external_exports.object({
-    requestS: external_exports.number().positive().default(10),
-    gpuQueryS: external_exports.number().positive().default(15),
-    backoffMaxS: external_exports.number().positive().default(30),
-    /** Longest a poll is held by the controller (it caps this too). */
-    longPollS: external_exports.number().int().min(0).max(55).default(25)
-  }).strict().prefault({}),
-  logLevel: external_exports.enum(["debug", "info", "warn", "error"]).default("info")
-}).strict().refine((c) => c.executor !== "dstack" || c.dstack != null, {
-  path: ["dstack"],
-  message: 'executor "dstack" needs a "dstack" section: { "url", "project", "tokenFile", "image" }'
-});
-var AgentConfigError = class extends Error {
-  name = "AgentConfigError";
-  exitCode = 2;
-};
-function resolvePaths(cfg, base) {
-  const abs = (p) => isAbsolute2(p) ? p : resolve2(base, p);
-  const cmd = (c, cwd) => {
-    const [head, ...rest] = c;
-    return [head.includes("/") && !isAbsolute2(head) ? resolve2(cwd, head) : head, ...rest];
-  };
-  const runnerDir = abs(cfg.runner.dir);
-  return {
-    ...cfg,
-    tokenFile: abs(cfg.tokenFile),
-    stateFile: abs(cfg.stateFile),
-    workRoot: abs(cfg.workRoot),
-    modelCacheDir: abs(cfg.modelCacheDir),
-    runner: { ...cfg.runner, dir: runnerDir, command: cmd(cfg.runner.command, runnerDir) },
-    nvidiaSmi: cfg.nvidiaSmi.includes("/") ? abs(cfg.nvidiaSmi) : cfg.nvidiaSmi,
-    service: cfg.service ? {
-      ...cfg.service,
-      drain: cmd(cfg.service.drain, base),
-      stop: cmd(cfg.service.stop, base),
-      start: cmd(cfg.service.start, base)
-    } : null,
-    interconnectCheck: cfg.interconnectCheck ? cmd(cfg.interconnectCheck, base) : null,
-    dstack: cfg.dstack ? { ...cfg.dstack, tokenFile: abs(cfg.dstack.tokenFile) } : null
-  };
-}
-function parseAgentConfig(input2, source, base) {
-  const r = AgentConfigSchema.safeParse(input2);
-  if (!r.success) {
-    throw new AgentConfigError(
-      `invalid agent config ${source}: ${r.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`).join("; ")}`
-    );
-  }
-  return resolvePaths(r.data, base);
-}
-function loadAgentConfig(path) {
-  let text;
-  try {
-    text = readFileSync5(path, "utf8");
-  } catch (e) {
-    throw new AgentConfigError(`cannot read agent config ${path}: ${e.message}`);
-  }
-  let raw;
-  try {
-    raw = JSON.parse(text);
-  } catch (e) {
-    throw new AgentConfigError(`agent config ${path} is not valid JSON: ${e.message}`);
-  }
-  return parseAgentConfig(raw, path, dirname3(resolve2(path)));
-}
-function readAgentToken(cfg) {
-  let token2;
-  try {
-    token2 = readFileSync5(cfg.tokenFile, "utf8").trim();
-  } catch (e) {
-    throw new AgentConfigError(
-      `cannot read the agent token file ${cfg.tokenFile} (${e.message}); create a token with \`npm run agent-token -- create ${cfg.hostId}\` and save it there`
-    );
-  }
-  if (!token2) throw new AgentConfigError(`agent token file ${cfg.tokenFile} is empty`);
-  return token2;
-}
-
 // agent/host/account.ts
-import { execFileSync } from "node:child_process";
+import { execFileSync as execFileSync2 } from "node:child_process";
 import { statSync as statSync2 } from "node:fs";
 var CREATE_HINT = (name) => `create it: useradd --system --create-home --home-dir /var/lib/${name} --shell /usr/sbin/nologin ${name}`;
 function resolveRunnerAccount(name, agentUid = process.getuid?.() ?? -1) {
   let line;
   try {
-    line = execFileSync("getent", ["passwd", name], { encoding: "utf8" }).trim();
+    line = execFileSync2("getent", ["passwd", name], { encoding: "utf8" }).trim();
   } catch {
     throw new AgentConfigError(`runner user "${name}" does not exist; ${CREATE_HINT(name)}`);
   }
@@ -22896,17 +23186,17 @@ function assertPrivate(path, what, dir = false) {
     );
   }
 }
-function assertWorkRoot(path, account) {
-  const hint = `install -d -o ${account.name} -g ${account.gid} -m 0700 ${path}`;
+function assertWorkRoot(path) {
+  const hint = `install -d -o root -g root -m 0711 ${path}`;
   let st;
   try {
     st = statSync2(path);
   } catch {
     throw new AgentConfigError(`workRoot ${path} does not exist; ${hint}`);
   }
-  if (!st.isDirectory() || st.uid !== account.uid || st.mode & 63) {
+  if (!st.isDirectory() || st.uid !== 0 || (st.mode & 511) !== 457) {
     throw new AgentConfigError(
-      `workRoot ${path} must be a directory owned by ${account.name} with mode 0700 (so no other user reaches a reservation's files); ${hint}`
+      `workRoot ${path} must be a directory owned by root with mode 0711 (lease dirs are made in it by the helper, and no job may add or swap one); ${hint}`
     );
   }
 }
@@ -22943,7 +23233,7 @@ function parseArgs(argv2) {
 }
 function checkHost(cfg, configPath, log) {
   process.umask(63);
-  const stateDir = dirname4(cfg.stateFile);
+  const stateDir = dirname5(cfg.stateFile);
   mkdirSync5(stateDir, { recursive: true, mode: 448 });
   if (!cfg.runner.user) {
     log.warn(
@@ -22951,12 +23241,13 @@ function checkHost(cfg, configPath, log) {
     );
     return null;
   }
-  const account = resolveRunnerAccount(cfg.runner.user);
+  const account = { ...resolveRunnerAccount(cfg.runner.user), helper: cfg.runner.helper };
   assertPrivate(configPath, "agent config");
   assertPrivate(cfg.tokenFile, "agent token file");
   assertPrivate(stateDir, "state directory", true);
-  if (existsSync3(cfg.stateFile)) assertPrivate(cfg.stateFile, "state file");
-  assertWorkRoot(cfg.workRoot, account);
+  if (existsSync4(cfg.stateFile)) assertPrivate(cfg.stateFile, "state file");
+  assertWorkRoot(cfg.workRoot);
+  checkSandbox(cfg, account);
   return account;
 }
 async function main() {

@@ -93,6 +93,10 @@ export function createLeaseExecutor(
   // development leases carry no repository: they run on the host's backend
   if (fallback.startDevelopment) router.startDevelopment = (l) => fallback.startDevelopment!(l);
   if (fallback.attach) router.attach = (l) => fallback.attach!(l);
+  router.leasePaths = (l) => {
+    const e = of(l);
+    return e instanceof Error || !e.leasePaths ? null : e.leasePaths(l);
+  };
   router.taskOutput = async (l) => {
     const e = of(l);
     if (e instanceof Error || !e.taskOutput) return { text: '', complete: false, detail: 'no task backend' };

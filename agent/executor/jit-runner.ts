@@ -1,6 +1,7 @@
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { AgentConfig } from '../config.ts';
+import { leaseName } from '../host/sandbox.ts';
 import type { AgentLogger } from '../log.ts';
 import {
   isRunnerAlive,
@@ -63,10 +64,24 @@ export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
     resolvePid(r);
     return r.pid != null && isRunnerAlive(r.pid, r.startTicks);
   };
-  const area = createWorkArea(cfg, account);
+  // inside its namespace a lease sees its own repository's build cache only (ADR 0157)
+  const area = createWorkArea(cfg, account, true);
   const foreign = area.foreign;
-  const removeWorkDir = area.remove;
-  const makeWorkDir = area.make;
+
+  /** The repository's build cache past its cap is emptied after the lease (ADR 0157). */
+  const capCache = async (l: LeaseState): Promise<void> => {
+    const max = cfg.buildCache.maxGiB * 2 ** 30;
+    const bytes = await area.cacheBytes(l);
+    if (bytes == null || bytes <= max) return;
+    const wiped = await area.wipeCache(l);
+    log[wiped.ok ? 'info' : 'warn']('emptied the build cache over its size cap', {
+      leaseId: l.leaseId,
+      repo: l.repo,
+      bytes,
+      maxGiB: cfg.buildCache.maxGiB,
+      ...(wiped.ok ? {} : { error: wiped.detail }),
+    });
+  };
 
   return {
     name: 'jit-runner',
@@ -79,11 +94,19 @@ export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
       const runDir = childPath(runsRoot, w.name);
       rmSync(runDir, { recursive: true, force: true });
       // prepared leases have their work dir; one adopted in another phase (a restart) may not
-      if (l.phase !== 'prepared') await makeWorkDir(l);
+      if (l.phase !== 'prepared') await area.make(l);
       // written before the spawn: a crash right after still finds the run dir (and its pid file)
       const run = recordRunStart(l, { runnerName: w.name, runDir }, save);
-      const env = jobEnv(cfg, account, l, w);
-      const started = startRunner({ runDir, command: cfg.runner.command, workDir: l.workDir, env, account });
+      const paths = area.paths(l);
+      const env = jobEnv(cfg, account, l, w, paths);
+      const started = startRunner({
+        runDir,
+        command: cfg.runner.command,
+        workDir: l.workDir,
+        env,
+        account,
+        sandbox: { lease: leaseName(l), cacheKey: paths.cacheKey },
+      });
       run.pid = started.pid;
       run.startTicks = started.startTicks;
       save();
@@ -146,8 +169,12 @@ export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
       save();
     },
 
+    leasePaths: (l) => area.paths(l),
+
     async discard(l: LeaseState): Promise<void> {
-      await removeWorkDir(l);
+      const removed = await area.remove(l);
+      if (!removed.ok) throw new Error(removed.detail);
+      await capCache(l);
       if (l.runner) {
         assertUnder(runsRoot, l.runner.runDir);
         rmSync(l.runner.runDir, { recursive: true, force: true });

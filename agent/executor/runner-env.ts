@@ -1,4 +1,5 @@
 import type { AgentConfig } from '../config.ts';
+import type { LeasePaths } from '../host/sandbox.ts';
 import type { RunnerAccount } from '../runner.ts';
 import type { LeaseState } from '../state-file.ts';
 import type { Workload } from './types.ts';
@@ -46,18 +47,27 @@ export function freshRunnerEnv(
 /**
  * The whole environment of a lease's workload: a minimal base (fresh with a runner user), what
  * the in-job actions need (SPARK_*), and the JIT config — in the environment only, never argv.
+ *
+ * `sandboxed`: the workload runs in the lease's namespace (ADR 0155), where the runner user's home
+ * and /tmp are the lease's own. A workload another system starts (a Slurm job) runs outside it: its
+ * HOME and TMPDIR then point at the lease's own dirs, so the usual places for global git config,
+ * shell rc files and caches are fresh for each lease there too.
  */
 export function jobEnv(
   cfg: AgentConfig,
   account: RunnerAccount | null,
   l: LeaseState,
   w: Workload,
+  /** The lease's dirs on this host (`jit-runner`, `slurm`); a remote backend (dstack) has none here. */
+  paths?: LeasePaths,
+  sandboxed = true,
 ): NodeJS.ProcessEnv {
   return {
     // the job runs PR code: it gets a minimal environment, never the agent's own
     ...(account
       ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv)
       : baseRunnerEnv(process.env, cfg.runner.passEnv)),
+    ...(account && paths && !sandboxed ? { HOME: paths.home, TMPDIR: paths.tmp } : {}),
     ...(cfg.service
       ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl }
       : {}),
@@ -71,6 +81,8 @@ export function jobEnv(
     SPARK_TOPOLOGY: l.topology,
     SPARK_WORK_DIR: l.workDir,
     SPARK_MODEL_CACHE: cfg.modelCacheDir,
+    // writable, kept across this repository's leases (ADR 0157); serialize writes with flock
+    ...(paths ? { SPARK_BUILD_CACHE_DIR: paths.buildCache } : {}),
     // the in-job receipt names the backend that ran the work (issue 15 item 5)
     SPARK_EXECUTOR: l.executor ?? cfg.executor,
   };

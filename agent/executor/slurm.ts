@@ -1,8 +1,9 @@
 import { join } from 'node:path';
 import type { AgentConfig } from '../config.ts';
 import { type CommandResult, runCommand } from '../exec.ts';
+import { runAsRunner } from '../host/sandbox.ts';
 import type { AgentLogger } from '../log.ts';
-import { asAccount, type RunnerAccount, redactLines } from '../runner.ts';
+import { type RunnerAccount, redactLines } from '../runner.ts';
 import type { LeaseState } from '../state-file.ts';
 import { jobEnv, shellJoin } from './runner-env.ts';
 import type { Executor, Observation, Termination, Workload } from './types.ts';
@@ -40,7 +41,8 @@ const OUTPUT = '.spark-slurm.out';
  */
 export function createSlurmExecutor(deps: SlurmDeps): Executor {
   const { cfg, log, save, account } = deps;
-  const area = createWorkArea(cfg, account);
+  // a Slurm job runs outside the lease's namespace: it gets a build cache of its own (ADR 0157)
+  const area = createWorkArea(cfg, account, false);
   const s = cfg.slurm;
   const bin = (name: string) => (s.bin ? join(s.bin, name) : name);
   const slurmEnv = (): NodeJS.ProcessEnv => ({
@@ -52,11 +54,10 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
    * scancel reaches only their jobs); squeue and sacct only read, as the agent.
    */
   const slurm = (argv: string[], env: NodeJS.ProcessEnv = slurmEnv()): Promise<CommandResult> => {
-    const asRunner = account && (argv[0] === 'sbatch' || argv[0] === 'scancel');
-    return runCommand([...(asRunner ? asAccount(account) : []), bin(argv[0]!), ...argv.slice(1)], {
-      timeoutMs: 30_000,
-      env,
-    });
+    const cmd = [bin(argv[0]!), ...argv.slice(1)];
+    if (account && (argv[0] === 'sbatch' || argv[0] === 'scancel'))
+      return runAsRunner(account, cmd, { timeoutMs: 30_000, env });
+    return runCommand(cmd, { timeoutMs: 30_000, env });
   };
   let secrets: string[] = [];
   // per host too: the two nodes of a pair may share one Slurm cluster, and a lost id is found by name
@@ -135,7 +136,7 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
         shellJoin(cfg.runner.command),
       ];
       const r = await slurm(argv, {
-        ...jobEnv(cfg, account, l, w),
+        ...jobEnv(cfg, account, l, w, area.paths(l), false),
         ...(s.conf ? { SLURM_CONF: s.conf } : {}),
       });
       const id = r.stdout.trim().split(';')[0] ?? '';
@@ -212,9 +213,7 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
       if (!l.runner) return [];
       const file = join(l.workDir, OUTPUT);
       const r = account
-        ? await runCommand([...asAccount(account), 'tail', '-n', String(n), '--', file], {
-            timeoutMs: 10_000,
-          })
+        ? await runAsRunner(account, ['tail', '-n', String(n), '--', file], { timeoutMs: 10_000 })
         : await runCommand(['tail', '-n', String(n), '--', file], { timeoutMs: 10_000 });
       const lines =
         r.code === 0
@@ -233,8 +232,11 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
     },
 
     async discard(l: LeaseState): Promise<void> {
-      await area.remove(l);
+      const removed = await area.remove(l);
+      if (!removed.ok) throw new Error(removed.detail);
       secrets = [];
     },
+
+    leasePaths: (l) => area.paths(l),
   };
 }

@@ -1,3 +1,4 @@
+import type { LeasePaths } from '../host/sandbox.ts';
 import type { LeaseState } from '../state-file.ts';
 
 /**
@@ -77,8 +78,18 @@ export interface Executor {
   lastLines(lease: LeaseState, n: number): Promise<string[]>;
   /** Forgets a stopped workload (its record and run files) but keeps the lease's work area. */
   forget(lease: LeaseState): Promise<void>;
-  /** Removes the lease's work area and what the executor kept for the workload. */
+  /**
+   * Removes the lease's work area and what the executor kept for the workload; throws with what
+   * is in the way (the cleanup step retries a bounded time, then quarantines the host).
+   */
   discard(lease: LeaseState): Promise<void>;
+  /**
+   * Backends whose leases live on this host (`jit-runner`, `slurm`): where the lease's files are —
+   * its work dir, its sandbox's home and /tmp, what it wrote into the runner dir (a JIT runner's
+   * checkout), its build cache (ADR 0155, 0157); null when the lease has none here. Read before
+   * `discard`, which removes them.
+   */
+  leasePaths?(lease: LeaseState): LeasePaths | null;
   /**
    * Backends with development environments (`dstack`): creates the development lease's environment
    * pinned to this host, recording it in `lease.runner` and persisting that before it is created.

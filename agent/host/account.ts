@@ -10,7 +10,10 @@ const CREATE_HINT = (name: string) =>
  * Looks up the runner user (`getent passwd`, so NSS users count) and checks it can be a boundary:
  * not root, not the agent's own user. A failure is a config error naming the fix.
  */
-export function resolveRunnerAccount(name: string, agentUid = process.getuid?.() ?? -1): RunnerAccount {
+export function resolveRunnerAccount(
+  name: string,
+  agentUid = process.getuid?.() ?? -1,
+): Omit<RunnerAccount, 'helper'> {
   let line: string;
   try {
     line = execFileSync('getent', ['passwd', name], { encoding: 'utf8' }).trim();
@@ -57,18 +60,22 @@ export function assertPrivate(path: string, what: string, dir = false): void {
   }
 }
 
-/** The work root must belong to the runner user alone: the agent creates and removes work dirs as it. */
-export function assertWorkRoot(path: string, account: RunnerAccount): void {
-  const hint = `install -d -o ${account.name} -g ${account.gid} -m 0700 ${path}`;
+/**
+ * The work root belongs to root, mode 0711 (ADR 0155): the helper makes each lease's dirs in it
+ * (the work dir the runner user's, 0700; the sandbox dirs root's), so no job can plant or swap an
+ * entry there, and no other user can list it.
+ */
+export function assertWorkRoot(path: string): void {
+  const hint = `install -d -o root -g root -m 0711 ${path}`;
   let st: ReturnType<typeof statSync>;
   try {
     st = statSync(path);
   } catch {
     throw new AgentConfigError(`workRoot ${path} does not exist; ${hint}`);
   }
-  if (!st.isDirectory() || st.uid !== account.uid || st.mode & 0o077) {
+  if (!st.isDirectory() || st.uid !== 0 || (st.mode & 0o777) !== 0o711) {
     throw new AgentConfigError(
-      `workRoot ${path} must be a directory owned by ${account.name} with mode 0700 (so no other user reaches a reservation's files); ${hint}`,
+      `workRoot ${path} must be a directory owned by root with mode 0711 (lease dirs are made in it by the helper, and no job may add or swap one); ${hint}`,
     );
   }
 }

@@ -1,6 +1,7 @@
 import type { LeaseRef } from '../../core/protocol/agent.ts';
 import { childPath } from '../executor/work-dir.ts';
 import type { LeaseState } from '../state-file.ts';
+import { rememberLeftover } from './clean.ts';
 import { again, type StepContext, type StepResult, waitFor } from './context.ts';
 
 /** Refuses a command with a fencing token lower than one already seen; starts nothing. */
@@ -43,6 +44,7 @@ export function adoptLease(ctx: StepContext, lease: LeaseRef): StepResult {
     topology: lease.topology,
     lend: lease.lend,
     ...(lease.executor ? { executor: lease.executor } : {}),
+    ...(lease.repo ? { repo: lease.repo } : {}),
     workDir: childPath(ctx.cfg.workRoot, `${lease.reservationId}-${ctx.cfg.hostId}-t${lease.fencingToken}`),
     lendStep: 'none',
     phase: 'preparing',
@@ -62,7 +64,16 @@ export async function dropLease(ctx: StepContext, why: string): Promise<StepResu
   if (!l) return again;
   ctx.log.info('cleaning up local work of an ended lease', { leaseId: l.leaseId, why });
   await ctx.executor.stop(l);
-  await ctx.executor.discard(l);
+  try {
+    await ctx.executor.discard(l);
+  } catch (e) {
+    // the controller has ended the lease: its dirs are removed before the next one instead
+    ctx.log.warn("the ended lease's work area cannot be removed now; it is retried before the next lease", {
+      leaseId: l.leaseId,
+      error: (e as Error).message,
+    });
+    rememberLeftover(ctx, l.workDir);
+  }
   ctx.state.lease = null;
   ctx.save();
   return again;

@@ -1,5 +1,6 @@
 import { describeFailure } from '../exec.ts';
 import { describeProcesses } from '../gpu.ts';
+import { removeLeftovers } from './clean.ts';
 import { again, currentLease, type StepContext, type StepResult, waitFor } from './context.ts';
 
 /** Records a failed preparation and reports it (the controller fails the reservation as a unit). */
@@ -27,6 +28,7 @@ export async function reportPrepareFailed(ctx: StepContext): Promise<StepResult>
  */
 export async function prepareHost(ctx: StepContext): Promise<StepResult> {
   const l = currentLease(ctx);
+  await removeLeftovers(ctx, l);
   // the GPU check and the work area do not depend on each other: do them at once (a fresh work
   // area for a lease that then fails is removed by its cleanup like any other)
   const [q, ready] = await Promise.all([

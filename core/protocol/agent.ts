@@ -128,6 +128,8 @@ export const LeaseRefSchema = z.object({
    * item 1); absent: the host's own `executor`.
    */
   executor: z.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(', ')}` }).optional(),
+  /** The repository of CI work: the agent gives its leases one shared build cache (ADR 0157). */
+  repo: z.string().regex(REPO_PATTERN, 'repositories look like "owner/name"').optional(),
   /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
   expiresInMs: z
     .number()
@@ -305,6 +307,15 @@ export const ReportSchema = z.discriminatedUnion('type', [
      * what its GPU shows now, so admission need not wait for the next heartbeat.
      */
     facts: HostFactsSchema.optional(),
+  }),
+  /**
+   * The agent could not clean up after the lease within its bounded time (ADR 0156): its work area
+   * would not go, or a process of the lease would not end. The host is quarantined with `reason`.
+   */
+  z.object({
+    type: z.literal('cleanup_failed'),
+    fencingToken: token,
+    reason: z.string().min(1).max(1000),
   }),
   z.object({
     type: z.literal('processes_remain'),

@@ -5,7 +5,7 @@ import type { Report } from '../../core/protocol/agent.ts';
 import { conflict } from '../errors.ts';
 import { ciModeOf, recordTaskReceipt } from './ci-task.ts';
 import type { Tx } from './db.ts';
-import { applyRestoredReport } from './hosts.ts';
+import { applyRestoredReport, quarantineAfterFailedCleanup } from './hosts.ts';
 import type { Ledger } from './ledger.ts';
 import { currentHandoff } from './queries.ts';
 import type { LeaseRow, ReservationRow } from './rows.ts';
@@ -196,6 +196,22 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
         }
         const res = await ledger.confirmReleased(hostId, report.fencingToken, actor, {}, tx);
         return `${lease.id} released; reservation ${r.id} ${res.reservation.status}`;
+      }
+      case 'cleanup_failed': {
+        const expired = lease.status === 'expired' || lease.expiresAt <= now;
+        if (lease.status !== 'releasing' && !expired) {
+          throw conflict('not_releasing', `${lease.id} is still current; cleanup follows its release`);
+        }
+        await tx
+          .update(t.leases)
+          .set({ evidenceJson: mergeEvidence(lease, 'cleanupFailed', report.reason) })
+          .where(eq(t.leases.id, lease.id));
+        return quarantineAfterFailedCleanup(ledger, tx, {
+          hostId,
+          fencingToken: report.fencingToken,
+          reason: report.reason,
+          actor,
+        });
       }
       case 'processes_remain': {
         const expired = lease.status === 'expired' || lease.expiresAt <= now;

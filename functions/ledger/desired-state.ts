@@ -34,6 +34,8 @@ function leaseRef(ledger: LedgerStore, lease: LeaseRow, r: ReservationRow, now: 
     lend: lease.lend,
     expiresInMs: lease.expiresAt - now,
     ...(executor ? { executor } : {}),
+    // CI work of a repository shares its build cache on the host (ADR 0157)
+    ...(r.repo && r.kind !== 'development' ? { repo: r.repo } : {}),
   };
 }
 

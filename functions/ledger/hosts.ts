@@ -3,7 +3,7 @@ import type { HostFacts, HostPhase } from '../../core/model.ts';
 import { assertHostTransition } from '../../core/state-machines.ts';
 import { conflict, notFound } from '../errors.ts';
 import type { Tx } from './db.ts';
-import { renewOnHeartbeat } from './leases.ts';
+import { confirmReleased, renewOnHeartbeat } from './leases.ts';
 import { hostById } from './raw-rows.ts';
 import { transitionReservation } from './reservations.ts';
 import type { HostRow } from './rows.ts';
@@ -258,6 +258,42 @@ export async function applyRestoredReport(
     );
   }
   return recordRestore(s, hostId, report.ok, report.detail, actor);
+}
+
+/**
+ * The agent could not clean up after a lease within its bounded time (ADR 0156: a tree that will
+ * not go, a process of the lease that will not die). The lease ends — its work is over and a trap
+ * must not hold the host and the queue behind it — but the host is quarantined with the reason
+ * until an operator clears it, and an `alert.cleanup_failed` fires
+ * (`spark_ledger_events_total{type="alert.cleanup_failed"}`, `spark_host_state{state="quarantined"}`).
+ * The fencing token must be the host's current lease's.
+ */
+export async function quarantineAfterFailedCleanup(
+  s: LedgerStore,
+  tx: Tx,
+  a: { hostId: string; fencingToken: number; reason: string; actor: string },
+): Promise<string> {
+  const note = `cleanup failed: ${a.reason}`.slice(0, 500);
+  const { lease, reservation } = await confirmReleased(
+    s,
+    a.hostId,
+    a.fencingToken,
+    a.actor,
+    { quarantine: note },
+    tx,
+  );
+  await s.record(tx, s.clock(), {
+    subjectType: 'host',
+    subjectId: a.hostId,
+    type: 'alert.cleanup_failed',
+    cause: `${a.hostId} quarantined: its agent could not clean up after ${lease.id}: ${a.reason}`.slice(
+      0,
+      500,
+    ),
+    actor: a.actor,
+    data: { leaseId: lease.id, reservationId: reservation.id, reason: a.reason.slice(0, 1000) },
+  });
+  return `${a.hostId} quarantined (cleanup failed); reservation ${reservation.id} ${reservation.status}`;
 }
 
 /** Operator clears quarantine; the host restores its service (or goes idle) before any grant. */

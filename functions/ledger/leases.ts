@@ -196,7 +196,12 @@ export function confirmReleased(
   hostId: string,
   fencingToken: number,
   actor: string,
-  opts: { processesRemain?: boolean } = {},
+  /**
+   * `processesRemain`: GPU processes outlived the lease (host release-required, lease kept).
+   * `quarantine`: the lease ends, but the host goes to `quarantined` with this note instead of
+   * idle (the agent could not clean up, ADR 0156).
+   */
+  opts: { processesRemain?: boolean; quarantine?: string } = {},
   tx?: Tx,
 ): Promise<{ reservation: ReservationRow; lease: LeaseRow }> {
   return s.within(tx, async (tx, now, changed) => {
@@ -235,15 +240,23 @@ export function confirmReleased(
     }
     if (host.phase === 'allocated')
       await setHostPhase(s, tx, now, host, 'cleaning', 'cleanup confirmed', actor);
-    await setHostPhase(
-      s,
-      tx,
-      now,
-      host,
-      host.homeService ? 'restoring' : 'idle',
-      host.homeService ? `cleaned; restoring ${host.homeService}` : 'cleaned',
-      actor,
-    );
+    if (opts.quarantine) {
+      await tx
+        .update(t.hosts)
+        .set({ note: opts.quarantine.slice(0, 500) })
+        .where(eq(t.hosts.id, hostId));
+      await setHostPhase(s, tx, now, host, 'quarantined', opts.quarantine.slice(0, 500), actor);
+    } else {
+      await setHostPhase(
+        s,
+        tx,
+        now,
+        host,
+        host.homeService ? 'restoring' : 'idle',
+        host.homeService ? `cleaned; restoring ${host.homeService}` : 'cleaned',
+        actor,
+      );
+    }
     const remaining = (await leasesOf(s, tx, r.id)).filter((l) => l.status !== 'released');
     if (remaining.length === 0 && r.status === 'releasing') {
       const failed = !endsDone(r.outcome);

@@ -2,6 +2,7 @@ import { and, eq, inArray, sql } from 'drizzle-orm';
 import type { TokenLimit } from '../../core/config.ts';
 import { reservationEvent } from '../../core/events.ts';
 import {
+  endsDone,
   isActiveStatus,
   isReleasableStatus,
   OPEN_STATUSES,
@@ -501,15 +502,42 @@ const iso = (ms: number | null) => (ms == null ? null : new Date(ms).toISOString
 
 /** What an operator's recovery did. */
 export interface RecoveryResult {
-  action: 'cancelled' | 'release-requested' | 'awaiting-agent' | 'already-ended';
+  action: 'cancelled' | 'release-requested' | 'already-ended';
   awaitingHosts: string[];
   message: string;
 }
 
 /**
+ * Why a releasing reservation is still releasing, host by host (ADR 0156): only its agent confirms
+ * a release (rule 7), so recovery has nothing to do; the words say what will end it.
+ */
+async function releasingWhy(s: LedgerStore, tx: Tx, now: number, id: string): Promise<string> {
+  const why: string[] = [];
+  for (const l of (await leasesOf(s, tx, id)).filter((x) => x.status !== 'released')) {
+    const h = await getHost(s, tx, l.hostId);
+    if (!h) continue;
+    const hb = h.lastHeartbeatAt;
+    if (hb == null || now - hb > s.config.timings.offlineAfterS * 1000) {
+      why.push(
+        `${h.id}: its agent has not been heard from ${hb == null ? 'yet' : `since ${iso(hb)}`}, and only the agent confirms a release`,
+      );
+    } else if (h.phase === 'release-required') {
+      why.push(`${h.id}: processes outlived the lease and are never killed; end them on the host`);
+    } else {
+      why.push(
+        `${h.id} is ${h.phase}: its agent is cleaning up; a cleanup that keeps failing quarantines the host with the reason after the agent's timeouts.cleanupS (default 300 s), which ends this reservation`,
+      );
+    }
+  }
+  return why.join('; ') || 'no host is left to confirm';
+}
+
+/**
  * Operator recovery of expired or stuck work: queued → cancelled; granted → release requested
- * (hosts freed only once the agent confirms, rule 7); releasing → nothing to do but wait.
- * A live lease is refused: that is a release, not a recovery.
+ * (hosts freed only once the agent confirms, rule 7). Work already releasing is refused with why it
+ * still is, host by host — recovery never answers "done" having changed nothing; ending it without
+ * the agent's confirmation is the emergency terminate. A live lease is refused: that is a
+ * release, not a recovery.
  */
 export function recoverReservation(s: LedgerStore, id: string, actor: string): Promise<RecoveryResult> {
   return s.write(async (tx, now, changed) => {
@@ -557,10 +585,10 @@ export function recoverReservation(s: LedgerStore, id: string, actor: string): P
       return { action: 'release-requested', awaitingHosts: hosts, message };
     }
     if (r.status === 'releasing') {
-      const hosts = leases.filter((l) => l.status !== 'released').map((l) => l.hostId);
-      const message = `${id} is already releasing; waiting for the agent on ${hosts.join(', ') || 'no host'} to confirm termination`;
-      await note('awaiting-agent', message);
-      return { action: 'awaiting-agent', awaitingHosts: hosts, message };
+      throw conflict(
+        'awaiting_agent',
+        `${id} is already releasing; recovery has nothing to do: ${await releasingWhy(s, tx, now, id)}. To end it without the agent's confirmation (its hosts are then quarantined): sparkctl emergency terminate ${id} --reason …`,
+      );
     }
     return {
       action: 'already-ended',
@@ -571,8 +599,54 @@ export function recoverReservation(s: LedgerStore, id: string, actor: string): P
 }
 
 /**
+ * Ends work that is releasing without its agents' confirmation (ADR 0156): every lease not yet
+ * released is released, and its host — whose agent has not confirmed that nothing of the lease
+ * runs or is left — is quarantined until an operator clears it, so nothing is granted there
+ * meanwhile (rule 7 holds for the host, not for the stuck reservation). The agent, when it next
+ * polls, still stops and removes what it started for the lease.
+ */
+async function endReleasingUnconfirmed(
+  s: LedgerStore,
+  tx: Tx,
+  now: number,
+  r: ReservationRow,
+  why: string,
+  actor: string,
+): Promise<void> {
+  for (const l of await leasesOf(s, tx, r.id)) {
+    if (l.status === 'released') continue;
+    const cause = `${why}; termination not confirmed by the agent of ${l.hostId}`.slice(0, 500);
+    if (l.status !== 'releasing') await setLeaseStatus(s, tx, now, l, 'releasing', cause, actor);
+    await setLeaseStatus(s, tx, now, l, 'released', cause, actor);
+    const h = await getHost(s, tx, l.hostId);
+    if (h && h.phase !== 'quarantined') {
+      const note =
+        `${why}; not confirmed clean by its agent: check the host, then clear the quarantine`.slice(0, 500);
+      if (h.phase === 'allocated') await setHostPhase(s, tx, now, h, 'cleaning', cause, actor);
+      await tx.update(t.hosts).set({ note }).where(eq(t.hosts.id, h.id));
+      await setHostPhase(s, tx, now, h, 'quarantined', note, actor);
+    }
+  }
+  const outcome = (r.outcome as Outcome | null) ?? 'terminated';
+  await transitionReservation(
+    s,
+    tx,
+    now,
+    r,
+    endsDone(outcome) ? 'done' : 'failed',
+    why.slice(0, 500),
+    actor,
+    {
+      outcome,
+    },
+  );
+}
+
+/**
  * The separately authorized emergency operation (DESIGN.md rule 1): queued work is cancelled,
- * granted work is released with outcome `terminated`; both leave an `alert.emergency_terminate`.
+ * granted work is released with outcome `terminated`, and work already releasing — its agent not
+ * confirming the cleanup (a trap in its work dir, an agent gone) — ends now with its hosts
+ * quarantined (ADR 0156); each leaves an `alert.emergency_terminate`.
  */
 export function terminateReservation(
   s: LedgerStore,
@@ -584,11 +658,16 @@ export function terminateReservation(
     const r = await getReservation(s, tx, id);
     if (!r) throw notFound(`reservation ${id}`);
     const from = r.status;
+    let to: string = 'releasing';
     if (r.status === 'queued') {
       await cancelReservation(s, id, actor, `emergency: ${reason}`, tx);
+      to = 'cancelled';
     } else if (isReleasableStatus(r.status)) {
       await beginRelease(s, id, 'terminated', `emergency terminate: ${reason}`, actor, tx);
-    } else if (r.status !== 'releasing') {
+    } else if (r.status === 'releasing') {
+      await endReleasingUnconfirmed(s, tx, now, r, `emergency terminate by ${actor}: ${reason}`, actor);
+      to = r.status;
+    } else {
       throw conflict('not_active', `${id} already ended (${r.status}); nothing to terminate`);
     }
     await s.record(tx, now, {
@@ -596,7 +675,7 @@ export function terminateReservation(
       subjectId: id,
       type: 'alert.emergency_terminate',
       fromState: from,
-      toState: from === 'queued' ? 'cancelled' : 'releasing',
+      toState: to,
       cause: `emergency terminate by ${actor}: ${reason}`,
       actor,
     });

@@ -3,7 +3,7 @@
 // the JIT config came in ACTIONS_RUNNER_INPUT_JITCONFIG and not on any command line (its own or
 // its parent's), that the SPARK_* job environment is complete, records what it saw in a marker
 // file, writes into its work dir, sleeps and exits with the code the test put in the config.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -124,6 +124,16 @@ if (fake.leaveDaemon) {
   child.unref();
   daemonPid = child.pid;
 }
+let shell = null;
+if (fake.shell) {
+  // job code: what the PR's steps would run, with the job's environment, in the work dir
+  const r = spawnSync('/bin/sh', ['-c', fake.shell], {
+    cwd: process.env.SPARK_WORK_DIR,
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  shell = { code: r.status, output: `${r.stdout ?? ''}${r.stderr ?? ''}`.slice(-20_000) };
+}
 if (fake.markerDir) {
   mkdirSync(fake.markerDir, { recursive: true });
   writeFileSync(
@@ -146,6 +156,7 @@ if (fake.markerDir) {
       gpuAtStart,
       probe,
       daemonPid,
+      shell,
     }),
   );
 }

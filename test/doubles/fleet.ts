@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { and, asc, eq, inArray } from 'drizzle-orm';
@@ -74,10 +74,29 @@ export interface FleetOptions {
   agentFrom?: 'bundle' | 'source';
   /**
    * Run each host's runner as its own real unprivileged user (issue 11), created with `useradd`
-   * and removed at close, as an operator sets up `spark-runner`. Default: when this process is root
-   * (here and in CI); otherwise the runner runs as the agent (development mode).
+   * and removed at close, as an operator sets up `spark-runner`, through the real lease sandbox
+   * helper (agent/host/spark-lease-sandbox.sh, ADR 0155), invoked directly since the agent runs as
+   * root here. Default: when this process is root (here and in CI); otherwise the runner runs as
+   * the agent (development mode).
    */
   runnerUsers?: boolean;
+}
+
+/** The privileged helper the agents run (as root here; through sudo on a host, docs/agent.md). */
+export const SANDBOX_HELPER = join(REPO_ROOT, 'agent', 'host', 'spark-lease-sandbox.sh');
+
+/**
+ * Where fleets with runner users live: like a host's /var/lib, outside /tmp and /var/tmp (each
+ * lease's namespace has a fresh /tmp and /var/tmp of its own, so the agent's files there would be
+ * merely invisible to a job instead of unreadable, as they are on a host).
+ */
+const FLEET_ROOT = '/var/lib/spark-test-fleets';
+
+function fleetDir(withUsers: boolean): { dir: string; cleanup: () => void } {
+  if (!withUsers) return tempDir('spark-fleet-');
+  mkdirSync(FLEET_ROOT, { recursive: true, mode: 0o711 });
+  const dir = mkdtempSync(join(FLEET_ROOT, 'fleet-'));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
 export interface AgentHandle {
@@ -209,10 +228,10 @@ export function agentBundle(): Promise<string> {
 
 /** Starts the controller and an agent per host; nothing is reserved yet. */
 export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
-  const { dir, cleanup } = tempDir('spark-fleet-');
   const hosts = opts.hosts ?? [{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }];
   const agentMain = opts.agentFrom === 'source' ? null : await agentBundle();
   const withUsers = opts.runnerUsers ?? canCreateUsers();
+  const { dir, cleanup } = fleetDir(withUsers);
   const runnerUsers: Record<string, TestUser> = {};
   // runner users pass through (not list) the fleet and host dirs to their work dirs and the fake GPU
   chmodSync(dir, 0o711);
@@ -257,12 +276,38 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     // like a real GPU, a job's process shows in nvidia-smi: fake runners (any user) add themselves
     chmodSync(gpu[h.id]!.dir, 0o1777);
     const user = withUsers ? await createTestUser() : null;
+    let sandbox: Record<string, unknown> = {};
     if (user) {
       runnerUsers[h.id] = user;
-      // what the operator does (docs/agent.md): the work root is the runner user's alone
+      // what the operator does (docs/agent.md "Install"): the work root is root's, mode 0711; the
+      // runner install is the runner user's, as GitHub's runner is usually set up (each lease sees
+      // it copy-on-write, so a job's changes stay in its lease); the helper's configuration is
+      // root's, naming the runner user, the work root, the runner dir, and what a job may write
+      // besides its own dirs (here the doubles' shared dirs: markers and the fake GPU's state)
       const work = join(hd, 'work');
-      mkdirSync(work, { mode: 0o700 });
-      chownSync(work, user.uid, user.gid);
+      mkdirSync(work);
+      chmodSync(work, 0o711);
+      const runnerDir = join(hd, 'runner');
+      mkdirSync(runnerDir, { mode: 0o755 });
+      writeFileSync(
+        join(runnerDir, 'run.sh'),
+        '#!/bin/sh\n# the runner install a lease sees copy-on-write\n',
+        { mode: 0o755 },
+      );
+      for (const p of [runnerDir, join(runnerDir, 'run.sh')]) chownSync(p, user.uid, user.gid);
+      const conf = join(hd, 'sandbox.conf');
+      writeFileSync(
+        conf,
+        [
+          `runner_user=${user.name}`,
+          `work_root=${work}`,
+          `runner_dir=${runnerDir}`,
+          `writable=${markerDir}:${gpu[h.id]!.dir}`,
+          '',
+        ].join('\n'),
+        { mode: 0o644 },
+      );
+      sandbox = { dir: runnerDir, helper: [SANDBOX_HELPER, conf] };
     }
     const { token } = await createAgentToken(controller.ledger, h.id, 'test');
     writeFileSync(join(hd, 'agent.token'), `${token}\n`, { mode: 0o600 });
@@ -283,15 +328,17 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
         healthPollMs: 100,
       };
     }
+    const base = simulatedAgentConfig({
+      controllerUrl: controller.url,
+      hostId: h.id,
+      runnerCommand: [process.execPath, FAKE_RUNNER],
+      service,
+      logLevel: 'debug',
+      runnerUser: user?.name ?? null,
+    });
     const agentCfg = {
-      ...simulatedAgentConfig({
-        controllerUrl: controller.url,
-        hostId: h.id,
-        runnerCommand: [process.execPath, FAKE_RUNNER],
-        service,
-        logLevel: 'debug',
-        runnerUser: user?.name ?? null,
-      }),
+      ...base,
+      runner: { ...base.runner, ...sandbox },
       ...(opts.agentConfig?.(h.id) ?? {}),
     };
     configPaths[h.id] = join(hd, 'agent.json');

@@ -164,6 +164,12 @@ export interface FakeRunnerBehavior {
   leaveDaemon?: boolean;
   /** Show up in the fake nvidia-smi while running, as a CUDA job does. */
   onGpu?: boolean;
+  /**
+   * Job code to run with `/bin/sh -c` in the work dir (the PR's own steps, hostile or not); its exit
+   * status and output go into the marker as `shell`. A process it leaves running must not hold
+   * its stdout (`… >/dev/null 2>&1 &`).
+   */
+  shell?: string;
 }
 
 /** A JIT config shaped like GitHub's (base64 JSON) that also tells the fake runner what to do. */
@@ -201,6 +207,8 @@ export interface RunnerMarker {
     signalAgent: string;
   } | null;
   daemonPid: number | null;
+  /** What the `shell` behaviour printed and its exit status. */
+  shell: { code: number | null; output: string } | null;
 }
 
 export function readRunnerMarkers(markerDir: string): RunnerMarker[] {

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -9,6 +9,8 @@ export interface TestUser {
   name: string;
   uid: number;
   gid: number;
+  /** Its home, made by useradd as for `spark-runner` (docs/agent.md): where a job's global git config lands. */
+  home: string;
   /** Ends what still runs as this user (by pid) and deletes it with its group. */
   remove(): Promise<void>;
 }
@@ -49,8 +51,9 @@ export function pidsOfUid(uid: number): number[] {
 }
 
 /**
- * `useradd --system` a user named `spark-t<pid>-<n>` with no home and no login shell — what an
- * operator does for `spark-runner` (docs/agent.md), made unique so parallel test files never share one.
+ * `useradd --system --create-home` a user named `spark-t<pid>-<n>` with its home under /var/lib and
+ * no login shell — what an operator does for `spark-runner` (docs/agent.md), made unique so
+ * parallel test files never share one.
  */
 export async function createTestUser(): Promise<TestUser> {
   if (!canCreateUsers()) {
@@ -59,7 +62,17 @@ export async function createTestUser(): Promise<TestUser> {
     );
   }
   const name = `spark-t${process.pid}-${counter++}`;
-  await retrying(['useradd', '--system', '--no-create-home', '--shell', '/usr/sbin/nologin', name]);
+  const home = `/var/lib/${name}`;
+  await retrying([
+    'useradd',
+    '--system',
+    '--create-home',
+    '--home-dir',
+    home,
+    '--shell',
+    '/usr/sbin/nologin',
+    name,
+  ]);
   const { stdout } = await run('getent', ['passwd', name]);
   const f = stdout.trim().split(':');
   const uid = Number(f[2]);
@@ -68,6 +81,7 @@ export async function createTestUser(): Promise<TestUser> {
     name,
     uid,
     gid,
+    home,
     async remove() {
       for (const pid of pidsOfUid(uid)) {
         try {
@@ -76,7 +90,9 @@ export async function createTestUser(): Promise<TestUser> {
           // already gone
         }
       }
-      await retrying(['userdel', '--force', name]).catch(() => undefined);
+      await retrying(['userdel', '--force', '--remove', name]).catch(() => undefined);
+      // userdel --remove may leave a home it did not make from skel (files of other owners)
+      rmSync(home, { recursive: true, force: true });
     },
   };
 }

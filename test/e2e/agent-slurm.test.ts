@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { AgentState } from '../../agent/state-file.ts';
@@ -41,7 +41,12 @@ async function slurmFleet(opts: FleetOptions) {
 describe('slurm executor on a real Slurm', () => {
   it('runs a reservation as a batch job of the runner user, accounted by sacct, then releases it', async () => {
     fleet = await slurmFleet({
-      runner: () => ({ exitCode: 0, sleepMs: 300, lastLines: ['smoke: 3 passed'] }),
+      runner: () => ({
+        exitCode: 0,
+        sleepMs: 300,
+        lastLines: ['smoke: 3 passed'],
+        shell: 'echo "home=$HOME tmp=$TMPDIR cache=$SPARK_BUILD_CACHE_DIR"',
+      }),
     });
     const f = fleet;
     const id = await f.reserve();
@@ -51,7 +56,15 @@ describe('slurm executor on a real Slurm', () => {
     expect(lease!.exitCode).toBe(0);
     expect(JSON.parse(lease!.evidenceJson!).runner.lastLines).toContain('smoke: 3 passed');
     const m = readRunnerMarkers(f.markerDir).find((x) => x.reservationId === id)!;
-    if (f.runnerUsers['spark-2']) expect(m.uid).toBe(f.runnerUsers['spark-2'].uid);
+    if (f.runnerUsers['spark-2']) {
+      expect(m.uid).toBe(f.runnerUsers['spark-2'].uid);
+      // a Slurm job runs outside the lease's namespace: its home, temp and build dirs are the
+      // lease's own, removed with it (ADR 0155, 0157)
+      expect(m.shell!.output.trim()).toBe(
+        `home=${m.workDir}.sandbox/home tmp=${m.workDir}.sandbox/tmp cache=${m.workDir}/.build-cache`,
+      );
+      expect(existsSync(`${m.workDir}.sandbox`)).toBe(false);
+    }
     // the job was Slurm's: named after the reservation, finished and accounted
     const acct = await slurm.client([
       'sacct',

@@ -277,8 +277,13 @@ describe('operator/user API', () => {
     expect(rec.body.reservation.status).toBe('releasing');
     await c.loop.runNow();
     expect((await c.ledger.getHost(undefined, 'spark-2'))?.phase).toBe('release-required');
+    // already releasing: recovery has nothing to do and says why, never a 200 that changed nothing
     const again = await call(tokens.ops, 'POST', `/api/v1/reservations/${id}/recover`);
-    expect(again.body.action).toBe('awaiting-agent');
+    expect(again.status).toBe(409);
+    expect(again.body.error.code).toBe('awaiting_agent');
+    // (the test clock moved past the heartbeat: the agent counts as not heard from)
+    expect(again.body.error.message).toMatch(/spark-2: its agent has not been heard from since/);
+    expect(again.body.error.message).toMatch(/sparkctl emergency terminate/);
 
     await agentCleaned(c.ledger, id);
     expect((await c.ledger.getHost(undefined, 'spark-2'))?.phase).toBe('idle');

@@ -30,6 +30,8 @@ const EVERY = [
   'slurmd',
   'munge',
   'munged',
+  'sudo',
+  'visudo',
 ];
 const DEBS = ['cargo', 'rustc', 'librust-criterion-dev'];
 
@@ -121,10 +123,10 @@ describe('scripts/setup-test-deps.sh (npm test pretest)', () => {
     expect(r.code).toBe(1);
     expect(r.apt).toBe('');
     expect(r.stderr).toContain(
-      'setup-test-deps: npm test needs these Debian packages, which are missing: chromium prometheus slurm-wlm munge',
+      'setup-test-deps: npm test needs these Debian packages, which are missing: chromium prometheus slurm-wlm munge sudo',
     );
     expect(r.stderr).toContain(
-      'apt-get update && apt-get install -y --no-install-recommends chromium prometheus slurm-wlm munge',
+      'apt-get update && apt-get install -y --no-install-recommends chromium prometheus slurm-wlm munge sudo',
     );
   });
 });

@@ -122,9 +122,20 @@ describe('reconcile: leases the controller no longer shows', () => {
     ).toMatchObject({ kind: 'drop-lease', why: expect.stringContaining('l-spark-2-5') });
   });
 
-  it('a hold never drops anything; without a lease it only waits', () => {
+  it('a hold of the lease never drops it; a hold after the controller ended it drops what the agent started', () => {
     const local = view({ lease: record({ phase: 'running', runner: runner() }), workload: running });
+    // release-required: the lease is still bound; nothing is touched while its runner runs
+    expect(reconcile({ state: 'hold', reason: 'release required', lease: ref() }, local)).toMatchObject({
+      kind: 'wait',
+    });
+    // quarantined after the lease ended without the agent's word (an emergency terminate of a stuck
+    // cleanup, ADR 0156): the agent still stops and removes what it started for it
     expect(reconcile({ state: 'hold', reason: 'quarantined' }, local)).toMatchObject({
+      kind: 'drop-lease',
+      why: expect.stringContaining('l-spark-2-5'),
+    });
+    // with nothing local a hold only waits
+    expect(reconcile({ state: 'hold', reason: 'quarantined' }, view())).toMatchObject({
       kind: 'wait',
       ms: null,
     });

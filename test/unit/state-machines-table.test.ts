@@ -28,6 +28,10 @@ const HOST_ALLOWED = [
   'cleaning→idle',
   'cleaning→restoring',
   'cleaning→release-required',
+  // the agent could not clean up in its bounded time, or an emergency terminate ended the work
+  // without its confirmation: the host is quarantined (ADR 0156)
+  'cleaning→quarantined',
+  'release-required→quarantined',
   // the home service comes back, retries, fails for good, or is not wanted
   'restoring→service',
   'restoring→restoring',

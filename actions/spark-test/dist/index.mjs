@@ -39589,6 +39589,8 @@ var LeaseRefSchema = object({
    * item 1); absent: the host's own `executor`.
    */
   executor: _enum2(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).optional(),
+  /** The repository of CI work: the agent gives its leases one shared build cache (ADR 0157). */
+  repo: string2().regex(REPO_PATTERN, 'repositories look like "owner/name"').optional(),
   /** Milliseconds until the lease expires, by the controller's clock (clocks may differ). */
   expiresInMs: number2().int().min(-MAX_WAIT_MS * 366).max(MAX_WAIT_MS * 366)
 });
@@ -39715,6 +39717,15 @@ var ReportSchema = discriminatedUnion("type", [
      * what its GPU shows now, so admission need not wait for the next heartbeat.
      */
     facts: HostFactsSchema.optional()
+  }),
+  /**
+   * The agent could not clean up after the lease within its bounded time (ADR 0156): its work area
+   * would not go, or a process of the lease would not end. The host is quarantined with `reason`.
+   */
+  object({
+    type: literal("cleanup_failed"),
+    fencingToken: token,
+    reason: string2().min(1).max(1e3)
   }),
   object({
     type: literal("processes_remain"),

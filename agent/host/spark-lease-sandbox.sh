@@ -1,0 +1,378 @@
+#!/bin/sh
+# spark-lease-sandbox: the one privileged helper of the Spark relay agent (docs/adr/0155).
+#
+# The agent runs as its own unprivileged user and holds no capability. Everything it must do as
+# root or as the runner user goes through this script, run by root (an operator's sudoers rule for
+# exactly this command and its configuration file, docs/agent.md). Whatever the agent passes, the
+# script only ever runs commands as the runner user named in its root-owned configuration, with no
+# capability and no_new_privs, and only ever touches paths it derives itself from that
+# configuration and a validated lease name.
+#
+#   spark-lease-sandbox CONFIG check
+#       print the settings (the agent compares them with its own at start)
+#   spark-lease-sandbox CONFIG as-runner -- CMD...
+#       CMD as the runner user, with the environment read from standard input
+#   spark-lease-sandbox CONFIG prepare LEASE KEY
+#       a fresh work dir and sandbox dirs for LEASE; the shared build cache dir of KEY (a
+#       repository), or with KEY "-" one of the lease's own in its work dir
+#   spark-lease-sandbox CONFIG run LEASE KEY -- CMD...
+#       CMD as the runner user in a mount and IPC namespace of its own: every mount read-only but
+#       the lease's work dir, the repository's build cache, a copy-on-write view of the runner dir
+#       and the configured writable paths; a fresh home, /tmp, /var/tmp, /dev/shm, /run/lock and
+#       POSIX message queues; the other leases' dirs hidden. The environment comes on stdin.
+#   spark-lease-sandbox CONFIG remove LEASE
+#       removes the lease's dirs: made writable as the runner user first, then removed
+#   spark-lease-sandbox CONFIG wipe-cache KEY
+#       removes a repository's build cache (an operator's command; the agent's size cap)
+#
+# CONFIG (root-owned, not writable by group or others, in a directory only root writes; the
+# sudoers rule pins its path; /etc/spark-lease-sandbox.conf by default):
+#   runner_user=spark-runner     the unprivileged user jobs run as (never root)
+#   work_root=/srv/spark/work    root-owned, mode 0711: one dir per lease and .build-cache/
+#   runner_dir=/opt/actions-runner   optional: the runner install, seen copy-on-write by each lease
+#   writable=/a:/b               optional: more paths a job may write (shared by every lease)
+#
+# The job environment arrives on stdin as NAME=BASE64VALUE lines ended by an empty line, read only
+# after the switch to the runner user: the secrets in it never pass through argv or a root shell.
+set -eu
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
+umask 022
+
+die() {
+  echo "spark-lease-sandbox: $*" >&2
+  exit 2
+}
+
+# Reads NAME=BASE64 lines from stdin up to an empty line, exports them, runs "$@" (as whoever
+# runs it: always the runner user, after setpriv; started by `env -i`, so nothing else is set).
+# shellcheck disable=SC2016 # expanded by the shell that runs it, not here
+READ_ENV='PATH=/usr/bin:/bin
+while IFS= read -r l && [ -n "$l" ]; do
+  n=${l%%=*}
+  case $n in ""|[0-9]*|*[!A-Za-z0-9_]*) echo "spark-lease-sandbox: bad environment name" >&2; exit 125;; esac
+  v=$(printf "%s" "${l#*=}" | base64 -d; echo x) || exit 125
+  export "$n=${v%x}"
+done
+exec "$@" </dev/null'
+
+# --- inside a lease's new namespace: only ever from `run` below ---------------------------------
+# `run` validated everything and passes it on. sudo's env_reset keeps the agent from setting
+# SPARK_SANDBOX_ENTER, and this process must be in another mount namespace than its parent (`run`
+# exec'd unshare, which exec'd this): it can never mount over the agent's own namespace.
+if [ "${2:-}" = enter ]; then
+  # shellcheck disable=SC3013 # -ef (same file): dash, Debian's and Ubuntu's /bin/sh, has it
+  if [ "${SPARK_SANDBOX_ENTER:-}" != 1 ] || [ /proc/self/ns/mnt -ef "/proc/$PPID/ns/mnt" ]; then
+    die "enter is internal to run"
+  fi
+  unset SPARK_SANDBOX_ENTER
+  if [ $# -lt 12 ] || [ "${11}" != -- ]; then die "enter is internal to run"; fi
+  uid=$3 gid=$4 home=$5 work_root=$6 runner_dir=$7 writable=$8 lease=$9 key=${10}
+  shift 11
+  cache_root=$work_root/.build-cache
+  ld=$work_root/$lease
+  sd=$work_root/$lease.sandbox
+  stage=$sd/stage
+  # 1. the runner install, copy-on-write: the lease may write there (the runner keeps its
+  #    config, logs and _work in it), and its writes land in the lease's own dir
+  if [ -n "$runner_dir" ]; then
+    mount -n -t overlay spark-runner -o "lowerdir=$runner_dir,upperdir=$sd/runner,workdir=$sd/ovl" "$runner_dir"
+  fi
+  # 2. what stays visible and writable, held on a private staging mount while the rest is
+  #    covered; the working directory keeps the staging mount reachable whatever covers its path
+  mount -n -t tmpfs -o size=64k,mode=0700 spark-stage "$stage"
+  cd "$stage"
+  : >keep
+  n=0
+  keep() {
+    printf '%s\n' "$1" >>keep
+    slots="$slots $n"
+    n=$((n + 1))
+  }
+  slots=
+  keep "$ld"
+  [ "$key" = - ] || keep "$cache_root/$key"
+  [ -z "$runner_dir" ] || keep "$runner_dir"
+  rest=$writable
+  while [ -n "$rest" ]; do
+    w=${rest%%:*}
+    [ -e "$w" ] || die "writable path $w does not exist"
+    keep "$w"
+    [ "$rest" = "$w" ] && rest= || rest=${rest#*:}
+  done
+  # shellcheck disable=SC2086 # the slots are plain numbers
+  mkdir sandbox $slots
+  mount -n -c --bind "$sd" sandbox
+  i=0
+  while IFS= read -r p; do
+    mount -n -c --rbind "$p" "$i"
+    i=$((i + 1))
+  done <keep
+  # 3. every other mount read-only (its other flags kept), apart from the kernel's own
+  #    filesystems and the staging mount
+  findmnt -rn -o TARGET,VFS-OPTIONS | while read -r target opts; do
+    case $target in
+      /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | "$stage" | "$stage"/*) continue ;;
+      *\\*) die "cannot make mount point $target read-only: its name needs escaping" ;;
+    esac
+    # VFS options start with rw or ro; the rest (nosuid, nodev, noexec, atime) is kept
+    case $opts in
+      ro | ro,*) continue ;;
+      rw) opts=ro ;;
+      rw,*) opts=ro,${opts#rw,} ;;
+    esac
+    mount -n -o "remount,bind,$opts" "$target" || die "cannot make $target read-only"
+  done
+  # 4. fresh places a job may write, private to this lease and gone with it
+  mount -n -c --bind sandbox/tmp /tmp
+  [ ! -d /var/tmp ] || mount -n -c --bind sandbox/var-tmp /var/tmp
+  mount -n -t tmpfs -o nosuid,nodev,mode=1777 spark-shm /dev/shm
+  [ ! -d /dev/mqueue ] || mount -n -t mqueue -o nosuid,nodev,noexec spark-mqueue /dev/mqueue
+  [ ! -d /run/lock ] || mount -n -t tmpfs -o nosuid,nodev,noexec,size=1m,mode=1777 spark-lock /run/lock
+  case $home in
+    / | '') ;;
+    *) [ ! -d "$home" ] || mount -n -c --bind sandbox/home "$home" ;;
+  esac
+  # the other leases' work dirs and the other repositories' build caches
+  [ -d "$work_root" ] || mkdir -p "$work_root"
+  mount -n -t tmpfs -o nosuid,nodev,size=64k,mode=0711 spark-work "$work_root"
+  # 5. back on top: each kept path at its own place (mount points made on the fresh tmpfs or
+  #    inside the lease's own dirs)
+  i=0
+  while IFS= read -r p; do
+    [ -e "$p" ] || mkdir -p "$p"
+    mount -n -c --move "$i" "$p"
+    i=$((i + 1))
+  done <keep
+  mount -n -o remount,ro,nosuid,nodev "$work_root"
+  # the staging mount (empty mount points, and the sandbox dir it held) stays behind, unreachable:
+  # its path lies under the covered work root and nothing the job runs has a reference to it
+  cd /
+  exec setpriv --reuid="$uid" --regid="$gid" --init-groups --inh-caps=-all --ambient-caps=-all \
+    --no-new-privs -- env -i /bin/sh -c "$READ_ENV" spark-job "$@"
+fi
+
+[ $# -ge 2 ] || die "usage: spark-lease-sandbox CONFIG check|as-runner|prepare|run|remove|wipe-cache ..."
+conf=$1
+verb=$2
+shift 2
+
+# Owner uid and octal mode of each path, one "uid mode" line per path (symlinks followed); one
+# stat for all of them: each command this script runs is a fork on the way to the job's start.
+owners_modes() {
+  stat -L -c '%u %a' -- "$@"
+}
+
+# mode ($1, octal) writable by group or others
+group_or_other_writable() {
+  case $1 in *[2367]? | *[2367]) return 0 ;; esac
+  return 1
+}
+
+# --- configuration: trusted only when root owns it and nobody else may change it -------------
+case $conf in /*/*) ;; *) die "configuration $conf: give its absolute path" ;; esac
+if [ ! -f "$conf" ] || [ -L "$conf" ]; then die "configuration $conf is not a regular file"; fi
+# nor may anyone but root replace it: its directory is root's and nobody else's to write
+{
+  read -r conf_owner conf_mode
+  read -r conf_dir_owner conf_dir_mode
+} <<EOF
+$(owners_modes "$conf" "${conf%/*}")
+EOF
+[ "$conf_owner" = 0 ] || die "configuration $conf must be owned by root (chown root:root $conf)"
+if group_or_other_writable "$conf_mode"; then
+  die "configuration $conf is writable by group or others (chmod 644 $conf)"
+fi
+[ "$conf_dir_owner" = 0 ] || die "the directory of $conf must be owned by root"
+if group_or_other_writable "$conf_dir_mode"; then die "the directory of $conf is writable by group or others"; fi
+
+runner_user=
+work_root=
+runner_dir=
+writable=
+while IFS= read -r line || [ -n "$line" ]; do
+  case $line in '' | '#'*) continue ;; esac
+  key=${line%%=*}
+  value=${line#*=}
+  case $key in
+    runner_user) runner_user=$value ;;
+    work_root) work_root=$value ;;
+    runner_dir) runner_dir=$value ;;
+    writable) writable=$value ;;
+    *) die "configuration $conf: unknown setting '$key' (runner_user, work_root, runner_dir, writable)" ;;
+  esac
+done <"$conf"
+
+# an absolute, normalized path: no "." or ".." component, no doubled or trailing slash
+abs_path() {
+  case $1 in
+    /*) ;;
+    *) return 1 ;;
+  esac
+  case $1 in
+    / | */ | *//* | */./* | */../* | */. | */.. | *,* | *:* | *'
+'*) return 1 ;;
+  esac
+  return 0
+}
+
+case $runner_user in '' | -* | *[!a-z0-9_-]*) die "configuration $conf: runner_user must be a user name" ;; esac
+abs_path "$work_root" || die "configuration $conf: work_root must be an absolute path"
+[ -z "$runner_dir" ] || abs_path "$runner_dir" || die "configuration $conf: runner_dir must be an absolute path"
+if [ -n "$writable" ]; then
+  rest=$writable
+  while [ -n "$rest" ]; do
+    w=${rest%%:*}
+    abs_path "$w" || die "configuration $conf: writable holds '$w', not an absolute path"
+    [ "$rest" = "$w" ] && rest= || rest=${rest#*:}
+  done
+fi
+
+entry=$(getent passwd "$runner_user") || die "runner user $runner_user does not exist"
+IFS=: read -r _ _ uid gid _ home _ <<EOF
+$entry
+EOF
+[ "$uid" != 0 ] || die "runner_user $runner_user is root; jobs must run unprivileged"
+[ -z "${SUDO_UID:-}" ] || [ "$SUDO_UID" != "$uid" ] || die "the runner user may not run this helper"
+
+if [ ! -d "$work_root" ] || [ -L "$work_root" ]; then die "work_root $work_root is not a directory"; fi
+read -r wr_owner wr_mode <<EOF
+$(owners_modes "$work_root")
+EOF
+if [ "$wr_owner" != 0 ] || [ "$wr_mode" != 711 ]; then
+  die "work_root $work_root must be owned by root with mode 0711 (install -d -o root -g root -m 0711 $work_root)"
+fi
+cache_root=$work_root/.build-cache
+
+as_runner() {
+  setpriv --reuid="$uid" --regid="$gid" --init-groups --inh-caps=-all --ambient-caps=-all \
+    --no-new-privs -- "$@"
+}
+
+
+# Live (not zombie) processes whose real or effective uid is the runner's.
+runner_processes() {
+  ps -e -o pid=,ruid=,euid=,stat= | awk -v u="$uid" '($2 == u || $3 == u) && $4 !~ /^Z/ { printf "%s ", $1 }'
+}
+
+# Each path ($2...) a real directory (not a symlink) owned by uid $1; dies naming the first that is not.
+owned_dirs() {
+  want=$1
+  shift
+  for d in "$@"; do
+    if [ ! -d "$d" ] || [ -L "$d" ]; then die "$d is not the lease's (prepare it first)"; fi
+  done
+  for o in $(stat -c %u -- "$@"); do
+    [ "$o" = "$want" ] || die "one of $* is not the lease's (prepare it first)"
+  done
+}
+
+lease_name() {
+  case $1 in '' | -* | *[!A-Za-z0-9_-]*) die "lease name '$1' is not a plain name" ;; esac
+  [ ${#1} -le 200 ] || die "lease name too long"
+}
+
+cache_key() {
+  case $1 in -) return 0 ;; '' | -* | .* | *[!a-z0-9._+-]*) die "cache key '$1' is not a plain name" ;; esac
+  [ ${#1} -le 200 ] || die "cache key too long"
+}
+
+# removes paths under work_root, never leaving its filesystem: first as the runner user, who makes
+# its own trees writable (a job's `chmod 000` must not keep its files), then as root
+remove_tree() {
+  for p in "$@"; do
+    [ -e "$p" ] || [ -L "$p" ] || continue
+    as_runner chmod -R u+rwX -- "$p" 2>/dev/null || true
+    rm -rf --one-file-system -- "$p"
+  done
+}
+
+case $verb in
+  check)
+    case $home in
+      / | '') die "runner user $runner_user has no home of its own (useradd --create-home --home-dir /var/lib/$runner_user)" ;;
+    esac
+    [ -d "$home" ] || die "the home $home of $runner_user does not exist (install -d -o $runner_user -g $runner_user -m 0700 $home)"
+    echo "runner_user=$runner_user"
+    echo "uid=$uid"
+    echo "gid=$gid"
+    echo "home=$home"
+    echo "work_root=$work_root"
+    echo "runner_dir=$runner_dir"
+    echo "writable=$writable"
+    ;;
+
+  as-runner)
+    [ "${1:-}" = -- ] && shift
+    [ $# -gt 0 ] || die "as-runner: no command"
+    cd /
+    exec setpriv --reuid="$uid" --regid="$gid" --init-groups --inh-caps=-all --ambient-caps=-all \
+      --no-new-privs -- env -i /bin/sh -c "$READ_ENV" spark-as-runner "$@"
+    ;;
+
+  prepare)
+    [ $# -eq 2 ] || die "usage: prepare LEASE KEY"
+    lease_name "$1"
+    cache_key "$2"
+    left=$(runner_processes)
+    [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left)"
+    ld=$work_root/$1
+    sd=$work_root/$1.sandbox
+    remove_tree "$ld" "$sd"
+    install -d -o "$uid" -g "$gid" -m 0700 "$ld"
+    install -d -o 0 -g 0 -m 0711 "$sd"
+    install -d -o "$uid" -g "$gid" -m 0700 "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner"
+    install -d -o 0 -g 0 -m 0700 "$sd/ovl" "$sd/stage"
+    if [ "$2" = - ]; then
+      # no shared cache: the lease's own, gone with its work dir
+      install -d -o "$uid" -g "$gid" -m 0700 "$ld/.build-cache"
+    else
+      [ -d "$cache_root" ] || install -d -o 0 -g 0 -m 0711 "$cache_root"
+      [ -d "$cache_root/$2" ] || install -d -o "$uid" -g "$gid" -m 0700 "$cache_root/$2"
+    fi
+    ;;
+
+  remove)
+    [ $# -eq 1 ] || die "usage: remove LEASE"
+    lease_name "$1"
+    left=$(runner_processes)
+    [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left)"
+    remove_tree "$work_root/$1" "$work_root/$1.sandbox"
+    ;;
+
+  wipe-cache)
+    if [ $# -ne 1 ] || [ "$1" = - ]; then die "usage: wipe-cache KEY"; fi
+    cache_key "$1"
+    left=$(runner_processes)
+    [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left)"
+    remove_tree "$cache_root/$1"
+    ;;
+
+  run)
+    if [ $# -lt 4 ] || [ "$3" != -- ]; then die "usage: run LEASE KEY -- CMD..."; fi
+    lease_name "$1"
+    cache_key "$2"
+    lease=$1
+    key=$2
+    shift 3
+    left=$(runner_processes)
+    [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left); a lease starts alone"
+    ld=$work_root/$lease
+    sd=$work_root/$lease.sandbox
+    if [ "$key" = - ]; then
+      owned_dirs "$uid" "$ld" "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner"
+    else
+      owned_dirs "$uid" "$ld" "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner" "$cache_root/$key"
+    fi
+    owned_dirs 0 "$sd" "$sd/ovl" "$sd/stage"
+    case $0 in /*) ;; *) die "run: invoke this helper by its absolute path" ;; esac
+    SPARK_SANDBOX_ENTER=1
+    export SPARK_SANDBOX_ENTER
+    exec unshare --mount --ipc --propagation private -- "$0" "$conf" enter "$uid" "$gid" "$home" \
+      "$work_root" "$runner_dir" "$writable" "$lease" "$key" -- "$@"
+    ;;
+
+  *)
+    die "unknown verb '$verb' (check, as-runner, prepare, run, remove, wipe-cache)"
+    ;;
+esac

@@ -1,0 +1,192 @@
+import { spawnSync } from 'node:child_process';
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { encodeEnv } from '../../agent/host/sandbox.ts';
+import { SANDBOX_HELPER } from '../doubles/fleet.ts';
+import { canCreateUsers, createTestUser, type TestUser } from '../doubles/runner-user.ts';
+
+/**
+ * The agent's one privilege on a host (ADR 0155, docs/agent.md "Install"): the sudoers rule that
+ * lets the agent's user run the lease sandbox helper with its root-owned configuration — and
+ * nothing else. Run through the real sudo (Debian's, installed by scripts/setup-test-deps.sh) from
+ * a real unprivileged agent user, as on a host: the job environment on stdin, the pid and exit
+ * status descriptors kept (`-C 5`, `closefrom_override`), the runner user's identity, and every
+ * way around it refused.
+ */
+
+let runner: TestUser;
+let agent: TestUser;
+let base: string;
+let conf: string;
+let sudoers: string;
+
+/** The sudoers drop-in docs/agent.md shows, for this test's users and paths. */
+const rule = (agentUser: string, config: string) =>
+  [
+    `Defaults!${SANDBOX_HELPER} closefrom_override, !use_pty`,
+    `${agentUser} ALL=(root) NOPASSWD: ${SANDBOX_HELPER} ${config} *`,
+    '',
+  ].join('\n');
+
+/** Runs argv as the agent user (what the agent process is on a host). */
+function asAgent(argv: string[], input = '') {
+  const r = spawnSync(
+    'setpriv',
+    [`--reuid=${agent.uid}`, `--regid=${agent.gid}`, '--init-groups', '--', ...argv],
+    { input, encoding: 'utf8', env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, cwd: '/' },
+  );
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
+
+const helper = (...args: string[]) => ['sudo', '-n', '-C', '5', SANDBOX_HELPER, conf, ...args];
+
+beforeAll(async () => {
+  if (!canCreateUsers())
+    throw new Error('this test needs root (CI runs as root) to make users and a sudoers rule');
+  runner = await createTestUser();
+  agent = await createTestUser();
+  mkdirSync('/var/lib/spark-test-fleets', { recursive: true, mode: 0o711 });
+  base = mkdtempSync('/var/lib/spark-test-fleets/sudo-');
+  chmodSync(base, 0o711);
+  const work = join(base, 'work');
+  mkdirSync(work);
+  chmodSync(work, 0o711);
+  const runnerDir = join(base, 'runner');
+  mkdirSync(runnerDir);
+  chownSync(runnerDir, runner.uid, runner.gid);
+  conf = join(base, 'sandbox.conf');
+  writeFileSync(conf, `runner_user=${runner.name}\nwork_root=${work}\nrunner_dir=${runnerDir}\n`, {
+    mode: 0o644,
+  });
+  // a name without a dot: sudo's @includedir skips files whose names contain one
+  sudoers = `/etc/sudoers.d/spark-test-${process.pid}`;
+  writeFileSync(sudoers, rule(agent.name, conf), { mode: 0o440 });
+  const check = spawnSync('visudo', ['-c', '-f', sudoers], { encoding: 'utf8' });
+  expect(check.status, check.stdout + check.stderr).toBe(0);
+}, 60_000);
+
+afterAll(async () => {
+  if (sudoers) rmSync(sudoers, { force: true });
+  if (base) rmSync(base, { recursive: true, force: true });
+  await runner?.remove();
+  await agent?.remove();
+});
+
+describe('the lease sandbox helper through sudo (ADR 0155)', () => {
+  it("gives the agent user the helper's verbs as the runner user, with the environment on stdin only", () => {
+    const check = asAgent(helper('check'));
+    expect(check.err).toBe('');
+    expect(check.out).toContain(`runner_user=${runner.name}\nuid=${runner.uid}\n`);
+    const asRunner = asAgent(
+      helper('as-runner', '--', '/bin/sh', '-c', 'echo "$(id -u) [$GREETING]" && env | sort'),
+      encodeEnv({ GREETING: 'multi\nline value', PATH: '/usr/bin:/bin' }),
+    );
+    expect(asRunner.code, asRunner.err).toBe(0);
+    expect(asRunner.out).toContain(`${runner.uid} [multi\nline value]`);
+    // nothing of sudo's or the agent's environment reaches the runner user's command
+    expect(asRunner.out).not.toMatch(/^SUDO_/m);
+  });
+
+  it('runs a job in its sandbox as the runner user, keeping the pid and exit descriptors, in sudo’s process group', () => {
+    const prep = asAgent(helper('prepare', 'r-1-spark-2-t1', 'acme+butter'));
+    expect(prep.code, prep.err).toBe(0);
+    const pidFile = join(base, 'pid');
+    const exitFile = join(base, 'exit');
+    const fds = [openSync(pidFile, 'w'), openSync(exitFile, 'w')];
+    try {
+      const job =
+        'cut -d" " -f5 /proc/$$/stat >&3; echo "uid=$(id -u) secret=[$SECRET] cache=[$(ls -d "$SPARK_CACHE")]"; touch /etc/x 2>&1; echo done >&4';
+      const r = spawnSync(
+        'setpriv',
+        [
+          `--reuid=${agent.uid}`,
+          `--regid=${agent.gid}`,
+          '--init-groups',
+          '--',
+          'setsid',
+          ...helper('run', 'r-1-spark-2-t1', 'acme+butter', '--', '/bin/sh', '-c', job),
+        ],
+        {
+          input: encodeEnv({
+            SECRET: 'jit-config-value',
+            SPARK_CACHE: join(base, 'work', '.build-cache', 'acme+butter'),
+          }),
+          encoding: 'utf8',
+          env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
+          stdio: ['pipe', 'pipe', 'pipe', fds[0]!, fds[1]!],
+        },
+      );
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stdout).toContain(`uid=${runner.uid} secret=[jit-config-value] cache=[`);
+      expect(r.stdout).toContain('Read-only file system');
+      // the job's process group is the one the agent started (setsid, then sudo): the one it signals
+      expect(Number(readFileSync(pidFile, 'utf8'))).toBe(r.pid);
+      expect(readFileSync(exitFile, 'utf8')).toBe('done\n');
+    } finally {
+      for (const fd of fds) closeSync(fd);
+    }
+    const removed = asAgent(helper('remove', 'r-1-spark-2-t1'));
+    expect(removed.code, removed.err).toBe(0);
+  });
+
+  it('refuses everything else: another config, a root-only verb, setting its environment, a path, the runner user', () => {
+    // another configuration file (one the agent could write) is not in the rule
+    const other = asAgent(['sudo', '-n', SANDBOX_HELPER, join(base, 'mine.conf'), 'check']);
+    expect(other.code).not.toBe(0);
+    expect(other.err).toMatch(/password is required|not allowed/);
+    // the namespace setup verb cannot be entered from outside `run`, nor its guard set through sudo
+    const enter = asAgent(helper('enter', 'r-1-spark-2-t1', '-', '--', 'id'));
+    expect(enter.err).toContain('enter is internal to run');
+    const setenv = asAgent([
+      'sudo',
+      '-n',
+      'SPARK_SANDBOX_ENTER=1',
+      SANDBOX_HELPER,
+      conf,
+      'enter',
+      'r-1-spark-2-t1',
+      '-',
+      '--',
+      'id',
+    ]);
+    expect(setenv.code).not.toBe(0);
+    expect(setenv.err).toMatch(/not allowed to set the following environment variables|password is required/);
+    const outside = asAgent(helper('remove', '../../etc'));
+    expect(outside.err).toContain("lease name '../../etc' is not a plain name");
+    // the runner user (a job) has no rule at all
+    const job = spawnSync(
+      'setpriv',
+      [`--reuid=${runner.uid}`, `--regid=${runner.gid}`, '--init-groups', '--', ...helper('check')],
+      { encoding: 'utf8', env: { PATH: '/usr/bin:/bin' } },
+    );
+    expect(job.status).not.toBe(0);
+    // nor one in a directory another user may write (that user could swap it)
+    const agentDir = join(base, 'agent-dir');
+    mkdirSync(agentDir);
+    chownSync(agentDir, agent.uid, agent.gid);
+    writeFileSync(join(agentDir, 'sandbox.conf'), readFileSync(conf), { mode: 0o644 });
+    const swappable = spawnSync(SANDBOX_HELPER, [join(agentDir, 'sandbox.conf'), 'check'], {
+      encoding: 'utf8',
+    });
+    expect(swappable.stderr).toContain('must be owned by root');
+    // a configuration root does not own is not trusted
+    chownSync(conf, agent.uid, agent.gid);
+    try {
+      const untrusted = asAgent(helper('check'));
+      expect(untrusted.err).toContain('must be owned by root');
+    } finally {
+      chownSync(conf, 0, 0);
+    }
+  });
+});
