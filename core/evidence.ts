@@ -84,16 +84,17 @@ export function judgeHost(
     };
   }
   const r = e.runner.result;
+  const what = e.mode === 'task' ? 'task' : 'runner';
   if (r == null)
     return {
       ...base,
       result: 'failed',
-      why: `the ${e.mode === 'task' ? 'task' : 'runner'} on ${who} reported no job result (${e.runner.detail})`,
+      why: `the ${what} on ${who} reported no job result (${e.runner.detail})`,
     };
   if (r === 'Canceled')
-    return { ...base, result: 'cancelled', why: `the runner on ${who} reported its job Canceled` };
+    return { ...base, result: 'cancelled', why: `the ${what} on ${who} reported its job Canceled` };
   if (!isPassingResult(r))
-    return { ...base, result: 'failed', why: `the runner on ${who} reported its job ${r}` };
+    return { ...base, result: 'failed', why: `the ${what} on ${who} reported its job ${r}` };
   if (f.admittedSha && !tree?.sha) {
     return {
       ...base,
@@ -104,7 +105,7 @@ export function judgeHost(
   return {
     ...base,
     result: 'passed',
-    why: `the runner on ${who} reported its job ${r}${tree?.sha ? ` at \`${short(tree.sha)}\`` : ''}`,
+    why: `the ${what} on ${who} reported its job ${r}${tree?.sha ? ` at \`${short(tree.sha)}\`` : ''}`,
   };
 }
 
@@ -117,12 +118,14 @@ export function contradictionsOf(
 ): string[] {
   const who = (f.name ?? ((h: string) => h))(hostId);
   const out: string[] = [];
-  if (f.admittedSha && finding.sha && finding.sha !== f.admittedSha) {
+  const ran = e.runner.result;
+  // a run that failed at another commit says so itself (a task's commit binding fails exactly
+  // then); a pass — the runner's word of one — at another commit is a contradiction
+  if (f.admittedSha && finding.sha && finding.sha !== f.admittedSha && isPassingResult(ran)) {
     out.push(
       `the work tree on ${who} is at \`${short(finding.sha)}\` after the job, not the admitted \`${short(f.admittedSha)}\``,
     );
   }
-  const ran = e.runner.result;
   const receipt = f.job[hostId];
   // a receipt may add detail, never replace the host's evidence: where they disagree, say so
   if (receipt && ran != null) {

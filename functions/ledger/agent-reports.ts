@@ -305,7 +305,8 @@ async function runnerExited(
       ledger,
       r.id,
       outcome,
-      judged.refuted
+      // the exit's own words where it failed; the host's finding where only that fails it
+      judged.refuted && (judged.contradicted || report.exitCode === 0)
         ? judged.refuted.slice(0, 500)
         : task
           ? `CI task on ${hostId}: ${report.receipt?.reason ?? `exited ${report.exitCode ?? 'by signal'}`}`.slice(

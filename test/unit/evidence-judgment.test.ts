@@ -71,6 +71,14 @@ describe('judgeEvidence', () => {
     });
     expect(unread).toMatchObject({ verdict: 'failed', contradictions: [] });
     expect(unread.findings[0]!.why).toContain('no commit could be read from the work tree on spark-2');
+    // a run that failed at another commit (a task's commit binding) says so itself: no contradiction
+    const boundWrong = facts(
+      {
+        'spark-2': hostEvidence(OTHER, { runner: { ...hostEvidence(SHA).runner, result: 'Failed' } }),
+      },
+      { github: 'failed' },
+    );
+    expect(boundWrong).toMatchObject({ verdict: 'failed', contradictions: [] });
     // a checkout of another repository is not this one's
     const otherRepo = facts({
       'spark-2': hostEvidence(SHA, { workTrees: [{ path: 'iron/iron', sha: SHA, detail: '' }] }),
