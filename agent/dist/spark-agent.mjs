@@ -7,11 +7,11 @@ var __export = (target, all) => {
 };
 
 // agent/main.ts
-import { existsSync as existsSync3, mkdirSync as mkdirSync5 } from "node:fs";
-import { dirname as dirname4 } from "node:path";
+import { existsSync as existsSync3, mkdirSync as mkdirSync6 } from "node:fs";
+import { dirname as dirname5 } from "node:path";
 
 // agent/agent.ts
-import { mkdirSync as mkdirSync4 } from "node:fs";
+import { mkdirSync as mkdirSync5 } from "node:fs";
 
 // node_modules/zod/v4/classic/external.js
 var external_exports = {};
@@ -5081,9 +5081,9 @@ var NONE = 0;
 var ASSUMED = 1;
 var PROVEN = 2;
 function isRecursive(inst, stack, resolve3) {
-  const cached2 = recursive.get(inst);
-  if (cached2 !== void 0)
-    return cached2 ? PROVEN : NONE;
+  const cached3 = recursive.get(inst);
+  if (cached3 !== void 0)
+    return cached3 ? PROVEN : NONE;
   if (stack.has(inst))
     return PROVEN;
   stack.add(inst);
@@ -19517,15 +19517,15 @@ function visit(schema, fnOrHandlers) {
   };
   const cache = /* @__PURE__ */ new Map();
   function run(s) {
-    const cached2 = cache.get(s);
-    if (cached2 === RESOLVING) {
+    const cached3 = cache.get(s);
+    if (cached3 === RESOLVING) {
       return new $ZodLazy({
         type: "lazy",
         getter: () => cache.get(s)
       });
     }
-    if (cached2 !== void 0)
-      return cached2;
+    if (cached3 !== void 0)
+      return cached3;
     cache.set(s, RESOLVING);
     const inner = mapInner(s);
     const mapped = fn(inner, inner !== s);
@@ -19744,12 +19744,68 @@ var SUITES = ["smoke", "performance"];
 var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
 var CI_MODES = ["runner", "task"];
 
+// core/protocol/host-evidence.ts
+var RUNNER_JOB_RESULTS = [
+  "Succeeded",
+  "SucceededWithIssues",
+  "Failed",
+  "Canceled",
+  "Skipped",
+  "Abandoned"
+];
+var sha40 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
+var HostCheckSchema = object({
+  name: string2().regex(/^[a-z0-9][a-z0-9:_.-]{0,59}$/, 'a check name like "gpu"'),
+  ok: boolean2(),
+  /** A failed fatal check fails the preflight; a failed soft one only warns. */
+  fatal: boolean2(),
+  detail: string2().max(300)
+}).strict();
+var HostPreflightSchema = object({
+  ok: boolean2(),
+  /** Epoch ms when it ran (agent clock). */
+  at: number2().int().nonnegative(),
+  checks: array(HostCheckSchema).max(20)
+}).strict();
+var relPath = string2().max(200).regex(
+  /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
+  'a relative path like "butter/butter"'
+);
+var WorkTreeSchema = object({
+  path: relPath,
+  sha: sha40.nullable(),
+  detail: string2().max(300)
+}).strict();
+var HostEvidenceSchema = object({
+  version: literal(1),
+  /** `runner`: a GitHub job on a runner the agent started; `task`: the agent's own CI task (ADR 0110). */
+  mode: _enum2(CI_MODES),
+  /** null when no preflight was recorded for this lease (it then cannot pass). */
+  preflight: HostPreflightSchema.nullable(),
+  runner: object({
+    /**
+     * The runner's own job result from its console (agent-owned capture of the runner's
+     * stdout), or, for a task, its backend's exit status; null when none was seen.
+     */
+    result: _enum2(RUNNER_JOB_RESULTS).nullable(),
+    /** The job's display name as the runner printed it. */
+    job: string2().max(200).nullable(),
+    exitCode: number2().int().nullable(),
+    /** The agent stopped the runner (release, replacement) before it ended by itself. */
+    stoppedByAgent: boolean2(),
+    detail: string2().max(300)
+  }).strict(),
+  workTrees: array(WorkTreeSchema).max(8),
+  /** Epoch ms when the agent gathered it (agent clock). */
+  observedAt: number2().int().nonnegative()
+}).strict();
+
 // core/protocol/receipt.ts
 var MAX_RECEIPT_BYTES = 32 * 1024;
 var MAX_RECEIPT_LAST_LINES = 50;
 var MAX_RECEIPT_LINE_CHARS = 400;
 var id = string2().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'expected an id like "r-12" or "spark-2"');
-var sha40 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
+var sha402 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
 var isoTime = iso_exports.datetime({ offset: true });
 var LeaseVerifyRequestSchema = object({
   hostId: id,
@@ -19759,7 +19815,7 @@ var LeaseVerifyResponseSchema = object({
   ok: literal(true),
   reservation: object({
     id,
-    headSha: sha40.nullable(),
+    headSha: sha402.nullable(),
     topology: _enum2(TOPOLOGIES),
     suite: _enum2(SUITES).nullable(),
     kind: string2().min(1)
@@ -19779,7 +19835,7 @@ var ReceiptSchema = object({
   reservationId: id,
   hostId: id,
   fencingToken: number2().int().positive(),
-  headSha: sha40,
+  headSha: sha402,
   repo: string2().regex(/^[^/\s]+\/[^/\s]+$/, 'expected "owner/name"').optional(),
   runUrl: url().max(300).optional(),
   suite: _enum2(SUITES),
@@ -20019,9 +20075,15 @@ var ReportSchema = discriminatedUnion("type", [
     lastLines,
     /**
      * A CI task's evidence receipt (`ci: "task"`, issue 15), built by the agent from the task's
-     * exit and its logs; a runner's job posts its own through the lease endpoints instead.
+     * exit and its logs; a runner's job may post one through the lease endpoints (detail only).
      */
-    receipt: ReceiptSchema.optional()
+    receipt: ReceiptSchema.optional(),
+    /**
+     * What the agent observed itself (ADR 0160): its preflight before the start, the runner's own
+     * job result and the commit in the work tree after the job. The check run's verdict comes
+     * from this; absent (an older agent) the check cannot pass.
+     */
+    hostEvidence: HostEvidenceSchema.optional()
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its
@@ -20121,22 +20183,22 @@ var HttpClient = class {
         headers,
         agent: isHttps ? this.agents.https : this.agents.http
       });
-      const fail = (message, code) => {
+      const fail2 = (message, code) => {
         const err = Object.assign(new HttpError(message, code), { reusedSocket: req.reusedSocket });
         finish(() => reject(err));
         req.destroy();
       };
       const timer = setTimeout(
-        () => fail(`no answer within ${Math.round(r.timeoutMs / 1e3)} s`, "ETIMEDOUT"),
+        () => fail2(`no answer within ${Math.round(r.timeoutMs / 1e3)} s`, "ETIMEDOUT"),
         r.timeoutMs
       );
-      const onAbort = () => fail("aborted", "ABORT_ERR");
+      const onAbort = () => fail2("aborted", "ABORT_ERR");
       if (r.signal?.aborted) {
         onAbort();
         return;
       }
       r.signal?.addEventListener("abort", onAbort, { once: true });
-      req.on("error", (e) => fail(e.code ?? e.message, e.code ?? "EIO"));
+      req.on("error", (e) => fail2(e.code ?? e.message, e.code ?? "EIO"));
       req.on("response", (res) => {
         const chunks = [];
         let size = 0;
@@ -20144,7 +20206,7 @@ var HttpClient = class {
           size += b.length;
           if (size <= MAX_ANSWER_BYTES) chunks.push(b);
         });
-        res.on("error", (e) => fail(e.code ?? e.message, e.code ?? "EIO"));
+        res.on("error", (e) => fail2(e.code ?? e.message, e.code ?? "EIO"));
         res.on(
           "end",
           () => finish(
@@ -20263,7 +20325,7 @@ var ControllerClient = class {
 };
 
 // agent/executor/by-lease.ts
-function createLeaseExecutor(hostDefault, build, warn = () => {
+function createLeaseExecutor(hostDefault, build, warn2 = () => {
 }) {
   const built = /* @__PURE__ */ new Map();
   const get = (name) => {
@@ -20287,7 +20349,7 @@ function createLeaseExecutor(hostDefault, build, warn = () => {
     const e = get(l.executor ?? hostDefault);
     if (e instanceof Error && l.runner && !warned.has(l.leaseId)) {
       warned.add(l.leaseId);
-      warn("the lease has a workload on a backend this host cannot run now; it is kept until that is fixed", {
+      warn2("the lease has a workload on a backend this host cannot run now; it is kept until that is fixed", {
         leaseId: l.leaseId,
         error: e.message
       });
@@ -21747,8 +21809,8 @@ async function probeHealth(url2, timeoutMs) {
   try {
     const res = await client.request({ method: "GET", url: new URL(url2), timeoutMs });
     const body = res.text.replace(/\s+/g, " ").trim().slice(0, 300);
-    const ok = res.status >= 200 && res.status < 300;
-    return { ok, status: res.status, detail: `HTTP ${res.status}${body ? ` ${body}` : ""}` };
+    const ok2 = res.status >= 200 && res.status < 300;
+    return { ok: ok2, status: res.status, detail: `HTTP ${res.status}${body ? ` ${body}` : ""}` };
   } catch (e) {
     const err = e;
     const why = err.code === "ETIMEDOUT" ? `no answer within ${timeoutMs} ms` : err.message;
@@ -22332,7 +22394,7 @@ async function restoreService(ctx, d) {
   ctx.save();
   ctx.log.info("restoring the home service", { service: svc.name, attempt: d.attempt });
   const start = await ctx.port.exec(svc.start, { timeoutMs: svc.commandTimeoutS * 1e3 });
-  let ok = false;
+  let ok2 = false;
   let detail;
   if (start.code !== 0) {
     detail = `${svc.name} start failed: ${describeFailure(svc.start, start)}`;
@@ -22343,11 +22405,11 @@ async function restoreService(ctx, d) {
       svc.healthPollMs,
       ctx.stopped
     );
-    ok = h.ok;
+    ok2 = h.ok;
     detail = h.ok ? `${svc.name} model-ready: ${h.detail}` : `${svc.name} model-ready check did not pass within ${d.healthTimeoutS} s: ${h.detail}`;
   }
   if (ctx.stopped()) return waitFor(null);
-  await ctx.report({ type: "restored", fencingToken: d.fencingToken, ok, detail });
+  await ctx.report({ type: "restored", fencingToken: d.fencingToken, ok: ok2, detail });
   ctx.state.restore = null;
   ctx.save();
   return waitFor(null);
@@ -22362,291 +22424,9 @@ async function reportRestoreImpossible(ctx, fencingToken) {
   return waitFor(null);
 }
 
-// agent/steps/run.ts
-async function replaceWorkload(ctx, next) {
-  const l = currentLease(ctx);
-  ctx.log.info("runner replaced by the controller", { old: l.runner?.runnerName, new: next });
-  await ctx.executor.stop(l);
-  await ctx.executor.forget(l);
-  return again;
-}
-async function startWorkload(ctx, w) {
-  await ctx.executor.start(currentLease(ctx), w);
-  return again;
-}
-async function reportStarted(ctx) {
-  const l = currentLease(ctx);
-  const r = l.runner;
-  await ctx.report({
-    type: "runner_started",
-    fencingToken: l.fencingToken,
-    runnerName: r.runnerName,
-    executor: l.executor ?? ctx.executor.name
-  });
-  r.startReported = true;
-  ctx.save();
-  return again;
-}
-async function reportExited(ctx, bestEffort) {
-  const l = currentLease(ctx);
-  const r = l.runner;
-  const seen = await ctx.executor.observe(l);
-  const exitCode = seen.state === "exited" ? seen.exitCode : null;
-  const receipt = l.task ? await buildTaskReceipt(ctx, exitCode) : void 0;
-  const lastLines2 = await ctx.executor.lastLines(l, 30);
-  const exited = {
-    type: "runner_exited",
-    fencingToken: l.fencingToken,
-    runnerName: r.runnerName,
-    exitCode,
-    lastLines: lastLines2
-  };
-  try {
-    try {
-      await ctx.report({ ...exited, ...receipt ? { receipt } : {} });
-    } catch (e) {
-      if (!(receipt && e instanceof ControllerRejected && e.code === "receipt_mismatch")) throw e;
-      ctx.log.warn("the controller refused the task receipt; reporting the exit without it", {
-        leaseId: l.leaseId,
-        error: e.message
-      });
-      await ctx.report(exited);
-    }
-  } catch (e) {
-    if (!bestEffort || !(e instanceof ControllerRejected)) throw e;
-  }
-  r.exitReported = true;
-  ctx.save();
-  return bestEffort ? again : waitFor(null);
-}
-async function buildTaskReceipt(ctx, exitCode) {
-  const l = currentLease(ctx);
-  const r = l.runner;
-  try {
-    const output2 = ctx.executor.taskOutput ? await ctx.executor.taskOutput(l) : { text: "", complete: false, detail: "this executor runs no tasks" };
-    const receipt = taskReceipt({
-      lease: l,
-      hostId: ctx.cfg.hostId,
-      task: l.task,
-      exitCode,
-      stopped: r.stoppedByAgent,
-      startedAt: r.startedAt,
-      endedAt: Date.now(),
-      output: output2,
-      secrets: ctx.executor.taskSecrets?.(l) ?? []
-    });
-    if (!receipt.toolchain.cloneToken && ctx.executor.revokeTaskToken) {
-      const outcome = await ctx.executor.revokeTaskToken(l);
-      if (outcome)
-        ctx.log[outcome.dead ? "info" : "warn"](
-          outcome.dead ? "the task did not revoke its clone token; the agent did" : "the task did not revoke its clone token and the agent could not; it expires within GitHub's hour",
-          { leaseId: l.leaseId, revoke: outcome.detail }
-        );
-    }
-    return receipt;
-  } catch (e) {
-    ctx.log.warn("the task receipt could not be built", { leaseId: l.leaseId, error: e.message });
-    return void 0;
-  }
-}
-
-// agent/steps/index.ts
-async function runStep(ctx, step, d) {
-  switch (step.kind) {
-    case "refuse-stale":
-      return refuseStale(ctx, d.state, step.fencingToken, step.highest);
-    case "raise-fencing-token":
-      return raiseFencingToken(ctx, step.fencingToken);
-    case "drop-lease":
-      return dropLease(ctx, step.why);
-    case "adopt-lease":
-      return adoptLease(ctx, step.lease);
-    case "fail-prepare":
-      return failPrepare(ctx, step.reason);
-    case "report-prepare-failed":
-      return reportPrepareFailed(ctx);
-    case "lend-drain":
-      return lendDrain(ctx);
-    case "lend-stop":
-      return lendStop(ctx);
-    case "lend-verify":
-      return lendVerify(ctx);
-    case "prepare-host":
-      return prepareHost(ctx);
-    case "report-prepared":
-      return reportPrepared(ctx);
-    case "replace-workload":
-      return replaceWorkload(ctx, step.next);
-    case "start-workload":
-      return startWorkload(ctx, step.workload);
-    case "report-started":
-      return reportStarted(ctx);
-    case "report-exited":
-      return reportExited(ctx, step.bestEffort);
-    case "start-development":
-      return startDevelopment(ctx);
-    case "report-active":
-      return reportActive(ctx);
-    case "check-expired":
-      return checkExpired(ctx);
-    case "begin-clean":
-      return beginClean(ctx);
-    case "stop-workload":
-      return stopWorkload(ctx);
-    case "finish-clean":
-      return finishClean(ctx);
-    case "check-hold":
-      return checkHold(ctx);
-    case "restore":
-      if (d.state !== "restore") throw new TypeError("restore step without a restore desired state");
-      return restoreService(ctx, d);
-    case "report-restore-impossible":
-      if (d.state !== "restore") throw new TypeError("restore step without a restore desired state");
-      return reportRestoreImpossible(ctx, d.fencingToken);
-    case "wait":
-      return { next: "wait", ms: step.ms };
-  }
-}
-
-// agent/agent.ts
-var MAX_STEPS = 32;
-var Agent3 = class {
-  constructor(cfg, token2, log, opts = {}) {
-    this.cfg = cfg;
-    this.log = log;
-    this.client = new ControllerClient(cfg.controllerUrl, token2, cfg.timeouts.requestS * 1e3);
-    const account = opts.account ?? null;
-    if (!account) mkdirSync4(cfg.workRoot, { recursive: true });
-    const state = loadState(cfg.stateFile);
-    const ctx = {
-      cfg,
-      port: opts.port ?? createHostPort(cfg),
-      executor: null,
-      log,
-      state,
-      save: () => saveState(cfg.stateFile, ctx.state),
-      report: (r) => this.report(r),
-      collectFacts: (gpu) => collectFacts(this.ctx, gpu),
-      sleep: (ms) => this.sleep(ms),
-      stopped: () => this.isStopped,
-      heartbeatMs: () => this.heartbeatS * 1e3,
-      interconnect: null
-    };
-    ctx.executor = opts.executor?.(ctx) ?? createLeaseExecutor(
-      cfg.executor,
-      (name) => name === "slurm" ? createSlurmExecutor({ cfg, log, account, save: ctx.save }) : name === "dstack" ? createDstackExecutor({ cfg, log, save: ctx.save }) : createJitRunnerExecutor({
-        cfg,
-        log,
-        account,
-        save: ctx.save,
-        onExit: () => this.pollAbort?.abort()
-      }),
-      (msg, fields) => log.warn(msg, fields)
-    );
-    this.ctx = ctx;
-  }
-  cfg;
-  log;
-  ctx;
-  client;
-  heartbeatS = 10;
-  isStopped = false;
-  pollAbort = null;
-  sleepers = /* @__PURE__ */ new Set();
-  /** Runs until {@link stop}. */
-  async run() {
-    this.log.info("agent started", {
-      hostId: this.cfg.hostId,
-      executor: this.ctx.executor.name,
-      maxFencingToken: this.ctx.state.maxFencingToken,
-      resumingLease: this.ctx.state.lease?.leaseId ?? null
-    });
-    const backoffMaxMs = this.cfg.timeouts.backoffMaxS * 1e3;
-    const setPeriodS = (s) => {
-      this.heartbeatS = clampHeartbeatS(s);
-    };
-    await Promise.all([
-      heartbeatLoop({
-        log: this.log,
-        backoffMaxMs,
-        collectFacts: () => collectFacts(this.ctx),
-        send: (facts) => this.client.heartbeat(facts),
-        periodMs: () => this.heartbeatS * 1e3,
-        setPeriodS,
-        sleep: (ms) => this.sleep(ms),
-        stopped: () => this.isStopped,
-        stats: () => ({ newConnections: this.client.newConnections })
-      }),
-      pollLoop({
-        log: this.log,
-        longPollMs: this.cfg.timeouts.longPollS * 1e3,
-        backoffMaxMs,
-        poll: (req, signal) => this.client.poll(req, signal),
-        converge: (d) => this.converge(d),
-        setPeriodS,
-        setAbort: (ac) => {
-          this.pollAbort = ac;
-        },
-        sleep: (ms) => this.sleep(ms),
-        stopped: () => this.isStopped
-      })
-    ]);
-    this.client.close();
-  }
-  stop() {
-    this.isStopped = true;
-    this.pollAbort?.abort();
-    for (const wake of this.sleepers) wake();
-  }
-  sleep(ms) {
-    return new Promise((resolve3) => {
-      const done = () => {
-        clearTimeout(t);
-        this.sleepers.delete(done);
-        resolve3();
-      };
-      const t = setTimeout(done, clampDelayMs(ms));
-      this.sleepers.add(done);
-    });
-  }
-  async report(r) {
-    const res = await this.client.report(r);
-    this.log.info("reported", { type: r.type, result: res.result });
-  }
-  /** Observe → reconcile → step, until the step says wait. Errors become a retry, never a crash. */
-  async converge(d) {
-    const ctx = this.ctx;
-    try {
-      for (let i = 0; i < MAX_STEPS && !this.isStopped; i++) {
-        const l = ctx.state.lease;
-        const step = reconcile(d, {
-          maxFencingToken: ctx.state.maxFencingToken,
-          lease: l,
-          workload: l ? await ctx.executor.observe(l) : { state: "none" },
-          hasService: this.cfg.service != null,
-          heartbeatMs: this.heartbeatS * 1e3,
-          devEnvironments: ctx.executor.startDevelopment != null
-        });
-        this.log.debug("step", { state: d.state, step: step.kind });
-        const res = await runStep(ctx, step, d);
-        if (res.next === "wait") return { recheckMs: res.ms, forget: false };
-      }
-      if (!this.isStopped) this.log.error("no settled step after many; will look again", { state: d.state });
-      return { recheckMs: 1e3, forget: true };
-    } catch (e) {
-      if (e instanceof ControllerRejected && e.code === "stale_fencing_token") {
-        this.log.warn("report refused: fencing token no longer current", { error: e.message });
-        return { recheckMs: 0, forget: true };
-      }
-      if (e instanceof ControllerUnreachable) {
-        this.log.warn("report not delivered; will repeat it", { error: e.message });
-        return { recheckMs: 1e3, forget: true };
-      }
-      this.log.error("step failed; will retry", { state: d.state, error: e.message });
-      return { recheckMs: 2e3, forget: true };
-    }
-  }
-};
+// agent/host/account.ts
+import { execFileSync } from "node:child_process";
+import { statSync as statSync2 } from "node:fs";
 
 // agent/config.ts
 import { readFileSync as readFileSync5 } from "node:fs";
@@ -22802,8 +22582,6 @@ function readAgentToken(cfg) {
 }
 
 // agent/host/account.ts
-import { execFileSync } from "node:child_process";
-import { statSync as statSync2 } from "node:fs";
 var CREATE_HINT = (name) => `create it: useradd --system --create-home --home-dir /var/lib/${name} --shell /usr/sbin/nologin ${name}`;
 function resolveRunnerAccount(name, agentUid = process.getuid?.() ?? -1) {
   let line;
@@ -22861,6 +22639,712 @@ function assertWorkRoot(path, account) {
   }
 }
 
+// agent/evidence/account.ts
+var cached2 = null;
+function evidenceAccount(cfg) {
+  const name = cfg.runner.user;
+  if (!name) return null;
+  if (cached2?.name === name) return cached2.account;
+  try {
+    cached2 = { name, account: resolveRunnerAccount(name) };
+    return cached2.account;
+  } catch (e) {
+    return e;
+  }
+}
+
+// agent/evidence/runner-result.ts
+var RESULT_LINE = new RegExp(
+  `^\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\dZ: Job (.{1,200}) completed with result: (${RUNNER_JOB_RESULTS.join("|")})$`
+);
+function parseRunnerConsole(lines) {
+  const found = lines.map((l) => RESULT_LINE.exec(l.trimEnd())).filter((m2) => m2 != null);
+  if (found.length === 0)
+    return { result: null, job: null, detail: "the runner printed no job result (no job ran to its end)" };
+  if (found.length > 1)
+    return {
+      result: null,
+      job: null,
+      detail: `the runner printed ${found.length} job results; a one-job runner prints one`
+    };
+  const m = found[0];
+  return { result: m[2], job: m[1], detail: `runner console: job ${m[1]} ${m[2]}` };
+}
+function taskExitResult(exitCode, stoppedByAgent) {
+  if (exitCode === 0) return { result: "Succeeded", job: "spark-test.sh", detail: "task exited 0" };
+  if (exitCode == null)
+    return stoppedByAgent ? { result: "Canceled", job: "spark-test.sh", detail: "task stopped by the agent" } : { result: null, job: "spark-test.sh", detail: "the task exit status could not be read" };
+  return { result: "Failed", job: "spark-test.sh", detail: `task exited ${exitCode}` };
+}
+
+// agent/evidence/store.ts
+import {
+  closeSync as closeSync3,
+  fsyncSync as fsyncSync2,
+  mkdirSync as mkdirSync4,
+  openSync as openSync3,
+  readdirSync as readdirSync2,
+  readFileSync as readFileSync6,
+  renameSync as renameSync2,
+  rmSync as rmSync3,
+  writeSync as writeSync2
+} from "node:fs";
+import { dirname as dirname4, join as join5 } from "node:path";
+function dirOf(stateFile) {
+  return join5(dirname4(stateFile), "evidence");
+}
+function saveHostPreflight(stateFile, leaseId, p) {
+  const dir = dirOf(stateFile);
+  mkdirSync4(dir, { recursive: true, mode: 448 });
+  const file2 = childPath(dir, `${leaseId}.json`);
+  for (const f of readdirSync2(dir)) if (join5(dir, f) !== file2) rmSync3(join5(dir, f), { force: true });
+  const tmp = `${file2}.tmp`;
+  const fd = openSync3(tmp, "w", 384);
+  try {
+    writeSync2(fd, JSON.stringify(p));
+    fsyncSync2(fd);
+  } finally {
+    closeSync3(fd);
+  }
+  renameSync2(tmp, file2);
+}
+function loadHostPreflight(stateFile, leaseId) {
+  try {
+    const file2 = childPath(dirOf(stateFile), `${leaseId}.json`);
+    const parsed = HostPreflightSchema.safeParse(JSON.parse(readFileSync6(file2, "utf8")));
+    return parsed.success ? parsed.data : null;
+  } catch {
+    return null;
+  }
+}
+function dropHostPreflight(stateFile, leaseId) {
+  try {
+    rmSync3(childPath(dirOf(stateFile), `${leaseId}.json`), { force: true });
+  } catch {
+  }
+}
+
+// agent/evidence/work-tree.ts
+import { join as join6 } from "node:path";
+var RUNNER_WORK_FOLDER = "_work";
+var MAX_TREES = 8;
+var READ_TIMEOUT_MS = 1e4;
+var NAME = /^[A-Za-z0-9._-]{1,100}$/;
+var LIST_SCRIPT = `cd -- "$1" 2>/dev/null || { echo nofolder; exit 0; }
+for d in */*/; do
+  [ -d "$d" ] || continue
+  d=\${d%/}; a=\${d%%/*}; b=\${d#*/}
+  [ "$a" = "$b" ] || continue
+  case "$a" in _*|*[!A-Za-z0-9._-]*) continue ;; esac
+  printf 'tree %s\\n' "$d"
+  g="$d/.git"
+  [ -d "$g" ] || { printf 'nogit %s\\n' "$d"; continue; }
+  [ -f "$g/HEAD" ] && printf 'HEAD %s %s\\n' "$d" "$(head -c 4096 -- "$g/HEAD" | base64 -w0)"
+  [ -f "$g/packed-refs" ] && printf 'packed %s %s\\n' "$d" "$(head -c 1048576 -- "$g/packed-refs" | base64 -w0)"
+done
+exit 0`;
+var READ_SCRIPT = `cd -- "$1" 2>/dev/null || exit 0
+shift
+for f; do
+  if [ -f "$f" ]; then printf 'file %s %s\\n' "$f" "$(head -c 4096 -- "$f" | base64 -w0)"; else printf 'file %s -\\n' "$f"; fi
+done
+exit 0`;
+var SHA1 = /^[0-9a-f]{40}$/;
+var REF = /^refs\/(?!.*(^|\/)\.)(?!.*\.\.)[A-Za-z0-9._/-]{1,200}$/;
+function parseHead(text) {
+  const line = text.split("\n")[0].trim();
+  if (SHA1.test(line)) return { kind: "sha", sha: line };
+  const m = /^ref: (\S+)$/.exec(line);
+  if (m && REF.test(m[1])) return { kind: "ref", ref: m[1] };
+  if (/^[0-9a-f]{64}$/.test(line))
+    return { kind: "bad", why: "HEAD is a SHA-256 object id, not a SHA-1 commit" };
+  return { kind: "bad", why: "HEAD is neither a commit id nor a ref" };
+}
+function resolveRef2(ref, loose, packed) {
+  if (loose != null) {
+    const line = loose.split("\n")[0].trim();
+    return SHA1.test(line) ? line : null;
+  }
+  for (const line of (packed ?? "").split("\n")) {
+    const m = /^([0-9a-f]{40}) (\S+)$/.exec(line.trim());
+    if (m && m[2] === ref) return m[1];
+  }
+  return null;
+}
+function shellAs(account) {
+  return async (script, args) => {
+    const argv2 = [...account ? asAccount(account) : [], "/bin/sh", "-c", script, "spark-evidence", ...args];
+    const r = await runCommand(argv2, {
+      timeoutMs: READ_TIMEOUT_MS,
+      env: { PATH: "/usr/bin:/bin", LC_ALL: "C" },
+      cwd: "/"
+    });
+    return r.code === 0 ? r.stdout : null;
+  };
+}
+var unb64 = (s) => s == null || s === "-" ? null : Buffer.from(s, "base64").toString("utf8");
+async function readWorkTrees(workFolder, account, run = shellAs(account)) {
+  const listed = await run(LIST_SCRIPT, [workFolder]);
+  if (listed == null) return { trees: [], detail: "the work folder could not be read" };
+  if (listed.trim() === "nofolder") return { trees: [], detail: "the runner made no work folder" };
+  const head = /* @__PURE__ */ new Map();
+  const packed = /* @__PURE__ */ new Map();
+  const order = [];
+  for (const line of listed.split("\n")) {
+    const [kind, path, data] = line.split(" ");
+    if (!path) continue;
+    const [a, b] = path.split("/");
+    if (!a || a !== b || !NAME.test(a)) continue;
+    if (kind === "tree" && !order.includes(path)) order.push(path);
+    else if (kind === "HEAD") head.set(path, unb64(data));
+    else if (kind === "packed") packed.set(path, unb64(data));
+  }
+  const trees = [];
+  const want = [];
+  for (const path of order.slice(0, MAX_TREES)) {
+    const h = head.get(path);
+    if (h == null) {
+      trees.push({ path, sha: null, detail: "no .git/HEAD in the checkout" });
+      continue;
+    }
+    const parsed = parseHead(h);
+    if (parsed.kind === "sha") trees.push({ path, sha: parsed.sha, detail: "detached HEAD" });
+    else if (parsed.kind === "bad") trees.push({ path, sha: null, detail: parsed.why });
+    else {
+      trees.push({ path, sha: null, detail: parsed.ref });
+      want.push({ path, ref: parsed.ref });
+    }
+  }
+  if (want.length) {
+    const read = await run(READ_SCRIPT, [workFolder, ...want.map((w) => join6(w.path, ".git", w.ref))]);
+    const loose = /* @__PURE__ */ new Map();
+    for (const line of (read ?? "").split("\n")) {
+      const [kind, file2, data] = line.split(" ");
+      if (kind === "file" && file2) loose.set(file2, unb64(data));
+    }
+    for (const w of want) {
+      const t = trees.find((x) => x.path === w.path);
+      const sha = resolveRef2(
+        w.ref,
+        loose.get(join6(w.path, ".git", w.ref)) ?? null,
+        packed.get(w.path) ?? null
+      );
+      t.sha = sha;
+      t.detail = sha ? `HEAD is ${w.ref}` : `HEAD is ${w.ref}, which names no commit`;
+    }
+  }
+  return {
+    trees,
+    detail: trees.length ? `${trees.length} checkout(s) in the work folder` : "no checkout in the work folder"
+  };
+}
+function runnerWorkFolder(runnerDir) {
+  return join6(runnerDir, RUNNER_WORK_FOLDER);
+}
+
+// agent/evidence/collect.ts
+var CONSOLE_LINES = 400;
+function taskWorkTree(output2) {
+  const prefix = `${TASK_MARK} commit binding `;
+  const line = output2.split("\n").find((l) => l.startsWith(prefix));
+  if (!line)
+    return { path: "checkout", sha: null, detail: "the task printed no commit binding (it ended before it)" };
+  const m = /^(ok|failed): HEAD is ([0-9a-f]{40})\b/.exec(line.slice(prefix.length));
+  if (!m) return { path: "checkout", sha: null, detail: "the task could not read its checkout" };
+  return {
+    path: "checkout",
+    sha: m[2],
+    detail: `commit binding ${m[1]} (before the repository's code ran)`
+  };
+}
+async function gatherHostEvidence(d, l, exitCode, taskOutput) {
+  const stopped = l.runner?.stoppedByAgent ?? false;
+  const preflight = loadHostPreflight(d.cfg.stateFile, l.leaseId);
+  if (l.task) {
+    const r2 = taskExitResult(exitCode, stopped);
+    return {
+      version: 1,
+      mode: "task",
+      preflight,
+      runner: { ...r2, exitCode, stoppedByAgent: stopped },
+      workTrees: taskOutput != null ? [taskWorkTree(taskOutput)] : [],
+      observedAt: d.now()
+    };
+  }
+  const [lines, trees] = await Promise.all([
+    d.executor.lastLines(l, CONSOLE_LINES),
+    d.account instanceof Error ? { trees: [], detail: `the work tree was not read: ${d.account.message}`.slice(0, 200) } : readWorkTrees(runnerWorkFolder(d.cfg.runner.dir), d.account)
+  ]);
+  const r = parseRunnerConsole(lines);
+  return {
+    version: 1,
+    mode: "runner",
+    preflight,
+    runner: {
+      result: r.result,
+      job: r.job,
+      exitCode,
+      stoppedByAgent: stopped,
+      detail: (trees.trees.length ? r.detail : `${r.detail}; ${trees.detail}`).slice(0, 300)
+    },
+    workTrees: trees.trees,
+    observedAt: d.now()
+  };
+}
+
+// agent/evidence/host-preflight.ts
+import { readFileSync as readFileSync7 } from "node:fs";
+var MIN_FREE_BYTES = 5e10;
+var SERVICE_PROBE_MS = 3e3;
+var INTERCONNECT_TIMEOUT_MS = 6e4;
+var ok = (name, detail) => ({ name, ok: true, fatal: true, detail });
+var fail = (name, detail) => ({
+  name,
+  ok: false,
+  fatal: true,
+  detail: detail.slice(0, 300)
+});
+var warn = (name, detail) => ({
+  name,
+  ok: false,
+  fatal: false,
+  detail: detail.slice(0, 300)
+});
+function readPtraceScope() {
+  try {
+    return readFileSync7("/proc/sys/kernel/yama/ptrace_scope", "utf8").trim();
+  } catch {
+    return null;
+  }
+}
+async function gpuCheck(port) {
+  const q = await port.queryGpu();
+  if (!q.ok) return fail("gpu", `GPU state unknown: ${q.error}`);
+  if (q.processes.length)
+    return fail(
+      "gpu",
+      `${q.processes.length} compute process(es) before the runner started: ${describeProcesses(q.processes)}`
+    );
+  return ok("gpu", "no GPU compute process");
+}
+async function serviceCheck(d, l) {
+  const svc = d.cfg.service;
+  if (!l.lend) return null;
+  if (!svc)
+    return fail("home-service", "the lease lends the home service but this agent has none configured");
+  if (l.lendStep !== "lent")
+    return fail(svc.name, `not lent: the lending stopped at "${l.lendStep}" before the runner was to start`);
+  const h = await d.port.probeHealth(svc.healthUrl, SERVICE_PROBE_MS);
+  if (h.ok) return fail(svc.name, `still answers ready on its health URL (${h.detail}): not released`);
+  if (h.status != null) return ok(svc.name, `health answers ${h.status}: not ready`);
+  if (/ECONNREFUSED/.test(h.detail)) return ok(svc.name, "not listening: released");
+  return fail(svc.name, `${h.detail}: a paused or hung service is not released`);
+}
+async function interconnectCheck(d, l) {
+  if (l.topology !== "pair") return null;
+  const check2 = d.cfg.interconnectCheck;
+  if (!check2) return warn("interconnect", "not checked: no interconnectCheck is configured for this host");
+  const r = await d.port.exec(check2, { timeoutMs: INTERCONNECT_TIMEOUT_MS });
+  return r.code === 0 ? ok("interconnect", "interconnect check passed") : fail("interconnect", `interconnect check failed: ${describeFailure(check2, r)}`);
+}
+function runnerUserCheck(account) {
+  if (!account) return null;
+  if (account instanceof Error) return warn("runner-user", `not checked: ${account.message}`);
+  const left = processesOfUid(account.uid);
+  return left.length ? fail(
+    "runner-user",
+    `${left.length} process(es) of ${account.name} run before the runner started (pid ${left.slice(0, 5).join(", ")}): left over from earlier work`
+  ) : ok("runner-user", `no process of ${account.name} before the start`);
+}
+function diskCheck(port, workRoot) {
+  const free = port.freeDiskBytes(workRoot);
+  if (free == null) return fail("disk", "cannot read the free space of the work root");
+  const gb = free / 1e9;
+  const shown = gb >= 10 ? gb.toFixed(0) : gb.toFixed(1);
+  return free >= MIN_FREE_BYTES ? ok("disk", `${shown} GB free under the work root`) : warn("disk", `only ${shown} GB free under the work root (a job may want ${MIN_FREE_BYTES / 1e9})`);
+}
+function ptraceCheck(read) {
+  const v = read();
+  if (v == null) return warn("ptrace-scope", "no Yama LSM: the job could attach to the runner it runs under");
+  if (v === "0")
+    return warn(
+      "ptrace-scope",
+      "kernel.yama.ptrace_scope is 0: the job could attach to the runner it runs under; set it to 1"
+    );
+  return ok("ptrace-scope", `kernel.yama.ptrace_scope is ${v}`);
+}
+async function runHostPreflight(d, l) {
+  const [gpu, service2, link] = await Promise.all([
+    gpuCheck(d.port),
+    serviceCheck(d, l),
+    interconnectCheck(d, l)
+  ]);
+  const checks = [
+    gpu,
+    service2,
+    link,
+    runnerUserCheck(d.account),
+    diskCheck(d.port, d.cfg.workRoot),
+    ptraceCheck(d.ptraceScope ?? readPtraceScope)
+  ].filter((c) => c != null);
+  return { ok: checks.every((c) => c.ok || !c.fatal), at: d.port.now(), checks };
+}
+function describePreflightFailure(p) {
+  return p.checks.filter((c) => !c.ok && c.fatal).map((c) => `${c.name}: ${c.detail}`).join("; ");
+}
+
+// agent/steps/run.ts
+async function replaceWorkload(ctx, next) {
+  const l = currentLease(ctx);
+  ctx.log.info("runner replaced by the controller", { old: l.runner?.runnerName, new: next });
+  await ctx.executor.stop(l);
+  await ctx.executor.forget(l);
+  return again;
+}
+async function startWorkload(ctx, w) {
+  const l = currentLease(ctx);
+  const account = evidenceAccount(ctx.cfg);
+  const pre = await runHostPreflight({ cfg: ctx.cfg, port: ctx.port, account }, l);
+  saveHostPreflight(ctx.cfg.stateFile, l.leaseId, pre);
+  if (!pre.ok) return refuseStart(ctx, w, pre);
+  await ctx.executor.start(l, w);
+  return again;
+}
+async function refuseStart(ctx, w, pre) {
+  const l = currentLease(ctx);
+  const why = describePreflightFailure(pre);
+  ctx.log.warn("host preflight failed; the workload is not started", { leaseId: l.leaseId, failed: why });
+  if (w.task) {
+    const r = w.task.spec.revokeUrl ? await revokeCloneToken(w.task.spec.revokeUrl, w.task.cloneToken) : null;
+    if (r) ctx.log[r.dead ? "info" : "warn"]("clone token of the task not started", { revoke: r.detail });
+  }
+  const hostEvidence = {
+    version: 1,
+    mode: w.task ? "task" : "runner",
+    preflight: pre,
+    runner: {
+      result: null,
+      job: null,
+      exitCode: null,
+      stoppedByAgent: false,
+      detail: "not started: the host preflight failed"
+    },
+    workTrees: [],
+    observedAt: ctx.port.now()
+  };
+  await ctx.report({
+    type: "runner_exited",
+    fencingToken: l.fencingToken,
+    runnerName: w.name,
+    exitCode: null,
+    lastLines: [`host preflight failed: ${why}`.slice(0, 2e3)],
+    hostEvidence
+  });
+  return waitFor(null);
+}
+async function reportStarted(ctx) {
+  const l = currentLease(ctx);
+  const r = l.runner;
+  await ctx.report({
+    type: "runner_started",
+    fencingToken: l.fencingToken,
+    runnerName: r.runnerName,
+    executor: l.executor ?? ctx.executor.name
+  });
+  r.startReported = true;
+  ctx.save();
+  return again;
+}
+async function reportExited(ctx, bestEffort) {
+  const l = currentLease(ctx);
+  const r = l.runner;
+  const seen = await ctx.executor.observe(l);
+  const exitCode = seen.state === "exited" ? seen.exitCode : null;
+  const output2 = l.task ? await readTaskOutput(ctx) : null;
+  const receipt = l.task && output2 ? await buildTaskReceipt(ctx, exitCode, output2) : void 0;
+  const hostEvidence = await gatherEvidence(ctx, exitCode, output2);
+  const lastLines2 = await ctx.executor.lastLines(l, 30);
+  const exited = {
+    type: "runner_exited",
+    fencingToken: l.fencingToken,
+    runnerName: r.runnerName,
+    exitCode,
+    lastLines: lastLines2,
+    ...hostEvidence ? { hostEvidence } : {}
+  };
+  try {
+    try {
+      await ctx.report({ ...exited, ...receipt ? { receipt } : {} });
+    } catch (e) {
+      if (!(receipt && e instanceof ControllerRejected && e.code === "receipt_mismatch")) throw e;
+      ctx.log.warn("the controller refused the task receipt; reporting the exit without it", {
+        leaseId: l.leaseId,
+        error: e.message
+      });
+      await ctx.report(exited);
+    }
+  } catch (e) {
+    if (!bestEffort || !(e instanceof ControllerRejected)) throw e;
+  }
+  r.exitReported = true;
+  ctx.save();
+  dropHostPreflight(ctx.cfg.stateFile, l.leaseId);
+  return bestEffort ? again : waitFor(null);
+}
+async function gatherEvidence(ctx, exitCode, output2) {
+  const l = currentLease(ctx);
+  try {
+    return await gatherHostEvidence(
+      { cfg: ctx.cfg, executor: ctx.executor, account: evidenceAccount(ctx.cfg), now: () => ctx.port.now() },
+      l,
+      exitCode,
+      output2?.text
+    );
+  } catch (e) {
+    ctx.log.warn("the host evidence could not be gathered", {
+      leaseId: l.leaseId,
+      error: e.message
+    });
+    return void 0;
+  }
+}
+async function readTaskOutput(ctx) {
+  const l = currentLease(ctx);
+  try {
+    return ctx.executor.taskOutput ? await ctx.executor.taskOutput(l) : { text: "", complete: false, detail: "this executor runs no tasks" };
+  } catch (e) {
+    ctx.log.warn("the task receipt could not be built", { leaseId: l.leaseId, error: e.message });
+    return null;
+  }
+}
+async function buildTaskReceipt(ctx, exitCode, output2) {
+  const l = currentLease(ctx);
+  const r = l.runner;
+  try {
+    const receipt = taskReceipt({
+      lease: l,
+      hostId: ctx.cfg.hostId,
+      task: l.task,
+      exitCode,
+      stopped: r.stoppedByAgent,
+      startedAt: r.startedAt,
+      endedAt: Date.now(),
+      output: output2,
+      secrets: ctx.executor.taskSecrets?.(l) ?? []
+    });
+    if (!receipt.toolchain.cloneToken && ctx.executor.revokeTaskToken) {
+      const outcome = await ctx.executor.revokeTaskToken(l);
+      if (outcome)
+        ctx.log[outcome.dead ? "info" : "warn"](
+          outcome.dead ? "the task did not revoke its clone token; the agent did" : "the task did not revoke its clone token and the agent could not; it expires within GitHub's hour",
+          { leaseId: l.leaseId, revoke: outcome.detail }
+        );
+    }
+    return receipt;
+  } catch (e) {
+    ctx.log.warn("the task receipt could not be built", { leaseId: l.leaseId, error: e.message });
+    return void 0;
+  }
+}
+
+// agent/steps/index.ts
+async function runStep(ctx, step, d) {
+  switch (step.kind) {
+    case "refuse-stale":
+      return refuseStale(ctx, d.state, step.fencingToken, step.highest);
+    case "raise-fencing-token":
+      return raiseFencingToken(ctx, step.fencingToken);
+    case "drop-lease":
+      return dropLease(ctx, step.why);
+    case "adopt-lease":
+      return adoptLease(ctx, step.lease);
+    case "fail-prepare":
+      return failPrepare(ctx, step.reason);
+    case "report-prepare-failed":
+      return reportPrepareFailed(ctx);
+    case "lend-drain":
+      return lendDrain(ctx);
+    case "lend-stop":
+      return lendStop(ctx);
+    case "lend-verify":
+      return lendVerify(ctx);
+    case "prepare-host":
+      return prepareHost(ctx);
+    case "report-prepared":
+      return reportPrepared(ctx);
+    case "replace-workload":
+      return replaceWorkload(ctx, step.next);
+    case "start-workload":
+      return startWorkload(ctx, step.workload);
+    case "report-started":
+      return reportStarted(ctx);
+    case "report-exited":
+      return reportExited(ctx, step.bestEffort);
+    case "start-development":
+      return startDevelopment(ctx);
+    case "report-active":
+      return reportActive(ctx);
+    case "check-expired":
+      return checkExpired(ctx);
+    case "begin-clean":
+      return beginClean(ctx);
+    case "stop-workload":
+      return stopWorkload(ctx);
+    case "finish-clean":
+      return finishClean(ctx);
+    case "check-hold":
+      return checkHold(ctx);
+    case "restore":
+      if (d.state !== "restore") throw new TypeError("restore step without a restore desired state");
+      return restoreService(ctx, d);
+    case "report-restore-impossible":
+      if (d.state !== "restore") throw new TypeError("restore step without a restore desired state");
+      return reportRestoreImpossible(ctx, d.fencingToken);
+    case "wait":
+      return { next: "wait", ms: step.ms };
+  }
+}
+
+// agent/agent.ts
+var MAX_STEPS = 32;
+var Agent3 = class {
+  constructor(cfg, token2, log, opts = {}) {
+    this.cfg = cfg;
+    this.log = log;
+    this.client = new ControllerClient(cfg.controllerUrl, token2, cfg.timeouts.requestS * 1e3);
+    const account = opts.account ?? null;
+    if (!account) mkdirSync5(cfg.workRoot, { recursive: true });
+    const state = loadState(cfg.stateFile);
+    const ctx = {
+      cfg,
+      port: opts.port ?? createHostPort(cfg),
+      executor: null,
+      log,
+      state,
+      save: () => saveState(cfg.stateFile, ctx.state),
+      report: (r) => this.report(r),
+      collectFacts: (gpu) => collectFacts(this.ctx, gpu),
+      sleep: (ms) => this.sleep(ms),
+      stopped: () => this.isStopped,
+      heartbeatMs: () => this.heartbeatS * 1e3,
+      interconnect: null
+    };
+    ctx.executor = opts.executor?.(ctx) ?? createLeaseExecutor(
+      cfg.executor,
+      (name) => name === "slurm" ? createSlurmExecutor({ cfg, log, account, save: ctx.save }) : name === "dstack" ? createDstackExecutor({ cfg, log, save: ctx.save }) : createJitRunnerExecutor({
+        cfg,
+        log,
+        account,
+        save: ctx.save,
+        onExit: () => this.pollAbort?.abort()
+      }),
+      (msg, fields) => log.warn(msg, fields)
+    );
+    this.ctx = ctx;
+  }
+  cfg;
+  log;
+  ctx;
+  client;
+  heartbeatS = 10;
+  isStopped = false;
+  pollAbort = null;
+  sleepers = /* @__PURE__ */ new Set();
+  /** Runs until {@link stop}. */
+  async run() {
+    this.log.info("agent started", {
+      hostId: this.cfg.hostId,
+      executor: this.ctx.executor.name,
+      maxFencingToken: this.ctx.state.maxFencingToken,
+      resumingLease: this.ctx.state.lease?.leaseId ?? null
+    });
+    const backoffMaxMs = this.cfg.timeouts.backoffMaxS * 1e3;
+    const setPeriodS = (s) => {
+      this.heartbeatS = clampHeartbeatS(s);
+    };
+    await Promise.all([
+      heartbeatLoop({
+        log: this.log,
+        backoffMaxMs,
+        collectFacts: () => collectFacts(this.ctx),
+        send: (facts) => this.client.heartbeat(facts),
+        periodMs: () => this.heartbeatS * 1e3,
+        setPeriodS,
+        sleep: (ms) => this.sleep(ms),
+        stopped: () => this.isStopped,
+        stats: () => ({ newConnections: this.client.newConnections })
+      }),
+      pollLoop({
+        log: this.log,
+        longPollMs: this.cfg.timeouts.longPollS * 1e3,
+        backoffMaxMs,
+        poll: (req, signal) => this.client.poll(req, signal),
+        converge: (d) => this.converge(d),
+        setPeriodS,
+        setAbort: (ac) => {
+          this.pollAbort = ac;
+        },
+        sleep: (ms) => this.sleep(ms),
+        stopped: () => this.isStopped
+      })
+    ]);
+    this.client.close();
+  }
+  stop() {
+    this.isStopped = true;
+    this.pollAbort?.abort();
+    for (const wake of this.sleepers) wake();
+  }
+  sleep(ms) {
+    return new Promise((resolve3) => {
+      const done = () => {
+        clearTimeout(t);
+        this.sleepers.delete(done);
+        resolve3();
+      };
+      const t = setTimeout(done, clampDelayMs(ms));
+      this.sleepers.add(done);
+    });
+  }
+  async report(r) {
+    const res = await this.client.report(r);
+    this.log.info("reported", { type: r.type, result: res.result });
+  }
+  /** Observe → reconcile → step, until the step says wait. Errors become a retry, never a crash. */
+  async converge(d) {
+    const ctx = this.ctx;
+    try {
+      for (let i = 0; i < MAX_STEPS && !this.isStopped; i++) {
+        const l = ctx.state.lease;
+        const step = reconcile(d, {
+          maxFencingToken: ctx.state.maxFencingToken,
+          lease: l,
+          workload: l ? await ctx.executor.observe(l) : { state: "none" },
+          hasService: this.cfg.service != null,
+          heartbeatMs: this.heartbeatS * 1e3,
+          devEnvironments: ctx.executor.startDevelopment != null
+        });
+        this.log.debug("step", { state: d.state, step: step.kind });
+        const res = await runStep(ctx, step, d);
+        if (res.next === "wait") return { recheckMs: res.ms, forget: false };
+      }
+      if (!this.isStopped) this.log.error("no settled step after many; will look again", { state: d.state });
+      return { recheckMs: 1e3, forget: true };
+    } catch (e) {
+      if (e instanceof ControllerRejected && e.code === "stale_fencing_token") {
+        this.log.warn("report refused: fencing token no longer current", { error: e.message });
+        return { recheckMs: 0, forget: true };
+      }
+      if (e instanceof ControllerUnreachable) {
+        this.log.warn("report not delivered; will repeat it", { error: e.message });
+        return { recheckMs: 1e3, forget: true };
+      }
+      this.log.error("step failed; will retry", { state: d.state, error: e.message });
+      return { recheckMs: 2e3, forget: true };
+    }
+  }
+};
+
 // agent/log.ts
 var LEVELS = { debug: 10, info: 20, warn: 30, error: 40 };
 function createAgentLogger(level, hostId) {
@@ -22893,8 +23377,8 @@ function parseArgs(argv2) {
 }
 function checkHost(cfg, configPath, log) {
   process.umask(63);
-  const stateDir = dirname4(cfg.stateFile);
-  mkdirSync5(stateDir, { recursive: true, mode: 448 });
+  const stateDir = dirname5(cfg.stateFile);
+  mkdirSync6(stateDir, { recursive: true, mode: 448 });
   if (!cfg.runner.user) {
     log.warn(
       "runner.user is null: the job runs as the agent's own user and can read its token (development only)"

@@ -41,8 +41,9 @@ function refuseReason(s: SparkTestSettings, head: string): string | null {
 
 /**
  * spark-test (issue 5 step 3): print toolchain and source revisions, run the repository's
- * scripts/ci/spark-test.sh per phase in the controller-provided dirs, then write the compact
- * evidence receipt to the job summary and post it to the controller.
+ * scripts/ci/spark-test.sh per phase in the controller-provided dirs, then write the job's compact
+ * receipt to the job summary and post it to the controller. The receipt is detail: the check's
+ * verdict comes from the Spark agent's own evidence on the host (ADR 0160).
  */
 export async function run(): Promise<void> {
   try {
@@ -183,9 +184,9 @@ export async function run(): Promise<void> {
 
     const problems: string[] = [];
     if (result !== 'passed') problems.push(`Spark test ${result}${reason ? `: ${reason}` : ''}`);
-    if (!posted.ok) problems.push(`evidence receipt not recorded: ${posted.detail}`);
+    if (!posted.ok) problems.push(`job receipt not recorded: ${posted.detail}`);
     if (problems.length) throw new Error(problems.join('; '));
-    core.info(`Spark test passed; evidence receipt ${posted.detail} (sha256 ${digest})`);
+    core.info(`Spark test passed; job receipt ${posted.detail} (sha256 ${digest})`);
   } catch (e) {
     core.setFailed(e instanceof Error ? e.message : String(e));
   }
