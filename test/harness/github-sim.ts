@@ -33,8 +33,8 @@ export interface JobPlan {
    * action does, its exit is the job's result); absent: the planned result after `workMs`.
    */
   script?: string;
-  /** Check out the job's commit with real git from this repository (hooks run, as in a real checkout). */
-  checkout?: { repoDir: string };
+  /** Check out the job's commit with real git from this clone URL (hooks run, as in a real checkout). */
+  checkout?: { url: string };
 }
 
 /** A job GitHub assigned to a runner. */

@@ -11,9 +11,9 @@
 //      removes every ACTIONS_RUNNER_INPUT_* variable) and wait until GitHub assigns the dispatched
 //      job whose labels it carries (GitHub then sends workflow_job queued/in_progress);
 //   2. actions/checkout: the commit in `<root>/_work/<repo>/<repo>` (src/Runner.Worker/
-//      TrackingConfig.cs), HEAD detached at it; with `plan.checkout` a real `git fetch` from that
-//      repository and `git checkout --force <sha>` (which runs the user's git hooks, as the real
-//      one does);
+//      TrackingConfig.cs), HEAD detached at it; with `plan.checkout` a real `git fetch` over HTTP
+//      from that repository and `git checkout --force <sha>` (which runs the user's git hooks, as
+//      the real one does);
 //   3. lease preflight: POST /api/v1/leases/:id/verify with the job token (fails the job if refused);
 //   4. the test itself: with `plan.script` (or a real checkout holding scripts/ci/spark-test.sh) the
 //      spark-test action's way — `bash scripts/ci/spark-test.sh <topology>` in the checkout, in an
@@ -133,10 +133,23 @@ mkdirSync(dirname(jobLog), { recursive: true });
 if (plan.checkout) {
   const git = (...args) =>
     spawnSync('git', ['-C', ws, ...args], { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+  // actions/checkout reuses a valid repository in the workspace and clears anything else
+  // (src/git-directory-helper.ts prepareExistingDirectory)
+  if (!existsSync(join(ws, '.git', 'config'))) rmSync(ws, { recursive: true, force: true });
   mkdirSync(ws, { recursive: true });
+  // authenticated the way actions/checkout does it, an extra header (http.<url>.extraheader)
+  const auth = `AUTHORIZATION: basic ${Buffer.from('x-access-token:sim-github-token').toString('base64')}`;
   const steps = [
     existsSync(join(ws, '.git')) ? null : ['init', '-q'],
-    ['fetch', '-q', '--no-tags', plan.checkout.repoDir, '+refs/heads/*:refs/remotes/origin/*'],
+    [
+      '-c',
+      `http.extraheader=${auth}`,
+      'fetch',
+      '-q',
+      '--no-tags',
+      plan.checkout.url,
+      '+refs/heads/*:refs/remotes/origin/*',
+    ],
     ['-c', 'advice.detachedHead=false', 'checkout', '-q', '--force', job.headSha],
   ].filter(Boolean);
   for (const st of steps) {

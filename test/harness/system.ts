@@ -404,7 +404,8 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     agentConfig.runner.dir = runnerDir;
     agentConfig.runner.passEnv.push(...(route?.passEnv ?? []));
     const finalConfig = opts.agentConfig ? opts.agentConfig(h.id, agentConfig) : agentConfig;
-    writeFileSync(configPaths[h.id]!, JSON.stringify(finalConfig, null, 2));
+    // 0600 like every file the agent keeps (docs/agent.md); an agent with a runner user checks it
+    writeFileSync(configPaths[h.id]!, JSON.stringify(finalConfig, null, 2), { mode: 0o600 });
   }
   const startAgent = (hostId: string): ProcessHandle => {
     const route = routes[hostId] ?? null;
