@@ -306,7 +306,8 @@ async function runnerExited(
       r.id,
       outcome,
       // the exit's own words where it failed; the host's finding where only that fails it
-      judged.refuted && (judged.contradicted || report.exitCode === 0)
+      judged.refuted &&
+        (judged.contradicted || report.exitCode === 0 || report.hostEvidence?.preflight?.ok === false)
         ? judged.refuted.slice(0, 500)
         : task
           ? `CI task on ${hostId}: ${report.receipt?.reason ?? `exited ${report.exitCode ?? 'by signal'}`}`.slice(
