@@ -23004,8 +23004,15 @@ async function replaceWorkload(ctx, next) {
 async function startWorkload(ctx, w) {
   const l = currentLease(ctx);
   const account = evidenceAccount(ctx.cfg);
+  const t0 = performance.now();
   const pre = await runHostPreflight({ cfg: ctx.cfg, port: ctx.port, account }, l);
   saveHostPreflight(ctx.cfg.stateFile, l.leaseId, pre);
+  ctx.log.debug("host preflight", {
+    leaseId: l.leaseId,
+    ok: pre.ok,
+    ms: Math.round(performance.now() - t0),
+    warn: pre.checks.filter((c) => !c.ok && !c.fatal).map((c) => c.name)
+  });
   if (!pre.ok) return refuseStart(ctx, w, pre);
   await ctx.executor.start(l, w);
   return again;
@@ -23093,13 +23100,21 @@ async function reportExited(ctx, bestEffort) {
 }
 async function gatherEvidence(ctx, exitCode, output2) {
   const l = currentLease(ctx);
+  const t0 = performance.now();
   try {
-    return await gatherHostEvidence(
+    const e = await gatherHostEvidence(
       { cfg: ctx.cfg, executor: ctx.executor, account: evidenceAccount(ctx.cfg), now: () => ctx.port.now() },
       l,
       exitCode,
       output2?.text
     );
+    ctx.log.debug("host evidence gathered", {
+      leaseId: l.leaseId,
+      result: e.runner.result,
+      trees: e.workTrees.length,
+      ms: Math.round(performance.now() - t0)
+    });
+    return e;
   } catch (e) {
     ctx.log.warn("the host evidence could not be gathered", {
       leaseId: l.leaseId,

@@ -26,8 +26,15 @@ export async function replaceWorkload(ctx: StepContext, next: string): Promise<S
 export async function startWorkload(ctx: StepContext, w: Workload): Promise<StepResult> {
   const l = currentLease(ctx);
   const account = evidenceAccount(ctx.cfg);
+  const t0 = performance.now();
   const pre = await runHostPreflight({ cfg: ctx.cfg, port: ctx.port, account }, l);
   saveHostPreflight(ctx.cfg.stateFile, l.leaseId, pre);
+  ctx.log.debug('host preflight', {
+    leaseId: l.leaseId,
+    ok: pre.ok,
+    ms: Math.round(performance.now() - t0),
+    warn: pre.checks.filter((c) => !c.ok && !c.fatal).map((c) => c.name),
+  });
   if (!pre.ok) return refuseStart(ctx, w, pre);
   await ctx.executor.start(l, w);
   return again;
@@ -133,13 +140,21 @@ async function gatherEvidence(
   output: TaskOutput | null,
 ): Promise<HostEvidence | undefined> {
   const l = currentLease(ctx);
+  const t0 = performance.now();
   try {
-    return await gatherHostEvidence(
+    const e = await gatherHostEvidence(
       { cfg: ctx.cfg, executor: ctx.executor, account: evidenceAccount(ctx.cfg), now: () => ctx.port.now() },
       l,
       exitCode,
       output?.text,
     );
+    ctx.log.debug('host evidence gathered', {
+      leaseId: l.leaseId,
+      result: e.runner.result,
+      trees: e.workTrees.length,
+      ms: Math.round(performance.now() - t0),
+    });
+    return e;
   } catch (e) {
     ctx.log.warn('the host evidence could not be gathered', {
       leaseId: l.leaseId,
