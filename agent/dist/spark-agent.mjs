@@ -7,11 +7,11 @@ var __export = (target, all) => {
 };
 
 // agent/main.ts
-import { existsSync as existsSync4, mkdirSync as mkdirSync5 } from "node:fs";
-import { dirname as dirname5 } from "node:path";
+import { existsSync as existsSync4, mkdirSync as mkdirSync6 } from "node:fs";
+import { dirname as dirname6 } from "node:path";
 
 // agent/agent.ts
-import { mkdirSync as mkdirSync4 } from "node:fs";
+import { mkdirSync as mkdirSync5 } from "node:fs";
 
 // node_modules/zod/v4/classic/external.js
 var external_exports = {};
@@ -5081,9 +5081,9 @@ var NONE = 0;
 var ASSUMED = 1;
 var PROVEN = 2;
 function isRecursive(inst, stack, resolve3) {
-  const cached2 = recursive.get(inst);
-  if (cached2 !== void 0)
-    return cached2 ? PROVEN : NONE;
+  const cached3 = recursive.get(inst);
+  if (cached3 !== void 0)
+    return cached3 ? PROVEN : NONE;
   if (stack.has(inst))
     return PROVEN;
   stack.add(inst);
@@ -19517,15 +19517,15 @@ function visit(schema, fnOrHandlers) {
   };
   const cache = /* @__PURE__ */ new Map();
   function run(s) {
-    const cached2 = cache.get(s);
-    if (cached2 === RESOLVING) {
+    const cached3 = cache.get(s);
+    if (cached3 === RESOLVING) {
       return new $ZodLazy({
         type: "lazy",
         getter: () => cache.get(s)
       });
     }
-    if (cached2 !== void 0)
-      return cached2;
+    if (cached3 !== void 0)
+      return cached3;
     cache.set(s, RESOLVING);
     const inner = mapInner(s);
     const mapped = fn(inner, inner !== s);
@@ -19744,12 +19744,68 @@ var SUITES = ["smoke", "performance"];
 var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
 var CI_MODES = ["runner", "task"];
 
+// core/protocol/host-evidence.ts
+var RUNNER_JOB_RESULTS = [
+  "Succeeded",
+  "SucceededWithIssues",
+  "Failed",
+  "Canceled",
+  "Skipped",
+  "Abandoned"
+];
+var sha40 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
+var HostCheckSchema = object({
+  name: string2().regex(/^[a-z0-9][a-z0-9:_.-]{0,59}$/, 'a check name like "gpu"'),
+  ok: boolean2(),
+  /** A failed fatal check fails the preflight; a failed soft one only warns. */
+  fatal: boolean2(),
+  detail: string2().max(300)
+}).strict();
+var HostPreflightSchema = object({
+  ok: boolean2(),
+  /** Epoch ms when it ran (agent clock). */
+  at: number2().int().nonnegative(),
+  checks: array(HostCheckSchema).max(20)
+}).strict();
+var relPath = string2().max(200).regex(
+  /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
+  'a relative path like "butter/butter"'
+);
+var WorkTreeSchema = object({
+  path: relPath,
+  sha: sha40.nullable(),
+  detail: string2().max(300)
+}).strict();
+var HostEvidenceSchema = object({
+  version: literal(1),
+  /** `runner`: a GitHub job on a runner the agent started; `task`: the agent's own CI task (ADR 0110). */
+  mode: _enum2(CI_MODES),
+  /** null when no preflight was recorded for this lease (it then cannot pass). */
+  preflight: HostPreflightSchema.nullable(),
+  runner: object({
+    /**
+     * The runner's own job result from its console (agent-owned capture of the runner's
+     * stdout), or, for a task, its backend's exit status; null when none was seen.
+     */
+    result: _enum2(RUNNER_JOB_RESULTS).nullable(),
+    /** The job's display name as the runner printed it. */
+    job: string2().max(200).nullable(),
+    exitCode: number2().int().nullable(),
+    /** The agent stopped the runner (release, replacement) before it ended by itself. */
+    stoppedByAgent: boolean2(),
+    detail: string2().max(300)
+  }).strict(),
+  workTrees: array(WorkTreeSchema).max(8),
+  /** Epoch ms when the agent gathered it (agent clock). */
+  observedAt: number2().int().nonnegative()
+}).strict();
+
 // core/protocol/receipt.ts
 var MAX_RECEIPT_BYTES = 32 * 1024;
 var MAX_RECEIPT_LAST_LINES = 50;
 var MAX_RECEIPT_LINE_CHARS = 400;
 var id = string2().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'expected an id like "r-12" or "spark-2"');
-var sha40 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
+var sha402 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
 var isoTime = iso_exports.datetime({ offset: true });
 var LeaseVerifyRequestSchema = object({
   hostId: id,
@@ -19759,7 +19815,7 @@ var LeaseVerifyResponseSchema = object({
   ok: literal(true),
   reservation: object({
     id,
-    headSha: sha40.nullable(),
+    headSha: sha402.nullable(),
     topology: _enum2(TOPOLOGIES),
     suite: _enum2(SUITES).nullable(),
     kind: string2().min(1)
@@ -19779,7 +19835,7 @@ var ReceiptSchema = object({
   reservationId: id,
   hostId: id,
   fencingToken: number2().int().positive(),
-  headSha: sha40,
+  headSha: sha402,
   repo: string2().regex(/^[^/\s]+\/[^/\s]+$/, 'expected "owner/name"').optional(),
   runUrl: url().max(300).optional(),
   suite: _enum2(SUITES),
@@ -20042,9 +20098,15 @@ var ReportSchema = discriminatedUnion("type", [
     lastLines,
     /**
      * A CI task's evidence receipt (`ci: "task"`, issue 15), built by the agent from the task's
-     * exit and its logs; a runner's job posts its own through the lease endpoints instead.
+     * exit and its logs; a runner's job may post one through the lease endpoints (detail only).
      */
-    receipt: ReceiptSchema.optional()
+    receipt: ReceiptSchema.optional(),
+    /**
+     * What the agent observed itself (ADR 0160): its preflight before the start, the runner's own
+     * job result and the commit in the work tree after the job. The check run's verdict comes
+     * from this; absent (an older agent) the check cannot pass.
+     */
+    hostEvidence: HostEvidenceSchema.optional()
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its
@@ -20153,22 +20215,22 @@ var HttpClient = class {
         headers,
         agent: isHttps ? this.agents.https : this.agents.http
       });
-      const fail = (message, code) => {
+      const fail2 = (message, code) => {
         const err = Object.assign(new HttpError(message, code), { reusedSocket: req.reusedSocket });
         finish(() => reject(err));
         req.destroy();
       };
       const timer = setTimeout(
-        () => fail(`no answer within ${Math.round(r.timeoutMs / 1e3)} s`, "ETIMEDOUT"),
+        () => fail2(`no answer within ${Math.round(r.timeoutMs / 1e3)} s`, "ETIMEDOUT"),
         r.timeoutMs
       );
-      const onAbort = () => fail("aborted", "ABORT_ERR");
+      const onAbort = () => fail2("aborted", "ABORT_ERR");
       if (r.signal?.aborted) {
         onAbort();
         return;
       }
       r.signal?.addEventListener("abort", onAbort, { once: true });
-      req.on("error", (e) => fail(e.code ?? e.message, e.code ?? "EIO"));
+      req.on("error", (e) => fail2(e.code ?? e.message, e.code ?? "EIO"));
       req.on("response", (res) => {
         const chunks = [];
         let size = 0;
@@ -20176,7 +20238,7 @@ var HttpClient = class {
           size += b.length;
           if (size <= MAX_ANSWER_BYTES) chunks.push(b);
         });
-        res.on("error", (e) => fail(e.code ?? e.message, e.code ?? "EIO"));
+        res.on("error", (e) => fail2(e.code ?? e.message, e.code ?? "EIO"));
         res.on(
           "end",
           () => finish(
@@ -20295,7 +20357,7 @@ var ControllerClient = class {
 };
 
 // agent/executor/by-lease.ts
-function createLeaseExecutor(hostDefault, build, warn = () => {
+function createLeaseExecutor(hostDefault, build, warn2 = () => {
 }) {
   const built = /* @__PURE__ */ new Map();
   const get = (name) => {
@@ -20319,7 +20381,7 @@ function createLeaseExecutor(hostDefault, build, warn = () => {
     const e = get(l.executor ?? hostDefault);
     if (e instanceof Error && l.runner && !warned.has(l.leaseId)) {
       warned.add(l.leaseId);
-      warn("the lease has a workload on a backend this host cannot run now; it is kept until that is fixed", {
+      warn2("the lease has a workload on a backend this host cannot run now; it is kept until that is fixed", {
         leaseId: l.leaseId,
         error: e.message
       });
@@ -22152,8 +22214,8 @@ async function probeHealth(url2, timeoutMs) {
   try {
     const res = await client.request({ method: "GET", url: new URL(url2), timeoutMs });
     const body = res.text.replace(/\s+/g, " ").trim().slice(0, 300);
-    const ok = res.status >= 200 && res.status < 300;
-    return { ok, status: res.status, detail: `HTTP ${res.status}${body ? ` ${body}` : ""}` };
+    const ok2 = res.status >= 200 && res.status < 300;
+    return { ok: ok2, status: res.status, detail: `HTTP ${res.status}${body ? ` ${body}` : ""}` };
   } catch (e) {
     const err = e;
     const why = err.code === "ETIMEDOUT" ? `no answer within ${timeoutMs} ms` : err.message;
@@ -22825,7 +22887,7 @@ async function restoreService(ctx, d) {
   ctx.save();
   ctx.log.info("restoring the home service", { service: svc.name, attempt: d.attempt });
   const start = await ctx.port.exec(svc.start, { timeoutMs: svc.commandTimeoutS * 1e3 });
-  let ok = false;
+  let ok2 = false;
   let detail;
   if (start.code !== 0) {
     detail = `${svc.name} start failed: ${describeFailure(svc.start, start)}`;
@@ -22836,11 +22898,11 @@ async function restoreService(ctx, d) {
       svc.healthPollMs,
       ctx.stopped
     );
-    ok = h.ok;
+    ok2 = h.ok;
     detail = h.ok ? `${svc.name} model-ready: ${h.detail}` : `${svc.name} model-ready check did not pass within ${d.healthTimeoutS} s: ${h.detail}`;
   }
   if (ctx.stopped()) return waitFor(null);
-  await ctx.report({ type: "restored", fencingToken: d.fencingToken, ok, detail });
+  await ctx.report({ type: "restored", fencingToken: d.fencingToken, ok: ok2, detail });
   ctx.state.restore = null;
   ctx.save();
   return waitFor(null);
@@ -22855,6 +22917,421 @@ async function reportRestoreImpossible(ctx, fencingToken) {
   return waitFor(null);
 }
 
+// agent/host/account.ts
+import { execFileSync as execFileSync2 } from "node:child_process";
+import { statSync as statSync2 } from "node:fs";
+var CREATE_HINT = (name) => `create it: useradd --system --create-home --home-dir /var/lib/${name} --shell /usr/sbin/nologin ${name}`;
+function resolveRunnerAccount(name, agentUid = process.getuid?.() ?? -1) {
+  let line;
+  try {
+    line = execFileSync2("getent", ["passwd", name], { encoding: "utf8" }).trim();
+  } catch {
+    throw new AgentConfigError(`runner user "${name}" does not exist; ${CREATE_HINT(name)}`);
+  }
+  const f = line.split(":");
+  const uid = Number(f[2]);
+  const gid = Number(f[3]);
+  if (!Number.isInteger(uid) || !Number.isInteger(gid)) {
+    throw new AgentConfigError(`runner user "${name}" has an unreadable passwd entry`);
+  }
+  if (uid === 0) throw new AgentConfigError(`runner.user "${name}" is root; the job must run unprivileged`);
+  if (uid === agentUid) {
+    throw new AgentConfigError(
+      `runner.user "${name}" is the agent's own user; the job must not be able to read the agent's token (${CREATE_HINT("spark-runner")})`
+    );
+  }
+  return { name, uid, gid, home: f[5] || "/" };
+}
+function assertPrivate(path, what, dir = false) {
+  let st;
+  try {
+    st = statSync2(path);
+  } catch (e) {
+    throw new AgentConfigError(`cannot check the ${what} ${path}: ${e.message}`);
+  }
+  const uid = process.getuid?.();
+  if (uid != null && st.uid !== uid) {
+    throw new AgentConfigError(
+      `the ${what} ${path} is owned by uid ${st.uid}, not the agent's user (uid ${uid}); chown it to the agent's user`
+    );
+  }
+  if (st.mode & 63) {
+    const mode = (st.mode & 511).toString(8).padStart(4, "0");
+    throw new AgentConfigError(
+      `the ${what} ${path} is accessible to other users (mode ${mode}); chmod ${dir ? "700" : "600"} ${path}`
+    );
+  }
+}
+function assertWorkRoot(path) {
+  const hint = `install -d -o root -g root -m 0711 ${path}`;
+  let st;
+  try {
+    st = statSync2(path);
+  } catch {
+    throw new AgentConfigError(`workRoot ${path} does not exist; ${hint}`);
+  }
+  if (!st.isDirectory() || st.uid !== 0 || (st.mode & 511) !== 457) {
+    throw new AgentConfigError(
+      `workRoot ${path} must be a directory owned by root with mode 0711 (lease dirs are made in it by the helper, and no job may add or swap one); ${hint}`
+    );
+  }
+}
+
+// agent/evidence/account.ts
+var cached2 = null;
+function evidenceAccount(cfg) {
+  const name = cfg.runner.user;
+  if (!name) return null;
+  if (cached2?.name === name) return cached2.account;
+  try {
+    const account = { ...resolveRunnerAccount(name), helper: cfg.runner.helper };
+    cached2 = { name, account };
+    return account;
+  } catch (e) {
+    return e;
+  }
+}
+
+// agent/evidence/runner-result.ts
+var RESULT_LINE = new RegExp(
+  `^\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\dZ: Job (.{1,200}) completed with result: (${RUNNER_JOB_RESULTS.join("|")})$`
+);
+function parseRunnerConsole(lines) {
+  const found = lines.map((l) => RESULT_LINE.exec(l.trimEnd())).filter((m2) => m2 != null);
+  if (found.length === 0)
+    return { result: null, job: null, detail: "the runner printed no job result (no job ran to its end)" };
+  if (found.length > 1)
+    return {
+      result: null,
+      job: null,
+      detail: `the runner printed ${found.length} job results; a one-job runner prints one`
+    };
+  const m = found[0];
+  return { result: m[2], job: m[1], detail: `runner console: job ${m[1]} ${m[2]}` };
+}
+function taskExitResult(exitCode, stoppedByAgent) {
+  if (exitCode === 0) return { result: "Succeeded", job: "spark-test.sh", detail: "task exited 0" };
+  if (exitCode == null)
+    return stoppedByAgent ? { result: "Canceled", job: "spark-test.sh", detail: "task stopped by the agent" } : { result: null, job: "spark-test.sh", detail: "the task exit status could not be read" };
+  return { result: "Failed", job: "spark-test.sh", detail: `task exited ${exitCode}` };
+}
+
+// agent/evidence/store.ts
+import {
+  closeSync as closeSync3,
+  fsyncSync as fsyncSync2,
+  mkdirSync as mkdirSync4,
+  openSync as openSync3,
+  readdirSync as readdirSync3,
+  readFileSync as readFileSync6,
+  renameSync as renameSync2,
+  rmSync as rmSync3,
+  writeSync as writeSync2
+} from "node:fs";
+import { dirname as dirname5, join as join7 } from "node:path";
+function dirOf(stateFile) {
+  return join7(dirname5(stateFile), "evidence");
+}
+function saveHostPreflight(stateFile, leaseId, p) {
+  const dir = dirOf(stateFile);
+  mkdirSync4(dir, { recursive: true, mode: 448 });
+  const file2 = childPath(dir, `${leaseId}.json`);
+  for (const f of readdirSync3(dir)) if (join7(dir, f) !== file2) rmSync3(join7(dir, f), { force: true });
+  const tmp = `${file2}.tmp`;
+  const fd = openSync3(tmp, "w", 384);
+  try {
+    writeSync2(fd, JSON.stringify(p));
+    fsyncSync2(fd);
+  } finally {
+    closeSync3(fd);
+  }
+  renameSync2(tmp, file2);
+}
+function loadHostPreflight(stateFile, leaseId) {
+  try {
+    const file2 = childPath(dirOf(stateFile), `${leaseId}.json`);
+    const parsed = HostPreflightSchema.safeParse(JSON.parse(readFileSync6(file2, "utf8")));
+    return parsed.success ? parsed.data : null;
+  } catch {
+    return null;
+  }
+}
+function dropHostPreflight(stateFile, leaseId) {
+  try {
+    rmSync3(childPath(dirOf(stateFile), `${leaseId}.json`), { force: true });
+  } catch {
+  }
+}
+
+// agent/evidence/work-tree.ts
+import { join as join8 } from "node:path";
+var RUNNER_WORK_FOLDER = "_work";
+var MAX_TREES = 8;
+var READ_TIMEOUT_MS = 1e4;
+var NAME = /^[A-Za-z0-9._-]{1,100}$/;
+var LIST_SCRIPT = `cd -- "$1" 2>/dev/null || { echo nofolder; exit 0; }
+for d in */*/; do
+  [ -d "$d" ] || continue
+  d=\${d%/}; a=\${d%%/*}; b=\${d#*/}
+  [ "$a" = "$b" ] || continue
+  case "$a" in _*|*[!A-Za-z0-9._-]*) continue ;; esac
+  printf 'tree %s\\n' "$d"
+  g="$d/.git"
+  [ -d "$g" ] || { printf 'nogit %s\\n' "$d"; continue; }
+  [ -f "$g/HEAD" ] && printf 'HEAD %s %s\\n' "$d" "$(head -c 4096 -- "$g/HEAD" | base64 -w0)"
+  [ -f "$g/packed-refs" ] && printf 'packed %s %s\\n' "$d" "$(head -c 1048576 -- "$g/packed-refs" | base64 -w0)"
+done
+exit 0`;
+var READ_SCRIPT = `cd -- "$1" 2>/dev/null || exit 0
+shift
+for f; do
+  if [ -f "$f" ]; then printf 'file %s %s\\n' "$f" "$(head -c 4096 -- "$f" | base64 -w0)"; else printf 'file %s -\\n' "$f"; fi
+done
+exit 0`;
+var SHA1 = /^[0-9a-f]{40}$/;
+var REF = /^refs\/(?!.*(^|\/)\.)(?!.*\.\.)[A-Za-z0-9._/-]{1,200}$/;
+function parseHead(text) {
+  const line = text.split("\n")[0].trim();
+  if (SHA1.test(line)) return { kind: "sha", sha: line };
+  const m = /^ref: (\S+)$/.exec(line);
+  if (m && REF.test(m[1])) return { kind: "ref", ref: m[1] };
+  if (/^[0-9a-f]{64}$/.test(line))
+    return { kind: "bad", why: "HEAD is a SHA-256 object id, not a SHA-1 commit" };
+  return { kind: "bad", why: "HEAD is neither a commit id nor a ref" };
+}
+function resolveRef2(ref, loose, packed) {
+  if (loose != null) {
+    const line = loose.split("\n")[0].trim();
+    return SHA1.test(line) ? line : null;
+  }
+  for (const line of (packed ?? "").split("\n")) {
+    const m = /^([0-9a-f]{40}) (\S+)$/.exec(line.trim());
+    if (m && m[2] === ref) return m[1];
+  }
+  return null;
+}
+function shellAs(account) {
+  return async (script, args) => {
+    const argv2 = ["/bin/sh", "-c", script, "spark-evidence", ...args];
+    const env = { PATH: "/usr/bin:/bin", LC_ALL: "C" };
+    const r = account ? await runAsRunner(account, argv2, { timeoutMs: READ_TIMEOUT_MS, env }) : await runCommand(argv2, { timeoutMs: READ_TIMEOUT_MS, env, cwd: "/" });
+    return r.code === 0 ? r.stdout : null;
+  };
+}
+var unb64 = (s) => s == null || s === "-" ? null : Buffer.from(s, "base64").toString("utf8");
+async function readWorkTrees(workFolder, account, run = shellAs(account)) {
+  const listed = await run(LIST_SCRIPT, [workFolder]);
+  if (listed == null) return { trees: [], detail: "the work folder could not be read" };
+  if (listed.trim() === "nofolder") return { trees: [], detail: "the runner made no work folder" };
+  const head = /* @__PURE__ */ new Map();
+  const packed = /* @__PURE__ */ new Map();
+  const order = [];
+  for (const line of listed.split("\n")) {
+    const [kind, path, data] = line.split(" ");
+    if (!path) continue;
+    const [a, b] = path.split("/");
+    if (!a || a !== b || !NAME.test(a)) continue;
+    if (kind === "tree" && !order.includes(path)) order.push(path);
+    else if (kind === "HEAD") head.set(path, unb64(data));
+    else if (kind === "packed") packed.set(path, unb64(data));
+  }
+  const trees = [];
+  const want = [];
+  for (const path of order.slice(0, MAX_TREES)) {
+    const h = head.get(path);
+    if (h == null) {
+      trees.push({ path, sha: null, detail: "no .git/HEAD in the checkout" });
+      continue;
+    }
+    const parsed = parseHead(h);
+    if (parsed.kind === "sha") trees.push({ path, sha: parsed.sha, detail: "detached HEAD" });
+    else if (parsed.kind === "bad") trees.push({ path, sha: null, detail: parsed.why });
+    else {
+      trees.push({ path, sha: null, detail: parsed.ref });
+      want.push({ path, ref: parsed.ref });
+    }
+  }
+  if (want.length) {
+    const read = await run(READ_SCRIPT, [workFolder, ...want.map((w) => join8(w.path, ".git", w.ref))]);
+    const loose = /* @__PURE__ */ new Map();
+    for (const line of (read ?? "").split("\n")) {
+      const [kind, file2, data] = line.split(" ");
+      if (kind === "file" && file2) loose.set(file2, unb64(data));
+    }
+    for (const w of want) {
+      const t = trees.find((x) => x.path === w.path);
+      const sha = resolveRef2(
+        w.ref,
+        loose.get(join8(w.path, ".git", w.ref)) ?? null,
+        packed.get(w.path) ?? null
+      );
+      t.sha = sha;
+      t.detail = sha ? `HEAD is ${w.ref}` : `HEAD is ${w.ref}, which names no commit`;
+    }
+  }
+  return {
+    trees,
+    detail: trees.length ? `${trees.length} checkout(s) in the work folder` : "no checkout in the work folder"
+  };
+}
+function runnerWorkFolder(runnerDir) {
+  return join8(runnerDir, RUNNER_WORK_FOLDER);
+}
+
+// agent/evidence/collect.ts
+var CONSOLE_LINES = 400;
+function taskWorkTree(output2) {
+  const prefix = `${TASK_MARK} commit binding `;
+  const line = output2.split("\n").find((l) => l.startsWith(prefix));
+  if (!line)
+    return { path: "checkout", sha: null, detail: "the task printed no commit binding (it ended before it)" };
+  const m = /^(ok|failed): HEAD is ([0-9a-f]{40})\b/.exec(line.slice(prefix.length));
+  if (!m) return { path: "checkout", sha: null, detail: "the task could not read its checkout" };
+  return {
+    path: "checkout",
+    sha: m[2],
+    detail: `commit binding ${m[1]} (before the repository's code ran)`
+  };
+}
+function workFolderOf(cfg, l, account) {
+  return account ? runnerWorkFolder(leasePaths(cfg, l, true).runnerWrites) : runnerWorkFolder(cfg.runner.dir);
+}
+async function gatherHostEvidence(d, l, exitCode, taskOutput) {
+  const stopped = l.runner?.stoppedByAgent ?? false;
+  const preflight = loadHostPreflight(d.cfg.stateFile, l.leaseId);
+  if (l.task) {
+    const r2 = taskExitResult(exitCode, stopped);
+    return {
+      version: 1,
+      mode: "task",
+      preflight,
+      runner: { ...r2, exitCode, stoppedByAgent: stopped },
+      workTrees: taskOutput != null ? [taskWorkTree(taskOutput)] : [],
+      observedAt: d.now()
+    };
+  }
+  const [lines, trees] = await Promise.all([
+    d.executor.lastLines(l, CONSOLE_LINES),
+    d.account instanceof Error ? { trees: [], detail: `the work tree was not read: ${d.account.message}`.slice(0, 200) } : readWorkTrees(workFolderOf(d.cfg, l, d.account), d.account)
+  ]);
+  const r = parseRunnerConsole(lines);
+  return {
+    version: 1,
+    mode: "runner",
+    preflight,
+    runner: {
+      result: r.result,
+      job: r.job,
+      exitCode,
+      stoppedByAgent: stopped,
+      detail: (trees.trees.length ? r.detail : `${r.detail}; ${trees.detail}`).slice(0, 300)
+    },
+    workTrees: trees.trees,
+    observedAt: d.now()
+  };
+}
+
+// agent/evidence/host-preflight.ts
+import { readFileSync as readFileSync7 } from "node:fs";
+var MIN_FREE_BYTES = 5e10;
+var SERVICE_PROBE_MS = 3e3;
+var INTERCONNECT_TIMEOUT_MS = 6e4;
+var ok = (name, detail) => ({ name, ok: true, fatal: true, detail });
+var fail = (name, detail) => ({
+  name,
+  ok: false,
+  fatal: true,
+  detail: detail.slice(0, 300)
+});
+var warn = (name, detail) => ({
+  name,
+  ok: false,
+  fatal: false,
+  detail: detail.slice(0, 300)
+});
+function readPtraceScope() {
+  try {
+    return readFileSync7("/proc/sys/kernel/yama/ptrace_scope", "utf8").trim();
+  } catch {
+    return null;
+  }
+}
+async function gpuCheck(port) {
+  const q = await port.queryGpu();
+  if (!q.ok) return fail("gpu", `GPU state unknown: ${q.error}`);
+  if (q.processes.length)
+    return fail(
+      "gpu",
+      `${q.processes.length} compute process(es) before the runner started: ${describeProcesses(q.processes)}`
+    );
+  return ok("gpu", "no GPU compute process");
+}
+async function serviceCheck(d, l) {
+  const svc = d.cfg.service;
+  if (!l.lend) return null;
+  if (!svc)
+    return fail("home-service", "the lease lends the home service but this agent has none configured");
+  if (l.lendStep !== "lent")
+    return fail(svc.name, `not lent: the lending stopped at "${l.lendStep}" before the runner was to start`);
+  const h = await d.port.probeHealth(svc.healthUrl, SERVICE_PROBE_MS);
+  if (h.ok) return fail(svc.name, `still answers ready on its health URL (${h.detail}): not released`);
+  if (h.status != null) return ok(svc.name, `health answers ${h.status}: not ready`);
+  if (/ECONNREFUSED/.test(h.detail)) return ok(svc.name, "not listening: released");
+  return fail(svc.name, `${h.detail}: a paused or hung service is not released`);
+}
+async function interconnectCheck(d, l) {
+  if (l.topology !== "pair") return null;
+  const check2 = d.cfg.interconnectCheck;
+  if (!check2) return warn("interconnect", "not checked: no interconnectCheck is configured for this host");
+  const r = await d.port.exec(check2, { timeoutMs: INTERCONNECT_TIMEOUT_MS });
+  return r.code === 0 ? ok("interconnect", "interconnect check passed") : fail("interconnect", `interconnect check failed: ${describeFailure(check2, r)}`);
+}
+function runnerUserCheck(account) {
+  if (!account) return null;
+  if (account instanceof Error) return warn("runner-user", `not checked: ${account.message}`);
+  const left = processesOfUid(account.uid);
+  return left.length ? fail(
+    "runner-user",
+    `${left.length} process(es) of ${account.name} run before the runner started (pid ${left.slice(0, 5).join(", ")}): left over from earlier work`
+  ) : ok("runner-user", `no process of ${account.name} before the start`);
+}
+function diskCheck(port, workRoot) {
+  const free = port.freeDiskBytes(workRoot);
+  if (free == null) return fail("disk", "cannot read the free space of the work root");
+  const gb = free / 1e9;
+  const shown = gb >= 10 ? gb.toFixed(0) : gb.toFixed(1);
+  return free >= MIN_FREE_BYTES ? ok("disk", `${shown} GB free under the work root`) : warn("disk", `only ${shown} GB free under the work root (a job may want ${MIN_FREE_BYTES / 1e9})`);
+}
+function ptraceCheck(read) {
+  const v = read();
+  if (v == null) return warn("ptrace-scope", "no Yama LSM: the job could attach to the runner it runs under");
+  if (v === "0")
+    return warn(
+      "ptrace-scope",
+      "kernel.yama.ptrace_scope is 0: the job could attach to the runner it runs under; set it to 1"
+    );
+  return ok("ptrace-scope", `kernel.yama.ptrace_scope is ${v}`);
+}
+async function runHostPreflight(d, l) {
+  const [gpu, service2, link] = await Promise.all([
+    gpuCheck(d.port),
+    serviceCheck(d, l),
+    interconnectCheck(d, l)
+  ]);
+  const checks = [
+    gpu,
+    service2,
+    link,
+    runnerUserCheck(d.account),
+    diskCheck(d.port, d.cfg.workRoot),
+    ptraceCheck(d.ptraceScope ?? readPtraceScope)
+  ].filter((c) => c != null);
+  return { ok: checks.every((c) => c.ok || !c.fatal), at: d.port.now(), checks };
+}
+function describePreflightFailure(p) {
+  return p.checks.filter((c) => !c.ok && c.fatal).map((c) => `${c.name}: ${c.detail}`).join("; ");
+}
+
 // agent/steps/run.ts
 async function replaceWorkload(ctx, next) {
   const l = currentLease(ctx);
@@ -22864,8 +23341,52 @@ async function replaceWorkload(ctx, next) {
   return again;
 }
 async function startWorkload(ctx, w) {
-  await ctx.executor.start(currentLease(ctx), w);
+  const l = currentLease(ctx);
+  const account = evidenceAccount(ctx.cfg);
+  const t0 = performance.now();
+  const pre = await runHostPreflight({ cfg: ctx.cfg, port: ctx.port, account }, l);
+  saveHostPreflight(ctx.cfg.stateFile, l.leaseId, pre);
+  ctx.log.debug("host preflight", {
+    leaseId: l.leaseId,
+    ok: pre.ok,
+    ms: Math.round(performance.now() - t0),
+    warn: pre.checks.filter((c) => !c.ok && !c.fatal).map((c) => c.name)
+  });
+  if (!pre.ok) return refuseStart(ctx, w, pre);
+  await ctx.executor.start(l, w);
   return again;
+}
+async function refuseStart(ctx, w, pre) {
+  const l = currentLease(ctx);
+  const why = describePreflightFailure(pre);
+  ctx.log.warn("host preflight failed; the workload is not started", { leaseId: l.leaseId, failed: why });
+  if (w.task) {
+    const r = w.task.spec.revokeUrl ? await revokeCloneToken(w.task.spec.revokeUrl, w.task.cloneToken) : null;
+    if (r) ctx.log[r.dead ? "info" : "warn"]("clone token of the task not started", { revoke: r.detail });
+  }
+  const hostEvidence = {
+    version: 1,
+    mode: w.task ? "task" : "runner",
+    preflight: pre,
+    runner: {
+      result: null,
+      job: null,
+      exitCode: null,
+      stoppedByAgent: false,
+      detail: "not started: the host preflight failed"
+    },
+    workTrees: [],
+    observedAt: ctx.port.now()
+  };
+  await ctx.report({
+    type: "runner_exited",
+    fencingToken: l.fencingToken,
+    runnerName: w.name,
+    exitCode: null,
+    lastLines: [`host preflight failed: ${why}`.slice(0, 2e3)],
+    hostEvidence
+  });
+  return waitFor(null);
 }
 async function reportStarted(ctx) {
   const l = currentLease(ctx);
@@ -22885,14 +23406,17 @@ async function reportExited(ctx, bestEffort) {
   const r = l.runner;
   const seen = await ctx.executor.observe(l);
   const exitCode = seen.state === "exited" ? seen.exitCode : null;
-  const receipt = l.task ? await buildTaskReceipt(ctx, exitCode) : void 0;
+  const output2 = l.task ? await readTaskOutput(ctx) : null;
+  const receipt = l.task && output2 ? await buildTaskReceipt(ctx, exitCode, output2) : void 0;
+  const hostEvidence = await gatherEvidence(ctx, exitCode, output2);
   const lastLines2 = await ctx.executor.lastLines(l, 30);
   const exited = {
     type: "runner_exited",
     fencingToken: l.fencingToken,
     runnerName: r.runnerName,
     exitCode,
-    lastLines: lastLines2
+    lastLines: lastLines2,
+    ...hostEvidence ? { hostEvidence } : {}
   };
   try {
     try {
@@ -22910,13 +23434,47 @@ async function reportExited(ctx, bestEffort) {
   }
   r.exitReported = true;
   ctx.save();
+  dropHostPreflight(ctx.cfg.stateFile, l.leaseId);
   return bestEffort ? again : waitFor(null);
 }
-async function buildTaskReceipt(ctx, exitCode) {
+async function gatherEvidence(ctx, exitCode, output2) {
+  const l = currentLease(ctx);
+  const t0 = performance.now();
+  try {
+    const e = await gatherHostEvidence(
+      { cfg: ctx.cfg, executor: ctx.executor, account: evidenceAccount(ctx.cfg), now: () => ctx.port.now() },
+      l,
+      exitCode,
+      output2?.text
+    );
+    ctx.log.debug("host evidence gathered", {
+      leaseId: l.leaseId,
+      result: e.runner.result,
+      trees: e.workTrees.length,
+      ms: Math.round(performance.now() - t0)
+    });
+    return e;
+  } catch (e) {
+    ctx.log.warn("the host evidence could not be gathered", {
+      leaseId: l.leaseId,
+      error: e.message
+    });
+    return void 0;
+  }
+}
+async function readTaskOutput(ctx) {
+  const l = currentLease(ctx);
+  try {
+    return ctx.executor.taskOutput ? await ctx.executor.taskOutput(l) : { text: "", complete: false, detail: "this executor runs no tasks" };
+  } catch (e) {
+    ctx.log.warn("the task receipt could not be built", { leaseId: l.leaseId, error: e.message });
+    return null;
+  }
+}
+async function buildTaskReceipt(ctx, exitCode, output2) {
   const l = currentLease(ctx);
   const r = l.runner;
   try {
-    const output2 = ctx.executor.taskOutput ? await ctx.executor.taskOutput(l) : { text: "", complete: false, detail: "this executor runs no tasks" };
     const receipt = taskReceipt({
       lease: l,
       hostId: ctx.cfg.hostId,
@@ -23009,7 +23567,7 @@ var Agent3 = class {
     this.log = log;
     this.client = new ControllerClient(cfg.controllerUrl, token2, cfg.timeouts.requestS * 1e3);
     const account = opts.account ?? null;
-    if (!account) mkdirSync4(cfg.workRoot, { recursive: true });
+    if (!account) mkdirSync5(cfg.workRoot, { recursive: true });
     const state = loadState(cfg.stateFile);
     const ctx = {
       cfg,
@@ -23141,66 +23699,6 @@ var Agent3 = class {
   }
 };
 
-// agent/host/account.ts
-import { execFileSync as execFileSync2 } from "node:child_process";
-import { statSync as statSync2 } from "node:fs";
-var CREATE_HINT = (name) => `create it: useradd --system --create-home --home-dir /var/lib/${name} --shell /usr/sbin/nologin ${name}`;
-function resolveRunnerAccount(name, agentUid = process.getuid?.() ?? -1) {
-  let line;
-  try {
-    line = execFileSync2("getent", ["passwd", name], { encoding: "utf8" }).trim();
-  } catch {
-    throw new AgentConfigError(`runner user "${name}" does not exist; ${CREATE_HINT(name)}`);
-  }
-  const f = line.split(":");
-  const uid = Number(f[2]);
-  const gid = Number(f[3]);
-  if (!Number.isInteger(uid) || !Number.isInteger(gid)) {
-    throw new AgentConfigError(`runner user "${name}" has an unreadable passwd entry`);
-  }
-  if (uid === 0) throw new AgentConfigError(`runner.user "${name}" is root; the job must run unprivileged`);
-  if (uid === agentUid) {
-    throw new AgentConfigError(
-      `runner.user "${name}" is the agent's own user; the job must not be able to read the agent's token (${CREATE_HINT("spark-runner")})`
-    );
-  }
-  return { name, uid, gid, home: f[5] || "/" };
-}
-function assertPrivate(path, what, dir = false) {
-  let st;
-  try {
-    st = statSync2(path);
-  } catch (e) {
-    throw new AgentConfigError(`cannot check the ${what} ${path}: ${e.message}`);
-  }
-  const uid = process.getuid?.();
-  if (uid != null && st.uid !== uid) {
-    throw new AgentConfigError(
-      `the ${what} ${path} is owned by uid ${st.uid}, not the agent's user (uid ${uid}); chown it to the agent's user`
-    );
-  }
-  if (st.mode & 63) {
-    const mode = (st.mode & 511).toString(8).padStart(4, "0");
-    throw new AgentConfigError(
-      `the ${what} ${path} is accessible to other users (mode ${mode}); chmod ${dir ? "700" : "600"} ${path}`
-    );
-  }
-}
-function assertWorkRoot(path) {
-  const hint = `install -d -o root -g root -m 0711 ${path}`;
-  let st;
-  try {
-    st = statSync2(path);
-  } catch {
-    throw new AgentConfigError(`workRoot ${path} does not exist; ${hint}`);
-  }
-  if (!st.isDirectory() || st.uid !== 0 || (st.mode & 511) !== 457) {
-    throw new AgentConfigError(
-      `workRoot ${path} must be a directory owned by root with mode 0711 (lease dirs are made in it by the helper, and no job may add or swap one); ${hint}`
-    );
-  }
-}
-
 // agent/log.ts
 var LEVELS = { debug: 10, info: 20, warn: 30, error: 40 };
 function createAgentLogger(level, hostId) {
@@ -23233,8 +23731,8 @@ function parseArgs(argv2) {
 }
 function checkHost(cfg, configPath, log) {
   process.umask(63);
-  const stateDir = dirname5(cfg.stateFile);
-  mkdirSync5(stateDir, { recursive: true, mode: 448 });
+  const stateDir = dirname6(cfg.stateFile);
+  mkdirSync6(stateDir, { recursive: true, mode: 448 });
   if (!cfg.runner.user) {
     log.warn(
       "runner.user is null: the job runs as the agent's own user and can read its token (development only)"

@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { EXECUTOR_NAMES, RESERVATION_KINDS, SUITES } from '../model.ts';
+import { HostEvidenceSchema } from './host-evidence.ts';
 import { ReceiptSchema } from './receipt.ts';
 
 /**
@@ -283,9 +284,15 @@ export const ReportSchema = z.discriminatedUnion('type', [
     lastLines,
     /**
      * A CI task's evidence receipt (`ci: "task"`, issue 15), built by the agent from the task's
-     * exit and its logs; a runner's job posts its own through the lease endpoints instead.
+     * exit and its logs; a runner's job may post one through the lease endpoints (detail only).
      */
     receipt: ReceiptSchema.optional(),
+    /**
+     * What the agent observed itself (ADR 0160): its preflight before the start, the runner's own
+     * job result and the commit in the work tree after the job. The check run's verdict comes
+     * from this; absent (an older agent) the check cannot pass.
+     */
+    hostEvidence: HostEvidenceSchema.optional(),
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its

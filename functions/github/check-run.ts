@@ -1,4 +1,7 @@
-import { parseStoredReceipts } from '../../core/protocol/receipt.ts';
+import { type EvidenceJudgment, judgeEvidence } from '../../core/evidence.ts';
+import { isJobOutcome } from '../../core/model.ts';
+import type { HostEvidence } from '../../core/protocol/host-evidence.ts';
+import { parseStoredReceipts, type Receipt } from '../../core/protocol/receipt.ts';
 import { sha256Hex } from '../auth/tokens.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 
@@ -39,6 +42,11 @@ export interface RenderContext {
   note?: string | null;
   /** Queued only: the start estimate in words (core/eta.ts `describeEta`), e.g. "starts in ~12–20 min". */
   eta?: string | null;
+  /**
+   * The agents' evidence of the run, by host (ADR 0160): what the check's verdict comes from. A
+   * receipt the job posted (`receiptJson`) only adds detail; absent evidence never passes.
+   */
+  hostEvidence?: Readonly<Record<string, HostEvidence>>;
 }
 
 /**
@@ -174,33 +182,127 @@ export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunV
   }
 }
 
-function renderResult(
-  r: ReservationRow,
-  ctx: RenderContext,
-  summary: (lead: string) => string,
-): CheckRunView {
-  const receipt = r.receiptJson != null;
+/** The reservation's evidence, judged (core/evidence.ts): the host's, GitHub's and the job's words. */
+export function judgeCheckEvidence(r: ReservationRow, ctx: RenderContext): EvidenceJudgment {
+  return judgeEvidence({
+    admittedSha: r.headSha,
+    repo: r.repo,
+    hosts: ctx.hosts,
+    host: ctx.hostEvidence ?? {},
+    job: parseStoredReceipts(r.receiptJson)?.byHost ?? {},
+    github: ctx.mode === 'task' ? null : isJobOutcome(r.outcome) ? r.outcome : null,
+    name: displayHost,
+  });
+}
+
+function jobReceiptLine(hostId: string, x: Receipt, task: boolean): string {
+  const toolchain = Object.keys(x.toolchain).length;
+  return `- ${displayHost(hostId)}: ${x.result} (${x.suite}, exit ${x.exitCode ?? 'none'}, log sha256 \`${x.log.sha256.slice(0, 12)}\`, ${x.log.lines} lines${toolchain ? `, ${toolchain} toolchain entries` : ''})${task ? '' : ' — reported by the job, not verified by the host'}`;
+}
+
+/**
+ * The evidence part of a finished check's summary: each host's own evidence (what the verdict
+ * comes from), any contradiction, and what the jobs reported (detail only). Sanitized: check
+ * names, results and short SHAs, never log lines or tokens.
+ */
+function evidenceText(r: ReservationRow, ctx: RenderContext, j: EvidenceJudgment): string[] {
+  const out: string[] = [];
+  const task = ctx.mode === 'task';
+  for (const c of j.contradictions) out.push(`**Contradiction:** ${c}.`);
+  const lines: string[] = [];
+  for (const hostId of ctx.hosts) {
+    const e = ctx.hostEvidence?.[hostId];
+    if (!e) {
+      lines.push(`- ${displayHost(hostId)}: no host evidence recorded`);
+      continue;
+    }
+    const f = j.findings.find((x) => x.hostId === hostId)!;
+    const pre = e.preflight
+      ? `preflight ${e.preflight.ok ? 'passed' : 'FAILED'} (${e.preflight.checks.map((c) => `${c.name}${c.ok ? '' : c.fatal ? ' FAIL' : ' warn'}`).join(', ')})`
+      : 'no preflight recorded';
+    const ran = `${task ? 'task' : 'runner'} result ${e.runner.result ?? `none (${e.runner.detail})`}`;
+    const tree = f.sha
+      ? `work tree at \`${f.sha.slice(0, 7)}\`${f.sha === r.headSha ? ' (the admitted commit)' : ''}`
+      : 'no commit read from the work tree';
+    lines.push(`- ${displayHost(hostId)}: ${pre}; ${ran}; ${tree}`);
+  }
+  if (lines.length)
+    out.push(
+      '',
+      `Host evidence (gathered by the Spark agent${ctx.hosts.length > 1 ? 's' : ''}, not by the job):`,
+      ...lines,
+    );
+  const job = parseStoredReceipts(r.receiptJson)?.byHost ?? {};
+  const reported = Object.entries(job);
+  if (reported.length)
+    out.push(
+      '',
+      task ? 'Task receipts (built by the agent from the task):' : 'Reported by the job (detail only):',
+      ...reported.map(([h, x]) => jobReceiptLine(h, x, task)),
+    );
+  return out;
+}
+
+/** Why the evidence does not confirm a reported pass, in one title-sized phrase and sentences. */
+function unconfirmed(j: EvidenceJudgment): { title: string; why: string[] } {
+  if (j.contradictions.length) return { title: 'Spark test failed — evidence disagrees', why: [] };
+  const bad = j.findings.filter((f) => f.result !== 'passed');
+  if (bad.length)
+    return {
+      title: 'Spark test not verified — the host evidence does not confirm the pass',
+      why: bad.map((f) => `${f.why.charAt(0).toUpperCase()}${f.why.slice(1)}.`),
+    };
+  return {
+    title: `Spark test not verified — no host evidence from ${j.missing.map(displayHost).join(' + ')}`,
+    why: [],
+  };
+}
+
+function renderResult(r: ReservationRow, ctx: RenderContext, base: (lead: string) => string): CheckRunView {
   const ending = r.status === 'releasing' ? ' Hosts are being cleaned and released.' : '';
+  const j = judgeCheckEvidence(r, ctx);
+  const evidence = evidenceText(r, ctx, j);
+  const summary = (lead: string) => [base(lead), ...evidence].join('\n');
+  const recorded = j.complete ? ' Evidence receipt recorded in the ledger.' : '';
   switch (r.outcome) {
-    case 'passed':
+    case 'passed': {
+      if (j.verdict === 'passed')
+        return {
+          status: 'completed',
+          conclusion: 'success',
+          title: 'Spark test passed — evidence receipt recorded',
+          summary: summary(`The job passed at exactly \`${r.headSha}\`.${recorded}${ending}`),
+        };
+      // GitHub's word alone never passes the check: the hosts' evidence must confirm it
+      if (j.verdict == null && (r.status === 'running' || r.status === 'releasing'))
+        return {
+          status: 'in_progress',
+          title: `Spark test passed${ctx.mode === 'task' ? '' : ' on GitHub'} — waiting for the host evidence`,
+          summary: summary(
+            `${ctx.mode === 'task' ? 'The task' : 'The job'} passed; waiting for the evidence of ${j.missing.map(displayHost).join(' + ')}.${ending}`,
+          ),
+        };
+      const u = unconfirmed(j);
       return {
         status: 'completed',
-        conclusion: 'success',
-        title: receipt
-          ? 'Spark test passed — evidence receipt recorded'
-          : 'Spark test passed — no evidence receipt',
+        conclusion: 'failure',
+        title: u.title,
         summary: summary(
-          `The job passed at exactly \`${r.headSha}\`.${receipt ? ' Evidence receipt recorded in the ledger.' : ''}${ending}`,
+          [
+            `${ctx.mode === 'task' ? 'The task' : 'GitHub'} reported a pass at \`${r.headSha}\`, but the host evidence does not confirm it.`,
+            ...u.why,
+          ].join(' ') + ending,
         ),
       };
+    }
     case 'failed':
       return {
         status: 'completed',
         conclusion: 'failure',
-        title: `Spark test failed — exact SHA ${short(r.headSha)}`,
-        summary: summary(
-          `The job failed.${receipt ? ' Evidence receipt recorded in the ledger.' : ''}${ending}`,
-        ),
+        title: j.contradictions.length
+          ? 'Spark test failed — evidence disagrees'
+          : `Spark test failed — exact SHA ${short(r.headSha)}`,
+        summary: summary(`The job failed.${recorded}${ending}`),
       };
     case 'cancelled':
       return {

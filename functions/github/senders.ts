@@ -11,6 +11,7 @@ import {
   recordRunnerRegistration,
   withholdJitConfigs,
 } from '../ledger/github.ts';
+import { hostEvidenceOf } from '../ledger/host-evidence.ts';
 import { leasesOf } from '../ledger/leases.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 import { getReservation, setCheckRunId, withdrawBeforeDispatch } from '../ledger/reservations.ts';
@@ -79,6 +80,8 @@ export async function renderContextFor(svc: GitHubService, r: ReservationRow): P
     ...queued,
     fault: meta?.fault ?? null,
     note: meta?.note ?? null,
+    // the check's verdict comes from the hosts' own evidence (ADR 0160)
+    ...(r.status === 'queued' ? {} : { hostEvidence: await hostEvidenceOf(svc.ledger.db, r.id) }),
   };
 }
 

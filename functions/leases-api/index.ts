@@ -13,13 +13,19 @@ import {
 import { parseBody } from '../api/body.ts';
 import type { AppModule } from '../app.ts';
 import { ApiError, badRequest, conflict, notFound, staleFencingToken } from '../errors.ts';
+import { hasHostEvidence } from '../ledger/host-evidence.ts';
 import { storeReceipts } from '../ledger/reservations.ts';
 import { leaseForJobToken, requireBearer } from './job-token.ts';
 
 /**
  * The in-job lease endpoints (issue 5, cross-part contract step 5). The admitted runner calls
  * them with its per-lease job token: `verify` before any PR code runs (lease preflight), and
- * `receipt` with the compact evidence at the end. Neither ever echoes a token back.
+ * `receipt` with the job's compact report at the end. Neither ever echoes a token back.
+ *
+ * The job token is readable by the PR's code (it runs as the runner's user: `/proc/$PPID/environ`
+ * of the action), so it writes no evidence (ADR 0160): a receipt posted with it is stored as what
+ * the job reported — detail beside the host's evidence, never the check's verdict — and it may
+ * not claim what only the agent observes (a CI task's mode, a revoked clone token, another backend).
  */
 
 const VERIFY_MAX_BYTES = 4 * 1024;
@@ -126,10 +132,19 @@ export const leasesApiModule: AppModule = {
           r.topology !== receipt.topology ? `topology ${receipt.topology} ≠ admitted ${r.topology}` : null,
           r.suite && r.suite !== receipt.suite ? `suite ${receipt.suite} ≠ admitted ${r.suite}` : null,
         ].filter((m): m is string => m != null);
+        mismatches.push(...agentOnlyClaims(receipt, lease.evidenceJson));
         if (mismatches.length) {
           throw conflict(
             'receipt_mismatch',
             `receipt does not match reservation ${reservationId}: ${mismatches.join('; ')}`,
+          );
+        }
+        // once the runner exited the agent holds the evidence: a receipt after that is not the
+        // job's own (the job ends before its runner does), e.g. one left over in a later lease
+        if (await hasHostEvidence(tx, lease.id)) {
+          throw conflict(
+            'runner_exited',
+            `the runner on ${receipt.hostId} has exited and its host evidence is recorded; a receipt can only come from the running job`,
           );
         }
         const stored: StoredReceipts = parseStoredReceipts(r.receiptJson) ?? { byHost: {} };
@@ -151,10 +166,11 @@ export const leasesApiModule: AppModule = {
           subjectType: 'reservation',
           subjectId: reservationId,
           type: 'reservation.receipt',
-          cause: `evidence receipt from ${receipt.hostId}: ${receipt.result} (${receipt.suite}, ${receipt.topology})`,
+          cause: `receipt reported by the job on ${receipt.hostId}: ${receipt.result} (${receipt.suite}, ${receipt.topology}); detail only, the host's evidence decides`,
           actor: `job:${receipt.hostId}`,
           // no log lines, no tokens: the history is rendered in public views
           data: {
+            reportedBy: 'job',
             result: receipt.result,
             headSha: receipt.headSha,
             hostId: receipt.hostId,
@@ -172,10 +188,35 @@ export const leasesApiModule: AppModule = {
   },
 };
 
+/**
+ * What a job cannot know and so may not claim (ADR 0160): only the agent runs a CI task (`mode:
+ * task`) and holds its clone token; the backend is the one the agent reported for the lease.
+ */
+function agentOnlyClaims(receipt: Receipt, leaseEvidence: string | null): string[] {
+  const out: string[] = [];
+  if (receipt.mode === 'task')
+    out.push('mode task: a job runs on a runner; only the agent reports a CI task, with its exit');
+  if (Object.hasOwn(receipt.toolchain, 'cloneToken'))
+    out.push(
+      'toolchain.cloneToken: a job holds no clone token; only a CI task (built by the agent) reports one',
+    );
+  let executor: unknown = null;
+  try {
+    executor = leaseEvidence ? (JSON.parse(leaseEvidence) as { executor?: unknown }).executor : null;
+  } catch {
+    executor = null;
+  }
+  if (receipt.executor && typeof executor === 'string' && receipt.executor !== executor)
+    out.push(`executor ${receipt.executor} ≠ ${executor}, the backend the agent reported for this lease`);
+  return out;
+}
+
 function summary(stored: StoredReceipts, expected: number, duplicate: boolean) {
   const receipts: Receipt[] = Object.values(stored.byHost);
   return {
     ok: true as const,
+    /** A receipt is what the job reported: detail beside the host's evidence (ADR 0160). */
+    reportedBy: 'job' as const,
     duplicate,
     hostsReported: receipts.length,
     hostsExpected: expected,

@@ -1,13 +1,18 @@
 import { and, eq } from 'drizzle-orm';
 import type { LedgerEventType } from '../../core/events.ts';
-import { isJobOutcome, isReleasableStatus, type JobOutcome } from '../../core/model.ts';
+import { contradictionsOf, judgeHost } from '../../core/evidence.ts';
+import { isJobOutcome, isReleasableStatus, type JobOutcome, type Outcome } from '../../core/model.ts';
 import type { Report } from '../../core/protocol/agent.ts';
+import { isPassingResult } from '../../core/protocol/host-evidence.ts';
+import { parseStoredReceipts } from '../../core/protocol/receipt.ts';
 import { conflict } from '../errors.ts';
 import { ciModeOf, recordTaskReceipt } from './ci-task.ts';
 import type { Tx } from './db.ts';
+import { recordHostEvidence } from './host-evidence.ts';
 import { applyRestoredReport, quarantineAfterFailedCleanup } from './hosts.ts';
 import type { Ledger } from './ledger.ts';
 import { currentHandoff } from './queries.ts';
+import { beginRelease } from './reservations.ts';
 import type { LeaseRow, ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
 
@@ -270,6 +275,7 @@ async function runnerExited(
       throw conflict('not_a_task', `reservation ${r.id} runs on a JIT runner; its job posts the receipt`);
     await recordTaskReceipt(ledger, tx, now, { r, lease, leases, receipt: report.receipt, actor });
   }
+  const judged = await judgeExit(tx, now, { lease, r, hostId, report });
   const lastLines = report.lastLines.slice(-50).map((l) => l.slice(0, 500));
   await tx
     .update(t.leases)
@@ -285,27 +291,49 @@ async function runnerExited(
     .where(eq(t.leases.id, lease.id));
   await a.event(
     'lease.runner_exited',
-    `runner ${report.runnerName} exited ${report.exitCode ?? 'by signal'}`,
+    report.hostEvidence?.preflight?.ok === false && report.hostEvidence.runner.exitCode == null
+      ? `runner ${report.runnerName} not started: the host preflight failed`
+      : `runner ${report.runnerName} exited ${report.exitCode ?? 'by signal'}`,
     {
       runnerName: report.runnerName,
       exitCode: report.exitCode,
+      // the host's own words (ADR 0160): no log lines, no tokens (the history is public)
+      ...(report.hostEvidence
+        ? {
+            runnerResult: report.hostEvidence.runner.result,
+            preflightOk: report.hostEvidence.preflight?.ok ?? null,
+            workTreeSha: judged.sha,
+          }
+        : {}),
     },
   );
   if (!isReleasableStatus(r.status)) return `reservation ${r.id} already ${r.status}`;
-  const failed = report.exitCode !== 0;
+  const failed = report.exitCode !== 0 || judged.refuted != null;
   if (failed) {
-    // pairs fail as a unit: the other node's runner is stopped by its agent on `clean`
-    await ledger.beginRelease(
+    // pairs fail as a unit: the other node's runner is stopped by its agent on `clean`; a
+    // contradiction fails the work whatever GitHub said (the host's evidence is the verdict)
+    const outcome: Outcome = judged.contradicted
+      ? 'failed'
+      : r.topology === 'pair'
+        ? 'failed'
+        : (jobOutcome(r) ?? judged.outcome ?? 'failed');
+    await beginRelease(
+      ledger,
       r.id,
-      r.topology === 'pair' ? 'failed' : (jobOutcome(r) ?? 'failed'),
-      task
-        ? `CI task on ${hostId}: ${report.receipt?.reason ?? `exited ${report.exitCode ?? 'by signal'}`}`.slice(
-            0,
-            500,
-          )
-        : `runner on ${hostId} exited ${report.exitCode ?? 'by signal'}`,
+      outcome,
+      // the exit's own words where it failed; the host's finding where only that fails it
+      judged.refuted &&
+        (judged.contradicted || report.exitCode === 0 || report.hostEvidence?.preflight?.ok === false)
+        ? judged.refuted.slice(0, 500)
+        : task
+          ? `CI task on ${hostId}: ${report.receipt?.reason ?? `exited ${report.exitCode ?? 'by signal'}`}`.slice(
+              0,
+              500,
+            )
+          : `runner on ${hostId} exited ${report.exitCode ?? 'by signal'}`,
       actor,
       tx,
+      judged.contradicted ? { showCause: true } : {},
     );
     return `reservation ${r.id} releasing (failed)`;
   }
@@ -324,6 +352,52 @@ async function runnerExited(
     tx,
   );
   return `reservation ${r.id} releasing`;
+}
+
+/**
+ * Records the host's evidence of a runner's exit (ADR 0160) and says whether it refutes a pass:
+ * the host preflight failed, the runner's own job result is not a success, or the evidence
+ * contradicts the admitted commit, the job's receipt or GitHub's conclusion. Only such definite
+ * findings change the outcome here; a result or commit the agent could not read only keeps the
+ * check from passing (functions/github/check-run.ts).
+ */
+async function judgeExit(
+  tx: Tx,
+  now: number,
+  a: {
+    lease: LeaseRow;
+    r: ReservationRow;
+    hostId: string;
+    report: Extract<Report, { type: 'runner_exited' }>;
+  },
+): Promise<{ refuted: string | null; contradicted: boolean; outcome: Outcome | null; sha: string | null }> {
+  const e = a.report.hostEvidence;
+  if (!e) return { refuted: null, contradicted: false, outcome: null, sha: null };
+  await recordHostEvidence(tx, now, a.lease, e);
+  const facts = {
+    admittedSha: a.r.headSha,
+    repo: a.r.repo,
+    job: parseStoredReceipts(a.r.receiptJson)?.byHost ?? {},
+    github: jobOutcome(a.r),
+  };
+  const finding = judgeHost(a.hostId, e, facts);
+  const contra = contradictionsOf(a.hostId, e, finding, facts);
+  if (contra.length)
+    return {
+      refuted: `the host's evidence contradicts the job: ${contra.join('; ')}`,
+      contradicted: true,
+      outcome: 'failed',
+      sha: finding.sha,
+    };
+  const definite =
+    e.preflight?.ok === false || (e.runner.result != null && !isPassingResult(e.runner.result));
+  if (!definite) return { refuted: null, contradicted: false, outcome: null, sha: finding.sha };
+  return {
+    refuted: finding.why,
+    contradicted: false,
+    outcome: finding.result === 'cancelled' ? 'cancelled' : 'failed',
+    sha: finding.sha,
+  };
 }
 
 async function applyRestored(

@@ -118,6 +118,28 @@ export const leases = sqliteTable(
   ],
 );
 
+/**
+ * The host's evidence of a lease's run (ADR 0160), one row per lease: what its agent observed
+ * itself (preflight before the start, the runner's job result, the commit in the work tree after
+ * the job; JSON owned by core/protocol/host-evidence.ts), written once with the agent's
+ * `runner_exited` report. The check run's verdict comes from these rows, never from a receipt the
+ * job posted (`reservations.receipt_json`, detail only). No field of it is a secret.
+ */
+export const hostEvidence = sqliteTable(
+  'host_evidence',
+  {
+    leaseId: text('lease_id')
+      .primaryKey()
+      .references(() => leases.id),
+    reservationId: text('reservation_id').notNull(),
+    hostId: text('host_id').notNull(),
+    fencingToken: integer('fencing_token').notNull(),
+    evidenceJson: text('evidence_json').notNull(),
+    recordedAt: integer('recorded_at').notNull(),
+  },
+  (t) => [index('host_evidence_reservation').on(t.reservationId)],
+);
+
 /** Append-only history: every transition with its cause. Never updated or deleted. */
 export const events = sqliteTable(
   'events',

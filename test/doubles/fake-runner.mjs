@@ -3,10 +3,23 @@
 // the JIT config came in ACTIONS_RUNNER_INPUT_JITCONFIG and not on any command line (its own or
 // its parent's), that the SPARK_* job environment is complete, records what it saw in a marker
 // file, writes into its work dir, sleeps and exits with the code the test put in the config.
+//
+// Its console is the real runner's (actions/runner v2.336.0, the lines the agent reads as the
+// runner's own job result, ADR 0160): `√ Connected to GitHub` (src/Runner.Common/Terminal.cs
+// WriteSuccessMessage), `<time>: Listening for Jobs` (src/Runner.Listener/Runner.cs), `<time>:
+// Running job: <name>` and `<time>: Job <name> completed with result: <TaskResult>`
+// (src/Runner.Listener/JobDispatcher.cs), `<time>` in .NET's `u` format (`2026-05-01 12:00:00Z`).
+// With `checkout` it also leaves what actions/checkout leaves for a commit: the repository in
+// `<runner root>/_work/<repo>/<repo>` (src/Runner.Worker/TrackingConfig.cs) with a detached
+// HEAD, the runner root being where the runner is installed (the dir of its entry script, as
+// run.sh finds its own).
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
+
+/** .NET's `{DateTime.UtcNow:u}`: `yyyy-MM-dd HH:mm:ssZ`. */
+const stamp = () => `${new Date().toISOString().slice(0, 19).replace('T', ' ')}Z`;
 
 const fail = (code, msg) => {
   console.error(`fake runner: ${msg}`);
@@ -167,16 +180,32 @@ if (fake.onGpu && process.env.FAKE_NVIDIA_SMI_STATE) {
     `${process.pid}, python3, 1024\n`,
   );
 }
+if (fake.checkout) {
+  // actions/checkout of a commit: the work tree in the runner's work folder, HEAD detached at it
+  const root = dirname(resolve(process.argv[1]));
+  const git = join(root, '_work', fake.checkout.repo, fake.checkout.repo, '.git');
+  mkdirSync(git, { recursive: true });
+  writeFileSync(join(git, 'HEAD'), `${fake.checkout.sha}\n`);
+}
 console.log('√ Connected to GitHub');
-console.log(`Listening for Jobs as ${jit.runnerName}`);
-console.log('Running job: spark-test');
+console.log('');
+console.log("Current runner version: '2.336.0'");
+console.log(`${stamp()}: Listening for Jobs`);
+console.log(`${stamp()}: Running job: spark-test`);
+let ended = false;
 process.on('SIGTERM', () => {
   console.log('Received SIGTERM; job cancelled');
+  // the listener cancels the worker and prints the cancelled result (JobDispatcher.cs)
+  if (!ended) console.log(`${stamp()}: Job spark-test completed with result: Canceled`);
+  ended = true;
   setTimeout(() => process.exit(143), fake.ignoreTermMs ?? 0);
 });
 const exitCode = fake.exitCode ?? 0;
 setTimeout(() => {
   for (const line of fake.lastLines ?? []) console.log(line);
-  console.log(`Job spark-test completed with result: ${exitCode === 0 ? 'Succeeded' : 'Failed'}`);
+  // the job's result; the real runner then exits 0 whatever it was (Runner.cs, one-job runner)
+  const result = fake.jobResult ?? (exitCode === 0 ? 'Succeeded' : 'Failed');
+  if (!ended) console.log(`${stamp()}: Job spark-test completed with result: ${result}`);
+  ended = true;
   process.exit(exitCode);
 }, fake.sleepMs ?? 100);

@@ -170,6 +170,10 @@ export interface FakeRunnerBehavior {
    * its stdout (`… >/dev/null 2>&1 &`).
    */
   shell?: string;
+  /** The job result the runner prints (default: Succeeded when `exitCode` is 0, else Failed). */
+  jobResult?: 'Succeeded' | 'SucceededWithIssues' | 'Failed' | 'Canceled' | 'Skipped' | 'Abandoned';
+  /** Leave a checkout of `repo` at `sha` in `<runner root>/_work/<repo>/<repo>`, as actions/checkout does. */
+  checkout?: { repo: string; sha: string };
 }
 
 /** A JIT config shaped like GitHub's (base64 JSON) that also tells the fake runner what to do. */

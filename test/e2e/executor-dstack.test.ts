@@ -396,7 +396,10 @@ describe.concurrent('dstack executor (stand-in dstack server)', () => {
       expect.arrayContaining([
         'FAILED tests/test_attention.py::test_fp8',
         'E   assert 0.51 < 0.5',
-        'Job spark-test completed with result: Failed',
+        // the runner's own result line, as actions/runner prints it (JobDispatcher.cs, ADR 0160)
+        expect.stringMatching(
+          /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ: Job spark-test completed with result: Failed$/,
+        ),
       ]),
     );
     // the secrets the task got in its environment never come back as evidence

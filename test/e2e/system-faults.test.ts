@@ -101,9 +101,13 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
     sys.openGate(rid, 'work', 'spark-1');
     const r = await sys.waitReservation(rid, ['done', 'failed']);
     expect(r).toMatchObject({ status: 'failed', outcome: 'failed' });
-    const check = await sys.waitCheck(rid, `Spark test failed — exact SHA ${sha('1').slice(0, 7)}`);
+    await sys.waitCheck(rid, `Spark test failed — exact SHA ${sha('1').slice(0, 7)}`);
+    // the stopped half's host evidence comes with its exit, during the release (ADR 0160)
+    const check = await waitFor('the check with both hosts evidence', () => {
+      const c = sys.checkRun(rid);
+      return c?.output.summary?.includes('Evidence receipt recorded') ? c : null;
+    });
     expect(check.conclusion).toBe('failure');
-    expect(check.output.summary).toContain('Evidence receipt recorded');
 
     const [l1, l2] = await sys.leases(rid);
     expect(l1).toMatchObject({ hostId: 'spark-1', status: 'released', exitCode: 3 });
@@ -228,9 +232,10 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
     plans.set(sha('5'), () => ({ gates: ['exit'] }));
     const { rid } = await labelNewPr(sha('5'));
     const job = await sys.waitJob(rid);
-    // GitHub reported the job result; the runner is still finishing up
+    // GitHub reported the job result; the runner is still finishing up, so the host's evidence
+    // (the runner's own result, ADR 0160) is not there yet
     await waitFor('the job result on GitHub', () => job.conclusion === 'success');
-    await sys.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
+    await sys.waitCheck(rid, 'Spark test passed on GitHub — waiting for the host evidence');
 
     await sys.stopController('SIGKILL');
     const jobsAtStop = sys.jobs.length;
@@ -250,6 +255,8 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
     await sys.startController();
     const r = await sys.waitReservation(rid, ['done', 'failed']);
     expect(r).toMatchObject({ status: 'done', outcome: 'passed', headSha: sha('5') });
+    // the agent's exit report, held while the controller was down, carried the host evidence
+    await sys.waitCheck(rid, 'Spark test passed — evidence receipt recorded');
     // GitHub never redelivers by itself; the restarted controller reads the App's delivery log and
     // asks for the missed label again (ADR 0091): same GUID, processed once, then it queues and runs
     const again = await waitFor('the missed label redelivered', () =>

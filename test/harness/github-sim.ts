@@ -34,6 +34,13 @@ export interface JobPlan {
   gates: ('work' | 'exit')[];
   receipt: boolean;
   lastLines: string[];
+  /**
+   * The PR's `scripts/ci/spark-test.sh` (test/harness/sim-runner.mjs runs it as the spark-test
+   * action does, its exit is the job's result); absent: the planned result after `workMs`.
+   */
+  script?: string;
+  /** Check out the job's commit with real git from this clone URL (hooks run, as in a real checkout). */
+  checkout?: { url: string };
 }
 
 /** A job GitHub assigned to a runner. */

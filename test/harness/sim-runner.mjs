@@ -1,20 +1,39 @@
 #!/usr/bin/env node
 // The one-job GitHub Actions runner as the relay agent starts it, for the demo and the system
-// tests. Usage (the agent's runner.command): sim-runner.mjs ACTIONS_BROKER_URL.
+// tests. Usage (the agent's runner.command): <runner root>/run.mjs ACTIONS_BROKER_URL, where
+// run.mjs is this file installed (linked) into the runner's root: like the real runner (run.sh
+// finds its own dir), its root — and so its work folder `<root>/_work` — is where it is installed.
 //
 // It does what a real JIT runner plus the Spark workflow do, against the simulated GitHub Actions
 // service (test/harness/github-sim.ts) and the real controller:
-//   1. connect with the JIT config from ACTIONS_RUNNER_INPUT_JITCONFIG (never argv) and wait until
-//      GitHub assigns the dispatched job whose labels it carries (GitHub then sends
-//      workflow_job queued/in_progress);
-//   2. lease preflight: POST /api/v1/leases/:id/verify with the job token (fails the job if refused);
-//   3. the test itself (the plan GitHub handed out says how long and with what result; a test can
-//      hold it at a gate);
-//   4. POST the evidence receipt, then tell GitHub the job completed (workflow_job completed);
-//   5. exit with the planned code. SIGTERM (the agent stopping it) cancels the job.
+//   1. connect with the JIT config from ACTIONS_RUNNER_INPUT_JITCONFIG (never argv), take it out
+//      of the environment its job inherits (actions/runner src/Runner.Listener/CommandSettings.cs
+//      removes every ACTIONS_RUNNER_INPUT_* variable) and wait until GitHub assigns the dispatched
+//      job whose labels it carries (GitHub then sends workflow_job queued/in_progress);
+//   2. actions/checkout: the commit in `<root>/_work/<repo>/<repo>` (src/Runner.Worker/
+//      TrackingConfig.cs), HEAD detached at it; with `plan.checkout` a real `git fetch` over HTTP
+//      from that repository and `git checkout --force <sha>` (which runs the user's git hooks, as
+//      the real one does);
+//   3. lease preflight: POST /api/v1/leases/:id/verify with the job token (fails the job if refused);
+//   4. the test itself: with `plan.script` (or a real checkout holding scripts/ci/spark-test.sh) the
+//      spark-test action's way — `bash scripts/ci/spark-test.sh <topology>` in the checkout, in an
+//      environment without SPARK_LEASE_TOKEN / SPARK_FENCING_TOKEN, its output to the job's log and
+//      never to the runner's console; else the planned duration and result (a test can hold it at
+//      a gate);
+//   5. POST the job's receipt (a refused receipt fails the job, as the spark-test action does),
+//      print the runner's own result line and tell GitHub the job completed (workflow_job completed);
+//   6. exit with the planned code. SIGTERM (the agent stopping it) cancels the job.
+// Console lines are the real runner's (actions/runner v2.336.0, src/Runner.Listener/
+// JobDispatcher.cs): `<time>: Running job: <name>`, `<time>: Job <name> completed with result:
+// <TaskResult>`, `<time>` in .NET's `u` format; the agent reads the latter as the runner's result.
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 
+const ROOT = dirname(resolve(process.argv[1]));
+/** .NET's `{DateTime.UtcNow:u}`: `yyyy-MM-dd HH:mm:ssZ`. */
+const stamp = () => `${new Date().toISOString().slice(0, 19).replace('T', ' ')}Z`;
 const broker = process.argv[2];
 const env = process.env;
 const say = (line) => console.log(line);
@@ -35,6 +54,7 @@ const cmdline = (pid) => {
 if (cmdline(process.pid).includes(jit) || cmdline(process.ppid).includes(jit)) {
   fail(65, 'the JIT config is on a command line');
 }
+delete env.ACTIONS_RUNNER_INPUT_JITCONFIG;
 for (const k of ['SPARK_CONTROLLER_URL', 'SPARK_RESERVATION_ID', 'SPARK_HOST_ID', 'SPARK_FENCING_TOKEN']) {
   if (!env[k]) fail(67, `missing job environment: ${k}`);
 }
@@ -67,8 +87,23 @@ const complete = async (conclusion) => {
   await call(`${broker}/jobs/${job.id}/complete`, { conclusion }).catch(() => null);
 };
 
+let printed = false;
+const printResult = (result) => {
+  if (printed || !job) return;
+  printed = true;
+  say(`${stamp()}: Job spark-test completed with result: ${result}`);
+};
+let script = null;
 process.on('SIGTERM', () => {
   say('Received SIGTERM; job cancelled');
+  if (script?.pid) {
+    try {
+      process.kill(-script.pid, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+  printResult('Canceled');
   // GitHub loses the runner mid-job: the job ends failed, the runner goes away
   void complete('failure').finally(() => process.exit(143));
 });
@@ -86,9 +121,55 @@ for (;;) {
   await sleep(100);
 }
 const plan = job.plan;
-say(`Listening for Jobs as ${job.runnerName}`);
-say(`Running job: spark-test (${job.topology}, ${job.suite}) at ${job.headSha}`);
+say(`${stamp()}: Listening for Jobs`);
+say(`${stamp()}: Running job: spark-test`);
 const startedAt = new Date();
+
+// actions/checkout: the commit, detached, in the runner's work folder
+const name = job.repo.split('/')[1];
+const ws = join(ROOT, '_work', name, name);
+const jobLog = join(ROOT, '_work', '_temp', `job-${job.id}.log`);
+mkdirSync(dirname(jobLog), { recursive: true });
+if (plan.checkout) {
+  const git = (...args) =>
+    spawnSync('git', ['-C', ws, ...args], { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+  // actions/checkout reuses a valid repository in the workspace and clears anything else
+  // (src/git-directory-helper.ts prepareExistingDirectory)
+  if (!existsSync(join(ws, '.git', 'config'))) rmSync(ws, { recursive: true, force: true });
+  mkdirSync(ws, { recursive: true });
+  // authenticated the way actions/checkout does it, an extra header (http.<url>.extraheader)
+  const auth = `AUTHORIZATION: basic ${Buffer.from('x-access-token:sim-github-token').toString('base64')}`;
+  const steps = [
+    existsSync(join(ws, '.git')) ? null : ['init', '-q'],
+    [
+      '-c',
+      `http.extraheader=${auth}`,
+      'fetch',
+      '-q',
+      '--no-tags',
+      plan.checkout.url,
+      '+refs/heads/*:refs/remotes/origin/*',
+    ],
+    ['-c', 'advice.detachedHead=false', 'checkout', '-q', '--force', job.headSha],
+  ].filter(Boolean);
+  for (const st of steps) {
+    const r = git(...st);
+    if (r.status !== 0) {
+      say(`checkout: git ${st[0]} failed (${r.status})`);
+      printResult('Failed');
+      await complete('failure');
+      process.exit(1);
+    }
+  }
+} else {
+  rmSync(ws, { recursive: true, force: true });
+  mkdirSync(join(ws, '.git'), { recursive: true });
+  writeFileSync(join(ws, '.git', 'HEAD'), `${job.headSha}\n`);
+  if (plan.script) {
+    mkdirSync(join(ws, 'scripts', 'ci'), { recursive: true });
+    writeFileSync(join(ws, 'scripts', 'ci', 'spark-test.sh'), plan.script);
+  }
+}
 const controller = env.SPARK_CONTROLLER_URL.replace(/\/+$/, '');
 const auth = { authorization: `Bearer ${env.SPARK_LEASE_TOKEN ?? ''}` };
 
@@ -99,12 +180,12 @@ const verify = await call(
 ).catch((e) => ({ status: 0, data: { error: { message: e.message } } }));
 if (verify.status !== 200 || verify.data?.reservation?.headSha !== job.headSha) {
   say(`lease-preflight: FAIL lease not verified (${verify.status} ${verify.data?.error?.code ?? ''})`);
+  printResult('Failed');
   await complete('failure');
   process.exit(1);
 }
 say(`lease-preflight: ok (${hostId}, reservation ${job.reservationId})`);
 
-await sleep(plan.workMs);
 const waitGate = async (gate) => {
   if (!plan.gates.includes(gate)) return;
   for (;;) {
@@ -113,9 +194,32 @@ const waitGate = async (gate) => {
     await sleep(100);
   }
 };
-await waitGate('work');
-for (const line of plan.lastLines) say(line);
-say(`spark-test.sh ${job.topology}: ${plan.result}`);
+let result = plan.result;
+const scriptPath = join(ws, 'scripts', 'ci', 'spark-test.sh');
+if (plan.script || (plan.checkout && existsSync(scriptPath))) {
+  // the spark-test action: the repository's script without the lease credentials in its
+  // environment (actions/spark-test/src/input-helper.ts childEnv), in its own process group
+  const childEnv = { ...env, SPARK_TEST_SUITE: 'smoke', SPARK_HEAD_SHA: job.headSha };
+  delete childEnv.SPARK_LEASE_TOKEN;
+  delete childEnv.SPARK_FENCING_TOKEN;
+  const out = createWriteStream(jobLog, { flags: 'a' });
+  script = spawn('bash', [scriptPath, job.topology], {
+    cwd: ws,
+    env: childEnv,
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  script.stdout.pipe(out);
+  script.stderr.pipe(out);
+  const code = await new Promise((r) => script.once('exit', (c) => r(c)));
+  result = code === 0 ? 'passed' : 'failed';
+  say(`spark-test.sh ${job.topology} exited ${code}`);
+} else {
+  await sleep(plan.workMs);
+  await waitGate('work');
+  for (const line of plan.lastLines) say(line);
+  say(`spark-test.sh ${job.topology}: ${plan.result}`);
+}
 
 if (plan.receipt) {
   const log = `${plan.lastLines.join('\n')}\n`;
@@ -128,27 +232,30 @@ if (plan.receipt) {
     repo: job.repo,
     suite: job.suite,
     topology: job.topology,
-    phases: [{ suite: 'smoke', exitCode: plan.result === 'passed' ? 0 : 1, durationMs: plan.workMs }],
+    phases: [{ suite: 'smoke', exitCode: result === 'passed' ? 0 : 1, durationMs: plan.workMs }],
     startedAt: startedAt.toISOString(),
     endedAt: new Date().toISOString(),
-    result: plan.result,
-    exitCode: plan.result === 'passed' ? 0 : 1,
+    result,
+    exitCode: result === 'passed' ? 0 : 1,
     log: {
       sha256: createHash('sha256').update(log).digest('hex'),
       bytes: Buffer.byteLength(log),
       lines: plan.lastLines.length,
     },
-    ...(plan.result === 'passed' ? {} : { lastLines: plan.lastLines.slice(-10) }),
+    ...(result === 'passed' ? {} : { lastLines: plan.lastLines.slice(-10) }),
     toolchain: { node: process.version },
   };
   const res = await call(`${controller}/api/v1/leases/${job.reservationId}/receipt`, receipt, auth).catch(
     (e) => ({ status: 0, data: { error: { message: e.message } } }),
   );
+  const recorded = res.status === 201 || res.status === 200;
   say(
-    `evidence receipt: ${res.status === 201 || res.status === 200 ? 'recorded' : `not recorded (${res.status})`}`,
+    `job receipt: ${recorded ? 'recorded' : `not recorded (${res.status} ${res.data?.error?.code ?? ''})`}`,
   );
+  // the spark-test action fails the job when the controller refused its receipt
+  if (!recorded) result = 'failed';
 }
-await complete(plan.result === 'passed' ? 'success' : 'failure');
-say(`Job spark-test completed with result: ${plan.result === 'passed' ? 'Succeeded' : 'Failed'}`);
+printResult(result === 'passed' ? 'Succeeded' : 'Failed');
+await complete(result === 'passed' ? 'success' : 'failure');
 await waitGate('exit');
 process.exit(plan.exitCode);

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SparkConfigInput } from '../../core/config.ts';
 import { createApiToken } from '../../functions/auth/tokens.ts';
@@ -391,16 +391,22 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     interrupted();
     const route = (await opts.agentRoute?.(h.id, { controllerPort, actionsUrl: github.actionsUrl })) ?? null;
     routes[h.id] = route;
+    // the runner installed on the host: its work folder is `<runner dir>/_work` (ADR 0160)
+    const runnerDir = join(hd, 'runner');
+    mkdirSync(runnerDir, { recursive: true });
+    symlinkSync(SIM_RUNNER, join(runnerDir, 'run.mjs'));
     const agentConfig = simulatedAgentConfig({
       controllerUrl: route?.controllerUrl ?? controllerUrl,
       hostId: h.id,
-      runnerCommand: [process.execPath, SIM_RUNNER, route?.actionsUrl ?? github.actionsUrl],
+      runnerCommand: [process.execPath, join(runnerDir, 'run.mjs'), route?.actionsUrl ?? github.actionsUrl],
       service,
       logLevel: 'info',
     });
+    agentConfig.runner.dir = runnerDir;
     agentConfig.runner.passEnv.push(...(route?.passEnv ?? []));
     const finalConfig = opts.agentConfig ? opts.agentConfig(h.id, agentConfig) : agentConfig;
-    writeFileSync(configPaths[h.id]!, JSON.stringify(finalConfig, null, 2));
+    // 0600 like every file the agent keeps (docs/agent.md); an agent with a runner user checks it
+    writeFileSync(configPaths[h.id]!, JSON.stringify(finalConfig, null, 2), { mode: 0o600 });
   }
   const startAgent = (hostId: string): ProcessHandle => {
     const route = routes[hostId] ?? null;

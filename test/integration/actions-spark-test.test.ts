@@ -183,6 +183,8 @@ describe('actions/spark-test (run as the runner runs it)', () => {
     expect(r.summary).toContain('Spark test passed');
     expect(r.summary).toContain(r.outputs.receipt_sha256);
     expect(r.summary).toContain('recorded by the controller');
+    // the job's receipt is detail: the check's verdict is the host's (ADR 0160)
+    expect(r.summary).toContain("the check's verdict comes from the Spark agent's own evidence on the host");
     // `::add-mask::` is consumed by the runner (it masks the value from then on), never shown
     const shown = r.output
       .split('\n')
@@ -299,7 +301,7 @@ describe('actions/spark-test (run as the runner runs it)', () => {
     expect(r.phases).toEqual(['smoke']);
     expect(r.code).toBe(1);
     expect(r.output).toMatch(
-      /::error::evidence receipt not recorded: controller refused the receipt \(409 stale_fencing_token: fencing token \d+ for spark-2 is not current/,
+      /::error::job receipt not recorded: controller refused the receipt \(409 stale_fencing_token: fencing token \d+ for spark-2 is not current/,
     );
     expect(r.summary).toContain('controller refused the receipt');
     expect((await f.reservationRow()).receiptJson).toBeNull();

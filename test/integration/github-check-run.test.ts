@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { displayHost, renderCheckRun, renderRefusal } from '../../functions/github/check-run.ts';
 import { retryAtFrom } from '../../functions/github/client.ts';
 import type { ReservationRow } from '../../functions/ledger/ledger.ts';
+import { hostEvidence } from '../helpers/host-evidence.ts';
 
 const SHA = '7fc2a91d0c7a3e2f5b6a9d8c1e4f3a2b1c0d9e8f';
 
@@ -70,8 +71,13 @@ describe('check-run rendering (the words on the PR)', () => {
     expect(renderCheckRun(row({ status: 'running' }), { hosts: ['spark-2'], keptHost: null }).title).toBe(
       'Spark test running — exact SHA 7fc2a91',
     );
+    // a pass is shown only with the host's own evidence confirming it (ADR 0160)
     expect(
-      renderCheckRun(row({ status: 'releasing', outcome: 'passed', receiptJson: '{}' }), none),
+      renderCheckRun(row({ status: 'releasing', outcome: 'passed' }), {
+        hosts: ['spark-2'],
+        keptHost: null,
+        hostEvidence: { 'spark-2': hostEvidence(SHA) },
+      }),
     ).toMatchObject({
       status: 'completed',
       conclusion: 'success',

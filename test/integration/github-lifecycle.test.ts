@@ -10,6 +10,7 @@ import { example, type Harness, SPARK_RUNNER_GROUP, workflowJobEvent } from '../
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
 import { validate } from '../fake-github/schema.ts';
 import type { Job } from '../fake-github/server.ts';
+import { hostEvidence } from '../helpers/host-evidence.ts';
 import { adoptAll } from '../helpers/ledger.ts';
 
 const REPO = 'Codertocat/Hello-World';
@@ -205,7 +206,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     expect(queued.filter((o) => o.kind === 'generate-jitconfig')).toHaveLength(1);
   });
 
-  it('workflow_job in_progress → running with the exact SHA; completed → passed; receipt → evidence recorded', async (ctx) => {
+  it('workflow_job in_progress → running with the exact SHA; completed → passed once the host evidence confirms it', async (ctx) => {
     const { h, prepared, pickUp } = await scenario(ctx);
     const handoff = (await prepared())!;
     const picked = await pickUp(handoff.runnerName);
@@ -221,19 +222,26 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     );
     const done = await h.deliver('workflow_job', workflowJobEvent(h.gh.completeJob(picked.id), 'completed'));
     expect((await done.json()).result).toBe('r-1 outcome passed');
-    // the in-job part stores the receipt and records reservation.receipt; simulate it here
-    await h.c.ledger.write(async (tx, now) => {
-      await tx
-        .update(t.reservations)
-        .set({ receiptJson: JSON.stringify({ ok: true }) })
-        .where(eq(t.reservations.id, 'r-1'));
-      await h.c.ledger.record(tx, now, {
-        subjectType: 'reservation',
-        subjectId: 'r-1',
-        type: 'reservation.receipt',
-        cause: 'receipt',
-        actor: 'job',
-      });
+    // GitHub's word alone does not pass the check (ADR 0160): it waits for the host's evidence
+    await h.until('check waiting for the host evidence', () =>
+      h.gh.checkRuns.find(
+        (c) =>
+          c.external_id === 'r-1' &&
+          c.status === 'in_progress' &&
+          c.output.title === 'Spark test passed on GitHub — waiting for the host evidence',
+      ),
+    );
+    // the agent reports the runner's exit with what it observed itself (the real command)
+    const lease = (await h.c.ledger.leasesOf(undefined, 'r-1'))[0]!;
+    await applyReport(h.c.ledger, lease.hostId, {
+      type: 'runner_exited',
+      fencingToken: lease.fencingToken,
+      runnerName: handoff.runnerName,
+      exitCode: 0,
+      lastLines: [],
+      hostEvidence: hostEvidence(SHA, {
+        workTrees: [{ path: 'Hello-World/Hello-World', sha: SHA, detail: 'detached HEAD' }],
+      }),
     });
     const check = await h.until('passed check', () =>
       h.gh.checkRuns.find(

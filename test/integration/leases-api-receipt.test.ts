@@ -1,5 +1,9 @@
+import { eq } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseStoredReceipts, type Receipt } from '../../core/protocol/receipt.ts';
+import { recordHostEvidence } from '../../functions/ledger/host-evidence.ts';
+import * as t from '../../functions/ledger/schema.ts';
+import { hostEvidence } from '../helpers/host-evidence.ts';
 import { HEAD_SHA, type LeaseFixture, startWithGrantedLease } from './actions-lease-fixture.ts';
 
 let f: LeaseFixture | null = null;
@@ -67,6 +71,7 @@ describe('POST /api/v1/leases/:reservationId/receipt', () => {
     expect(r.status).toBe(201);
     expect(r.json).toEqual({
       ok: true,
+      reportedBy: 'job',
       duplicate: false,
       hostsReported: 1,
       hostsExpected: 1,
@@ -173,5 +178,58 @@ describe('POST /api/v1/leases/:reservationId/receipt', () => {
       lease.jobToken,
     );
     expect(late.status).toBe(409);
+  });
+
+  it('refuses what only the agent can report: a CI task mode, a revoked clone token, another backend (ADR 0160)', async () => {
+    f = await startWithGrantedLease();
+    const lease = f.leases[0]!;
+    // the agent reported the backend with runner_started (issue 15 item 5)
+    await f.ledger.write(async (tx) => {
+      await tx
+        .update(t.leases)
+        .set({ evidenceJson: JSON.stringify({ executor: 'jit-runner' }) })
+        .where(eq(t.leases.id, lease.leaseId));
+    });
+    const before = await f.eventCount();
+    const claims: [Partial<Receipt>, string][] = [
+      [{ mode: 'task' }, 'mode task'],
+      [
+        { toolchain: { cloneToken: 'revoked: HTTP 204 from https://api.github.com' } },
+        'toolchain.cloneToken',
+      ],
+      [{ executor: 'dstack' }, 'executor dstack ≠ jit-runner'],
+    ];
+    for (const [over, words] of claims) {
+      const r = await post(f, receiptFor(f, lease.hostId, over), lease.jobToken);
+      expect(r.status, words).toBe(409);
+      expect(r.json).toMatchObject({ error: { code: 'receipt_mismatch' } });
+      expect((r.json.error as { message: string }).message).toContain(words);
+    }
+    expect(await f.eventCount()).toBe(before);
+    expect((await f.reservationRow()).receiptJson).toBeNull();
+    // the same receipt without the agent's words is the job's to post
+    const own = await post(
+      f,
+      receiptFor(f, lease.hostId, { mode: 'runner', executor: 'jit-runner' }),
+      lease.jobToken,
+    );
+    expect(own.status).toBe(201);
+    expect(own.json).toMatchObject({ reportedBy: 'job' });
+    const [event] = await receiptEvents(f);
+    expect(event!.cause).toContain('receipt reported by the job on spark-2');
+    expect(JSON.parse(event!.dataJson!)).toMatchObject({ reportedBy: 'job' });
+  });
+
+  it('refuses a receipt once the runner exited and the host evidence is recorded, writing nothing', async () => {
+    f = await startWithGrantedLease();
+    const lease = f.leases[0]!;
+    const row = (await f.ledger.leasesOf(undefined, f.reservation.id))[0]!;
+    await f.ledger.write((tx, now) => recordHostEvidence(tx, now, row, hostEvidence(HEAD_SHA)));
+    const before = await f.eventCount();
+    const late = await post(f, receiptFor(f, lease.hostId), lease.jobToken);
+    expect(late.status).toBe(409);
+    expect(late.json).toMatchObject({ error: { code: 'runner_exited' } });
+    expect(await f.eventCount()).toBe(before);
+    expect((await f.reservationRow()).receiptJson).toBeNull();
   });
 });

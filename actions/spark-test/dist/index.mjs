@@ -39518,6 +39518,62 @@ function describeIssues(error63) {
 // actions/spark-test/src/input-helper.ts
 import { join, resolve } from "node:path";
 
+// core/protocol/host-evidence.ts
+var RUNNER_JOB_RESULTS = [
+  "Succeeded",
+  "SucceededWithIssues",
+  "Failed",
+  "Canceled",
+  "Skipped",
+  "Abandoned"
+];
+var sha402 = string2().regex(/^[0-9a-f]{40}$/, "expected a full 40-character lower-case commit SHA");
+var HostCheckSchema = object({
+  name: string2().regex(/^[a-z0-9][a-z0-9:_.-]{0,59}$/, 'a check name like "gpu"'),
+  ok: boolean2(),
+  /** A failed fatal check fails the preflight; a failed soft one only warns. */
+  fatal: boolean2(),
+  detail: string2().max(300)
+}).strict();
+var HostPreflightSchema = object({
+  ok: boolean2(),
+  /** Epoch ms when it ran (agent clock). */
+  at: number2().int().nonnegative(),
+  checks: array(HostCheckSchema).max(20)
+}).strict();
+var relPath = string2().max(200).regex(
+  /^(?!.*(^|\/)\.\.?(\/|$))[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/,
+  'a relative path like "butter/butter"'
+);
+var WorkTreeSchema = object({
+  path: relPath,
+  sha: sha402.nullable(),
+  detail: string2().max(300)
+}).strict();
+var HostEvidenceSchema = object({
+  version: literal(1),
+  /** `runner`: a GitHub job on a runner the agent started; `task`: the agent's own CI task (ADR 0110). */
+  mode: _enum2(CI_MODES),
+  /** null when no preflight was recorded for this lease (it then cannot pass). */
+  preflight: HostPreflightSchema.nullable(),
+  runner: object({
+    /**
+     * The runner's own job result from its console (agent-owned capture of the runner's
+     * stdout), or, for a task, its backend's exit status; null when none was seen.
+     */
+    result: _enum2(RUNNER_JOB_RESULTS).nullable(),
+    /** The job's display name as the runner printed it. */
+    job: string2().max(200).nullable(),
+    exitCode: number2().int().nullable(),
+    /** The agent stopped the runner (release, replacement) before it ended by itself. */
+    stoppedByAgent: boolean2(),
+    detail: string2().max(300)
+  }).strict(),
+  workTrees: array(WorkTreeSchema).max(8),
+  /** Epoch ms when the agent gathered it (agent clock). */
+  observedAt: number2().int().nonnegative()
+}).strict();
+
 // core/protocol/agent.ts
 var GpuProcessSchema = object({
   pid: number2().int().nonnegative(),
@@ -39696,9 +39752,15 @@ var ReportSchema = discriminatedUnion("type", [
     lastLines,
     /**
      * A CI task's evidence receipt (`ci: "task"`, issue 15), built by the agent from the task's
-     * exit and its logs; a runner's job posts its own through the lease endpoints instead.
+     * exit and its logs; a runner's job may post one through the lease endpoints (detail only).
      */
-    receipt: ReceiptSchema.optional()
+    receipt: ReceiptSchema.optional(),
+    /**
+     * What the agent observed itself (ADR 0160): its preflight before the start, the runner's own
+     * job result and the commit in the work tree after the job. The check run's verdict comes
+     * from this; absent (an older agent) the check cannot pass.
+     */
+    hostEvidence: HostEvidenceSchema.optional()
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its
@@ -39885,7 +39947,12 @@ function renderSummary(r, digest, recorded) {
       `${r.result}${r.exitCode != null ? ` (exit ${r.exitCode})` : ""}${r.reason ? ` \u2014 ${r.reason}` : ""}`
     ],
     ["Log", `sha256 \`${r.log.sha256}\` (${r.log.lines} lines, ${r.log.bytes} bytes)`],
-    ["Receipt", `sha256 \`${digest}\` \u2014 ${recorded}`]
+    ["Receipt", `sha256 \`${digest}\` \u2014 ${recorded}`],
+    // ADR 0160: the PR's code runs as this job's user and could post a receipt too
+    [
+      "Verdict",
+      "this receipt is what the job reported (detail); the check's verdict comes from the Spark agent's own evidence on the host"
+    ]
   ];
   const toolchain = Object.entries(r.toolchain).map(([k, v]) => `| ${cell(k)} | ${cell(v)} |`).join("\n");
   let md = `### ${icon} Spark test ${r.result}
@@ -39943,7 +40010,8 @@ async function postReceipt(controllerUrl, reservationId, jobToken, body) {
       detail: json2?.duplicate ? "already recorded by the controller" : "recorded by the controller"
     };
   const why = json2?.error ? `${json2.error.code}: ${json2.error.message}` : text.slice(0, 200);
-  return { ok: false, detail: `controller refused the receipt (${res.status} ${why})` };
+  const hint = json2?.error?.code === "receipt_already_recorded" ? "; something else in this job posted a receipt first (the job token is readable by the PR code)" : "";
+  return { ok: false, detail: `controller refused the receipt (${res.status} ${why})${hint}` };
 }
 
 // actions/spark-test/src/run-suite.ts
@@ -40199,9 +40267,9 @@ async function run() {
     setOutput("receipt_sha256", digest);
     const problems = [];
     if (result !== "passed") problems.push(`Spark test ${result}${reason ? `: ${reason}` : ""}`);
-    if (!posted.ok) problems.push(`evidence receipt not recorded: ${posted.detail}`);
+    if (!posted.ok) problems.push(`job receipt not recorded: ${posted.detail}`);
     if (problems.length) throw new Error(problems.join("; "));
-    info(`Spark test passed; evidence receipt ${posted.detail} (sha256 ${digest})`);
+    info(`Spark test passed; job receipt ${posted.detail} (sha256 ${digest})`);
   } catch (e) {
     setFailed(e instanceof Error ? e.message : String(e));
   }

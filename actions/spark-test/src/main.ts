@@ -32,8 +32,9 @@ function refuseReason(s: SparkTestSettings, head: string): string | null {
 
 /**
  * spark-test: print toolchain and source revisions, run the repository's scripts/ci/spark-test.sh
- * once for the lane in the controller-provided dirs, then write the compact evidence receipt to
- * the job summary and the results dir and post it to the controller.
+ * once for the lane in the controller-provided dirs, then write the job's compact receipt to the
+ * job summary and the results dir and post it to the controller. The receipt is detail: the
+ * check's verdict comes from the Spark agent's own evidence on the host (ADR 0160).
  */
 export async function run(): Promise<void> {
   try {
@@ -149,9 +150,9 @@ export async function run(): Promise<void> {
 
     const problems: string[] = [];
     if (result !== 'passed') problems.push(`Spark test ${result}${reason ? `: ${reason}` : ''}`);
-    if (!posted.ok) problems.push(`evidence receipt not recorded: ${posted.detail}`);
+    if (!posted.ok) problems.push(`job receipt not recorded: ${posted.detail}`);
     if (problems.length) throw new Error(problems.join('; '));
-    core.info(`Spark test passed; evidence receipt ${posted.detail} (sha256 ${digest})`);
+    core.info(`Spark test passed; job receipt ${posted.detail} (sha256 ${digest})`);
   } catch (e) {
     core.setFailed(e instanceof Error ? e.message : String(e));
   }

@@ -66,6 +66,11 @@ export function renderSummary(r: Receipt, digest: string, recorded: string): str
     ],
     ['Log', `sha256 \`${r.log.sha256}\` (${r.log.lines} lines, ${r.log.bytes} bytes)`],
     ['Receipt', `sha256 \`${digest}\` — ${recorded}`],
+    // ADR 0160: the PR's code runs as this job's user and could post a receipt too
+    [
+      'Verdict',
+      "this receipt is what the job reported (detail); the check's verdict comes from the Spark agent's own evidence on the host",
+    ],
   ];
   const toolchain = Object.entries(r.toolchain)
     .map(([k, v]) => `| ${cell(k)} | ${cell(v)} |`)
@@ -111,5 +116,11 @@ export async function postReceipt(
       detail: json?.duplicate ? 'already recorded by the controller' : 'recorded by the controller',
     };
   const why = json?.error ? `${json.error.code}: ${json.error.message}` : text.slice(0, 200);
-  return { ok: false, detail: `controller refused the receipt (${res.status} ${why})` };
+  // the job token is readable by the PR's code (same user): a receipt already recorded that is
+  // not this one was posted by something else in this job (ADR 0160)
+  const hint =
+    json?.error?.code === 'receipt_already_recorded'
+      ? '; something else in this job posted a receipt first (the job token is readable by the PR code)'
+      : '';
+  return { ok: false, detail: `controller refused the receipt (${res.status} ${why})${hint}` };
 }
