@@ -57,9 +57,7 @@ export function workFolderOf(
   l: LeaseState,
   account: RunnerAccount | null,
 ): string {
-  return account
-    ? runnerWorkFolder(leasePaths(cfg, l, true).runnerWrites)
-    : runnerWorkFolder(cfg.runner.dir);
+  return account ? runnerWorkFolder(leasePaths(cfg, l, true).runnerWrites) : runnerWorkFolder(cfg.runner.dir);
 }
 
 export async function gatherHostEvidence(
