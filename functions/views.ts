@@ -203,7 +203,7 @@ async function computeViews(ledger: Ledger, now: number): Promise<Views> {
     })
     .sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
 
-  // issue 11 item 6: a repository with an operator-chosen alias is shown under the alias only —
+  // a repository with an operator-chosen alias is shown under the alias only —
   // no PR number, no commit, no link, nothing that points back at it; the others as they are,
   // or — with `publicRepos: "aliased"` — not at all (docs/adr/0151-aliases-reveal-nothing.md)
   const shownAs = publicRepoNames(ledger.config);

@@ -17,12 +17,12 @@ const defaultTooLarge = (max: number) => () =>
   new ApiError(413, 'payload_too_large', `request body is larger than ${max} bytes`);
 
 /**
- * A route's body limit (issue 11 item 2), checked without reading the body: a Content-Length
- * above `max` is refused (`tooLarge`) at once, and the limit is recorded so that
- * {@link parseBody} stops a chunked body as soon as it passes it. Unlike `hono/body-limit`, which
- * reads a chunked body whole before the next middleware runs, nothing is read here: a body is
- * read only by the handler, after the route's authentication (docs/adr/0150-anonymous-body-budget.md).
- * Nested limits keep the lowest.
+ * A route's body limit (docs/adr/0031-bounded-public-surface-and-failing-ledger.md), checked
+ * without reading the body: a Content-Length above `max` is refused (`tooLarge`) at once, and the
+ * limit is recorded so that {@link parseBody} stops a chunked body as soon as it passes it. Unlike
+ * `hono/body-limit`, which reads a chunked body whole before the next middleware runs, nothing is
+ * read here: a body is read only by the handler, after the route's authentication
+ * (docs/adr/0150-anonymous-body-budget.md). Nested limits keep the lowest.
  */
 export function limitBody(max: number, tooLarge: () => ApiError = defaultTooLarge(max)): MiddlewareHandler {
   return async (c, next) => {

@@ -30,15 +30,15 @@ const ledgerUnavailable = () =>
   );
 
 /**
- * `POST /github/webhooks`, the inbox's front door (issue 13, DESIGN.md "Webhook intake is an
- * inbox"): headers first — signature shape, event, delivery id, content type, a Content-Length
- * within {@link MAX_WEBHOOK_BYTES}, and room in the process-wide budget for anonymous bodies
- * (503 with Retry-After past it, docs/adr/0150-anonymous-body-budget.md) — all refused before a
- * byte of the body is read; then the body read as a bounded stream into one buffer,
- * `X-Hub-Signature-256` verified over it, JSON checked, then one INSERT of the delivery (id
- * unique, event, raw body) and 202. Processing runs afterwards ({@link inboxProcessor}); a
- * redelivery of a known id is answered 200 and changes nothing. Fails closed: no secret
- * configured or ledger unreachable → 503, nothing written.
+ * `POST /github/webhooks`, the inbox's front door (docs/adr/0035-webhook-inbox.md): headers
+ * first — signature shape, event, delivery id, content type, a Content-Length within
+ * {@link MAX_WEBHOOK_BYTES}, and room in the process-wide budget for anonymous bodies (503 with
+ * Retry-After past it, docs/adr/0150-anonymous-body-budget.md) — all refused before a byte of the
+ * body is read; then the body read as a bounded stream into one buffer, `X-Hub-Signature-256`
+ * verified over it, JSON checked, then one INSERT of the delivery (id unique, event, raw body)
+ * and 202. Processing runs afterwards ({@link inboxProcessor}); a redelivery of a known id is
+ * answered 200 and changes nothing. Fails closed: no secret configured or ledger unreachable →
+ * 503, nothing written.
  */
 export function mountWebhook(app: App, svc: () => GitHubService) {
   app.post('/github/webhooks', async (c) => {

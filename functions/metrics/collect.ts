@@ -23,11 +23,13 @@ export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily
   const byKind = <T>(f: (k: (typeof RESERVATION_KINDS)[number]) => T) =>
     RESERVATION_KINDS.map((k) => [k, f(k)] as const);
 
-  const [{ outboxRows, leaseRows }, counters, holders, inbox] = await Promise.all([
+  const homed = fleet.hosts.filter((h) => h.homeService);
+  const [{ outboxRows, leaseRows }, counters, holders, inbox, homedRows] = await Promise.all([
     metricsReads(ledger),
     metricCounterRows(ledger),
     bindingLeaseHolders(ledger),
     inboxStats(ledger),
+    Promise.all(homed.map((h) => ledger.getHost(undefined, h.id))),
   ]);
 
   const pendingOutbox = outboxRows.find((r) => r.status === 'pending');
@@ -176,6 +178,15 @@ export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily
           labels: { host: h.id, service: h.homeService! },
           value: h.serviceHealth === 'serving' ? 1 : 0,
         })),
+    },
+    {
+      name: 'spark_home_service_restore_failures',
+      help: 'Failed restores of each home service since its last good one (reset when a restore passes or an operator clears the quarantine).',
+      type: 'gauge',
+      samples: homed.map((h, i) => ({
+        labels: { host: h.id, service: h.homeService! },
+        value: homedRows[i]?.restoreAttempts ?? 0,
+      })),
     },
     {
       name: 'spark_home_service_health',
