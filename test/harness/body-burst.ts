@@ -72,10 +72,19 @@ export interface BodyBurstResult {
   rssAfterGcMiB: number | null;
   /** What the process still holds after that GC, MiB (after GC − before); null without it. */
   rssHeldAfterGcMiB: number | null;
-  /** How the process accounted its memory after each GC (the `gc-on-signal: done …` line), before and after the bursts. */
-  gcReports: string[];
+  /** How the process accounted its memory after each GC (MiB: rss, heapTotal, heapUsed, external, arrayBuffers), before and after the bursts. */
+  gcReports: GcReport[];
+  /**
+   * What V8 and Node still hold after the bursts and a GC, over what they held before, MiB:
+   * heap in use plus external memory (array buffers, native buffers). RSS beyond this is memory
+   * the allocator (glibc) kept for reuse after it was freed. Null without a GC hook.
+   */
+  heldByProcessMiB: number | null;
   rounds: BurstRound[];
 }
+
+/** Memory as the process accounts it after a GC (MiB), from the `gc-on-signal: done …` line. */
+export type GcReport = Record<'rss' | 'heapTotal' | 'heapUsed' | 'external' | 'arrayBuffers', number>;
 
 /** The flags that let {@link gcProcess} collect garbage in a controller process (node args before the entry). */
 export const GC_ON_SIGNAL_NODE_ARGS = [
@@ -89,7 +98,7 @@ export const GC_ON_SIGNAL_NODE_ARGS = [
  * SIGUSR2 to `pid` (a process the caller started) and waits until its stderr, read through
  * `stderr()`, says it is done.
  */
-export async function gcProcess(pid: number, stderr: () => string, timeoutMs = 10_000): Promise<string> {
+export async function gcProcess(pid: number, stderr: () => string, timeoutMs = 10_000): Promise<GcReport> {
   const reports = () => stderr().match(/gc-on-signal: done[^\n]*/g) ?? [];
   const done = reports().length;
   process.kill(pid, 'SIGUSR2');
@@ -101,7 +110,19 @@ export async function gcProcess(pid: number, stderr: () => string, timeoutMs = 1
   }
   // the allocator hands freed pages back as the collection's sweepers finish
   await new Promise((r) => setTimeout(r, 1000));
-  return reports()[done]!.replace('gc-on-signal: done ', '');
+  const line = reports()[done]!;
+  const value = (k: keyof GcReport) => {
+    const m = new RegExp(`\\b${k}=([0-9.]+)`).exec(line);
+    if (!m) throw new Error(`no ${k} in "${line}"`);
+    return Number(m[1]);
+  };
+  return {
+    rss: value('rss'),
+    heapTotal: value('heapTotal'),
+    heapUsed: value('heapUsed'),
+    external: value('external'),
+    arrayBuffers: value('arrayBuffers'),
+  };
 }
 
 export function rssBytes(pid: number): number {
@@ -200,12 +221,12 @@ function openConn(o: BodyBurstOptions, i: number, chunk: Buffer): Conn {
 
 /** Runs `rounds` bursts one after another (see the file comment) and reports what it measured. */
 export async function runBodyBurst(
-  o: BodyBurstOptions & { rounds?: number; gc?: () => Promise<string> },
+  o: BodyBurstOptions & { rounds?: number; gc?: () => Promise<GcReport> },
 ): Promise<BodyBurstResult> {
   // settle the process first: the first requests compile routes and warm caches
   for (let i = 0; i < 5; i++) await healthz(o.url, 5000);
   // with a GC hook, "before" and "after GC" are both measured with no garbage left
-  const gcReports: string[] = [];
+  const gcReports: GcReport[] = [];
   if (o.gc) gcReports.push(await o.gc());
   const before = rssBytes(o.pid);
   let peak = before;
@@ -230,6 +251,16 @@ export async function runBodyBurst(
     rssAfterGcMiB: afterGc === null ? null : mib(afterGc),
     rssHeldAfterGcMiB: afterGc === null ? null : mib(afterGc - before),
     gcReports,
+    heldByProcessMiB:
+      gcReports.length === 2
+        ? mib(
+            (gcReports[1]!.heapUsed +
+              gcReports[1]!.external -
+              gcReports[0]!.heapUsed -
+              gcReports[0]!.external) *
+              MiB,
+          )
+        : null,
     rounds,
   };
 }
