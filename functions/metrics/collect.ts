@@ -1,3 +1,4 @@
+import { LEDGER_EVENTS } from '../../core/events.ts';
 import { BINDING_LEASE_STATUSES, HOST_STATES, RESERVATION_KINDS } from '../../core/model.ts';
 import { RUNNER_START_BUCKETS_S, WAIT_BUCKETS_S } from '../ledger/counters.ts';
 import { inboxStats } from '../ledger/inbox.ts';
@@ -158,6 +159,9 @@ export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily
     counterFamily(counters, {
       name: 'spark_ledger_events_total',
       help: 'Events appended to the ledger history, by type.',
+      // the events raised for operators exist from the start: Prometheus' increase() cannot see
+      // the first event of a series that appears with it (functions/metrics/alert-rules.yml)
+      ensure: LEDGER_EVENTS.filter((type) => type.startsWith('alert.')).map((type) => ({ type })),
     }),
     {
       name: 'spark_lease_expiry_timestamp_seconds',

@@ -50,21 +50,31 @@ function expressions(yaml: string): string[] {
   return out;
 }
 
+interface Matcher {
+  label: string;
+  /** Label values that must each be exported (`=`, `!=`, and the alternatives of a literal `=~`). */
+  values: string[];
+  /** Any other regex matcher's pattern: at least one exported value must match it. */
+  pattern: RegExp | null;
+}
+
 /** `name{label op "value", ...}` selectors of the controller's series in an expression. */
-function selectors(
-  expr: string,
-): Array<{ name: string; matchers: Array<{ label: string; values: string[] }> }> {
+function selectors(expr: string): Array<{ name: string; matchers: Matcher[] }> {
   return [...expr.matchAll(/\b(spark_[a-z0-9_]+)(?:\{([^}]*)\})?/g)].map((m) => ({
     name: m[1]!,
     matchers: (m[2] ?? '')
       .split(',')
       .map((s) => s.trim())
       .filter(Boolean)
-      .map((s) => {
-        const mm = /^([a-z_]+)\s*(=~|=)\s*"([^"]*)"$/.exec(s);
+      .map((s): Matcher => {
+        const mm = /^([a-z_]+)\s*(=~|!=|=)\s*"([^"]*)"$/.exec(s);
         if (!mm) throw new Error(`unexpected matcher ${s} in ${expr}`);
-        // a regex matcher is an alternation of literal values here
-        return { label: mm[1]!, values: mm[2] === '=~' ? mm[3]!.split('|') : [mm[3]!] };
+        // a PromQL string escapes a backslash as two
+        const value = mm[3]!.replace(/\\\\/g, '\\');
+        if (mm[2] !== '=~') return { label: mm[1]!, values: [value], pattern: null };
+        return /^[A-Za-z0-9_|-]+$/.test(value)
+          ? { label: mm[1]!, values: value.split('|'), pattern: null }
+          : { label: mm[1]!, values: [], pattern: new RegExp(`^(?:${value})$`) };
       }),
   }));
 }
@@ -88,7 +98,7 @@ describe('alert rules', () => {
   it('pass promtool check rules', () => {
     const r = promtool(['check', 'rules', RULES]);
     expect(r.status, r.output).toBe(0);
-    expect(r.output).toMatch(/SUCCESS: 10 rules found/);
+    expect(r.output).toMatch(/SUCCESS: 11 rules found/);
   });
 
   it('pass their unit tests (promtool test rules)', () => {
@@ -115,7 +125,7 @@ describe('alert rules', () => {
 
     it('every series and label value the expressions name is in the scrape', async () => {
       const exprs = expressions(readFileSync(RULES, 'utf8'));
-      expect(exprs).toHaveLength(10);
+      expect(exprs).toHaveLength(11);
       const scraped = samples(await (await fetch(`${group.procs[0]!.url}/metrics`)).text());
       const used = exprs.flatMap(selectors);
       // the extractor found the selectors (a parse that found none would check nothing)
@@ -124,6 +134,7 @@ describe('alert rules', () => {
         'spark_home_service_restore_failures',
         'spark_home_service_up',
         'spark_host_state',
+        'spark_ledger_events_total',
         'spark_ledger_write_errors_total',
         'spark_webhook_inbox_depth',
         'spark_webhook_inbox_oldest_pending_seconds',
@@ -131,12 +142,18 @@ describe('alert rules', () => {
       for (const { name, matchers } of used) {
         const series = scraped.get(name);
         expect(series, `${name} is not exported by /metrics`).toBeDefined();
-        for (const { label, values } of matchers)
+        for (const { label, values, pattern } of matchers) {
           for (const value of values)
             expect(
               series!.some((l) => l[label] === value),
               `/metrics has no ${name}{${label}="${value}"}`,
             ).toBe(true);
+          if (pattern)
+            expect(
+              series!.some((l) => pattern.test(l[label] ?? '')),
+              `/metrics has no ${name}{${label}=~"${pattern.source}"}`,
+            ).toBe(true);
+        }
       }
     });
   });

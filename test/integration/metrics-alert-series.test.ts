@@ -36,6 +36,17 @@ async function sample(series: string): Promise<number> {
 }
 
 describe('series for the alert rules', () => {
+  it('every alert event type is exported at 0 before the first one, so increase() sees the first', async () => {
+    c = await startTestController({ config, listen: false });
+    for (const type of [
+      'alert.restore_failed',
+      'alert.foreign_job',
+      'alert.pair_node_lost',
+      'alert.emergency_terminate',
+    ])
+      expect(await sample(`spark_ledger_events_total{type="${type}"}`), type).toBe(0);
+  });
+
   it('spark_home_service_restore_failures counts failed restores until one passes or an operator clears the quarantine', async () => {
     c = await startTestController({ config, listen: false });
     const { ledger } = c;
