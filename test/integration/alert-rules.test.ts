@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
 import { repoRoot } from '../../functions/node-server.ts';
 import { makeTestLedger, tempDir } from '../helpers/ledger.ts';
 import { type ControllerGroup, startControllerProcesses } from '../helpers/load/controllers.ts';
@@ -25,29 +26,10 @@ function promtool(args: string[]): { status: number | null; output: string } {
   return { status: r.status, output: `${r.stdout}${r.stderr}` };
 }
 
-/**
- * Each rule's `expr` from the rules file: the inline value, or the block under `expr: |`. The file
- * is ours and kept in this shape; the count is checked against promtool's.
- */
+/** Each rule's `expr` in the rules file (Prometheus' rule-file format: groups of rules). */
 function expressions(yaml: string): string[] {
-  const lines = yaml.split('\n');
-  const out: string[] = [];
-  for (let i = 0; i < lines.length; i++) {
-    const m = /^(\s*)expr:\s*(.*)$/.exec(lines[i]!);
-    if (!m) continue;
-    if (m[2] !== '|') {
-      out.push(m[2]!);
-      continue;
-    }
-    const block: string[] = [];
-    while (
-      i + 1 < lines.length &&
-      (lines[i + 1]!.trim() === '' || /^\s+/.exec(lines[i + 1]!)![0].length > m[1]!.length)
-    )
-      block.push(lines[++i]!.trim());
-    out.push(block.join(' ').trim());
-  }
-  return out;
+  const doc = parse(yaml) as { groups: Array<{ rules: Array<{ alert?: string; expr: string }> }> };
+  return doc.groups.flatMap((g) => g.rules.map((r) => r.expr));
 }
 
 interface Matcher {
