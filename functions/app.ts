@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import type { AdmissionLoop } from './admission-loop.ts';
+import { limitBody, MAX_BODY_BYTES } from './api/body.ts';
 import { createOperatorApi, type OperatorApi } from './api/operator.ts';
 import { requirePublicRead } from './auth/public-read.ts';
 import { ApiError } from './errors.ts';
@@ -41,8 +41,7 @@ export interface AppModule {
   tick?(ctx: AppContext): Promise<void>;
 }
 
-/** Body size guard shared by routes (413 before parsing). */
-export const MAX_BODY_BYTES = 1024 * 1024;
+export { MAX_BODY_BYTES };
 
 /**
  * The webhook route bounds its own body (it must refuse a missing or malformed signature header
@@ -51,17 +50,16 @@ export const MAX_BODY_BYTES = 1024 * 1024;
 const OWN_BODY_LIMIT = new Set(['/github/webhooks']);
 
 /**
- * Issue 11 item 2: every body is bounded while it streams. Hono's `bodyLimit` trusts a
- * Content-Length (refusing a larger one before reading) and otherwise counts the chunks as they
- * arrive and stops at `maxSize`, so a 200 MiB chunked body costs at most `maxSize` bytes of memory.
+ * Issue 11 item 2: every body is bounded while it streams. A Content-Length over the limit is
+ * refused before reading; a chunked body is stopped by `parseBody` as soon as it passes the
+ * limit, so a 200 MiB chunked body costs at most the limit. Nothing is read here: a body is
+ * read by its handler, after the route's authentication (docs/adr/0150-anonymous-body-budget.md).
  * Route modules may set a lower limit of their own (agent API, in-job leases API).
  */
-const boundedBody = bodyLimit({
-  maxSize: MAX_BODY_BYTES,
-  onError: () => {
-    throw new ApiError(413, 'payload_too_large', `request bodies are limited to ${MAX_BODY_BYTES} bytes`);
-  },
-});
+const boundedBody = limitBody(
+  MAX_BODY_BYTES,
+  () => new ApiError(413, 'payload_too_large', `request bodies are limited to ${MAX_BODY_BYTES} bytes`),
+);
 
 /** How long one write-probe result answers `/healthz` (anonymous callers must not each cost a write). */
 export const WRITE_PROBE_TTL_MS = 5_000;

@@ -3,7 +3,7 @@ import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { serve } from '@hono/node-server';
+import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server';
 import { redactUrl, type SparkConfig } from '../core/config.ts';
 import type { AdmissionLoop } from './admission-loop.ts';
 import type { App, AppContext, AppModule } from './app.ts';
@@ -111,6 +111,28 @@ export function applyServerLimits(server: HttpServer, limits: SparkConfig['serve
   server.keepAliveTimeout = limits.keepAliveTimeoutS * 1000;
 }
 
+/**
+ * The app's fetch, for Node: an answer given while the request's body is still arriving (a
+ * refusal before reading it — a bad signature, a missing token, a Content-Length over the limit,
+ * the anonymous-body budget in use — or a route that never reads a body) closes the connection.
+ * Keeping it alive would make the server read the unread rest of the body first (Node dumps it,
+ * @hono/node-server drains up to 64 MiB), and reading bodies nobody asked for is the cost the
+ * refusal avoids (docs/adr/0150-anonymous-body-budget.md).
+ */
+export function closeUnreadBodies(
+  fetch: (req: Request, env: HttpBindings | Http2Bindings) => Response | Promise<Response>,
+): (req: Request, env: HttpBindings | Http2Bindings) => Promise<Response> {
+  return async (req, env) => {
+    const res = await fetch(req, env);
+    if (req.method === 'GET' || req.method === 'HEAD' || !env.incoming || env.incoming.complete) return res;
+    // the answer may come while Node is still parsing the packet that holds the rest of the body
+    // (a handler that never reads it answers from a callback of the parser): let that finish first
+    await new Promise((r) => setImmediate(r));
+    if (!env.incoming.complete) res.headers.set('connection', 'close');
+    return res;
+  };
+}
+
 /** The Node adapter: opens the ledger, builds the controller, serves it and runs its timers. */
 export async function startController(opts: StartOptions): Promise<RunningController> {
   const log = opts.log ?? createLogger(opts.settings.logLevel);
@@ -149,7 +171,10 @@ export async function startController(opts: StartOptions): Promise<RunningContro
   if (!opts.noListen) {
     const { host, port: wanted } = opts.settings.config.listen;
     server = await new Promise<ReturnType<typeof serve>>((res, rej) => {
-      const s = serve({ fetch: app.fetch, hostname: host, port: wanted }, () => res(s));
+      const s = serve(
+        { fetch: closeUnreadBodies((req, env) => app.fetch(req, env)), hostname: host, port: wanted },
+        () => res(s),
+      );
       s.once('error', rej);
     });
     applyServerLimits(server as unknown as HttpServer, opts.settings.config.server);

@@ -95,7 +95,16 @@ export function githubWebBase(apiUrl: string): string {
   return `${u.protocol}//${u.host}`;
 }
 
-type Views = { fleet: FleetView; queue: QueueView };
+type Views = {
+  fleet: FleetView;
+  queue: QueueView;
+  /**
+   * Each queued reservation's wait reason as operators read it (scrubbed by {@link redactText},
+   * repositories under their real names). Authenticated views only: `queue` holds the public
+   * text, in which an aliased repository is named by its alias alone.
+   */
+  operatorReasons: ReadonlyMap<string, string | null>;
+};
 const memo = new WeakMap<Ledger, { version: number; now: number; at: number; views: Promise<Views> }>();
 
 /**
@@ -207,16 +216,18 @@ async function computeViews(ledger: Ledger, now: number): Promise<Views> {
     })
     .sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }));
 
-  // issue 11 item 6: a repository with an operator-chosen alias is shown under the alias (and
-  // without links); the others as they are, or — with `publicRepos: "aliased"` — not at all
-  const aliases = ledger.config.repoAliases;
-  const onlyAliased = ledger.config.publicRepos === 'aliased';
-  const publicRepo = (repo: string | null) =>
-    repo && REPO.test(repo)
-      ? (aliases[repo] ?? aliases[repo.toLowerCase()] ?? (onlyAliased ? null : repo))
-      : null;
+  // a repository with an operator-chosen alias is shown under the alias only —
+  // no PR number, no commit, no link, nothing that points back at it; the others as they are,
+  // or — with `publicRepos: "aliased"` — not at all (docs/adr/0151-aliases-reveal-nothing.md)
+  const shownAs = publicRepoNames(ledger.config);
   const item = (r: (typeof resvRows)[number]): QueueItemView => {
     const w = positions.get(r.id);
+    const shown = shownAs(r.repo);
+    const open = shown?.kind === 'public';
+    const secret = shown?.kind === 'alias' || shown?.kind === 'hidden';
+    // aliases first: redactText would turn `owner/name@commit` into `owner/[account]`
+    const raw = r.status === 'queued' ? (w?.reason ?? r.reason) : null;
+    const reason = raw ? redactText(publicReason(raw, shownAs, secret)) || null : null;
     return {
       id: r.id,
       position: r.status === 'queued' ? (w?.position ?? r.position ?? null) : null,
@@ -225,12 +236,12 @@ async function computeViews(ledger: Ledger, now: number): Promise<Views> {
       topology: r.topology as Topology,
       status: r.status as ReservationStatus,
       suite: r.suite as Suite | null,
-      repo: publicRepo(r.repo),
-      pr: publicRepo(r.repo) ? r.pr : null,
-      prUrl: publicRepo(r.repo) === r.repo ? prUrl(web, r.repo, r.pr) : null,
-      headSha: r.headSha && SHA.test(r.headSha) ? r.headSha : null,
+      repo: shown?.kind === 'hidden' ? null : (shown?.name ?? null),
+      pr: open ? r.pr : null,
+      prUrl: open ? prUrl(web, r.repo, r.pr) : null,
+      headSha: !secret && r.headSha && SHA.test(r.headSha) ? r.headSha : null,
       hosts: hostsOf.get(r.id) ?? [],
-      reason: r.status === 'queued' ? redactText(w?.reason ?? r.reason) || null : null,
+      reason,
       ageS: Math.max(0, Math.round((now - r.createdAt) / 1000)),
       targetHost: r.targetHost,
       eta: etaView(etas.get(r.id), now),
@@ -258,7 +269,55 @@ async function computeViews(ledger: Ledger, now: number): Promise<Views> {
       hosts,
     },
     queue: { generatedAt, queued, active },
+    operatorReasons: new Map(
+      resvRows
+        .filter((r) => r.status === 'queued')
+        .map((r) => [r.id, redactText(positions.get(r.id)?.reason ?? r.reason) || null] as const),
+    ),
   };
+}
+
+/** How a repository appears on public surfaces: its own name, an alias, or not at all. */
+type ShownRepo = { kind: 'public' | 'alias'; name: string } | { kind: 'hidden' };
+
+/**
+ * The public name of each repository under `repoAliases` and `publicRepos`. GitHub treats
+ * `owner/name` case-insensitively, so an alias configured as `Acme/Engine` covers `acme/engine`.
+ * Null for no repository (development work) or a malformed name.
+ */
+export function publicRepoNames(
+  config: Pick<Ledger['config'], 'repoAliases' | 'publicRepos'>,
+): (repo: string | null) => ShownRepo | null {
+  const aliases = new Map(Object.entries(config.repoAliases).map(([k, v]) => [k.toLowerCase(), v]));
+  return (repo) => {
+    if (!repo || !REPO.test(repo)) return null;
+    const alias = aliases.get(repo.toLowerCase());
+    if (alias !== undefined) return { kind: 'alias', name: alias };
+    return config.publicRepos === 'aliased' ? { kind: 'hidden' } : { kind: 'public', name: repo };
+  };
+}
+
+/** `owner/name`, with the `#PR` or `@commit` a budget slot adds (core/admission.ts `budgetSlot`). */
+const REPO_REF = /\b([A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+)(#\d+|@[0-9A-Za-z_-]+)?/g;
+
+/**
+ * A wait reason as the public reads it: every repository it names is shown as {@link shownAs}
+ * shows it (an aliased one by its alias, without its PR or commit; a hidden one as "another
+ * repository"), and in the reason of an aliased or hidden repository's own request no commit
+ * or `#number` is left either.
+ */
+function publicReason(
+  text: string,
+  shownAs: (repo: string | null) => ShownRepo | null,
+  secret: boolean,
+): string {
+  let out = text.replace(REPO_REF, (whole, repo: string) => {
+    const shown = shownAs(repo);
+    if (!shown || shown.kind === 'public') return whole;
+    return shown.kind === 'alias' ? shown.name : 'another repository';
+  });
+  if (secret) out = out.replace(/\b[0-9a-f]{7,64}\b/gi, '[commit]').replace(/#\d+/g, '');
+  return out;
 }
 
 /**

@@ -1,5 +1,4 @@
 import type { Context } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
 import {
   AGENT_API_PREFIX,
   AGENT_MAX_BODY_BYTES,
@@ -7,7 +6,7 @@ import {
   PollRequestSchema,
   ReportSchema,
 } from '../../core/protocol/agent.ts';
-import { parseBody } from '../api/body.ts';
+import { limitBody, parseBody } from '../api/body.ts';
 import type { AppModule } from '../app.ts';
 import {
   type AgentAuthEnv,
@@ -40,16 +39,15 @@ export const agentApiModule: AppModule = {
     const agent = app.basePath(AGENT_API_PREFIX);
     agent.use(
       '*',
-      bodyLimit({
-        maxSize: AGENT_MAX_BODY_BYTES,
-        onError: () => {
-          throw new ApiError(
+      limitBody(
+        AGENT_MAX_BODY_BYTES,
+        () =>
+          new ApiError(
             413,
             'payload_too_large',
             `agent request bodies are limited to ${AGENT_MAX_BODY_BYTES} bytes; send fewer log lines`,
-          );
-        },
-      }),
+          ),
+      ),
     );
     agent.use('*', requireAgent());
     agent.use('*', async (c, next) => {

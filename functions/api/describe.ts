@@ -46,16 +46,18 @@ export function mayAct(p: ApiPrincipal, r: ReservationRow): boolean {
 export interface LiveQueue {
   queue: QueueView;
   keptFor: Map<string, { hostId: string; state: string }[]>;
+  /** Wait reasons as operators read them (the public queue names an aliased repository by its alias only). */
+  reasons: ReadonlyMap<string, string | null>;
 }
 
 export async function loadLiveQueue(ledger: Ledger): Promise<LiveQueue> {
-  const { fleet, queue } = await buildViews(ledger);
+  const { fleet, queue, operatorReasons } = await buildViews(ledger);
   const keptFor = new Map<string, { hostId: string; state: string }[]>();
   for (const h of fleet.hosts) {
     if (!h.keptFor) continue;
     keptFor.set(h.keptFor, [...(keptFor.get(h.keptFor) ?? []), { hostId: h.id, state: h.state }]);
   }
-  return { queue, keptFor };
+  return { queue, keptFor, reasons: operatorReasons };
 }
 
 /** Renders one reservation for its requester/operators: leases without fencing tokens. */
@@ -84,7 +86,9 @@ export function describeReservation(
     status,
     position: status === 'queued' ? (queued?.position ?? r.position ?? null) : null,
     reason:
-      status === 'queued' ? (queued?.reason ?? (redactText(r.reason) || null)) : redactText(r.reason) || null,
+      status === 'queued'
+        ? (live?.reasons.get(r.id) ?? (redactText(r.reason) || null))
+        : redactText(r.reason) || null,
     // how the work ended (or is ending); the queue's wait code is a separate column, never this
     outcome: status === 'releasing' || isTerminalStatus(status) ? r.outcome : null,
     targetHost: r.targetHost,

@@ -1,5 +1,7 @@
 import { verify } from '@octokit/webhooks-methods';
 import { requestGate } from '../admission-loop.ts';
+import { ANONYMOUS_BODY_DEADLINE_MS } from '../api/anonymous-budget.ts';
+import { readAnonymousBody } from '../api/body.ts';
 import type { App } from '../app.ts';
 import { ApiError } from '../errors.ts';
 import { insertDelivery } from '../ledger/inbox.ts';
@@ -9,10 +11,16 @@ import type { GitHubService } from './service.ts';
 /** Webhook bodies above this are refused while streaming (GitHub caps payloads at 25 MB; ours are small). */
 export const MAX_WEBHOOK_BYTES = 2 * 1024 * 1024;
 /** A body still arriving after this is refused (408): GitHub itself gives up after 10 s. */
-export const WEBHOOK_BODY_DEADLINE_MS = 10_000;
+export const WEBHOOK_BODY_DEADLINE_MS = ANONYMOUS_BODY_DEADLINE_MS;
 
 const SIGNATURE = /^sha256=[0-9a-f]{64}$/;
 const DELIVERY = /^[0-9A-Za-z-]{1,100}$/;
+/**
+ * The App's webhook is configured with content type `application/json` (docs/github-app.md);
+ * GitHub then sends `Content-Type: application/json` with each delivery
+ * (https://docs.github.com/en/webhooks/webhook-events-and-payloads#delivery-headers).
+ */
+const JSON_TYPE = /^application\/json\s*(?:;|$)/i;
 
 const ledgerUnavailable = () =>
   new ApiError(
@@ -22,12 +30,15 @@ const ledgerUnavailable = () =>
   );
 
 /**
- * `POST /github/webhooks`, the inbox's front door (issue 13, DESIGN.md "Webhook intake is an
- * inbox"): headers first (signature shape, event, delivery id: refused before a byte of the
- * body is read), the body read as a bounded stream, `X-Hub-Signature-256` verified over it, JSON
- * checked, then one INSERT of the delivery (id unique, event, raw body) and 202. Processing
- * runs afterwards ({@link inboxProcessor}); a redelivery of a known id is answered 200 and
- * changes nothing. Fails closed: no secret configured or ledger unreachable → 503, nothing written.
+ * `POST /github/webhooks`, the inbox's front door (docs/adr/0035-webhook-inbox.md): headers
+ * first — signature shape, event, delivery id, content type, a Content-Length within
+ * {@link MAX_WEBHOOK_BYTES}, and room in the process-wide budget for anonymous bodies (503 with
+ * Retry-After past it, docs/adr/0150-anonymous-body-budget.md) — all refused before a byte of the
+ * body is read; then the body read as a bounded stream into one buffer, `X-Hub-Signature-256`
+ * verified over it, JSON checked, then one INSERT of the delivery (id unique, event, raw body)
+ * and 202. Processing runs afterwards ({@link inboxProcessor}); a redelivery of a known id is
+ * answered 200 and changes nothing. Fails closed: no secret configured or ledger unreachable →
+ * 503, nothing written.
  */
 export function mountWebhook(app: App, svc: () => GitHubService) {
   app.post('/github/webhooks', async (c) => {
@@ -51,10 +62,18 @@ export function mountWebhook(app: App, svc: () => GitHubService) {
           'invalid_request',
           'X-GitHub-Event and X-GitHub-Delivery headers are required',
         );
-      const declared = Number(c.req.header('content-length') ?? '0');
-      if (declared > MAX_WEBHOOK_BYTES) throw tooLarge();
+      if (!JSON_TYPE.test(c.req.header('content-type') ?? ''))
+        throw new ApiError(
+          415,
+          'unsupported_media_type',
+          'webhook deliveries must be application/json: set the content type of the GitHub App webhook to application/json',
+        );
 
-      const raw = await readBounded(c.req.raw, MAX_WEBHOOK_BYTES, WEBHOOK_BODY_DEADLINE_MS);
+      const raw = await readAnonymousBody(c, {
+        max: MAX_WEBHOOK_BYTES,
+        deadlineMs: WEBHOOK_BODY_DEADLINE_MS,
+        tooLarge,
+      });
       if (!(await verifySafe(s.webhookSecret, raw, sig))) throw badSignature();
       if (event === 'ping') return c.json({ ok: true, pong: true });
 
@@ -62,11 +81,7 @@ export function mountWebhook(app: App, svc: () => GitHubService) {
       try {
         payload = JSON.parse(raw);
       } catch {
-        throw new ApiError(
-          400,
-          'invalid_json',
-          'the webhook body is not JSON (set the content type to application/json)',
-        );
+        throw new ApiError(400, 'invalid_json', 'the webhook body is not valid JSON');
       }
       const action = stringAt(payload, ['action']);
       let inserted: boolean;
@@ -89,51 +104,6 @@ export function mountWebhook(app: App, svc: () => GitHubService) {
       gate.leave();
     }
   });
-}
-
-/**
- * Reads a request body as a stream, refusing it (413) as soon as it passes `max` bytes and
- * (408) when it is still arriving after `deadlineMs`, so neither a huge chunked body nor a slow
- * one holds memory or a connection for long.
- */
-export async function readBounded(req: Request, max: number, deadlineMs: number): Promise<string> {
-  if (!req.body) return '';
-  const reader = req.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    void reader.cancel().catch(() => undefined);
-  }, deadlineMs);
-  try {
-    for (;;) {
-      let r: ReadableStreamReadResult<Uint8Array>;
-      try {
-        r = await reader.read();
-      } catch (e) {
-        if (timedOut) throw tooSlow(deadlineMs);
-        throw e;
-      }
-      if (r.done) break;
-      size += r.value.byteLength;
-      if (size > max) {
-        void reader.cancel().catch(() => undefined);
-        throw tooLarge();
-      }
-      chunks.push(r.value);
-    }
-    if (timedOut) throw tooSlow(deadlineMs);
-  } finally {
-    clearTimeout(timer);
-  }
-  const all = new Uint8Array(size);
-  let at = 0;
-  for (const ch of chunks) {
-    all.set(ch, at);
-    at += ch.byteLength;
-  }
-  return new TextDecoder().decode(all);
 }
 
 function stringAt(v: unknown, path: string[]): string | null {
@@ -170,9 +140,6 @@ const badSignature = () =>
 
 const tooLarge = () =>
   new ApiError(413, 'payload_too_large', `webhook body exceeds ${MAX_WEBHOOK_BYTES} bytes`);
-
-const tooSlow = (ms: number) =>
-  new ApiError(408, 'body_timeout', `the webhook body did not arrive within ${ms / 1000} s`);
 
 async function verifySafe(secret: string, body: string, sig: string): Promise<boolean> {
   try {

@@ -1,4 +1,3 @@
-import { bodyLimit } from 'hono/body-limit';
 import { isActiveStatus, isReleasableStatus } from '../../core/model.ts';
 import {
   LeaseVerifyRequestSchema,
@@ -10,7 +9,7 @@ import {
   ReceiptSchema,
   type StoredReceipts,
 } from '../../core/protocol/receipt.ts';
-import { parseBody } from '../api/body.ts';
+import { limitBody, parseBody } from '../api/body.ts';
 import type { AppModule } from '../app.ts';
 import { ApiError, badRequest, conflict, notFound, staleFencingToken } from '../errors.ts';
 import { hasHostEvidence } from '../ledger/host-evidence.ts';
@@ -31,12 +30,10 @@ import { leaseForJobToken, requireBearer } from './job-token.ts';
 const VERIFY_MAX_BYTES = 4 * 1024;
 
 const limit = (maxSize: number) =>
-  bodyLimit({
+  limitBody(
     maxSize,
-    onError: () => {
-      throw new ApiError(413, 'payload_too_large', `request body is larger than ${maxSize} bytes`);
-    },
-  });
+    () => new ApiError(413, 'payload_too_large', `request body is larger than ${maxSize} bytes`),
+  );
 
 /** Canonical JSON (sorted keys) so a retried POST of the same receipt is recognised. */
 function canonical(v: unknown): string {

@@ -4,6 +4,29 @@ import type { LedgerEventType, LedgerSubjectType } from '../../core/events.ts';
 import { countEvents } from './counters.ts';
 import { CHECKPOINT_BUSY_MS, type LedgerDb, LOCAL_BUSY_TIMEOUT_MS, type Tx } from './db.ts';
 import * as t from './schema.ts';
+import { isLedgerUnavailable } from './unavailable.ts';
+
+/**
+ * Why a ledger write failed when the ledger itself was the trouble, not the command: `storage`
+ * (read-only file or mount, full disk, I/O error: unavailable.ts) or `busy` (the lock wait ran
+ * out). A command's own refusal (an ApiError thrown inside the transaction) is neither.
+ */
+export type WriteErrorCause = 'storage' | 'busy';
+
+export function writeErrorCause(e: unknown): WriteErrorCause | null {
+  if (isLedgerUnavailable(e)) return 'storage';
+  for (let cur: unknown = e, depth = 0; cur && depth < 6; depth++) {
+    const err = cur as { code?: unknown; message?: unknown; cause?: unknown };
+    if (
+      /SQLITE_BUSY|SQLITE_LOCKED|database is locked/i.test(
+        `${String(err.code ?? '')} ${String(err.message ?? '')}`,
+      )
+    )
+      return 'busy';
+    cur = err.cause;
+  }
+  return null;
+}
 
 /** One row of the append-only history, as written. */
 export interface LedgerEvent {
@@ -49,6 +72,7 @@ export class LedgerStore {
   private readonly listeners = new Set<Listener>();
   private readonly eventBuffers = new WeakMap<Tx, EventInsert[]>();
   private readonly changedSets = new WeakMap<Tx, Set<string>>();
+  private readonly writeErrorObservers = new Set<(cause: WriteErrorCause) => void>();
   private changeCount = 0;
 
   constructor(
@@ -58,6 +82,31 @@ export class LedgerStore {
     this.config = opts.config;
     this.clock = opts.clock ?? Date.now;
     this.hooks = [...(opts.hooks ?? [])];
+    // every write path of the database (transactions, single statements, scripts) reports the
+    // ledger's own failures to the observers (metrics: spark_ledger_write_errors_total)
+    const observed =
+      <A extends unknown[], R>(f: (...args: A) => Promise<R>) =>
+      async (...args: A): Promise<R> => {
+        try {
+          return await f(...args);
+        } catch (e) {
+          const cause = writeErrorCause(e);
+          if (cause) for (const fn of this.writeErrorObservers) fn(cause);
+          throw e;
+        }
+      };
+    this.store = {
+      ...store,
+      write: observed(store.write) as LedgerDb['write'],
+      exec: observed(store.exec),
+      execScript: observed(store.execScript),
+    };
+  }
+
+  /** Observe writes that failed for the ledger's own reasons ({@link writeErrorCause}); returns an unsubscribe function. */
+  observeWriteErrors(fn: (cause: WriteErrorCause) => void): () => void {
+    this.writeErrorObservers.add(fn);
+    return () => this.writeErrorObservers.delete(fn);
   }
 
   /** The read handle (queries only; writes go through {@link write}). */

@@ -1,3 +1,4 @@
+import { LEDGER_EVENTS } from '../../core/events.ts';
 import { BINDING_LEASE_STATUSES, HOST_STATES, RESERVATION_KINDS } from '../../core/model.ts';
 import { RUNNER_START_BUCKETS_S, WAIT_BUCKETS_S } from '../ledger/counters.ts';
 import { inboxStats } from '../ledger/inbox.ts';
@@ -23,11 +24,13 @@ export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily
   const byKind = <T>(f: (k: (typeof RESERVATION_KINDS)[number]) => T) =>
     RESERVATION_KINDS.map((k) => [k, f(k)] as const);
 
-  const [{ outboxRows, leaseRows }, counters, holders, inbox] = await Promise.all([
+  const homed = fleet.hosts.filter((h) => h.homeService);
+  const [{ outboxRows, leaseRows }, counters, holders, inbox, homedRows] = await Promise.all([
     metricsReads(ledger),
     metricCounterRows(ledger),
     bindingLeaseHolders(ledger),
     inboxStats(ledger),
+    Promise.all(homed.map((h) => ledger.getHost(undefined, h.id))),
   ]);
 
   const pendingOutbox = outboxRows.find((r) => r.status === 'pending');
@@ -156,6 +159,9 @@ export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily
     counterFamily(counters, {
       name: 'spark_ledger_events_total',
       help: 'Events appended to the ledger history, by type.',
+      // the events raised for operators exist from the start: Prometheus' increase() cannot see
+      // the first event of a series that appears with it (functions/metrics/alert-rules.yml)
+      ensure: LEDGER_EVENTS.filter((type) => type.startsWith('alert.')).map((type) => ({ type })),
     }),
     {
       name: 'spark_lease_expiry_timestamp_seconds',
@@ -176,6 +182,15 @@ export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily
           labels: { host: h.id, service: h.homeService! },
           value: h.serviceHealth === 'serving' ? 1 : 0,
         })),
+    },
+    {
+      name: 'spark_home_service_restore_failures',
+      help: 'Failed restores of each home service since its last good one (reset when a restore passes or an operator clears the quarantine).',
+      type: 'gauge',
+      samples: homed.map((h, i) => ({
+        labels: { host: h.id, service: h.homeService! },
+        value: homedRows[i]?.restoreAttempts ?? 0,
+      })),
     },
     {
       name: 'spark_home_service_health',

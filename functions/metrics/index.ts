@@ -2,12 +2,24 @@ import type { AppModule } from '../app.ts';
 import { requirePublicRead } from '../auth/public-read.ts';
 import { badRequest } from '../errors.ts';
 import type { Ledger } from '../ledger/ledger.ts';
+import type { WriteErrorCause } from '../ledger/store.ts';
 import { ADMISSION_BUCKETS_S, collectLedgerMetrics } from './collect.ts';
 import { githubApiStats } from './github-api.ts';
-import { collectProcessMetrics } from './process.ts';
+import { collectProcessMetrics, WRITE_ERROR_CAUSES } from './process.ts';
 import { formatPrometheus, LiveHistogram, PROM_CONTENT_TYPE } from './prom-text.ts';
 
 const instrumented = new WeakMap<Ledger, LiveHistogram>();
+const writeErrors = new WeakMap<Ledger, Map<WriteErrorCause, number>>();
+
+/** Counts this process's failed ledger writes by cause (one counter set per ledger instance). */
+export function instrumentWriteErrors(ledger: Ledger): ReadonlyMap<WriteErrorCause, number> {
+  const existing = writeErrors.get(ledger);
+  if (existing) return existing;
+  const counts = new Map<WriteErrorCause, number>(WRITE_ERROR_CAUSES.map((c) => [c, 0]));
+  ledger.observeWriteErrors((cause) => counts.set(cause, (counts.get(cause) ?? 0) + 1));
+  writeErrors.set(ledger, counts);
+  return counts;
+}
 
 /** Times every admission pass of this ledger instance (one histogram per ledger). */
 export function instrumentAdmission(ledger: Ledger): LiveHistogram {
@@ -31,6 +43,7 @@ export const metricsModule: AppModule = {
   name: 'metrics',
   hooks(ctx) {
     instrumentAdmission(ctx.ledger);
+    instrumentWriteErrors(ctx.ledger);
     return [];
   },
   routes(app, ctx) {
@@ -51,6 +64,7 @@ export const metricsModule: AppModule = {
               github: githubApiStats(ctx.ledger),
               runtime: ctx.runtime,
               buckets: ADMISSION_BUCKETS_S,
+              writeErrors: instrumentWriteErrors(ctx.ledger),
             })),
       ];
       return c.body(formatPrometheus(families), 200, {

@@ -1,6 +1,11 @@
 import pkg from '../../package.json' with { type: 'json' };
+import { anonymousBodies, type BodyBudget } from '../api/anonymous-budget.ts';
+import type { WriteErrorCause } from '../ledger/store.ts';
 import type { GitHubApiStats } from './github-api.ts';
 import type { LiveHistogram, MetricFamily } from './prom-text.ts';
+
+/** Every cause a ledger write error is counted under, exported at 0 so an alert sees the series. */
+export const WRITE_ERROR_CAUSES: readonly WriteErrorCause[] = ['storage', 'busy'];
 
 /**
  * Series about this controller process only (docs/metrics.md): its build, its admission passes
@@ -12,7 +17,12 @@ export function collectProcessMetrics(o: {
   github: GitHubApiStats;
   runtime: 'node' | 'worker';
   buckets: readonly number[];
+  /** The budget for bodies read before the sender is known (docs/adr/0150-anonymous-body-budget.md); this process's by default. */
+  bodies?: BodyBudget;
+  /** This process's failed ledger writes by cause (a failed write cannot count itself in the ledger). */
+  writeErrors?: ReadonlyMap<WriteErrorCause, number>;
 }): MetricFamily[] {
+  const bodies = o.bodies ?? anonymousBodies;
   const rl = [...o.github.rateLimit].sort(([a], [b]) => a.localeCompare(b));
   return [
     {
@@ -36,6 +46,33 @@ export function collectProcessMetrics(o: {
       type: 'histogram',
       buckets: o.buckets,
       series: o.admission ? [{ live: o.admission }] : [],
+    },
+    {
+      name: 'spark_ledger_write_errors_total',
+      help: 'Ledger writes by this process that failed for the ledger itself: storage (read-only, full disk, I/O) or busy (lock wait ran out).',
+      type: 'counter',
+      samples: WRITE_ERROR_CAUSES.map((cause) => ({
+        labels: { cause },
+        value: o.writeErrors?.get(cause) ?? 0,
+      })),
+    },
+    {
+      name: 'spark_anonymous_body_budget_bytes',
+      help: 'Bytes of request bodies this process reads at once before their sender is known.',
+      type: 'gauge',
+      samples: [{ value: bodies.capacity }],
+    },
+    {
+      name: 'spark_anonymous_body_bytes_in_flight',
+      help: 'Bytes of that budget taken by bodies being read now.',
+      type: 'gauge',
+      samples: [{ value: bodies.inFlight }],
+    },
+    {
+      name: 'spark_anonymous_bodies_refused_total',
+      help: 'Requests answered 503 unread because the budget for unauthenticated bodies was in use.',
+      type: 'counter',
+      samples: [{ value: bodies.refused }],
     },
     {
       name: 'spark_github_api_requests_total',

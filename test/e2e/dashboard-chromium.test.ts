@@ -341,4 +341,61 @@ describe('control-room dashboard in Chromium', () => {
       await page.close();
     }
   });
+
+  it('shows an aliased repository by its alias alone: no PR number, commit or link that points back at it', async () => {
+    ctl = await startApiController({
+      config: { repoAliases: { 'acme/secret-engine': 'project A' }, budgets: { maxGpusPerPr: 1 } },
+    });
+    const { c } = ctl;
+    await bringOnline(c.ledger);
+    const sha = {
+      running: 'c0ffee15a1e5b0a7d2c3e4f5061728394a5b6c7d',
+      queued: 'badc0de5a1e5b0a7d2c3e4f5061728394a5b6c7e',
+    };
+    const request = (headSha: string) =>
+      c.ledger.createReservation(
+        {
+          kind: 'manual',
+          topology: 'single',
+          repo: 'acme/secret-engine',
+          pr: 4711,
+          headSha,
+          suite: 'smoke',
+          requester: 'github:maintainer',
+        },
+        'github',
+      );
+    const running = await request(sha.running);
+    await until(
+      'granted',
+      async () => (await c.ledger.getReservation(undefined, running.id))?.status === 'allocated',
+    );
+    await agentPrepared(c.ledger, running.id);
+    await c.ledger.advanceReservation(running.id, 'running', 'runner started', 'agent:spark-2');
+    const queued = await request(sha.queued);
+    await c.loop.runNow();
+    const page = await browser!.newPage();
+    try {
+      await page.goto(c.url);
+      const activeRow = page.locator(`#active tr[data-reservation="${running.id}"]`);
+      const queuedRow = page.locator(`#queue tr[data-reservation="${queued.id}"]`);
+      await activeRow.waitFor();
+      await queuedRow.waitFor();
+      expect(await activeRow.textContent()).toContain('project A');
+      expect(await queuedRow.textContent()).toMatch(/project A.*budget: project A holds 1 of 1 GPUs per PR/s);
+      // nothing on the page links to GitHub for it, and the page's text and markup name none of it
+      expect(await page.locator('a[href*="github.com"]').count()).toBe(0);
+      const dom = await page.content();
+      const text = (await page.locator('body').textContent()) ?? '';
+      for (const s of ['4711', sha.running.slice(0, 7), sha.queued.slice(0, 7), 'secret-engine'])
+        for (const [where, body] of [
+          ['DOM', dom],
+          ['text', text],
+        ] as const)
+          expect(body.includes(s), `"${s}" in the page ${where}`).toBe(false);
+      await page.screenshot({ path: join(ARTIFACTS, 'dashboard-alias.png'), fullPage: true });
+    } finally {
+      await page.close();
+    }
+  });
 });

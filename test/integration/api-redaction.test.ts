@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import * as t from '../../functions/ledger/schema.ts';
-import { redactText, toEventView } from '../../functions/views.ts';
+import { buildViews, redactText, toEventView } from '../../functions/views.ts';
 import { adoptAll, makeTestLedger } from '../helpers/ledger.ts';
 
 describe('redactText (public free text)', () => {
@@ -149,5 +149,45 @@ describe('redactText (public free text)', () => {
         { publicView: false },
       ).cause,
     ).toBe('released by api:alice-laptop');
+  });
+
+  it('a queued merge CI of an aliased repository: its budget wait names the alias, not the repository@commit', async () => {
+    // merge CI takes its budget slot by `repo@sha` (core/admission.ts budgetSlot), so the per-PR
+    // GPU reason quoted the full commit of the aliased repository on the public queue
+    const sha = 'feedface00112233445566778899aabbccddeeff';
+    const tl = await makeTestLedger({
+      config: { repoAliases: { 'acme/secret-engine': 'project A' }, budgets: { maxGpusPerPr: 1 } },
+    });
+    try {
+      const { ledger } = tl;
+      await adoptAll(ledger);
+      const merge = (suite: 'smoke' | 'performance') =>
+        ledger.createReservation(
+          {
+            kind: 'merge',
+            topology: 'single',
+            suite,
+            requester: 'github:push',
+            repo: 'acme/secret-engine',
+            pr: null,
+            headSha: sha,
+          },
+          'github',
+        );
+      await merge('smoke');
+      await ledger.admissionPass('test');
+      const waiting = await merge('performance');
+      await ledger.admissionPass('test');
+      const views = await buildViews(ledger);
+      const item = views.queue.queued.find((q) => q.id === waiting.id)!;
+      // operators read it as before (redactText takes `name@commit` for an account)
+      expect(views.operatorReasons.get(waiting.id)).toBe('budget: acme/[account] holds 1 of 1 GPUs per PR');
+      expect(item).toMatchObject({ repo: 'project A', pr: null, headSha: null, prUrl: null });
+      expect(item.reason).toBe('budget: project A holds 1 of 1 GPUs per PR');
+      const text = JSON.stringify({ fleet: views.fleet, queue: views.queue });
+      for (const s of [sha.slice(0, 7), 'secret-engine', 'acme']) expect(text).not.toContain(s);
+    } finally {
+      tl.close();
+    }
   });
 });

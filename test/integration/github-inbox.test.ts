@@ -88,6 +88,7 @@ describe('webhook inbox', () => {
     const sig = (b: string) => `sha256=${createHmac('sha256', SECRET).update(b).digest('hex')}`;
     const bad = await send(
       {
+        'content-type': 'application/json',
         'x-github-event': 'pull_request',
         'x-github-delivery': 'bad-json',
         'x-hub-signature-256': sig('{nope'),

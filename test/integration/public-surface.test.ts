@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import type { RunningController } from '../../functions/node-server.ts';
 import { startTestController } from '../helpers/controller.ts';
+import { bringOnline, startApiController, until } from './cli-harness.ts';
 
 /**
  * Issue 11 items 4 and 6 on a real loopback port: dashboard change streams are capped per
@@ -142,6 +143,149 @@ describe('repositories on the public surface', () => {
       for (const q of queue.queued) if (q.repo !== 'acme/other-private') expect(q.prUrl).toBeNull();
       await c.close();
       c = null;
+    }
+  });
+});
+
+describe('an aliased repository reveals nothing on the public surface', () => {
+  const PR = 4711;
+  const RUNNING_SHA = 'c0ffee15a1e5b0a7d2c3e4f5061728394a5b6c7d';
+  const QUEUED_SHA = 'badc0de5a1e5b0a7d2c3e4f5061728394a5b6c7e';
+  const OPEN_SHA = '0a1b2c3d4e5f60718293a4b5c6d7e8f901234567';
+
+  /** The first bytes of the dashboard's change stream (its hello event). */
+  async function streamStart(url: string): Promise<string> {
+    const abort = new AbortController();
+    const res = await fetch(`${url}/dashboard/events`, { signal: abort.signal });
+    const reader = res.body!.getReader();
+    let text = '';
+    while (!text.includes('\n\n')) text += new TextDecoder().decode((await reader.read()).value);
+    abort.abort();
+    return text;
+  }
+
+  it('no PR number, commit or link of it in the queue, fleet, dashboard, stream or metrics; operators still see them', async () => {
+    // the alias is configured with other letter case than GitHub reports the repository
+    const ctl = await startApiController({
+      config: { repoAliases: { 'Acme/Secret-Engine': 'project A' }, budgets: { maxGpusPerPr: 1 } },
+    });
+    try {
+      const { c, call, tokens } = ctl;
+      await bringOnline(c.ledger);
+      const pr = (headSha: string, repo = 'acme/secret-engine', number = PR) =>
+        c.ledger.createReservation(
+          {
+            kind: 'manual',
+            topology: 'single',
+            suite: 'smoke',
+            requester: 'github:maintainer',
+            repo,
+            pr: number,
+            headSha,
+          },
+          'github',
+        );
+      const running = await pr(RUNNING_SHA);
+      await until(
+        'granted',
+        async () => (await c.ledger.getReservation(undefined, running.id))?.status === 'allocated',
+      );
+      // the same PR again: it waits on the per-PR GPU budget, whose reason names the PR's slot
+      const queued = await pr(QUEUED_SHA);
+      await c.loop.runNow();
+      const operator = await call(tokens.ops, 'GET', `/api/v1/reservations/${queued.id}`);
+      expect(operator.status).toBe(200);
+      // operators see the repository, PR, commit and the reason as they are
+      expect(operator.body.reservation).toMatchObject({
+        repo: 'acme/secret-engine',
+        pr: PR,
+        headSha: QUEUED_SHA,
+      });
+      expect(operator.body.reservation.reason).toBe(
+        `budget: acme/secret-engine#${PR} holds 1 of 1 GPUs per PR`,
+      );
+      const texts: Record<string, string> = {};
+      for (const path of ['/api/v1/queue', '/api/v1/fleet', '/', '/dashboard/live', '/metrics']) {
+        const res = await fetch(`${c.url}${path}`);
+        expect(res.status, path).toBe(200);
+        texts[path] = await res.text();
+      }
+      texts['/dashboard/events'] = await streamStart(c.url);
+      for (const [where, body] of Object.entries(texts)) {
+        for (const s of [
+          String(PR),
+          RUNNING_SHA.slice(0, 7),
+          QUEUED_SHA.slice(0, 7),
+          'secret-engine',
+          'Secret-Engine',
+        ])
+          expect(body.includes(s), `"${s}" shown by ${where}`).toBe(false);
+      }
+      const q = JSON.parse(texts['/api/v1/queue']!) as {
+        queued: Array<{
+          id: string;
+          repo: string | null;
+          pr: number | null;
+          prUrl: string | null;
+          headSha: string | null;
+          reason: string | null;
+        }>;
+        active: Array<{
+          id: string;
+          repo: string | null;
+          pr: number | null;
+          prUrl: string | null;
+          headSha: string | null;
+        }>;
+      };
+      const all = [...q.queued, ...q.active];
+      for (const id of [running.id, queued.id])
+        expect(all.find((x) => x.id === id)).toMatchObject({
+          repo: 'project A',
+          pr: null,
+          prUrl: null,
+          headSha: null,
+        });
+      expect(q.queued.find((x) => x.id === queued.id)!.reason).toBe(
+        'budget: project A holds 1 of 1 GPUs per PR',
+      );
+      // a repository without an alias keeps its number, commit and link
+      const open = await pr(OPEN_SHA, 'acme/open', 12);
+      await c.loop.runNow();
+      const after = (await (await fetch(`${c.url}/api/v1/queue`)).json()) as typeof q;
+      expect([...after.queued, ...after.active].find((x) => x.id === open.id)).toMatchObject({
+        repo: 'acme/open',
+        pr: 12,
+        headSha: OPEN_SHA,
+        prUrl: 'https://github.com/acme/open/pull/12',
+      });
+      expect(texts['/']).toContain('project A');
+    } finally {
+      await ctl.c.close();
+    }
+  });
+
+  it('with publicRepos "aliased", a repository without an alias shows no commit either', async () => {
+    c = await startTestController({
+      config: { repoAliases: { 'acme/shown': 'project B' }, publicRepos: 'aliased' },
+      listen: false,
+    });
+    await c.ledger.createReservation(
+      {
+        kind: 'merge',
+        topology: 'single',
+        suite: 'smoke',
+        requester: 'github:push',
+        repo: 'acme/unlisted',
+        pr: null,
+        headSha: QUEUED_SHA,
+      },
+      'github',
+    );
+    for (const path of ['/api/v1/queue', '/', '/dashboard/live']) {
+      const body = await (await c.app.request(path)).text();
+      expect(body.includes(QUEUED_SHA.slice(0, 7)), path).toBe(false);
+      expect(body.includes('unlisted'), path).toBe(false);
     }
   });
 });
