@@ -1,125 +1,382 @@
+import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
+
 /**
- * Just enough OpenAPI 3.0 schema handling for the fake GitHub: validate a value against a
- * (dereferenced) schema, and build the smallest value that satisfies one, so the fake answers
- * with complete GitHub-shaped bodies without hand-typed payloads.
+ * Schema handling for the fake GitHub, on a complete JSON Schema validator (ajv, draft 2020-12)
+ * instead of a hand-written one: every keyword GitHub's descriptions use is enforced (`type`,
+ * `required`, `enum`, `maxLength`, `maxItems`, `maxProperties`, `format`, `oneOf`, …).
+ *
+ * Two dialects come in: the REST description (`@octokit/openapi`) is OpenAPI 3.0, whose Schema
+ * Object marks null with `nullable: true` ({@link fromOpenApi30} rewrites it to JSON Schema);
+ * the webhook description (`@octokit/openapi-webhooks`) is OpenAPI 3.1, plain JSON Schema
+ * 2020-12 with type arrays (`["string", "null"]`), used as published.
+ *
+ * Besides validating, it builds the smallest value that satisfies a schema ({@link exampleOf}),
+ * so the fake answers with complete GitHub-shaped bodies without hand-typed payloads, and fills
+ * in what a recorded payload lacks ({@link completeToSchema}).
  */
 
-export interface Schema {
-  type?: string;
-  nullable?: boolean;
-  properties?: Record<string, Schema>;
-  required?: string[];
-  additionalProperties?: boolean | Schema;
-  items?: Schema;
-  enum?: unknown[];
-  oneOf?: Schema[];
-  anyOf?: Schema[];
-  allOf?: Schema[];
-  format?: string;
-  minItems?: number;
-  maxItems?: number;
-  minimum?: number;
-  maximum?: number;
-  default?: unknown;
+// biome-ignore lint/suspicious/noExplicitAny: schemas are open JSON objects
+export type Schema = Record<string, any>;
+
+/** One way a value breaks a schema: where, which keyword, and how GitHub words it. */
+export interface SchemaProblem {
+  /** JSON pointer into the value (`/output/summary`; `` for the root). */
+  path: string;
+  keyword: string;
+  /** ajv's wording, for violations. */
+  message: string;
+  /** GitHub's wording for the same problem (see {@link githubMessage}). */
+  github: string;
 }
 
-function typeOk(type: string, v: unknown): boolean {
+const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ??
+  addFormatsModule) as unknown as (ajv: Ajv2020) => Ajv2020;
+
+const ajv = new Ajv2020({
+  allErrors: true,
+  // unknown keywords are refused at compile time, so a keyword the descriptions start to use
+  // cannot be skipped silently; GitHub's schemas mix types and list required properties that
+  // only some alternatives define, which the remaining strict checks would refuse
+  strict: true,
+  strictTypes: false,
+  strictRequired: false,
+  strictTuples: false,
+  allowUnionTypes: true,
+  validateFormats: true,
+  // compile cost, measured per test process (2026-12): GitHub's descriptions are published already
+  // checked against their meta-schemas, so re-checking ~1 MB of schema on every start is skipped
+  // (strict mode above still refuses unknown keywords at compile time); a `$ref` compiles once as
+  // its own function instead of being inlined at every use (the same repository object appears
+  // dozens of times in a pull_request payload); generated code is not optimised, which costs
+  // nothing measurable when validating one request but a third of the time to compile it
+  validateSchema: false,
+  inlineRefs: false,
+  code: { optimize: false },
+});
+// date-time, uri, uri-template, email, int32, int64, …: the formats GitHub's descriptions use
+addFormats(ajv);
+// OpenAPI annotations that carry no validation (kept by neither extraction, accepted if present)
+ajv.addVocabulary(['example', 'xml', 'externalDocs', 'discriminator']);
+
+const compiled = new WeakMap<object, ValidateFunction>();
+
+function validatorOf(schema: Schema): ValidateFunction {
+  let v = compiled.get(schema);
+  if (!v) {
+    v = ajv.compile(schema);
+    compiled.set(schema, v);
+  }
+  return v;
+}
+
+/** Registers a document other schemas `$ref` by `id` (the webhook components). */
+export function addSchemaDocument(id: string, doc: Schema): void {
+  if (!ajv.getSchema(id)) ajv.addSchema({ ...doc, $id: id });
+}
+
+/**
+ * OpenAPI 3.0 Schema Object → JSON Schema 2020-12. `nullable: true` becomes a type array with
+ * `"null"` (or `anyOf [schema, {type: null}]` where no `type` is given), and `null` joins an
+ * `enum`: GitHub's description marks e.g. a check run's or job's `conclusion` as a nullable enum
+ * without listing null, and GitHub answers `"conclusion": null` for everything unfinished (its own
+ * example `example-of-in-progress-conclusion` in the same description). Boolean
+ * `exclusiveMinimum`/`exclusiveMaximum` (3.0) become the numeric form.
+ */
+export function fromOpenApi30(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(fromOpenApi30);
+  if (!node || typeof node !== 'object') return node;
+  const s = node as Schema;
+  const out: Schema = {};
+  for (const [k, v] of Object.entries(s)) {
+    if (k === 'nullable') continue;
+    if (k === 'enum' || k === 'const' || k === 'default') out[k] = v;
+    else if (k === 'properties' || k === 'patternProperties')
+      out[k] = Object.fromEntries(Object.entries(v as object).map(([p, x]) => [p, fromOpenApi30(x)]));
+    else out[k] = fromOpenApi30(v);
+  }
+  if (s.exclusiveMaximum === true && typeof s.maximum === 'number') {
+    out.exclusiveMaximum = s.maximum;
+    delete out.maximum;
+  } else if (s.exclusiveMaximum === false) delete out.exclusiveMaximum;
+  if (s.exclusiveMinimum === true && typeof s.minimum === 'number') {
+    out.exclusiveMinimum = s.minimum;
+    delete out.minimum;
+  } else if (s.exclusiveMinimum === false) delete out.exclusiveMinimum;
+  if (s.nullable !== true) return out;
+  if (Array.isArray(out.enum) && !out.enum.includes(null)) out.enum = [...out.enum, null];
+  if (typeof out.type === 'string') return { ...out, type: [out.type, 'null'] };
+  if (Array.isArray(out.type))
+    return out.type.includes('null') ? out : { ...out, type: [...out.type, 'null'] };
+  return { anyOf: [out, { type: 'null' }] };
+}
+
+/**
+ * Every way `value` breaks `schema`; an empty list means it conforms. Problems inside a failed
+ * `oneOf`/`anyOf` alternative are folded into that keyword's one problem.
+ */
+export function validate(schema: Schema | null | undefined, value: unknown): SchemaProblem[] {
+  if (!schema) return [];
+  const v = validatorOf(schema);
+  if (v(value)) return [];
+  return fold(v.errors ?? []).map((e) => ({
+    path: e.instancePath,
+    keyword: e.keyword,
+    message: `${e.instancePath || '/'} ${e.message ?? e.keyword}${e.keyword === 'enum' ? ` ${JSON.stringify((e.params as { allowedValues?: unknown }).allowedValues)}` : ''}`,
+    github: githubMessage(e, value),
+  }));
+}
+
+/** `path: problem` lines, as the fake records violations. */
+export function describeProblems(problems: SchemaProblem[], max = 8): string {
+  const shown = problems.slice(0, max).map((p) => p.message);
+  if (problems.length > max) shown.push(`… ${problems.length - max} more`);
+  return shown.join('; ');
+}
+
+function fold(errors: ErrorObject[]): ErrorObject[] {
+  const combinators = errors.filter((e) => e.keyword === 'oneOf' || e.keyword === 'anyOf');
+  return errors.filter(
+    (e) =>
+      e.keyword === 'oneOf' ||
+      e.keyword === 'anyOf' ||
+      !combinators.some(
+        (c) => e.schemaPath.startsWith(`${c.schemaPath}/`) && e.instancePath.startsWith(c.instancePath),
+      ),
+  );
+}
+
+/** Ruby's `inspect` of a JSON value, as GitHub's messages print the offending value. */
+function inspect(v: unknown): string {
+  if (v === null || v === undefined) return 'nil';
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (Array.isArray(v)) return `[${v.map(inspect).join(', ')}]`;
+  if (typeof v === 'object')
+    return `{${Object.entries(v)
+      .map(([k, x]) => `${JSON.stringify(k)}=>${inspect(x)}`)
+      .join(', ')}}`;
+  return String(v);
+}
+
+function at(value: unknown, pointer: string): unknown {
+  let cur = value;
+  for (const raw of pointer.split('/').slice(1)) {
+    const k = raw.replace(/~1/g, '/').replace(/~0/g, '~');
+    if (cur === null || typeof cur !== 'object') return undefined;
+    cur = (cur as Record<string, unknown>)[k];
+  }
+  return cur;
+}
+
+const plural = (n: number, one: string, many: string) => (n === 1 ? one : many);
+const article = (t: string) => (/^[aeiou]/.test(t) ? `an ${t}` : `a ${t}`);
+
+/**
+ * GitHub's wording of one schema problem in a 422 `Invalid request.` body. GitHub validates
+ * request bodies with the `json_schema` Ruby gem (brandur/json_schema, lib/json_schema/validator.rb),
+ * whose messages its answers carry verbatim, e.g. "Only 65535 characters are allowed; 70292 were
+ * supplied." (https://github.com/reviewdog/action-rubocop/issues/67), "\"annotation_level\",
+ * \"path\" weren't supplied." (https://github.com/humanmade/linter-bot/issues/71), "\"per_page\" is
+ * not a permitted key." (https://github.com/emilyriederer/projmgr/issues/43) and "For 'items',
+ * nil is not a string or object." (https://github.com/ixxmu/mp_duty/issues/3639).
+ */
+export function githubMessage(e: ErrorObject, root: unknown): string {
+  const p = e.params as Record<string, unknown>;
+  const data = at(root, e.instancePath);
+  const pointer = e.instancePath
+    .split('/')
+    .slice(1)
+    .map((k) => `properties/${k}`)
+    .join('/');
+  switch (e.keyword) {
+    case 'required':
+      return `"${String(p.missingProperty)}" wasn't supplied.`;
+    case 'additionalProperties':
+      return `"${String(p.additionalProperty)}" is not a permitted key.`;
+    case 'maxLength': {
+      const n = String(data ?? '').length;
+      return `Only ${p.limit} ${plural(Number(p.limit), 'character is', 'characters are')} allowed; ${n} ${plural(n, 'was', 'were')} supplied.`;
+    }
+    case 'minLength': {
+      const n = String(data ?? '').length;
+      return `At least ${p.limit} ${plural(Number(p.limit), 'character is', 'characters are')} required; only ${n} ${plural(n, 'was', 'were')} supplied.`;
+    }
+    case 'maxItems': {
+      const n = Array.isArray(data) ? data.length : 0;
+      return `No more than ${p.limit} ${plural(Number(p.limit), 'item is', 'items are')} allowed; ${n} ${plural(n, 'was', 'were')} supplied.`;
+    }
+    case 'minItems': {
+      const n = Array.isArray(data) ? data.length : 0;
+      return `${p.limit} ${plural(Number(p.limit), 'item', 'items')} required; only ${n} ${plural(n, 'was', 'were')} supplied.`;
+    }
+    case 'maxProperties': {
+      const n = data && typeof data === 'object' ? Object.keys(data).length : 0;
+      return `No more than ${p.limit} ${plural(Number(p.limit), 'property is', 'properties are')} allowed; ${n} ${plural(n, 'was', 'were')} supplied.`;
+    }
+    case 'type': {
+      const types = (Array.isArray(p.type) ? p.type : String(p.type).split(',')) as string[];
+      const list = types.filter((t) => t !== 'null');
+      return `For '${pointer}', ${inspect(data)} is not ${article(list.join(' or ') || 'null')}.`;
+    }
+    case 'enum':
+      return `${inspect(data)} is not a member of ${inspect(p.allowedValues)}.`;
+    case 'format':
+      return `${String(data)} is not a valid ${String(p.format)}.`;
+    case 'maximum':
+      return `${String(data)} must be less than or equal to ${p.limit}.`;
+    case 'minimum':
+      return `${String(data)} must be greater than or equal to ${p.limit}.`;
+    case 'oneOf':
+      return `No subschema in "oneOf" matched.`;
+    case 'anyOf':
+      return `No subschema in "anyOf" matched.`;
+    default:
+      return `For '${pointer}', ${inspect(data)} ${e.message ?? 'is invalid'}.`;
+  }
+}
+
+function typesOf(schema: Schema): string[] {
+  if (Array.isArray(schema.type)) return schema.type as string[];
+  if (typeof schema.type === 'string') return [schema.type];
+  return [];
+}
+
+function jsonType(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'array';
+  if (typeof v === 'number') return Number.isInteger(v) ? 'integer' : 'number';
+  return typeof v;
+}
+
+/** Resolves a local `$ref` (`#/components/schemas/x`) in a schema document. */
+export type Resolve = (ref: string) => Schema | undefined;
+
+const noRefs: Resolve = () => undefined;
+
+function deref(schema: Schema | null | undefined, resolve: Resolve): Schema | null {
+  let s = schema ?? null;
+  for (let i = 0; s && typeof s.$ref === 'string' && i < 20; i++) s = resolve(s.$ref) ?? null;
+  return s;
+}
+
+/** The smallest value satisfying `schema` (required properties only). */
+export function exampleOf(schema: Schema | null | undefined, resolve: Resolve = noRefs, depth = 0): unknown {
+  const s = deref(schema, resolve);
+  if (!s || depth > 14) return null;
+  if ('const' in s) return s.const;
+  if (s.allOf) return Object.assign({}, ...s.allOf.map((x: Schema) => exampleOf(x, resolve, depth + 1)));
+  for (const alts of [s.oneOf, s.anyOf] as (Schema[] | undefined)[]) {
+    if (!alts) continue;
+    // the first alternative whose smallest value the whole schema accepts (`oneOf` wants exactly
+    // one to match); a schema with references is not compiled on its own, so there the first
+    for (const alt of alts) {
+      const v = exampleOf(alt, resolve, depth + 1);
+      if (resolve !== noRefs || validate(s, v).length === 0) return v;
+    }
+    return exampleOf(alts[0], resolve, depth + 1);
+  }
+  if (Array.isArray(s.enum)) return s.enum.find((x: unknown) => x !== null) ?? s.enum[0];
+  const types = typesOf(s);
+  const type = types.find((t) => t !== 'null') ?? (types.includes('null') ? 'null' : undefined);
   switch (type) {
     case 'object':
-      return typeof v === 'object' && v !== null && !Array.isArray(v);
+      return exampleObject(s, resolve, depth);
     case 'array':
-      return Array.isArray(v);
-    case 'integer':
-      return typeof v === 'number' && Number.isInteger(v);
-    case 'number':
-      return typeof v === 'number';
-    case 'string':
-      return typeof v === 'string';
-    case 'boolean':
-      return typeof v === 'boolean';
-    case 'null':
-      return v === null;
-    default:
-      return true;
-  }
-}
-
-/** Returns every violation as `path: problem`; an empty list means the value conforms. */
-export function validate(schema: Schema | null | undefined, value: unknown, path = '$'): string[] {
-  if (!schema) return [];
-  if (value === null && schema.nullable) return [];
-  const errs: string[] = [];
-  if (schema.allOf) for (const s of schema.allOf) errs.push(...validate(s, value, path));
-  if (schema.oneOf || schema.anyOf) {
-    const alts = (schema.oneOf ?? schema.anyOf)!;
-    if (!alts.some((s) => validate(s, value, path).length === 0))
-      errs.push(`${path}: matches none of ${alts.length} alternatives`);
-  }
-  if (schema.enum && !schema.enum.includes(value)) {
-    if (!(value === null && schema.enum.includes(null)))
-      errs.push(`${path}: ${JSON.stringify(value)} not in enum ${JSON.stringify(schema.enum)}`);
-  }
-  if (schema.type) {
-    if (!typeOk(schema.type, value)) {
-      errs.push(
-        `${path}: expected ${schema.type}${schema.nullable ? ' or null' : ''}, got ${value === null ? 'null' : Array.isArray(value) ? 'array' : typeof value}`,
-      );
-      return errs;
-    }
-  }
-  if (schema.format === 'date-time' && typeof value === 'string' && Number.isNaN(Date.parse(value)))
-    errs.push(`${path}: not a date-time`);
-  if (typeOk('object', value) && (schema.type === 'object' || schema.properties)) {
-    const obj = value as Record<string, unknown>;
-    for (const r of schema.required ?? []) if (!(r in obj)) errs.push(`${path}.${r}: required`);
-    for (const [k, v] of Object.entries(obj)) {
-      const ps = schema.properties?.[k];
-      if (ps) errs.push(...validate(ps, v, `${path}.${k}`));
-      else if (schema.additionalProperties === false) errs.push(`${path}.${k}: unexpected property`);
-      else if (typeof schema.additionalProperties === 'object')
-        errs.push(...validate(schema.additionalProperties, v, `${path}.${k}`));
-    }
-  }
-  if (Array.isArray(value)) {
-    if (schema.minItems != null && value.length < schema.minItems)
-      errs.push(`${path}: fewer than ${schema.minItems} items`);
-    if (schema.maxItems != null && value.length > schema.maxItems)
-      errs.push(`${path}: more than ${schema.maxItems} items`);
-    if (schema.items) {
-      for (const [i, v] of value.entries()) errs.push(...validate(schema.items, v, `${path}[${i}]`));
-    }
-  }
-  return errs;
-}
-
-/** The smallest value satisfying `schema` (required fields only). */
-export function exampleOf(schema: Schema | null | undefined, depth = 0): unknown {
-  if (!schema || depth > 12) return null;
-  if (schema.allOf) return Object.assign({}, ...schema.allOf.map((s) => exampleOf(s, depth + 1)));
-  if (schema.oneOf || schema.anyOf) return exampleOf((schema.oneOf ?? schema.anyOf)![0], depth + 1);
-  if (schema.enum) return schema.enum[0];
-  switch (schema.type) {
-    case 'object': {
-      const out: Record<string, unknown> = {};
-      for (const r of schema.required ?? []) out[r] = exampleOf(schema.properties?.[r], depth + 1);
-      return out;
-    }
-    case 'array':
-      return schema.minItems
-        ? Array.from({ length: schema.minItems }, () => exampleOf(schema.items, depth + 1))
-        : [];
+      return Array.from({ length: s.minItems ?? 0 }, () => exampleOf(s.items, resolve, depth + 1));
     case 'integer':
     case 'number':
-      return schema.minimum ?? 1;
+      return s.minimum ?? (typeof s.exclusiveMinimum === 'number' ? s.exclusiveMinimum + 1 : 1);
     case 'boolean':
       return false;
     case 'string':
-      if (schema.format === 'date-time') return '2026-11-30T08:00:00Z';
-      if (schema.format === 'uri') return 'https://github.invalid/x';
-      return 'x';
+      return exampleString(s);
+    case 'null':
+      return null;
     default:
-      return schema.nullable ? null : {};
+      return s.properties || s.required ? exampleObject(s, resolve, depth) : null;
   }
+}
+
+function exampleObject(s: Schema, resolve: Resolve, depth: number): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const r of (s.required ?? []) as string[]) {
+    const ps =
+      s.properties?.[r] ?? (typeof s.additionalProperties === 'object' ? s.additionalProperties : {});
+    out[r] = exampleOf(ps, resolve, depth + 1);
+  }
+  return out;
+}
+
+function exampleString(s: Schema): string {
+  const pad = (v: string) => (s.minLength && v.length < s.minLength ? v.padEnd(s.minLength, 'x') : v);
+  switch (s.format) {
+    case 'date-time':
+      return '2026-11-30T08:00:00Z';
+    case 'date':
+      return '2026-11-30';
+    case 'uri':
+    case 'uri-reference':
+      return 'https://github.invalid/x';
+    case 'uri-template':
+      return 'https://github.invalid/x{/y}';
+    case 'email':
+      return 'octocat@github.invalid';
+    default:
+      return pad('x');
+  }
+}
+
+/**
+ * `value` with every property `schema` requires and `value` lacks filled in with its smallest
+ * value, recursively; nothing present is changed. It brings a payload recorded before GitHub added
+ * fields (e.g. `has_discussions` on repositories) up to the current description.
+ */
+export function completeToSchema<T>(
+  schema: Schema | null | undefined,
+  value: T,
+  resolve: Resolve = noRefs,
+): T {
+  return complete(schema, value, resolve, 0) as T;
+}
+
+function complete(
+  schema: Schema | null | undefined,
+  value: unknown,
+  resolve: Resolve,
+  depth: number,
+): unknown {
+  const s = deref(schema, resolve);
+  if (!s || depth > 40 || value === undefined) return value;
+  if (s.allOf)
+    return (s.allOf as Schema[]).reduce<unknown>((v, x) => complete(x, v, resolve, depth + 1), value);
+  const alts = (s.oneOf ?? s.anyOf) as Schema[] | undefined;
+  if (alts) {
+    const t = jsonType(value);
+    const fits = alts
+      .map((a) => deref(a, resolve))
+      .filter((a): a is Schema => a != null)
+      .find((a) => {
+        const ts = typesOf(a);
+        return ts.length === 0
+          ? t === 'object'
+          : ts.includes(t) || (t === 'integer' && ts.includes('number'));
+      });
+    return fits ? complete(fits, value, resolve, depth + 1) : value;
+  }
+  if (Array.isArray(value)) {
+    return s.items ? value.map((x) => complete(s.items, x, resolve, depth + 1)) : value;
+  }
+  if (value === null || typeof value !== 'object') return value;
+  const types = typesOf(s);
+  if (types.length && !types.includes('object')) return value;
+  const out: Record<string, unknown> = { ...(value as Record<string, unknown>) };
+  for (const r of (s.required ?? []) as string[])
+    if (!(r in out)) out[r] = exampleOf(s.properties?.[r] ?? {}, resolve, 0);
+  for (const [k, v] of Object.entries(out)) {
+    const ps = s.properties?.[k];
+    if (ps) out[k] = complete(ps, v, resolve, depth + 1);
+  }
+  return out;
 }
 
 /** Deep-merges `over` onto `base` (objects only; arrays and scalars replace). */

@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { sign } from '@octokit/webhooks-methods';
 import { waitFor } from '../doubles/index.ts';
-import { example, SECRET } from '../fake-github/harness.ts';
+import { example, installationObject, labelObject, SECRET } from '../fake-github/harness.ts';
 import { type CheckRun, type FakeGitHub, type RepoState, startFakeGitHub } from '../fake-github/server.ts';
 
 /**
@@ -221,8 +221,12 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     note(`GitHub: redelivery of ${d.event} ${d.guid} requested`);
     await deliverRaw(d.guid, d.event, d.body, true);
   };
-  const deliver = (event: string, payload: unknown, id?: string) =>
-    deliverRaw(id ?? `sys-${process.pid}-${++deliverySeq}`, event, JSON.stringify(payload));
+  // every payload is checked against GitHub's webhook description before it is sent (a payload
+  // GitHub would not send is the fake's violation); a redelivery resends a checked body
+  const deliver = (event: string, payload: unknown, id?: string) => {
+    gh.checkWebhook(event, payload);
+    return deliverRaw(id ?? `sys-${process.pid}-${++deliverySeq}`, event, JSON.stringify(payload));
+  };
 
   // ------------------------------------------------------------ GitHub Actions
 
@@ -230,7 +234,7 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     const p = example('workflow_job', action);
     p.repository.full_name = job.repo;
     p.repository.name = job.repo.split('/')[1];
-    p.installation = { id: repoState.installationId };
+    p.installation = installationObject(repoState.installationId);
     p.workflow_job.id = job.id;
     p.workflow_job.run_id = job.runId;
     p.workflow_job.head_sha = job.runHeadSha;
@@ -249,7 +253,7 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
         const p = example('workflow_job', 'completed');
         p.repository.full_name = run.repo;
         p.repository.name = run.repo.split('/')[1];
-        p.installation = { id: repoState.installationId };
+        p.installation = installationObject(repoState.installationId);
         Object.assign(p.workflow_job, {
           id: j.id,
           run_id: j.runId,
@@ -368,12 +372,12 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     p.repository.full_name = REPO;
     p.repository.name = REPO.split('/')[1];
     p.repository.default_branch = 'main';
-    p.installation = { id: repoState.installationId };
+    p.installation = installationObject(repoState.installationId);
     p.sender.login = sender;
     p.sender.type = 'User';
     p.pull_request.number = n;
     p.pull_request.state = pr.state;
-    p.pull_request.labels = pr.labels.map((name, i) => ({ id: i + 1, name, color: 'ededed' }));
+    p.pull_request.labels = pr.labels.map((name, i) => labelObject(REPO, name, i + 1));
     p.pull_request.head.sha = pr.headSha;
     p.pull_request.head.ref = `topic-${n}`;
     p.pull_request.head.repo = pr.headRepo ? { ...p.pull_request.base.repo, full_name: pr.headRepo } : null;
@@ -398,13 +402,13 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     async label(n, label, sender = MAINTAINER) {
       prs[n]!.labels = [...new Set([...prs[n]!.labels, label])];
       const p = prPayload('labeled', n, sender);
-      p.label = { id: 99, name: label, color: 'ededed' };
+      p.label = labelObject(REPO, label, 99);
       return deliver('pull_request', p);
     },
     async unlabel(n, label, sender = MAINTAINER) {
       prs[n]!.labels = prs[n]!.labels.filter((l) => l !== label);
       const p = prPayload('unlabeled', n, sender);
-      p.label = { id: 99, name: label, color: 'ededed' };
+      p.label = labelObject(REPO, label, 99);
       return deliver('pull_request', p);
     },
     async closePr(n, sender = MAINTAINER) {
