@@ -1,6 +1,15 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describeProblems, fromOpenApi30, type Schema, type SchemaProblem, validate } from './schema.ts';
+import {
+  describeProblems,
+  exampleOf,
+  fromOpenApi30,
+  precompile,
+  type Schema,
+  type SchemaProblem,
+  shareSubschemas,
+  validate,
+} from './schema.ts';
 
 /**
  * The REST operations the fake GitHub serves, from GitHub's own description: the extract
@@ -87,6 +96,35 @@ export const operations: Operation[] = fixture.operations
     };
   })
   .sort((a, b) => literalSegments(b.path) - literalSegments(a.path));
+
+// the repository, user and run objects the dereferenced description repeats compile once
+shareSubschemas(
+  'https://spark.invalid/github-rest-shared.json',
+  operations.flatMap((o) =>
+    [o.requestBody, ...Object.values(o.responses)].filter((x): x is Schema => x != null),
+  ),
+);
+
+let warm = false;
+
+/**
+ * Compiles every operation's validators once per process (loading them from the cache on a
+ * machine that compiled them before): done when a fake starts, so no request waits for a compile
+ * that a loaded machine can stretch past the controller's GitHub timeout.
+ */
+export function warmValidators(): void {
+  if (warm) return;
+  warm = true;
+  for (const o of operations) {
+    if (o.requestBody) precompile(o.requestBody);
+    for (const p of o.parameters) precompile(p.schema);
+    for (const r of Object.values(o.responses))
+      if (r) {
+        precompile(r);
+        exampleOf(r);
+      }
+  }
+}
 
 /** The operation `method pathname` calls, with its decoded path parameters; null when none does. */
 export function matchOperation(

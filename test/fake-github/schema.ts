@@ -1,4 +1,9 @@
-import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { _, Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import standaloneCodeModule from 'ajv/dist/standalone/index.js';
 import addFormatsModule from 'ajv-formats';
 
 /**
@@ -32,8 +37,10 @@ export interface SchemaProblem {
 
 const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ??
   addFormatsModule) as unknown as (ajv: Ajv2020) => Ajv2020;
+const standaloneCode = ((standaloneCodeModule as unknown as { default?: unknown }).default ??
+  standaloneCodeModule) as unknown as (ajv: Ajv2020, v: ValidateFunction) => string;
 
-const ajv = new Ajv2020({
+const OPTIONS = {
   allErrors: true,
   // unknown keywords are refused at compile time, so a keyword the descriptions start to use
   // cannot be skipped silently; GitHub's schemas mix types and list required properties that
@@ -52,8 +59,11 @@ const ajv = new Ajv2020({
   // nothing measurable when validating one request but a third of the time to compile it
   validateSchema: false,
   inlineRefs: false,
-  code: { optimize: false },
-});
+  // `source` and `formats` let a compiled validator be written out as a module (see validatorOf)
+  code: { optimize: false, source: true, formats: _`require("ajv-formats/dist/formats").fullFormats` },
+} as const;
+
+const ajv = new Ajv2020(OPTIONS);
 // date-time, uri, uri-template, email, int32, int64, …: the formats GitHub's descriptions use
 addFormats(ajv);
 // OpenAPI annotations that carry no validation (kept by neither extraction, accepted if present)
@@ -61,18 +71,139 @@ ajv.addVocabulary(['example', 'xml', 'externalDocs', 'discriminator']);
 
 const compiled = new WeakMap<object, ValidateFunction>();
 
+/**
+ * Compiled validators are kept as modules under `node_modules/.cache/spark-fake-github/`, one per
+ * schema (named by a hash of the schema, the documents it may reference, ajv's version and the
+ * options above): compiling GitHub's large schemas costs 0.1–0.5 s each (a repository object is
+ * ~30 KB of schema), which every test process paid again and which, paid in the middle of a
+ * request, made the fake answer slower than the controller's 4 s GitHub timeout on a loaded
+ * machine. Loading the generated module costs milliseconds.
+ */
+const CACHE_DIR = join(import.meta.dirname, '..', '..', 'node_modules', '.cache', 'spark-fake-github');
+const requireCached = createRequire(join(CACHE_DIR, 'index.cjs'));
+const SALT = createHash('sha256')
+  .update(
+    JSON.parse(readFileSync(requireCached.resolve('ajv/package.json'), 'utf8')).version +
+      JSON.stringify(OPTIONS, (_k, v) => (typeof v === 'object' && v && 'str' in v ? String(v) : v)),
+  )
+  .digest('hex');
+/** Registered documents: id → hash of its content and the document text (for its own references). */
+const documents = new Map<string, { hash: string; text: string }>();
+
+/** Hashes of every registered document `text` references, directly or through another. */
+function referencedDocuments(text: string): string[] {
+  const seen = new Set<string>();
+  const walk = (t: string) => {
+    for (const [id, d] of documents)
+      if (!seen.has(id) && t.includes(id)) {
+        seen.add(id);
+        walk(d.text);
+      }
+  };
+  walk(text);
+  return [...seen].sort().map((id) => documents.get(id)!.hash);
+}
+
 function validatorOf(schema: Schema): ValidateFunction {
   let v = compiled.get(schema);
-  if (!v) {
+  if (v) return v;
+  const text = JSON.stringify(schema);
+  const key = createHash('sha256')
+    .update(SALT)
+    .update(text.includes('"$ref"') ? referencedDocuments(text).join() : '')
+    .update(text)
+    .digest('hex');
+  const file = join(CACHE_DIR, `${key}.cjs`);
+  try {
+    v = requireCached(file) as ValidateFunction;
+  } catch {
     v = ajv.compile(schema);
-    compiled.set(schema, v);
+    try {
+      mkdirSync(CACHE_DIR, { recursive: true });
+      // written whole, then renamed: a parallel test process reads the old or the new, never half
+      const tmp = `${file}.${process.pid}.tmp`;
+      writeFileSync(tmp, standaloneCode(ajv, v));
+      renameSync(tmp, file);
+    } catch {
+      // a read-only checkout only loses the cache, never the check
+    }
   }
+  compiled.set(schema, v);
   return v;
 }
 
 /** Registers a document other schemas `$ref` by `id` (the webhook components). */
 export function addSchemaDocument(id: string, doc: Schema): void {
-  if (!ajv.getSchema(id)) ajv.addSchema({ ...doc, $id: id });
+  if (ajv.getSchema(id)) return;
+  ajv.addSchema({ ...doc, $id: id });
+  const text = JSON.stringify(doc);
+  documents.set(id, { hash: createHash('sha256').update(id).update(text).digest('hex'), text });
+}
+
+/** Schema → the same schema with its shared parts as references (see {@link shareSubschemas}). */
+const shared = new WeakMap<object, Schema>();
+
+/** Keywords whose value is a schema, a list of schemas, or a map of them. */
+const ONE = ['items', 'additionalProperties', 'not', 'if', 'then', 'else', 'contains', 'propertyNames'];
+const LIST = ['allOf', 'anyOf', 'oneOf', 'prefixItems'];
+const MAP = ['properties', 'patternProperties', '$defs', 'dependentSchemas'];
+
+/** Rebuilds every subschema of `node` with `f` (children first). */
+function mapSubschemas(node: Schema, f: (s: Schema) => Schema): Schema {
+  const out: Schema = { ...node };
+  for (const k of ONE) if (out[k] && typeof out[k] === 'object') out[k] = f(out[k]);
+  for (const k of LIST) if (Array.isArray(out[k])) out[k] = out[k].map(f);
+  for (const k of MAP)
+    if (out[k] && typeof out[k] === 'object')
+      out[k] = Object.fromEntries(Object.entries(out[k] as Schema).map(([p, x]) => [p, f(x as Schema)]));
+  return out;
+}
+
+/**
+ * What ajv compiles for `schemas`: every large subschema that occurs more than once among them
+ * (GitHub's dereferenced description repeats the ~30 KB repository object in `parent`, `source`,
+ * `template_repository`, in every pull_request payload, …) becomes one entry of a document
+ * registered as `id`, referenced where it occurred. Each shared part then compiles once per
+ * process instead of once per occurrence; `validate` is given the original schema and uses the
+ * shared form, and the originals stay as they are for everything else (exampleOf, handlers).
+ */
+export function shareSubschemas(id: string, schemas: Schema[], minLength = 1500): void {
+  const text = new Map<Schema, string>();
+  const count = new Map<string, number>();
+  const visit = (s: Schema): void => {
+    if (!s || typeof s !== 'object' || text.has(s)) return;
+    mapSubschemas(s, (c) => {
+      visit(c);
+      return c;
+    });
+    const t = JSON.stringify(s);
+    text.set(s, t);
+    if (t.length >= minLength) count.set(t, (count.get(t) ?? 0) + 1);
+  };
+  for (const s of schemas) visit(s);
+  const names = new Map<string, string>();
+  for (const [t, n] of count)
+    if (n > 1) names.set(t, createHash('sha256').update(t).digest('hex').slice(0, 16));
+  const defs: Schema = {};
+  const built = new Map<Schema, Schema>();
+  const build = (s: Schema, top: boolean): Schema => {
+    if (!s || typeof s !== 'object') return s;
+    const t = text.get(s)!;
+    const name = names.get(t);
+    if (name && !top) {
+      if (!(name in defs)) defs[name] = build(s, true);
+      return { $ref: `${id}#/$defs/${name}` };
+    }
+    let b = built.get(s);
+    if (!b) {
+      b = mapSubschemas(s, (c) => build(c, false));
+      built.set(s, b);
+    }
+    return b;
+  };
+  const compact = schemas.map((s) => build(s, true));
+  addSchemaDocument(id, { $defs: defs });
+  for (const [i, s] of schemas.entries()) if (s && typeof s === 'object') shared.set(s, compact[i]!);
 }
 
 /**
@@ -117,7 +248,7 @@ export function fromOpenApi30(node: unknown): unknown {
  */
 export function validate(schema: Schema | null | undefined, value: unknown): SchemaProblem[] {
   if (!schema) return [];
-  const v = validatorOf(schema);
+  const v = validatorOf(shared.get(schema) ?? schema);
   if (v(value)) return [];
   return fold(v.errors ?? []).map((e) => ({
     path: e.instancePath,
@@ -125,6 +256,11 @@ export function validate(schema: Schema | null | undefined, value: unknown): Sch
     message: `${e.instancePath || '/'} ${e.message ?? e.keyword}${e.keyword === 'enum' ? ` ${JSON.stringify((e.params as { allowedValues?: unknown }).allowedValues)}` : ''}`,
     github: githubMessage(e, value),
   }));
+}
+
+/** Compiles (or loads from the cache) the validator of `schema` now, instead of at its first use. */
+export function precompile(schema: Schema): void {
+  validatorOf(shared.get(schema) ?? schema);
 }
 
 /** `path: problem` lines, as the fake records violations. */

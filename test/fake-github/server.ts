@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { checkRequest, checkResponse, matchOperation } from './operations.ts';
+import { checkRequest, checkResponse, matchOperation, warmValidators } from './operations.ts';
 import { exampleOf, overlay } from './schema.ts';
 import { webhookViolations } from './webhooks.ts';
 import { loadWorkflow, type WorkflowDef } from './workflows.ts';
@@ -319,6 +319,7 @@ export class FakeGitHub {
   }
 
   async start(): Promise<this> {
+    warmValidators();
     this.server = createServer((req, res) => void this.handle(req, res));
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
     this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;

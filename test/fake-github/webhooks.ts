@@ -6,6 +6,7 @@ import {
   describeProblems,
   type Resolve,
   type Schema,
+  shareSubschemas,
   validate,
 } from './schema.ts';
 
@@ -61,6 +62,8 @@ function load(): Loaded {
   for (const [event, actions] of Object.entries(fixture.webhooks))
     for (const [action, schema] of Object.entries(actions))
       schemas.set(`${event}.${action}`, absolute(schema) as Schema);
+  // the pull_request, issue and repository objects each action's payload inlines compile once
+  shareSubschemas('https://spark.invalid/github-webhooks-shared.json', [...schemas.values()]);
   const resolve: Resolve = (ref) => fixture.components.schemas[ref.slice(ref.lastIndexOf('/') + 1)];
   loaded = { fixture, schemas, resolve };
   return loaded;
