@@ -182,16 +182,18 @@ export interface RequestCheck {
   /** What the description rejects, as violation lines. */
   violations: string[];
   /** GitHub's answer to a request it rejects before the handler runs; null: handle it. */
-  answer: { status: 400 | 422; body: { message: string; documentation_url: string } } | null;
+  answer: { status: 400 | 404 | 422; body: { message: string; documentation_url: string } } | null;
 }
 
 /**
  * Checks a request against its operation. Malformed JSON is GitHub's 400 "Problems parsing JSON"
  * (https://docs.github.com/en/rest/using-the-rest-api/troubleshooting-the-rest-api, "400 Bad
- * Request"); a body, path or query value the description rejects is its 422 `Invalid request.`
- * with one line per problem, worded as GitHub words them (schema.ts `githubMessage`). A query
- * parameter the operation does not declare is ignored by GitHub, so it is answered normally and
- * only recorded: whatever the caller meant by it did not happen.
+ * Request"); a path value the description rejects (`/runners/abc` where `runner_id` is an
+ * integer) names no resource, GitHub's 404; a body or query value it rejects is its 422
+ * `Invalid request.` with one line per problem, worded as GitHub words them (schema.ts
+ * `githubMessage`). A query parameter the operation does not declare is ignored by GitHub, so it
+ * is answered normally and only recorded: whatever the caller meant by it did not happen. Each
+ * of these is a violation: the caller sent something GitHub does not take.
  */
 export function checkRequest(
   op: Operation,
@@ -218,13 +220,21 @@ export function checkRequest(
     }
   }
   const problems: SchemaProblem[] = [];
+  const pathProblems: string[] = [];
   for (const p of op.parameters) {
     const raw = p.in === 'path' ? params[p.name] : query.get(p.name);
     if (raw == null) {
       if (p.required) problems.push(missing(p.name));
       continue;
     }
-    for (const value of p.in === 'query' ? dateRangeParts(p.schema, raw) : [raw])
+    if (p.in === 'path') {
+      for (const x of validate(p.schema, parameterValue(p.schema, raw)))
+        pathProblems.push(
+          `path parameter ${p.name}=${JSON.stringify(raw)}: ${x.message.replace(/^\/ /, '')}`,
+        );
+      continue;
+    }
+    for (const value of dateRangeParts(p.schema, raw))
       for (const x of validate(p.schema, parameterValue(p.schema, value)))
         problems.push({
           ...x,
@@ -249,6 +259,14 @@ export function checkRequest(
     else if (body != null) problems.push(...validate(op.requestBody, body));
   } else if (body != null) {
     violations.push(`request ${what}: sends a body, but the operation takes none`);
+  }
+  if (pathProblems.length) {
+    violations.push(`request ${what}: ${pathProblems.join('; ')}`);
+    return {
+      body,
+      violations,
+      answer: { status: 404, body: { message: 'Not Found', documentation_url: op.documentationUrl } },
+    };
   }
   if (!problems.length) return { body, violations, answer: null };
   violations.push(`request ${what}: ${describeProblems(problems)}`);
