@@ -192,10 +192,10 @@ describe('routes, path and query parameters', () => {
 
   it('an undeclared query parameter is ignored as GitHub ignores it, and recorded', async () => {
     const t = await token();
-    const r = await call('GET', '/repos/acme/butter/actions/runners?labels=spark', t);
+    const r = await call('GET', '/repos/acme/butter/actions/runs?labels=spark', t);
     expect(r.status).toBe(200);
     expect(gh.takeViolations()).toEqual([
-      'request GET /repos/{owner}/{repo}/actions/runners: query parameter "labels" is not in the description (GitHub ignores it)',
+      'request GET /repos/{owner}/{repo}/actions/runs: query parameter "labels" is not in the description (GitHub ignores it)',
     ]);
   });
 
