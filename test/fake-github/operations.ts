@@ -190,9 +190,9 @@ export interface RequestCheck {
  * (https://docs.github.com/en/rest/using-the-rest-api/troubleshooting-the-rest-api, "400 Bad
  * Request"); a path value the description rejects (`/runners/abc` where `runner_id` is an
  * integer) names no resource, GitHub's 404; a body or query value it rejects is its 422
- * `Invalid request.` with one line per problem, worded as GitHub words them (schema.ts
- * `githubMessage`). A query parameter the operation does not declare is ignored by GitHub, so it
- * is answered normally and only recorded: whatever the caller meant by it did not happen. Each
+ * `Invalid request.` with one line per problem, worded as GitHub words them
+ * (github-messages.ts). A query parameter the operation does not declare is ignored by GitHub, so
+ * it is answered normally and only recorded: whatever the caller meant by it did not happen. Each
  * of these is a violation: the caller sent something GitHub does not take.
  */
 export function checkRequest(
