@@ -64,33 +64,7 @@ function hostsText(hosts: string[]): string {
   return hosts.length ? hosts.map(displayHost).join(' + ') : 'Spark';
 }
 
-/**
- * GitHub's limit on a check run's `output.summary` (`maxLength: 65535` in its REST description of
- * "Create a check run" and "Update a check run"; a longer one is refused with 422).
- */
-export const MAX_CHECK_RUN_SUMMARY = 65535;
-
-const CUT = '… (cut: GitHub shows at most 65535 characters)';
-
-/**
- * `summary` within {@link MAX_CHECK_RUN_SUMMARY} characters. Text reaches a summary from outside
- * (a reason, a fault naming a runner from a webhook) without a bound at its source, and a refused
- * check run would keep showing an old state, so the end is cut and marked. Characters are code
- * points, as GitHub counts them, and a surrogate pair is never split.
- */
-export function fitSummary(summary: string): string {
-  if (summary.length <= MAX_CHECK_RUN_SUMMARY) return summary;
-  const chars = [...summary];
-  if (chars.length <= MAX_CHECK_RUN_SUMMARY) return summary;
-  return chars.slice(0, MAX_CHECK_RUN_SUMMARY - [...CUT].length).join('') + CUT;
-}
-
 export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunView {
-  const view = renderView(r, ctx);
-  return { ...view, summary: fitSummary(view.summary) };
-}
-
-function renderView(r: ReservationRow, ctx: RenderContext): CheckRunView {
   const facts = [
     `- Reservation: \`${r.id}\` (${r.kind}, priority ${r.priority})`,
     `- Topology: ${r.topology}; suite: ${r.suite ?? 'smoke'}`,
@@ -303,6 +277,27 @@ export function renderRefusal(reason: string, who: string): CheckRunView {
     status: 'completed',
     conclusion: 'neutral',
     title: `Spark test refused — ${reason.length > 90 ? `${reason.slice(0, 87)}…` : reason}`,
-    summary: fitSummary([`Nothing was queued. Requested by @${who}.`, '', `Reason: ${reason}`].join('\n')),
+    summary: [`Nothing was queued. Requested by @${who}.`, '', `Reason: ${reason}`].join('\n'),
   };
+}
+
+/**
+ * GitHub's limit on a check run's `output.summary` (`maxLength: 65535` in its REST description of
+ * "Create a check run" and "Update a check run"; a longer one is refused with 422).
+ */
+export const MAX_CHECK_RUN_SUMMARY = 65535;
+
+const CUT = '… (cut: GitHub shows at most 65535 characters)';
+
+/**
+ * `summary` within {@link MAX_CHECK_RUN_SUMMARY} characters, as the senders send it. Text reaches a
+ * summary from outside (a reason, a fault naming a runner from a webhook) without a bound at its
+ * source, and a refused check run would keep showing an old state, so the end is cut and marked.
+ * Characters are code points, as GitHub counts them, and a surrogate pair is never split.
+ */
+export function fitSummary(summary: string): string {
+  if (summary.length <= MAX_CHECK_RUN_SUMMARY) return summary;
+  const chars = [...summary];
+  if (chars.length <= MAX_CHECK_RUN_SUMMARY) return summary;
+  return chars.slice(0, MAX_CHECK_RUN_SUMMARY - [...CUT].length).join('') + CUT;
 }

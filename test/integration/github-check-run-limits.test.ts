@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_CHECK_RUN_SUMMARY, renderCheckRun } from '../../functions/github/check-run.ts';
+import { fitSummary, MAX_CHECK_RUN_SUMMARY, renderCheckRun } from '../../functions/github/check-run.ts';
 import { patchMeta } from '../../functions/github/meta.ts';
+import type { ReservationRow } from '../../functions/ledger/ledger.ts';
 import { enqueueCheckSync } from '../../functions/ledger/outbox.ts';
 import { example } from '../fake-github/harness.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
@@ -10,12 +11,46 @@ import { startHarnessFor } from '../fake-github/harness-for-test.ts';
  * in GitHub's description of "Create a check run" / "Update a check run"; GitHub answers 422
  * "Invalid request. Only 65535 characters are allowed; … were supplied."). Text that reaches a
  * summary from outside (a fault naming a runner from a webhook, a reason) is not bounded at
- * its source, so the controller cuts the summary itself: a check run must never be refused for
+ * its source, so the controller's senders cut the summary: a check run must never be refused for
  * its length and left showing an old state.
  */
 
 const REPO = 'Codertocat/Hello-World';
 const SHA = 'ec26c3e57ca3a959ca5aad62de7213c562f8c821';
+
+function row(over: Partial<ReservationRow>): ReservationRow {
+  return {
+    id: 'r-1',
+    seq: 1,
+    kind: 'manual',
+    priority: 80,
+    topology: 'single',
+    pool: 'spark',
+    targetHost: null,
+    repo: REPO,
+    pr: 2,
+    headSha: SHA,
+    suite: 'smoke',
+    requester: 'github:alice',
+    status: 'queued',
+    reason: null,
+    position: 1,
+    waitCode: 'hosts-busy',
+    outcome: null,
+    createdAt: 0,
+    updatedAt: 0,
+    queueDeadline: 0,
+    grantedAt: null,
+    endedAt: null,
+    ttlS: null,
+    attempt: 0,
+    retryNotBefore: null,
+    checkRunId: null,
+    receiptJson: null,
+    metaJson: null,
+    ...over,
+  };
+}
 
 describe('check-run summary length (GitHub: at most 65535 characters)', () => {
   it('a fault longer than the limit still updates the check run, cut and marked', async (ctx) => {
@@ -58,47 +93,19 @@ describe('check-run summary length (GitHub: at most 65535 characters)', () => {
     expect(h.gh.refused).toEqual([]);
   });
 
-  it('renders at most 65535 characters (code points) without splitting a surrogate pair', () => {
-    const row = {
-      id: 'r-1',
-      seq: 1,
-      kind: 'manual',
-      priority: 80,
-      topology: 'single',
-      pool: 'spark',
-      targetHost: null,
-      repo: REPO,
-      pr: 2,
-      headSha: SHA,
-      suite: 'smoke',
-      requester: 'github:alice',
-      status: 'queued',
-      reason: '🚀'.repeat(70_000),
-      position: 1,
-      waitCode: 'hosts-busy',
-      outcome: null,
-      createdAt: 0,
-      updatedAt: 0,
-      queueDeadline: 0,
-      grantedAt: null,
-      endedAt: null,
-      ttlS: null,
-      attempt: 0,
-      retryNotBefore: null,
-      checkRunId: null,
-      receiptJson: null,
-      metaJson: null,
-    } as const;
-    const view = renderCheckRun({ ...row }, { hosts: [], keptHost: null });
-    const chars = [...view.summary];
-    expect(chars.length).toBe(MAX_CHECK_RUN_SUMMARY);
-    expect(view.summary).not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])/);
+  it('the senders cut at 65535 characters (code points), never splitting a surrogate pair', () => {
+    const cut = fitSummary(`Waiting: ${'🚀'.repeat(70_000)}`);
+    expect([...cut].length).toBe(MAX_CHECK_RUN_SUMMARY);
+    expect(cut).toMatch(/^Waiting: 🚀/);
+    expect(cut.endsWith('… (cut: GitHub shows at most 65535 characters)')).toBe(true);
+    expect(cut).not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])/);
     // 40,000 of them are 80,000 UTF-16 units but 40,000 characters: within the limit, untouched
-    const wide = renderCheckRun({ ...row, reason: '🚀'.repeat(40_000) }, { hosts: [], keptHost: null });
-    expect(wide.summary).not.toContain('(cut:');
-    // short summaries are left alone
-    const short = renderCheckRun({ ...row, reason: 'spark-2 is busy' }, { hosts: [], keptHost: null });
-    expect(short.summary).toMatch(/^Waiting: spark-2 is busy\n/);
-    expect(short.summary).not.toContain('(cut:');
+    const wide = `Waiting: ${'🚀'.repeat(40_000)}`;
+    expect(fitSummary(wide)).toBe(wide);
+    expect(fitSummary('s'.repeat(65_535))).toBe('s'.repeat(65_535));
+    expect([...fitSummary('s'.repeat(65_536))].length).toBe(MAX_CHECK_RUN_SUMMARY);
+    // what the renderer says is left alone: the cut is where the text leaves for GitHub
+    const view = renderCheckRun(row({ reason: 'spark-2 is busy' }), { hosts: [], keptHost: null });
+    expect(fitSummary(view.summary)).toBe(view.summary);
   });
 });
