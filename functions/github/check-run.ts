@@ -401,3 +401,24 @@ export function renderRefusal(reason: string, who: string): CheckRunView {
     summary: [`Nothing was queued. Requested by @${who}.`, '', `Reason: ${reason}`].join('\n'),
   };
 }
+
+/**
+ * GitHub's limit on a check run's `output.summary` (`maxLength: 65535` in its REST description of
+ * "Create a check run" and "Update a check run"; a longer one is refused with 422).
+ */
+export const MAX_CHECK_RUN_SUMMARY = 65535;
+
+const CUT = '… (cut: GitHub shows at most 65535 characters)';
+
+/**
+ * `summary` within {@link MAX_CHECK_RUN_SUMMARY} characters, as the senders send it. Text reaches a
+ * summary from outside (a reason, a fault naming a runner from a webhook) without a bound at its
+ * source, and a refused check run would keep showing an old state, so the end is cut and marked.
+ * Characters are code points, as GitHub counts them, and a surrogate pair is never split.
+ */
+export function fitSummary(summary: string): string {
+  if (summary.length <= MAX_CHECK_RUN_SUMMARY) return summary;
+  const chars = [...summary];
+  if (chars.length <= MAX_CHECK_RUN_SUMMARY) return summary;
+  return chars.slice(0, MAX_CHECK_RUN_SUMMARY - [...CUT].length).join('') + CUT;
+}

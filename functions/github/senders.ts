@@ -19,6 +19,7 @@ import { buildViews } from '../views.ts';
 import {
   type CheckRunView,
   checkRunKey,
+  fitSummary,
   REFUSAL_CHECK_NAME,
   type RenderContext,
   renderCheckRun,
@@ -111,7 +112,7 @@ function checkBody(svc: GitHubService, r: ReservationRow, view: CheckRunView, no
     status: view.status,
     ...(view.conclusion ? { conclusion: view.conclusion, completed_at: new Date(now).toISOString() } : {}),
     ...(svc.publicUrl ? { details_url: `${svc.publicUrl.replace(/\/+$/, '')}/` } : {}),
-    output: { title: view.title, summary: view.summary },
+    output: { title: view.title, summary: fitSummary(view.summary) },
   };
 }
 
@@ -173,7 +174,7 @@ const sendRefusalCheck: Sender = async (svc, row, payload) => {
       status: 'completed',
       conclusion: view.conclusion ?? 'neutral',
       completed_at: new Date(svc.ledger.clock()).toISOString(),
-      output: { title: view.title, summary: view.summary },
+      output: { title: view.title, summary: fitSummary(view.summary) },
     },
     installationId: (payload.installationId as number | null) ?? null,
   });

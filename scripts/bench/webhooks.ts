@@ -20,6 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { sign } from '@octokit/webhooks-methods';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import {
+  githubBody,
   LOAD_INSTALLATION,
   LOAD_REPO,
   MAINTAINER,
@@ -159,7 +160,8 @@ export const run: BenchRunner = async (progress) => {
     if (enabled.status !== 200) throw new Error(`enable failed: ${enabled.status} ${await enabled.text()}`);
     // warm-up, both servers: installation token, both senders' roles, code paths, JIT
     for (let i = 0; i < 40; i++) {
-      const body = JSON.stringify(
+      const body = githubBody(
+        'pull_request',
         pullRequestEvent('labeled', 1, plan.prHeads[1]!, {
           label: 'spark-test',
           labels: ['spark-test'],

@@ -278,7 +278,7 @@ function bases(): Array<{ event: string; payload: Json }> {
   unlabeled.label.name = 'spark-test';
   const comment = example('issue_comment', 'created');
   comment.issue.number = 1;
-  comment.issue.pull_request = { url: 'x' };
+  comment.issue.pull_request = { url: 'https://api.github.com/repos/Codertocat/Hello-World/pulls/1' };
   comment.comment.body = '/spark test';
   comment.sender.login = 'Codertocat';
   comment.sender.type = 'User';

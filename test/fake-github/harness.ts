@@ -12,6 +12,7 @@ import { type RunningController, startController } from '../../functions/node-se
 import { settingsFromEnv } from '../../functions/settings.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import { type FakeGitHub, type Job, startFakeGitHub } from './server.ts';
+import { completeWebhook } from './webhooks.ts';
 
 /**
  * One scenario's world: a fake GitHub on loopback, a real controller (libSQL file, real HTTP
@@ -24,12 +25,49 @@ type Payload = any;
 type Definition = { name: string; examples: Payload[] };
 const definitions = require('@octokit/webhooks-examples') as Definition[];
 
-/** A deep copy of a real example payload from @octokit/webhooks-examples. */
-export function example(event: string, action?: string): Payload {
+/** A deep copy of the first recorded payload of `event` (and `action`) in @octokit/webhooks-examples, as recorded. */
+export function recordedExample(event: string, action?: string): Payload {
   const def = definitions.find((d) => d.name === event);
   const ex = def?.examples.find((e) => action === undefined || e.action === action);
   if (!ex) throw new Error(`no ${event}${action ? `.${action}` : ''} example in @octokit/webhooks-examples`);
   return structuredClone(ex);
+}
+
+/** Every recorded payload of `event` in @octokit/webhooks-examples (deep copies), as recorded. */
+export function recordedExamples(event: string): Payload[] {
+  const def = definitions.find((d) => d.name === event);
+  if (!def) throw new Error(`no ${event} examples in @octokit/webhooks-examples`);
+  return structuredClone(def.examples);
+}
+
+/**
+ * A real example payload from @octokit/webhooks-examples as GitHub sends it today: the recording
+ * with the properties GitHub's webhook description has made required since filled in
+ * (webhooks.ts `completeWebhook`), so it passes the check every delivery gets.
+ */
+export function example(event: string, action?: string): Payload {
+  return completeWebhook(event, recordedExample(event, action));
+}
+
+/** The `installation` of a webhook payload (`simple-installation`: id and node id). */
+export function installationObject(id: number) {
+  return { id, node_id: Buffer.from(`023:IntegrationInstallation${id}`).toString('base64') };
+}
+
+/**
+ * A label as GitHub puts it in webhook payloads (`pull_request.labels[]`, `label`): every field
+ * its webhook description requires, not only the name the controller reads.
+ */
+export function labelObject(repo: string, name: string, id: number) {
+  return {
+    id,
+    node_id: `LA_${Buffer.from(`${repo}/${name}`).toString('base64url')}`,
+    url: `https://api.github.com/repos/${repo}/labels/${encodeURIComponent(name)}`,
+    name,
+    description: null,
+    color: 'ededed',
+    default: false,
+  };
 }
 
 /**
@@ -73,11 +111,14 @@ export interface Harness {
   /**
    * Sends a signed webhook. A delivery the inbox accepted (202) is processed before this returns,
    * and the answer carries its `state` and `result` (what `GET /api/v1/deliveries/:id` shows).
+   * The payload is checked against GitHub's webhook description first: one GitHub would not send
+   * is a violation of the fake (`gh.violations`), unless `asRecorded` says it is a community
+   * recording delivered as recorded (older than the description: GitHub sent it that way then).
    */
   deliver(
     event: string,
     payload: unknown,
-    opts?: { id?: string; secret?: string; signature?: string },
+    opts?: { id?: string; secret?: string; signature?: string; asRecorded?: boolean },
   ): Promise<Response>;
   operatorToken(): Promise<string>;
   enable(repo: string, body?: Record<string, unknown>): Promise<Response>;
@@ -88,6 +129,7 @@ export interface Harness {
     fn: () => Promise<T | null | undefined | false> | T | null | undefined | false,
     ms?: number,
   ): Promise<T>;
+  /** Stops everything; throws the fake GitHub's violations if any are left (server.ts `close`). */
   close(): Promise<void>;
 }
 
@@ -169,6 +211,7 @@ export async function startHarness(
     logs,
     clock,
     async deliver(event, payload, o = {}) {
+      if (!o.asRecorded) gh.checkWebhook(event, payload);
       const body = JSON.stringify(payload);
       const signature = o.signature ?? (await sign(o.secret ?? SECRET, body));
       const res = await fetch(`${c.url}/github/webhooks`, {
@@ -217,9 +260,17 @@ export async function startHarness(
       }
     },
     async close() {
-      await c.close();
-      await gh.close();
-      cleanup();
+      // the fake's close fails the caller on any violation left (server.ts), after everything
+      // else is down and the files are gone
+      try {
+        await c.close();
+      } finally {
+        try {
+          await gh.close();
+        } finally {
+          cleanup();
+        }
+      }
     },
   };
   return h;

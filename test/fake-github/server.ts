@@ -3,16 +3,24 @@ import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { checkRequest, checkResponse, matchOperation, warmValidators } from './operations.ts';
 import { manifestPermissions, narrowPermissions, requirementFor, satisfies } from './permissions.ts';
-import { exampleOf, overlay, type Schema, validate } from './schema.ts';
+import { exampleOf, overlay } from './schema.ts';
+import { webhookViolations } from './webhooks.ts';
 import { loadWorkflow, type WorkflowDef } from './workflows.ts';
 
 /**
- * A local fake of the GitHub REST calls the controller makes, on 127.0.0.1. Every request body
- * and every response body is validated against GitHub's official OpenAPI description (the
- * subset extracted by scripts/extract-openapi.ts); any mismatch lands in `violations`, which
- * tests assert is empty, so the fake cannot drift from GitHub. Responses start from the
- * smallest schema-valid body and overlay the fields a scenario needs.
+ * A local fake of the GitHub REST calls the controller, the agent and the actions make, on
+ * 127.0.0.1, answering from GitHub's own OpenAPI description (`@octokit/openapi`, extracted by
+ * scripts/extract-openapi.ts; docs/adr/0125-fake-github-from-githubs-description.md). Every
+ * request is matched to one operation of the description (anything else: 404) and its path and
+ * query parameters and body are validated with ajv (operations.ts): a body the description
+ * rejects gets GitHub's 422 `Invalid request.`, malformed JSON its 400. Every response is
+ * validated against the operation's schema for its status, and webhook payloads the harnesses
+ * send against GitHub's webhook description (webhooks.ts). Each mismatch lands in `violations`,
+ * and `close()` throws while any is left, so the fake cannot drift from GitHub and no test can
+ * forget to look. Responses start from the smallest schema-valid body and overlay the fields a
+ * scenario needs.
  *
  * Beyond the schema, it plays the behaviours of GitHub the controller depends on, each with the
  * documentation it follows (the `DOC` links below):
@@ -39,8 +47,9 @@ import { loadWorkflow, type WorkflowDef } from './workflows.ts';
  * - the App's delivery log lists every attempt newest first with cursor pagination, and a
  *   requested redelivery is sent again with the same GUID; a failed delivery is never retried by
  *   GitHub itself (DOC.hookDeliveries, DOC.redeliver, DOC.failedDeliveries).
- * GitHub-shaped refusals that the OpenAPI description leaves out (its 404s, the dispatch 422s)
- * are recorded in `refused`, not in `violations`.
+ * GitHub-shaped refusals that the OpenAPI description leaves out (its 404s, the dispatch 422s,
+ * the 400/422 for a request it rejects) are recorded in `refused`; a rejected request is also a
+ * violation (the caller sent something GitHub refuses), a dispatch refusal is not.
  */
 export const DOC = {
   dispatchEvent:
@@ -90,21 +99,6 @@ export const DOC = {
   manifest:
     "https://docs.github.com/en/apps/sharing-github-apps/registering-a-github-app-from-a-manifest (default_permissions are the App's permissions)",
 } as const;
-
-interface Operation {
-  method: string;
-  path: string;
-  requestBody: Schema | null;
-  requestBodyRequired: boolean;
-  responses: Record<string, Schema | null>;
-  re: RegExp;
-  names: string[];
-}
-
-interface FixtureFile {
-  source: string;
-  operations: Omit<Operation, 're' | 'names'>[];
-}
 
 export interface PullState {
   state: 'open' | 'closed';
@@ -275,22 +269,6 @@ const PAGINATED = new Set([
   'get /repos/{owner}/{repo}/actions/runs/{run_id}/jobs',
 ]);
 
-const fixture = JSON.parse(
-  readFileSync(join(import.meta.dirname, '..', 'fixtures', 'openapi', 'github-rest-subset.json'), 'utf8'),
-) as FixtureFile;
-
-const operations: Operation[] = fixture.operations.map((o) => {
-  const names: string[] = [];
-  const re = new RegExp(
-    `^${o.path.replace(/\{([^}]+)\}/g, (_m, n: string) => {
-      names.push(n);
-      // a content path spans directories (.github/workflows/x.yml), as GitHub serves it
-      return n === 'path' ? '(.+)' : '([^/]+)';
-    })}$`,
-  );
-  return { ...o, re, names };
-});
-
 let appKeys: { privateKey: string; publicKey: string } | null = null;
 
 /**
@@ -326,6 +304,11 @@ export class FakeGitHub {
   /** A runner group every repository added from now on joins (a harness's Spark group), or null. */
   joinRunnerGroup: number | null = null;
   requests: RecordedRequest[] = [];
+  /**
+   * Every way a request, a response or a webhook left GitHub's description (operations.ts,
+   * webhooks.ts). {@link close} fails while any is left: a test that provokes one on purpose
+   * asserts it and takes it with {@link takeViolations}.
+   */
   violations: string[] = [];
   /** GitHub-shaped refusals (404/422) the OpenAPI description does not list: not violations. */
   refused: Refusal[] = [];
@@ -395,17 +378,33 @@ export class FakeGitHub {
   }
 
   async start(): Promise<this> {
+    warmValidators();
     this.server = createServer((req, res) => void this.handle(req, res));
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
     this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
     return this;
   }
 
+  /**
+   * Stops the server, then throws {@link FakeGitHubViolations} if any violation is left, so no
+   * user of the fake can forget to check: every harness closes its fake.
+   */
   async close(): Promise<void> {
     for (const t of this.cancelTimers) clearTimeout(t);
     this.cancelTimers.clear();
     this.server.closeAllConnections();
     await new Promise<void>((r) => this.server.close(() => r()));
+    if (this.violations.length) throw new FakeGitHubViolations(this.takeViolations());
+  }
+
+  /** Returns the recorded violations and forgets them (a test that provoked them asserts them). */
+  takeViolations(): string[] {
+    return this.violations.splice(0);
+  }
+
+  /** Records a webhook payload that is not what GitHub sends (webhooks.ts): harnesses call it. */
+  checkWebhook(event: string, payload: unknown): void {
+    this.violations.push(...webhookViolations(event, payload));
   }
 
   addRepo(fullName: string, over: Partial<RepoState> = {}): RepoState {
@@ -604,43 +603,31 @@ export class FakeGitHub {
     const text = Buffer.concat(chunks).toString('utf8');
     const url = new URL(req.url ?? '/', 'http://x');
     const method = (req.method ?? 'GET').toLowerCase();
+    // every request is one operation of GitHub's description (operations.ts); anything else is
+    // GitHub's 404, also for a method the path does not support (DOC.notFound)
+    const match = matchOperation(method, url.pathname);
+    const op = match?.op;
     let body: unknown = null;
-    if (text) {
-      try {
-        body = JSON.parse(text);
-      } catch {
-        this.violations.push(`${method.toUpperCase()} ${url.pathname}: request body is not JSON`);
-      }
-    }
-    const op = operations.find((o) => o.method === method && o.re.test(url.pathname));
+    /** A refusal GitHub answers that the description does not list for the operation. */
+    let refusal = false;
     const send = (status: number, data: unknown, headers: Record<string, string> = {}) => {
       if (op) {
-        const schema = op.responses[String(status)];
-        if (schema && data != null) {
-          for (const v of validate(schema, data))
-            this.violations.push(`response ${method.toUpperCase()} ${op.path} ${status} ${v}`);
-        } else if (!(String(status) in op.responses) && status < 500 && status !== 401 && status !== 403) {
-          // GitHub answers 404 for a resource that does not exist or the caller cannot see on
-          // every endpoint (DOC.notFound), and 422 for a dispatch it refuses; the description
-          // leaves these out, so they are recorded as refusals, checked for GitHub's error shape
-          if (status === 404 || (status === 422 && op.path.endsWith('/dispatches'))) {
-            const e = data as { message?: unknown; documentation_url?: unknown } | null;
-            if (typeof e?.message !== 'string' || typeof e.documentation_url !== 'string')
-              this.violations.push(
-                `response ${method.toUpperCase()} ${op.path} ${status}: not GitHub's error shape`,
-              );
-            this.refused.push({
-              method: method.toUpperCase(),
-              path: url.pathname,
-              status,
-              message: String(e?.message),
-            });
-          } else {
-            this.violations.push(
-              `response ${method.toUpperCase()} ${op.path}: status ${status} is not documented`,
-            );
-          }
-        }
+        // GitHub's 422 refusals of a dispatch (unknown ref, undeclared or missing inputs) are
+        // not in the description either (DOC.dispatchApi)
+        const checked = checkResponse(
+          op,
+          status,
+          data,
+          refusal || (status === 422 && op.path.endsWith('/dispatches')),
+        );
+        this.violations.push(...checked.violations);
+        if (checked.refused)
+          this.refused.push({
+            method: method.toUpperCase(),
+            path: url.pathname,
+            status,
+            message: String((data as { message?: unknown } | null)?.message),
+          });
       }
       // an installation token (`ghs_…`) may come as `token` or `Bearer` (GitHub accepts both)
       const installationToken = /^(?:token|Bearer) (ghs_\S+)$/.exec(req.headers.authorization ?? '')?.[1];
@@ -660,18 +647,23 @@ export class FakeGitHub {
         ...(installationToken ? { token: installationToken } : {}),
         at: this.clock(),
       });
-      res.writeHead(status, { 'content-type': 'application/json', ...headers });
+      res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', ...headers });
       res.end(data == null ? '' : JSON.stringify(data));
     };
-    if (!op) {
+    if (!match || !op) {
       this.violations.push(
-        `${method.toUpperCase()} ${url.pathname}: not an operation the controller should call`,
+        `${method.toUpperCase()} ${url.pathname}: not an operation of GitHub's description the fake serves`,
       );
-      return send(404, { message: 'Not Found', documentation_url: 'https://docs.github.com/rest' });
+      return send(404, { message: 'Not Found', documentation_url: DOC.notFound });
     }
-    if (op.requestBody && (body != null || op.requestBodyRequired)) {
-      for (const v of validate(op.requestBody, body))
-        this.violations.push(`request ${method.toUpperCase()} ${op.path} ${v}`);
+    const { params } = match;
+    // parameters and body against the description: GitHub's 400/422 for what it rejects
+    const check = checkRequest(op, params, url.searchParams, text);
+    body = check.body;
+    this.violations.push(...check.violations);
+    if (check.answer) {
+      refusal = true;
+      return send(check.answer.status, check.answer.body);
     }
     const failure = this.failures.find(
       (f) => f.times > 0 && (!f.method || f.method === method.toUpperCase()) && f.path.test(url.pathname),
@@ -687,9 +679,6 @@ export class FakeGitHub {
         failure.headers,
       );
     }
-    const params = Object.fromEntries(
-      op.names.map((n, i) => [n, decodeURIComponent(op.re.exec(url.pathname)![i + 1]!)]),
-    );
     const isAppCall = op.path.startsWith('/app/') || op.path === '/repos/{owner}/{repo}/installation';
     const auth = req.headers.authorization;
     const notFound = () =>
@@ -1427,6 +1416,16 @@ export class FakeGitHub {
         annotations_url: 'https://github.invalid/a',
       },
     };
+  }
+}
+
+/** What a fake GitHub's `close()` throws while violations are left: each one, in words. */
+export class FakeGitHubViolations extends Error {
+  constructor(readonly violations: string[]) {
+    super(
+      `the fake GitHub recorded ${violations.length} violation(s) of GitHub's description:\n${violations.map((v) => `- ${v}`).join('\n')}`,
+    );
+    this.name = 'FakeGitHubViolations';
   }
 }
 

@@ -2,7 +2,13 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { sign } from '@octokit/webhooks-methods';
 import { waitFor } from '../doubles/index.ts';
-import { example, SECRET, SPARK_RUNNER_GROUP } from '../fake-github/harness.ts';
+import {
+  example,
+  installationObject,
+  labelObject,
+  SECRET,
+  SPARK_RUNNER_GROUP,
+} from '../fake-github/harness.ts';
 import {
   type CheckRun,
   type FakeGitHub,
@@ -237,8 +243,12 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     note(`GitHub: redelivery of ${d.event} ${d.guid} requested`);
     await deliverRaw(d.guid, d.event, d.body, true);
   };
-  const deliver = (event: string, payload: unknown, id?: string) =>
-    deliverRaw(id ?? `sys-${process.pid}-${++deliverySeq}`, event, JSON.stringify(payload));
+  // every payload is checked against GitHub's webhook description before it is sent (a payload
+  // GitHub would not send is the fake's violation); a redelivery resends a checked body
+  const deliver = (event: string, payload: unknown, id?: string) => {
+    gh.checkWebhook(event, payload);
+    return deliverRaw(id ?? `sys-${process.pid}-${++deliverySeq}`, event, JSON.stringify(payload));
+  };
 
   // ------------------------------------------------------------ GitHub Actions
 
@@ -250,7 +260,7 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     const p = example('workflow_job', action);
     p.repository.full_name = j.repo;
     p.repository.name = j.repo.split('/')[1];
-    p.installation = { id: repoState.installationId };
+    p.installation = installationObject(repoState.installationId);
     Object.assign(p.workflow_job, {
       id: j.id,
       run_id: j.runId,
@@ -371,12 +381,12 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     p.repository.full_name = REPO;
     p.repository.name = REPO.split('/')[1];
     p.repository.default_branch = 'main';
-    p.installation = { id: repoState.installationId };
+    p.installation = installationObject(repoState.installationId);
     p.sender.login = sender;
     p.sender.type = 'User';
     p.pull_request.number = n;
     p.pull_request.state = pr.state;
-    p.pull_request.labels = pr.labels.map((name, i) => ({ id: i + 1, name, color: 'ededed' }));
+    p.pull_request.labels = pr.labels.map((name, i) => labelObject(REPO, name, i + 1));
     p.pull_request.head.sha = pr.headSha;
     p.pull_request.head.ref = `topic-${n}`;
     p.pull_request.head.repo = pr.headRepo ? { ...p.pull_request.base.repo, full_name: pr.headRepo } : null;
@@ -401,13 +411,13 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     async label(n, label, sender = MAINTAINER) {
       prs[n]!.labels = [...new Set([...prs[n]!.labels, label])];
       const p = prPayload('labeled', n, sender);
-      p.label = { id: 99, name: label, color: 'ededed' };
+      p.label = labelObject(REPO, label, 99);
       return deliver('pull_request', p);
     },
     async unlabel(n, label, sender = MAINTAINER) {
       prs[n]!.labels = prs[n]!.labels.filter((l) => l !== label);
       const p = prPayload('unlabeled', n, sender);
-      p.label = { id: 99, name: label, color: 'ededed' };
+      p.label = labelObject(REPO, label, 99);
       return deliver('pull_request', p);
     },
     async closePr(n, sender = MAINTAINER) {

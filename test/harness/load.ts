@@ -6,6 +6,7 @@ export { SECRET } from '../fake-github/harness.ts';
 export { makeTestLedger } from '../helpers/ledger.ts';
 export { startControllerProcesses } from '../helpers/load/controllers.ts';
 export {
+  githubBody,
   LOAD_INSTALLATION,
   LOAD_REPO,
   MAINTAINER,

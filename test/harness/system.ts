@@ -201,8 +201,12 @@ async function teardown(p: Parts): Promise<void> {
   if (p.dir) await sweepProcessesUnder(p.dir);
   await p.controller?.stop('SIGTERM');
   p.reader?.close();
-  await p.github?.close();
-  p.cleanup?.();
+  try {
+    // fails the caller on any violation of GitHub's description the fake recorded (server.ts)
+    await p.github?.close();
+  } finally {
+    p.cleanup?.();
+  }
 }
 
 /**

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ReservationInfo } from '../../core/protocol/api.ts';
 import { loadDashboardData } from '../../functions/dashboard/index.ts';
-import { example, type Harness, startHarness } from '../fake-github/harness.ts';
+import { example, type Harness, labelObject, startHarness } from '../fake-github/harness.ts';
 import { adoptAll } from '../helpers/ledger.ts';
 
 /**
@@ -139,7 +139,7 @@ describe('a reservation that ended while queued reports its outcome, never its w
     push.pull_request.head.sha = '1'.repeat(40);
     push.pull_request.head.repo.full_name = REPO;
     push.pull_request.base.repo.full_name = REPO;
-    push.pull_request.labels = [{ name: 'spark-test' }];
+    push.pull_request.labels = [labelObject(REPO, 'spark-test', 1)];
     push.sender.login = 'outsider'; // not authorized: nothing is queued for the new SHA
     expect((await (await h.deliver('pull_request', push)).json()).result).toBe(
       'superseded r-1, not requeued (sender not authorized)',

@@ -19,7 +19,7 @@ const REPO = 'Codertocat/Hello-World';
 function spark(body: string, pr = 1) {
   const c = example('issue_comment', 'created');
   c.issue.number = pr;
-  c.issue.pull_request = { url: 'x' };
+  c.issue.pull_request = { url: `https://api.github.com/repos/${REPO}/pulls/${pr}` };
   c.comment.body = body;
   c.sender.login = 'Codertocat';
   c.sender.type = 'User';
@@ -79,6 +79,10 @@ describe('webhook inbox', () => {
     expect(body.state).toBe('done');
     expect(body.result).toMatch(/^invalid payload: pull_request payload is missing fields: /);
     expect(await count(h, 'reservations')).toBe(0);
+    // not a payload GitHub sends, on purpose: the fake's check says so
+    expect(h.gh.takeViolations()).toEqual([
+      expect.stringMatching(/^webhook pull_request\.labeled: \/ must have required property 'number'/),
+    ]);
   });
 
   it('malformed JSON and missing headers are refused before the insert', async () => {

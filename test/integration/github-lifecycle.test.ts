@@ -6,7 +6,13 @@ import { refreshQueuedChecks } from '../../functions/github/sweeps.ts';
 import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import { computeDesiredState } from '../../functions/ledger/desired-state.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { example, type Harness, SPARK_RUNNER_GROUP, workflowJobEvent } from '../fake-github/harness.ts';
+import {
+  example,
+  type Harness,
+  labelObject,
+  SPARK_RUNNER_GROUP,
+  workflowJobEvent,
+} from '../fake-github/harness.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
 import { validate } from '../fake-github/schema.ts';
 import type { Job } from '../fake-github/server.ts';
@@ -126,8 +132,11 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
       required: ['name', 'head_sha'],
       properties: { name: { type: 'string' }, head_sha: { type: 'string' } },
     };
-    expect(validate(schema, { name: 'x' })).toEqual(['$.head_sha: required']);
-    expect(validate(schema, { name: 1, head_sha: 'a' })).toEqual(['$.name: expected string, got number']);
+    // worded as GitHub words them in a 422 "Invalid request." (schema.ts githubMessage)
+    expect(validate(schema, { name: 'x' }).map((p) => p.github)).toEqual([`"head_sha" wasn't supplied.`]);
+    expect(validate(schema, { name: 1, head_sha: 'a' }).map((p) => p.github)).toEqual([
+      "For 'properties/name', 1 is not a string.",
+    ]);
   });
 
   it('prepared → dispatch with the nonce, run recorded, one JIT runner with the seed labels + nonce label', async (ctx) => {
@@ -601,7 +610,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
       p.pull_request.base.repo.full_name = REPO;
       p.pull_request.number = 2;
       p.number = 2;
-      p.pull_request.labels = [{ name: 'spark-test' }];
+      p.pull_request.labels = [labelObject(REPO, 'spark-test', 1)];
       p.sender.login = sender;
       return p;
     };

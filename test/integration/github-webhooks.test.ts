@@ -91,7 +91,7 @@ describe('GitHub webhook endpoint', () => {
 
   it('answers unknown events and actions with 2xx and changes nothing', async () => {
     const before = await count(h, 'reservations');
-    const star = await h.deliver('star', { action: 'created', repository: { full_name: REPO } });
+    const star = await h.deliver('star', example('star', 'created'));
     expect(star.status).toBe(202);
     const assigned = await h.deliver('pull_request', example('pull_request', 'assigned'));
     expect(assigned.status).toBe(202);
@@ -101,6 +101,12 @@ describe('GitHub webhook endpoint', () => {
       expect(res.status, odd).toBe(202);
       expect((await res.json()).result).toBe(`ignored: ${odd}`);
     }
+    // GitHub sends no such events: the fake says so, and this test meant it
+    expect(h.gh.takeViolations()).toEqual(
+      ['valueOf', 'constructor', '__proto__', 'toString'].map((odd) =>
+        expect.stringMatching(new RegExp(`^webhook ${odd}: not an event of GitHub's webhook description`)),
+      ),
+    );
     const ping = await h.deliver('ping', example('ping'));
     expect(ping.status).toBe(200);
     expect(await count(h, 'reservations')).toBe(before);
@@ -207,7 +213,7 @@ describe('GitHub webhook endpoint', () => {
     const res = await h.deliver('pull_request', labeled('spark-pair-test'));
     expect((await res.json()).result).toMatch(/refused: pair \(distributed\) tests are not enabled/);
     const comment = example('issue_comment', 'created');
-    comment.issue.pull_request = { url: 'x' };
+    comment.issue.pull_request = { url: `https://api.github.com/repos/${REPO}/pulls/2` };
     comment.issue.number = 2;
     comment.comment.body = '/spark test --pair';
     comment.sender.login = 'Codertocat';
@@ -276,7 +282,7 @@ describe('GitHub webhook endpoint', () => {
     };
     const comment = (body: string, sender = 'Codertocat', type = 'User') => {
       const c = example('issue_comment', 'created');
-      c.issue.pull_request = { url: 'x' };
+      c.issue.pull_request = { url: `https://api.github.com/repos/${REPO}/pulls/2` };
       c.issue.number = 2;
       c.comment.body = body;
       c.sender.login = sender;
@@ -314,7 +320,7 @@ describe('GitHub webhook endpoint', () => {
     };
     const comment = (body: string, sender: string) => {
       const c = example('issue_comment', 'created');
-      c.issue.pull_request = { url: 'x' };
+      c.issue.pull_request = { url: `https://api.github.com/repos/${REPO}/pulls/2` };
       c.issue.number = 2;
       c.comment.body = body;
       c.sender.login = sender;

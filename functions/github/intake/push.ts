@@ -48,7 +48,11 @@ export async function onPush(svc: GitHubService, d: Delivery, raw: unknown): Pro
     );
     for (const r of superseded) out.push(`superseded ${r.id}`);
     const stillQueued = await queuedOfKind(svc.ledger, tx, repo.fullName, 'merge');
-    if (!stillQueued.some((r) => r.headSha === p.after)) {
+    const same = stillQueued.find((r) => r.headSha === p.after);
+    // a redelivered or repeated push of a tip already queued says so (docs/github-app.md: every
+    // delivery's result is in words), instead of an empty result
+    if (same) out.push(`already queued as ${same.id}`);
+    else {
       const meta: GitHubMeta = {
         installationId,
         trigger: 'push',

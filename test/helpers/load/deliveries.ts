@@ -1,11 +1,14 @@
 import { sign } from '@octokit/webhooks-methods';
-import { example, SECRET } from '../../fake-github/harness.ts';
+import { example, installationObject, labelObject, SECRET } from '../../fake-github/harness.ts';
+import { webhookViolations } from '../../fake-github/webhooks.ts';
 import { postOnce } from './http.ts';
 
 /**
  * Signed webhook deliveries for load tests and the webhook bench, built from the recorded
  * payloads in @octokit/webhooks-examples (as the GitHub part's tests do) and edited field by
- * field. A plan is deterministic for its seed so a failing run can be replayed.
+ * field; every planned payload is checked against GitHub's webhook description
+ * (test/fake-github/webhooks.ts) and a plan with one GitHub would not send is refused. A plan is
+ * deterministic for its seed so a failing run can be replayed.
  */
 
 export const LOAD_REPO = 'Codertocat/Hello-World';
@@ -84,19 +87,23 @@ export function pullRequestEvent(
   p.pull_request.base.repo.full_name = LOAD_REPO;
   p.pull_request.head.repo =
     o.headRepo === null ? null : { ...p.pull_request.head.repo, full_name: o.headRepo ?? LOAD_REPO };
-  p.installation = { id: LOAD_INSTALLATION, node_id: p.installation?.node_id ?? 'x' };
+  p.installation = installationObject(LOAD_INSTALLATION);
   p.sender.login = o.sender ?? MAINTAINER;
-  if (o.label !== undefined) p.label = { ...(p.label ?? {}), name: o.label };
-  p.pull_request.labels = (o.labels ?? []).map((name, i) => ({ id: i + 1, name, default: false }));
+  if (o.label !== undefined) p.label = labelObject(LOAD_REPO, o.label, 99);
+  p.pull_request.labels = (o.labels ?? []).map((name, i) => labelObject(LOAD_REPO, name, i + 1));
   return p;
 }
 
 function comment(pr: number, body: string, sender = MAINTAINER): Payload {
   const c = example('issue_comment', 'created');
   c.repository.full_name = LOAD_REPO;
-  c.installation = { id: LOAD_INSTALLATION };
+  c.installation = installationObject(LOAD_INSTALLATION);
   c.issue.number = pr;
-  c.issue.pull_request = { url: `https://api.github.com/repos/${LOAD_REPO}/pulls/${pr}` };
+  c.issue.pull_request = {
+    ...c.issue.pull_request,
+    url: `https://api.github.com/repos/${LOAD_REPO}/pulls/${pr}`,
+    html_url: `https://github.com/${LOAD_REPO}/pull/${pr}`,
+  };
   c.comment.body = body;
   c.sender.login = sender;
   c.sender.type = 'User';
@@ -110,7 +117,7 @@ function push(after: string): Payload {
   p.deleted = false;
   p.repository.full_name = LOAD_REPO;
   p.repository.default_branch = 'main';
-  p.installation = { id: LOAD_INSTALLATION };
+  p.installation = installationObject(LOAD_INSTALLATION);
   return p;
 }
 
@@ -132,7 +139,7 @@ export function workflowJob(
 ): Payload {
   const p = example('workflow_job', action);
   p.repository.full_name = LOAD_REPO;
-  p.installation = { id: LOAD_INSTALLATION };
+  p.installation = installationObject(LOAD_INSTALLATION);
   p.workflow_job.head_sha = o.sha;
   if (o.runId != null) p.workflow_job.run_id = o.runId;
   p.workflow_job.labels = [
@@ -147,6 +154,17 @@ export function workflowJob(
   p.workflow_job.status = action;
   p.workflow_job.conclusion = action === 'completed' ? (o.conclusion ?? 'success') : null;
   return p;
+}
+
+/**
+ * The body GitHub would send for `payload`: refused (TypeError) when GitHub's webhook description
+ * says GitHub would not send it, so a load run never measures deliveries GitHub cannot make.
+ */
+export function githubBody(event: string, payload: unknown): string {
+  const problems = webhookViolations(event, payload);
+  if (problems.length)
+    throw new TypeError(`a ${event} delivery GitHub would not send: ${problems.join('; ')}`);
+  return JSON.stringify(payload);
 }
 
 function unknownEvent(r: () => number): { event: string; payload: Payload } {
@@ -316,7 +334,7 @@ export async function planDeliveries(o: PlanOptions): Promise<Plan> {
       event,
       kind,
       pr: kind === 'push' || kind === 'unknown-event' || kind === 'workflow-job' ? null : pr,
-      body: JSON.stringify(payload),
+      body: githubBody(event, payload),
     });
   }
 

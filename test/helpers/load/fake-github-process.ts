@@ -1,11 +1,12 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { join } from 'node:path';
-import type { CheckRun, PullState } from '../../fake-github/server.ts';
+import { type CheckRun, FakeGitHubViolations, type PullState } from '../../fake-github/server.ts';
 
 /**
  * The fake GitHub (test/fake-github/server.ts, every request and response checked against
  * GitHub's OpenAPI description) in a separate process on a loopback port, for load tests and
- * benches where the test process is busy sending. State is read back over IPC.
+ * benches where the test process is busy sending. State is read back over IPC. Like the fake in
+ * one process, `close()` throws the violations of GitHub's description it recorded.
  */
 
 export interface RepoSpec {
@@ -32,7 +33,7 @@ export interface FakeGitHubSnapshot {
 export type FakeGitHubReply =
   | { type: 'started'; url: string; appId: number; privateKey: string }
   | ({ type: 'snapshot' } & FakeGitHubSnapshot)
-  | { type: 'closed' }
+  | { type: 'closed'; violations: string[] }
   | { type: 'error'; message: string };
 
 export interface FakeGitHubProcess {
@@ -41,6 +42,7 @@ export interface FakeGitHubProcess {
   privateKey: string;
   pid: number;
   snapshot(): Promise<FakeGitHubSnapshot>;
+  /** Stops the process; throws {@link FakeGitHubViolations} if the fake recorded any. */
   close(): Promise<void>;
 }
 
@@ -105,14 +107,16 @@ export async function startFakeGitHubProcess(repos: RepoSpec[]): Promise<FakeGit
         return;
       }
       const exited = new Promise<void>((r) => child.once('exit', () => r()));
+      let violations: string[] = [];
       try {
-        await ask(child, { type: 'close' }, 'closed');
+        violations = ((await ask(child, { type: 'close' }, 'closed')) as { violations: string[] }).violations;
       } catch {
         // already gone
       }
       const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
       await exited;
       clearTimeout(timer);
+      if (violations.length) throw new FakeGitHubViolations(violations);
     },
   };
 }
