@@ -3,11 +3,13 @@ import { join } from 'node:path';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it, type TestContext } from 'vitest';
 import { readMeta } from '../../functions/github/meta.ts';
+import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import { inspectWorkflowContract, NONCE_LOST } from '../../functions/github/workflow-contract.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { example, workflowJobEvent } from '../fake-github/harness.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
 import { loadWorkflow } from '../fake-github/workflows.ts';
+import { hostEvidence } from '../helpers/host-evidence.ts';
 import { adoptAll } from '../helpers/ledger.ts';
 
 /**
@@ -145,19 +147,18 @@ describe('the spec’s workflow contract against the fake GitHub', () => {
     expect((await started.json()).result).toBe('running r-1');
     const done = await h.deliver('workflow_job', workflowJobEvent(h.gh.completeJob(picked!.id), 'completed'));
     expect((await done.json()).result).toBe('r-1 outcome passed');
-    // the in-job part stores the receipt (simulated, as in github-lifecycle)
-    await h.c.ledger.write(async (tx, now) => {
-      await tx
-        .update(t.reservations)
-        .set({ receiptJson: JSON.stringify({ ok: true }) })
-        .where(eq(t.reservations.id, 'r-1'));
-      await h.c.ledger.record(tx, now, {
-        subjectType: 'reservation',
-        subjectId: 'r-1',
-        type: 'reservation.receipt',
-        cause: 'receipt',
-        actor: 'job',
-      });
+    // the agent reports the runner's exit with what it observed itself (ADR 0160): the check's
+    // verdict is the host's, GitHub's conclusion alone does not pass it
+    const lease = (await h.c.ledger.leasesOf(undefined, 'r-1'))[0]!;
+    await applyReport(h.c.ledger, lease.hostId, {
+      type: 'runner_exited',
+      fencingToken: lease.fencingToken,
+      runnerName: handoff.runnerName,
+      exitCode: 0,
+      lastLines: [],
+      hostEvidence: hostEvidence(SHA, {
+        workTrees: [{ path: 'Hello-World/Hello-World', sha: SHA, detail: 'detached HEAD' }],
+      }),
     });
     const check = await h.until('passed check', () =>
       h.gh.checkRuns.find(
