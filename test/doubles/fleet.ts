@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { and, asc, eq, inArray } from 'drizzle-orm';
@@ -17,6 +17,7 @@ import { settingsFromEnv } from '../../functions/settings.ts';
 import { buildTarget, targets } from '../../scripts/build.ts';
 import { killGroup } from '../harness/processes.ts';
 import { tempDir } from '../helpers/ledger.ts';
+import { type HostSandbox, SANDBOX_HELPER, sandboxedTestDir, setUpHostSandbox } from './host-sandbox.ts';
 import {
   FAKE_RUNNER,
   FakeDeckard,
@@ -82,21 +83,11 @@ export interface FleetOptions {
   runnerUsers?: boolean;
 }
 
-/** The privileged helper the agents run (as root here; through sudo on a host, docs/agent.md). */
-export const SANDBOX_HELPER = join(REPO_ROOT, 'agent', 'host', 'spark-lease-sandbox.sh');
+export { SANDBOX_HELPER };
 
-/**
- * Where fleets with runner users live: like a host's /var/lib, outside /tmp and /var/tmp (each
- * lease's namespace has a fresh /tmp and /var/tmp of its own, so the agent's files there would be
- * merely invisible to a job instead of unreadable, as they are on a host).
- */
-const FLEET_ROOT = '/var/lib/spark-test-fleets';
-
+/** Fleets with runner users live outside /tmp, as a host's dirs do (./host-sandbox.ts). */
 function fleetDir(withUsers: boolean): { dir: string; cleanup: () => void } {
-  if (!withUsers) return tempDir('spark-fleet-');
-  mkdirSync(FLEET_ROOT, { recursive: true, mode: 0o711 });
-  const dir = mkdtempSync(join(FLEET_ROOT, 'fleet-'));
-  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+  return withUsers ? sandboxedTestDir('fleet-') : tempDir('spark-fleet-');
 }
 
 export interface AgentHandle {
@@ -276,38 +267,19 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     // like a real GPU, a job's process shows in nvidia-smi: fake runners (any user) add themselves
     chmodSync(gpu[h.id]!.dir, 0o1777);
     const user = withUsers ? await createTestUser() : null;
-    let sandbox: Record<string, unknown> = {};
+    let sandbox: HostSandbox['runner'] | Record<string, never> = {};
     if (user) {
       runnerUsers[h.id] = user;
-      // what the operator does (docs/agent.md "Install"): the work root is root's, mode 0711; the
-      // runner install is the runner user's, as GitHub's runner is usually set up (each lease sees
-      // it copy-on-write, so a job's changes stay in its lease); the helper's configuration is
-      // root's, naming the runner user, the work root, the runner dir, and what a job may write
-      // besides its own dirs (here the doubles' shared dirs: markers and the fake GPU's state)
-      const work = join(hd, 'work');
-      mkdirSync(work);
-      chmodSync(work, 0o711);
-      const runnerDir = join(hd, 'runner');
-      mkdirSync(runnerDir, { mode: 0o755 });
-      writeFileSync(
-        join(runnerDir, 'run.sh'),
-        '#!/bin/sh\n# the runner install a lease sees copy-on-write\n',
-        { mode: 0o755 },
-      );
-      for (const p of [runnerDir, join(runnerDir, 'run.sh')]) chownSync(p, user.uid, user.gid);
-      const conf = join(hd, 'sandbox.conf');
-      writeFileSync(
-        conf,
-        [
-          `runner_user=${user.name}`,
-          `work_root=${work}`,
-          `runner_dir=${runnerDir}`,
-          `writable=${markerDir}:${gpu[h.id]!.dir}`,
-          '',
-        ].join('\n'),
-        { mode: 0o644 },
-      );
-      sandbox = { dir: runnerDir, helper: [SANDBOX_HELPER, conf] };
+      // a job may write the doubles' shared dirs besides its own: markers and the fake GPU's state
+      sandbox = setUpHostSandbox(hd, user, {
+        writable: [markerDir, gpu[h.id]!.dir],
+        install: (runnerDir) =>
+          writeFileSync(
+            join(runnerDir, 'run.sh'),
+            '#!/bin/sh\n# the runner install a lease sees copy-on-write\n',
+            { mode: 0o755 },
+          ),
+      }).runner;
     }
     const { token } = await createAgentToken(controller.ledger, h.id, 'test');
     writeFileSync(join(hd, 'agent.token'), `${token}\n`, { mode: 0o600 });
