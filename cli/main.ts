@@ -256,7 +256,7 @@ function buildProgram(
   sub(
     program,
     'mcp',
-    'serve the MCP tools (reserve, status, queue, fleet, renew, history, release, cancel) on stdio',
+    'serve the MCP tools (reserve, status, queue, fleet, renew, history, release, cancel, deckard_start) on stdio',
   ).action(async function (this: Command) {
     const g = this.optsWithGlobals() as { url?: string; token?: string; config?: string };
     const settings = resolveSettings({ url: g.url, token: g.token, config: g.config }, env);
