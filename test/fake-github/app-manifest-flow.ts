@@ -228,6 +228,8 @@ export class FakeGitHubWeb {
       res.writeHead(status, { 'content-type': 'text/html; charset=utf-8', ...headers });
       res.end(`<!doctype html><html><head><title>${html(title)}</title></head><body>${body}</body></html>`);
     };
+    // a browser asks every origin for its icon by itself: not a request of the code under test
+    if (req.method === 'GET' && url.pathname === '/favicon.ico') return page(404, 'Not Found', '');
     const m = /^(?:\/organizations\/([A-Za-z0-9-]+))?\/settings\/apps(\/new)?$/.exec(url.pathname);
     if (req.method !== 'POST' || !m) {
       this.gh.violations.push(`web: ${req.method} ${url.pathname} is not a page the fake GitHub plays`);
