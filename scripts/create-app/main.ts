@@ -128,10 +128,18 @@ async function store(
     SPARK_GITHUB_PRIVATE_KEY: toPkcs8(app.pem),
   };
   if (app.webhook_secret) values.SPARK_WEBHOOK_SECRET = app.webhook_secret;
-  writeSecrets(opts.secretsFile, values, [
-    `GitHub App "${app.name}" (id ${app.id}, ${app.html_url}), created by create-app ${new Date().toISOString()}`,
-    'npm start reads this file; Workers: npx wrangler secret bulk <this file>. Keep it mode 0600, out of git.',
-  ]);
+  try {
+    writeSecrets(opts.secretsFile, values, [
+      `GitHub App "${app.name}" (id ${app.id}, ${app.html_url}), created by create-app ${new Date().toISOString()}`,
+      'npm start reads this file; Workers: npx wrangler secret bulk <this file>. Keep it mode 0600, out of git.',
+    ]);
+  } catch (e) {
+    // GitHub showed the key this once: the App is of no use now
+    throw new CreateAppError(
+      EXIT.failed,
+      `the App "${app.name}" (id ${app.id}) was created but ${opts.secretsFile} could not be written (${(e as Error).message}): delete the App (${app.html_url}, Advanced → Delete) and run create-app again`,
+    );
+  }
   io.out(
     `Created the GitHub App "${app.name}" (id ${app.id}, ${app.html_url})${app.owner?.login ? `, owned by ${app.owner.login}` : ''}.`,
   );

@@ -38,6 +38,16 @@ function existing(path: string): Record<string, string> {
 export function checkSecretsFile(path: string, force: boolean): void {
   const have = existing(path);
   const held = APP_SECRET_KEYS.filter((k) => have[k]);
+  // the file is rewritten with the App's values: a variable the format cannot carry back must
+  // stop the run now, not after GitHub created the App
+  try {
+    formatSecretsFile(have);
+  } catch (e) {
+    throw new CreateAppError(
+      EXIT.usage,
+      `${path} cannot be rewritten: ${(e as Error).message}; fix that line first`,
+    );
+  }
   if (held.length && !force)
     throw new CreateAppError(
       EXIT.usage,

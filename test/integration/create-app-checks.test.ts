@@ -74,12 +74,17 @@ describe('create-app refuses before anything is created', () => {
     expect(long.err).toMatch(/GitHub takes 1 to 34 characters, unique across GitHub/);
   });
 
-  it('an App already in the secrets file, unless --force', async () => {
+  it('an App already in the secrets file, unless --force; a file it could not rewrite', async () => {
     const file = join(dir.dir, 'spark.secrets.env');
     writeFileSync(file, 'SPARK_GITHUB_APP_ID="77"\n', { mode: 0o600 });
     const r = await run(['--org', 'acme', '--public-url', 'https://spark.example.org']);
     expect(r.code).toBe(2);
     expect(r.err).toMatch(/already holds a GitHub App \(SPARK_GITHUB_APP_ID=77\): --force replaces it/);
+    // a value the file's format cannot carry back stops the run before GitHub creates anything
+    writeFileSync(file, `SPARK_LEDGER_AUTH_TOKEN='a"b'\n`, { mode: 0o600 });
+    const odd = await run(['--org', 'acme', '--public-url', 'https://spark.example.org', '--force']);
+    expect(odd.code).toBe(2);
+    expect(odd.err).toMatch(/cannot be rewritten: SPARK_LEDGER_AUTH_TOKEN: a value with quotes/);
   });
 
   it('gives up when no App is created in time (exit 8), storing nothing', async () => {
