@@ -242,9 +242,11 @@ function buildProgram(
   sub(
     program,
     'admin',
-    "first-token bootstrap, run on the controller host in its checkout: hands ARGS to the controller's scripts/admin.ts",
+    "first-token bootstrap and GitHub App creation, run on the controller host in its checkout: hands ARGS to the controller's scripts/admin.ts",
   )
-    .usage('token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger URL] [--json]')
+    .usage(
+      'token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger URL] [--json] | create-app (--org ORG | --user) --public-url URL',
+    )
     .argument('[args...]', 'passed to scripts/admin.ts unchanged')
     .allowUnknownOption()
     .action(async function (this: Command) {
@@ -256,7 +258,7 @@ function buildProgram(
   sub(
     program,
     'mcp',
-    'serve the MCP tools (reserve, status, queue, fleet, renew, history, release, cancel) on stdio',
+    'serve the MCP tools (reserve, status, queue, fleet, renew, history, release, cancel, deckard_start) on stdio',
   ).action(async function (this: Command) {
     const g = this.optsWithGlobals() as { url?: string; token?: string; config?: string };
     const settings = resolveSettings({ url: g.url, token: g.token, config: g.config }, env);

@@ -6,6 +6,7 @@
  * are the ones `sparkctl admin token create` always had.
  *
  *   npm run admin -- token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger URL] [--json]
+ *   npm run admin -- create-app (--org ORG | --user) --public-url URL [...]   (scripts/create-app/main.ts)
  *
  * Exit codes: 0 created · 2 usage or configuration error · 3 the ledger cannot be opened · 1 bug.
  */
@@ -123,6 +124,11 @@ export async function runAdmin(
   io: { out(text: string): void; err(text: string): void },
   env: Record<string, string | undefined>,
 ): Promise<number> {
+  // the App manifest flow has its own options and exit codes (scripts/create-app/main.ts)
+  if (argv[0] === 'create-app') {
+    const { runCreateApp } = await import('./create-app/main.ts');
+    return runCreateApp(argv.slice(1), io, env);
+  }
   try {
     let parsed: ReturnType<typeof parse>;
     try {

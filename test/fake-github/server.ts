@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { convertManifestCode, type ManifestCode } from './app-manifest-flow.ts';
 import { checkRequest, checkResponse, matchOperation, warmValidators } from './operations.ts';
 import { manifestPermissions, narrowPermissions, requirementFor, satisfies } from './permissions.ts';
 import { exampleOf, overlay } from './schema.ts';
@@ -46,7 +47,12 @@ import { loadWorkflow, type WorkflowDef } from './workflows.ts';
  *   answers 409 (DOC.cancelRun);
  * - the App's delivery log lists every attempt newest first with cursor pagination, and a
  *   requested redelivery is sent again with the same GUID; a failed delivery is never retried by
- *   GitHub itself (DOC.hookDeliveries, DOC.redeliver, DOC.failedDeliveries).
+ *   GitHub itself (DOC.hookDeliveries, DOC.redeliver, DOC.failedDeliveries);
+ * - several Apps: the one under test and any created through the manifest flow
+ *   (app-manifest-flow.ts). A JWT is checked against the key of the App its `iss` names, and an
+ *   App reaches only its own installations and delivery log (DOC.jwt, DOC.installationToken);
+ *   `POST /app-manifests/{code}/conversions` takes no authentication and answers a code once,
+ *   within the hour (DOC.manifestConversion).
  * GitHub-shaped refusals that the OpenAPI description leaves out (its 404s, the dispatch 422s,
  * the 400/422 for a request it rejects) are recorded in `refused`; a rejected request is also a
  * violation (the caller sent something GitHub refuses), a dispatch refusal is not.
@@ -98,7 +104,33 @@ export const DOC = {
     'https://docs.github.com/en/rest/repos/contents#get-repository-content (a file: type file, encoding base64, content, sha; ref defaults to the default branch)',
   manifest:
     "https://docs.github.com/en/apps/sharing-github-apps/registering-a-github-app-from-a-manifest (default_permissions are the App's permissions)",
+  manifestConversion:
+    'https://docs.github.com/en/rest/apps/apps#create-a-github-app-from-a-manifest (no authentication; the temporary code from the manifest flow; the flow must be completed within one hour)',
 } as const;
+
+/**
+ * A GitHub App registration the fake knows: the one under test ({@link FakeGitHub.appId}) and any
+ * created through the manifest flow (app-manifest-flow.ts). Only the public half of its key is
+ * kept: GitHub hands the private key out once and keeps only what verifies its JWTs.
+ */
+export interface FakeApp {
+  id: number;
+  slug: string;
+  name: string;
+  /** The account that owns the registration. */
+  owner: { login: string; type: 'Organization' | 'User' };
+  publicKey: string;
+  /** `default_permissions` of its manifest: what every installation of it grants (DOC.manifest). */
+  permissions: Record<string, string>;
+  events: string[];
+  description: string | null;
+  /** The homepage (`url` of its manifest). */
+  externalUrl: string;
+  hookUrl: string | null;
+  webhookSecret: string | null;
+  clientId: string;
+  createdAt: string;
+}
 
 export interface PullState {
   state: 'open' | 'closed';
@@ -203,6 +235,8 @@ export interface Runner {
 /** One attempt of a webhook delivery, as the App's delivery log keeps it (DOC.hookDeliveries). */
 export interface HookDelivery {
   id: number;
+  /** The App whose webhook sent it (its delivery log); default the App under test. */
+  appId?: number;
   /** The `X-GitHub-Delivery` GUID; a redelivery keeps it (DOC.redeliver). */
   guid: string;
   event: string;
@@ -289,7 +323,12 @@ function appKeyPair(): { privateKey: string; publicKey: string } {
 export class FakeGitHub {
   readonly appId = 424242;
   readonly privateKey: string;
-  private readonly publicKey: string;
+  /** Every App registration: the one under test and those created from a manifest. */
+  apps = new Map<number, FakeApp>();
+  /** Installation id → the App it is an installation of; unlisted ones belong to {@link appId}. */
+  installationApps = new Map<number, number>();
+  /** Temporary codes of the manifest flow waiting for their conversion (app-manifest-flow.ts). */
+  manifestCodes = new Map<string, ManifestCode>();
   server!: Server;
   url = '';
   repos = new Map<string, RepoState>();
@@ -370,8 +409,22 @@ export class FakeGitHub {
   constructor(opts: FakeGitHubOptions = {}) {
     const { privateKey, publicKey } = appKeyPair();
     this.privateKey = privateKey;
-    this.publicKey = publicKey;
     this.appPermissions = manifestPermissions(opts.manifest ?? DEFAULT_MANIFEST);
+    this.apps.set(this.appId, {
+      id: this.appId,
+      slug: 'spark-controller',
+      name: 'Spark Controller',
+      owner: { login: 'acme', type: 'Organization' },
+      publicKey,
+      permissions: this.appPermissions,
+      events: ['pull_request', 'issue_comment', 'push', 'workflow_job'],
+      description: null,
+      externalUrl: 'https://github.com/apps/spark-controller',
+      hookUrl: null,
+      webhookSecret: null,
+      clientId: 'Iv1.0000000000000000',
+      createdAt: new Date(0).toISOString(),
+    });
     // every organization has the "Default" runner group, open to all its repositories
     // (DOC.runnerGroups)
     this.runnerGroups.set(1, { name: 'Default', visibility: 'all', repositories: [] });
@@ -537,6 +590,24 @@ export class FakeGitHub {
     }
   }
 
+  /** A new installation of App `appId` (e.g. one created from a manifest); its id. */
+  install(appId: number): number {
+    if (!this.apps.has(appId)) throw new TypeError(`no App ${appId}`);
+    const id = this.nextId++;
+    this.installationApps.set(id, appId);
+    return id;
+  }
+
+  /** The App an installation belongs to. */
+  appOfInstallation(installationId: number): number {
+    return this.installationApps.get(installationId) ?? this.appId;
+  }
+
+  /** A fresh id for an object the fake creates (Apps from a manifest included). */
+  newId(): number {
+    return this.nextId++;
+  }
+
   /** Logs one delivery attempt; GitHub never retries a failed one by itself (DOC.failedDeliveries). */
   recordHookDelivery(d: Omit<HookDelivery, 'id' | 'deliveredAt'>): HookDelivery {
     const entry: HookDelivery = {
@@ -574,21 +645,33 @@ export class FakeGitHub {
     return this.repos.get(`${owner}/${name}`.toLowerCase());
   }
 
-  /** Null when the App JWT is valid, else GitHub's message for it (DOC.jwt). */
-  private jwtProblem(auth: string | undefined): string | null {
+  /**
+   * The App a JWT authenticates, or GitHub's message for why it does not (DOC.jwt): the App its
+   * `iss` names, whose key must have signed it.
+   */
+  private appOfJwt(auth: string | undefined): { app: FakeApp } | { problem: string } {
     const m = /^Bearer (.+)\.(.+)\.(.+)$/.exec(auth ?? '');
-    if (!m) return 'A JSON web token could not be decoded';
+    if (!m) return { problem: 'A JSON web token could not be decoded' };
+    let claims: { iss?: string | number; iat?: unknown; exp?: unknown };
+    try {
+      claims = JSON.parse(Buffer.from(m[2]!, 'base64url').toString());
+    } catch {
+      return { problem: 'A JSON web token could not be decoded' };
+    }
+    const app = this.apps.get(Number(claims.iss));
+    if (!app || String(claims.iss) !== String(app.id))
+      return { problem: "'Issuer' claim ('iss') must be the App's ID" };
     const v = createVerify('RSA-SHA256');
     v.update(`${m[1]}.${m[2]}`);
-    if (!v.verify(this.publicKey, Buffer.from(m[3]!, 'base64url')))
-      return 'A JSON web token could not be decoded';
-    const claims = JSON.parse(Buffer.from(m[2]!, 'base64url').toString()) as {
-      iss?: string | number;
-      iat?: unknown;
-      exp?: unknown;
-    };
+    if (!v.verify(app.publicKey, Buffer.from(m[3]!, 'base64url')))
+      return { problem: 'A JSON web token could not be decoded' };
+    const problem = this.jwtTimeProblem(claims);
+    return problem ? { problem } : { app };
+  }
+
+  /** Null when the JWT's times are acceptable, else GitHub's message (DOC.jwt). */
+  private jwtTimeProblem(claims: { iat?: unknown; exp?: unknown }): string | null {
     const now = Math.floor(this.clock() / 1000);
-    if (String(claims.iss) !== String(this.appId)) return "'Issuer' claim ('iss') must be the App's ID";
     if (typeof claims.iat !== 'number' || !Number.isInteger(claims.iat) || claims.iat > now)
       return "'Issued at' claim ('iat') must be an Integer representing a time in the past";
     if (typeof claims.exp !== 'number' || !Number.isInteger(claims.exp) || claims.exp <= now)
@@ -680,13 +763,21 @@ export class FakeGitHub {
       );
     }
     const isAppCall = op.path.startsWith('/app/') || op.path === '/repos/{owner}/{repo}/installation';
+    // the manifest flow's last step takes no authentication: the code is the credential
+    // (DOC.manifestConversion)
+    const isAnonymous = op.path === '/app-manifests/{code}/conversions';
     const auth = req.headers.authorization;
     const notFound = () =>
       send(404, { message: 'Not Found', documentation_url: 'https://docs.github.com/rest' });
     let token: InstallationToken | null = null;
-    if (isAppCall) {
-      const problem = this.jwtProblem(auth);
-      if (problem) return send(401, { message: problem, documentation_url: DOC.jwt });
+    /** The App a JWT authenticated (App calls only). */
+    let app: FakeApp | null = null;
+    if (isAnonymous) {
+      // nothing to check
+    } else if (isAppCall) {
+      const who = this.appOfJwt(auth);
+      if ('problem' in who) return send(401, { message: who.problem, documentation_url: DOC.jwt });
+      app = who.app;
     } else {
       const tok = /^(?:token|Bearer) (ghs_\S+)$/.exec(auth ?? '')?.[1];
       const t = tok ? this.tokens.get(tok) : undefined;
@@ -734,10 +825,18 @@ export class FakeGitHub {
       page ? page.take(items) : { items, headers: {} };
 
     switch (key) {
+      case 'post /app-manifests/{code}/conversions': {
+        const answer = convertManifestCode(this, params.code!);
+        return send(answer.status, answer.status === 201 ? full(answer.body, 201) : answer.body);
+      }
       case 'post /app/installations/{installation_id}/access_tokens': {
         const installationId = Number(params.installation_id);
-        const known = [...this.repos.values()].some((r) => r.installationId === installationId);
-        if (!known) return notFound();
+        const known =
+          [...this.repos.values()].some((r) => r.installationId === installationId) ||
+          this.installationApps.has(installationId);
+        // an App sees only its own installations
+        if (!known || this.appOfInstallation(installationId) !== app!.id) return notFound();
+        const appPermissions = app!.permissions;
         // a token may be narrowed to some of the installation's repositories (`repositories`
         // names without the owner, or `repository_ids`, at most 500) and to fewer permissions than
         // the installation holds; a repository outside the installation, or a permission it does
@@ -769,7 +868,7 @@ export class FakeGitHub {
           }
           scoped = [...new Set(scoped)];
         }
-        const narrowed = narrowPermissions(this.appPermissions, ask.permissions);
+        const narrowed = narrowPermissions(appPermissions, ask.permissions);
         if (!narrowed.ok)
           return send(422, { message: narrowed.message, documentation_url: DOC.accessTokens });
         let permissions = narrowed.permissions;
@@ -780,7 +879,7 @@ export class FakeGitHub {
         if (fault) {
           // fault: GitHub answers a narrowed request with a token broader than asked
           if (fault.repositories) scoped = null;
-          if (fault.permissions) permissions = { ...this.appPermissions };
+          if (fault.permissions) permissions = { ...appPermissions };
         }
         const tokenValue = `ghs_${randomBytes(12).toString('hex')}`;
         // installation tokens expire after one hour (DOC.installationToken)
@@ -815,7 +914,9 @@ export class FakeGitHub {
         );
       }
       case 'get /repos/{owner}/{repo}/installation':
-        return repo ? send(200, full({ id: repo.installationId }, 200)) : notFound();
+        return repo && this.appOfInstallation(repo.installationId) === app!.id
+          ? send(200, full({ id: repo.installationId }, 200))
+          : notFound();
       case 'get /repos/{owner}/{repo}':
         return repo
           ? send(
@@ -1216,7 +1317,8 @@ export class FakeGitHub {
       case 'get /app/hook/deliveries': {
         // newest first, `per_page` (max 100) and an opaque `cursor` (DOC.hookDeliveries)
         const size = Math.min(Math.max(1, Number(url.searchParams.get('per_page') ?? 30) || 30), 100);
-        const newest = [...this.hookDeliveries].reverse();
+        // each App has its own delivery log
+        const newest = this.hookDeliveries.filter((d) => (d.appId ?? this.appId) === app!.id).reverse();
         const cursor = url.searchParams.get('cursor');
         const from = cursor ? newest.findIndex((d) => `c${d.id}` === cursor) : 0;
         if (from < 0) return send(422, { message: 'Invalid cursor', documentation_url: DOC.hookDeliveries });
@@ -1260,7 +1362,9 @@ export class FakeGitHub {
         return send(204, null);
       }
       case 'post /app/hook/deliveries/{delivery_id}/attempts': {
-        const d = this.hookDeliveries.find((x) => x.id === Number(params.delivery_id));
+        const d = this.hookDeliveries.find(
+          (x) => x.id === Number(params.delivery_id) && (x.appId ?? this.appId) === app!.id,
+        );
         if (!d) return notFound();
         // accepted now, delivered again with the same GUID right after (DOC.redeliver)
         send(202, {});
