@@ -1,4 +1,5 @@
 import githubAppJwt from 'universal-github-app-jwt';
+import { signingKey } from './private-key.ts';
 
 /**
  * The GitHub REST port. One small interface so the outbox, the webhook handlers and the
@@ -80,10 +81,6 @@ export function retryAtFrom(status: number, headers: Headers, now: number): numb
   return null;
 }
 
-function normalizeKey(pem: string): string {
-  // secrets stored with literal "\n" (wrangler secret put, .env files) still work
-  return pem.includes('\\n') ? pem.replace(/\\n/g, '\n') : pem;
-}
 
 /** Creates the REST client with App JWT auth and cached installation tokens. */
 export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
@@ -110,7 +107,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     try {
       r = await githubAppJwt({
         id: opts.appId,
-        privateKey: normalizeKey(opts.privateKey),
+        privateKey: signingKey(opts.privateKey),
         now: Math.floor(now / 1000),
       });
     } catch (e) {

@@ -306,7 +306,10 @@ const PAGINATED = new Set([
 let appKeys: { privateKey: string; publicKey: string } | null = null;
 
 /**
- * The App's RSA key pair, one per test process: generating a 2048-bit key costs 0.1–0.2 s of CPU
+ * The App's RSA key pair, one per test process. The private key is PKCS#1 (`BEGIN RSA PRIVATE
+ * KEY`), as GitHub hands it out (the App settings page's download; the example `pem` of "Create a
+ * GitHub App from a manifest" in GitHub's REST description): a PKCS#8 key here would hide that
+ * WebCrypto, the Worker's only crypto, cannot import PKCS#1. Generating a 2048-bit key costs 0.1–0.2 s of CPU
  * (measured), and suites that start a fake GitHub per test paid that for every test. Each fake
  * still verifies every JWT against this public key; no test depends on two fakes holding different
  * keys (they already share the App id; tokens and state are each fake's own).
@@ -314,7 +317,7 @@ let appKeys: { privateKey: string; publicKey: string } | null = null;
 function appKeyPair(): { privateKey: string; publicKey: string } {
   appKeys ??= generateKeyPairSync('rsa', {
     modulusLength: 2048,
-    privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+    privateKeyEncoding: { type: 'pkcs1', format: 'pem' },
     publicKeyEncoding: { type: 'spki', format: 'pem' },
   });
   return appKeys;
