@@ -149,11 +149,11 @@ export interface OutboxSender {
   /** Ask for a drain now, without waiting; calls coalesce with one running. */
   kick(): void;
   /**
-   * Sends every due row, lane by lane, until a round claims nothing, and resolves then (module
-   * tick, cron, a Worker's `waitUntil`, tests). Joins a drain already running, plus one more round.
+   * Sends every due row, each lane until a round claims nothing, and resolves then (module tick,
+   * cron, a Worker's `waitUntil`, tests). Joins a lane already draining, plus one more round.
    */
-  drain(): Promise<DrainResult>;
-  /** Resolves when the drain running now (if any) is done. */
+  drain(): Promise<void>;
+  /** Resolves when the drains running now (if any) are done. */
   settle(): Promise<void>;
   /**
    * Node only: drains when a commit fills the outbox (the ledger's `outbox` notice, sent by
@@ -179,14 +179,11 @@ export function outboxSender(svc: GitHubService, senders: Record<OutboxKind, Sen
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function createOutboxSender(svc: GitHubService, senders: Record<OutboxKind, Sender>): OutboxSender {
-  let running: Promise<DrainResult> | null = null;
-  let again = false;
   let started = false;
   let timer: ReturnType<typeof setTimeout> | null = null;
-
-  const lane = async (kinds: readonly OutboxKind[], total: DrainResult) => {
-    while ((await drainLane(svc, senders, kinds, 25, total)) > 0) {}
-  };
+  // each lane drains on its own: a dispatch queued while the other lane works through a burst of
+  // check-run updates is sent at once, not after them
+  const lanes = LANES.map((kinds) => ({ kinds, running: null as Promise<void> | null, again: false }));
 
   /** Arms the timer for the next pending row that no commit will announce (a retry, a reset). */
   const plan = async () => {
@@ -208,31 +205,34 @@ function createOutboxSender(svc: GitHubService, senders: Record<OutboxKind, Send
     timer.unref?.();
   };
 
-  const drain = (): Promise<DrainResult> => {
-    if (running) {
-      again = true;
-      return running;
+  const runLane = (lane: (typeof lanes)[number]): Promise<void> => {
+    if (lane.running) {
+      lane.again = true;
+      return lane.running;
     }
-    running = (async () => {
+    lane.running = (async () => {
       const total: DrainResult = { sent: 0, retried: 0, failed: 0 };
       try {
-        if (!svc.client.configured) return total;
         do {
-          again = false;
+          lane.again = false;
           // a cheap read first: a notice for a row another process already sent finds nothing
           if (!(await outboxDue(svc.ledger))) continue;
-          await Promise.all(LANES.map((kinds) => lane(kinds, total)));
-        } while (again);
+          while ((await drainLane(svc, senders, lane.kinds, 25, total)) > 0) {}
+        } while (lane.again);
         await plan();
       } catch (e) {
         // the ledger or GitHub is unreachable: the rows stay pending, the module tick tries again
         svc.log.warn('GitHub outbox: drain failed', { error: String(e) });
       } finally {
-        running = null;
+        lane.running = null;
       }
-      return total;
     })();
-    return running;
+    return lane.running;
+  };
+
+  const drain = async (): Promise<void> => {
+    if (!svc.client.configured) return;
+    await Promise.all(lanes.map(runLane));
   };
 
   return {
@@ -241,7 +241,7 @@ function createOutboxSender(svc: GitHubService, senders: Record<OutboxKind, Send
     },
     drain,
     async settle() {
-      await running;
+      await Promise.all(lanes.map((l) => l.running));
     },
     start() {
       started = true;
@@ -254,7 +254,7 @@ function createOutboxSender(svc: GitHubService, senders: Record<OutboxKind, Send
         unsubscribe();
         if (timer) clearTimeout(timer);
         timer = null;
-        await running;
+        await Promise.all(lanes.map((l) => l.running));
       };
     },
   };

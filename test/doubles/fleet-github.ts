@@ -65,8 +65,7 @@ export async function startFleetGitHub(o: FleetGitHubOptions): Promise<FleetGitH
   });
   let ledger: Ledger | null = null;
   let controllerUrl = '';
-  let operatorToken: string | null = null;
-  let enabled = false;
+  let enabled: Promise<void> | null = null;
   // the harness's own view of a delivery: GitHub only sees the 2xx (github-sim `processed`)
   sim.processed = async (id) => {
     const d = ledger ? await getDelivery(ledger, id) : null;
@@ -74,7 +73,7 @@ export async function startFleetGitHub(o: FleetGitHubOptions): Promise<FleetGitH
   };
   const enable = async () => {
     if (!ledger) throw new TypeError('the fleet controller is not running');
-    operatorToken ??= (
+    const operatorToken = (
       await createApiToken(ledger, { name: 'fleet-operator', scopes: ['operate'] }, 'test fleet')
     ).token;
     const res = await fetch(`${controllerUrl}/api/v1/repositories/${REPO}/enable`, {
@@ -83,7 +82,6 @@ export async function startFleetGitHub(o: FleetGitHubOptions): Promise<FleetGitH
       body: JSON.stringify({}),
     });
     if (res.status !== 200) throw new Error(`enabling ${REPO} failed: ${res.status} ${await res.text()}`);
-    enabled = true;
   };
   return {
     sim,
@@ -104,7 +102,12 @@ export async function startFleetGitHub(o: FleetGitHubOptions): Promise<FleetGitH
       if (input.repo && input.repo !== REPO) throw new TypeError(`the fleet's GitHub serves ${REPO} only`);
       if ((input.topology ?? 'single') !== 'single' || (input.kind ?? 'manual') !== 'manual')
         throw new TypeError('the fleet labels PRs: single manual tests only');
-      if (!enabled) await enable();
+      // once, shared by reservations asked for at the same time
+      enabled ??= enable().catch((e) => {
+        enabled = null;
+        throw e;
+      });
+      await enabled;
       const pr = input.pr ?? ++prs;
       sim.openPr(pr, { sha: input.headSha ?? '7fc2a91c0ffee00000000000000000000000000a' });
       const d = await sim.label(pr, 'spark-test');

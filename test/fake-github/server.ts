@@ -257,6 +257,8 @@ export interface RecordedRequest {
   at: number;
   /** GitHub's modelled time to answer it (ms; `latency`), spent before it was handled. */
   latencyMs: number;
+  /** When the answer was written (ms): after the modelled latency and the fake's own checks. */
+  answeredAt: number;
 }
 
 /** The workflow the controller dispatches, read from the template consuming repositories install. */
@@ -670,6 +672,7 @@ export class FakeGitHub {
         ...(installationToken ? { token: installationToken } : {}),
         at: arrived,
         latencyMs,
+        answeredAt: this.clock(),
       });
       res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', ...headers });
       res.end(data == null ? '' : JSON.stringify(data));
