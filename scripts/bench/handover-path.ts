@@ -118,6 +118,13 @@ export function handoverCalls(h: HandoverTimes, log: readonly LoggedRequest[]): 
   return [...before, dispatch, ...registration, ...tokens].sort((a, b) => a.at - b.at);
 }
 
+/** From the dispatch's answer to the (last) registration call: the controller's work between them. */
+function registrationGap(calls: LoggedRequest[]): number {
+  const d = calls.find((c) => c.path.endsWith('/dispatches'));
+  const j = calls.filter((c) => c.path.endsWith('/generate-jitconfig')).at(-1);
+  return d && j ? j.at - d.answeredAt : Number.NaN;
+}
+
 /** Reads one handover: its total, GitHub's modelled share on the critical path, and its stages. */
 export function readHandover(h: HandoverTimes, log: readonly LoggedRequest[]): HandoverReading {
   const calls = handoverCalls(h, log);
@@ -135,14 +142,16 @@ export function readHandover(h: HandoverTimes, log: readonly LoggedRequest[]): H
   // the fake's own work on each call (its checks against GitHub's description): neither GitHub's
   // modelled time nor the controller's, but in this process, so it counts in the controller share
   const fakeGitHub = calls.reduce((sum, c) => sum + Math.max(0, c.answeredAt - c.at - c.latencyMs), 0);
-  // the agent's part after the hand-over: reading the answer, its host preflight, the state save
-  // and spawn call, then the lease sandbox until the runner process exists (ADR 0155)
+  // the agent's part after the hand-over: the answer reaching its step, its host preflight
+  // (ADR 0160), then the run's start: a state save, the spawn through the lease sandbox helper
+  // (ADR 0155) and a state save, until it logs "runner started" — the runner process itself may
+  // start before that last save ends (then the last part is negative)
   const spawn: Record<string, number> = h.agent
     ? {
         agentToPreflight: h.agent.preflightEnd - h.agent.preflightMs - h.handoff,
         hostPreflight: h.agent.preflightMs,
-        saveAndSpawnCall: h.agent.spawned - h.agent.preflightEnd,
-        sandboxToRunner: h.started - h.agent.spawned,
+        preflightToSpawnLogged: h.agent.spawned - h.agent.preflightEnd,
+        spawnLoggedToRunner: h.started - h.agent.spawned,
       }
     : { spawn: h.started - h.handoff };
   const stages: Record<string, number> = githubOnPath
@@ -152,6 +161,8 @@ export function readHandover(h: HandoverTimes, log: readonly LoggedRequest[]): H
         githubCalls: githubMs,
         fakeGitHubChecks: fakeGitHub,
         betweenCalls: chainEnd - first.at - githubMs - fakeGitHub,
+        // of which: the dispatch recorded, the registration's reads and its token bucket
+        dispatchToRegistration: registrationGap(calls),
         recordRegistration: h.registered - chainEnd,
         pollToHandoff: h.handoff - h.registered,
         ...spawn,
