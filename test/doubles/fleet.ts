@@ -60,10 +60,7 @@ export interface FleetOptions {
   runner?: (reservationId: string, hostId: string, attempt: number) => FakeRunnerBehavior;
   /** Extra agent config per host (merged over the defaults). */
   agentConfig?: (hostId: string) => Record<string, unknown>;
-  /**
-   * How GitHub is played (see {@link startFleet}): `jit-stand-in` (default) or `fake-github` (the
-   * real GitHub module against the fake GitHub).
-   */
+  /** How GitHub is played (see {@link startFleet}); default `jit-stand-in`. */
   github?: 'jit-stand-in' | 'fake-github';
   /** `fake-github` only: GitHub's modelled time (test/fake-github/latency.ts); default none. */
   githubLatency?: GitHubLatency;
@@ -73,10 +70,7 @@ export interface FleetOptions {
    * webhook has not arrived. (With `fake-github` the job's own webhooks report it.)
    */
   githubOutcome?: (reservationId: string) => 'passed' | 'failed' | null;
-  /**
-   * `jit-stand-in` only: the runner's JIT config arrives this long after the grant (default 0:
-   * just after the granting transaction).
-   */
+  /** `jit-stand-in` only: the JIT config arrives this long after the grant (default 0). */
   handoffLatencyMs?: number;
   /** The controller's module tick (outbox, sweeps), ms; default 1,000 as `npm start`. */
   tickMs?: number;
@@ -152,10 +146,7 @@ export interface Fleet {
     timeoutMs?: number,
   ): Promise<typeof t.reservations.$inferSelect>;
   waitHostPhase(id: string, phases: string[], timeoutMs?: number): Promise<void>;
-  /**
-   * Replaces the runner of a lease like the GitHub part does after a pickup timeout
-   * (`jit-stand-in` only: with `fake-github` the GitHub part does it itself).
-   */
+  /** Replaces a lease's runner as the GitHub part does after a pickup timeout (`jit-stand-in` only). */
   replaceRunner(leaseId: string, behavior?: FakeRunnerBehavior): Promise<string>;
   close(): Promise<void>;
 }
