@@ -4,6 +4,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { convertManifestCode, type ManifestCode } from './app-manifest-flow.ts';
+import type { GitHubLatency } from './latency.ts';
 import { checkRequest, checkResponse, matchOperation, warmValidators } from './operations.ts';
 import { manifestPermissions, narrowPermissions, requirementFor, satisfies } from './permissions.ts';
 import { exampleOf, overlay } from './schema.ts';
@@ -263,6 +264,8 @@ export const DEFAULT_MANIFEST = 'docs/github-app-manifest.json';
 export interface FakeGitHubOptions {
   /** App manifest (path in this repository) whose `default_permissions` the App holds. */
   manifest?: string;
+  /** GitHub's modelled time (latency.ts); default none: every call is answered at once. */
+  latency?: GitHubLatency | null;
 }
 
 /** An installation access token as GitHub keeps it (DOC.accessTokens). */
@@ -286,6 +289,10 @@ export interface RecordedRequest {
   token?: string;
   /** Wall-clock time the request arrived (ms). */
   at: number;
+  /** GitHub's modelled time to answer it (ms; `latency`), spent before it was handled. */
+  latencyMs: number;
+  /** When the answer was written (ms): after the modelled latency and the fake's own checks. */
+  answeredAt: number;
 }
 
 /** The workflow the controller dispatches, read from the template consuming repositories install. */
@@ -402,6 +409,13 @@ export class FakeGitHub {
   redeliver: ((d: HookDelivery) => Promise<void>) | null = null;
   /** GitHub's clock (ms); a harness shares its test clock so tokens and JWTs age with it. */
   clock: () => number = Date.now;
+  /**
+   * GitHub's modelled time (latency.ts): each REST call is answered its modelled latency after it
+   * arrived (the wait comes before the request is handled, so its effect — a run created, a
+   * runner registered — is there when the answer is), and harnesses hold each webhook for the
+   * modelled delivery delay ({@link webhookDelayMs}). Validation is the same either way.
+   */
+  latency: GitHubLatency | null;
   private nextId = 1000;
   private runNumbers = new Map<string, number>();
 
@@ -428,6 +442,7 @@ export class FakeGitHub {
       clientId: 'Iv1.0000000000000000',
       createdAt: new Date(0).toISOString(),
     });
+    this.latency = opts.latency ?? null;
     // every organization has the "Default" runner group, open to all its repositories
     // (DOC.runnerGroups)
     this.runnerGroups.set(1, { name: 'Default', visibility: 'all', repositories: [] });
@@ -456,6 +471,11 @@ export class FakeGitHub {
   /** Returns the recorded violations and forgets them (a test that provoked them asserts them). */
   takeViolations(): string[] {
     return this.violations.splice(0);
+  }
+
+  /** How long GitHub takes to deliver a webhook of `event` (`latency`; 0 without one): harnesses wait it out. */
+  webhookDelayMs(event: string): number {
+    return this.latency?.webhookDelayMs(event) ?? 0;
   }
 
   /** Records a webhook payload that is not what GitHub sends (webhooks.ts): harnesses call it. */
@@ -684,6 +704,7 @@ export class FakeGitHub {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse) {
+    const arrived = this.clock();
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const text = Buffer.concat(chunks).toString('utf8');
@@ -693,6 +714,10 @@ export class FakeGitHub {
     // GitHub's 404, also for a method the path does not support (DOC.notFound)
     const match = matchOperation(method, url.pathname);
     const op = match?.op;
+    // GitHub's time to answer (latency.ts), before anything is handled: what the call changes
+    // exists when its answer arrives, never earlier
+    const latencyMs = this.latency?.restMs(method, op?.path ?? url.pathname) ?? 0;
+    if (latencyMs > 0) await new Promise((r) => setTimeout(r, latencyMs));
     let body: unknown = null;
     /** A refusal GitHub answers that the description does not list for the operation. */
     let refusal = false;
@@ -731,7 +756,9 @@ export class FakeGitHub {
         status,
         auth,
         ...(installationToken ? { token: installationToken } : {}),
-        at: this.clock(),
+        at: arrived,
+        latencyMs,
+        answeredAt: this.clock(),
       });
       res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', ...headers });
       res.end(data == null ? '' : JSON.stringify(data));
