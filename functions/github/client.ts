@@ -81,7 +81,6 @@ export function retryAtFrom(status: number, headers: Headers, now: number): numb
   return null;
 }
 
-
 /** Creates the REST client with App JWT auth and cached installation tokens. */
 export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   const clock = opts.clock ?? Date.now;

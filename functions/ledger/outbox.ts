@@ -66,7 +66,9 @@ export async function enqueueCheckSync(tx: Tx, now: number, reservationId: strin
     .select({ id: t.outbox.id, status: t.outbox.status, claimedUntil: t.outbox.claimedUntil })
     .from(t.outbox)
     .where(and(eq(t.outbox.reservationId, reservationId), eq(t.outbox.kind, 'check-run')));
-  if (rows.some((r) => r.status === 'pending' && (r.claimedUntil == null || r.claimedUntil < now))) return;
+  // a claimed row is in flight even past its claim's expiry (a slow send, a clock that jumped): its
+  // sender may have rendered already, so only a row nobody has claimed covers this change
+  if (rows.some((r) => r.status === 'pending' && r.claimedUntil == null)) return;
   await enqueue(tx, now, {
     kind: 'check-run',
     key: `check:${reservationId}:${rows.length + 1}`,

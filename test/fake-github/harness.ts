@@ -4,6 +4,7 @@ import { sign } from '@octokit/webhooks-methods';
 import type { SparkConfigInput } from '../../core/config.ts';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import { inboxProcessor } from '../../functions/github/inbox.ts';
+import { sweepMissedDeliveries } from '../../functions/github/redeliver.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { getDelivery } from '../../functions/ledger/inbox.ts';
 import type { Logger } from '../../functions/log.ts';
@@ -204,6 +205,10 @@ export async function startHarness(
     tickMs: 200,
     admissionIntervalMs: opts.admissionIntervalMs ?? 200,
   });
+  // the controller's start sweep for missed webhooks (one `GET /app/hook/deliveries`) runs on its
+  // first tick; run it here, so that it lands before the test starts counting requests and rows
+  // rather than at some point inside the test on a loaded machine
+  await sweepMissedDeliveries(githubService(c.ctx), { startSweep: true });
   let token: string | null = null;
   const h: Harness = {
     gh,
