@@ -133,7 +133,7 @@ export type EnableRefused = z.infer<typeof EnableRefused>;
 
 /** One line per check: `fail hosts        spark-1 never sent a heartbeat — fix: …`. */
 export function formatCheck(c: ReadinessCheck): string {
-  return `${c.status.padEnd(4)} ${c.id.padEnd(12)} ${c.summary}${c.fix ? ` — fix: ${c.fix}` : ''}`;
+  return `${c.status.padEnd(4)} ${c.id.padEnd(13)} ${c.summary}${c.fix ? ` — fix: ${c.fix}` : ''}`;
 }
 
 /** The checks of `report` that refuse. */
