@@ -276,10 +276,10 @@ function buildProgram(
   sub(
     program,
     'admin',
-    "first-token bootstrap and GitHub App creation, run on the controller host in its checkout: hands ARGS to the controller's scripts/admin.ts",
+    "first-token bootstrap, GitHub App creation and readiness check, run on the controller host in its checkout: hands ARGS to the controller's scripts/admin.ts",
   )
     .usage(
-      'token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger URL] [--json] | create-app (--org ORG | --user) --public-url URL',
+      'token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger URL] [--json] | create-app (--org ORG | --user) --public-url URL | check [OWNER/NAME] [--ledger URL] [--json]',
     )
     .argument('[args...]', 'passed to scripts/admin.ts unchanged')
     .allowUnknownOption()

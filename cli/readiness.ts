@@ -39,7 +39,7 @@ export function parseOverride(text: string | undefined): string[] | undefined {
   return [...new Set(ids)];
 }
 
-function printReport(io: CommandIo, r: ReadinessReport, indent = '') {
+function printReport(io: Pick<CommandIo, 'out'>, r: ReadinessReport, indent = '') {
   for (const c of r.checks) io.out(`${indent}${formatCheck(c)}`);
 }
 
@@ -103,6 +103,27 @@ export async function cmdRepoEnable({ client, io, flags, args }: CommandContext)
   return res.labelsFailed.length ? EXIT.failed : EXIT.ok;
 }
 
+/**
+ * The doctor's report as lines (the fleet, then each repository, one line per check and a
+ * summary); answers the exit code: 1 when a check failed, else 0. Shared with
+ * `npm run admin -- check` (scripts/admin.ts).
+ */
+export function printDoctor(io: Pick<CommandIo, 'out'>, res: DoctorResponse, repo?: string): number {
+  const t = tally([res.fleet, ...res.repositories]);
+  io.out('fleet');
+  printReport(io, res.fleet, '  ');
+  if (!res.repositories.length)
+    io.out('no repository is enabled (name one: sparkctl doctor github OWNER/NAME)');
+  for (const r of res.repositories) {
+    io.out(r.repository ?? '(repository)');
+    printReport(io, r, '  ');
+  }
+  io.out(
+    `doctor github: ${t.failed.length ? `${t.failed.length} of ${t.total} checks failed` : `all ${t.total} checks passed`}${t.warned ? `, ${t.warned} warning${t.warned === 1 ? '' : 's'}` : ''}${t.failed.length && repo ? `; enable ${repo} would refuse` : ''}`,
+  );
+  return t.failed.length ? EXIT.failed : EXIT.ok;
+}
+
 /** `sparkctl doctor github [OWNER/NAME] [--json]`: read-only; exit 1 when a check fails. */
 export async function cmdDoctorGithub({ client, io, flags, args }: CommandContext): Promise<number> {
   const full = args[0];
@@ -111,20 +132,7 @@ export async function cmdDoctorGithub({ client, io, flags, args }: CommandContex
     `/api/v1/doctor/github${full ? `/${repoPath(full)}` : ''}`,
     DoctorResponse,
   );
-  const t = tally([res.fleet, ...res.repositories]);
-  if (flags.json) io.out(JSON.stringify(res, null, 2));
-  else {
-    io.out('fleet');
-    printReport(io, res.fleet, '  ');
-    if (!res.repositories.length)
-      io.out('no repository is enabled (name one: sparkctl doctor github OWNER/NAME)');
-    for (const r of res.repositories) {
-      io.out(r.repository ?? '(repository)');
-      printReport(io, r, '  ');
-    }
-    io.out(
-      `doctor github: ${t.failed.length ? `${t.failed.length} of ${t.total} checks failed` : `all ${t.total} checks passed`}${t.warned ? `, ${t.warned} warning${t.warned === 1 ? '' : 's'}` : ''}${t.failed.length && full ? `; enable ${full} would refuse` : ''}`,
-    );
-  }
-  return t.failed.length ? EXIT.failed : EXIT.ok;
+  if (!flags.json) return printDoctor(io, res, full);
+  io.out(JSON.stringify(res, null, 2));
+  return tally([res.fleet, ...res.repositories]).failed.length ? EXIT.failed : EXIT.ok;
 }

@@ -1,5 +1,4 @@
 import {
-  type DoctorResponse,
   EnableBody,
   type EnableRefused,
   type EnableResponse,
@@ -13,15 +12,7 @@ import { disableRepository, enableRepository } from '../ledger/github.ts';
 import type { RepositoryRow } from '../ledger/ledger.ts';
 import { listRepositories } from '../ledger/queries.ts';
 import { GitHubError } from './client.ts';
-import {
-  checkReadiness,
-  checkRepository,
-  holds,
-  type ReadinessPort,
-  report,
-  sparkLabels,
-} from './readiness.ts';
-import { checkDstack, checkFleet } from './readiness-fleet.ts';
+import { checkReadiness, doctorReport, holds, sparkLabels } from './readiness.ts';
 import type { GitHubService } from './service.ts';
 
 /**
@@ -54,28 +45,6 @@ function view(svc: GitHubService, r: RepositoryRow): EnableResponse['repository'
 
 const line = (c: ReadinessCheck) => `${c.id}: ${c.summary}${c.fix ? ` — fix: ${c.fix}` : ''}`;
 
-/** The doctor's reports: the fleet once, then each repository's own checks. */
-async function doctor(port: ReadinessPort, repos: { fullName: string; row: RepositoryRow | null }[]) {
-  const fleet = await checkFleet(port.ledger);
-  const repositories = [];
-  for (const { fullName, row } of repos) {
-    const facts = await checkRepository(port, fullName, {
-      installationId: row?.installationId ?? undefined,
-      workflow: row?.workflow,
-      recorded: true,
-    });
-    const dstack = checkDstack(fleet.rows, port.config, facts.fullName ?? fullName, port.ledger.clock());
-    repositories.push(report(facts.fullName ?? fullName, [...facts.checks, dstack], facts.labelsToCreate));
-  }
-  const out: DoctorResponse = {
-    ok: false,
-    fleet: report(null, fleet.checks),
-    repositories,
-  };
-  out.ok = out.fleet.ok && repositories.every((r) => r.ok);
-  return out;
-}
-
 export function mountRepositoryRoutes(api: OperatorApi, svc: () => GitHubService) {
   api.get('/repositories', 'develop', async (c) => {
     const s = svc();
@@ -84,22 +53,10 @@ export function mountRepositoryRoutes(api: OperatorApi, svc: () => GitHubService
   });
 
   // read-only: the same checks as enable, for every enabled repository or one named
-  api.get('/doctor/github', 'operate', async (c) => {
-    const s = svc();
-    const rows = (await listRepositories(s.ledger)).filter((r) => r.disabledAt == null);
-    return c.json(
-      await doctor(
-        s,
-        rows.map((row) => ({ fullName: row.fullName, row })),
-      ),
-    );
-  });
+  api.get('/doctor/github', 'operate', async (c) => c.json(await doctorReport(svc())));
   api.get('/doctor/github/:owner/:name', 'operate', async (c) => {
-    const s = svc();
     const repo = repoParam(c.req.param('owner'), c.req.param('name'));
-    const row =
-      (await listRepositories(s.ledger)).find((r) => r.fullName.toLowerCase() === repo.toLowerCase()) ?? null;
-    return c.json(await doctor(s, [{ fullName: repo, row }]));
+    return c.json(await doctorReport(svc(), repo));
   });
 
   api.post('/repositories/:owner/:name/enable', 'operate', async (c) => {

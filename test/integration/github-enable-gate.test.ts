@@ -1,11 +1,18 @@
-import { readFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { eq } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { NONCE_LOST } from '../../functions/github/workflow-contract.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { type Harness, REPO_SCOPE_MANIFEST, startHarness } from '../fake-github/harness.ts';
+import {
+  type Harness,
+  REPO_SCOPE_MANIFEST,
+  SPARK_RUNNER_GROUP,
+  startHarness,
+} from '../fake-github/harness.ts';
 import { loadWorkflow } from '../fake-github/workflows.ts';
+import { tempDir } from '../helpers/ledger.ts';
 import {
   doctorGithub,
   enableStrict,
@@ -488,5 +495,64 @@ describe('doctor github: the same checks, read-only', () => {
     expect(d.repositories[1]!.checks.find((c) => c.id === 'runner-group')!.summary).toMatch(
       /does not include acme\/iron/,
     );
+  });
+});
+
+/** `npm run admin -- ARGS` from the repository root, as a process. */
+function admin(args: string[], env: Record<string, string>) {
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', 'scripts/admin.ts', ...args],
+      { env: { PATH: process.env.PATH ?? '', ...env }, timeout: 60_000 },
+      (err, stdout, stderr) => {
+        if (err && typeof err.code !== 'number') return reject(err);
+        resolve({ code: err ? (err.code as number) : 0, stdout, stderr });
+      },
+    );
+  });
+}
+
+describe('npm run admin -- check', () => {
+  it('the same report from the controller’s own settings, without the API; exit 1 while a check fails, 0 once ready; --json', async () => {
+    h = await startHarness();
+    h.gh.addRepo(REPO);
+    h.gh.installationSelection.set(77, 'selected');
+    const { dir, cleanup } = tempDir('spark-admin-check-');
+    try {
+      const config = join(dir, 'spark.config.json');
+      writeFileSync(
+        config,
+        JSON.stringify({ github: { apiUrl: h.gh.url, runnerGroupId: SPARK_RUNNER_GROUP } }),
+      );
+      const env = {
+        SPARK_LEDGER_URL: h.c.ctx.settings.ledgerUrl,
+        SPARK_CONFIG: config,
+        SPARK_GITHUB_APP_ID: String(h.gh.appId),
+        SPARK_GITHUB_PRIVATE_KEY: h.gh.privateKey,
+      };
+      const before = await snapshot(h);
+      const bad = await admin(['check', REPO], env);
+      expect(bad.stderr).toBe('');
+      expect(bad.code).toBe(1);
+      expect(bad.stdout).toMatch(/^fleet\n {2}fail hosts {9}spark-1 is not adopted/);
+      expect(bad.stdout).toMatch(/^acme\/butter\n {2}ok {3}installation {2}installed on acme\/butter/m);
+      expect(bad.stdout).toMatch(
+        /^doctor github: 2 of 8 checks failed, 1 warning; enable acme\/butter would refuse$/m,
+      );
+      expect((await snapshot(h)).changes).toEqual(before.changes);
+      await readyFleet(h.c.ledger);
+      const good = await admin(['check', REPO, '--json'], env);
+      expect(good.code).toBe(0);
+      expect(JSON.parse(good.stdout)).toMatchObject({
+        ok: true,
+        repositories: [{ repository: REPO, ok: true }],
+      });
+      const usage = await admin(['check', 'not-a-repo'], env);
+      expect(usage.code).toBe(2);
+      expect(usage.stderr).toMatch(/invalid repository 'not-a-repo': expected OWNER\/NAME/);
+    } finally {
+      cleanup();
+    }
   });
 });
