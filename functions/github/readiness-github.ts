@@ -86,6 +86,7 @@ export function requirements(config: SparkConfig, repo: string) {
   return { task, permissions, events };
 }
 
+/** A check GitHub could not answer (unreachable, 5xx, bad credentials): it fails, it does not pass. */
 export const githubDown = (id: ReadinessCheck['id'], what: string, e: GitHubError): ReadinessCheck => ({
   id,
   status: 'fail',
@@ -96,6 +97,7 @@ export const githubDown = (id: ReadinessCheck['id'], what: string, e: GitHubErro
       : "check github.apiUrl and the App's id and private key (SPARK_GITHUB_APP_ID, SPARK_GITHUB_PRIVATE_KEY)",
 });
 
+/** A check an earlier failure kept from running: the gate cannot vouch for it, so it fails. */
 export const notChecked = (id: ReadinessCheck['id'], why: string, fix: string): ReadinessCheck => ({
   id,
   status: 'fail',
@@ -103,6 +105,7 @@ export const notChecked = (id: ReadinessCheck['id'], why: string, fix: string): 
   fix,
 });
 
+/** The fields of GitHub's installation object (REST "Get an installation for the authenticated app") read here. */
 export interface Installation {
   id: number;
   account: { login?: string } | null;
@@ -112,6 +115,7 @@ export interface Installation {
   suspended_at: string | null;
 }
 
+/** A GitHub call whose refusal is a value to check, not an exception. */
 export async function ask<T>(p: Promise<{ data: T }>): Promise<{ data: T } | GitHubError> {
   try {
     return await p;

@@ -136,7 +136,9 @@ export async function checkRepository(
     return finish(c);
   }
   out.held = { ...(inst.data.permissions ?? {}) };
-  if (!holds(out.held, 'metadata', 'read')) {
+  // a suspended installation gets no access token, and without Metadata no repository call
+  // answers: nothing further is asked, the permissions line says why
+  if (inst.data.suspended_at || !holds(out.held, 'metadata', 'read')) {
     const c = permissionsCheck(port.config, repo, inst.data);
     out.checks.push(
       {

@@ -114,6 +114,8 @@ export const DOC = {
     'https://docs.github.com/en/rest/apps/apps#create-a-github-app-from-a-manifest (no authentication; the temporary code from the manifest flow; the flow must be completed within one hour)',
   getInstallation:
     "https://docs.github.com/en/rest/apps/apps#get-an-installation-for-the-authenticated-app (App JWT; the installation's permissions, events, repository_selection, suspended_at; 404 for an installation the App does not have)",
+  suspended:
+    'https://docs.github.com/en/apps/maintaining-github-apps/suspending-a-github-app-installation (a suspended installation cannot be used: creating its access token answers 403 "This installation has been suspended", as octokit/octokit.rb#1307 records)',
 } as const;
 
 /**
@@ -373,6 +375,8 @@ export class FakeGitHub {
    * installation grants exactly these (the fake's installations accept what the App asks for).
    */
   readonly appPermissions: Record<string, string>;
+  /** Installation id → when it was suspended (ISO): no access token for it (DOC.suspended). */
+  suspendedInstallations = new Map<number, string>();
   /**
    * Every call GitHub refused for a missing permission or repository (403 "Resource not
    * accessible by integration"); each is also a violation, since a controller that sends a request
@@ -848,6 +852,12 @@ export class FakeGitHub {
         // an App sees only its own installations
         if (!known || this.appOfInstallation(installationId) !== app!.id) return notFound();
         const appPermissions = app!.permissions;
+        if (this.suspendedInstallations.has(installationId))
+          return send(403, {
+            message: 'This installation has been suspended',
+            documentation_url: DOC.accessTokens,
+            status: '403',
+          });
         // a token may be narrowed to some of the installation's repositories (`repositories`
         // names without the owner, or `repository_ids`, at most 500) and to fewer permissions than
         // the installation holds; a repository outside the installation, or a permission it does
@@ -953,8 +963,12 @@ export class FakeGitHub {
               repositories_url: `${this.url}/installation/repositories`,
               html_url: `https://github.com/organizations/${login}/settings/installations/${installationId}`,
               single_file_name: null,
-              suspended_by: null,
-              suspended_at: null,
+              ...(this.suspendedInstallations.has(installationId)
+                ? {
+                    suspended_at: this.suspendedInstallations.get(installationId),
+                    suspended_by: { login, type: 'Organization' },
+                  }
+                : { suspended_by: null, suspended_at: null }),
               created_at: created,
               updated_at: created,
             },

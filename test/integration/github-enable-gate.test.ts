@@ -266,8 +266,19 @@ describe('bad input: a clear message, nothing changes', () => {
       fix: "add it: acme's settings → Actions → Runner groups → spark → Repository access: Selected repositories, with acme/butter among them",
     });
     expect(await ledgerState(h.c.ledger)).toEqual(before);
+    // a group of many repositories is read page by page (100 a page): this one is on the second
+    for (let i = 0; i < 120; i++) h.gh.addToRunnerGroup(9, `acme/r-${i}`);
     h.gh.addToRunnerGroup(9, REPO);
     expect((await enableStrict(h, REPO)).status).toBe(200);
+    expect(
+      h.gh
+        .calls('GET', /runner-groups\/9\/repositories/)
+        .slice(-2)
+        .map((r) => r.path),
+    ).toEqual([
+      '/orgs/acme/actions/runner-groups/9/repositories?per_page=100&page=1',
+      '/orgs/acme/actions/runner-groups/9/repositories?per_page=100&page=2',
+    ]);
   });
 
   it('a workflow missing a spec input, or with a required input the controller cannot fill', async () => {
@@ -346,6 +357,36 @@ describe('the installation’s permissions against what the runner scope needs',
         'repository runners (runnerScope "repo") take jobs of acme/butter only; no runner group to restrict',
     });
     expect(h.gh.calls('GET', /\/actions\/runners/)).toEqual([]);
+  });
+
+  it('an App created with too little: Actions read only, not subscribed to issue comments', async () => {
+    h = await startHarness({ manifest: 'test/fixtures/github-apps/manifest-actions-read.json' });
+    h.gh.addRepo(REPO);
+    await readyFleet(h.c.ledger);
+    const body = await refused(await enableStrict(h, REPO));
+    expect(check(body, 'permissions')).toEqual({
+      id: 'permissions',
+      status: 'fail',
+      summary:
+        'the installation lacks Actions: read and write (holds read); the App is not subscribed to issue_comment',
+      fix: 'grant it in the App\'s settings (Permissions & events; docs/github-app.md "Minimum permissions"), then accept the new permissions on the installation on acme; subscribe it in the App\'s settings (Permissions & events → Subscribe to events; docs/github-app.md "Webhook events")',
+    });
+    // the other checks the installation's permissions do cover still ran
+    expect(statuses(body.readiness.checks)).toMatchObject({ 'runner-group': 'ok', workflow: 'ok' });
+  });
+
+  it('a suspended installation: refused without asking for a token GitHub would not give', async () => {
+    h = await startHarness();
+    h.gh.addRepo(REPO);
+    await readyFleet(h.c.ledger);
+    h.gh.suspendedInstallations.set(77, '2026-12-01T10:00:00Z');
+    const body = await refused(await enableStrict(h, REPO));
+    expect(check(body, 'permissions')).toMatchObject({
+      summary: 'the installation on acme is suspended (since 2026-12-01T10:00:00Z)',
+      fix: "unsuspend it (acme's settings → GitHub Apps → Configure)",
+    });
+    expect(check(body, 'workflow').summary).toMatch(/^not checked: the installation on acme is suspended/);
+    expect(h.gh.calls('POST', /access_tokens$/)).toEqual([]);
   });
 
   it('an App installed on every repository of the account is a warning, not a refusal', async () => {
