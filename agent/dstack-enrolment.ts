@@ -118,18 +118,34 @@ export async function checkDstackEnrolment(
 }
 
 /**
- * The enrolment as of at most {@link ENROLMENT_CHECK_INTERVAL_MS} ago, asking again when older
- * (the answer is kept per `key`, the agent's step context); null without a dstack section.
+ * The enrolment as of at most {@link ENROLMENT_CHECK_INTERVAL_MS} ago (kept per `key`, the agent's
+ * step context); null without a dstack section. The first call waits for the answer; later ones
+ * answer the last one at once and, when it is older, ask again in the background (one question
+ * at a time), so a slow or unreachable dstack never holds a heartbeat back.
  */
 export function createEnrolmentCache(check = checkDstackEnrolment) {
   const last = new WeakMap<object, { at: number; value: DstackEnrolment }>();
+  const asking = new WeakMap<object, Promise<DstackEnrolment>>();
   return async (key: object, cfg: AgentConfig, now: number): Promise<DstackEnrolment | null> => {
-    if (!cfg.dstack) return null;
+    const d = cfg.dstack;
+    if (!d) return null;
+    const ask = () => {
+      let p = asking.get(key);
+      if (!p) {
+        p = check(d, cfg.hostId)
+          .then((value) => {
+            last.set(key, { at: now, value });
+            return value;
+          })
+          .finally(() => asking.delete(key));
+        asking.set(key, p);
+      }
+      return p;
+    };
     const hit = last.get(key);
-    if (hit && now - hit.at < ENROLMENT_CHECK_INTERVAL_MS) return hit.value;
-    const value = await check(cfg.dstack, cfg.hostId);
-    last.set(key, { at: now, value });
-    return value;
+    if (!hit) return ask();
+    if (now - hit.at >= ENROLMENT_CHECK_INTERVAL_MS) void ask();
+    return hit.value;
   };
 }
 

@@ -124,17 +124,26 @@ describe('dstack enrolment (agent/dstack-enrolment.ts)', () => {
     ).toBe(`dstack server http://127.0.0.1:${port} unreachable (ECONNREFUSED)`);
   });
 
-  it('asks at most once a minute; the heartbeats between carry the last answer; no dstack section: null', async () => {
+  it('asks at most once a minute, in the background after the first answer; no dstack section: null', async () => {
     let asked = 0;
+    let release: () => void = () => undefined;
     const cache = createEnrolmentCache(async (s) => {
       asked++;
+      // the second question hangs until released: a heartbeat meanwhile is not held back
+      if (asked === 2) await new Promise<void>((r) => (release = r));
       return { fleet: s.fleet ?? 'x', ok: asked > 1, detail: `answer ${asked}` };
     });
     const key = {};
     const cfg = { hostId: 'spark-2', dstack: { fleet: 'spark-2' } } as unknown as AgentConfig;
     expect((await cache(key, cfg, 0))?.detail).toBe('answer 1');
     expect((await cache(key, cfg, 59_000))?.detail).toBe('answer 1');
-    expect((await cache(key, cfg, 60_000))?.detail).toBe('answer 2');
+    // stale: the last answer at once, the new question asked once while it is pending
+    expect((await cache(key, cfg, 60_000))?.detail).toBe('answer 1');
+    expect((await cache(key, cfg, 61_000))?.detail).toBe('answer 1');
+    expect(asked).toBe(2);
+    release();
+    await new Promise((r) => setTimeout(r, 0));
+    expect((await cache(key, cfg, 62_000))?.detail).toBe('answer 2');
     expect(asked).toBe(2);
     expect(await cache(key, { ...cfg, dstack: null } as AgentConfig, 0)).toBeNull();
   });
