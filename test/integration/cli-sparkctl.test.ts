@@ -1,4 +1,4 @@
-import { copyFileSync, mkdirSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -11,6 +11,7 @@ import {
 import { apiModule } from '../../functions/api/index.ts';
 import { repoRoot } from '../../functions/node-server.ts';
 import { startHarness } from '../fake-github/harness.ts';
+import { loadWorkflow } from '../fake-github/workflows.ts';
 import { startTestController } from '../helpers/controller.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import {
@@ -372,6 +373,45 @@ describe('sparkctl against a real controller', () => {
       expect(missing.stdout).toMatch(
         /^fail installation {2}the GitHub App is not installed on acme\/unknown — fix: install it there /m,
       );
+      expect(h.gh.forbidden).toEqual([]);
+      expect(h.gh.violations).toEqual([]);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('repo enable bad input: a runner group that does not exist, a workflow missing a spec input, one with an input the controller cannot fill', async () => {
+    const h = await startHarness({ config: { github: { runnerGroupId: 9 } } });
+    try {
+      const template = readFileSync(join(repoRoot, 'workflows-templates', 'spark-pr-test.yml'), 'utf8');
+      const noSuite = template.replace(/\n {6}suite:\n(?: {8}.*\n)+/, '\n');
+      const ticket = template.replace(
+        /\n {4}inputs:\n/,
+        '\n    inputs:\n      ticket:\n        required: true\n        type: string\n',
+      );
+      h.gh.addRepo('acme/butter', { workflows: { 'spark-pr-test.yml': loadWorkflow(noSuite) } });
+      h.gh.addRepo('acme/iron', { workflows: { 'spark-pr-test.yml': loadWorkflow(ticket) } });
+      await readyFleet(h.c.ledger);
+      const env = { SPARK_URL: h.c.url, SPARK_TOKEN: await h.operatorToken() };
+      const before = await snapshot(h);
+      const butter = await runSparkctl(bin, ['repo', 'enable', 'acme/butter'], env, home.dir);
+      expect(butter.code).toBe(7);
+      expect(butter.stdout).toMatch(
+        /^fail runner-group {2}runner group 9 \(github\.runnerGroupId\) does not exist in acme — fix: create a runner group for the Spark runners /m,
+      );
+      expect(butter.stdout).toMatch(
+        /^fail workflow {6}\.github\/workflows\/spark-pr-test\.yml on main breaks the workflow contract: 1 problem — fix: input `suite` is not declared: the Spark workflow contract needs reservation_id, head_sha, topology, suite \(docs\/github-app\.md\)$/m,
+      );
+      expect(butter.stderr.trim()).toBe(
+        'sparkctl: enable refused for acme/butter, nothing was changed: 2 checks failed (runner-group, workflow); fix each as its line says, or override with --override runner-group,workflow (recorded in the history)',
+      );
+      const iron = await runSparkctl(bin, ['repo', 'enable', 'acme/iron'], env, home.dir);
+      expect(iron.code).toBe(7);
+      expect(iron.stdout).toMatch(
+        /^fail workflow {6}.* — fix: input `ticket` is required and the controller cannot fill it: give it a default or make it optional$/m,
+      );
+      expect(await snapshot(h)).toEqual(before);
+      expect(h.gh.dispatches).toEqual([]);
       expect(h.gh.forbidden).toEqual([]);
       expect(h.gh.violations).toEqual([]);
     } finally {
