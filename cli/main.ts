@@ -193,7 +193,7 @@ function buildProgram(
   )
     .option('--host <id>', 'the home-service host (default: the one host that serves one)')
     .option('--timeout <duration>', 'give up after this long (exit 8; default 30m)')
-    .option('--json', JSON_HELP)
+    .option('--json', 'print the outcome as JSON: {host, service, reservation, restored}')
     .action(withApi(cmdDeckardDrill));
 
   sub(program, 'recover', 'recover expired or stuck work (refuses a live lease)')
@@ -216,7 +216,7 @@ function buildProgram(
       '--override <checks>',
       'enable although these checks fail, e.g. hosts,deckard (operator override, recorded in the history)',
     )
-    .option('--json', JSON_HELP)
+    .option('--json', 'print the answer as JSON (the shapes in core/protocol/readiness.ts)')
     .action(withApi(async (ctx) => (await import('./readiness.ts')).cmdRepoEnable(ctx)));
 
   const deliveries = sub(program, 'deliveries', 'the webhook inbox: waiting, parked and recent deliveries')
