@@ -1,4 +1,4 @@
-import { ciModeForRepo, runnerGroupIdOf, type SparkConfig } from '../../core/config.ts';
+import { ciModeForRepo, mergeCiForRepo, runnerGroupIdOf, type SparkConfig } from '../../core/config.ts';
 import type { LabelSpec, ReadinessCheck } from '../../core/protocol/readiness.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { type GitHubClient, GitHubError } from './client.ts';
@@ -62,7 +62,8 @@ const permissionName = (k: string) => PERMISSION_NAMES[k] ?? k;
  * What `repo` needs of the installation (docs/github-app.md "Minimum permissions", the spec's
  * "Install and scope the GitHub App"): the repository permissions of every path, Actions and the
  * runner scope's permission unless its CI runs as a dstack task (no dispatch, no runner), Issues
- * for the `/spark` comments (always enabled here), and the webhook events the intake reads.
+ * for the `/spark` comments (always enabled here), and the webhook events the intake reads
+ * (`push` only where merge CI is on).
  */
 export function requirements(config: SparkConfig, repo: string) {
   const task = ciModeForRepo(config, repo) === 'task';
@@ -82,7 +83,13 @@ export function requirements(config: SparkConfig, repo: string) {
           },
         ]),
   ];
-  const events = ['pull_request', 'issue_comment', 'push', ...(task ? [] : ['workflow_job'])];
+  // `push` feeds merge CI, which a repository may switch off (`mergeCi: false`)
+  const events = [
+    'pull_request',
+    'issue_comment',
+    ...(mergeCiForRepo(config, repo) ? ['push'] : []),
+    ...(task ? [] : ['workflow_job']),
+  ];
   return { task, permissions, events };
 }
 
