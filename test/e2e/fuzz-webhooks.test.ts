@@ -184,8 +184,10 @@ beforeAll(async () => {
   const enabled = await c.app.request(`/api/v1/repositories/${REPO}/enable`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    // hosts stay unadopted (no grants): the rollout gate is overridden, as an operator may
-    body: '{"pairEnabled":true,"forceRollout":true}',
+    // hosts stay unadopted (no grants, so no runner is ever registered, in the organization's
+    // "Default" group 1 either): the readiness checks this does not play are overridden, as an
+    // operator may (docs/adr/0165-enable-is-a-gate.md)
+    body: JSON.stringify({ pairEnabled: true, override: ['hosts', 'deckard', 'dstack', 'runner-group'] }),
   });
   expect(enabled.status).toBe(200);
   watch = await watchLedger(main.url);

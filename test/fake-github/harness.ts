@@ -104,6 +104,15 @@ export const SPARK_RUNNER_GROUP = 2;
 /** The App manifest docs/github-app.md gives for repository runners (`github.runnerScope: "repo"`). */
 export const REPO_SCOPE_MANIFEST = 'docs/github-app-manifest.repo-scope.json';
 
+/**
+ * The readiness checks of the fleet (docs/adr/0165-enable-is-a-gate.md) that a GitHub scenario
+ * does not play — no agents heartbeat here, no Deckard was lent and restored, no dstack server:
+ * {@link Harness.enable} overrides them, as an operator may (recorded with the enablement), unless
+ * a test passes its own `override` (`[]` runs the whole gate). The GitHub checks (installation,
+ * permissions, runner group, workflow) are never overridden by default: the fake plays them.
+ */
+export const FLEET_OVERRIDE = ['hosts', 'dstack', 'deckard'] as const;
+
 export interface Harness {
   gh: FakeGitHub;
   c: RunningController;
@@ -122,6 +131,7 @@ export interface Harness {
     opts?: { id?: string; secret?: string; signature?: string; asRecorded?: boolean },
   ): Promise<Response>;
   operatorToken(): Promise<string>;
+  /** `POST /api/v1/repositories/:repo/enable`, with `override: FLEET_OVERRIDE` unless `body` names its own. */
   enable(repo: string, body?: Record<string, unknown>): Promise<Response>;
   /** Sends due outbox rows now (the background tick also does). */
   drain(): Promise<void>;
@@ -247,7 +257,7 @@ export async function startHarness(
       return fetch(`${c.url}/api/v1/repositories/${repo}/enable`, {
         method: 'POST',
         headers: { authorization: `Bearer ${await h.operatorToken()}`, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
+        body: JSON.stringify({ override: FLEET_OVERRIDE, ...body }),
       });
     },
     async drain() {

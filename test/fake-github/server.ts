@@ -6,7 +6,13 @@ import { join } from 'node:path';
 import { convertManifestCode, type ManifestCode } from './app-manifest-flow.ts';
 import type { GitHubLatency } from './latency.ts';
 import { checkRequest, checkResponse, matchOperation, warmValidators } from './operations.ts';
-import { manifestPermissions, narrowPermissions, requirementFor, satisfies } from './permissions.ts';
+import {
+  manifestEvents,
+  manifestPermissions,
+  narrowPermissions,
+  requirementFor,
+  satisfies,
+} from './permissions.ts';
 import { exampleOf, overlay } from './schema.ts';
 import { webhookViolations } from './webhooks.ts';
 import { loadWorkflow, type WorkflowDef } from './workflows.ts';
@@ -107,6 +113,10 @@ export const DOC = {
     "https://docs.github.com/en/apps/sharing-github-apps/registering-a-github-app-from-a-manifest (default_permissions are the App's permissions)",
   manifestConversion:
     'https://docs.github.com/en/rest/apps/apps#create-a-github-app-from-a-manifest (no authentication; the temporary code from the manifest flow; the flow must be completed within one hour)',
+  getInstallation:
+    "https://docs.github.com/en/rest/apps/apps#get-an-installation-for-the-authenticated-app (App JWT; the installation's permissions, events, repository_selection, suspended_at; 404 for an installation the App does not have)",
+  suspended:
+    'https://docs.github.com/en/apps/maintaining-github-apps/suspending-a-github-app-installation (a suspended installation cannot be used: creating its access token answers 403 "This installation has been suspended", as octokit/octokit.rb#1307 records)',
 } as const;
 
 /**
@@ -372,6 +382,8 @@ export class FakeGitHub {
    * installation grants exactly these (the fake's installations accept what the App asks for).
    */
   readonly appPermissions: Record<string, string>;
+  /** Installation id → when it was suspended (ISO): no access token for it (DOC.suspended). */
+  suspendedInstallations = new Map<number, string>();
   /**
    * Every call GitHub refused for a missing permission or repository (403 "Resource not
    * accessible by integration"); each is also a violation, since a controller that sends a request
@@ -434,7 +446,7 @@ export class FakeGitHub {
       owner: { login: 'acme', type: 'Organization' },
       publicKey,
       permissions: this.appPermissions,
-      events: ['pull_request', 'issue_comment', 'push', 'workflow_job'],
+      events: manifestEvents(opts.manifest ?? DEFAULT_MANIFEST),
       description: null,
       externalUrl: 'https://github.com/apps/spark-controller',
       hookUrl: null,
@@ -867,6 +879,12 @@ export class FakeGitHub {
         // an App sees only its own installations
         if (!known || this.appOfInstallation(installationId) !== app!.id) return notFound();
         const appPermissions = app!.permissions;
+        if (this.suspendedInstallations.has(installationId))
+          return send(403, {
+            message: 'This installation has been suspended',
+            documentation_url: DOC.accessTokens,
+            status: '403',
+          });
         // a token may be narrowed to some of the installation's repositories (`repositories`
         // names without the owner, or `repository_ids`, at most 500) and to fewer permissions than
         // the installation holds; a repository outside the installation, or a permission it does
@@ -940,6 +958,48 @@ export class FakeGitHub {
                 : {}),
             },
             201,
+          ),
+        );
+      }
+      case 'get /app/installations/{installation_id}': {
+        // the installation as the App sees it with its JWT (DOC.getInstallation): it holds exactly
+        // the permissions and events of the manifest its App was created from (DOC.manifest), on
+        // the account of its repositories, on all of them or selected ones; an installation of
+        // another App, or none: 404
+        const installationId = Number(params.installation_id);
+        const mine = [...this.repos.entries()].filter(([, r]) => r.installationId === installationId);
+        const known = mine.length > 0 || this.installationApps.has(installationId);
+        if (!known || this.appOfInstallation(installationId) !== app!.id) return notFound();
+        const login = mine[0]?.[0].split('/')[0] ?? app!.owner.login;
+        const created = new Date(this.clock() - 86_400_000).toISOString();
+        return send(
+          200,
+          full(
+            {
+              id: installationId,
+              app_id: app!.id,
+              app_slug: app!.slug,
+              client_id: app!.clientId,
+              target_id: 1,
+              target_type: 'Organization',
+              account: { login, type: 'Organization' },
+              repository_selection: this.installationSelection.get(installationId) ?? 'all',
+              permissions: { ...app!.permissions },
+              events: [...app!.events],
+              access_tokens_url: `${this.url}/app/installations/${installationId}/access_tokens`,
+              repositories_url: `${this.url}/installation/repositories`,
+              html_url: `https://github.com/organizations/${login}/settings/installations/${installationId}`,
+              single_file_name: null,
+              ...(this.suspendedInstallations.has(installationId)
+                ? {
+                    suspended_at: this.suspendedInstallations.get(installationId),
+                    suspended_by: { login, type: 'Organization' },
+                  }
+                : { suspended_by: null, suspended_at: null }),
+              created_at: created,
+              updated_at: created,
+            },
+            200,
           ),
         );
       }

@@ -38,17 +38,23 @@ function labeled() {
   return p;
 }
 
-async function world(ctx: TestContext, workflowText: string) {
+/**
+ * `editedAfterEnable`: the repository is enabled with `enabledWith` (enable's own workflow check,
+ * docs/adr/0165-enable-is-a-gate.md, refuses a workflow that breaks the contract) and its workflow
+ * file changed to `workflowText` afterwards, as a later commit to the default branch would.
+ */
+async function world(ctx: TestContext, workflowText: string, o: { enabledWith?: string } = {}) {
   const h = await startHarnessFor(ctx);
-  h.gh.addRepo(REPO, {
+  const repo = h.gh.addRepo(REPO, {
     installationId: 1,
     collaborators: { Codertocat: 'admin' },
     pulls: { 2: { state: 'open', headSha: SHA, headRepo: REPO, labels: ['spark-test'] } },
     headSha: TIP,
-    workflows: { 'spark-pr-test.yml': loadWorkflow(workflowText) },
+    workflows: { 'spark-pr-test.yml': loadWorkflow(o.enabledWith ?? workflowText) },
   });
   for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
   expect((await h.enable(REPO)).status).toBe(200);
+  repo.workflows['spark-pr-test.yml'] = loadWorkflow(workflowText);
   await adoptAll(h.c.ledger);
   expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
   // the grant wakes the GitHub module at once (no polling tick), so a workflow that breaks the
@@ -192,12 +198,12 @@ describe('the spec’s workflow contract against the fake GitHub', () => {
     expect(await h.c.ledger.getReservation(undefined, 'r-1')).toMatchObject({ outcome: 'foreign_job' });
   });
 
-  it('a workflow that breaks the contract is refused with the fix on the check, and nothing is dispatched', async (ctx) => {
+  it('a workflow changed after enable to break the contract is refused with the fix on the check, and nothing is dispatched', async (ctx) => {
     const ticket = SPEC.replace(
       '    inputs:\n',
       '    inputs:\n      ticket:\n        required: true\n        type: string\n',
     );
-    const { h } = await world(ctx, ticket);
+    const { h } = await world(ctx, ticket, { enabledWith: SPEC });
     const r = await h.until('refused', async () => {
       await h.drain();
       const cur = await h.c.ledger.getReservation(undefined, 'r-1');
