@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 /**
  * The documentation's links and paths lead somewhere: every relative link in README.md,
  * SECURITY.md and docs/ names a file of the repository (and, with `#anchor`, a heading of it),
- * and every repository path written in backticks in README.md and docs/architecture.md exists.
+ * every repository path written in backticks in README.md, docs/architecture.md and
+ * docs/performance.md exists, and no document cites a design note outside the repository.
  * An ADR folded into another document (docs/adr/README.md) or a renamed module shows up here.
  */
 
@@ -70,6 +71,11 @@ describe('documentation links', () => {
       }
     }
     expect(broken).toEqual([]);
+  });
+
+  it.each(files)('%s: cites no design note outside the repository', (file) => {
+    // the design lives in docs/architecture.md; a DESIGN.md is not part of the repository
+    expect(readFileSync(join(root, file), 'utf8')).not.toMatch(/DESIGN\.md/);
   });
 });
 
