@@ -164,8 +164,11 @@ describe('the operator walkthrough of README.md and docs/github-app.md', () => {
     const createAppDoc = shellCommands(section(GITHUB_APP_DOC, /^## Create the App/));
     expect(top, 'README starts the controller with npm start').toContain('npm start');
     expect(createAppDoc).toHaveLength(1);
-    // the two guides give the same create-app command
+    // the two guides give the same create-app command, and README's enable is the synopsis's
     expect(setup).toContain(createAppDoc[0]);
+    const synopsis = shellCommands(section(GITHUB_APP_DOC, /^## Enabling a repository/))[0]!;
+    expect(synopsis).toMatch(/^sparkctl repo enable OWNER\/NAME /);
+    expect(setup).toContain(`npx sparkctl repo enable ${REPO}`);
     transcript.push(`documented steps: ${JSON.stringify(setup)}`);
 
     // ------------------------------------------------------------ the config
@@ -217,7 +220,9 @@ describe('the operator walkthrough of README.md and docs/github-app.md', () => {
           stderr += b;
         });
         p.once('close', (code) => {
-          transcript.push(`$ ${command} → exit ${code}\n${stdout}${stderr}`.trimEnd());
+          transcript.push(
+            `${new Date().toISOString().slice(11, 23)} $ ${command} → exit ${code}\n${stdout}${stderr}`.trimEnd(),
+          );
           resolve({ code, stdout, stderr });
         });
       });

@@ -222,6 +222,20 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
   ): Promise<Delivery> => {
     let d: Delivery;
     const app = hookApp();
+    // an App's webhook gets only the events it subscribes to, and a repository's events only
+    // where the App is installed (https://docs.github.com/en/webhooks/types-of-webhooks: "A
+    // webhook can only access events that are available in the … GitHub App where it is
+    // installed"): anything else is never sent
+    if (app && (!app.events.includes(event) || gh.appOfInstallation(repoState.installationId) !== app.id)) {
+      d = {
+        id,
+        event,
+        status: 0,
+        result: `not sent: ${app.name} is not installed on ${REPO} or not subscribed to ${event}`,
+      };
+      deliveries.push(d);
+      return d;
+    }
     try {
       const res = await fetch(app?.hookUrl ?? `${opts.controllerUrl}/github/webhooks`, {
         method: 'POST',

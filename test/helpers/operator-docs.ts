@@ -41,7 +41,7 @@ export function section(md: string, heading: RegExp): string {
 export function shellCommands(md: string): string[] {
   const out: string[] = [];
   for (const block of md.matchAll(/^```(?:sh|bash|shell)\n([\s\S]*?)^```$/gm)) {
-    const joined = block[1]!.replace(/\\\n\s*/g, ' ');
+    const joined = block[1]!.replace(/\s*\\\n\s*/g, ' ');
     for (const raw of joined.split('\n')) {
       // `#` starts a comment only at a word's start (not inside `a#b`)
       const line = raw.replace(/(^|\s)#.*$/, '').trim();
