@@ -482,63 +482,73 @@ describe('the operator walkthrough of README.md and docs/github-app.md', () => {
 
     /** The prose between `create-app` and the drill, each step only as the docs ask for it. */
     async function afterCreateApp(): Promise<void> {
-      // the runner group, restricted to the enabled repositories, its id in the config
-      docSays(
-        README,
-        'create that group, and set its id as `github.runnerGroupId` in `spark.config.json`',
-        'to create the runner group and set its id',
-      );
-      docSays(
-        GITHUB_APP_DOC,
-        'restrict it to the enabled repositories (_Organization settings → Actions → Runner groups → Repository access: selected repositories_)',
-        'to restrict the runner group',
-      );
-      gh!.addRunnerGroup(RUNNER_GROUP_ID, 'spark', 'selected', [REPO]);
-      config.github.runnerGroupId = RUNNER_GROUP_ID;
-      writeConfig();
-      // "restart the controller": it reads ./spark.secrets.env
-      docSays(
-        README,
-        'which `npm start` reads: restart the controller',
-        'to restart the controller after create-app',
-      );
-      await controller!.stop('SIGTERM');
-      expect(await controller!.exited).toBe(0);
-      controller = await startController();
-      // bad input: enable before the App is installed — refused with the fix, nothing changed
-      const before = await fetch(`${controllerUrl}/api/v1/repositories`, {
-        headers: { authorization: `Bearer ${operatorToken}` },
-      }).then((r) => r.text());
-      const early = await run(`npx sparkctl repo enable ${REPO}`);
-      expect(early.code).toBe(7);
-      expect(early.stdout).toMatch(
-        new RegExp(
-          `^fail installation {2}the GitHub App is not installed on ${REPO} — fix: install it there`,
-          'm',
-        ),
-      );
-      expect(early.stderr).toMatch(new RegExp(`enable refused for ${REPO}, nothing was changed`));
-      expect(
-        await fetch(`${controllerUrl}/api/v1/repositories`, {
-          headers: { authorization: `Bearer ${operatorToken}` },
-        }).then((r) => r.text()),
-      ).toBe(before);
-
-      // "install the App on the approved repositories (the command prints the link)": the
-      // installation page is not played by the fake; installing there makes this installation
-      docSays(
-        README,
-        'then install the App on the approved repositories (the command prints the link)',
-        'to install the App',
-      );
-      expect(app!.installUrl).toMatch(
-        /^https:\/\/github\.com\/apps\/spark-controller-acme\/installations\/new$/,
-      );
-      const installation = gh!.install(app!.id);
-      expect(installation).not.toBe(someoneElses);
-      gh!.installationSelection.set(installation, 'selected');
-      repo.installationId = installation;
-      gh!.orgInstallations.set(REPO.split('/')[0]!, installation);
+      // README's prose after create-app, in the order README gives it: a step done earlier or
+      // later than the docs say (an edit after the restart that reads it) is what an operator
+      // following them would do
+      const prose = [
+        {
+          at: docSays(
+            README,
+            'create that group, and set its id as `github.runnerGroupId` in `spark.config.json`',
+            'to create the runner group and set its id',
+          ),
+          run: async () => {
+            docSays(
+              GITHUB_APP_DOC,
+              'restrict it to the enabled repositories (_Organization settings → Actions → Runner groups → Repository access: selected repositories_)',
+              'to restrict the runner group',
+            );
+            gh!.addRunnerGroup(RUNNER_GROUP_ID, 'spark', 'selected', [REPO]);
+            config.github.runnerGroupId = RUNNER_GROUP_ID;
+            writeConfig();
+          },
+        },
+        {
+          at: docSays(README, /restart the controller/, 'to restart the controller after create-app'),
+          run: async () => {
+            await controller!.stop('SIGTERM');
+            expect(await controller!.exited).toBe(0);
+            controller = await startController();
+          },
+        },
+        {
+          at: docSays(
+            README,
+            /install the App on the approved repositories \(`?(the command|create-app)`? prints the link\)/,
+            'to install the App',
+          ),
+          run: async () => {
+            // bad input first: enable before the App is installed — refused with the fix,
+            // nothing changed
+            const repos = () =>
+              fetch(`${controllerUrl}/api/v1/repositories`, {
+                headers: { authorization: `Bearer ${operatorToken}` },
+              }).then((r) => r.text());
+            const before = await repos();
+            const early = await run(`npx sparkctl repo enable ${REPO}`);
+            expect(early.code).toBe(7);
+            expect(early.stdout).toMatch(
+              new RegExp(
+                `^fail installation {2}the GitHub App is not installed on ${REPO} — fix: install it there`,
+                'm',
+              ),
+            );
+            expect(early.stderr).toMatch(new RegExp(`enable refused for ${REPO}, nothing was changed`));
+            expect(await repos()).toBe(before);
+            // the link create-app printed; the installation page is not played by the fake:
+            // installing there on the selected repository makes this installation
+            expect(app!.installUrl).toMatch(
+              /^https:\/\/github\.com\/apps\/spark-controller-acme\/installations\/new$/,
+            );
+            const installation = gh!.install(app!.id);
+            expect(installation).not.toBe(someoneElses);
+            gh!.installationSelection.set(installation, 'selected');
+            repo.installationId = installation;
+            gh!.orgInstallations.set(REPO.split('/')[0]!, installation);
+          },
+        },
+      ].sort((x, y) => x.at - y.at);
+      for (const p of prose) await p.run();
 
       // "Install the workflow template in each consuming repository before enabling it"
       docSays(

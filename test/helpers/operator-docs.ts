@@ -58,13 +58,15 @@ function plain(md: string): string {
 }
 
 /**
- * Throws unless the docs say `phrase` (whitespace-insensitive): the walkthrough does a prose step
- * only where the docs tell the operator to.
+ * Where the docs say `phrase` (whitespace-insensitive; an offset into their plain text), so prose
+ * steps run in the order the docs give them; throws unless they say it: the walkthrough does a
+ * prose step only where the docs tell the operator to.
  */
-export function docSays(md: string, phrase: string | RegExp, what: string): void {
+export function docSays(md: string, phrase: string | RegExp, what: string): number {
   const text = plain(md);
-  const found = typeof phrase === 'string' ? text.includes(plain(phrase)) : phrase.test(text);
-  if (!found) throw new Error(`the docs no longer tell the operator ${what} (looked for ${String(phrase)})`);
+  const at = typeof phrase === 'string' ? text.indexOf(plain(phrase)) : text.search(phrase);
+  if (at < 0) throw new Error(`the docs no longer tell the operator ${what} (looked for ${String(phrase)})`);
+  return at;
 }
 
 /** Splits a documented command into words; the walkthrough's commands need no shell quoting. */
