@@ -42,8 +42,9 @@ import { docSays, GITHUB_APP_DOC, README, section, shellCommands, words } from '
  * labelled PR, and its check run ending `success` on the PR's exact commit.
  *
  * A documented command the walkthrough does not know fails it, as does a step it needs that the
- * docs no longer name (a prose step runs only after `docSays` found the sentence that asks for it):
- * an edit the docs do not describe cannot sneak in.
+ * docs no longer name (a prose step runs only after `docSays` found the sentence that asks for it,
+ * and README's prose steps run in the order README gives them): an edit the docs do not describe
+ * cannot sneak in (docs/adr/0195-the-operator-docs-are-the-walkthrough-script.md).
  *
  * What stands in for the operator's world, each a documented setting: the fake GitHub plays a
  * GitHub Enterprise Server (`github.apiUrl`, `create-app --github-url`), the controller listens on
