@@ -1,4 +1,4 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
@@ -105,6 +105,8 @@ describe('the operator walkthrough of README.md and docs/github-app.md', () => {
   let sim: GitHubSim | null = null;
   let controller: ProcessHandle | null = null;
   const agents: ProcessHandle[] = [];
+  /** The documented commands' processes (a step that hangs is killed with the test). */
+  const commands: ChildProcess[] = [];
   const deckards: FakeDeckard[] = [];
   const transcript: string[] = [];
 
@@ -114,6 +116,7 @@ describe('the operator walkthrough of README.md and docs/github-app.md', () => {
       console.error(`controller:\n${controller?.output().slice(-4000) ?? ''}`);
       for (const a of agents) console.error(`agent:\n${a.output().slice(-2000)}`);
     }
+    for (const p of commands.splice(0)) if (p.exitCode == null && p.signalCode == null) p.kill('SIGKILL');
     await Promise.all(agents.map((a) => a.stop('SIGKILL')));
     for (const j of sim?.jobs ?? []) killGroup(j.pid, j.seenAt);
     for (const d of deckards) d.kill();
@@ -212,6 +215,7 @@ describe('the operator walkthrough of README.md and docs/github-app.md', () => {
           env: command.startsWith('npx sparkctl') ? cliEnv : sparkEnv,
           stdio: ['ignore', 'pipe', 'pipe'],
         });
+        commands.push(p);
         let stdout = '';
         let stderr = '';
         p.stdout.on('data', (b: Buffer) => {
@@ -446,6 +450,7 @@ describe('the operator walkthrough of README.md and docs/github-app.md', () => {
         spawn(process.execPath, argv, { cwd: checkout, env: sparkEnv, stdio: ['ignore', 'pipe', 'pipe'] }),
         join(root!.dir, 'create-app.log'),
       );
+      commands.push(p.proc);
       const page = await waitFor(
         'create-app to print its setup page',
         () => {
@@ -570,5 +575,5 @@ describe('the operator walkthrough of README.md and docs/github-app.md', () => {
         readFileSync(join(consuming, '.github', 'workflows', workflow), 'utf8'),
       );
     }
-  }, 120_000);
+  }, 180_000);
 });
