@@ -224,7 +224,7 @@ export async function runnerGroupCheck(
         id: 'runner-group',
         status: 'fail',
         summary: `runner group ${group} (github.runnerGroupId) does not exist in ${org}`,
-        fix: `create a runner group for the Spark runners (${org}'s settings → Actions → Runner groups → New runner group, Repository access: selected repositories, add ${repo}) and set github.runnerGroupId to its id (the number in the group's URL)`,
+        fix: `create a runner group for the Spark runners (${org}'s settings → Actions → Runner groups → New runner group, Repository access: selected repositories, add ${repo}) and set github.runnerGroupId to its id (the number in the group's URL), then restart the controller (it reads its config when it starts)`,
       };
     return githubDown('runner-group', `read runner group ${group} of ${org}`, g);
   }

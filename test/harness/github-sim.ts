@@ -111,6 +111,15 @@ export interface GitHubSimOptions {
    * webhook is delivered its delay after the event; default none.
    */
   latency?: GitHubLatency;
+  /**
+   * GitHub as an operator sets it up (the docs walkthrough, test/e2e/walkthrough.test.ts): this
+   * fake, with {@link REPO} already in it, and the App the operator creates through the manifest
+   * flow (`app()`: its id once created). Webhooks then go to that App's own webhook URL signed with
+   * its own secret, and its delivery log records them; no runner group is made (the operator
+   * makes it). Default: a fresh fake with the harness's App, its runner group and {@link REPO}
+   * installed.
+   */
+  github?: { gh: FakeGitHub; app: () => number | null };
 }
 
 export interface GitHubSim {
@@ -175,17 +184,29 @@ export const DEFAULT_BRANCH_TIP = 'dead'.repeat(10);
 /** Starts the fake GitHub with {@link REPO} (installed; {@link MAINTAINER} is an admin) and the Actions service. */
 export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim> {
   const note = opts.onNote ?? (() => undefined);
-  const gh = await startFakeGitHub(opts.latency ? { latency: opts.latency } : {});
-  // the spec's path: an organization runner group restricted to the enabled repositories
-  gh.addRunnerGroup(SPARK_RUNNER_GROUP, 'spark', 'selected');
-  gh.joinRunnerGroup = SPARK_RUNNER_GROUP;
-  const repoState = gh.addRepo(REPO, {
-    installationId: 77,
-    collaborators: { [MAINTAINER]: 'admin', mallory: 'read' },
-    // the default branch tip differs from every PR commit the tests use, so a controller that
-    // matched jobs by the run's head_sha (the tip, for workflow_dispatch) could not pass
-    headSha: DEFAULT_BRANCH_TIP,
-  });
+  const given = opts.github ?? null;
+  const gh = given?.gh ?? (await startFakeGitHub(opts.latency ? { latency: opts.latency } : {}));
+  /** The App whose webhook sends the deliveries: the operator's, or none (the harness's). */
+  const hookApp = () => {
+    if (!given) return null;
+    const app = gh.apps.get(given.app() ?? Number.NaN);
+    if (!app?.hookUrl || !app.webhookSecret) throw new TypeError('no App with a webhook was created yet');
+    return app;
+  };
+  if (!given) {
+    // the spec's path: an organization runner group restricted to the enabled repositories
+    gh.addRunnerGroup(SPARK_RUNNER_GROUP, 'spark', 'selected');
+    gh.joinRunnerGroup = SPARK_RUNNER_GROUP;
+  }
+  const repoState =
+    (given && gh.repos.get(REPO)) ||
+    gh.addRepo(REPO, {
+      installationId: 77,
+      collaborators: { [MAINTAINER]: 'admin', mallory: 'read' },
+      // the default branch tip differs from every PR commit the tests use, so a controller that
+      // matched jobs by the run's head_sha (the tip, for workflow_dispatch) could not pass
+      headSha: DEFAULT_BRANCH_TIP,
+    });
   const jobs: SimJob[] = [];
   const jitConfigsSeen: string[] = [];
   const deliveries: Delivery[] = [];
@@ -200,14 +221,29 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     redelivery = false,
   ): Promise<Delivery> => {
     let d: Delivery;
+    const app = hookApp();
+    // an App's webhook gets only the events it subscribes to, and a repository's events only
+    // where the App is installed (https://docs.github.com/en/webhooks/types-of-webhooks: "A
+    // webhook can only access events that are available in the … GitHub App where it is
+    // installed"): anything else is never sent
+    if (app && (!app.events.includes(event) || gh.appOfInstallation(repoState.installationId) !== app.id)) {
+      d = {
+        id,
+        event,
+        status: 0,
+        result: `not sent: ${app.name} is not installed on ${REPO} or not subscribed to ${event}`,
+      };
+      deliveries.push(d);
+      return d;
+    }
     try {
-      const res = await fetch(`${opts.controllerUrl}/github/webhooks`, {
+      const res = await fetch(app?.hookUrl ?? `${opts.controllerUrl}/github/webhooks`, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
           'x-github-event': event,
           'x-github-delivery': id,
-          'x-hub-signature-256': await sign(SECRET, body),
+          'x-hub-signature-256': await sign(app?.webhookSecret ?? SECRET, body),
         },
         body,
         signal: AbortSignal.timeout(10_000),
@@ -250,7 +286,15 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     } catch {
       action = null;
     }
-    gh.recordHookDelivery({ guid: id, event, action, redelivery, statusCode: d.status, body });
+    gh.recordHookDelivery({
+      guid: id,
+      event,
+      action,
+      redelivery,
+      statusCode: d.status,
+      body,
+      ...(app ? { appId: app.id } : {}),
+    });
     deliveries.push(d);
     note(`github → controller: ${event} ${d.status ? d.status : 'refused'} ${d.result ?? ''}`.trim());
     return d;

@@ -252,7 +252,7 @@ describe('bad input: a clear message, nothing changes', () => {
       id: 'runner-group',
       status: 'fail',
       summary: 'runner group 9 (github.runnerGroupId) does not exist in acme',
-      fix: "create a runner group for the Spark runners (acme's settings → Actions → Runner groups → New runner group, Repository access: selected repositories, add acme/butter) and set github.runnerGroupId to its id (the number in the group's URL)",
+      fix: "create a runner group for the Spark runners (acme's settings → Actions → Runner groups → New runner group, Repository access: selected repositories, add acme/butter) and set github.runnerGroupId to its id (the number in the group's URL), then restart the controller (it reads its config when it starts)",
     });
     h.gh.addRunnerGroup(9, 'Everyone', 'all');
     expect(check(await refused(await enableStrict(h, REPO)), 'runner-group').summary).toBe(

@@ -39586,7 +39586,15 @@ var HostFactsSchema = object({
   freeDiskBytes: number2().nonnegative().nullable(),
   serviceState: _enum2(["serving", "stopped", "starting", "draining", "failed", "none", "unknown"]),
   runnerState: _enum2(["none", "starting", "running", "exited"]),
-  interconnectOk: boolean2().nullable()
+  interconnectOk: boolean2().nullable(),
+  /** The host's own backend; optional: agents older than ADR 0166 do not send it. */
+  executor: _enum2(EXECUTOR_NAMES).optional(),
+  /** dstack enrolment (docs/adr/0166-dstack-enrolment-fact.md); null: no dstack section. */
+  dstack: object({
+    fleet: string2().regex(/^[a-z][a-z0-9-]{1,40}$/),
+    ok: boolean2(),
+    detail: string2().max(500)
+  }).nullable().optional()
 });
 var token = number2().int().positive().max(Number.MAX_SAFE_INTEGER);
 var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
