@@ -290,6 +290,18 @@ export async function buildsHadGrant(q: RawSql, keys: readonly string[]): Promis
   return new Set(rs.rows.map((r) => r.build as string));
 }
 
+// the key buildKeyOf gives, in SQL (migration 0006 backfilled granted_builds with the same)
+const QUEUED_BUILDS_GRANTED = `SELECT build FROM granted_builds WHERE build IN (SELECT CASE WHEN pr IS NOT NULL THEN 'pr ' || repo || '#' || pr || ' ' || head_sha ELSE 'repo ' || repo || ' ' || head_sha END FROM reservations WHERE status = 'queued' AND repo IS NOT NULL AND head_sha IS NOT NULL AND (pr IS NOT NULL OR kind IN ('merge', 'benchmark', 'background')))`;
+
+/**
+ * Which builds of queued reservations already had a lane granted, without being told the keys
+ * first: for a read batch, where nothing can wait for the reservations' own read.
+ */
+export async function queuedBuildsHadGrant(q: RawSql): Promise<Set<string>> {
+  const rs = await q.execute(QUEUED_BUILDS_GRANTED);
+  return new Set(rs.rows.map((r) => r.build as string));
+}
+
 /**
  * Records builds granted now (inside the granting transaction). A build already recorded is left
  * as it is — so a later lane of a known build writes no page at all.
