@@ -69,6 +69,8 @@ export interface FakeSqld {
   stats: FakeSqldStats;
   /** Streams currently open (not closed, not expired). */
   openStreams(): number;
+  /** Changes the injected round-trip time for requests from now on (see {@link FakeSqldOptions.rttMs}). */
+  setRttMs(ms: number): void;
   /** Stops listening, drops every connection and rolls back every open stream (idempotent). */
   close(): Promise<void>;
 }
@@ -772,7 +774,7 @@ export async function startFakeSqld(opts: FakeSqldOptions): Promise<FakeSqld> {
     send(res, 200, 'text/plain', lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
   };
 
-  const halfRtt = (opts.rttMs ?? 0) / 2;
+  let halfRtt = (opts.rttMs ?? 0) / 2;
   const travel = () => (halfRtt > 0 ? new Promise<void>((r) => setTimeout(r, halfRtt)) : Promise.resolve());
   const server = createServer((req, res) => {
     stats.requests++;
@@ -835,6 +837,9 @@ export async function startFakeSqld(opts: FakeSqldOptions): Promise<FakeSqld> {
     port,
     stats,
     openStreams: () => streams.size,
+    setRttMs(ms) {
+      halfRtt = ms / 2;
+    },
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
