@@ -5,9 +5,12 @@ import { type HostPhase, isReleasableStatus, type ReservationStatus } from '../.
 import { assertHostTransition, assertReservationTransition } from '../../core/state-machines.ts';
 import {
   type AdmissionRows,
+  headDecides,
   loadAdmissionInput,
   PASS_VERSION_KEY,
+  PERSISTED_WAITS_PER_PASS,
   readAdmissionSnapshot,
+  readQueueHead,
 } from './admission-input.ts';
 import { DeferredReadError, type Tx } from './db.ts';
 import { setHostPhase } from './hosts.ts';
@@ -24,16 +27,13 @@ import {
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
 
-export { loadAdmissionInput } from './admission-input.ts';
+export { loadAdmissionInput, PERSISTED_WAITS_PER_PASS } from './admission-input.ts';
 
 /** Result of one admission pass as applied to the ledger. */
 export interface PassResult {
   plan: AdmissionPlan;
   granted: { reservationId: string; leases: { leaseId: string; hostId: string; fencingToken: number }[] }[];
 }
-
-/** How many queued reservations get their position/reason/wait code written per pass. */
-export const PERSISTED_WAITS_PER_PASS = 200;
 
 /** How this process's passes on one ledger went (the bench and the tests read it). */
 export interface AdmissionPassStats {
@@ -43,6 +43,8 @@ export interface AdmissionPassStats {
   conflicts: number;
   /** Passes run as one interactive write transaction (local ledgers, and the remote fallback). */
   interactive: number;
+  /** Passes whose queue head could not decide alone, so they read the whole queue (admission-input.ts `headDecides`). */
+  wholeQueueReads: number;
 }
 
 const passStats = new WeakMap<LedgerStore, AdmissionPassStats>();
@@ -50,7 +52,7 @@ const passStats = new WeakMap<LedgerStore, AdmissionPassStats>();
 export function admissionPassStats(s: LedgerStore): AdmissionPassStats {
   const known = passStats.get(s);
   if (known) return known;
-  const fresh = { batched: 0, conflicts: 0, interactive: 0 };
+  const fresh = { batched: 0, conflicts: 0, interactive: 0, wholeQueueReads: 0 };
   passStats.set(s, fresh);
   return fresh;
 }
@@ -119,9 +121,14 @@ export async function admissionPassTx(s: LedgerStore, actor: string): Promise<Pa
 /** The pass as one interactive write transaction. */
 function interactivePass(s: LedgerStore, actor: string): Promise<PassResult> {
   return s.write(async (tx, now, changed) => {
-    const input = await loadAdmissionInput(s, tx);
+    let input = await readQueueHead(s, tx, now);
+    let plan = planFor(s, now, input);
+    if (!headDecides(plan, input)) {
+      admissionPassStats(s).wholeQueueReads++;
+      input = await loadAdmissionInput(s, tx);
+      plan = planFor(s, now, input);
+    }
     const { hostRows, leaseRows, resvRows } = input;
-    const plan = planFor(s, now, input);
     const resvById = new Map(resvRows.map((r) => [r.id, r]));
     const hostById = new Map(hostRows.map((h) => [h.id, h]));
     const leaseById = new Map(leaseRows.map((l) => [l.id, l]));
@@ -245,8 +252,13 @@ function interactivePass(s: LedgerStore, actor: string): Promise<PassResult> {
  */
 async function batchedPass(s: LedgerStore, actor: string): Promise<PassResult | 'conflict' | 'interactive'> {
   const now = s.clock();
-  const input = await readAdmissionSnapshot(s);
-  const plan = planFor(s, now, input);
+  let input = await readAdmissionSnapshot(s, now, false);
+  let plan = planFor(s, now, input);
+  if (!headDecides(plan, input)) {
+    admissionPassStats(s).wholeQueueReads++;
+    input = await readAdmissionSnapshot(s, now, true);
+    plan = planFor(s, now, input);
+  }
   if (
     plan.queueTimeouts.length ||
     plan.satisfied.length ||

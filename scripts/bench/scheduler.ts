@@ -13,6 +13,7 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { planAdmission } from '../../core/admission.ts';
 import type { ReservationKind, Topology } from '../../core/model.ts';
+import { admissionPassStats } from '../../functions/ledger/admission-pass.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
 import { toHostRecord, toLeaseRecord, toReservationRecord } from '../../functions/ledger/ledger.ts';
 import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
@@ -81,6 +82,7 @@ export async function measure(dir: string, queued: number, hosts: number, iterat
     const readMs: number[] = [];
     const planMs: number[] = [];
     let grants = 0;
+    let wholeReads = 0;
     let next = queued;
     for (let it = 0; it < iterations + 5; it++) {
       // untimed: the oldest work ends and its host is confirmed clean; a request arrives
@@ -93,6 +95,7 @@ export async function measure(dir: string, queued: number, hosts: number, iterat
       now += 50;
       if (it % 100 === 99)
         for (let h = 1; h <= hosts; h++) await ledger.recordHeartbeat(`spark-${h}`, BENCH_FACTS);
+      const whole0 = admissionPassStats(ledger).wholeQueueReads;
       const c0 = cpuNowMs();
       const t0 = performance.now();
       const res = await ledger.admissionPass('bench');
@@ -101,6 +104,7 @@ export async function measure(dir: string, queued: number, hosts: number, iterat
       active.push(...res.granted);
       if (it < 5) continue; // warm-up
       grants += res.granted.length;
+      wholeReads += admissionPassStats(ledger).wholeQueueReads - whole0;
       wall.push(dt);
       cpu.push(dc);
       // the stages on their own (after the pass, not part of its time)
@@ -125,6 +129,8 @@ export async function measure(dir: string, queued: number, hosts: number, iterat
       hosts,
       passes: wall.length,
       grantsPerPass: round(grants / wall.length, 2),
+      // passes whose queue head could not decide alone and read the whole queue
+      wholeQueueReads: wholeReads,
       pass_ms_p50: round(percentile(w, 50), 3),
       pass_ms_p99: round(percentile(w, 99), 3),
       pass_cpu_ms_p50: round(percentile(c, 50), 3),

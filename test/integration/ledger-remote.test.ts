@@ -295,7 +295,12 @@ describe('ledger on a remote libSQL server (Hrana over HTTP)', () => {
     const idle = sqld.stats.requests;
     expect((await ledger.admissionPass('test')).granted).toEqual([]);
     expect(sqld.stats.requests - idle).toBe(1);
-    expect(admissionPassStats(ledger)).toEqual({ batched: 2, conflicts: 0, interactive: 0 });
+    expect(admissionPassStats(ledger)).toEqual({
+      batched: 2,
+      conflicts: 0,
+      interactive: 0,
+      wholeQueueReads: 0,
+    });
     expect(await replayGrants(ledger, 'two round trips')).toBe(2);
     expect((await ledger.getReservation(undefined, 'r-3'))!.waitCode).toBe('held-for-pair');
   });
