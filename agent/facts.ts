@@ -1,4 +1,5 @@
 import type { HostFacts } from '../core/model.ts';
+import { dstackEnrolment } from './dstack-enrolment.ts';
 import type { GpuQuery } from './gpu.ts';
 import type { StepContext } from './steps/context.ts';
 
@@ -41,5 +42,9 @@ export async function collectFacts(ctx: StepContext, gpu?: GpuQuery): Promise<Ho
     serviceState: await serviceState(ctx),
     runnerState: seen.state === 'none' ? 'none' : seen.state === 'running' ? 'running' : 'exited',
     interconnectOk: await interconnectOk(ctx),
+    executor: ctx.cfg.executor,
+    // asked at most once a minute (agent/dstack-enrolment.ts); the controller's rollout gate
+    // reads it for repositories whose CI runs on dstack (docs/adr/0166-dstack-enrolment-fact.md)
+    dstack: await dstackEnrolment(ctx, ctx.cfg, ctx.port.now()),
   };
 }

@@ -25,6 +25,17 @@ export const HostFactsSchema = z.object({
   serviceState: z.enum(['serving', 'stopped', 'starting', 'draining', 'failed', 'none', 'unknown']),
   runnerState: z.enum(['none', 'starting', 'running', 'exited']),
   interconnectOk: z.boolean().nullable(),
+  /** The host's own backend; optional: agents older than ADR 0166 do not send it. */
+  executor: z.enum(EXECUTOR_NAMES).optional(),
+  /** dstack enrolment (docs/adr/0166-dstack-enrolment-fact.md); null: no dstack section. */
+  dstack: z
+    .object({
+      fleet: z.string().regex(/^[a-z][a-z0-9-]{1,40}$/),
+      ok: z.boolean(),
+      detail: z.string().max(500),
+    })
+    .nullable()
+    .optional(),
 });
 
 const token = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);

@@ -2,7 +2,7 @@ import { and, asc, eq, inArray, isNull, lt, lte, or, sql } from 'drizzle-orm';
 import type { Tx } from './db.ts';
 import type { OutboxRow } from './rows.ts';
 import * as t from './schema.ts';
-import type { LedgerStore } from './store.ts';
+import { type LedgerStore, noteChange } from './store.ts';
 
 /**
  * The transactional outbox's ledger side (DESIGN.md "GitHub integration"; ADR 0004): rows are
@@ -45,6 +45,8 @@ export async function enqueue(tx: Tx, now: number, item: EnqueueItem): Promise<b
     })
     .onConflictDoNothing({ target: t.outbox.idempotencyKey })
     .returning({ id: t.outbox.id });
+  // the commit that fills the outbox wakes its sender (`outbox` notice; ADR 0180)
+  if (rows.length > 0) noteChange(tx, 'outbox');
   return rows.length > 0;
 }
 
@@ -69,6 +71,9 @@ export async function enqueueMany(tx: Tx, now: number, items: readonly EnqueueIt
       })),
     )
     .onConflictDoNothing({ target: t.outbox.idempotencyKey });
+  // the commit that fills the outbox wakes its sender (ADR 0180; a row whose key existed wakes it
+  // for nothing, which claims nothing)
+  noteChange(tx, 'outbox');
 }
 
 /** True when an outbox row with this idempotency key exists. */
@@ -85,12 +90,17 @@ export async function outboxKeyExists(tx: Tx, key: string): Promise<boolean> {
 export async function enqueueCheckSync(tx: Tx, now: number, reservationId: string): Promise<void> {
   // one statement, nothing read back (a batched write can carry it, ADR 0185): the aggregate
   // yields one row, numbered after the reservation's check-run rows, unless one of them is pending
-  // and unclaimed (or its claim expired)
+  // and nobody has claimed it. A claimed row is in flight even past its claim's expiry (a slow
+  // send, a clock that jumped): its sender may have rendered already, so only a row nobody has
+  // claimed covers this change.
   await tx.run(sql`INSERT INTO outbox (kind, idempotency_key, reservation_id, payload_json, status, next_attempt_at, created_at)
     SELECT 'check-run', 'check:' || ${reservationId} || ':' || (count(*) + 1), ${reservationId}, ${JSON.stringify({ reservationId })}, 'pending', ${now}, ${now}
     FROM outbox WHERE reservation_id = ${reservationId} AND kind = 'check-run'
-    HAVING coalesce(sum(status = 'pending' AND (claimed_until IS NULL OR claimed_until < ${now})), 0) = 0
+    HAVING coalesce(sum(status = 'pending' AND claimed_until IS NULL), 0) = 0
     ON CONFLICT (idempotency_key) DO NOTHING`);
+  // the commit wakes the sender (ADR 0180); nothing is read back to know whether a row went in,
+  // and a sender woken for nothing claims nothing
+  noteChange(tx, 'outbox');
 }
 
 /** A cheap read: is any row due now? Most ticks find nothing and should not take the write lock. */
@@ -101,6 +111,24 @@ export async function outboxDue(s: LedgerStore): Promise<boolean> {
     .where(and(eq(t.outbox.status, 'pending'), lte(t.outbox.nextAttemptAt, s.clock())))
     .limit(1);
   return due.length > 0;
+}
+
+/**
+ * When the next pending row can next be claimed (its retry time, a foreign claim's expiry, a rate
+ * limit's reset), or null when nothing is pending: the sender's timer for a retry that no commit
+ * will announce (ADR 0180).
+ */
+export async function nextOutboxAttemptAt(s: LedgerStore): Promise<number | null> {
+  const rows = await s.db
+    .select({
+      at: sql<number | null>`MIN(MAX(${t.outbox.nextAttemptAt}, COALESCE(${t.outbox.claimedUntil}, 0)))`,
+    })
+    .from(t.outbox)
+    .where(eq(t.outbox.status, 'pending'));
+  const at = rows[0]?.at ?? null;
+  if (at == null) return null;
+  const pause = Number((await s.getMark(undefined, PAUSE_KEY)) ?? 0);
+  return Math.max(Number(at), pause);
 }
 
 /** The ledger mark that pauses every send until a GitHub rate limit resets. */
@@ -115,6 +143,8 @@ export function claimDue(
   workerId: string,
   claimMs: number,
   limit: number,
+  /** Only rows of these kinds (one lane of the sender, functions/github/outbox.ts); default all. */
+  kinds?: readonly OutboxKind[],
 ): Promise<OutboxRow[]> {
   return s.write(async (tx, now) => {
     const pause = await s.getMark(tx, PAUSE_KEY);
@@ -126,6 +156,7 @@ export function claimDue(
         and(
           eq(t.outbox.status, 'pending'),
           lte(t.outbox.nextAttemptAt, now),
+          kinds ? inArray(t.outbox.kind, [...kinds]) : undefined,
           or(isNull(t.outbox.claimedUntil), lte(t.outbox.claimedUntil, now)),
           // one check-run send per reservation at a time across processes: two concurrent sends
           // both find no check run yet and both create one (seen by test/e2e/load-webhooks)
