@@ -6,13 +6,15 @@
  * 40 PRs against a 20-PR budget). Each measured pass follows what a pass follows in production:
  * a host was freed (release confirmed) and a request arrived, both untimed; the pass grants the
  * freed host and rewrites the head of the queue's positions. Beside the pass, its stages are timed
- * on their own: reading the input, and planning it.
+ * on their own: reading the input as the pass reads it (the head of the queue,
+ * functions/ledger/admission-input.ts `readQueueHead`), and planning it.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { planAdmission } from '../../core/admission.ts';
 import type { ReservationKind, Topology } from '../../core/model.ts';
+import { readQueueHead } from '../../functions/ledger/admission-input.ts';
 import { admissionPassStats } from '../../functions/ledger/admission-pass.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
 import { toHostRecord, toLeaseRecord, toReservationRecord } from '../../functions/ledger/ledger.ts';
@@ -109,7 +111,7 @@ export async function measure(dir: string, queued: number, hosts: number, iterat
       cpu.push(dc);
       // the stages on their own (after the pass, not part of its time)
       const r0 = performance.now();
-      const input = await ledger.loadAdmissionInput(undefined);
+      const input = await readQueueHead(ledger, undefined, now);
       readMs.push(performance.now() - r0);
       const p0 = performance.now();
       planAdmission({
@@ -163,7 +165,7 @@ export const run: BenchRunner = async (progress) => {
         rows,
         targets: { everyRowP99Ms: P99_TARGET, p50Ms10kx256: P50_TARGET },
         method:
-          'ledger.admissionPass() on a libSQL file (WAL) through the Node ledger client, after an untimed release and an untimed new request (so each pass grants the freed host and rewrites the head of the queue); half the hosts run development work; queue mix: development (some targeted), manual, merge, benchmark, background, every 7th a pair, 40 PRs against maxPrs 20 / maxGpusPerPr 4; wall and CPU time per pass; read_ms / plan_ms: loadAdmissionInput and planAdmission timed on their own after each pass',
+          'ledger.admissionPass() on a libSQL file (WAL) through the Node ledger client, after an untimed release and an untimed new request (so each pass grants the freed host and rewrites the head of the queue); half the hosts run development work; queue mix: development (some targeted), manual, merge, benchmark, background, every 7th a pair, 40 PRs against maxPrs 20 / maxGpusPerPr 4; wall and CPU time per pass; read_ms / plan_ms: what the pass reads (readQueueHead: the head of the queue, the past-deadline and kept-slot rows, hosts, leases, granted work) and planAdmission over it, timed on their own after each pass; wholeQueueReads: passes whose head could not decide and read every open reservation (docs/adr/0187-scheduler-pass-measured-whole.md)',
       },
       rows: [
         ...rows.map((s) => ({
