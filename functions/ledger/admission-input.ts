@@ -76,13 +76,21 @@ export async function readQueueHead(s: LedgerStore, tx: Tx | undefined, now: num
   for (const h of hostRows)
     if (h.managed && !bound.has(h.id) && (h.phase === 'idle' || h.phase === 'service')) mayBeFree++;
   const limit = PERSISTED_WAITS_PER_PASS + mayBeFree;
-  const rows = headRows(
-    limit,
-    await activeReservations(q),
-    await queueHead(q, limit + 1),
-    await queuedTimedOut(q, now),
-    await queuedKeptLanes(q),
-  );
+  const active = await activeReservations(q);
+  const head = await queueHead(q, limit + 1);
+  if (head.length <= limit) {
+    // the whole queue fit: every open reservation is read, as loadAdmissionInput reads them, and
+    // the kept-slot look-up may be skipped where it cannot change the plan (keptSlotsOf)
+    const resvRows = [...active, ...head];
+    return {
+      hostRows,
+      leaseRows,
+      resvRows,
+      keptSlots: await keptSlotsOf(resvRows, s.config.budgets.maxPrs, (keys) => buildsHadGrant(q, keys)),
+      head: null,
+    };
+  }
+  const rows = headRows(limit, active, head, await queuedTimedOut(q, now), await queuedKeptLanes(q));
   return { hostRows, leaseRows, ...rows };
 }
 
