@@ -24,7 +24,7 @@ import type { BenchRunner, BenchSection } from './types.ts';
  * lease: new path, new file times), then again in that checkout (a re-run). The build step is the
  * sum of the lane's `cargo … --no-run` steps, from its spark-lane.json. The target: the second
  * build takes at most 25 % of the cold one. A new checkout rebuilds the workspace's own crates
- * (cargo's freshness is by file time, ADR 0147), so the next lease saves the dependencies' share;
+ * (cargo's freshness is by file time, docs/adr/0157-per-repository-build-cache.md), so the next lease saves the dependencies' share;
  * a re-run in the same checkout compiles nothing. The machine's load is reported beside the cold
  * build: the times are wall-clock.
  */
