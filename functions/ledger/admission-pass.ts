@@ -7,11 +7,12 @@ import {
   type AdmissionRows,
   headDecides,
   loadAdmissionInput,
-  PASS_VERSION_KEY,
   PERSISTED_WAITS_PER_PASS,
   readAdmissionSnapshot,
   readQueueHead,
 } from './admission-input.ts';
+import { BUMP_VERSION, GUARD, isGuardConflict, SEED_VERSION } from './admission-pass-guard.ts';
+import { admissionPassStats } from './admission-pass-stats.ts';
 import { DeferredReadError, type Tx } from './db.ts';
 import { setHostPhase } from './hosts.ts';
 import { setLeaseStatus } from './leases.ts';
@@ -28,6 +29,7 @@ import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
 
 export { loadAdmissionInput, PERSISTED_WAITS_PER_PASS } from './admission-input.ts';
+export { type AdmissionPassStats, admissionPassStats } from './admission-pass-stats.ts';
 
 /** Result of one admission pass as applied to the ledger. */
 export interface PassResult {
@@ -35,58 +37,11 @@ export interface PassResult {
   granted: { reservationId: string; leases: { leaseId: string; hostId: string; fencingToken: number }[] }[];
 }
 
-/** How this process's passes on one ledger went (the bench and the tests read it). */
-export interface AdmissionPassStats {
-  /** Passes applied as one read batch and at most one write batch (remote ledgers). */
-  batched: number;
-  /** Write batches refused because another pass, or a change to what it granted, came first. */
-  conflicts: number;
-  /** Passes run as one interactive write transaction (local ledgers, and the remote fallback). */
-  interactive: number;
-  /** Passes whose queue head could not decide alone, so they read the whole queue (admission-input.ts `headDecides`). */
-  wholeQueueReads: number;
-}
-
-const passStats = new WeakMap<LedgerStore, AdmissionPassStats>();
-
-export function admissionPassStats(s: LedgerStore): AdmissionPassStats {
-  const known = passStats.get(s);
-  if (known) return known;
-  const fresh = { batched: 0, conflicts: 0, interactive: 0, wholeQueueReads: 0 };
-  passStats.set(s, fresh);
-  return fresh;
-}
-
 /**
  * How often a remote pass plans again after its write batch was refused before it takes the
  * write lock for an interactive pass instead (which always finishes: nothing can change under it).
  */
 const OPTIMISTIC_ATTEMPTS = 3;
-
-const SEED_VERSION = `INSERT OR IGNORE INTO meta (key, value) VALUES ('${PASS_VERSION_KEY}', '0')`;
-const BUMP_VERSION = `INSERT INTO meta (key, value) VALUES ('${PASS_VERSION_KEY}', '1') ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1`;
-/**
- * The first statement of a batched pass's write (after {@link SEED_VERSION}): moves the pass
- * version on when nothing the pass decided on changed since its read — no other pass wrote, every
- * reservation it grants or records a wait for is still queued, every host it grants still has the
- * phase, fencing token and adoption it read — and otherwise sets the mark to NULL, which its NOT
- * NULL column refuses: the statement fails, and with it the whole batch (one transaction).
- */
-const GUARD = `UPDATE meta SET value = CASE WHEN value = ?
-  AND (SELECT count(*) FROM reservations WHERE id IN (SELECT value FROM json_each(?)) AND +status = 'queued') = ?
-  AND (SELECT count(*) FROM json_each(?) AS g JOIN hosts AS h ON h.id = json_extract(g.value, '$[0]') AND h.phase = json_extract(g.value, '$[1]') AND h.fencing_token = json_extract(g.value, '$[2]') AND h.managed = 1) = ?
-  THEN CAST(value AS INTEGER) + 1 ELSE NULL END WHERE key = '${PASS_VERSION_KEY}'`;
-const GUARD_STEP = 1;
-
-/** The guard refused the batch (and nothing else failed). */
-function isGuardConflict(e: unknown): boolean {
-  for (let cur: unknown = e, depth = 0; cur && depth < 4; depth++) {
-    const err = cur as { statementIndex?: unknown; code?: unknown; cause?: unknown };
-    if (err.statementIndex === GUARD_STEP && err.code === 'SQLITE_CONSTRAINT') return true;
-    cur = err.cause;
-  }
-  return false;
-}
 
 /**
  * One admission pass as one atomic decision (ADR 0002): read the whole state, plan with the pure
