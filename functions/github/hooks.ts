@@ -4,10 +4,10 @@ import { type CiMode, isReleasableStatus } from '../../core/model.ts';
 import { withholdJitConfigs } from '../ledger/github.ts';
 import { leasesOf } from '../ledger/leases.ts';
 import type { TransitionHook } from '../ledger/ledger.ts';
-import { type EnqueueItem, enqueue, enqueueCheckSync } from '../ledger/outbox.ts';
+import { type EnqueueItem, enqueue, enqueueCheckSync, enqueueMany } from '../ledger/outbox.ts';
 import { getReservation } from '../ledger/reservations.ts';
 import type { LedgerStore } from '../ledger/store.ts';
-import { patchMeta, readMeta } from './meta.ts';
+import { mergeMeta, patchMeta, readMeta } from './meta.ts';
 import { newRunnerNonce } from './run-identity.ts';
 import { enqueueRunCancel, enqueueRunnerDeletes } from './senders.ts';
 
@@ -46,7 +46,7 @@ function leaseWorkItem(mode: CiMode, reservationId: string, leaseId: string): En
  * `run`), so nothing starts earlier than before.
  */
 export function createGitHubHook(ledger: LedgerStore): TransitionHook {
-  return async (tx, ev, { now }) => {
+  return async (tx, ev, { now, reservation }) => {
     // the host's evidence decides the check (ADR 0160): its arrival re-renders the check even
     // when no reservation event follows (work already releasing when the agent's exit report lands)
     if (ev.type === 'lease.runner_exited' && typeof ev.data?.reservationId === 'string') {
@@ -55,7 +55,9 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
       return;
     }
     if (ev.subjectType !== 'reservation') return;
-    const r = await getReservation(ledger, tx, ev.subjectId);
+    // the admission pass hands its own row over: the grant and wait paths read nothing here, so a
+    // remote ledger's pass can send them in one write batch (ADR 0185)
+    const r = reservation?.id === ev.subjectId ? reservation : await getReservation(ledger, tx, ev.subjectId);
     // sparkctl work may name a repo and SHA, but only work GitHub asked for gets a check run
     if (!r?.repo || !r.headSha || !readMeta(r)) return;
     await enqueueCheckSync(tx, now, r.id);
@@ -63,26 +65,25 @@ export function createGitHubHook(ledger: LedgerStore): TransitionHook {
     if (ev.type === 'reservation.allocated' && ciModeForRepo(ledger.config, r.repo) === 'task') {
       // CI as a dstack task (issue 15, ADR 0110): decided once, here; no workflow is dispatched
       // and no runner registered, each lease gets a read-only clone token instead
-      await patchMeta(tx, r, { ci: 'task' });
+      await mergeMeta(tx, r, { ci: 'task' });
       // the grant's one history row lists its leases (ADR 0100)
-      for (const l of leaseGrantsOfData(ev.type, r.id, ev.data))
-        await enqueue(tx, now, leaseWorkItem('task', r.id, l.leaseId));
+      await enqueueMany(
+        tx,
+        now,
+        leaseGrantsOfData(ev.type, r.id, ev.data).map((l) => leaseWorkItem('task', r.id, l.leaseId)),
+      );
     } else if (ev.type === 'reservation.allocated') {
       // the runner label's nonce is drawn once, before anything outside the ledger sees it:
       // the dispatch hands it to the workflow and the JIT registration puts it on the runner
-      if (!readMeta(r)?.nonce) await patchMeta(tx, r, { nonce: newRunnerNonce() });
+      await mergeMeta(tx, r, { nonce: newRunnerNonce() }, 'nonce');
       // dispatch first, so its "still wanted?" re-check runs before any runner is registered (the
-      // registration also waits for the dispatched run to be identified)
-      await enqueue(tx, now, {
-        kind: 'dispatch',
-        key: `dispatch:${r.id}`,
-        reservationId: r.id,
-        payload: { reservationId: r.id },
-      });
-      // the grant's one history row lists its leases (ADR 0100): each lease's registration is
-      // queued from it, before the lease rows are written and without reading them back
-      for (const l of leaseGrantsOfData(ev.type, r.id, ev.data))
-        await enqueue(tx, now, leaseWorkItem('runner', r.id, l.leaseId));
+      // registration also waits for the dispatched run to be identified); the grant's one history
+      // row lists its leases (ADR 0100): each lease's registration is queued from it, before the
+      // lease rows are written and without reading them back
+      await enqueueMany(tx, now, [
+        { kind: 'dispatch', key: `dispatch:${r.id}`, reservationId: r.id, payload: { reservationId: r.id } },
+        ...leaseGrantsOfData(ev.type, r.id, ev.data).map((l) => leaseWorkItem('runner', r.id, l.leaseId)),
+      ]);
     }
 
     if (ev.type === 'reservation.preparing' && readMeta(r)?.ci === 'task') {

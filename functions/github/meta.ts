@@ -1,7 +1,7 @@
 import type { CiMode } from '../../core/model.ts';
 import type { Tx } from '../ledger/db.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
-import { writeReservationMeta } from '../ledger/reservations.ts';
+import { mergeReservationMeta, writeReservationMeta } from '../ledger/reservations.ts';
 
 /**
  * What the GitHub front door remembers about a reservation it created, kept in
@@ -72,4 +72,23 @@ export async function patchMeta(
   const next = { ...current, ...patch };
   await writeReservationMeta(tx, r, JSON.stringify(next));
   return next;
+}
+
+/**
+ * Merges `patch` into a reservation's GitHub meta on the ledger's side (`json_patch`): nothing is
+ * read first, so a batched admission pass can carry it, and a field another writer changed since
+ * `r` was read is kept (docs/adr/0185-admission-pass-in-two-round-trips.md). With `unlessSet`, a
+ * meta that already has that field is left as it is (a runner nonce is drawn once). Patch values
+ * must not be null (a merge patch's null removes the field).
+ */
+export async function mergeMeta(
+  tx: Tx,
+  r: ReservationRow,
+  patch: Partial<GitHubMeta>,
+  unlessSet?: keyof GitHubMeta,
+): Promise<void> {
+  const current = readMeta(r);
+  if (!current || (unlessSet && current[unlessSet] != null)) return;
+  await mergeReservationMeta(tx, r.id, patch, unlessSet);
+  r.metaJson = JSON.stringify({ ...current, ...patch });
 }

@@ -1,4 +1,3 @@
-import type { InValue } from '@libsql/client';
 import { sql } from 'drizzle-orm';
 import { isTerminalStatus } from '../../core/model.ts';
 import type { RawSql, Tx } from './db.ts';
@@ -80,27 +79,14 @@ class Bumps {
   }
 }
 
+// every bump as one JSON argument: one statement text whatever the number of series, so the local
+// client keeps it prepared (a text per row count was prepared anew on most admission passes)
+const BUMP_MANY = `INSERT INTO metric_counters (name, series, value) SELECT b.value ->> 0, b.value ->> 1, b.value ->> 2 FROM json_each(?) AS b WHERE true ON CONFLICT (name, series) DO UPDATE SET value = value + excluded.value`;
+
 async function bumpMany(q: RawSql, bumps: Bumps): Promise<void> {
   const rows = bumps.rows();
-  // 3 columns per row keeps each statement far below SQLite's bound-parameter limit
-  for (let i = 0; i < rows.length; i += 200) {
-    const chunk = rows.slice(i, i + 200);
-    await q.execute(
-      `INSERT INTO metric_counters (name, series, value) VALUES ${placeholderRows(chunk.length)} ON CONFLICT (name, series) DO UPDATE SET value = value + excluded.value`,
-      chunk.flatMap((b): InValue[] => [b.name, b.series, b.by]),
-    );
-  }
-}
-
-const rowLists = new Map<number, string>();
-/** `(?, ?, ?), …` for `n` rows, built once per `n`. */
-function placeholderRows(n: number): string {
-  let text = rowLists.get(n);
-  if (text === undefined) {
-    text = Array.from({ length: n }, () => '(?, ?, ?)').join(', ');
-    if (rowLists.size < 256) rowLists.set(n, text);
-  }
-  return text;
+  if (rows.length === 0) return;
+  await q.execute(BUMP_MANY, [JSON.stringify(rows.map((b) => [b.name, b.series, b.by]))]);
 }
 
 /** The bumps one histogram observation makes: cumulative buckets, `+Inf`, `_sum`, `_count`. */

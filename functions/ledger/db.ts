@@ -1,4 +1,4 @@
-import type { Client, InArgs, ResultSet, Transaction, TransactionMode } from '@libsql/client';
+import type { Client, InArgs, InStatement, ResultSet, Transaction, TransactionMode } from '@libsql/client';
 import { sql } from 'drizzle-orm';
 import { drizzle, type LibSQLDatabase } from 'drizzle-orm/libsql';
 import { BINDING_LEASE_STATUSES } from '../../core/model.ts';
@@ -42,7 +42,88 @@ export interface LedgerDb {
    * prepared (issue 13; docs/adr/0065-cached-statements-local-client.md).
    */
   raw(tx: Tx | undefined): RawSql;
+  /**
+   * Several reads as one snapshot in one request: `batch(…, 'read')`, one transaction on the
+   * server. On a remote ledger every statement of an interactive transaction is a round trip; a
+   * batch is one (docs/adr/0185-admission-pass-in-two-round-trips.md).
+   */
+  readBatch(stmts: InStatement[]): Promise<ResultSet[]>;
+  /**
+   * Runs `fn` against a write transaction that sends nothing until `fn` returns: its writes are
+   * collected and sent as one `batch(…, 'write')` (one transaction, one request; a statement that
+   * fails rolls back every one), in the same in-process queue as {@link write}. A statement whose
+   * answer `fn` needs (a read, `RETURNING`, a row count) cannot wait for the batch: it throws
+   * {@link DeferredReadError} and nothing is sent. For remote ledgers
+   * (docs/adr/0185-admission-pass-in-two-round-trips.md).
+   */
+  writeBatch<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
   close(): void;
+}
+
+/**
+ * A statement inside {@link LedgerDb.writeBatch} needed its answer before the batch was sent (a
+ * read, `RETURNING`, a row count). The caller runs the same work as an interactive transaction.
+ */
+export class DeferredReadError extends Error {
+  constructor(what: string) {
+    super(`a batched write cannot answer ${what} before the batch is sent`);
+    this.name = 'DeferredReadError';
+  }
+}
+
+/** Whether a statement only writes and its caller needs no answer: INSERT/UPDATE/DELETE/REPLACE without RETURNING. */
+function isDeferrableWrite(sqlText: string): boolean {
+  const head = /^\s*([A-Za-z]+)/.exec(sqlText)?.[1]?.toLowerCase();
+  if (head !== 'insert' && head !== 'update' && head !== 'delete' && head !== 'replace') return false;
+  return !/\breturning\b/i.test(sqlText);
+}
+
+/** The answer of a statement that has not run yet: no rows, and no count to read. */
+function deferredResult(): ResultSet {
+  const unknown = (what: string) => () => {
+    throw new DeferredReadError(what);
+  };
+  const rs = { columns: [], columnTypes: [], rows: [], toJSON: () => ({}) };
+  Object.defineProperty(rs, 'rowsAffected', { get: unknown('a row count') });
+  Object.defineProperty(rs, 'lastInsertRowid', { get: unknown('a row id') });
+  return rs as unknown as ResultSet;
+}
+
+/**
+ * The `Transaction` drizzle is handed inside {@link LedgerDb.writeBatch}: `execute` collects a
+ * write and answers {@link deferredResult}; `commit` sends everything as one write batch.
+ */
+class CollectingTransaction implements Transaction {
+  readonly statements: { sql: string; args: InArgs }[] = [];
+  closed = false;
+
+  constructor(private readonly client: Client) {}
+
+  async execute(stmt: InStatement): Promise<ResultSet> {
+    const { sql: text, args } = typeof stmt === 'string' ? { sql: stmt, args: [] } : stmt;
+    if (!isDeferrableWrite(text)) throw new DeferredReadError(`"${text.slice(0, 60)}"`);
+    this.statements.push({ sql: text, args: args ?? [] });
+    return deferredResult();
+  }
+  async batch(stmts: InStatement[]): Promise<ResultSet[]> {
+    const out: ResultSet[] = [];
+    for (const st of stmts) out.push(await this.execute(st));
+    return out;
+  }
+  async executeMultiple(): Promise<void> {
+    throw new DeferredReadError('a script');
+  }
+  async commit(): Promise<void> {
+    this.closed = true;
+    if (this.statements.length) await this.client.batch(this.statements, 'write');
+  }
+  async rollback(): Promise<void> {
+    this.closed = true;
+    this.statements.length = 0;
+  }
+  close(): void {
+    this.closed = true;
+  }
 }
 
 /** Raw SQL on one connection: a transaction's, or the client's (autocommit reads). */
@@ -136,7 +217,7 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
   // process run one at a time (the queue below), so exactly one transaction is being opened when
   // drizzle calls back.
   let opening: Transaction | null = null;
-  const rawOf = new WeakMap<Tx, Transaction>();
+  const rawOf = new WeakMap<Tx, Pick<Transaction, 'execute'>>();
   const forDrizzle = new Proxy(client, {
     get(target, prop, receiver) {
       if (prop === 'transaction') {
@@ -203,11 +284,50 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
     if (!ltx) throw new TypeError('raw(tx): tx is not a write transaction of this ledger');
     return { execute: (sql, args) => ltx.execute({ sql, args: args ?? [] }) };
   };
+  // writeBatch: a second drizzle handle whose transactions collect their writes (drizzle opens
+  // each through `transaction()` and ends it with `commit()` or `rollback()`)
+  let collecting: CollectingTransaction | null = null;
+  const collector = new Proxy(client, {
+    get(target, prop, receiver) {
+      if (prop === 'transaction') {
+        return async () => {
+          collecting = new CollectingTransaction(target);
+          return collecting;
+        };
+      }
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+  const batchDb = drizzle(collector);
+  const writeBatch = <T>(fn: (tx: Tx) => Promise<T>): Promise<T> =>
+    enqueue(transactions, () =>
+      batchDb.transaction((tx) => {
+        const ctx = collecting;
+        collecting = null;
+        if (!ctx) throw new TypeError('drizzle opened a transaction without the ledger client');
+        rawOf.set(tx, ctx);
+        return fn(tx);
+      }),
+    );
+  const readBatch = (stmts: InStatement[]): Promise<ResultSet[]> => client.batch(stmts, 'read');
+
   const exec = (stmt: string, args: InArgs): Promise<ResultSet> =>
     enqueue(statements, () => retryBusy(() => client.execute({ sql: stmt, args })));
 
   const execScript = (script: string): Promise<void> =>
     enqueue(statements, () => client.executeMultiple(script));
 
-  return { db, client, local, write, exec, execScript, raw, close: () => client.close() };
+  return {
+    db,
+    client,
+    local,
+    write,
+    exec,
+    execScript,
+    raw,
+    readBatch,
+    writeBatch,
+    close: () => client.close(),
+  };
 }

@@ -50,6 +50,32 @@ export async function enqueue(tx: Tx, now: number, item: EnqueueItem): Promise<b
   return rows.length > 0;
 }
 
+/**
+ * Inserts outbox rows in one statement, skipping any whose key exists, and reads nothing back: a
+ * batched write can carry it (docs/adr/0185-admission-pass-in-two-round-trips.md). Rows get ids
+ * in the order given.
+ */
+export async function enqueueMany(tx: Tx, now: number, items: readonly EnqueueItem[]): Promise<void> {
+  if (items.length === 0) return;
+  await tx
+    .insert(t.outbox)
+    .values(
+      items.map((item) => ({
+        kind: item.kind,
+        idempotencyKey: item.key,
+        reservationId: item.reservationId ?? null,
+        payloadJson: JSON.stringify(item.payload),
+        status: 'pending',
+        nextAttemptAt: item.notBefore ?? now,
+        createdAt: now,
+      })),
+    )
+    .onConflictDoNothing({ target: t.outbox.idempotencyKey });
+  // the commit that fills the outbox wakes its sender (ADR 0180; a row whose key existed wakes it
+  // for nothing, which claims nothing)
+  noteChange(tx, 'outbox');
+}
+
 /** True when an outbox row with this idempotency key exists. */
 export async function outboxKeyExists(tx: Tx, key: string): Promise<boolean> {
   const rows = await tx.select({ id: t.outbox.id }).from(t.outbox).where(eq(t.outbox.idempotencyKey, key));
@@ -62,19 +88,19 @@ export async function outboxKeyExists(tx: Tx, key: string): Promise<boolean> {
  * that is in flight may have rendered an older state, so a new one is queued behind it.
  */
 export async function enqueueCheckSync(tx: Tx, now: number, reservationId: string): Promise<void> {
-  const rows = await tx
-    .select({ id: t.outbox.id, status: t.outbox.status, claimedUntil: t.outbox.claimedUntil })
-    .from(t.outbox)
-    .where(and(eq(t.outbox.reservationId, reservationId), eq(t.outbox.kind, 'check-run')));
-  // a claimed row is in flight even past its claim's expiry (a slow send, a clock that jumped): its
-  // sender may have rendered already, so only a row nobody has claimed covers this change
-  if (rows.some((r) => r.status === 'pending' && r.claimedUntil == null)) return;
-  await enqueue(tx, now, {
-    kind: 'check-run',
-    key: `check:${reservationId}:${rows.length + 1}`,
-    reservationId,
-    payload: { reservationId },
-  });
+  // one statement, nothing read back (a batched write can carry it, ADR 0185): the aggregate
+  // yields one row, numbered after the reservation's check-run rows, unless one of them is pending
+  // and nobody has claimed it. A claimed row is in flight even past its claim's expiry (a slow
+  // send, a clock that jumped): its sender may have rendered already, so only a row nobody has
+  // claimed covers this change.
+  await tx.run(sql`INSERT INTO outbox (kind, idempotency_key, reservation_id, payload_json, status, next_attempt_at, created_at)
+    SELECT 'check-run', 'check:' || ${reservationId} || ':' || (count(*) + 1), ${reservationId}, ${JSON.stringify({ reservationId })}, 'pending', ${now}, ${now}
+    FROM outbox WHERE reservation_id = ${reservationId} AND kind = 'check-run'
+    HAVING coalesce(sum(status = 'pending' AND claimed_until IS NULL), 0) = 0
+    ON CONFLICT (idempotency_key) DO NOTHING`);
+  // the commit wakes the sender (ADR 0180); nothing is read back to know whether a row went in,
+  // and a sender woken for nothing claims nothing
+  noteChange(tx, 'outbox');
 }
 
 /** A cheap read: is any row due now? Most ticks find nothing and should not take the write lock. */

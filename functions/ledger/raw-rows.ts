@@ -1,7 +1,8 @@
 import type { InArgs } from '@libsql/client';
-import { BINDING_LEASE_STATUSES, OPEN_STATUSES } from '../../core/model.ts';
+import { ACTIVE_STATUSES, BINDING_LEASE_STATUSES, OPEN_STATUSES } from '../../core/model.ts';
 import type { RawSql } from './db.ts';
 import type { HostRow, LeaseRow, ReservationRow } from './rows.ts';
+import { BUILD_KEY_SQL } from './schema.ts';
 
 /**
  * Hand-written reads of the admission pass's inputs (issue 13 item 2): the same rows drizzle
@@ -223,6 +224,56 @@ const OPEN_RESERVATIONS = asJson(
   `FROM reservations WHERE status IN (${inlined(OPEN_STATUSES)}) ORDER BY priority DESC, seq ASC`,
 );
 
+// The head of a long queue (docs/adr/0187-scheduler-pass-measured-whole.md), each read from a
+// partial index over queued rows only (migration 0008). INDEXED BY: without table statistics
+// SQLite's planner takes the status index instead and sorts a whole priority group — and builds
+// each of its rows' JSON — before the LIMIT applies (measured at 10,000 queued).
+const ACTIVE_RESERVATIONS = asJson(
+  RESERVATION_COLUMNS,
+  `FROM reservations WHERE status IN (${inlined(ACTIVE_STATUSES)})`,
+);
+const QUEUE_HEAD = asJson(
+  RESERVATION_COLUMNS,
+  `FROM reservations INDEXED BY reservations_queue WHERE status = 'queued' ORDER BY priority DESC, seq ASC LIMIT ?`,
+);
+const QUEUE_TIMED_OUT = asJson(
+  RESERVATION_COLUMNS,
+  `FROM reservations INDEXED BY reservations_queue_deadline WHERE status = 'queued' AND queue_deadline <= ?`,
+);
+// One queued lane of each build that already had a lane granted (rule 6 between lanes: its slot is
+// kept). The builds waiting in the queue are walked on their index one seek at a time (a loose
+// index scan: the next key above the last one), so the cost follows the number of builds queued,
+// not the number of requests; `> ''` skips the requests that have no build (NULL key) by a seek too.
+const NEXT_QUEUED_BUILD = `SELECT ${BUILD_KEY_SQL} FROM reservations INDEXED BY reservations_queue_builds WHERE status = 'queued' AND ${BUILD_KEY_SQL} > ? ORDER BY ${BUILD_KEY_SQL} LIMIT 1`;
+const QUEUED_KEPT_LANES = asJson(
+  RESERVATION_COLUMNS,
+  `FROM reservations WHERE id IN (
+    WITH RECURSIVE k(build) AS (
+      SELECT (${NEXT_QUEUED_BUILD.replace('?', "''")})
+      UNION ALL
+      SELECT (${NEXT_QUEUED_BUILD.replace('?', 'k.build')}) FROM k WHERE k.build IS NOT NULL
+    )
+    SELECT (SELECT id FROM reservations INDEXED BY reservations_queue_builds WHERE status = 'queued' AND ${BUILD_KEY_SQL} = k.build LIMIT 1)
+    FROM k WHERE k.build IN (SELECT build FROM granted_builds)
+  )`,
+);
+
+/** Granted work: allocated, preparing, running, releasing. */
+export const activeReservations = (q: RawSql): Promise<ReservationRow[]> =>
+  jsonRowsOf(q, ACTIVE_RESERVATIONS, [], RESERVATION_COLS, reservationOf);
+
+/** The first `limit` queued reservations in admission order (priority desc, then FIFO). */
+export const queueHead = (q: RawSql, limit: number): Promise<ReservationRow[]> =>
+  jsonRowsOf(q, QUEUE_HEAD, [limit], RESERVATION_COLS, reservationOf);
+
+/** Queued reservations whose queue deadline is `now` or earlier. */
+export const queuedTimedOut = (q: RawSql, now: number): Promise<ReservationRow[]> =>
+  jsonRowsOf(q, QUEUE_TIMED_OUT, [now], RESERVATION_COLS, reservationOf);
+
+/** One queued lane of each build that already had a lane granted (`granted_builds`). */
+export const queuedKeptLanes = (q: RawSql): Promise<ReservationRow[]> =>
+  jsonRowsOf(q, QUEUED_KEPT_LANES, [], RESERVATION_COLS, reservationOf);
+
 const HOST_BY_ID = asJson(HOST_COLUMNS, 'FROM hosts WHERE id = ?');
 
 /** One host, or null. */
@@ -287,6 +338,18 @@ const RECORD_BUILDS =
 export async function buildsHadGrant(q: RawSql, keys: readonly string[]): Promise<Set<string>> {
   if (keys.length === 0) return new Set();
   const rs = await q.execute(BUILDS_GRANTED, [JSON.stringify(keys)]);
+  return new Set(rs.rows.map((r) => r.build as string));
+}
+
+// the key buildKeyOf gives, in SQL (migration 0006 backfilled granted_builds with the same)
+const QUEUED_BUILDS_GRANTED = `SELECT build FROM granted_builds WHERE build IN (SELECT CASE WHEN pr IS NOT NULL THEN 'pr ' || repo || '#' || pr || ' ' || head_sha ELSE 'repo ' || repo || ' ' || head_sha END FROM reservations WHERE status = 'queued' AND repo IS NOT NULL AND head_sha IS NOT NULL AND (pr IS NOT NULL OR kind IN ('merge', 'benchmark', 'background')))`;
+
+/**
+ * Which builds of queued reservations already had a lane granted, without being told the keys
+ * first: for a read batch, where nothing can wait for the reservations' own read.
+ */
+export async function queuedBuildsHadGrant(q: RawSql): Promise<Set<string>> {
+  const rs = await q.execute(QUEUED_BUILDS_GRANTED);
   return new Set(rs.rows.map((r) => r.build as string));
 }
 

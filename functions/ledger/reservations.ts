@@ -474,6 +474,26 @@ export async function writeReservationMeta(tx: Tx, r: ReservationRow, json: stri
   r.metaJson = json;
 }
 
+/**
+ * Merges a JSON object into the integration-owned `meta_json` on the ledger's side
+ * (`json_patch`, RFC 7396): nothing is read first, so a batched write can carry it, and fields
+ * another writer changed meanwhile are kept (docs/adr/0185-admission-pass-in-two-round-trips.md).
+ * With `unlessField`, a meta that already has that field is left as it is.
+ */
+export async function mergeReservationMeta(
+  tx: Tx,
+  id: string,
+  patch: Record<string, unknown>,
+  unlessField?: string,
+): Promise<void> {
+  if (unlessField !== undefined && !/^[A-Za-z]+$/.test(unlessField))
+    throw new TypeError(`meta field ${unlessField} cannot name a JSON path`);
+  const guard = unlessField ? sql` AND json_extract(meta_json, ${`$.${unlessField}`}) IS NULL` : sql``;
+  await tx.run(
+    sql`UPDATE reservations SET meta_json = json_patch(meta_json, ${JSON.stringify(patch)}) WHERE id = ${id} AND meta_json IS NOT NULL${guard}`,
+  );
+}
+
 /** Remembers the GitHub check run that shows this reservation. */
 export async function setCheckRunId(tx: Tx, r: ReservationRow, checkRunId: number): Promise<void> {
   await tx.update(t.reservations).set({ checkRunId }).where(eq(t.reservations.id, r.id));

@@ -65,8 +65,23 @@ export const reservations = sqliteTable(
     uniqueIndex('reservations_seq').on(t.seq),
     index('reservations_status').on(t.status, t.priority, t.seq),
     index('reservations_pr').on(t.repo, t.pr),
+    // The admission pass reads the head of a long queue, not all of it
+    // (docs/adr/0187-scheduler-pass-measured-whole.md): the queue in admission order, the queued
+    // requests past their deadline, and the builds waiting in it. Only queued rows are indexed.
+    index('reservations_queue').on(sql`${t.priority} DESC`, t.seq).where(sql`status = 'queued'`),
+    index('reservations_queue_deadline').on(t.queueDeadline).where(sql`status = 'queued'`),
+    // and `reservations_queue_builds` on BUILD_KEY_SQL over queued rows: hand-written in migration
+    // 0008 (drizzle-kit splits an expression index's text at its commas)
   ],
 );
+
+/**
+ * A reservation's build key in SQL, as `buildKeyOf` (raw-rows.ts) gives it: `pr <repo>#<pr> <sha>`
+ * for a PR's build, `repo <repo> <sha>` for per-commit CI without a PR, NULL otherwise (a missing
+ * repo or SHA makes the concatenation NULL). The queued-builds index is on exactly this text, so a
+ * query must spell it the same way to use it.
+ */
+export const BUILD_KEY_SQL = `(CASE WHEN pr IS NOT NULL THEN 'pr ' || repo || '#' || pr || ' ' || head_sha WHEN kind IN ('merge', 'benchmark', 'background') THEN 'repo ' || repo || ' ' || head_sha END)`;
 
 /**
  * Builds that had a lane granted (rule 6 between lanes, issue 14 item 6): one row per build —

@@ -3,6 +3,7 @@ import type { SparkConfig } from '../../core/config.ts';
 import type { LedgerEventType, LedgerSubjectType } from '../../core/events.ts';
 import { countEvents } from './counters.ts';
 import { CHECKPOINT_BUSY_MS, type LedgerDb, LOCAL_BUSY_TIMEOUT_MS, type Tx } from './db.ts';
+import type { ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
 import { isLedgerUnavailable } from './unavailable.ts';
 
@@ -28,6 +29,8 @@ export function writeErrorCause(e: unknown): WriteErrorCause | null {
   return null;
 }
 
+const INSERT_EVENTS = `INSERT INTO events (at, subject_type, subject_id, type, from_state, to_state, cause, actor, data_json) SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4, e.value ->> 5, e.value ->> 6, e.value ->> 7, e.value ->> 8 FROM json_each(?) AS e`;
+
 /** One row of the append-only history, as written. */
 export interface LedgerEvent {
   subjectType: LedgerSubjectType;
@@ -44,7 +47,18 @@ export interface LedgerEvent {
  * Called inside the same write transaction as every recorded event, so side effects (check runs,
  * dispatch, JIT config) land in the outbox atomically with the state change.
  */
-export type TransitionHook = (tx: Tx, event: LedgerEvent, ctx: { now: number }) => Promise<void>;
+export type TransitionHook = (tx: Tx, event: LedgerEvent, ctx: HookContext) => Promise<void>;
+
+/** What a hook is told beside the event. */
+export interface HookContext {
+  now: number;
+  /**
+   * The reservation the event is about, as the recording command holds it at that moment, when
+   * the command passes it (the admission pass does): a hook need not read it back, which a
+   * batched pass could not (docs/adr/0185-admission-pass-in-two-round-trips.md).
+   */
+  reservation?: ReservationRow;
+}
 
 export type Clock = () => number;
 
@@ -110,6 +124,7 @@ export class LedgerStore {
     this.store = {
       ...store,
       write: observed(store.write) as LedgerDb['write'],
+      writeBatch: observed(store.writeBatch) as LedgerDb['writeBatch'],
       exec: observed(store.exec),
       execScript: observed(store.execScript),
     };
@@ -152,16 +167,36 @@ export class LedgerStore {
   }
 
   /** Runs `fn` in one write transaction; change notices go out only after commit. */
-  async write<T>(fn: WriteBody<T>): Promise<T> {
+  write<T>(fn: WriteBody<T>): Promise<T> {
+    return this.runWrite(this.store.write, () => this.clock(), fn);
+  }
+
+  /**
+   * {@link write} as one write batch (`LedgerDb.writeBatch`): the body's statements, the events
+   * it records and what the hooks add for them reach the ledger as one request, committed as one
+   * transaction. For a remote ledger, where each statement of an interactive transaction is a
+   * round trip (docs/adr/0185-admission-pass-in-two-round-trips.md). Nothing in the body may wait
+   * for an answer (a read throws `DeferredReadError` and nothing is written). `now` is the clock
+   * reading the body decided with.
+   */
+  writeBatched<T>(now: number, fn: WriteBody<T>): Promise<T> {
+    return this.runWrite(this.store.writeBatch, () => now, fn);
+  }
+
+  private async runWrite<T>(
+    open: (body: (tx: Tx) => Promise<T>) => Promise<T>,
+    clock: () => number,
+    fn: WriteBody<T>,
+  ): Promise<T> {
     const changed = new Set<string>();
-    const result = await this.store.write(async (tx) => {
+    const result = await open(async (tx) => {
       changed.clear();
       const buffer: EventInsert[] = [];
       this.eventBuffers.set(tx, buffer);
       this.changedSets.set(tx, changed);
       openChanges.set(tx, changed);
       try {
-        const out = await fn(tx, this.clock(), changed);
+        const out = await fn(tx, clock(), changed);
         await this.flushEvents(tx, buffer);
         return out;
       } finally {
@@ -188,7 +223,7 @@ export class LedgerStore {
    * Inside {@link write} the event rows are buffered and inserted in one statement just before
    * commit (same transaction, same order), which keeps a busy admission pass to a few statements.
    */
-  async record(tx: Tx, now: number, ev: LedgerEvent): Promise<void> {
+  async record(tx: Tx, now: number, ev: LedgerEvent, reservation?: ReservationRow): Promise<void> {
     const row: EventInsert = {
       at: now,
       subjectType: ev.subjectType,
@@ -204,33 +239,32 @@ export class LedgerStore {
     const buffer = this.eventBuffers.get(tx);
     if (buffer) buffer.push(row);
     else await this.flushEvents(tx, [row]);
-    for (const hook of this.hooks) await hook(tx, ev, { now });
+    const ctx: HookContext = reservation ? { now, reservation } : { now };
+    for (const hook of this.hooks) await hook(tx, ev, ctx);
   }
 
   private async flushEvents(tx: Tx, buffer: EventInsert[]): Promise<void> {
     if (buffer.length === 0) return;
-    const q = this.store.raw(tx);
-    // 9 columns per row keeps each statement far below SQLite's bound-parameter limit
-    for (let i = 0; i < buffer.length; i += 100) {
-      const chunk = buffer.slice(i, i + 100);
-      await q.execute(
-        `INSERT INTO events (at, subject_type, subject_id, type, from_state, to_state, cause, actor, data_json) VALUES ${chunk
-          .map(() => '(?, ?, ?, ?, ?, ?, ?, ?, ?)')
-          .join(', ')}`,
-        chunk.flatMap((e) => [
-          e.at,
-          e.subjectType,
-          e.subjectId,
-          e.type,
-          e.fromState ?? null,
-          e.toState ?? null,
-          e.cause,
-          e.actor,
-          e.dataJson ?? null,
-        ]),
-      );
-    }
-    await countEvents(q, buffer);
+    // every row as one JSON argument: one statement text whatever the number of events, so the
+    // local client keeps it prepared (a text per row count was prepared anew on most passes)
+    await this.store
+      .raw(tx)
+      .execute(INSERT_EVENTS, [
+        JSON.stringify(
+          buffer.map((e) => [
+            e.at,
+            e.subjectType,
+            e.subjectId,
+            e.type,
+            e.fromState ?? null,
+            e.toState ?? null,
+            e.cause,
+            e.actor,
+            e.dataJson ?? null,
+          ]),
+        ),
+      ]);
+    await countEvents(this.store.raw(tx), buffer);
     buffer.length = 0;
   }
 

@@ -11,9 +11,15 @@ import type { BenchRunner, BenchSection } from './types.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '../..');
-// not parts: this runner, shared types, and the baseline server the webhooks part spawns as a child
-// process (importing it would run it)
-const NOT_PARTS = new Set(['run.ts', 'types.ts', 'webhook-baseline-server.ts']);
+// not parts: this runner, shared types, the baseline server the webhooks part spawns as a child
+// process (importing it would run it), and the admission part's helpers
+const NOT_PARTS = new Set([
+  'run.ts',
+  'types.ts',
+  'webhook-baseline-server.ts',
+  'admission-ledger.ts',
+  'admission-remote.ts',
+]);
 
 async function main() {
   const wanted = process.argv.slice(2);

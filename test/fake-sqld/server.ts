@@ -36,10 +36,19 @@ export interface FakeSqldOptions {
   streamIdleMs?: number | undefined;
   /** How long a transaction may hold the write lock before a waiting writer steals it (sqld: 5 s). */
   txnTimeoutMs?: number | undefined;
+  /**
+   * A network round-trip time injected into every HTTP request (the scale-out path: a Worker and
+   * a remote libSQL are a network apart): half before the request is handled (the request on its
+   * way), half before its answer is written (the answer on its way back). A transaction spread over
+   * several requests holds the write lock across those delays, as it does over a real network.
+   */
+  rttMs?: number | undefined;
 }
 
 /** Counters that let tests prove what actually happened on the wire. */
 export interface FakeSqldStats {
+  /** Every HTTP request received (pipelines, cursors, version probes, refused ones): round trips. */
+  requests: number;
   pipelines: number;
   cursors: number;
   streamsOpened: number;
@@ -60,6 +69,8 @@ export interface FakeSqld {
   stats: FakeSqldStats;
   /** Streams currently open (not closed, not expired). */
   openStreams(): number;
+  /** Changes the injected round-trip time for requests from now on (see {@link FakeSqldOptions.rttMs}). */
+  setRttMs(ms: number): void;
   /** Stops listening, drops every connection and rolls back every open stream (idempotent). */
   close(): Promise<void>;
 }
@@ -298,6 +309,7 @@ export async function startFakeSqld(opts: FakeSqldOptions): Promise<FakeSqld> {
   const streams = new Map<string, Stream>();
   const expired = new Map<string, number>();
   const stats: FakeSqldStats = {
+    requests: 0,
     pipelines: 0,
     cursors: 0,
     streamsOpened: 0,
@@ -762,9 +774,31 @@ export async function startFakeSqld(opts: FakeSqldOptions): Promise<FakeSqld> {
     send(res, 200, 'text/plain', lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
   };
 
+  let halfRtt = (opts.rttMs ?? 0) / 2;
+  const travel = () => (halfRtt > 0 ? new Promise<void>((r) => setTimeout(r, halfRtt)) : Promise.resolve());
   const server = createServer((req, res) => {
+    stats.requests++;
     const path = new URL(req.url ?? '/', 'http://fake-sqld').pathname.replace(/\/+$/, '') || '/';
+    let answered = false;
+    if (halfRtt > 0) {
+      // every answer spends the second half of the round trip on its way back
+      const { writeHead, end } = res;
+      let answer: Promise<void> | null = null;
+      res.writeHead = ((...args: Parameters<typeof writeHead>) => {
+        answered = true;
+        answer ??= travel();
+        void answer.then(() => writeHead.apply(res, args));
+        return res;
+      }) as typeof res.writeHead;
+      res.end = ((...args: Parameters<typeof end>) => {
+        answer ??= travel();
+        void answer.then(() => end.apply(res, args));
+        return res;
+      }) as typeof res.end;
+    }
     const route = async () => {
+      // the request's own half of the round trip, before the server sees it
+      await travel();
       if (req.method === 'GET') {
         if (path === '/') return send(res, 200, 'text/plain', 'Hello, this is HTTP API v2 (Hrana over HTTP)');
         if (path === '/health') return send(res, 200, 'text/plain', '');
@@ -783,7 +817,7 @@ export async function startFakeSqld(opts: FakeSqldOptions): Promise<FakeSqld> {
       return send(res, 405, 'text/plain', 'Method not allowed');
     };
     route().catch((e: unknown) => {
-      if (res.headersSent) return;
+      if (res.headersSent || answered) return;
       if (e instanceof ProtocolError) send(res, 400, 'text/plain', e.message);
       else if (e instanceof StreamExpiredError) {
         send(res, 500, 'application/json', JSON.stringify({ message: e.message, code: 'STREAM_EXPIRED' }));
@@ -803,6 +837,9 @@ export async function startFakeSqld(opts: FakeSqldOptions): Promise<FakeSqld> {
     port,
     stats,
     openStreams: () => streams.size,
+    setRttMs(ms) {
+      halfRtt = ms / 2;
+    },
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));

@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { parseConfig, type SparkConfigInput } from '../../core/config.ts';
 import { leaseGrantsOf } from '../../core/events.ts';
 import { isReleasableStatus } from '../../core/model.ts';
+import { admissionPassStats } from '../../functions/ledger/admission-pass.ts';
 import { type LedgerDb, openLedgerDb } from '../../functions/ledger/db.ts';
 import { Ledger } from '../../functions/ledger/ledger.ts';
 import { applyMigrations } from '../../functions/ledger/migrate.ts';
@@ -260,6 +261,142 @@ describe('ledger on a remote libSQL server (Hrana over HTTP)', () => {
     expect(rows.filter((r) => r.grantedAt != null).length, ctx).toBe(totalGrants);
     // the two clients really contended: writers queued on the server's write lock
     expect(sqld.stats.writeLockWaits, ctx).toBeGreaterThan(0);
+    expect(sqld.stats.streamsExpired).toBe(0);
+  });
+
+  it('a pass is two round trips: one read batch, one write batch', async () => {
+    const sqld = await fakeSqld({ authToken: TOKEN });
+    const ledger = await remoteLedger(sqld);
+    await adoptAll(ledger);
+    for (const pr of [1, 2]) {
+      await ledger.createReservation(
+        {
+          kind: 'manual',
+          topology: 'single',
+          repo: 'acme/iron',
+          pr,
+          headSha: 'c'.repeat(40),
+          requester: 't',
+        },
+        'test',
+      );
+    }
+    await ledger.createReservation(
+      { kind: 'manual', topology: 'pair', repo: 'acme/iron', pr: 3, headSha: 'c'.repeat(40), requester: 't' },
+      'test',
+    );
+    const before = sqld.stats.requests;
+    const pass = await ledger.admissionPass('test');
+    // two singles granted, the pair waits for a second host: grants, a wait and its history row
+    expect(pass.granted.map((g) => g.reservationId)).toEqual(['r-1', 'r-2']);
+    expect(pass.plan.waits.map((w) => w.reservationId)).toEqual(['r-3']);
+    expect(sqld.stats.requests - before).toBe(2);
+    // a pass with nothing to write reads once
+    const idle = sqld.stats.requests;
+    expect((await ledger.admissionPass('test')).granted).toEqual([]);
+    expect(sqld.stats.requests - idle).toBe(1);
+    expect(admissionPassStats(ledger)).toEqual({
+      batched: 2,
+      conflicts: 0,
+      interactive: 0,
+      wholeQueueReads: 0,
+    });
+    expect(await replayGrants(ledger, 'two round trips')).toBe(2);
+    expect((await ledger.getReservation(undefined, 'r-3'))!.waitCode).toBe('held-for-pair');
+  });
+
+  // Another controller changes what a pass decided on between its read batch and its write batch:
+  // the guard fails the whole batch, the pass reads again and decides on what is there now.
+  const interferences: [string, (other: Ledger) => Promise<unknown>][] = [
+    ["another controller's pass grants the same request first", (other) => other.admissionPass('other')],
+    ['the request is cancelled', (other) => other.cancelReservation('r-1', 'other')],
+    ['the host is un-adopted', (other) => other.setManaged('spark-1', false, 'other')],
+  ];
+  for (const [what, interfere] of interferences) {
+    it(`a pass whose write batch meets a change it did not read plans again: ${what}`, async () => {
+      const sqld = await fakeSqld({ authToken: TOKEN });
+      const one = { hosts: [{ id: 'spark-1' }], preferHosts: [], budgets: config.budgets };
+      const first = await remoteLedger(sqld, one);
+      await adoptAll(first);
+      const other = new Ledger(await remoteStore(sqld), { config: first.config });
+      const base = await remoteStore(sqld);
+      let armed = true;
+      const racing = new Ledger(
+        {
+          ...base,
+          // the other controller acts right after this one's read, before its write
+          async readBatch(stmts) {
+            const rs = await base.readBatch(stmts);
+            if (armed) {
+              armed = false;
+              await interfere(other);
+            }
+            return rs;
+          },
+        },
+        { config: first.config },
+      );
+      await first.createReservation(
+        {
+          kind: 'manual',
+          topology: 'single',
+          repo: 'acme/iron',
+          pr: 1,
+          headSha: 'c'.repeat(40),
+          requester: 't',
+        },
+        'test',
+      );
+      const pass = await racing.admissionPass('racing');
+      expect(armed).toBe(false);
+      expect(pass.granted, 'the racing pass grants nothing the change took away').toEqual([]);
+      expect(admissionPassStats(racing)).toMatchObject({ batched: 1, conflicts: 1, interactive: 0 });
+      const leases = await first.db.select().from(t.leases);
+      expect(leases.length).toBe(what.startsWith("another controller's pass") ? 1 : 0);
+      expect(await replayGrants(first, what)).toBe(leases.length);
+    });
+  }
+
+  it('two controllers passing at once over a slow network never double-grant; the loser plans again', async () => {
+    const sqld = await fakeSqld({ authToken: TOKEN, rttMs: 4 });
+    const first = await remoteLedger(sqld);
+    await adoptAll(first);
+    const second = new Ledger(await remoteStore(sqld), { config: first.config });
+    let pr = 0;
+    const request = (ledger: Ledger, pair: boolean) =>
+      ledger.createReservation(
+        {
+          kind: 'manual',
+          topology: pair ? 'pair' : 'single',
+          repo: 'acme/iron',
+          pr: ++pr,
+          headSha: 'c'.repeat(40),
+          requester: 't',
+        },
+        'test',
+      );
+    let granted = 0;
+    for (let round = 0; round < 8; round++) {
+      await request(first, round % 3 === 0);
+      await request(second, false);
+      // both read the same state and plan the same grants; one write batch wins
+      const [a, b] = await Promise.all([first.admissionPass('a'), second.admissionPass('b')]);
+      for (const g of [...a.granted, ...b.granted]) granted += g.leases.length;
+      const ids = [...a.granted, ...b.granted].map((g) => g.reservationId);
+      expect(new Set(ids).size, `round ${round}: one request granted twice`).toBe(ids.length);
+      // release everything granted so far, so the next round has hosts to race for
+      const { resvRows } = await first.loadAdmissionInput(undefined);
+      for (const r of resvRows.filter((x) => isReleasableStatus(x.status))) {
+        await first.beginRelease(r.id, 'passed', 'done', 'test');
+        for (const l of await first.leasesOf(undefined, r.id))
+          if (l.status === 'releasing') await first.confirmReleased(l.hostId, l.fencingToken, 'agent');
+      }
+    }
+    const conflicts = admissionPassStats(first).conflicts + admissionPassStats(second).conflicts;
+    expect(conflicts, 'the two passes really raced').toBeGreaterThan(0);
+    expect(granted).toBeGreaterThan(8);
+    expect(await replayGrants(first, 'racing passes')).toBe(granted);
+    expect((await first.db.select().from(t.leases)).length).toBe(granted);
     expect(sqld.stats.streamsExpired).toBe(0);
   });
 

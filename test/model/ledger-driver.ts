@@ -1,9 +1,13 @@
+import { join } from 'node:path';
+import { createClient } from '@libsql/client';
 import type { SparkConfig } from '../../core/config.ts';
 import type { HostFacts, Outcome } from '../../core/model.ts';
 import { applyReport } from '../../functions/ledger/agent-reports.ts';
-import type { Ledger } from '../../functions/ledger/ledger.ts';
+import { openLedgerDb } from '../../functions/ledger/db.ts';
+import { Ledger } from '../../functions/ledger/ledger.ts';
 import { cancelReservation, supersedeQueued } from '../../functions/ledger/reservations.ts';
 import * as t from '../../functions/ledger/schema.ts';
+import { startFakeSqld } from '../fake-sqld/server.ts';
 import { makeTestLedger, testClock } from '../helpers/ledger.ts';
 import type { Sut } from './commands.ts';
 import { START, type World } from './world.ts';
@@ -35,14 +39,34 @@ async function ok(fn: () => Promise<unknown>): Promise<boolean> {
 
 export interface LedgerSut extends Sut {
   readonly ledger: Ledger;
-  close(): void;
+  close(): void | Promise<void>;
 }
 
-/** A fresh, migrated libSQL file ledger for `cfg`, with a clock the model moves. */
-export async function openLedgerSut(cfg: SparkConfig): Promise<LedgerSut> {
+/**
+ * A fresh, migrated libSQL file ledger for `cfg`, with a clock the model moves. `remote`: the same
+ * file served by the sqld stand-in (test/fake-sqld) and reached through `@libsql/client` over HTTP,
+ * as a Worker reaches Turso, so admission passes take the batched path
+ * (docs/adr/0185-admission-pass-in-two-round-trips.md).
+ */
+export async function openLedgerSut(cfg: SparkConfig, opts: { remote?: boolean } = {}): Promise<LedgerSut> {
   const clock = testClock(START);
   // one ledger per generated case: copy a migrated file instead of migrating 1,000 times
-  const tl = await makeTestLedger({ config: cfg, clock, copyMigrated: true });
+  const local = await makeTestLedger({ config: cfg, clock, copyMigrated: true });
+  let tl: { ledger: Ledger; close(): void | Promise<void> } = local;
+  if (opts.remote) {
+    local.ledger.store.close();
+    const sqld = await startFakeSqld({ path: join(local.dir, 'spark.db') });
+    const remote = await openLedgerDb({ url: sqld.url, createClient });
+    const ledger = new Ledger(remote, { config: local.config, clock });
+    tl = {
+      ledger,
+      async close() {
+        remote.close();
+        await sqld.close();
+        local.close();
+      },
+    };
+  }
   const ledger = tl.ledger;
   const store = ledger.store;
 
