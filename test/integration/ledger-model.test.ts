@@ -36,7 +36,7 @@ describe('ledger + admission against the reference model', () => {
               await bringUp(w, sut);
               await fc.asyncModelRun(() => ({ model: w, real: sut }), cmds);
             } finally {
-              sut.close();
+              await sut.close();
               if (++opened % 200 === 0) await releaseClosedLedgers();
             }
           },
