@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
-import { EXECUTOR_NAMES } from './executor/types.ts';
+import { EXECUTOR_NAMES } from '../core/model.ts';
 
 /**
  * The agent's boundary module: the only place that reads its configuration file. Relative paths
