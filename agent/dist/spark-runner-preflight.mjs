@@ -20672,6 +20672,14 @@ function lastLine(text) {
 // agent/preflight/settings.ts
 import { join as join4, resolve } from "node:path";
 import { parseArgs } from "node:util";
+
+// core/model.ts
+var TOPOLOGIES = ["single", "pair"];
+var SUITES = ["smoke", "performance"];
+var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
+var CI_MODES = ["runner", "task"];
+
+// agent/preflight/settings.ts
 var UsageError = class extends Error {
   name = "UsageError";
   exitCode = 2;
@@ -20709,7 +20717,7 @@ var RunnerEnvSchema = external_exports.object({
   SPARK_HOST_ID: external_exports.string().min(1),
   SPARK_FENCING_TOKEN: external_exports.string().regex(/^[1-9]\d*$/, "SPARK_FENCING_TOKEN must be a positive integer"),
   SPARK_LEASE_TOKEN: external_exports.string().min(16, "SPARK_LEASE_TOKEN is too short to be a job token"),
-  SPARK_TOPOLOGY: external_exports.enum(["single", "pair"]),
+  SPARK_TOPOLOGY: external_exports.enum(TOPOLOGIES),
   SPARK_WORK_DIR: external_exports.string().min(1),
   SPARK_MODEL_CACHE: external_exports.string().min(1),
   SPARK_HOME_SERVICE: external_exports.string().min(1).optional(),
@@ -20977,12 +20985,6 @@ async function checkHomeServiceReleased(fetchFn, service, healthUrl, timeoutMs =
     );
   }
 }
-
-// core/model.ts
-var TOPOLOGIES = ["single", "pair"];
-var SUITES = ["smoke", "performance"];
-var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
-var CI_MODES = ["runner", "task"];
 
 // core/protocol/receipt.ts
 var MAX_RECEIPT_BYTES = 32 * 1024;
