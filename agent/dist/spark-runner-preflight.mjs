@@ -20673,6 +20673,28 @@ function lastLine(text) {
 import { join as join4, resolve } from "node:path";
 import { parseArgs } from "node:util";
 
+// core/errors.ts
+var EXIT = {
+  ok: 0,
+  failed: 1,
+  usage: 2,
+  unreachable: 3,
+  unauthorized: 4,
+  forbidden: 5,
+  notFound: 6,
+  conflict: 7,
+  timeout: 8,
+  interrupted: 130
+};
+var ExitError = class extends Error {
+  constructor(exitCode, message) {
+    super(message);
+    this.exitCode = exitCode;
+  }
+  exitCode;
+  name = "ExitError";
+};
+
 // core/model.ts
 var TOPOLOGIES = ["single", "pair"];
 var SUITES = ["smoke", "performance"];
@@ -20680,9 +20702,11 @@ var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
 var CI_MODES = ["runner", "task"];
 
 // agent/preflight/settings.ts
-var UsageError = class extends Error {
+var UsageError = class extends ExitError {
   name = "UsageError";
-  exitCode = 2;
+  constructor(message) {
+    super(EXIT.usage, message);
+  }
 };
 var list = (v) => (v ?? "").split(/[\s,]+/).map((s) => s.trim()).filter(Boolean);
 var moduleName2 = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;

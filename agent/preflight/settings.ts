@@ -1,6 +1,7 @@
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
+import { EXIT, ExitError } from '../../core/errors.ts';
 import { TOPOLOGIES } from '../../core/model.ts';
 import { besideVenv, type DoctorOptions, type ModelCacheAccess } from './doctor.ts';
 import { type ProvisioningSpec, readProvisioningSpec } from './provisioning.ts';
@@ -12,9 +13,11 @@ import type { LeaseCredentials } from './verify-lease.ts';
  */
 
 /** A user-fixable problem with how the command was started (exit code 2, one-line cause). */
-export class UsageError extends Error {
+export class UsageError extends ExitError {
   override name = 'UsageError';
-  readonly exitCode = 2;
+  constructor(message: string) {
+    super(EXIT.usage, message);
+  }
 }
 
 type Env = Record<string, string | undefined>;
