@@ -9,7 +9,8 @@ import type { CiMode, ExecutorName } from './model.ts';
 
 /**
  * The backend a repository's CI leases run on, or null to leave each host's own `executor`
- * (issue 15 item 1). Development leases carry no repository and always use the host's.
+ * (docs/adr/0085-executor-per-repository.md). Development leases carry no repository and always
+ * use the host's.
  */
 export function executorForRepo(
   cfg: Pick<SparkConfig, 'repositories'>,
@@ -19,7 +20,10 @@ export function executorForRepo(
   return cfg.repositories[repo]?.executor ?? null;
 }
 
-/** How `repo`'s CI work runs: `task` only when its config says so (issue 15), else `runner`. */
+/**
+ * How `repo`'s CI work runs: `task` only when its config says so
+ * (docs/adr/0110-ci-as-a-dstack-task.md), else `runner`.
+ */
 export function ciModeForRepo(cfg: Pick<SparkConfig, 'repositories'>, repo: string | null): CiMode {
   if (!repo || !Object.hasOwn(cfg.repositories, repo)) return 'runner';
   return cfg.repositories[repo]?.ci ?? 'runner';

@@ -28,9 +28,10 @@ export const HostConfigSchema = z
 export const CI_TASK_SCRIPT = 'scripts/ci/spark-test.sh';
 
 /**
- * Per-repository settings (issue 15 item 1). `executor` chooses the backend that runs the
- * repository's CI leases, overriding each host's own `executor` (its agent.json); the host's agent
- * must have that backend's settings, or preparation fails naming what is missing.
+ * Per-repository settings (docs/adr/0085-executor-per-repository.md). `executor` chooses the
+ * backend that runs the repository's CI leases, overriding each host's own `executor` (its
+ * agent.json); the host's agent must have that backend's settings, or preparation fails naming
+ * what is missing.
  */
 export const RepositoryConfigSchema = z
   .object({
@@ -209,7 +210,7 @@ export const scheduleSchema = z
   .strict();
 
 /**
- * Node server limits (issue 11 item 4). The defaults keep a 10 s agent heartbeat on one
+ * Node server limits. The defaults keep a 10 s agent heartbeat on one
  * keep-alive connection (15 s > 10 s) and leave file descriptors for the ledger and GitHub under
  * a `LimitNOFILE` of 4096 (docs/operations in SECURITY.md).
  */
