@@ -1,3 +1,4 @@
+import { StatusError } from '../core/errors.ts';
 import type { HostFacts } from '../core/model.ts';
 import {
   AGENT_API_PREFIX,
@@ -22,15 +23,8 @@ export class ControllerUnreachable extends Error {
 }
 
 /** The controller answered and refused (4xx): `code` is its error code, e.g. `stale_fencing_token`. */
-export class ControllerRejected extends Error {
+export class ControllerRejected extends StatusError {
   override name = 'ControllerRejected';
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 /** The agent's only way out: HTTP requests to the controller's agent API, over kept-alive sockets. */

@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
-import { EXECUTOR_NAMES } from './executor/types.ts';
+import { EXIT, ExitError } from '../core/errors.ts';
+import { EXECUTOR_NAMES } from '../core/model.ts';
 
 /**
  * The agent's boundary module: the only place that reads its configuration file. Relative paths
@@ -210,9 +211,11 @@ export type AgentConfig = z.output<typeof AgentConfigSchema>;
 export type ServiceConfig = NonNullable<AgentConfig['service']>;
 
 /** A user-fixable agent failure: printed as one line, exits with `exitCode`. */
-export class AgentConfigError extends Error {
+export class AgentConfigError extends ExitError {
   override name = 'AgentConfigError';
-  readonly exitCode = 2;
+  constructor(message: string) {
+    super(EXIT.usage, message);
+  }
 }
 
 function resolvePaths(cfg: AgentConfig, base: string): AgentConfig {

@@ -10,7 +10,10 @@ import {
   statSync,
 } from 'node:fs';
 import { join } from 'node:path';
+import type { RunnerAccount } from './host/runner-account.ts';
 import { encodeEnv, helperSpawnEnv, runAsRunner, sandboxRunArgv } from './host/sandbox.ts';
+
+export type { RunnerAccount } from './host/runner-account.ts';
 
 /**
  * Starting, watching and stopping the one-job runner. The runner runs in its own session and
@@ -37,16 +40,6 @@ const WRAPPER = [
   'printf "%s\\n" "$c" >&4',
   'exit "$c"',
 ].join('\n');
-
-/** The unprivileged user the runner and all it starts run as, and the helper that acts as it. */
-export interface RunnerAccount {
-  name: string;
-  uid: number;
-  gid: number;
-  home: string;
-  /** The argv prefix of the privileged helper (`runner.helper`, ADR 0155). */
-  helper: readonly string[];
-}
 
 export interface StartedRunner {
   pid: number;

@@ -1,6 +1,7 @@
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { z } from 'zod';
+import { TOPOLOGIES } from '../core/model.ts';
 import { CiTaskSchema, EXECUTOR_NAMES } from '../core/protocol/agent.ts';
 
 /**
@@ -31,7 +32,7 @@ const leaseSchema = z.object({
   reservationId: z.string(),
   fencingToken: z.number().int(),
   kind: z.string(),
-  topology: z.enum(['single', 'pair']),
+  topology: z.enum(TOPOLOGIES),
   lend: z.boolean(),
   /** The backend the lease's repository chose (issue 15 item 1); absent: the host's `executor`. */
   executor: z.enum(EXECUTOR_NAMES).optional(),

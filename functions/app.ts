@@ -1,31 +1,14 @@
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
-import type { AdmissionLoop } from './admission-loop.ts';
 import { limitBody, MAX_BODY_BYTES } from './api/body.ts';
 import { createOperatorApi, type OperatorApi } from './api/operator.ts';
+import type { App, AppContext, AppEnv } from './app-context.ts';
 import { requirePublicRead } from './auth/public-read.ts';
 import { ApiError } from './errors.ts';
-import type { Ledger, TransitionHook } from './ledger/ledger.ts';
+import type { TransitionHook } from './ledger/ledger.ts';
 import { isLedgerUnavailable, ledgerUnavailable } from './ledger/unavailable.ts';
-import type { Logger } from './log.ts';
-import type { Settings } from './settings.ts';
 import { buildViews } from './views.ts';
 import { publicViewCache } from './views-cache.ts';
-
-/** Everything a route module may use; built once per process by the entry (Node or Worker). */
-export interface AppContext {
-  ledger: Ledger;
-  settings: Settings;
-  loop: AdmissionLoop;
-  log: Logger;
-  /** Outbound HTTP (GitHub); injectable so tests hand in a fetch bound to a local fake. */
-  fetch: typeof fetch;
-  /** 'node' supports long-poll and background timers; 'worker' answers at once. */
-  runtime: 'node' | 'worker';
-}
-
-export type AppEnv = { Variables: { ctx: AppContext } };
-export type App = Hono<AppEnv>;
 
 /**
  * A part of the controller (GitHub front door, agent API, operator API, dashboard...). Each
@@ -47,6 +30,7 @@ export interface AppModule {
   background?(ctx: AppContext): () => Promise<void>;
 }
 
+export type { App, AppContext, AppEnv } from './app-context.ts';
 export { MAX_BODY_BYTES };
 
 /**

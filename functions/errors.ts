@@ -1,18 +1,19 @@
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import { StatusError } from '../core/errors.ts';
 
 /**
- * The one status-carrying error of the controller. Handlers and ledger operations throw it;
+ * The controller's status-carrying error (the family's `StatusError`, `core/errors.ts`). Handlers and ledger operations throw it;
  * the app's single `onError` turns it into `{ "error": { "code", "message" } }`.
  */
-export class ApiError extends Error {
+export class ApiError extends StatusError {
   override name = 'ApiError';
   constructor(
-    readonly status: ContentfulStatusCode,
-    readonly code: string,
+    override readonly status: ContentfulStatusCode,
+    code: string,
     message: string,
     readonly headers: Record<string, string> = {},
   ) {
-    super(message);
+    super(status, code, message);
   }
 }
 

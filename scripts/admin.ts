@@ -25,6 +25,7 @@ import { parseArgs } from 'node:util';
 import { parseDuration } from '../cli/format.ts';
 import { printDoctor } from '../cli/readiness.ts';
 import { ConfigError } from '../core/config.ts';
+import { EXIT, ExitError } from '../core/errors.ts';
 import type { DoctorResponse } from '../core/protocol/readiness.ts';
 import { createApiToken, SCOPES, type Scope } from '../functions/auth/tokens.ts';
 import { ApiError } from '../functions/errors.ts';
@@ -34,19 +35,12 @@ import { silentLogger } from '../functions/log.ts';
 import { openNodeLedger } from '../functions/node-server.ts';
 import { type Settings, settingsFromEnv } from '../functions/settings.ts';
 
-const EXIT = { ok: 0, failed: 1, usage: 2, unreachable: 3 } as const;
 const USAGE =
   'usage: sparkctl admin token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger file:./data/spark.db] | sparkctl admin check [OWNER/NAME] [--ledger URL] [--json]';
 
 /** A failure the operator can fix: one line on stderr and an exit code. */
-export class AdminError extends Error {
+export class AdminError extends ExitError {
   override name = 'AdminError';
-  constructor(
-    readonly exitCode: number,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 export interface CreatedToken {

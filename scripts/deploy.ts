@@ -11,11 +11,17 @@
  */
 import { spawnSync } from 'node:child_process';
 import { createClient } from '@libsql/client';
+import { EXIT, ExitError } from '../core/errors.ts';
 import { openLedgerDb } from '../functions/ledger/db.ts';
 import { applyMigrations } from '../functions/ledger/migrate.ts';
 import { loadMigrations } from '../functions/ledger/migrations-fs.ts';
 
-class DeployError extends Error {}
+/** A deployment the operator can fix (missing or bad settings): one line, exit code 2. */
+class DeployError extends ExitError {
+  constructor(message: string) {
+    super(EXIT.usage, message);
+  }
+}
 
 function readTarget(
   env: NodeJS.ProcessEnv,
@@ -83,6 +89,6 @@ main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (e) => {
     console.error(e instanceof DeployError ? `deploy: ${e.message}` : e);
-    process.exit(e instanceof DeployError ? 2 : 1);
+    process.exit(e instanceof DeployError ? e.exitCode : 1);
   },
 );

@@ -20672,9 +20672,41 @@ function lastLine(text) {
 // agent/preflight/settings.ts
 import { join as join4, resolve } from "node:path";
 import { parseArgs } from "node:util";
-var UsageError = class extends Error {
+
+// core/errors.ts
+var EXIT = {
+  ok: 0,
+  failed: 1,
+  usage: 2,
+  unreachable: 3,
+  unauthorized: 4,
+  forbidden: 5,
+  notFound: 6,
+  conflict: 7,
+  timeout: 8,
+  interrupted: 130
+};
+var ExitError = class extends Error {
+  constructor(exitCode, message) {
+    super(message);
+    this.exitCode = exitCode;
+  }
+  exitCode;
+  name = "ExitError";
+};
+
+// core/model.ts
+var TOPOLOGIES = ["single", "pair"];
+var SUITES = ["smoke", "performance"];
+var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
+var CI_MODES = ["runner", "task"];
+
+// agent/preflight/settings.ts
+var UsageError = class extends ExitError {
   name = "UsageError";
-  exitCode = 2;
+  constructor(message) {
+    super(EXIT.usage, message);
+  }
 };
 var list = (v) => (v ?? "").split(/[\s,]+/).map((s) => s.trim()).filter(Boolean);
 var moduleName2 = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
@@ -20709,7 +20741,7 @@ var RunnerEnvSchema = external_exports.object({
   SPARK_HOST_ID: external_exports.string().min(1),
   SPARK_FENCING_TOKEN: external_exports.string().regex(/^[1-9]\d*$/, "SPARK_FENCING_TOKEN must be a positive integer"),
   SPARK_LEASE_TOKEN: external_exports.string().min(16, "SPARK_LEASE_TOKEN is too short to be a job token"),
-  SPARK_TOPOLOGY: external_exports.enum(["single", "pair"]),
+  SPARK_TOPOLOGY: external_exports.enum(TOPOLOGIES),
   SPARK_WORK_DIR: external_exports.string().min(1),
   SPARK_MODEL_CACHE: external_exports.string().min(1),
   SPARK_HOME_SERVICE: external_exports.string().min(1).optional(),
@@ -20977,12 +21009,6 @@ async function checkHomeServiceReleased(fetchFn, service, healthUrl, timeoutMs =
     );
   }
 }
-
-// core/model.ts
-var TOPOLOGIES = ["single", "pair"];
-var SUITES = ["smoke", "performance"];
-var EXECUTOR_NAMES = ["jit-runner", "slurm", "dstack"];
-var CI_MODES = ["runner", "task"];
 
 // core/protocol/receipt.ts
 var MAX_RECEIPT_BYTES = 32 * 1024;

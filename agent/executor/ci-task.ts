@@ -11,6 +11,9 @@ import {
 import type { AgentConfig } from '../config.ts';
 import type { LeaseState } from '../state-file.ts';
 import { baseRunnerEnv } from './runner-env.ts';
+import type { TaskOutput } from './types.ts';
+
+export type { TaskOutput } from './types.ts';
 
 /**
  * CI as a dstack task (issue 15, ADR 0110): what the task runs, and the receipt the agent builds
@@ -215,16 +218,6 @@ export async function revokeCloneToken(
 /** The secrets a task's output must never show: the token, and the Basic credential git sends. */
 export function taskSecrets(cloneToken: string): string[] {
   return [cloneToken, Buffer.from(`x-access-token:${cloneToken}`).toString('base64')];
-}
-
-/** What the agent read of the task's output from dstack. */
-export interface TaskOutput {
-  text: string;
-  /** False when the logs could not be read (whole or in part); the receipt says so. */
-  complete: boolean;
-  detail?: string;
-  /** Why dstack ended the run when its commands did not (no exit status), e.g. no instance fits. */
-  endedBy?: string;
 }
 
 const redact = (line: string, secrets: readonly string[]): string => {

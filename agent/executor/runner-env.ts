@@ -1,6 +1,6 @@
 import type { AgentConfig } from '../config.ts';
+import type { RunnerAccount } from '../host/runner-account.ts';
 import type { LeasePaths } from '../host/sandbox.ts';
-import type { RunnerAccount } from '../runner.ts';
 import type { LeaseState } from '../state-file.ts';
 import type { Workload } from './types.ts';
 

@@ -11,9 +11,18 @@ import type { LeaseState } from '../state-file.ts';
 
 /** Backends the agent knows (core's vocabulary); `jit-runner` (today's one-job GitHub runner) is the default. */
 import type { CiTask, ExecutorName } from '../../core/protocol/agent.ts';
-import type { TaskOutput } from './ci-task.ts';
 
 export { EXECUTOR_NAMES, type ExecutorName } from '../../core/protocol/agent.ts';
+
+/** What the agent read of the task's output from dstack. */
+export interface TaskOutput {
+  text: string;
+  /** False when the logs could not be read (whole or in part); the receipt says so. */
+  complete: boolean;
+  detail?: string;
+  /** Why dstack ended the run when its commands did not (no exit status), e.g. no instance fits. */
+  endedBy?: string;
+}
 
 /** What a lease runs. For `jit-runner`: the runner named by the controller and its one-time secrets. */
 export interface Workload {

@@ -2,8 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { basename, dirname, join, relative } from 'node:path';
 import { type AgentConfig, AgentConfigError } from '../config.ts';
 import { type CommandResult, runCommand } from '../exec.ts';
-import type { RunnerAccount } from '../runner.ts';
 import type { LeaseState } from '../state-file.ts';
+import type { RunnerAccount } from './runner-account.ts';
 
 /**
  * The agent's side of its one privileged helper, `spark-lease-sandbox` (ADR 0155,

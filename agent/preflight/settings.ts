@@ -1,6 +1,8 @@
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
+import { EXIT, ExitError } from '../../core/errors.ts';
+import { TOPOLOGIES } from '../../core/model.ts';
 import { besideVenv, type DoctorOptions, type ModelCacheAccess } from './doctor.ts';
 import { type ProvisioningSpec, readProvisioningSpec } from './provisioning.ts';
 import type { LeaseCredentials } from './verify-lease.ts';
@@ -11,9 +13,11 @@ import type { LeaseCredentials } from './verify-lease.ts';
  */
 
 /** A user-fixable problem with how the command was started (exit code 2, one-line cause). */
-export class UsageError extends Error {
+export class UsageError extends ExitError {
   override name = 'UsageError';
-  readonly exitCode = 2;
+  constructor(message: string) {
+    super(EXIT.usage, message);
+  }
 }
 
 type Env = Record<string, string | undefined>;
@@ -68,7 +72,7 @@ const RunnerEnvSchema = z.object({
   SPARK_HOST_ID: z.string().min(1),
   SPARK_FENCING_TOKEN: z.string().regex(/^[1-9]\d*$/, 'SPARK_FENCING_TOKEN must be a positive integer'),
   SPARK_LEASE_TOKEN: z.string().min(16, 'SPARK_LEASE_TOKEN is too short to be a job token'),
-  SPARK_TOPOLOGY: z.enum(['single', 'pair']),
+  SPARK_TOPOLOGY: z.enum(TOPOLOGIES),
   SPARK_WORK_DIR: z.string().min(1),
   SPARK_MODEL_CACHE: z.string().min(1),
   SPARK_HOME_SERVICE: z.string().min(1).optional(),

@@ -1,3 +1,4 @@
+import type { Topology } from '../../core/model.ts';
 import {
   describeIssues,
   type LeaseVerifyResponse,
@@ -11,7 +12,7 @@ export interface LeaseCredentials {
   hostId: string;
   fencingToken: number;
   jobToken: string;
-  topology: 'single' | 'pair';
+  topology: Topology;
 }
 
 /**

@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { EXECUTOR_NAMES, RESERVATION_KINDS, SUITES } from '../model.ts';
+import { EXECUTOR_NAMES, RESERVATION_KINDS, SUITES, TOPOLOGIES } from '../model.ts';
 import { HostEvidenceSchema } from './host-evidence.ts';
 import { ReceiptSchema } from './receipt.ts';
 
@@ -132,7 +132,7 @@ export const LeaseRefSchema = z.object({
   kind: z.string().refine((k) => (RESERVATION_KINDS as readonly string[]).includes(k), {
     message: `kind is one of ${RESERVATION_KINDS.join(', ')}`,
   }),
-  topology: z.enum(['single', 'pair']),
+  topology: z.enum(TOPOLOGIES),
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: z.boolean(),
   /**

@@ -1,6 +1,6 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import type { z } from 'zod';
-import type { AppContext } from '../app.ts';
+import type { AppContext } from '../app-context.ts';
 import { ApiError, badRequest } from '../errors.ts';
 import { ANONYMOUS_BODY_DEADLINE_MS, anonymousBodies, bodyBudgetExhausted } from './anonymous-budget.ts';
 

@@ -8,12 +8,11 @@ import {
 } from '../../core/model.ts';
 import { ATTACH_COMMAND_PATTERN } from '../../core/protocol/agent.ts';
 import type { ReservationInfo } from '../../core/protocol/api.ts';
+import { isoTime } from '../../core/time.ts';
 import type { ApiPrincipal } from '../auth/tokens.ts';
 import type { LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
 import * as q from '../ledger/queries.ts';
 import { buildViews, githubWebBase, type QueueView, redactText } from '../views.ts';
-
-const iso = (ms: number | null | undefined) => (ms == null ? null : new Date(ms).toISOString());
 
 /** The dev environment's attach command an agent reported (`lease_active.attach`), or null. */
 function attachOf(evidenceJson: string | null): string | null {
@@ -100,18 +99,18 @@ export function describeReservation(
     headSha: r.headSha && /^[0-9a-f]{7,64}$/i.test(r.headSha) ? r.headSha : null,
     suite: r.suite as Suite | null,
     ttlS: r.ttlS,
-    createdAt: iso(r.createdAt)!,
-    grantedAt: iso(r.grantedAt),
-    endedAt: iso(r.endedAt),
-    queueDeadline: iso(r.queueDeadline)!,
+    createdAt: isoTime(r.createdAt),
+    grantedAt: isoTime(r.grantedAt),
+    endedAt: isoTime(r.endedAt),
+    queueDeadline: isoTime(r.queueDeadline),
     waitingOn: status === 'queued' ? (live?.keptFor.get(r.id) ?? []) : [],
     leases: leases.map((l) => ({
       hostId: l.hostId,
       status: l.status as ReservationInfo['leases'][number]['status'],
       lend: l.lend,
-      grantedAt: iso(l.grantedAt)!,
-      expiresAt: iso(l.expiresAt)!,
-      releasedAt: iso(l.releasedAt),
+      grantedAt: isoTime(l.grantedAt),
+      expiresAt: isoTime(l.expiresAt),
+      releasedAt: isoTime(l.releasedAt),
       prepared: l.preparedAt != null,
       runnerStarted: l.runnerStartedAt != null,
       attach: attachOf(l.evidenceJson),

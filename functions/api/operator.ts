@@ -1,5 +1,5 @@
 import { type Context, Hono } from 'hono';
-import type { AppContext } from '../app.ts';
+import type { AppContext } from '../app-context.ts';
 import { type AuthEnv, requireScope, type Scope } from '../auth/tokens.ts';
 import { createAuditor } from './audit.ts';
 

@@ -8,6 +8,7 @@ import {
   type ReservationInfo,
   TerminateBody,
 } from '../../core/protocol/api.ts';
+import { isoTime } from '../../core/time.ts';
 import type { AppContext } from '../app.ts';
 import { type ApiPrincipal, createApiToken, revokeApiToken } from '../auth/tokens.ts';
 import { ApiError, badRequest, conflict, notFound } from '../errors.ts';
@@ -33,7 +34,6 @@ import {
 import type { OperatorApi } from './operator.ts';
 
 const actorOf = (p: ApiPrincipal) => `api:${p.name}`;
-const iso = (ms: number | null) => (ms == null ? null : new Date(ms).toISOString());
 
 function forbiddenOwner(id: string): ApiError {
   return new ApiError(
@@ -259,10 +259,10 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
         id: r.id,
         name: r.name,
         scopes: r.scopes.split(','),
-        createdAt: iso(r.createdAt)!,
-        revokedAt: iso(r.revokedAt),
-        lastUsedAt: iso(r.lastUsedAt),
-        expiresAt: iso(r.expiresAt ?? null),
+        createdAt: isoTime(r.createdAt),
+        revokedAt: isoTime(r.revokedAt),
+        lastUsedAt: isoTime(r.lastUsedAt),
+        expiresAt: isoTime(r.expiresAt ?? null),
       })),
     });
   });

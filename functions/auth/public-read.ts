@@ -1,5 +1,5 @@
 import type { MiddlewareHandler } from 'hono';
-import type { AppContext } from '../app.ts';
+import type { AppContext } from '../app-context.ts';
 import { ApiError } from '../errors.ts';
 import { authenticateApiToken } from './tokens.ts';
 

@@ -1,5 +1,5 @@
 import type { MiddlewareHandler } from 'hono';
-import type { AppEnv } from '../app.ts';
+import type { AppEnv } from '../app-context.ts';
 import { ApiError, notFound } from '../errors.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import * as store from '../ledger/tokens.ts';

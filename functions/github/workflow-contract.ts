@@ -1,4 +1,5 @@
 import { parse } from 'yaml';
+import { SUITES, TOPOLOGIES } from '../../core/model.ts';
 import { GitHubError } from './client.ts';
 import type { GitHubService } from './service.ts';
 
@@ -17,8 +18,8 @@ export const SPEC_INPUTS = ['reservation_id', 'head_sha', 'topology', 'suite'] a
 export const NONCE_INPUT = 'nonce';
 /** Values the controller may send for the choice inputs (it never sends others). */
 const CHOICES: Record<string, readonly string[]> = {
-  topology: ['single', 'pair'],
-  suite: ['smoke', 'performance'],
+  topology: TOPOLOGIES,
+  suite: SUITES,
 };
 /** Input types a string value of ours satisfies (GitHub: string, choice, environment; not boolean/number). */
 const STRING_TYPES = new Set(['string', 'choice']);

@@ -1,5 +1,6 @@
 import { inArray, sql } from 'drizzle-orm';
 import type { DeliveryView, InboxStats } from '../../core/protocol/deliveries.ts';
+import { isoTime } from '../../core/time.ts';
 import { ApiError, notFound } from '../errors.ts';
 import { bumpCounter, LEDGER_COUNTERS } from './counters.ts';
 import type { Tx } from './db.ts';
@@ -211,16 +212,15 @@ const VIEW_COLUMNS = sql.raw(
 );
 
 function toView(r: ViewRow): DeliveryView {
-  const iso = (ms: number | null) => (ms == null ? null : new Date(Number(ms)).toISOString());
   return {
     id: r.delivery_id,
     event: r.event,
     action: r.action,
     state: r.state as DeliveryState,
-    receivedAt: new Date(Number(r.received_at)).toISOString(),
-    processedAt: iso(r.processed_at),
+    receivedAt: isoTime(r.received_at),
+    processedAt: isoTime(r.processed_at),
     attempts: Number(r.attempts),
-    nextAttemptAt: r.state === 'pending' ? iso(r.next_attempt_at) : null,
+    nextAttemptAt: r.state === 'pending' ? isoTime(r.next_attempt_at) : null,
     result: r.result,
     lastError: r.last_error,
   };

@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseDuration } from '../../cli/format.ts';
 import { ConfigError, parseConfigText } from '../../core/config.ts';
+import { ExitError } from '../../core/errors.ts';
 import { DEFAULT_SECRETS_FILE } from '../../functions/secrets-file.ts';
 
 /** Exit codes of `create-app` (the admin script's, plus a timeout). */
@@ -12,14 +13,8 @@ export const USAGE =
   'usage: npm run admin -- create-app (--org ORG | --user) --public-url https://CONTROLLER [--runner-scope org|repo] [--name NAME] [--secrets-file spark.secrets.env] [--port 0] [--github-url https://github.com] [--api-url https://api.github.com] [--timeout 60m] [--force]';
 
 /** A failure the operator can fix before anything is created: one line and an exit code. */
-export class CreateAppError extends Error {
+export class CreateAppError extends ExitError {
   override name = 'CreateAppError';
-  constructor(
-    readonly exitCode: number,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 export interface CreateAppOptions {

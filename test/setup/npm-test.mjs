@@ -1,4 +1,4 @@
-// `npm test` after its pretest: `npm run check` (tsc and Biome) beside `vitest run`, not before it.
+// `npm test` after its pretest: `npm run check` (tsc, Biome, the size and cycle checks) beside `vitest run`, not before it.
 // tsc is ~10 s of one core, and the test files spend much of their time waiting on real processes
 // (Slurm, agents, the demo's fleet): the cores are idle about half of a run. The check runs at a
 // lower priority (nice 10), so it takes those idle cycles instead of slowing the tests (several
@@ -38,12 +38,16 @@ for (const s of [check.child.stdout, check.child.stderr]) {
 }
 const checked = check.done.then((code) => {
   if (code !== 0)
-    console.error('\nnpm test: `npm run check` (tsc, Biome) failed; its output follows the tests\n');
+    console.error(
+      '\nnpm test: `npm run check` (tsc, Biome, sizes, cycles) failed; its output follows the tests\n',
+    );
   return code;
 });
 const tests = run(bin('vitest'), ['run', ...process.argv.slice(2)], 'inherit');
 
 const [checkCode, testCode] = await Promise.all([checked, tests.done]);
-console.log(`\nnpm run check (tsc, Biome): ${checkCode === 0 ? 'passed' : `FAILED (exit ${checkCode})`}`);
+console.log(
+  `\nnpm run check (tsc, Biome, sizes, cycles): ${checkCode === 0 ? 'passed' : `FAILED (exit ${checkCode})`}`,
+);
 if (checkOutput.trim()) console.log(checkOutput.trimEnd());
 process.exitCode = testCode || checkCode;

@@ -39645,7 +39645,7 @@ var LeaseRefSchema = object({
   kind: string2().refine((k) => RESERVATION_KINDS.includes(k), {
     message: `kind is one of ${RESERVATION_KINDS.join(", ")}`
   }),
-  topology: _enum2(["single", "pair"]),
+  topology: _enum2(TOPOLOGIES),
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: boolean2(),
   /**
@@ -39823,7 +39823,7 @@ var sha = external_exports.string().transform((s) => s.trim().toLowerCase()).pip
 var Inputs = external_exports.object({
   reservationId: external_exports.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'reservation_id must look like "r-12"'),
   headSha: sha,
-  topology: external_exports.enum(["single", "pair"], { message: 'topology must be "single" or "pair"' }),
+  topology: external_exports.enum(TOPOLOGIES, { message: 'topology must be "single" or "pair"' }),
   suite: external_exports.enum(["smoke", "performance"], { message: 'suite must be "smoke" or "performance"' }),
   script: external_exports.string().min(1),
   logTailLines: external_exports.coerce.number().int().min(0).max(50, "log_tail_lines is at most 50"),
@@ -39839,7 +39839,7 @@ var RunnerEnv = external_exports.object({
   SPARK_HOST_ID: external_exports.string().min(1),
   SPARK_FENCING_TOKEN: external_exports.string().regex(/^[1-9]\d*$/, "SPARK_FENCING_TOKEN must be a positive integer"),
   SPARK_LEASE_TOKEN: external_exports.string().min(16),
-  SPARK_TOPOLOGY: external_exports.enum(["single", "pair"]),
+  SPARK_TOPOLOGY: external_exports.enum(TOPOLOGIES),
   SPARK_WORK_DIR: external_exports.string().min(1),
   SPARK_MODEL_CACHE: external_exports.string().min(1),
   SPARK_RESULTS_DIR: external_exports.string().startsWith("/", "SPARK_RESULTS_DIR must be an absolute path").optional(),

@@ -1,7 +1,7 @@
 import { join, resolve } from 'node:path';
 import * as core from '@actions/core';
 import { z } from 'zod';
-import type { Suite, Topology } from '../../../core/model.ts';
+import { type Suite, TOPOLOGIES, type Topology } from '../../../core/model.ts';
 import { EXECUTOR_NAMES, type ExecutorName } from '../../../core/protocol/agent.ts';
 
 /**
@@ -59,7 +59,7 @@ const Inputs = z.object({
     .string()
     .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'reservation_id must look like "r-12"'),
   headSha: sha,
-  topology: z.enum(['single', 'pair'], { message: 'topology must be "single" or "pair"' }),
+  topology: z.enum(TOPOLOGIES, { message: 'topology must be "single" or "pair"' }),
   suite: z.enum(['smoke', 'performance'], { message: 'suite must be "smoke" or "performance"' }),
   script: z.string().min(1),
   logTailLines: z.coerce.number().int().min(0).max(50, 'log_tail_lines is at most 50'),
@@ -82,7 +82,7 @@ const RunnerEnv = z.object({
   SPARK_HOST_ID: z.string().min(1),
   SPARK_FENCING_TOKEN: z.string().regex(/^[1-9]\d*$/, 'SPARK_FENCING_TOKEN must be a positive integer'),
   SPARK_LEASE_TOKEN: z.string().min(16),
-  SPARK_TOPOLOGY: z.enum(['single', 'pair']),
+  SPARK_TOPOLOGY: z.enum(TOPOLOGIES),
   SPARK_WORK_DIR: z.string().min(1),
   SPARK_MODEL_CACHE: z.string().min(1),
   SPARK_RESULTS_DIR: z.string().startsWith('/', 'SPARK_RESULTS_DIR must be an absolute path').optional(),
