@@ -13,6 +13,38 @@ import { dirname as dirname6 } from "node:path";
 // agent/agent.ts
 import { mkdirSync as mkdirSync5 } from "node:fs";
 
+// core/errors.ts
+var EXIT = {
+  ok: 0,
+  failed: 1,
+  usage: 2,
+  unreachable: 3,
+  unauthorized: 4,
+  forbidden: 5,
+  notFound: 6,
+  conflict: 7,
+  timeout: 8,
+  interrupted: 130
+};
+var StatusError = class extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+  status;
+  code;
+  name = "StatusError";
+};
+var ExitError = class extends Error {
+  constructor(exitCode, message) {
+    super(message);
+    this.exitCode = exitCode;
+  }
+  exitCode;
+  name = "ExitError";
+};
+
 // node_modules/zod/v4/classic/external.js
 var external_exports = {};
 __export(external_exports, {
@@ -19991,7 +20023,7 @@ var LeaseRefSchema = object({
   kind: string2().refine((k) => RESERVATION_KINDS.includes(k), {
     message: `kind is one of ${RESERVATION_KINDS.join(", ")}`
   }),
-  topology: _enum2(["single", "pair"]),
+  topology: _enum2(TOPOLOGIES),
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: boolean2(),
   /**
@@ -20278,14 +20310,7 @@ var ControllerUnreachable = class extends Error {
   retryAfterMs;
   name = "ControllerUnreachable";
 };
-var ControllerRejected = class extends Error {
-  constructor(status, code, message) {
-    super(message);
-    this.status = status;
-    this.code = code;
-  }
-  status;
-  code;
+var ControllerRejected = class extends StatusError {
   name = "ControllerRejected";
 };
 var ControllerClient = class {
@@ -20594,9 +20619,11 @@ var AgentConfigSchema = external_exports.object({
   path: ["dstack"],
   message: 'executor "dstack" needs a "dstack" section: { "url", "project", "tokenFile", "image" }'
 });
-var AgentConfigError = class extends Error {
+var AgentConfigError = class extends ExitError {
   name = "AgentConfigError";
-  exitCode = 2;
+  constructor(message) {
+    super(EXIT.usage, message);
+  }
 };
 function resolvePaths(cfg, base) {
   const abs = (p) => isAbsolute(p) ? p : resolve(base, p);
@@ -22584,7 +22611,7 @@ var leaseSchema = external_exports.object({
   reservationId: external_exports.string(),
   fencingToken: external_exports.number().int(),
   kind: external_exports.string(),
-  topology: external_exports.enum(["single", "pair"]),
+  topology: external_exports.enum(TOPOLOGIES),
   lend: external_exports.boolean(),
   /** The backend the lease's repository chose (issue 15 item 1); absent: the host's `executor`. */
   executor: external_exports.enum(EXECUTOR_NAMES).optional(),
