@@ -7,15 +7,16 @@
  *
  * The clone is of the committed HEAD (`git clone --local`; uncommitted changes are not measured),
  * installed with `npm ci --prefer-offline` (timed apart, not part of either figure). Both commands
- * run as child processes with their output discarded; their exit codes are recorded, and a failed
- * run is a failed part. The 1-minute load average is sampled every 5 s while each runs, because
+ * run as child processes; their output goes to log files kept in the temp dir (the paths are
+ * printed; vitest's per-file times are there), their exit codes are recorded, and a failed run is
+ * a failed part. The 1-minute load average is sampled every 5 s while each runs, because
  * these figures move with whatever else the machine runs (they are not comparable across loads).
  *
  * A plain `npm run bench` runs it last (scripts/bench/run.ts), so its ~5 minutes of both cores
  * disturb no other part's figures; alone: `npm run bench -- tests`.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { BenchRunner } from './types.ts';
@@ -31,19 +32,21 @@ interface Timed {
   load1: { start: number; mean: number; max: number; end: number };
 }
 
-/** Runs `npm run <script>` in `cwd`, timing it and sampling the load average. */
-function timeNpm(cwd: string, args: string[]): Promise<Timed> {
+/** Runs `npm <args>` in `cwd` with its output to `log`, timing it and sampling the load average. */
+function timeNpm(cwd: string, args: string[], log: string): Promise<Timed> {
   return new Promise((done, fail) => {
     const samples = [loadavg()[0]!];
     const timer = setInterval(() => samples.push(loadavg()[0]!), 5_000);
     const t0 = performance.now();
-    const child = spawn('npm', args, { cwd, stdio: 'ignore' });
+    const out = openSync(log, 'w');
+    const child = spawn('npm', args, { cwd, stdio: ['ignore', out, out] });
     child.once('error', (e) => {
       clearInterval(timer);
       fail(e);
     });
     child.once('close', (code) => {
       clearInterval(timer);
+      closeSync(out);
       const end = loadavg()[0]!;
       samples.push(end);
       const r = (x: number) => Math.round(x * 100) / 100;
@@ -63,23 +66,30 @@ function timeNpm(cwd: string, args: string[]): Promise<Timed> {
 
 export const run: BenchRunner = async (progress) => {
   const dir = mkdtempSync(join(tmpdir(), 'spark-bench-tests-'));
+  const logs = mkdtempSync(join(tmpdir(), 'spark-bench-tests-logs-'));
+  const logOf = (name: string) => join(logs, `${name}.log`);
   try {
     const clone = join(dir, 'spark-controller');
     const head = execFileSync('git', ['rev-parse', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
     execFileSync('git', ['clone', '--quiet', '--local', root, clone], { stdio: 'ignore' });
     progress(`fresh clone of ${head.slice(0, 12)}; npm ci`);
-    const install = await timeNpm(clone, ['ci', '--prefer-offline', '--no-audit', '--no-fund']);
-    if (install.exitCode !== 0) throw new Error(`npm ci in the clone failed (exit ${install.exitCode})`);
+    const install = await timeNpm(
+      clone,
+      ['ci', '--prefer-offline', '--no-audit', '--no-fund'],
+      logOf('npm-ci'),
+    );
+    if (install.exitCode !== 0)
+      throw new Error(`npm ci in the clone failed (exit ${install.exitCode}; ${logOf('npm-ci')})`);
     progress(`npm run test:fast (load ${loadavg()[0]!.toFixed(1)})`);
-    const fast = await timeNpm(clone, ['run', 'test:fast']);
+    const fast = await timeNpm(clone, ['run', 'test:fast'], logOf('test-fast'));
     progress(`  ${fast.seconds} s, exit ${fast.exitCode}; npm test (load ${loadavg()[0]!.toFixed(1)})`);
-    const full = await timeNpm(clone, ['test']);
-    progress(`  ${full.seconds} s, exit ${full.exitCode}`);
+    const full = await timeNpm(clone, ['test'], logOf('test-full'));
+    progress(`  ${full.seconds} s, exit ${full.exitCode}; output in ${logs}`);
     const failed = [
       ...(fast.exitCode ? [`npm run test:fast exited ${fast.exitCode}`] : []),
       ...(full.exitCode ? [`npm test exited ${full.exitCode}`] : []),
     ];
-    if (failed.length) throw new Error(`${failed.join('; ')} (fresh clone of ${head})`);
+    if (failed.length) throw new Error(`${failed.join('; ')} (fresh clone of ${head}; output in ${logs})`);
     const load = (t: Timed) => `load ${t.load1.start}→${t.load1.end} (mean ${t.load1.mean})`;
     return {
       key: 'tests',
@@ -90,6 +100,7 @@ export const run: BenchRunner = async (progress) => {
         fast,
         full,
         npmCiS: install.seconds,
+        logs,
         conditions:
           'fresh git clone of HEAD, npm ci --prefer-offline, then npm run test:fast and npm test as child processes; load1 = 1-minute load average sampled every 5 s',
       },
