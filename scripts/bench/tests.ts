@@ -5,7 +5,8 @@
  * results cache (node_modules/.vite) when one exists and by test/setup/durations.json otherwise,
  * and a checkout that ran the suite before has that cache.
  *
- * The clone is of the committed HEAD (`git clone --local`; uncommitted changes are not measured),
+ * The clone is of the committed HEAD (`git clone --local`, into a temp dir beside the checkout,
+ * removed afterwards; uncommitted changes are not measured),
  * installed with `npm ci --prefer-offline` (timed apart, not part of either figure). Both commands
  * run as child processes; their output goes to log files kept in the temp dir (the paths are
  * printed; vitest's per-file times are there), their exit codes are recorded, and a failed run is
@@ -16,9 +17,9 @@
  * disturb no other part's figures; alone: `npm run bench -- tests`.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, rmSync } from 'node:fs';
+import { chmodSync, closeSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import type { BenchRunner } from './types.ts';
 
 const root = resolve(import.meta.dirname, '..', '..');
@@ -65,7 +66,12 @@ function timeNpm(cwd: string, args: string[], log: string): Promise<Timed> {
 }
 
 export const run: BenchRunner = async (progress) => {
-  const dir = mkdtempSync(join(tmpdir(), 'spark-bench-tests-'));
+  // beside the checkout, not under /tmp: the e2e fleets run each host's runner as its own user
+  // in its lease sandbox (when root), which binds a fresh /tmp (agent/host/spark-lease-sandbox.sh),
+  // so a clone under /tmp cannot run
+  // the runner's test doubles (test/doubles/fake-runner.mjs); 0711 lets those users through
+  const dir = mkdtempSync(join(dirname(root), '.spark-bench-tests-'));
+  chmodSync(dir, 0o711);
   const logs = mkdtempSync(join(tmpdir(), 'spark-bench-tests-logs-'));
   const logOf = (name: string) => join(logs, `${name}.log`);
   try {
