@@ -21,6 +21,17 @@ export default defineConfig({
           // (~0.5 s each, 38 files). Their shared helper state is reset per test (admission-fixtures'
           // `resetSeq`); anything that reaches the ledger, servers or a fleet stays isolated below.
           isolate: false,
+          // pure: no child process, no server (`npm run test:fast` is this project and `model`)
+          setupFiles: ['test/setup/no-processes.ts'],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'model',
+          include: ['test/model/**/*.test.ts'],
+          // the pure model-based admission test; its ledger-level twin is in `system`
+          setupFiles: ['test/setup/no-processes.ts'],
         },
       },
       {
@@ -28,7 +39,7 @@ export default defineConfig({
         test: {
           name: 'system',
           include: ['test/**/*.test.ts'],
-          exclude: ['test/unit/**'],
+          exclude: ['test/unit/**', 'test/model/**'],
           // builds the agent bundle once per run (the e2e fleet runs the file that ships)
           globalSetup: ['test/setup/agent-bundle.ts'],
         },

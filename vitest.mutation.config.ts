@@ -8,13 +8,9 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/unit/**/*.test.ts', 'test/model/**/*.test.ts'],
-    // these exercise agent/ with real processes and files (the doctor suite takes ~50 s), not core/
-    exclude: [
-      'test/unit/doctor-*.test.ts',
-      'test/unit/agent-runner*.test.ts',
-      'test/unit/agent-state.test.ts',
-      'test/unit/agent-config.test.ts',
-    ],
+    // exercises agent/ with real files, not core/ (the agent tests with real processes are in
+    // test/integration: test/unit starts none, test/setup/no-processes.ts)
+    exclude: ['test/unit/agent-state.test.ts'],
     testTimeout: 60_000,
     // a killed mutant needs one failing case, not a shrunk one: skip fast-check's shrinking
     // and 150 model sequences find what 300 find in practice (each admission mutant runs them)

@@ -21,12 +21,15 @@ const NOT_PARTS = new Set([
   'admission-remote.ts',
 ]);
 
+/** admission first; tests (a full `npm test`, minutes of both cores) last, so it disturbs no other part */
+const rank = (part: string) => (part === 'admission' ? -1 : part === 'tests' ? 1 : 0);
+
 async function main() {
   const wanted = process.argv.slice(2);
   const parts = readdirSync(here)
     .filter((f) => f.endsWith('.ts') && !NOT_PARTS.has(f))
     .map((f) => f.replace(/\.ts$/, ''))
-    .sort((a, b) => (a === 'admission' ? -1 : b === 'admission' ? 1 : a.localeCompare(b)));
+    .sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
   const chosen = wanted.length ? parts.filter((p) => wanted.includes(p)) : parts;
   const unknown = wanted.filter((w) => !parts.includes(w));
   if (unknown.length) {

@@ -50,6 +50,12 @@ export interface BurstRound {
   afterMiB: number;
   /** Answers its connections got, by status ("none": still waiting when they were closed). */
   statuses: Record<string, number>;
+  /**
+   * The shortest time from a connection's connect to its 408 answer, measured here (null: no
+   * 408). The controller answers 408 to a body still arriving at its deadline; a connection's
+   * own clock starts before the server's, so this is never shorter than the server's wait.
+   */
+  earliest408Ms: number | null;
   /** Retry-After values seen on its 503 answers. */
   retryAfter: string[];
   /** Bytes its connections handed to the kernel together (head and body), MiB. */
@@ -150,6 +156,9 @@ function healthz(url: string, timeoutMs: number): Promise<{ status: number; ms: 
 interface Conn {
   socket: Socket;
   status: string | null;
+  /** performance.now() at connect, and at the answer's head. */
+  openedAt: number;
+  answeredAt: number | null;
   retryAfter: string | null;
   sent: number;
   done: Promise<void>;
@@ -158,7 +167,15 @@ interface Conn {
 function openConn(o: BodyBurstOptions, i: number, chunk: Buffer): Conn {
   const u = new URL(o.url);
   const socket = connect({ host: u.hostname, port: Number(u.port) });
-  const conn: Conn = { socket, status: null, retryAfter: null, sent: 0, done: Promise.resolve() };
+  const conn: Conn = {
+    socket,
+    status: null,
+    openedAt: performance.now(),
+    answeredAt: null,
+    retryAfter: null,
+    sent: 0,
+    done: Promise.resolve(),
+  };
   let head = '';
   socket.setEncoding('latin1');
   socket.on('data', (d: string) => {
@@ -167,6 +184,7 @@ function openConn(o: BodyBurstOptions, i: number, chunk: Buffer): Conn {
     const end = head.indexOf('\r\n\r\n');
     if (end < 0 && head.length < 8192) return;
     conn.status = /^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 'garbled';
+    conn.answeredAt = performance.now();
     conn.retryAfter = /\r\nretry-after:\s*([^\r\n]+)/i.exec(head)?.[1] ?? null;
   });
   socket.on('error', () => {
@@ -180,6 +198,7 @@ function openConn(o: BodyBurstOptions, i: number, chunk: Buffer): Conn {
     };
     socket.once('close', finish);
     socket.once('connect', () => {
+      conn.openedAt = performance.now();
       const headers = {
         ...(o.headers?.(i) ?? {
           'Content-Type': 'application/json',
@@ -316,6 +335,11 @@ async function burstOnce(o: BodyBurstOptions): Promise<{ peak: number; result: B
       peakMiB: mib(peak),
       afterMiB: mib(rssBytes(o.pid)),
       statuses,
+      earliest408Ms: conns.reduce<number | null>((least, c) => {
+        if (c.status !== '408' || c.answeredAt == null) return least;
+        const ms = Math.round(c.answeredAt - c.openedAt);
+        return least == null ? ms : Math.min(least, ms);
+      }, null),
       retryAfter: [...new Set(conns.flatMap((c) => (c.retryAfter ? [c.retryAfter] : [])))],
       sentMiB: mib(conns.reduce((n, c) => n + c.socket.bytesWritten, 0)),
       healthz: {

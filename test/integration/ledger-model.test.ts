@@ -13,11 +13,15 @@ import { newWorld } from '../model/world.ts';
  * adopt / unadopt / quarantine clear). After every command the ledger's hosts, reservations and
  * leases must equal the model's, every admission pass must plan what the model predicts and obey
  * rules 1–8, and a refused command must change no row of any table.
- * `npm test` runs 1,000 sequences; `npm run test:long` 10,000. A failure prints seed and path.
+ * `npm test` runs 300 sequences, as many as its pure twin (test/model/admission-model.test.ts) with
+ * the same generators, and both assert that the sequences reached every rule
+ * (`assertReachedEveryRule`); `npm run test:long` runs 10,000. It is all CPU on one worker: at
+ * 1,000 it was the longest file of `npm test` (docs/performance.md, "Test wall time").
+ * A failure prints seed and path.
  */
 
 const LONG = process.env.SPARK_TEST_LONG === '1';
-const RUNS = Number(process.env.SPARK_MODEL_RUNS ?? (LONG ? 10_000 : 1_000));
+const RUNS = Number(process.env.SPARK_MODEL_RUNS ?? (LONG ? 10_000 : 300));
 
 let opened = 0;
 

@@ -43,7 +43,7 @@ let n = 0;
 /** A checkout already built into `cache` (cases about one lease reuse it: nothing compiles). */
 let built: ReturnType<typeof lease> | null = null;
 
-/** A cold release build of the fixture: under 20 s of CPU, but up to 140 s of wall time on a 2-core machine at load 15. */
+/** A cold release build of the fixture: ~9 s of CPU, but up to 100 s of wall time on a 2-core machine at load 25. */
 const COLD = 600_000;
 
 /** A fresh lease: a new checkout (new path, new file times) and new dirs; the build cache is shared. */
