@@ -200,6 +200,8 @@ export interface HostFacts {
   serviceState: 'serving' | 'stopped' | 'starting' | 'draining' | 'failed' | 'none' | 'unknown';
   runnerState: 'none' | 'starting' | 'running' | 'exited';
   interconnectOk: boolean | null;
+  /** The host's own backend (its agent.json `executor`); absent from older agents. */
+  executor?: ExecutorName;
 }
 
 export interface HostRecord {

@@ -19932,7 +19932,13 @@ var HostFactsSchema = object({
   freeDiskBytes: number2().nonnegative().nullable(),
   serviceState: _enum2(["serving", "stopped", "starting", "draining", "failed", "none", "unknown"]),
   runnerState: _enum2(["none", "starting", "running", "exited"]),
-  interconnectOk: boolean2().nullable()
+  interconnectOk: boolean2().nullable(),
+  /**
+   * The host's own backend (`executor` in its agent.json): the controller admits a development
+   * lease only onto a host whose backend gives it something to attach to (`dstack`, ADR 0176).
+   * Absent from agents older than this field.
+   */
+  executor: _enum2(EXECUTOR_NAMES).optional()
 });
 var token = number2().int().positive().max(Number.MAX_SAFE_INTEGER);
 var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -20139,6 +20145,18 @@ var ReportSchema = discriminatedUnion("type", [
     type: literal("processes_remain"),
     fencingToken: token,
     processes: array(GpuProcessSchema).max(256)
+  }),
+  /**
+   * The home service stopped by itself outside any lease (ADR 0175): nothing answers its health URL
+   * (its process is gone), or its model-ready check kept failing for the agent's
+   * `service.unhealthyAfterS`. Sent once per stop; the controller restarts it through the restore
+   * path (bounded retries with backoff, model-ready gate, then quarantine). `fencingToken` is the
+   * host's current one (the last lease's), so a report that crosses a new grant is stale.
+   */
+  object({
+    type: literal("service_down"),
+    fencingToken: number2().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    reason: string2().min(1).max(1e3)
   }),
   object({
     type: literal("restored"),
@@ -20497,7 +20515,10 @@ var serviceSchema = external_exports.object({
   commandTimeoutS: external_exports.number().int().positive().default(300),
   /** How long the GPU may take to show the service's processes gone after `stop`. */
   releaseVerifyTimeoutS: external_exports.number().int().positive().default(60),
-  healthPollMs: external_exports.number().int().positive().default(1e3)
+  healthPollMs: external_exports.number().int().positive().default(1e3),
+  unhealthyAfterS: external_exports.number().int().positive().default(60).describe(
+    "Outside a lease, a service whose model-ready check has failed this long is reported down and restarted (ADR 0175); one whose port nothing listens on is reported at once."
+  )
 }).strict();
 var AgentConfigSchema = external_exports.object({
   controllerUrl: external_exports.url().refine(isSafeControllerUrl, {
@@ -22123,15 +22144,17 @@ function createSlurmExecutor(deps) {
 // agent/facts.ts
 async function serviceState(ctx) {
   const svc = ctx.cfg.service;
-  if (!svc) return "none";
-  if (ctx.state.restore) return "starting";
+  if (!svc) return { state: "none", probe: null };
+  if (ctx.state.restore) return { state: "starting", probe: null };
   const l = ctx.state.lease;
   if (l?.lend) {
-    if (l.lendStep === "draining") return "draining";
-    if (l.lendStep === "stopping" || l.lendStep === "verifying" || l.lendStep === "lent") return "stopped";
+    if (l.lendStep === "draining") return { state: "draining", probe: null };
+    if (l.lendStep === "stopping" || l.lendStep === "verifying" || l.lendStep === "lent")
+      return { state: "stopped", probe: null };
   }
   const h = await ctx.port.probeHealth(svc.healthUrl, 2e3);
-  return h.ok ? "serving" : h.status == null ? "stopped" : "failed";
+  const state = h.ok ? "serving" : h.status == null ? "stopped" : "failed";
+  return { state, probe: l ? null : h };
 }
 async function interconnectOk(ctx) {
   const check2 = ctx.cfg.interconnectCheck;
@@ -22142,17 +22165,21 @@ async function interconnectOk(ctx) {
   }
   return ctx.interconnect.ok;
 }
-async function collectFacts(ctx, gpu) {
+async function collectFacts(ctx, gpu, onServiceProbe) {
   const q = gpu ?? await ctx.port.queryGpu();
   const l = ctx.state.lease;
   const seen = l ? await ctx.executor.observe(l) : { state: "none" };
+  const svc = await serviceState(ctx);
+  onServiceProbe?.(svc.probe);
   return {
     gpuProcesses: q.ok ? q.processes : null,
     gpuError: q.ok ? null : q.error,
     freeDiskBytes: ctx.port.freeDiskBytes(ctx.cfg.workRoot),
-    serviceState: await serviceState(ctx),
+    serviceState: svc.state,
     runnerState: seen.state === "none" ? "none" : seen.state === "running" ? "running" : "exited",
-    interconnectOk: await interconnectOk(ctx)
+    interconnectOk: await interconnectOk(ctx),
+    // the host's own backend: development leases go only where it can serve them (ADR 0176)
+    executor: ctx.cfg.executor
   };
 }
 
@@ -22219,7 +22246,12 @@ async function probeHealth(url2, timeoutMs) {
   } catch (e) {
     const err = e;
     const why = err.code === "ETIMEDOUT" ? `no answer within ${timeoutMs} ms` : err.message;
-    return { ok: false, status: null, detail: `health check unreachable: ${why}` };
+    return {
+      ok: false,
+      status: null,
+      refused: err.code === "ECONNREFUSED",
+      detail: `health check unreachable: ${why}`
+    };
   }
 }
 async function waitHealthy(url2, timeoutMs, pollMs, stopped = () => false) {
@@ -22331,6 +22363,91 @@ async function pollLoop(deps) {
     const r = await deps.converge(desired);
     recheckMs = r.recheckMs;
     if (r.forget) version2 = null;
+  }
+}
+
+// agent/loops/service-watch.ts
+var ServiceWatch = class {
+  constructor(serviceName, unhealthyAfterMs) {
+    this.serviceName = serviceName;
+    this.unhealthyAfterMs = unhealthyAfterMs;
+  }
+  serviceName;
+  unhealthyAfterMs;
+  s = { kind: "unarmed" };
+  /** The controller's last desired state for the host was `serve`: it believes the service serves. */
+  expectServing = false;
+  /** The watch's state, for logs and tests. */
+  get state() {
+    return this.s.kind;
+  }
+  observe(sample) {
+    const p = sample.probe;
+    if (!p) {
+      if (this.s.kind !== "reported") this.s = { kind: "unarmed" };
+      return;
+    }
+    if (p.ok) {
+      this.s = { kind: "serving" };
+      return;
+    }
+    const refused = p.refused === true;
+    switch (this.s.kind) {
+      case "reported":
+        return;
+      case "unarmed":
+        if (!this.expectServing) return;
+        this.s = { kind: "failing", since: sample.at, refused, detail: p.detail };
+        return;
+      case "serving":
+        this.s = { kind: "failing", since: sample.at, refused, detail: p.detail };
+        return;
+      case "failing":
+        this.s = { ...this.s, refused: this.s.refused || refused, detail: p.detail };
+        return;
+    }
+  }
+  /** The reason of a `service_down` report due at `now`, or null. */
+  due(now) {
+    if (this.s.kind !== "failing") return null;
+    if (this.s.refused)
+      return `${this.serviceName} is not running: nothing answers its model-ready health check (connection refused)`;
+    const forMs = now - this.s.since;
+    if (forMs < this.unhealthyAfterMs) return null;
+    return `${this.serviceName} model-ready health check failing for ${Math.round(forMs / 1e3)} s: ${this.s.detail}`.slice(
+      0,
+      1e3
+    );
+  }
+  /** The report was answered (accepted, or refused for good): quiet until the service serves again. */
+  reported() {
+    this.s = { kind: "reported" };
+  }
+};
+async function reportServiceDown(a) {
+  const reason = a.watch.due(a.now);
+  if (!reason) return;
+  try {
+    await a.send({ type: "service_down", fencingToken: a.fencingToken, reason });
+    a.log.warn("home service down outside any lease; reported to the controller", {
+      service: a.watch.serviceName,
+      reason
+    });
+    a.watch.reported();
+  } catch (e) {
+    if (e instanceof ControllerRejected) {
+      a.log.warn("the controller refused the home service down report", {
+        service: a.watch.serviceName,
+        code: e.code,
+        error: e.message
+      });
+      a.watch.reported();
+      return;
+    }
+    a.log.warn("home service down; report not delivered, will repeat it", {
+      service: a.watch.serviceName,
+      error: e.message
+    });
   }
 }
 
@@ -22886,10 +23003,22 @@ async function restoreService(ctx, d) {
   ctx.state.restore = { fencingToken: d.fencingToken, attempt: d.attempt, startedAt: ctx.port.now() };
   ctx.save();
   ctx.log.info("restoring the home service", { service: svc.name, attempt: d.attempt });
-  const start = await ctx.port.exec(svc.start, { timeoutMs: svc.commandTimeoutS * 1e3 });
+  const before = await ctx.port.probeHealth(svc.healthUrl, 2e3);
+  let stopFailed = null;
+  if (!before.ok && before.status != null) {
+    ctx.log.info("the home service answers but is not model-ready; stopping it before the start", {
+      service: svc.name,
+      health: before.detail
+    });
+    const stop = await ctx.port.exec(svc.stop, { timeoutMs: svc.commandTimeoutS * 1e3 });
+    if (stop.code !== 0) stopFailed = `${svc.name} stop failed: ${describeFailure(svc.stop, stop)}`;
+  }
+  const start = stopFailed ? null : await ctx.port.exec(svc.start, { timeoutMs: svc.commandTimeoutS * 1e3 });
   let ok2 = false;
   let detail;
-  if (start.code !== 0) {
+  if (!start) {
+    detail = stopFailed;
+  } else if (start.code !== 0) {
     detail = `${svc.name} start failed: ${describeFailure(svc.start, start)}`;
   } else {
     const h = await ctx.port.waitHealthy(
@@ -23566,6 +23695,7 @@ var Agent3 = class {
     this.cfg = cfg;
     this.log = log;
     this.client = new ControllerClient(cfg.controllerUrl, token2, cfg.timeouts.requestS * 1e3);
+    this.watch = cfg.service ? new ServiceWatch(cfg.service.name, cfg.service.unhealthyAfterS * 1e3) : null;
     const account = opts.account ?? null;
     if (!account) mkdirSync5(cfg.workRoot, { recursive: true });
     const state = loadState(cfg.stateFile);
@@ -23604,6 +23734,8 @@ var Agent3 = class {
   isStopped = false;
   pollAbort = null;
   sleepers = /* @__PURE__ */ new Set();
+  /** The home service's watch outside leases (ADR 0175); null without a home service. */
+  watch;
   /** Runs until {@link stop}. */
   async run() {
     this.log.info("agent started", {
@@ -23620,7 +23752,7 @@ var Agent3 = class {
       heartbeatLoop({
         log: this.log,
         backoffMaxMs,
-        collectFacts: () => collectFacts(this.ctx),
+        collectFacts: () => this.heartbeatFacts(),
         send: (facts) => this.client.heartbeat(facts),
         periodMs: () => this.heartbeatS * 1e3,
         setPeriodS,
@@ -23660,6 +23792,27 @@ var Agent3 = class {
       this.sleepers.add(done);
     });
   }
+  /**
+   * The heartbeat's facts; their look at the home service feeds its watch, which reports a service
+   * that stopped by itself outside any lease before the heartbeat goes out (ADR 0175).
+   */
+  async heartbeatFacts() {
+    const watch = this.watch;
+    const facts = await collectFacts(
+      this.ctx,
+      void 0,
+      (probe) => watch?.observe({ at: this.ctx.port.now(), probe })
+    );
+    if (watch)
+      await reportServiceDown({
+        watch,
+        now: this.ctx.port.now(),
+        fencingToken: this.ctx.state.maxFencingToken,
+        send: (r) => this.report(r),
+        log: this.log
+      });
+    return facts;
+  }
   async report(r) {
     const res = await this.client.report(r);
     this.log.info("reported", { type: r.type, result: res.result });
@@ -23667,6 +23820,7 @@ var Agent3 = class {
   /** Observe → reconcile → step, until the step says wait. Errors become a retry, never a crash. */
   async converge(d) {
     const ctx = this.ctx;
+    if (this.watch) this.watch.expectServing = d.state === "serve";
     try {
       for (let i = 0; i < MAX_STEPS && !this.isStopped; i++) {
         const l = ctx.state.lease;

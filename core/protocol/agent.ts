@@ -25,6 +25,12 @@ export const HostFactsSchema = z.object({
   serviceState: z.enum(['serving', 'stopped', 'starting', 'draining', 'failed', 'none', 'unknown']),
   runnerState: z.enum(['none', 'starting', 'running', 'exited']),
   interconnectOk: z.boolean().nullable(),
+  /**
+   * The host's own backend (`executor` in its agent.json): the controller admits a development
+   * lease only onto a host whose backend gives it something to attach to (`dstack`, ADR 0176).
+   * Absent from agents older than this field.
+   */
+  executor: z.enum(EXECUTOR_NAMES).optional(),
 });
 
 const token = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
@@ -328,6 +334,18 @@ export const ReportSchema = z.discriminatedUnion('type', [
     type: z.literal('processes_remain'),
     fencingToken: token,
     processes: z.array(GpuProcessSchema).max(256),
+  }),
+  /**
+   * The home service stopped by itself outside any lease (ADR 0175): nothing answers its health URL
+   * (its process is gone), or its model-ready check kept failing for the agent's
+   * `service.unhealthyAfterS`. Sent once per stop; the controller restarts it through the restore
+   * path (bounded retries with backoff, model-ready gate, then quarantine). `fencingToken` is the
+   * host's current one (the last lease's), so a report that crosses a new grant is stale.
+   */
+  z.object({
+    type: z.literal('service_down'),
+    fencingToken: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    reason: z.string().min(1).max(1000),
   }),
   z.object({
     type: z.literal('restored'),

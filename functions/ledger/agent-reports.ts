@@ -9,7 +9,7 @@ import { conflict } from '../errors.ts';
 import { ciModeOf, recordTaskReceipt } from './ci-task.ts';
 import type { Tx } from './db.ts';
 import { recordHostEvidence } from './host-evidence.ts';
-import { applyRestoredReport, quarantineAfterFailedCleanup } from './hosts.ts';
+import { applyRestoredReport, quarantineAfterFailedCleanup, recordServiceDown } from './hosts.ts';
 import type { Ledger } from './ledger.ts';
 import { currentHandoff } from './queries.ts';
 import { beginRelease } from './reservations.ts';
@@ -41,6 +41,7 @@ function mergeEvidence(lease: LeaseRow, key: string, value: unknown): string {
 export async function applyReport(ledger: Ledger, hostId: string, report: Report): Promise<string> {
   const actor = `agent:${hostId}`;
   if (report.type === 'restored') return applyRestored(ledger, hostId, report, actor);
+  if (report.type === 'service_down') return recordServiceDown(ledger, hostId, report, actor);
   return ledger.write(async (tx, now, changed) => {
     const lease = await ledger.requireCurrentLease(tx, hostId, report.fencingToken);
     const r = (await ledger.getReservation(tx, lease.reservationId))!;

@@ -39586,7 +39586,13 @@ var HostFactsSchema = object({
   freeDiskBytes: number2().nonnegative().nullable(),
   serviceState: _enum2(["serving", "stopped", "starting", "draining", "failed", "none", "unknown"]),
   runnerState: _enum2(["none", "starting", "running", "exited"]),
-  interconnectOk: boolean2().nullable()
+  interconnectOk: boolean2().nullable(),
+  /**
+   * The host's own backend (`executor` in its agent.json): the controller admits a development
+   * lease only onto a host whose backend gives it something to attach to (`dstack`, ADR 0176).
+   * Absent from agents older than this field.
+   */
+  executor: _enum2(EXECUTOR_NAMES).optional()
 });
 var token = number2().int().positive().max(Number.MAX_SAFE_INTEGER);
 var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -39793,6 +39799,18 @@ var ReportSchema = discriminatedUnion("type", [
     type: literal("processes_remain"),
     fencingToken: token,
     processes: array(GpuProcessSchema).max(256)
+  }),
+  /**
+   * The home service stopped by itself outside any lease (ADR 0175): nothing answers its health URL
+   * (its process is gone), or its model-ready check kept failing for the agent's
+   * `service.unhealthyAfterS`. Sent once per stop; the controller restarts it through the restore
+   * path (bounded retries with backoff, model-ready gate, then quarantine). `fencingToken` is the
+   * host's current one (the last lease's), so a report that crosses a new grant is stale.
+   */
+  object({
+    type: literal("service_down"),
+    fencingToken: number2().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    reason: string2().min(1).max(1e3)
   }),
   object({
     type: literal("restored"),
