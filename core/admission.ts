@@ -1,6 +1,7 @@
 import type { SparkConfig } from './config.ts';
 import {
   BINDING_LEASE_STATUSES,
+  executorPhrase,
   type HostRecord,
   type HostState,
   hostsNeeded,
@@ -9,6 +10,7 @@ import {
   prKey,
   queueOrder,
   type ReservationRecord,
+  servesDevelopment,
 } from './model.ts';
 
 /**
@@ -441,6 +443,18 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
     drainFrom.set(pool, i);
     if (claimed > 0) claimChangesText(pool);
   };
+  // The same for an untargeted development request, over the hosts that can serve it only (ADR
+  // 0176); rare, so it scans the pool instead of keeping a cursor.
+  const claimBusyServing = (pool: string, want: number, forId: string) => {
+    let claimed = 0;
+    for (const h of drainOrder.get(pool)!) {
+      if (claimed >= want) break;
+      if (base.get(h.id)!.kind !== 'busy' || draining.has(h.id) || !servesDevelopment(h)) continue;
+      draining.set(h.id, forId);
+      claimed++;
+    }
+    if (claimed > 0) claimChangesText(pool);
+  };
   // Issue 14 item 4: background CI yields to every other class waiting in its pool.
   const othersWaiting = new Set<string>();
 
@@ -502,6 +516,16 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
         wait('target-unavailable', `${r.targetHost} is not a host of pool ${pool}`);
         return;
       }
+      // a development lease is used through its dstack dev environment (ADR 0176): the operator
+      // API refuses such a request at once; this holds if the host's backend changed since
+      // (a host without facts is out below: its GPU state is unknown)
+      if (r.kind === 'development' && target.facts && !servesDevelopment(target)) {
+        wait(
+          'target-unavailable',
+          `${executorPhrase(target)}: a development lease needs the dstack executor`,
+        );
+        return;
+      }
       if (b.kind === 'out') {
         wait('target-unavailable', `waiting for ${b.why}`);
         return;
@@ -531,13 +555,40 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
         const others = (freeByPool.get(pool) ?? []).filter((h) => h.id !== target.id);
         candidates = candidates.concat(others.slice(0, need - 1));
       }
+    } else if (r.kind === 'development') {
+      // only hosts whose backend gives a development lease its environment (ADR 0176)
+      const free = (freeByPool.get(pool) ?? []).filter(servesDevelopment);
+      let schedulable = 0;
+      for (const h of poolHosts.get(pool) ?? [])
+        if (base.get(h.id)!.kind !== 'out' && servesDevelopment(h)) schedulable++;
+      if (schedulable < need) {
+        wait(
+          'pool-too-small',
+          `needs ${need} host${need > 1 ? 's' : ''} in pool ${pool} running the dstack executor (development); ${schedulable} schedulable now`,
+        );
+        return;
+      }
+      candidates = free.slice(0, need);
+      if (candidates.length < need) {
+        for (const h of candidates) {
+          held.set(h.id, r.id);
+          plan.holds.push({ hostId: h.id, reservationId: r.id });
+          removeFree(freeByPool, h);
+        }
+        if (candidates.length > 0) poolBusyReason.delete(pool);
+        // rule 4: the best busy hosts that can serve it drain for it
+        claimBusyServing(pool, need - candidates.length, r.id);
+        wait(
+          candidates.length > 0 ? 'held-for-pair' : 'hosts-busy',
+          candidates.length > 0
+            ? `holding ${candidates.map((h) => h.id).join(', ')}; waiting for a second host in pool ${pool} running the dstack executor`
+            : `waiting for a host in pool ${pool} running the dstack executor: ${describePool(pool).replace(/^waiting for a host in pool [^:]*: /, '')}`,
+        );
+        return;
+      }
     } else {
       const free = freeByPool.get(pool);
-      if (
-        (!free || free.length === 0) &&
-        r.kind !== 'development' &&
-        need <= (schedulableByPool.get(pool) ?? 0)
-      ) {
+      if ((!free || free.length === 0) && need <= (schedulableByPool.get(pool) ?? 0)) {
         // hot path for a long queue behind a busy pool: nothing to take or hold; the first
         // requests claim the busy hosts they are next in line for (issue 14 item 3)
         claimBusy(pool, need, r.id);
@@ -563,8 +614,8 @@ export function planAdmission(input: AdmissionInput): AdmissionPlan {
         removeFree(freeByPool, h);
       }
       if (candidates.length > 0) poolBusyReason.delete(pool);
-      // rule 4 for an untargeted development request, and issue 14 item 3 for all others: the
-      // best busy hosts no earlier request claimed drain for it
+      // issue 14 item 3: the best busy hosts no earlier request claimed drain for it (an
+      // untargeted development request claims its own above, rule 4)
       claimBusy(pool, need - candidates.length, r.id);
       if (candidates.length > 0) {
         wait(

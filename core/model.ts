@@ -261,3 +261,22 @@ export function queueOrder(a: ReservationRecord, b: ReservationRecord): number {
 export function hostsNeeded(t: Topology): number {
   return t === 'pair' ? 2 : 1;
 }
+
+/**
+ * Whether a host can serve a development lease (ADR 0176): a development lease is used through the
+ * dstack dev environment made for it (`dstack attach`), so only a host whose agent runs the
+ * `dstack` executor has one to give. The controller knows it from the host's heartbeat
+ * (`facts.executor`); a host that never said (no heartbeat yet, an agent older than the field) is
+ * not taken to serve it.
+ */
+export function servesDevelopment(host: Pick<HostRecord, 'facts'>): boolean {
+  return host.facts?.executor === 'dstack';
+}
+
+/** `<host> runs <backend>`, or why the controller does not know its backend, for refusals and waits. */
+export function executorPhrase(host: Pick<HostRecord, 'id' | 'facts'>): string {
+  if (!host.facts) return `${host.id} has not heartbeated yet`;
+  if (!host.facts.executor)
+    return `${host.id}'s agent does not say which executor it runs (it predates ADR 0176)`;
+  return `${host.id} runs ${host.facts.executor}`;
+}

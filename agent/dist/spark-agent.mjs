@@ -22549,7 +22549,7 @@ function reconcile(d, local) {
       if (!d.lease) return wait(null, `hold: ${d.reason}`);
       if (!mine) return { kind: "adopt-lease", lease: d.lease };
       if (mine.phase === "cleaning") return cleanStep(mine, local);
-      if (mine.runner && local.workload.state === "running")
+      if (mine.runner && local.workload.state === "running" && mine.kind !== "development")
         return wait(local.heartbeatMs, "runner still running");
       return { kind: "check-hold" };
     }

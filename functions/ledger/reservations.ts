@@ -3,6 +3,9 @@ import type { TokenLimit } from '../../core/config.ts';
 import { reservationEvent } from '../../core/events.ts';
 import {
   endsDone,
+  executorPhrase,
+  type HostFacts,
+  hostsNeeded,
   isActiveStatus,
   isReleasableStatus,
   OPEN_STATUSES,
@@ -10,6 +13,7 @@ import {
   type ReservationKind,
   type ReservationStatus,
   type Suite,
+  servesDevelopment,
   type Topology,
 } from '../../core/model.ts';
 import { assertReservationTransition } from '../../core/state-machines.ts';
@@ -130,6 +134,69 @@ export function createReservation(
  * (409; a pair counts 2). Counting and inserting share one write transaction, so concurrent
  * requests from one token cannot both slip under the limit.
  */
+function servingIds(
+  s: LedgerStore,
+  pool: string,
+  factsOf: (id: string) => { id: string; facts: HostFacts | null },
+): string {
+  const ids = s.config.hosts
+    .filter((h) => h.pool === pool && servesDevelopment(factsOf(h.id)))
+    .map((h) => h.id);
+  return ids.length ? ids.join(', ') : 'none';
+}
+
+/** Where every development refusal starts: the spec's words for what development needs (ADR 0176). */
+export const DEVELOPMENT_NEEDS_DSTACK = 'development needs the dstack executor';
+
+/**
+ * Refuses at once a development request no host can serve (ADR 0176): a development lease is used
+ * through the dstack dev environment made for it, so it needs a host whose agent runs the `dstack`
+ * executor — the named one, or for any host enough of its pool for the topology (as each host's
+ * last heartbeat says). A host of another backend would hold a lease nobody can attach to.
+ */
+async function requireDevelopmentHosts(
+  s: LedgerStore,
+  tx: Tx,
+  input: Pick<NewReservation, 'topology' | 'targetHost' | 'pool'>,
+): Promise<void> {
+  const target = input.targetHost ? s.config.hosts.find((h) => h.id === input.targetHost) : undefined;
+  // an unknown host is createReservation's to refuse (400), like any other request's
+  if (input.targetHost && !target) return;
+  const pool = target?.pool ?? input.pool ?? defaultPool(s, null);
+  const rows = new Map((await tx.select().from(t.hosts)).map((h) => [h.id, h]));
+  const factsOf = (id: string): { id: string; facts: HostFacts | null } => {
+    const json = rows.get(id)?.factsJson;
+    try {
+      return { id, facts: json ? (JSON.parse(json) as HostFacts) : null };
+    } catch {
+      return { id, facts: null };
+    }
+  };
+  const see = 'see docs/executors.md';
+  if (target) {
+    const h = factsOf(target.id);
+    if (servesDevelopment(h)) return;
+    throw conflict(
+      'development_needs_dstack',
+      `${DEVELOPMENT_NEEDS_DSTACK}: a development lease is used through the dstack dev environment made for it, and ${executorPhrase(h)} (hosts of pool ${pool} running dstack: ${servingIds(s, pool, factsOf)}); ${see}`,
+    );
+  }
+  const pooled = s.config.hosts.filter((h) => h.pool === pool).map((h) => factsOf(h.id));
+  const serving = pooled.filter(servesDevelopment);
+  const need = hostsNeeded(input.topology);
+  if (serving.length >= need) return;
+  const others = pooled
+    .filter((h) => !servesDevelopment(h))
+    .map(executorPhrase)
+    .join(', ');
+  throw conflict(
+    'development_needs_dstack',
+    serving.length === 0
+      ? `${DEVELOPMENT_NEEDS_DSTACK}: a development lease is used through the dstack dev environment made for it, and no host of pool ${pool} runs dstack (${others}); ${see}`
+      : `${DEVELOPMENT_NEEDS_DSTACK}: a pair needs 2 hosts of pool ${pool} that run dstack, and ${serving.length} does (${serving.map((h) => h.id).join(', ')}; ${others}); ${see}`,
+  );
+}
+
 export function createDevelopmentReservation(
   s: LedgerStore,
   input: NewReservation & { kind: 'development' },
@@ -182,6 +249,8 @@ export function createDevelopmentReservation(
         'token_limit',
         `this token already holds or waits for ${held} host(s) and may have at most ${limit.maxConcurrentLeases} at once (tokenLimits maxConcurrentLeases); release one first`,
       );
+    // before anything is queued: a lease nobody can use is never made (ADR 0176)
+    await requireDevelopmentHosts(s, tx, input);
     return createReservation(s, { ...input, meta: { ...input.meta, tokenId } }, actor, tx);
   });
 }

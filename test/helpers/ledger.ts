@@ -125,12 +125,17 @@ export async function makeTestLedger(
   };
 }
 
+/**
+ * A heartbeat of an idle host. The test fleet's agents run the dstack executor, so development
+ * leases can be granted on them (ADR 0176); a test about another backend says `executor`.
+ */
 export const idleFacts = (over: Partial<HostFacts> = {}): HostFacts => ({
   gpuProcesses: [],
   freeDiskBytes: 500e9,
   serviceState: 'none',
   runnerState: 'none',
   interconnectOk: true,
+  executor: 'dstack',
   ...over,
 });
 
