@@ -1,6 +1,14 @@
 import { planAdmission } from '../core/admission.ts';
 import { describeEta, type Eta } from '../core/eta.ts';
-import type { HostState, ReservationKind, ReservationStatus, Suite, Topology } from '../core/model.ts';
+import {
+  type HostState,
+  isNotRunOutcome,
+  NOT_RUN_CAUSES,
+  type ReservationKind,
+  type ReservationStatus,
+  type Suite,
+  type Topology,
+} from '../core/model.ts';
 import type { Ledger } from './ledger/ledger.ts';
 import { toHostRecord, toLeaseRecord, toReservationRecord } from './ledger/ledger.ts';
 import { queueEtas } from './queue-eta.ts';
@@ -410,6 +418,7 @@ export function publicCause(row: {
   fromState: string | null;
   toState: string | null;
   actor: string;
+  dataJson?: string | null;
 }): string {
   const by = actorClass(row.actor);
   const what = row.type.split('.').slice(1).join(' ').replace(/_/g, ' ') || row.type;
@@ -419,7 +428,23 @@ export function publicCause(row: {
       : row.toState
         ? ` (→ ${row.toState})`
         : '';
-  return `${what}${move} by ${by === 'GitHub' || by === 'controller' ? `the ${by === 'GitHub' ? 'GitHub integration' : by}` : `an ${by}`.replace('an maintainer', 'a maintainer')}`;
+  return `${what}${move} by ${by === 'GitHub' || by === 'controller' ? `the ${by === 'GitHub' ? 'GitHub integration' : by}` : `an ${by}`.replace('an maintainer', 'a maintainer')}${notRunSuffix(row)}`;
+}
+
+/**
+ * `: not run — the task never started` for the release of work that never ran (ADR 0177): a fixed
+ * phrase from the outcome, safe for public pages (the cause itself names hosts and dstack runs).
+ */
+function notRunSuffix(row: { type: string; dataJson?: string | null }): string {
+  if (row.type !== 'reservation.releasing' || !row.dataJson) return '';
+  try {
+    const outcome = (JSON.parse(row.dataJson) as { outcome?: unknown }).outcome;
+    return typeof outcome === 'string' && isNotRunOutcome(outcome)
+      ? `: not run — ${NOT_RUN_CAUSES[outcome]}`
+      : '';
+  } catch {
+    return '';
+  }
 }
 
 /** One row of the event history as shown to people: no event data, causes scrubbed. */

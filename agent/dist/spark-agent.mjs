@@ -21208,7 +21208,10 @@ function taskReceipt(a) {
       "does not exist in the repository: copy the template from the Spark controller's workflows-templates/"
     )
   );
-  const reason = a.stopped ? "the task was stopped through dstack before it ended (the work was released)" : failedEarly ? failedEarly : !bound ? output2.endedBy && a.exitCode == null ? `${output2.endedBy}; the script did not run` : `the task ended (exit ${a.exitCode ?? "unknown"}) before binding the commit; the script did not run` : a.exitCode === 124 ? `the task reached its ${TASK_LIMIT_MINUTES}-minute limit (the workflow's timeout-minutes) and was stopped` : a.exitCode !== 0 ? `${phases.at(-1)?.suite ?? "smoke"} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? "by signal"}` : !revoked ? "the task exited 0 without reporting its clone token revoked before the script ran" : !passed ? `the task exited 0 but did not report its ${task.suite} phase` : null;
+  const reason = a.stopped ? "the task was stopped through dstack before it ended (the work was released)" : failedEarly ? failedEarly : !bound ? output2.endedBy && a.exitCode == null ? (
+    // dstack ended it before it ran: the cause in the spec's words, not a test result (ADR 0177)
+    `${lease.runner?.startReported ? "" : "the task never started: "}${output2.endedBy}; the script did not run`
+  ) : `the task ended (exit ${a.exitCode ?? "unknown"}) before binding the commit; the script did not run` : a.exitCode === 124 ? `the task reached its ${TASK_LIMIT_MINUTES}-minute limit (the workflow's timeout-minutes) and was stopped` : a.exitCode !== 0 ? `${phases.at(-1)?.suite ?? "smoke"} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? "by signal"}` : !revoked ? "the task exited 0 without reporting its clone token revoked before the script ran" : !passed ? `the task exited 0 but did not report its ${task.suite} phase` : null;
   const elapsedMs = Math.max(0, a.endedAt - a.startedAt);
   const bytes = Buffer.byteLength(output2.text);
   const n = Math.min(a.tailLines ?? 40, MAX_RECEIPT_LAST_LINES);

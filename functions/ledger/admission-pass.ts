@@ -21,7 +21,7 @@ import {
   placeholders,
   recordGrantedBuilds,
 } from './raw-rows.ts';
-import { beginRelease, transitionReservation } from './reservations.ts';
+import { beginRelease, releaseLostLease, transitionReservation } from './reservations.ts';
 import {
   type HostRow,
   type ReservationRow,
@@ -173,6 +173,23 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
       const lease = leaseById.get(ex.leaseId)!;
       await setLeaseStatus(s, tx, now, lease, 'expired', 'lease TTL passed without renewal', actor);
       const host = hostById.get(ex.hostId)!;
+      const lost = resvById.get(ex.reservationId);
+      if (
+        lost &&
+        lost.kind !== 'development' &&
+        lease.runnerStartedAt == null &&
+        isReleasableStatus(lost.status)
+      ) {
+        // CI whose lease was lost before its work started ends at once, as not run (ADR 0177)
+        await releaseLostLease(s, tx, now, {
+          r: lost,
+          hostId: ex.hostId,
+          processesUnknown: ex.outcome === 'release-required',
+          actor,
+        });
+        changed.add(`host:${ex.hostId}`).add('reservation');
+        continue;
+      }
       if (ex.outcome === 'release-required') {
         if (host.phase === 'allocated') {
           await setHostPhase(

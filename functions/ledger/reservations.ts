@@ -7,6 +7,7 @@ import {
   type HostFacts,
   hostsNeeded,
   isActiveStatus,
+  isNotRunOutcome,
   isReleasableStatus,
   OPEN_STATUSES,
   type Outcome,
@@ -457,7 +458,18 @@ export function beginRelease(
     if (!isReleasableStatus(r.status)) {
       throw conflict('not_active', `reservation ${id} is ${r.status}; only active work can be released`);
     }
-    await transitionReservation(s, tx, now, r, 'releasing', cause, actor, { outcome });
+    // work that never ran says so in the history's public words too (ADR 0177)
+    await transitionReservation(
+      s,
+      tx,
+      now,
+      r,
+      'releasing',
+      cause,
+      actor,
+      { outcome },
+      isNotRunOutcome(outcome) ? { outcome } : undefined,
+    );
     if (opts.showCause) {
       r.reason = cause.slice(0, 500);
       await tx.update(t.reservations).set({ reason: r.reason }).where(eq(t.reservations.id, id));
@@ -475,6 +487,42 @@ export function beginRelease(
     changed.add('reservation');
     return r;
   });
+}
+
+/**
+ * A CI lease expired — its host stopped heartbeating, so nothing renewed it — before its runner or
+ * task started (ADR 0177): nothing of the PR ran, and nothing of it can now. The work is released at
+ * once with outcome `lease_lost`, its cause shown on the check. A host whose facts are stale stays
+ * `release-required` (never inferred clean): its agent, once back, stops what it started for the
+ * lease and confirms before the host is freed, as for a pair node that lost contact.
+ */
+export async function releaseLostLease(
+  s: LedgerStore,
+  tx: Tx,
+  now: number,
+  a: { r: ReservationRow; hostId: string; processesUnknown: boolean; actor: string },
+): Promise<void> {
+  const host = await getHost(s, tx, a.hostId);
+  if (host && a.processesUnknown && host.phase === 'allocated') {
+    await setHostPhase(
+      s,
+      tx,
+      now,
+      host,
+      'release-required',
+      'lease lost before its work started: the host must confirm cleanup before it is freed',
+      a.actor,
+    );
+  }
+  await beginRelease(
+    s,
+    a.r.id,
+    'lease_lost',
+    `the lease on ${a.hostId} was lost before its work started: no heartbeat renewed it within ${s.config.timings.ciLeaseTtlS} s`,
+    a.actor,
+    tx,
+    { showCause: true },
+  );
 }
 
 /**
@@ -499,7 +547,9 @@ export async function recordJobOutcome(
     (keep && r.outcome != null) ||
     r.outcome === 'failed' ||
     r.outcome === 'pair_node_lost' ||
-    r.outcome === 'foreign_job';
+    r.outcome === 'foreign_job' ||
+    // work that never ran stays not-run: a late job result is not the PR's (ADR 0177)
+    isNotRunOutcome(r.outcome);
   const outcome: Outcome = sticky ? (r.outcome as Outcome) : reported;
   await tx.update(t.reservations).set({ outcome, updatedAt: now }).where(eq(t.reservations.id, r.id));
   r.outcome = outcome;
