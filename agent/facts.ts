@@ -1,4 +1,5 @@
 import type { HostFacts } from '../core/model.ts';
+import { dstackEnrolment } from './dstack-enrolment.ts';
 import type { GpuQuery } from './gpu.ts';
 import type { HealthResult } from './service.ts';
 import type { StepContext } from './steps/context.ts';
@@ -60,5 +61,8 @@ export async function collectFacts(
     interconnectOk: await interconnectOk(ctx),
     // the host's own backend: development leases go only where it can serve them (ADR 0176)
     executor: ctx.cfg.executor,
+    // asked at most once a minute (agent/dstack-enrolment.ts); the controller's rollout gate
+    // reads it for repositories whose CI runs on dstack (docs/adr/0166-dstack-enrolment-fact.md)
+    dstack: await dstackEnrolment(ctx, ctx.cfg, ctx.port.now()),
   };
 }

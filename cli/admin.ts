@@ -45,7 +45,7 @@ export interface AdminIo {
 /**
  * Runs `node --import tsx <root>/scripts/admin.ts ARGS…` in the caller's working directory (so a
  * relative `--ledger file:./data/spark.db` or ./spark.config.json means what it meant before),
- * relays its output and returns its exit code.
+ * relays its output line by line as it arrives and returns its exit code.
  */
 export async function runAdmin(
   args: readonly string[],
@@ -73,20 +73,26 @@ export async function runAdmin(
     env: env as NodeJS.ProcessEnv,
     stdio: ['inherit', 'pipe', 'pipe'],
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (b: Buffer) => {
-    stdout += b.toString('utf8');
-  });
-  child.stderr.on('data', (b: Buffer) => {
-    stderr += b.toString('utf8');
-  });
+  // relayed line by line as it comes: `create-app` prints the page to open, then waits for it
+  const relay = (stream: NodeJS.ReadableStream, to: (text: string) => void) => {
+    let rest = '';
+    stream.on('data', (b: Buffer) => {
+      const lines = (rest + b.toString('utf8')).split('\n');
+      rest = lines.pop() ?? '';
+      for (const line of lines) to(line);
+    });
+    return () => {
+      if (rest) to(rest);
+    };
+  };
+  const flushOut = relay(child.stdout, (t) => io.out(t));
+  const flushErr = relay(child.stderr, (t) => io.err(t));
   const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
     child.once('error', reject);
     child.once('close', (c, s) => resolve([c, s]));
   });
-  if (stdout) io.out(stdout.replace(/\n$/, ''));
-  if (stderr) io.err(stderr.replace(/\n$/, ''));
+  flushOut();
+  flushErr();
   if (code == null) throw new CliError(EXIT.failed, `${ADMIN_SCRIPT} was killed by ${signal}`);
   return code;
 }

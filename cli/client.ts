@@ -66,7 +66,7 @@ export function createApiClient(settings: CliSettings, fetchImpl: typeof fetch =
           message = rootPath
             ? `${message}: the controller URL ${settings.url} has the path ${rootPath}; it must be the controller's root URL (${new URL(settings.url).origin}, unless a proxy serves it under that path)`
             : `${message}: this controller does not offer that API (is the part that serves it deployed?)`;
-        throw new CliError(statusExit(res.status), message, code);
+        throw new CliError(statusExit(res.status), message, code, json);
       }
       const parsed = schema.safeParse(json);
       if (!parsed.success) {

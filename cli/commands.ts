@@ -51,8 +51,8 @@ export interface Flags {
   expires?: string | undefined;
   reason?: string | undefined;
   ledger?: string | undefined;
-  /** `repo enable --force-rollout`: enable although a host is unknown or unmanaged (audited). */
-  forceRollout?: boolean | undefined;
+  /** `repo enable --override hosts,deckard`: failing readiness checks to pass over (recorded). */
+  override?: string | undefined;
 }
 
 export interface CommandContext {
@@ -523,58 +523,6 @@ export async function cmdEmergency({ client, io, flags, args }: CommandContext):
 }
 
 /** The GitHub part's answer to `POST /api/v1/repositories/:owner/:name/enable`. */
-const RepoEnabled = z
-  .object({
-    repository: z.unknown(),
-    labelsCreated: z.array(z.string()),
-    labelsExisting: z.array(z.string()).optional(),
-    labelsFailed: z.array(z.string()).optional(),
-    /** Labels the App may not create (no Issues/Pull requests: write): a maintainer creates them. */
-    labelsToCreate: z.array(z.object({ name: z.string(), color: z.string() }).passthrough()).optional(),
-    runnerGroupOk: z.boolean(),
-    runnerGroupDetail: z.string().optional(),
-    /** Hosts that were not adopted when the rollout gate was overridden. */
-    rolloutOverride: z.array(z.string()).optional(),
-  })
-  .passthrough();
-
-export async function cmdRepo({ client, io, flags, args }: CommandContext): Promise<number> {
-  const usage = 'repo enable OWNER/NAME [--pair] [--force-rollout]';
-  if (args[0] !== 'enable') throw usageError(`usage: sparkctl ${usage}`);
-  const full = needArg(args, 1, 'repository', usage);
-  const m = /^([A-Za-z0-9_.-]+)\/([A-Za-z0-9_.-]+)$/.exec(full);
-  if (!m) throw usageError(`invalid repository '${full}': expected OWNER/NAME`);
-  const res = await client.call(
-    'POST',
-    `/api/v1/repositories/${encodeURIComponent(m[1]!)}/${encodeURIComponent(m[2]!)}/enable`,
-    RepoEnabled,
-    {
-      ...(flags.pair ? { pairEnabled: true } : {}),
-      ...(flags.forceRollout ? { forceRollout: true } : {}),
-    },
-  );
-  if (flags.json) json(io, res);
-  else {
-    const labels = [
-      res.labelsCreated.length ? `created ${res.labelsCreated.join(', ')}` : null,
-      res.labelsExisting?.length ? `already there ${res.labelsExisting.join(', ')}` : null,
-      res.labelsFailed?.length ? `FAILED ${res.labelsFailed.join(', ')}` : null,
-    ].filter(Boolean);
-    io.out(`enabled ${full}${flags.pair ? ' with pair tests' : ''}`);
-    io.out(`  labels:       ${labels.join('; ') || 'none'}`);
-    if (res.labelsToCreate?.length)
-      io.out(
-        `  create by hand (the App may not): ${res.labelsToCreate.map((l) => `${l.name} #${l.color}`).join(', ')}`,
-      );
-    io.out(
-      `  runner group: ${res.runnerGroupOk ? 'ok' : 'NOT usable for this repository'}${res.runnerGroupDetail ? ` (${res.runnerGroupDetail})` : ''}`,
-    );
-    if (res.rolloutOverride?.length)
-      io.out(`  rollout gate: OVERRIDDEN (not adopted: ${res.rolloutOverride.join(', ')}); recorded`);
-  }
-  return res.runnerGroupOk && !res.labelsFailed?.length ? EXIT.ok : EXIT.failed;
-}
-
 export async function cmdWhoami({ client, io, flags }: CommandContext): Promise<number> {
   const w = await client.call('GET', '/api/v1/whoami', WhoAmI);
   if (flags.json) json(io, w);

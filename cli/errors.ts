@@ -23,6 +23,8 @@ export class CliError extends Error {
     message: string,
     /** The controller's error code, when the failure came from the API. */
     readonly code?: string,
+    /** The controller's whole error answer (e.g. the readiness report of a refused `enable`). */
+    readonly body?: unknown,
   ) {
     super(message);
   }

@@ -15,7 +15,6 @@ import {
   cmdRecover,
   cmdRelease,
   cmdRenew,
-  cmdRepo,
   cmdReserve,
   cmdStatus,
   cmdToken,
@@ -23,7 +22,8 @@ import {
   type Flags,
 } from './commands.ts';
 import { cmdDeliveries } from './deliveries.ts';
-import { CliError, EXIT } from './errors.ts';
+import { cmdDeckardDrill } from './drill.ts';
+import { CliError, EXIT, usageError } from './errors.ts';
 import { resolveSettings } from './settings.ts';
 
 export const VERSION = pkg.version;
@@ -186,6 +186,15 @@ function buildProgram(
     .option('--host <id>', 'the home-service host (default: the configured one)')
     .option('--json', JSON_HELP)
     .action(withApi((ctx) => cmdDeckard({ ...ctx, args: ['start'] })));
+  sub(
+    deckard,
+    'drill',
+    'restore drill: lend Deckard through a short development lease, release it, wait for its model-ready check',
+  )
+    .option('--host <id>', 'the home-service host (default: the one host that serves one)')
+    .option('--timeout <duration>', 'give up after this long (exit 8; default 30m)')
+    .option('--json', 'print the outcome as JSON: {host, service, reservation, restored}')
+    .action(withApi(cmdDeckardDrill));
 
   sub(program, 'recover', 'recover expired or stuck work (refuses a live lease)')
     .argument('<id>', 'reservation id')
@@ -200,15 +209,15 @@ function buildProgram(
     .action(withApi((ctx) => cmdEmergency({ ...ctx, args: ['terminate', ...ctx.args] })));
 
   const repo = sub(program, 'repo', 'repositories (GitHub integration; needs the GitHub App installed)');
-  sub(repo, 'enable', 'check the App installation and runner group, create the labels')
+  sub(repo, 'enable', 'enable a repository once every readiness check passes (refuses with each fix)')
     .argument('<repository>', 'OWNER/NAME')
     .option('--pair', 'allow pair (two-host) tests')
     .option(
-      '--force-rollout',
-      'enable although a host is unknown or unmanaged (operator override, recorded in the audit trail)',
+      '--override <checks>',
+      'enable although these checks fail, e.g. hosts,deckard (operator override, recorded in the history)',
     )
-    .option('--json', JSON_HELP)
-    .action(withApi((ctx) => cmdRepo({ ...ctx, args: ['enable', ...ctx.args] })));
+    .option('--json', 'print the answer as JSON (the shapes in core/protocol/readiness.ts)')
+    .action(withApi(async (ctx) => (await import('./readiness.ts')).cmdRepoEnable(ctx)));
 
   const deliveries = sub(program, 'deliveries', 'the webhook inbox: waiting, parked and recent deliveries')
     .option('--json', JSON_HELP)
@@ -218,7 +227,11 @@ function buildProgram(
     .option('--json', JSON_HELP)
     .action(withApi((ctx) => cmdDeliveries({ ...ctx, args: ['retry', ...ctx.args] })));
 
-  sub(program, 'doctor', 'provisioning checks of this machine (the in-job doctor, as npm run doctor)')
+  const doctor = sub(
+    program,
+    'doctor',
+    'provisioning checks of this machine (the in-job doctor, as npm run doctor); doctor github: rollout readiness',
+  )
     .option('--model-cache <dir>', 'the managed model cache to check (SPARK_MODEL_CACHE)')
     .option('--imports <list>', 'Python modules that must import, e.g. torch,numpy')
     .option('--soft-imports <list>', 'Python modules whose absence is only a warning')
@@ -238,13 +251,36 @@ function buildProgram(
       const { runDoctorCommand } = await import('./doctor.ts');
       done(await runDoctorCommand(io, argv, env));
     });
+  // the controller's rollout readiness, read-only (not this machine's provisioning above)
+  sub(doctor, 'github', "the readiness checks enable runs (every enabled repository's, or one's), read-only")
+    .argument('[repository]', 'OWNER/NAME (default: every enabled repository)')
+    .option('--json', 'print the report as JSON (core/protocol/readiness.ts)')
+    .action(async function (this: Command) {
+      // commander hands options the parent also declares (--json) to the parent: take it from
+      // there, and refuse the parent's own ones, which mean nothing here
+      const up = this.parent?.opts() ?? {};
+      const foreign = Object.keys(up).filter((k) => k !== 'json' && up[k] !== undefined);
+      if (foreign.length)
+        throw usageError(
+          `doctor github: option '--${foreign[0]!.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}' belongs to sparkctl doctor (this machine's provisioning checks); doctor github takes only [OWNER/NAME] and --json`,
+        );
+      const { cmdDoctorGithub } = await import('./readiness.ts');
+      await withApi((ctx) =>
+        cmdDoctorGithub({
+          ...ctx,
+          flags: { ...ctx.flags, json: ctx.flags.json === true || up.json === true },
+        }),
+      ).call(this);
+    });
 
   sub(
     program,
     'admin',
-    "first-token bootstrap, run on the controller host in its checkout: hands ARGS to the controller's scripts/admin.ts",
+    "first-token bootstrap, GitHub App creation and readiness check, run on the controller host in its checkout: hands ARGS to the controller's scripts/admin.ts",
   )
-    .usage('token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger URL] [--json]')
+    .usage(
+      'token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger URL] [--json] | create-app (--org ORG | --user) --public-url URL | check [OWNER/NAME] [--ledger URL] [--json]',
+    )
     .argument('[args...]', 'passed to scripts/admin.ts unchanged')
     .allowUnknownOption()
     .action(async function (this: Command) {
@@ -256,7 +292,7 @@ function buildProgram(
   sub(
     program,
     'mcp',
-    'serve the MCP tools (reserve, status, queue, fleet, renew, history, release, cancel) on stdio',
+    'serve the MCP tools (reserve, status, queue, fleet, renew, history, release, cancel, deckard_start) on stdio',
   ).action(async function (this: Command) {
     const g = this.optsWithGlobals() as { url?: string; token?: string; config?: string };
     const settings = resolveSettings({ url: g.url, token: g.token, config: g.config }, env);

@@ -1,7 +1,13 @@
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { z } from 'zod';
-import { FleetResponse, HistoryResponse, QueueResponse, ReservationInfo } from '../core/protocol/api.ts';
+import {
+  FleetResponse,
+  HistoryResponse,
+  QueueResponse,
+  ReservationInfo,
+  ReservationResponse,
+} from '../core/protocol/api.ts';
 import type { ApiClient } from './client.ts';
 import { CliError, EXIT } from './errors.ts';
 import { dateTime, humanDuration, parseDuration } from './format.ts';
@@ -26,7 +32,7 @@ Queue: \`reserve\` queues a development request (priority 100). Order is priorit
 
 Leases and fencing: a grant is a lease with an end time (leases[].expiresAt). Every grant carries a fencing token that the host agents check on every step; when the lease is released or expires, the token is stale and the host refuses or stops what it carries. Work only while \`status\` says ready=true and the lease has not expired; \`renew\` before the end if you still need the host (renewals are capped at the configured maximum from the grant; the answer says when it was capped).
 
-Release etiquette: call \`release\` as soon as you are done; it waits until the host agent confirmed that your work stopped and the host is clean (if that takes longer than timeoutS the release is still recorded; check \`status\` later). \`cancel\` a request that is still queued and no longer needed; granted work is released, not cancelled. Never stop processes you did not start. \`fleet\` shows every host's state, \`history\` a reservation's audit trail.`;
+Release etiquette: call \`release\` as soon as you are done; it waits until the host agent confirmed that your work stopped and the host is clean (if that takes longer than timeoutS the release is still recorded; check \`status\` later). \`cancel\` a request that is still queued and no longer needed; granted work is released, not cancelled. Never stop processes you did not start. \`fleet\` shows every host's state, \`history\` a reservation's audit trail. \`deckard_start\` (operator tokens only) asks for Deckard to be started again on its home host, queued like any other work.`;
 
 /** A tool answer: a short summary for people and models, and the same facts as structured data. */
 type ToolResult = {
@@ -313,6 +319,39 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
       answer(async () => {
         const r = await postAction(client, id, 'cancel');
         return { summary: progressLine(r), data: { reservation: r } };
+      }),
+  );
+
+  server.registerTool(
+    'deckard_start',
+    {
+      title: 'Start Deckard',
+      description:
+        'Ask for the inference service (Deckard) to be started on its home host (spark-1 unless host names another host with a home service): queued at priority 90 like `sparkctl deckard start`, never preempting running work. Needs an operator token (scope operate); a develop token is refused.',
+      inputSchema: {
+        host: z
+          .string()
+          .regex(/^[a-z0-9][a-z0-9-]{0,62}$/)
+          .optional()
+          .describe('A host with a home service; default the one that serves Deckard.'),
+      },
+      outputSchema: One,
+    },
+    async ({ host }) =>
+      answer(async () => {
+        // the operator route itself checks the token's scope: the same authority as the CLI's
+        // `deckard start` (docs/sparkctl.md), nothing decided here
+        const res = await client.call(
+          'POST',
+          '/api/v1/deckard/start',
+          ReservationResponse,
+          host ? { host } : {},
+        );
+        const r = res.reservation;
+        return {
+          summary: `Deckard start requested as ${r.id} (priority ${r.priority}): ${progressLine(r)}`,
+          data: { reservation: r },
+        };
       }),
   );
 

@@ -60,6 +60,12 @@ export const RepositoryConfigSchema = z
       .describe(
         'ci "task" only: the script in the repository that proves both hosts of a pair computed together (the spark-test action\'s distributed_assertion); without one a pair task fails, as a pair job does.',
       ),
+    mergeCi: z
+      .boolean()
+      .default(true)
+      .describe(
+        'Merge correctness CI (priority 70) for every push to the default branch: on by default; false: such a push queues nothing and its delivery says so.',
+      ),
     cloneUrl: z
       .string()
       .regex(/^https?:\/\/[^\s@]+$/, 'cloneUrl is an http(s) URL without credentials')
@@ -446,6 +452,19 @@ export function executorForRepo(
 export function ciModeForRepo(cfg: Pick<SparkConfig, 'repositories'>, repo: string | null): CiMode {
   if (!repo || !Object.hasOwn(cfg.repositories, repo)) return 'runner';
   return cfg.repositories[repo]?.ci ?? 'runner';
+}
+
+/**
+ * Whether a push to `repo`'s default branch queues merge correctness CI: yes unless its
+ * `repositories` entry says `"mergeCi": false` (docs/github-app.md "Webhook events").
+ */
+export function mergeCiForRepo(cfg: Pick<SparkConfig, 'repositories'>, repo: string): boolean {
+  // GitHub compares owner and repository names case-insensitively: an "Acme/Butter" entry that
+  // turns merge CI off must not be missed for a push GitHub names "acme/butter"
+  const key = Object.hasOwn(cfg.repositories, repo)
+    ? repo
+    : Object.keys(cfg.repositories).find((k) => k.toLowerCase() === repo.toLowerCase());
+  return key ? (cfg.repositories[key]?.mergeCi ?? true) : true;
 }
 
 /**

@@ -227,8 +227,21 @@ export interface HostFacts {
   serviceState: 'serving' | 'stopped' | 'starting' | 'draining' | 'failed' | 'none' | 'unknown';
   runnerState: 'none' | 'starting' | 'running' | 'exited';
   interconnectOk: boolean | null;
-  /** The host's own backend (its agent.json `executor`); absent from older agents. */
+  /** The host's own backend (its agent.json `executor`); absent from agents older than ADR 0166. */
   executor?: ExecutorName;
+  /**
+   * The host's dstack enrolment as its agent last checked it (docs/adr/0166-dstack-enrolment-fact.md):
+   * its fleet active on the dstack server with an instance available; null: no dstack section.
+   */
+  dstack?: DstackEnrolment | null;
+}
+
+/** What the agent found when it asked its dstack server for its fleet. */
+export interface DstackEnrolment {
+  fleet: string;
+  ok: boolean;
+  /** What was found, in words (the fleet's status and instances, or why it could not be read). */
+  detail: string;
 }
 
 export interface HostRecord {

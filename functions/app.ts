@@ -39,6 +39,12 @@ export interface AppModule {
   operatorRoutes?(api: OperatorApi, ctx: AppContext): void;
   /** Periodic work (outbox drain, sweeps); the Node entry runs it on a timer, the Worker on cron. */
   tick?(ctx: AppContext): Promise<void>;
+  /**
+   * Node only: work woken by ledger changes instead of waiting for a tick (the GitHub outbox,
+   * docs/adr/0180-woken-not-polled-handover.md); returns its stop function. A Worker has no
+   * background work: it does the same after each request (`waitUntil`) and on cron.
+   */
+  background?(ctx: AppContext): () => Promise<void>;
 }
 
 export { MAX_BODY_BYTES };

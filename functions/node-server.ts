@@ -164,6 +164,8 @@ export async function startController(opts: StartOptions): Promise<RunningContro
   });
   const tickTimer = setInterval(() => void tick(), opts.tickMs ?? 1000);
   tickTimer.unref();
+  // work woken by ledger changes (the GitHub outbox), so the tick is only a safety net (ADR 0180)
+  const stopBackground = modules.flatMap((m) => (m.background ? [m.background(ctx)] : []));
   void loop.runNow();
 
   let server: ReturnType<typeof serve> | null = null;
@@ -190,6 +192,7 @@ export async function startController(opts: StartOptions): Promise<RunningContro
     loop,
     async close() {
       clearInterval(tickTimer);
+      await Promise.all(stopBackground.map((stop) => stop()));
       await loop.stop();
       if (server) {
         const s = server;

@@ -1,14 +1,16 @@
 #!/usr/bin/env -S npx tsx
 /**
  * `npm start`: the controller on Node with the embedded libSQL ledger (./data/spark.db).
- * Reads SPARK_CONFIG (default ./spark.config.json when present) and SPARK_* variables.
+ * Reads SPARK_CONFIG (default ./spark.config.json when present) and SPARK_* variables, from the
+ * environment and the secrets file (SPARK_SECRETS_FILE, default ./spark.secrets.env when present).
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { ConfigError, redactUrl } from '../core/config.ts';
 import { createLogger } from './log.ts';
 import { startController } from './node-server.ts';
-import { settingsFromEnv } from './settings.ts';
+import { withSecretsFile } from './secrets-file.ts';
+import { EnvSchema, settingsFromEnv } from './settings.ts';
 
 async function main() {
   // issue 11 item 8: every file the controller creates (ledger, -wal, -shm) is its user's alone
@@ -21,7 +23,9 @@ async function main() {
     if (!existsSync(abs)) throw new ConfigError(configPath, [`file not found (SPARK_CONFIG=${configPath})`]);
     configText = { text: readFileSync(abs, 'utf8'), source: configPath };
   }
-  const settings = settingsFromEnv(process.env, configText);
+  // the secrets file (create-app writes it) under the environment: docs/github-app.md
+  const secrets = withSecretsFile(process.env, Object.keys(EnvSchema.shape));
+  const settings = settingsFromEnv(secrets.env, configText);
   const log = createLogger(settings.logLevel);
   const c = await startController({
     settings,
@@ -33,6 +37,7 @@ async function main() {
     url: c.url,
     ledger: redactUrl(settings.ledgerUrl),
     config: configPath ?? 'built-in defaults',
+    secretsFile: secrets.source,
   });
   console.log(`Spark controller listening on ${c.url} (dashboard ${c.url}/, health ${c.url}/healthz)`);
   const shutdown = async (signal: string) => {

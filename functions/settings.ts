@@ -25,6 +25,12 @@ const ledgerUrl = z.string().superRefine((u, ctx) => {
 export const EnvSchema = z.object({
   SPARK_CONFIG: z.string().optional().describe('Path to spark.config.json (Node).'),
   SPARK_CONFIG_JSON: z.string().optional().describe('The config itself as JSON (Workers var).'),
+  SPARK_SECRETS_FILE: z
+    .string()
+    .optional()
+    .describe(
+      'Node: the secrets file read under the environment (default ./spark.secrets.env when present).',
+    ),
   SPARK_LEDGER_URL: ledgerUrl.optional(),
   SPARK_LEDGER_AUTH_TOKEN: z.string().optional(),
   SPARK_HOST: z.string().optional(),

@@ -1,29 +1,42 @@
 /**
- * Controller-side admin bootstrap (issue 10): creates the very first operate token straight in
- * the ledger, before any token exists to call the API with. Same settings as `npm start`
- * (SPARK_CONFIG or ./spark.config.json, SPARK_LEDGER_URL, or --ledger). `sparkctl admin` runs
- * this script as a process from the controller checkout; its arguments, output and exit codes
- * are the ones `sparkctl admin token create` always had.
+ * Controller-side admin commands, run on the controller's machine with the same settings as
+ * `npm start` (SPARK_CONFIG or ./spark.config.json, SPARK_LEDGER_URL or --ledger, the App's
+ * SPARK_GITHUB_APP_ID / SPARK_GITHUB_PRIVATE_KEY). `sparkctl admin` runs this script as a process
+ * from the controller checkout.
+ *
+ * - `token create` (issue 10): the very first operate token, straight in the ledger, before any
+ *   token exists to call the API with;
+ * - `create-app`: the GitHub App through the manifest flow, with its own options and exit codes
+ *   (scripts/create-app/main.ts);
+ * - `check [OWNER/NAME]`: the rollout readiness checks `enable` runs (docs/adr/0165-enable-is-a-gate.md),
+ *   read-only, without the controller's API: the same function as `sparkctl doctor github`.
  *
  *   npm run admin -- token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger URL] [--json]
+ *   npm run admin -- create-app (--org ORG | --user) --public-url URL [...]   (scripts/create-app/main.ts)
+ *   npm run admin -- check [OWNER/NAME] [--ledger URL] [--json]
  *
- * Exit codes: 0 created · 2 usage or configuration error · 3 the ledger cannot be opened · 1 bug.
+ * Exit codes: 0 created / every check passed · 1 a check failed (check), or a bug (printed as an
+ * internal error) · 2 usage or configuration error · 3 the ledger cannot be opened.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { parseDuration } from '../cli/format.ts';
+import { printDoctor } from '../cli/readiness.ts';
 import { ConfigError } from '../core/config.ts';
+import type { DoctorResponse } from '../core/protocol/readiness.ts';
 import { createApiToken, SCOPES, type Scope } from '../functions/auth/tokens.ts';
 import { ApiError } from '../functions/errors.ts';
+import { createGitHubClient } from '../functions/github/client.ts';
+import { doctorReport } from '../functions/github/readiness.ts';
 import { silentLogger } from '../functions/log.ts';
 import { openNodeLedger } from '../functions/node-server.ts';
 import { type Settings, settingsFromEnv } from '../functions/settings.ts';
 
 const EXIT = { ok: 0, failed: 1, usage: 2, unreachable: 3 } as const;
 const USAGE =
-  'usage: sparkctl admin token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger file:./data/spark.db]';
+  'usage: sparkctl admin token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger file:./data/spark.db] | sparkctl admin check [OWNER/NAME] [--ledger URL] [--json]';
 
 /** A failure the operator can fix: one line on stderr and an exit code. */
 export class AdminError extends Error {
@@ -43,6 +56,63 @@ export interface CreatedToken {
   scopes: Scope[];
   expiresAt: string | null;
   ledgerUrl: string;
+}
+
+/** The controller's settings (as `npm start` reads them) and its ledger. */
+async function openLedger(opts: { ledger: string | undefined; env: Record<string, string | undefined> }) {
+  const env: Record<string, string | undefined> = {
+    ...opts.env,
+    ...(opts.ledger ? { SPARK_LEDGER_URL: opts.ledger } : {}),
+  };
+  const configPath = env.SPARK_CONFIG ?? (existsSync('spark.config.json') ? 'spark.config.json' : null);
+  let settings: Settings;
+  try {
+    const configText = configPath
+      ? { text: readFileSync(resolve(configPath), 'utf8'), source: configPath }
+      : null;
+    settings = settingsFromEnv(env, configText);
+  } catch (e) {
+    if (e instanceof ConfigError) throw new AdminError(EXIT.usage, e.message.replace(/\n\s*/g, ' '));
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new AdminError(EXIT.usage, `config file ${configPath} not found (SPARK_CONFIG)`);
+    throw e;
+  }
+  let ledger: Awaited<ReturnType<typeof openNodeLedger>>;
+  try {
+    ledger = await openNodeLedger(settings, { log: silentLogger });
+  } catch (e) {
+    throw new AdminError(
+      EXIT.unreachable,
+      `cannot open the ledger ${settings.ledgerUrl}: ${(e as Error).message}`,
+    );
+  }
+  return { settings, ledger };
+}
+
+/**
+ * `check [OWNER/NAME]`: the doctor's report (functions/github/readiness.ts `doctorReport`) with
+ * the App's credentials from the controller's settings; reads only.
+ */
+export async function checkReadiness(opts: {
+  repo: string | undefined;
+  ledger: string | undefined;
+  env: Record<string, string | undefined>;
+}): Promise<DoctorResponse> {
+  if (opts.repo != null && !/^[A-Za-z0-9_.-]{1,100}\/[A-Za-z0-9_.-]{1,100}$/.test(opts.repo))
+    throw new AdminError(EXIT.usage, `invalid repository '${opts.repo}': expected OWNER/NAME`);
+  const { settings, ledger } = await openLedger(opts);
+  try {
+    const client = createGitHubClient({
+      apiUrl: ledger.config.github.apiUrl,
+      appId: settings.githubAppId,
+      privateKey: settings.githubPrivateKey,
+      fetch,
+      clock: ledger.clock,
+    });
+    return await doctorReport({ ledger, config: ledger.config, client }, opts.repo);
+  } finally {
+    ledger.store.close();
+  }
 }
 
 /** Validates the request, opens the ledger with the controller's settings and creates the token. */
@@ -76,32 +146,7 @@ export async function createFirstToken(opts: {
   if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(opts.name)) {
     throw new AdminError(EXIT.usage, `invalid --name '${opts.name}': letters, digits, "_", "." or "-"`);
   }
-  const env: Record<string, string | undefined> = {
-    ...opts.env,
-    ...(opts.ledger ? { SPARK_LEDGER_URL: opts.ledger } : {}),
-  };
-  const configPath = env.SPARK_CONFIG ?? (existsSync('spark.config.json') ? 'spark.config.json' : null);
-  let settings: Settings;
-  try {
-    const configText = configPath
-      ? { text: readFileSync(resolve(configPath), 'utf8'), source: configPath }
-      : null;
-    settings = settingsFromEnv(env, configText);
-  } catch (e) {
-    if (e instanceof ConfigError) throw new AdminError(EXIT.usage, e.message.replace(/\n\s*/g, ' '));
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
-      throw new AdminError(EXIT.usage, `config file ${configPath} not found (SPARK_CONFIG)`);
-    throw e;
-  }
-  let ledger: Awaited<ReturnType<typeof openNodeLedger>>;
-  try {
-    ledger = await openNodeLedger(settings, { log: silentLogger });
-  } catch (e) {
-    throw new AdminError(
-      EXIT.unreachable,
-      `cannot open the ledger ${settings.ledgerUrl}: ${(e as Error).message}`,
-    );
-  }
+  const { settings, ledger } = await openLedger(opts);
   try {
     const created = await createApiToken(
       ledger,
@@ -123,6 +168,11 @@ export async function runAdmin(
   io: { out(text: string): void; err(text: string): void },
   env: Record<string, string | undefined>,
 ): Promise<number> {
+  // the App manifest flow has its own options and exit codes (scripts/create-app/main.ts)
+  if (argv[0] === 'create-app') {
+    const { runCreateApp } = await import('./create-app/main.ts');
+    return runCreateApp(argv.slice(1), io, env);
+  }
   try {
     let parsed: ReturnType<typeof parse>;
     try {
@@ -131,6 +181,11 @@ export async function runAdmin(
       throw new AdminError(EXIT.usage, `${(e as Error).message}; ${USAGE}`);
     }
     const { values, positionals } = parsed;
+    if (positionals[0] === 'check' && positionals.length <= 2) {
+      const report = await checkReadiness({ repo: positionals[1], ledger: values.ledger, env });
+      if (values.json) io.out(JSON.stringify(report, null, 2));
+      return printDoctor(values.json ? { out: () => undefined } : io, report, positionals[1]);
+    }
     if (positionals[0] !== 'token' || positionals[1] !== 'create' || positionals.length > 2) {
       throw new AdminError(EXIT.usage, USAGE);
     }

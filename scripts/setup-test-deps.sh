@@ -2,7 +2,7 @@
 # The Debian packages the test suite runs for real, installed only when missing. `npm test` runs
 # this first (package.json "pretest"), so the README's test command works on a fresh Debian
 # machine; it is idempotent and quiet when everything is there.
-#   - chromium:   the dashboard test (headless Chromium driven by playwright-core)
+#   - chromium:   the dashboard and create-app tests (headless Chromium driven by playwright-core)
 #   - shellcheck: shell scripts and the spark-test.sh template
 #   - prometheus: promtool, which checks /metrics (`promtool check metrics`)
 #   - slurm-wlm:  the slurm execution backend (sbatch, squeue, sacct, scancel; slurmctld, slurmd)

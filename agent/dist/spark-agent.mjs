@@ -19936,9 +19936,15 @@ var HostFactsSchema = object({
   /**
    * The host's own backend (`executor` in its agent.json): the controller admits a development
    * lease only onto a host whose backend gives it something to attach to (`dstack`, ADR 0176).
-   * Absent from agents older than this field.
+   * Optional: agents older than ADR 0166 do not send it.
    */
-  executor: _enum2(EXECUTOR_NAMES).optional()
+  executor: _enum2(EXECUTOR_NAMES).optional(),
+  /** dstack enrolment (docs/adr/0166-dstack-enrolment-fact.md); null: no dstack section. */
+  dstack: object({
+    fleet: string2().regex(/^[a-z][a-z0-9-]{1,40}$/),
+    ok: boolean2(),
+    detail: string2().max(500)
+  }).nullable().optional()
 });
 var token = number2().int().positive().max(Number.MAX_SAFE_INTEGER);
 var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -22144,6 +22150,106 @@ function createSlurmExecutor(deps) {
   };
 }
 
+// agent/dstack-enrolment.ts
+import { readFileSync as readFileSync5 } from "node:fs";
+var ENROLMENT_CHECK_INTERVAL_MS = 6e4;
+var MAX_CHECK_MS = 1e4;
+var InstanceSchema = external_exports.object({
+  name: external_exports.string(),
+  status: external_exports.string(),
+  unreachable: external_exports.boolean().optional(),
+  health_status: external_exports.string().optional()
+});
+var FleetSchema = external_exports.object({
+  name: external_exports.string(),
+  status: external_exports.string(),
+  status_message: external_exports.string().nullable().optional(),
+  instances: external_exports.array(InstanceSchema)
+});
+var cut = (s, n = 200) => s.length > n ? `${s.slice(0, n - 1)}\u2026` : s;
+async function checkDstackEnrolment(d, hostId, fetchImpl = fetch) {
+  const fleet = d.fleet ?? hostId;
+  const no = (detail) => ({ fleet, ok: false, detail: cut(detail, 500) });
+  let token2;
+  try {
+    token2 = readFileSync5(d.tokenFile, "utf8").trim();
+  } catch (e) {
+    return no(
+      `cannot read dstack.tokenFile ${d.tokenFile}: ${e.code ?? e.message}`
+    );
+  }
+  const url2 = `${d.url.replace(/\/+$/, "")}/api/project/${encodeURIComponent(d.project)}/fleets/get`;
+  let res;
+  try {
+    res = await fetchImpl(url2, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token2}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: fleet }),
+      signal: AbortSignal.timeout(Math.min(d.requestTimeoutS * 1e3, MAX_CHECK_MS))
+    });
+  } catch (e) {
+    const cause = e.cause?.code ?? e.message;
+    return no(`dstack server ${d.url} unreachable (${cut(String(cause), 120)})`);
+  }
+  const text = await res.text().catch(() => "");
+  let json2 = null;
+  try {
+    json2 = text ? JSON.parse(text) : null;
+  } catch {
+    json2 = null;
+  }
+  const why = errorMessages(json2)?.map((m) => m.msg).join("; ");
+  if (res.status === 400 && errorMessages(json2)?.some((m) => m.code === "resource_not_exists"))
+    return no(`dstack has no fleet "${fleet}" in project ${d.project}`);
+  if (res.status === 401 || res.status === 403)
+    return no(
+      `dstack refused the agent's token for project ${d.project} (${res.status}${why ? ` ${cut(why, 120)}` : ""})`
+    );
+  if (res.status === 404) return no(`dstack has no project "${d.project}" (404)`);
+  if (res.status !== 200) return no(`dstack answered ${res.status}${why ? `: ${cut(why, 200)}` : ""}`);
+  const f = FleetSchema.safeParse(json2);
+  if (!f.success) return no("dstack answered a fleet of an unexpected shape");
+  const fl = f.data;
+  if (fl.status !== "active")
+    return no(
+      `fleet "${fleet}" is ${fl.status}${fl.status_message ? ` (${cut(fl.status_message, 120)})` : ""}`
+    );
+  const usable = fl.instances.find(
+    (i) => (i.status === "idle" || i.status === "busy") && i.unreachable !== true && i.health_status !== "failure"
+  );
+  if (!usable) {
+    const seen = fl.instances.map(
+      (i) => `${i.name} ${i.status}${i.unreachable ? ", unreachable" : ""}${i.health_status === "failure" ? ", health failure" : ""}`
+    ).join("; ");
+    return no(`fleet "${fleet}" has no available instance (${seen ? cut(seen, 300) : "no instances"})`);
+  }
+  return { fleet, ok: true, detail: `fleet "${fleet}" active; instance ${usable.name} ${usable.status}` };
+}
+function createEnrolmentCache(check2 = checkDstackEnrolment) {
+  const last = /* @__PURE__ */ new WeakMap();
+  const asking = /* @__PURE__ */ new WeakMap();
+  return async (key, cfg, now) => {
+    const d = cfg.dstack;
+    if (!d) return null;
+    const ask = () => {
+      let p = asking.get(key);
+      if (!p) {
+        p = check2(d, cfg.hostId).then((value) => {
+          last.set(key, { at: now, value });
+          return value;
+        }).finally(() => asking.delete(key));
+        asking.set(key, p);
+      }
+      return p;
+    };
+    const hit = last.get(key);
+    if (!hit) return ask();
+    if (now - hit.at >= ENROLMENT_CHECK_INTERVAL_MS) void ask();
+    return hit.value;
+  };
+}
+var dstackEnrolment = createEnrolmentCache();
+
 // agent/facts.ts
 async function serviceState(ctx) {
   const svc = ctx.cfg.service;
@@ -22182,7 +22288,10 @@ async function collectFacts(ctx, gpu, onServiceProbe) {
     runnerState: seen.state === "none" ? "none" : seen.state === "running" ? "running" : "exited",
     interconnectOk: await interconnectOk(ctx),
     // the host's own backend: development leases go only where it can serve them (ADR 0176)
-    executor: ctx.cfg.executor
+    executor: ctx.cfg.executor,
+    // asked at most once a minute (agent/dstack-enrolment.ts); the controller's rollout gate
+    // reads it for repositories whose CI runs on dstack (docs/adr/0166-dstack-enrolment-fact.md)
+    dstack: await dstackEnrolment(ctx, ctx.cfg, ctx.port.now())
   };
 }
 
@@ -22570,7 +22679,7 @@ function cleanStep(l, local) {
 }
 
 // agent/state-file.ts
-import { closeSync as closeSync2, fsyncSync, mkdirSync as mkdirSync3, openSync as openSync2, readFileSync as readFileSync5, renameSync, writeSync } from "node:fs";
+import { closeSync as closeSync2, fsyncSync, mkdirSync as mkdirSync3, openSync as openSync2, readFileSync as readFileSync6, renameSync, writeSync } from "node:fs";
 import { dirname as dirname4 } from "node:path";
 var runnerSchema = external_exports.object({
   runnerName: external_exports.string(),
@@ -22634,7 +22743,7 @@ var emptyState = () => ({ v: 1, maxFencingToken: 0, lease: null, restore: null }
 function loadState(path) {
   let text;
   try {
-    text = readFileSync5(path, "utf8");
+    text = readFileSync6(path, "utf8");
   } catch (e) {
     if (e.code === "ENOENT") return emptyState();
     throw e;
@@ -23155,7 +23264,7 @@ import {
   mkdirSync as mkdirSync4,
   openSync as openSync3,
   readdirSync as readdirSync3,
-  readFileSync as readFileSync6,
+  readFileSync as readFileSync7,
   renameSync as renameSync2,
   rmSync as rmSync3,
   writeSync as writeSync2
@@ -23182,7 +23291,7 @@ function saveHostPreflight(stateFile, leaseId, p) {
 function loadHostPreflight(stateFile, leaseId) {
   try {
     const file2 = childPath(dirOf(stateFile), `${leaseId}.json`);
-    const parsed = HostPreflightSchema.safeParse(JSON.parse(readFileSync6(file2, "utf8")));
+    const parsed = HostPreflightSchema.safeParse(JSON.parse(readFileSync7(file2, "utf8")));
     return parsed.success ? parsed.data : null;
   } catch {
     return null;
@@ -23364,7 +23473,7 @@ async function gatherHostEvidence(d, l, exitCode, taskOutput) {
 }
 
 // agent/evidence/host-preflight.ts
-import { readFileSync as readFileSync7 } from "node:fs";
+import { readFileSync as readFileSync8 } from "node:fs";
 var MIN_FREE_BYTES = 5e10;
 var SERVICE_PROBE_MS = 3e3;
 var INTERCONNECT_TIMEOUT_MS = 6e4;
@@ -23383,7 +23492,7 @@ var warn = (name, detail) => ({
 });
 function readPtraceScope() {
   try {
-    return readFileSync7("/proc/sys/kernel/yama/ptrace_scope", "utf8").trim();
+    return readFileSync8("/proc/sys/kernel/yama/ptrace_scope", "utf8").trim();
   } catch {
     return null;
   }

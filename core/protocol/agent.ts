@@ -28,9 +28,18 @@ export const HostFactsSchema = z.object({
   /**
    * The host's own backend (`executor` in its agent.json): the controller admits a development
    * lease only onto a host whose backend gives it something to attach to (`dstack`, ADR 0176).
-   * Absent from agents older than this field.
+   * Optional: agents older than ADR 0166 do not send it.
    */
   executor: z.enum(EXECUTOR_NAMES).optional(),
+  /** dstack enrolment (docs/adr/0166-dstack-enrolment-fact.md); null: no dstack section. */
+  dstack: z
+    .object({
+      fleet: z.string().regex(/^[a-z][a-z0-9-]{1,40}$/),
+      ok: z.boolean(),
+      detail: z.string().max(500),
+    })
+    .nullable()
+    .optional(),
 });
 
 const token = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);

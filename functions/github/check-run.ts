@@ -117,14 +117,14 @@ export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunV
           ),
         };
       }
-      // "Spark test queued — position 2, starts in ~12–20 min" (issue 16)
-      const parts = [r.position != null ? `position ${r.position}` : null, ctx.eta ?? null].filter(Boolean);
+      // the title is the spec's sentence, "Spark test queued — position 2"; the estimate stands on
+      // its own line of the summary (docs/github-app.md "What people see on a PR")
       const estimate = ctx.eta
         ? `\n\nEstimate: ${ctx.eta}, from the finished work in the ledger and the queue ahead; work that arrives later with a higher priority moves it back.`
         : '';
       return {
         status: 'queued',
-        title: `Spark test queued${parts.length ? ` — ${parts.join(', ')}` : ''}`,
+        title: `Spark test queued${r.position != null ? ` — position ${r.position}` : ''}`,
         summary: summary(`Waiting: ${r.reason ?? 'waiting for the next admission pass'}${estimate}`),
       };
     }

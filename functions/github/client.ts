@@ -1,4 +1,5 @@
 import githubAppJwt from 'universal-github-app-jwt';
+import { signingKey } from './private-key.ts';
 
 /**
  * The GitHub REST port. One small interface so the outbox, the webhook handlers and the
@@ -20,12 +21,6 @@ export interface GitHubClient {
   ): Promise<GitHubResponse<T>>;
   /** True when App credentials are configured; without them every call fails with `not_configured`. */
   readonly configured: boolean;
-  /**
-   * The permissions an installation holds, as GitHub reported them with its installation token
-   * (REST "Create an installation access token for an app": `permissions`), so a caller can skip a
-   * request the installation cannot serve instead of sending it to be refused.
-   */
-  installationPermissions(installationId: number): Promise<Record<string, string>>;
 }
 
 export interface GitHubResponse<T> {
@@ -80,21 +75,13 @@ export function retryAtFrom(status: number, headers: Headers, now: number): numb
   return null;
 }
 
-function normalizeKey(pem: string): string {
-  // secrets stored with literal "\n" (wrangler secret put, .env files) still work
-  return pem.includes('\\n') ? pem.replace(/\\n/g, '\n') : pem;
-}
-
 /** Creates the REST client with App JWT auth and cached installation tokens. */
 export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
   const clock = opts.clock ?? Date.now;
   const base = opts.apiUrl.replace(/\/+$/, '');
   const configured = Boolean(opts.appId && opts.privateKey);
   let appJwt: { token: string; expiresAt: number } | null = null;
-  const installationTokens = new Map<
-    number,
-    { token: string; expiresAt: number; permissions: Record<string, string> }
-  >();
+  const installationTokens = new Map<number, { token: string; expiresAt: number }>();
 
   async function getAppJwt(): Promise<string> {
     const now = clock();
@@ -110,7 +97,7 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     try {
       r = await githubAppJwt({
         id: opts.appId,
-        privateKey: normalizeKey(opts.privateKey),
+        privateKey: signingKey(opts.privateKey),
         now: Math.floor(now / 1000),
       });
     } catch (e) {
@@ -124,13 +111,11 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     return r.token;
   }
 
-  async function getInstallationToken(
-    id: number,
-  ): Promise<{ token: string; expiresAt: number; permissions: Record<string, string> }> {
+  async function getInstallationToken(id: number): Promise<{ token: string; expiresAt: number }> {
     const cached = installationTokens.get(id);
     // tokens live 1 h; refresh 5 min early so an in-flight call never carries an expired one
     if (cached && cached.expiresAt - 5 * 60_000 > clock()) return cached;
-    const res = await send<{ token: string; expires_at: string; permissions?: Record<string, string> }>(
+    const res = await send<{ token: string; expires_at: string }>(
       'POST',
       `/app/installations/${id}/access_tokens`,
       undefined,
@@ -140,7 +125,6 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
     const entry = {
       token: res.data.token,
       expiresAt: Number.isFinite(expiresAt) ? expiresAt : clock() + 55 * 60_000,
-      permissions: { ...(res.data.permissions ?? {}) },
     };
     installationTokens.set(id, entry);
     return entry;
@@ -198,9 +182,6 @@ export function createGitHubClient(opts: GitHubClientOptions): GitHubClient {
 
   return {
     configured,
-    async installationPermissions(installationId: number) {
-      return { ...(await getInstallationToken(installationId)).permissions };
-    },
     async request<T>(
       method: string,
       path: string,

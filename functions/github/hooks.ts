@@ -47,6 +47,13 @@ function leaseWorkItem(mode: CiMode, reservationId: string, leaseId: string): En
  */
 export function createGitHubHook(ledger: LedgerStore): TransitionHook {
   return async (tx, ev, { now }) => {
+    // the host's evidence decides the check (ADR 0160): its arrival re-renders the check even
+    // when no reservation event follows (work already releasing when the agent's exit report lands)
+    if (ev.type === 'lease.runner_exited' && typeof ev.data?.reservationId === 'string') {
+      const r = await getReservation(ledger, tx, ev.data.reservationId);
+      if (r?.repo && r.headSha && readMeta(r)) await enqueueCheckSync(tx, now, r.id);
+      return;
+    }
     if (ev.subjectType !== 'reservation') return;
     const r = await getReservation(ledger, tx, ev.subjectId);
     // sparkctl work may name a repo and SHA, but only work GitHub asked for gets a check run

@@ -5,7 +5,7 @@ import { githubReservations } from '../ledger/queries.ts';
 import { createGitHubHook } from './hooks.ts';
 import { inboxProcessor } from './inbox.ts';
 import { mountInboxRoutes } from './inbox-routes.ts';
-import { drainOutbox } from './outbox.ts';
+import { outboxSender } from './outbox.ts';
 import { sweepMissedDeliveries } from './redeliver.ts';
 import { mountRepositoryRoutes } from './repositories.ts';
 import { senders } from './senders.ts';
@@ -20,13 +20,14 @@ import {
 import { mountWebhook } from './webhook.ts';
 
 /**
- * Sends the GitHub outbox's due rows now. The Worker calls it after each request that may have
- * queued side effects, so a check run or dispatch does not wait for the one-minute cron
- * (issue 12 item 7); a cheap read answers first when nothing is due.
+ * Sends the GitHub outbox's due rows now (joining a drain already running). The Worker calls it
+ * after each request that may have queued side effects, so a check run or dispatch does not wait
+ * for the one-minute cron (issue 12 item 7); a cheap read answers first when nothing is due. On
+ * Node the sender also wakes by itself ({@link githubModule} `background`).
  */
 export async function drainGitHubOutbox(ctx: AppContext): Promise<void> {
   const svc = githubService(ctx);
-  if (svc.client.configured) await drainOutbox(svc, senders);
+  if (svc.client.configured) await outboxSender(svc, senders).drain();
 }
 
 /**
@@ -45,6 +46,12 @@ export const githubModule: AppModule = {
   operatorRoutes(api, ctx) {
     mountRepositoryRoutes(api, () => githubService(ctx));
     mountInboxRoutes(api, ctx, () => githubService(ctx));
+  },
+  // the commit that fills the outbox wakes its sender, and a retry's due time arms a timer: a
+  // grant's dispatch and JIT registration never wait for the tick (ADR 0180), which stays the
+  // safety net for rows another process queued
+  background(ctx: AppContext) {
+    return outboxSender(githubService(ctx), senders).start();
   },
   async tick(ctx: AppContext) {
     const svc = githubService(ctx);

@@ -8,6 +8,7 @@ import {
   enqueueCheckSync,
   markFailed,
   markSent,
+  nextOutboxAttemptAt,
   type OutboxKind,
   outboxDue,
 } from '../ledger/outbox.ts';
@@ -54,21 +55,57 @@ export function backoffMs(attempts: number): number {
 }
 
 /**
- * Sends due outbox rows once each. Rows are claimed in a write transaction (claim token +
- * expiry) so two controller processes never send the same row at once; a crash mid-send leaves
- * the claim to expire and the row is sent again, which every sender tolerates (idempotent
- * creates look up what a lost response may already have made).
+ * What a host waits on between its grant and its runner's start (ADR 0070): the dispatch, the
+ * lookup of its run, the JIT registration, a CI task's clone token. They are sent in a lane of
+ * their own, so a burst of check-run updates never queues in front of a runner
+ * (docs/adr/0180-woken-not-polled-handover.md).
+ */
+export const HANDOVER_KINDS: readonly OutboxKind[] = [
+  'dispatch',
+  'find-run',
+  'generate-jitconfig',
+  'mint-clone-token',
+];
+const OTHER_KINDS: readonly OutboxKind[] = ['check-run', 'refusal-check', 'delete-runner', 'cancel-run'];
+/**
+ * The two lanes. Each sends one request at a time, in row order (a dispatch before the
+ * registration that needs its run), so at most two requests of this process are in flight:
+ * GitHub asks integrators to avoid concurrent requests for secondary rate limits ("Best practices
+ * for using the REST API": https://docs.github.com/en/rest/using-the-rest-api/best-practices-for-using-the-rest-api#avoid-concurrent-requests;
+ * the documented ceiling is 100 concurrent requests,
+ * https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api#about-secondary-rate-limits).
+ */
+const LANES = [HANDOVER_KINDS, OTHER_KINDS] as const;
+
+/**
+ * Sends due outbox rows once each: one claim round per lane, the two lanes side by side. Rows are
+ * claimed in a write transaction (claim token + expiry) so two controller processes never send
+ * the same row at once; a crash mid-send leaves the claim to expire and the row is sent again,
+ * which every sender tolerates (idempotent creates look up what a lost response may already have
+ * made).
  */
 export async function drainOutbox(
   svc: GitHubService,
   senders: Record<OutboxKind, Sender>,
   opts: { limit?: number } = {},
 ): Promise<DrainResult> {
-  const { ledger } = svc;
   const out: DrainResult = { sent: 0, retried: 0, failed: 0 };
   // a cheap read first: most ticks find nothing due and should not take the write lock
-  if (!(await outboxDue(ledger))) return out;
-  const claimed = await claimDue(ledger, svc.workerId, CLAIM_MS, opts.limit ?? 25);
+  if (!(await outboxDue(svc.ledger))) return out;
+  await Promise.all(LANES.map((kinds) => drainLane(svc, senders, kinds, opts.limit ?? 25, out)));
+  return out;
+}
+
+/** One claim round of one lane; returns how many rows it claimed. */
+async function drainLane(
+  svc: GitHubService,
+  senders: Record<OutboxKind, Sender>,
+  kinds: readonly OutboxKind[],
+  limit: number,
+  out: DrainResult,
+): Promise<number> {
+  const { ledger } = svc;
+  const claimed = await claimDue(ledger, svc.workerId, CLAIM_MS, limit, kinds);
 
   for (const row of claimed) {
     const sender = senders[row.kind as OutboxKind];
@@ -104,7 +141,123 @@ export async function drainOutbox(
       if (final) await onFinalFailure(svc, row, message);
     }
   }
-  return out;
+  return claimed.length;
+}
+
+/** The process's outbox sender (one per GitHub service): drains on demand and, on Node, by itself. */
+export interface OutboxSender {
+  /** Ask for a drain now, without waiting; calls coalesce with one running. */
+  kick(): void;
+  /**
+   * Sends every due row, each lane until a round claims nothing, and resolves then (module tick,
+   * cron, a Worker's `waitUntil`, tests). Joins a lane already draining, plus one more round.
+   */
+  drain(): Promise<void>;
+  /** Resolves when the drains running now (if any) are done. */
+  settle(): Promise<void>;
+  /**
+   * Node only: drains when a commit fills the outbox (the ledger's `outbox` notice, sent by
+   * `enqueue`) and when the next pending row falls due (a retry's backoff, a rate-limit reset),
+   * so nothing on a handover waits for the module tick. Returns the stop function.
+   */
+  start(): () => Promise<void>;
+}
+
+const outboxSenders = new WeakMap<GitHubService, OutboxSender>();
+
+/** The one outbox sender of `svc` (per process / per isolate). */
+export function outboxSender(svc: GitHubService, senders: Record<OutboxKind, Sender>): OutboxSender {
+  let s = outboxSenders.get(svc);
+  if (!s) {
+    s = createOutboxSender(svc, senders);
+    outboxSenders.set(svc, s);
+  }
+  return s;
+}
+
+/** Longest a timer is set for (setTimeout's limit is 2^31 − 1 ms); the module tick covers the rest. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+function createOutboxSender(svc: GitHubService, senders: Record<OutboxKind, Sender>): OutboxSender {
+  let started = false;
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  // each lane drains on its own: a dispatch queued while the other lane works through a burst of
+  // check-run updates is sent at once, not after them
+  const lanes = LANES.map((kinds) => ({ kinds, running: null as Promise<void> | null, again: false }));
+
+  /** Arms the timer for the next pending row that no commit will announce (a retry, a reset). */
+  const plan = async () => {
+    if (!started) return;
+    const next = await nextOutboxAttemptAt(svc.ledger);
+    if (timer) clearTimeout(timer);
+    timer = null;
+    // due now but not claimable (a check run of the same reservation in flight, a claim of ours):
+    // the send that ends it notifies `outbox`, which drains again
+    const wait = next == null ? null : next - svc.ledger.clock();
+    if (wait == null || wait <= 0 || !started) return;
+    timer = setTimeout(
+      () => {
+        timer = null;
+        void drain();
+      },
+      Math.min(wait, MAX_TIMER_MS),
+    );
+    timer.unref?.();
+  };
+
+  const runLane = (lane: (typeof lanes)[number]): Promise<void> => {
+    if (lane.running) {
+      lane.again = true;
+      return lane.running;
+    }
+    lane.running = (async () => {
+      const total: DrainResult = { sent: 0, retried: 0, failed: 0 };
+      try {
+        do {
+          lane.again = false;
+          // a cheap read first: a notice for a row another process already sent finds nothing
+          if (!(await outboxDue(svc.ledger))) continue;
+          while ((await drainLane(svc, senders, lane.kinds, 25, total)) > 0) {}
+        } while (lane.again);
+        await plan();
+      } catch (e) {
+        // the ledger or GitHub is unreachable: the rows stay pending, the module tick tries again
+        svc.log.warn('GitHub outbox: drain failed', { error: String(e) });
+      } finally {
+        lane.running = null;
+      }
+    })();
+    return lane.running;
+  };
+
+  const drain = async (): Promise<void> => {
+    if (!svc.client.configured) return;
+    await Promise.all(lanes.map(runLane));
+  };
+
+  return {
+    kick() {
+      void drain();
+    },
+    drain,
+    async settle() {
+      await Promise.all(lanes.map((l) => l.running));
+    },
+    start() {
+      started = true;
+      const unsubscribe = svc.ledger.subscribe((topic) => {
+        if (topic === 'outbox' && started) queueMicrotask(() => void drain());
+      });
+      void drain();
+      return async () => {
+        started = false;
+        unsubscribe();
+        if (timer) clearTimeout(timer);
+        timer = null;
+        await Promise.all(lanes.map((l) => l.running));
+      };
+    },
+  };
 }
 
 const FINAL_FAILURE_WHAT: Record<string, string> = {

@@ -169,7 +169,7 @@ function decodeBase64(b64: string): string {
  * failure is GitHub's (retried by the caller where GitHub says so).
  */
 export async function readWorkflowContract(
-  svc: GitHubService,
+  svc: Pick<GitHubService, 'client'>,
   repo: string,
   workflow: string,
   ref: string,

@@ -2,7 +2,7 @@ import { and, asc, eq, inArray, isNull, lt, lte, or, sql } from 'drizzle-orm';
 import type { Tx } from './db.ts';
 import type { OutboxRow } from './rows.ts';
 import * as t from './schema.ts';
-import type { LedgerStore } from './store.ts';
+import { type LedgerStore, noteChange } from './store.ts';
 
 /**
  * The transactional outbox's ledger side (DESIGN.md "GitHub integration"; ADR 0004): rows are
@@ -45,6 +45,8 @@ export async function enqueue(tx: Tx, now: number, item: EnqueueItem): Promise<b
     })
     .onConflictDoNothing({ target: t.outbox.idempotencyKey })
     .returning({ id: t.outbox.id });
+  // the commit that fills the outbox wakes its sender (`outbox` notice; ADR 0180)
+  if (rows.length > 0) noteChange(tx, 'outbox');
   return rows.length > 0;
 }
 
@@ -64,7 +66,9 @@ export async function enqueueCheckSync(tx: Tx, now: number, reservationId: strin
     .select({ id: t.outbox.id, status: t.outbox.status, claimedUntil: t.outbox.claimedUntil })
     .from(t.outbox)
     .where(and(eq(t.outbox.reservationId, reservationId), eq(t.outbox.kind, 'check-run')));
-  if (rows.some((r) => r.status === 'pending' && (r.claimedUntil == null || r.claimedUntil < now))) return;
+  // a claimed row is in flight even past its claim's expiry (a slow send, a clock that jumped): its
+  // sender may have rendered already, so only a row nobody has claimed covers this change
+  if (rows.some((r) => r.status === 'pending' && r.claimedUntil == null)) return;
   await enqueue(tx, now, {
     kind: 'check-run',
     key: `check:${reservationId}:${rows.length + 1}`,
@@ -83,6 +87,24 @@ export async function outboxDue(s: LedgerStore): Promise<boolean> {
   return due.length > 0;
 }
 
+/**
+ * When the next pending row can next be claimed (its retry time, a foreign claim's expiry, a rate
+ * limit's reset), or null when nothing is pending: the sender's timer for a retry that no commit
+ * will announce (ADR 0180).
+ */
+export async function nextOutboxAttemptAt(s: LedgerStore): Promise<number | null> {
+  const rows = await s.db
+    .select({
+      at: sql<number | null>`MIN(MAX(${t.outbox.nextAttemptAt}, COALESCE(${t.outbox.claimedUntil}, 0)))`,
+    })
+    .from(t.outbox)
+    .where(eq(t.outbox.status, 'pending'));
+  const at = rows[0]?.at ?? null;
+  if (at == null) return null;
+  const pause = Number((await s.getMark(undefined, PAUSE_KEY)) ?? 0);
+  return Math.max(Number(at), pause);
+}
+
 /** The ledger mark that pauses every send until a GitHub rate limit resets. */
 export const PAUSE_KEY = 'github:rate_limit_until';
 
@@ -95,6 +117,8 @@ export function claimDue(
   workerId: string,
   claimMs: number,
   limit: number,
+  /** Only rows of these kinds (one lane of the sender, functions/github/outbox.ts); default all. */
+  kinds?: readonly OutboxKind[],
 ): Promise<OutboxRow[]> {
   return s.write(async (tx, now) => {
     const pause = await s.getMark(tx, PAUSE_KEY);
@@ -106,6 +130,7 @@ export function claimDue(
         and(
           eq(t.outbox.status, 'pending'),
           lte(t.outbox.nextAttemptAt, now),
+          kinds ? inArray(t.outbox.kind, [...kinds]) : undefined,
           or(isNull(t.outbox.claimedUntil), lte(t.outbox.claimedUntil, now)),
           // one check-run send per reservation at a time across processes: two concurrent sends
           // both find no check run yet and both create one (seen by test/e2e/load-webhooks)

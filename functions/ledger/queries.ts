@@ -334,3 +334,51 @@ export async function bindingLeaseHolders(s: LedgerStore) {
     .innerJoin(t.reservations, eq(t.leases.reservationId, t.reservations.id))
     .where(bindingLeases);
 }
+
+// ---------------------------------------------------------------- rollout readiness (ADR 0165)
+
+/** Every host row (facts, heartbeat, phase, note) for the readiness checks. */
+export async function hostRows(s: LedgerStore) {
+  return s.db.select().from(t.hosts).orderBy(asc(t.hosts.id));
+}
+
+/**
+ * The evidence that `hostId`'s home service came back after it was lent: the newest released
+ * lease that lent it (drained, stopped, GPU verified free), and the first `restoring → service`
+ * transition after that release (only a passing model-ready check makes it,
+ * functions/ledger/hosts.ts `recordRestore`), or null when there is none yet.
+ */
+export async function restoreEvidence(
+  s: LedgerStore,
+  hostId: string,
+): Promise<{
+  lend: { leaseId: string; reservationId: string; releasedAt: number } | null;
+  restored: { at: number; cause: string } | null;
+}> {
+  const [lend] = await s.db
+    .select({ leaseId: t.leases.id, reservationId: t.leases.reservationId, releasedAt: t.leases.releasedAt })
+    .from(t.leases)
+    .where(and(eq(t.leases.hostId, hostId), eq(t.leases.lend, true), isNotNull(t.leases.releasedAt)))
+    .orderBy(desc(t.leases.releasedAt), desc(t.leases.fencingToken))
+    .limit(1);
+  if (!lend?.releasedAt) return { lend: null, restored: null };
+  const [restored] = await s.db
+    .select({ at: t.events.at, cause: t.events.cause })
+    .from(t.events)
+    .where(
+      and(
+        eq(t.events.subjectType, 'host'),
+        eq(t.events.subjectId, hostId),
+        eq(t.events.type, 'host.phase'),
+        eq(t.events.fromState, 'restoring'),
+        eq(t.events.toState, 'service'),
+        sql`${t.events.at} >= ${lend.releasedAt}`,
+      ),
+    )
+    .orderBy(asc(t.events.id))
+    .limit(1);
+  return {
+    lend: { leaseId: lend.leaseId, reservationId: lend.reservationId, releasedAt: lend.releasedAt },
+    restored: restored ?? null,
+  };
+}

@@ -48,6 +48,18 @@ export type TransitionHook = (tx: Tx, event: LedgerEvent, ctx: { now: number }) 
 
 export type Clock = () => number;
 
+/** The change topics of each write transaction in flight, so a command can add one ({@link noteChange}). */
+const openChanges = new WeakMap<Tx, Set<string>>();
+
+/**
+ * Adds a change topic to the notices `tx` sends after it commits (nothing if it never commits):
+ * for a command that only has the transaction, e.g. an outbox row queued by a hook, which wakes
+ * the outbox sender with the commit that filled it (docs/adr/0180-woken-not-polled-handover.md).
+ */
+export function noteChange(tx: Tx, topic: string): void {
+  openChanges.get(tx)?.add(topic);
+}
+
 export interface LedgerOptions {
   config: SparkConfig;
   clock?: Clock;
@@ -147,6 +159,7 @@ export class LedgerStore {
       const buffer: EventInsert[] = [];
       this.eventBuffers.set(tx, buffer);
       this.changedSets.set(tx, changed);
+      openChanges.set(tx, changed);
       try {
         const out = await fn(tx, this.clock(), changed);
         await this.flushEvents(tx, buffer);
@@ -154,6 +167,7 @@ export class LedgerStore {
       } finally {
         this.eventBuffers.delete(tx);
         this.changedSets.delete(tx);
+        openChanges.delete(tx);
       }
     });
     if (changed.size) this.notify(...changed);

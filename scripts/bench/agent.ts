@@ -1,13 +1,18 @@
 /**
- * Agent benchmark (issues 4 and 13), measured on the shipped bundle (built once, as the test
+ * Agent benchmark (issues 4, 13 and 28), measured on the shipped bundle (built once, as the test
  * fleet does), with the runner as its own user (when run as root), the production heartbeat
  * (10 s, offline after 40 s) and long-poll (25 s):
- *  - host freed → next runner process started, p50/p99 over ≥ 20 back-to-back cycles on one host
- *    ("freed" = the ledger's `lease.released` event; "started" = the fake runner's own start time,
- *    both on this machine's clock), and the median of each part (grant, prepare, hand-over,
- *    spawn). Each job shows in the fake nvidia-smi while it runs, and the JIT config arrives
- *    `SPARK_BENCH_GITHUB_LATENCY_MS` (default 150) after the grant, when the GitHub part asks for
- *    it (ADR 0070), as GitHub's registration answer would;
+ *  - host freed → next runner process started, over back-to-back cycles on one host, through the
+ *    controller's real GitHub module against the fake GitHub (test/doubles/fleet.ts
+ *    `fake-github`): the grant's outbox rows, the dispatch (whose answer identifies the run),
+ *    `generate-jitconfig` and the agent's long poll. The fake GitHub answers each REST call after
+ *    a modelled latency and delivers webhooks after a modelled delay (test/fake-github/latency.ts,
+ *    where the values come from; `SPARK_BENCH_GITHUB_REST_MEDIAN_MS`, `…_REST_SIGMA`,
+ *    `…_WEBHOOK_DELAY_MS` change them). "Freed" = the ledger's `lease.released`; "started" = the
+ *    fake runner's own start time, both on this machine's clock. Reported: the total, the
+ *    controller's share (the total minus GitHub's modelled time on that handover's critical path,
+ *    ./handover-path.ts, docs/adr/0182-handover-figures.md), the GitHub requests per handover and
+ *    the median of each stage;
  *  - the agent's idle RSS and CPU over 60 s (children — nvidia-smi — included), and how many of
  *    its heartbeats had to open a new connection.
  */
@@ -17,25 +22,35 @@ import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { agentBundle, startFleet } from '../../test/doubles/fleet.ts';
 import { REPO_ROOT, readRunnerMarkers, waitFor } from '../../test/doubles/index.ts';
+import { DEFAULT_GITHUB_LATENCY, githubLatency } from '../../test/fake-github/latency.ts';
+import { type HandoverReading, type HandoverTimes, quantile, readHandover } from './handover-path.ts';
 import type { BenchRunner } from './types.ts';
 
-const CYCLES = 21;
+/** Reservations queued back to back; the handovers after the queue's setup has settled are measured. */
+const CYCLES = 30;
 const IDLE_S = 60;
 const JOB_MS = 1500;
-const GITHUB_LATENCY_MS = Number(process.env.SPARK_BENCH_GITHUB_LATENCY_MS ?? 150);
+const envNumber = (name: string, dflt: number) => {
+  const v = process.env[name];
+  if (v == null || v === '') return dflt;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${name} must be a number ≥ 0, got ${JSON.stringify(v)}`);
+  return n;
+};
+const LATENCY = {
+  restMedianMs: envNumber('SPARK_BENCH_GITHUB_REST_MEDIAN_MS', DEFAULT_GITHUB_LATENCY.restMedianMs),
+  restSigma: envNumber('SPARK_BENCH_GITHUB_REST_SIGMA', DEFAULT_GITHUB_LATENCY.restSigma),
+  webhookDelayMs: envNumber('SPARK_BENCH_GITHUB_WEBHOOK_DELAY_MS', DEFAULT_GITHUB_LATENCY.webhookDelayMs),
+  seed: DEFAULT_GITHUB_LATENCY.seed,
+};
+/** The controller's module tick and safety-net admission pass: `npm start`'s defaults unless set. */
+const TICK_MS = envNumber('SPARK_BENCH_TICK_MS', 1000);
+const ADMISSION_INTERVAL_MS = envNumber('SPARK_BENCH_ADMISSION_INTERVAL_MS', 2000);
 const PRODUCTION = {
   timings: { heartbeatIntervalS: 10, offlineAfterS: 40 },
   agentConfig: () => ({ timeouts: { requestS: 10, gpuQueryS: 15, backoffMaxS: 30, longPollS: 25 } }),
   controllerEnv: { SPARK_AGENT_LONG_POLL_S: '25' },
 };
-
-/** The parts of freed → started: grant (admission), prepare (agent), handoff (JIT config reaches the agent), spawn. */
-type SegmentName = 'grant' | 'prepare' | 'handoff' | 'spawn';
-
-function quantile(sorted: number[], q: number): number {
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
-  return sorted[i]!;
-}
 
 function cpuTicks(pid: number): number {
   const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -49,19 +64,69 @@ function rssKiB(pid: number): number {
   return m ? Number(m[1]) : 0;
 }
 
-/** Host freed → next runner started over back-to-back cycles on one host, with its parts. */
-export async function handoverLatency(progress: (m: string) => void) {
+const median = (xs: number[]) =>
+  xs.length
+    ? quantile(
+        [...xs].sort((a, b) => a - b),
+        0.5,
+      )
+    : Number.NaN;
+
+/**
+ * The agent's own timestamps of each lease's start (its JSON log at debug level): when its host
+ * preflight ended and how long it took, and when the runner's spawn returned.
+ */
+function agentRunLog(
+  output: string,
+): Map<string, { preflightEnd: number; preflightMs: number; spawned: number }> {
+  const pre = new Map<string, { at: number; ms: number }>();
+  const out = new Map<string, { preflightEnd: number; preflightMs: number; spawned: number }>();
+  for (const line of output.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    let e: { t?: string; msg?: string; leaseId?: string; ms?: number };
+    try {
+      e = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    if (!e.leaseId || !e.t) continue;
+    const at = Date.parse(e.t);
+    if (e.msg === 'host preflight' && typeof e.ms === 'number') pre.set(e.leaseId, { at, ms: e.ms });
+    const p = pre.get(e.leaseId);
+    if (e.msg === 'runner started' && p)
+      out.set(e.leaseId, { preflightEnd: p.at, preflightMs: p.ms, spawned: at });
+  }
+  return out;
+}
+
+/** What a request the controller sent to GitHub was for (the bench's breakdown per handover). */
+function requestKind(r: { method: string; path: string }): string {
+  const p = r.path.split('?')[0]!;
+  if (p.endsWith('/dispatches') || p.endsWith('/generate-jitconfig')) return 'dispatch and registration';
+  if (/\/pulls\/\d+$/.test(p) || p.includes('/contents/')) return 'dispatch re-check and workflow file';
+  if (p.includes('/check-runs')) return 'check runs';
+  if (r.method === 'DELETE' && p.includes('/actions/runners/')) return 'runner deletion';
+  if (p.includes('/access_tokens')) return 'installation tokens';
+  return `other: ${r.method} ${p.replace(/\d+/g, 'N')}`;
+}
+
+/** Host freed → next runner started over back-to-back cycles on one host, through GitHub. */
+export async function handoverLatency(progress: (m: string) => void, opts: { runnerUsers?: boolean } = {}) {
   const fleet = await startFleet({
     ...PRODUCTION,
+    ...(opts.runnerUsers != null ? { runnerUsers: opts.runnerUsers } : {}),
     hosts: [{ id: 'spark-2' }],
+    github: 'fake-github',
+    githubLatency: githubLatency(LATENCY),
+    tickMs: TICK_MS,
+    admissionIntervalMs: ADMISSION_INTERVAL_MS,
     // each job lasts JOB_MS: a cycle is ~12 agent requests (polls, reports, the fresh-facts
     // heartbeat), and back-to-back 200 ms jobs (~18 requests/s) exhausted the agent API's default
     // limit (600/min, burst 60) after ~10 cycles, so every other hand-over then waited out a 1 s
     // Retry-After. Real jobs take minutes; the limit is kept, the jobs are made plausible.
     runner: () => ({ exitCode: 0, sleepMs: JOB_MS, onGpu: true }),
-    githubOutcome: () => 'passed',
-    handoffLatencyMs: GITHUB_LATENCY_MS,
   });
+  let failed = true;
   try {
     fleet.startAgent('spark-2');
     await waitFor(
@@ -69,50 +134,86 @@ export async function handoverLatency(progress: (m: string) => void) {
       async () => (await fleet.host('spark-2')).lastHeartbeatAt != null,
       30_000,
     );
-    const ids: string[] = [];
-    for (let i = 0; i < CYCLES; i++) ids.push(await fleet.reserve({ pr: 100 + i }));
-    progress(`${CYCLES} reservations queued on one host`);
-    await fleet.waitReservation(ids.at(-1)!, ['done', 'failed'], 180_000);
+    // a maintainer labels CYCLES PRs at once; GitHub delivers each label webhook its modelled delay later
+    const prs = Array.from({ length: CYCLES }, (_, i) => 100 + i);
+    const ids = (await Promise.all(prs.map((pr) => fleet.reserve({ pr })))).sort(
+      (a, b) => Number(a.slice(2)) - Number(b.slice(2)),
+    );
+    const prOf = new Map<string, number>();
+    for (const id of ids) prOf.set(id, (await fleet.reservation(id)).pr!);
+    // the queue's setup (every reservation's check run created) competes with the first cycles
+    // for the controller and GitHub: the handovers freed after it settled are measured
+    await waitFor(
+      'a check run for every queued reservation',
+      async () => {
+        for (const id of ids) if ((await fleet.reservation(id)).checkRunId == null) return false;
+        return true;
+      },
+      180_000,
+    );
+    const settledAt = Date.now();
+    progress(`${CYCLES} reservations queued on one host through labelled PRs; setup settled`);
+    await fleet.waitReservation(ids.at(-1)!, ['done', 'failed'], 300_000);
     const markers = readRunnerMarkers(fleet.markerDir);
-    const deltas: number[] = [];
-    const segments: Record<SegmentName, number[]> = { grant: [], prepare: [], handoff: [], spawn: [] };
-    const at = async (leaseId: string, type: string) => {
+    const agentLog = agentRunLog(fleet.agents['spark-2']!.output());
+    const gh = fleet.github!.sim.gh;
+    const log = gh.requests.map((r) => ({ ...r }));
+    const readings: Array<HandoverReading & { reservationId: string; freed: number }> = [];
+    const reservationAt = async (id: string, type: string) => {
+      const e = (await fleet.controller.ledger.history('reservation', id)).find((x) => x.type === type);
+      if (!e) throw new Error(`${id} has no ${type} event`);
+      return e.at;
+    };
+    const leaseAt = async (leaseId: string, type: string) => {
       const e = (await fleet.controller.ledger.history('lease', leaseId)).find((x) => x.type === type);
       if (!e) throw new Error(`lease ${leaseId} has no ${type} event`);
       return e.at;
     };
     for (let i = 1; i < ids.length; i++) {
+      const id = ids[i]!;
       const prev = (await fleet.leases(ids[i - 1]!))[0]!;
-      const lease = (await fleet.leases(ids[i]!))[0]!;
-      const released = await at(prev.id, 'lease.released');
-      const next = markers.find((m) => m.reservationId === ids[i]);
-      if (!next) throw new Error(`no runner started for ${ids[i]}`);
-      deltas.push(next.startedAt - released);
-      // where the time goes: freed → granted → prepared (agent) → config handed over → runner process
-      // a lease's history starts with its grant: the reservation's one `reservation.allocated` row (ADR 0100)
-      const granted = await at(lease.id, 'reservation.allocated');
-      const prepared = await at(lease.id, 'lease.prepared');
-      const handoff = await at(lease.id, 'lease.runner_handoff');
-      segments.grant.push(granted - released);
-      segments.prepare.push(prepared - granted);
-      segments.handoff.push(handoff - prepared);
-      segments.spawn.push(next.startedAt - handoff);
+      const lease = (await fleet.leases(id))[0]!;
+      const freed = await leaseAt(prev.id, 'lease.released');
+      if (freed < settledAt) continue;
+      const marker = markers.find((m) => m.reservationId === id);
+      if (!marker) throw new Error(`no runner started for ${id}`);
+      const times: HandoverTimes = {
+        reservationId: id,
+        pr: prOf.get(id)!,
+        runnerName: marker.runnerName,
+        freed,
+        granted: await reservationAt(id, 'reservation.allocated'),
+        prepared: await leaseAt(lease.id, 'lease.prepared'),
+        registered: await reservationAt(id, 'reservation.runner_registered'),
+        handoff: await leaseAt(lease.id, 'lease.runner_handoff'),
+        started: marker.startedAt,
+        ...(agentLog.has(lease.id) ? { agent: agentLog.get(lease.id)! } : {}),
+      };
+      readings.push({ ...readHandover(times, log), reservationId: id, freed });
     }
-    const median = (xs: number[]) =>
-      quantile(
-        [...xs].sort((a, b) => a - b),
-        0.5,
-      );
+    if (readings.length < 10) throw new Error(`only ${readings.length} handovers after the setup settled`);
+    const from = Math.min(...readings.map((r) => r.freed));
+    const to = Math.max(...readings.map((r) => r.freed + r.totalMs));
+    // every REST request the controller sent to GitHub while the measured handovers ran, per
+    // handover: the handover's own calls and everything else it causes (check runs, runner
+    // deletion, queue positions of the waiting reservations)
+    const inWindow = log.filter((r) => r.at >= from && r.at <= to);
+    const requestsInWindow = inWindow.length;
+    const byKind: Record<string, number> = {};
+    for (const r of inWindow) byKind[requestKind(r)] = (byKind[requestKind(r)] ?? 0) + 1;
+    failed = false;
     return {
-      deltas: deltas.sort((a, b) => a - b),
-      segmentsP50Ms: Object.fromEntries(Object.entries(segments).map(([k, v]) => [k, median(v)])) as Record<
-        SegmentName,
-        number
-      >,
+      readings,
+      requestsInWindow,
+      requestsByKind: byKind,
+      windowMs: to - from,
       runnerUser: Object.keys(fleet.runnerUsers).length > 0,
     };
   } finally {
-    await fleet.close();
+    // the fake GitHub's close throws its violations of GitHub's description: the bench fails then
+    await fleet.close().catch((e) => {
+      if (!failed) throw e;
+    });
   }
 }
 
@@ -177,26 +278,80 @@ export const run: BenchRunner = async (progress) => {
   // the machine's 1-minute load average around the hand-over cycles: on a shared 2-core VM the
   // figures move with it (other processes' fsyncs and CPU), so it is recorded beside them
   const loadBefore = loadavg()[0]!;
-  const { deltas, runnerUser, segmentsP50Ms } = await handoverLatency(progress);
+  const h = await handoverLatency(progress);
   const loadAverage1m = [loadBefore, loadavg()[0]!].map((x) => Math.round(x * 100) / 100);
-  const p50 = quantile(deltas, 0.5);
-  const p99 = quantile(deltas, 0.99);
-  progress(`host freed → next runner started: p50 ${p50} ms, p99 ${p99} ms over ${deltas.length} cycles`);
-  progress(`  segment medians (ms): ${JSON.stringify(segmentsP50Ms)}`);
+  const sorted = (f: (r: HandoverReading) => number) => h.readings.map(f).sort((a, b) => a - b);
+  const totals = sorted((r) => r.totalMs);
+  const controller = sorted((r) => r.controllerMs);
+  const github = sorted((r) => r.githubMs);
+  const p50 = quantile(totals, 0.5);
+  const p99 = quantile(totals, 0.99);
+  const controllerP50 = quantile(controller, 0.5);
+  const controllerP99 = quantile(controller, 0.99);
+  // the controller's share split at the hand-over: the controller process (freed → config handed
+  // to the agent, less GitHub's time) and the agent's start of the runner (hand-over → runner)
+  const controllerProcess = sorted((r) => r.totalMs - r.githubMs - r.agentStartMs);
+  const agentStart = sorted((r) => r.agentStartMs);
+  const perHandover = Math.round((h.requestsInWindow / h.readings.length) * 10) / 10;
+  const onPath = h.readings.filter((r) => r.githubOnPath);
+  const stageNames = [...new Set(h.readings.flatMap((r) => Object.keys(r.stages)))];
+  const stagesP50Ms = (rs: HandoverReading[]) =>
+    Object.fromEntries(
+      stageNames
+        .map((k) => [k, median(rs.flatMap((r) => (k in r.stages ? [r.stages[k]!] : [])))] as const)
+        .filter(([, v]) => !Number.isNaN(v)),
+    );
+  const n = h.readings.length;
+  progress(`host freed → next runner started: p50 ${p50} ms, p99 ${p99} ms over ${n} handovers`);
+  progress(`  controller's share: p50 ${controllerP50} ms, p99 ${controllerP99} ms`);
+  progress(
+    `  of which the controller process p50 ${quantile(controllerProcess, 0.5)} ms, the agent's runner start p50 ${quantile(agentStart, 0.5)} ms`,
+  );
+  progress(`  GitHub requests per handover: ${perHandover}; GitHub on the path in ${onPath.length} of ${n}`);
+  progress(`  stage medians (ms), GitHub on the path: ${JSON.stringify(stagesP50Ms(onPath))}`);
   const idle = await idleCost(progress);
   return {
     key: 'agent',
     json: {
       handover: {
-        githubLatencyMs: GITHUB_LATENCY_MS,
-        runnerUser,
-        cycles: deltas.length,
+        path: 'the real GitHub module against the fake GitHub (test/doubles/fleet.ts fake-github)',
+        githubLatency: {
+          ...LATENCY,
+          model:
+            'REST: log-normal around the median; webhooks: fixed delay after the event (test/fake-github/latency.ts)',
+          sources: [
+            'https://gist.github.com/mbostock/5503544 (10,000 GitHub API requests: median 206 ms, middle 80 % 114–527 ms)',
+            'https://devactivity.com/insights/github-webhook-incident-lessons-in-performance-engineering-software (GitHub, 18 March 2026: typical webhook delivery latency ≈ 5 s)',
+            'https://mergify.com/blog/what-github-webhook-latency-actually-looks-like/ (steady-state webhook p95 < 60 s)',
+          ],
+        },
+        tickMs: TICK_MS,
+        admissionIntervalMs: ADMISSION_INTERVAL_MS,
+        runnerUser: h.runnerUser,
+        handovers: n,
         p50Ms: p50,
         p99Ms: p99,
-        minMs: deltas[0],
-        maxMs: deltas.at(-1),
-        samplesMs: deltas,
-        segmentsP50Ms,
+        controllerP50Ms: controllerP50,
+        controllerP99Ms: controllerP99,
+        controllerProcessP50Ms: quantile(controllerProcess, 0.5),
+        controllerProcessP99Ms: quantile(controllerProcess, 0.99),
+        agentStartP50Ms: quantile(agentStart, 0.5),
+        agentStartP99Ms: quantile(agentStart, 0.99),
+        githubRequestsPerHandover: perHandover,
+        githubRequestsPerHandoverByKind: Object.fromEntries(
+          Object.entries(h.requestsByKind).map(([k, v]) => [k, Math.round((v / n) * 10) / 10]),
+        ),
+        githubOnPathP50Ms: quantile(github, 0.5),
+        githubOnCriticalPath: onPath.length,
+        handoverCallsP50: median(h.readings.map((r) => r.calls.length)),
+        minMs: totals[0],
+        maxMs: totals.at(-1),
+        samplesMs: h.readings.map((r) => r.totalMs),
+        controllerSamplesMs: h.readings.map((r) => r.controllerMs),
+        stagesP50Ms: {
+          githubOnPath: stagesP50Ms(onPath),
+          prepareOnPath: stagesP50Ms(h.readings.filter((r) => !r.githubOnPath)),
+        },
         loadAverage1m,
       },
       bundle,
@@ -204,16 +359,25 @@ export const run: BenchRunner = async (progress) => {
     },
     rows: [
       {
-        metric: `agent: host freed → next runner started, p50 (${deltas.length} cycles, GitHub ${GITHUB_LATENCY_MS} ms, load ${loadAverage1m.join('→')})`,
+        metric: `agent: host freed → next runner started through GitHub, p50 (${n} handovers, GitHub REST median ${LATENCY.restMedianMs} ms, load ${loadAverage1m.join('→')})`,
         value: `${p50} ms`,
-        target: '≤ 250 ms',
-        met: p50 <= 250,
+      },
+      { metric: 'agent: host freed → next runner started through GitHub, p99', value: `${p99} ms` },
+      {
+        metric: "agent: the handover's controller share (total − GitHub's modelled time on its path), p50",
+        value: `${controllerP50} ms`,
+        target: '≤ 100 ms',
+        met: controllerP50 <= 100,
       },
       {
-        metric: 'agent: host freed → next runner started, p99',
-        value: `${p99} ms`,
-        target: '≤ 1000 ms',
-        met: p99 <= 1000,
+        metric: "agent: the handover's controller share, p99",
+        value: `${controllerP99} ms`,
+        target: '≤ 300 ms',
+        met: controllerP99 <= 300,
+      },
+      {
+        metric: 'agent: GitHub REST requests per handover (all the controller sent)',
+        value: String(perHandover),
       },
       {
         metric: `agent: idle CPU over ${IDLE_S} s (bundle)`,

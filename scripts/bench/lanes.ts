@@ -13,7 +13,7 @@ import {
   prewarm,
   requireDebianRust,
   runLane,
-} from '../../test/integration/lanes-harness.ts';
+} from '../../test/harness/lanes.ts';
 import type { BenchRunner, BenchSection } from './types.ts';
 
 /**

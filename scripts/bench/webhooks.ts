@@ -153,9 +153,10 @@ export const run: BenchRunner = async (progress) => {
     const enabled = await fetch(`${url}/api/v1/repositories/${LOAD_REPO}/enable`, {
       method: 'POST',
       headers: { authorization: `Bearer ${operator}`, 'content-type': 'application/json' },
-      // the bench's hosts are never adopted (no agents: webhooks only), so the rollout gate is
-      // overridden as an operator may (ADR 0040), as the load test does
-      body: '{"pairEnabled":true,"forceRollout":true}',
+      // the bench's hosts are never adopted (no agents: webhooks only) and its runners join the
+      // organization's "Default" group: the readiness checks it does not play are overridden as
+      // an operator may (docs/adr/0165-enable-is-a-gate.md), as the load test does
+      body: JSON.stringify({ pairEnabled: true, override: ['hosts', 'deckard', 'dstack', 'runner-group'] }),
     });
     if (enabled.status !== 200) throw new Error(`enable failed: ${enabled.status} ${await enabled.text()}`);
     // warm-up, both servers: installation token, both senders' roles, code paths, JIT

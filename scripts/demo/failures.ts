@@ -290,6 +290,36 @@ async function checkWhen(s: SparkSystem, rid: string, title: RegExp, ms = 20_000
 const checkText = (c: CheckSnapshot | undefined) =>
   c ? `check "${c.title}" (${c.conclusion ?? c.status})` : 'no check run';
 
+/** The line of a queued check's summary that carries the start estimate (its title never does). */
+const estimateOf = (c: CheckSnapshot | undefined) =>
+  /^Estimate: ([^\n]*?)(?:, from the finished work[^\n]*)?$/m.exec(c?.summary ?? '')?.[1] ?? null;
+
+/**
+ * A queued check (title "Spark test queued — position N", as docs/github-app.md words it) once its estimate line
+ * matches `estimate` (or as it is after `ms`).
+ */
+async function queuedCheckWhen(s: SparkSystem, rid: string, estimate: RegExp, ms = 20_000) {
+  await waitFor(
+    `the queued check of ${rid} to estimate ${String(estimate)}`,
+    () => {
+      const c = snapshot(s.checkRun(rid));
+      return (
+        /^Spark test queued( — position \d+)?$/.test(c?.title ?? '') && estimate.test(estimateOf(c) ?? '')
+      );
+    },
+    ms,
+    100,
+  ).catch(() => undefined);
+  return snapshot(s.checkRun(rid));
+}
+
+const queuedCheckText = (c: CheckSnapshot | undefined) =>
+  c ? `${checkText(c)}, estimate ${quote(estimateOf(c))}` : 'no check run';
+
+/** Whether a queued check keeps the seed's title and names `why` on its estimate line. */
+const queuedCheckSays = (c: CheckSnapshot | undefined, why: string) =>
+  /^Spark test queued( — position \d+)?$/.test(c?.title ?? '') && (estimateOf(c) ?? '').includes(why);
+
 // ------------------------------------------------------------------ cancellation and new commits
 
 async function cancellationsAndPushes(ctx: Ctx, note: Note) {
@@ -519,11 +549,11 @@ async function hostFailures(ctx: Ctx, note: Note) {
   step('While spark-1 is quarantined a pair test is labeled: it cannot be admitted');
   const pair = await ctx.labelNew(sha('a3'), 'spark-pair-test');
   const pairWhy = await ctx.queueReason(pair.rid);
-  const pairCheck = await checkWhen(s, pair.rid, /^Spark test queued .*spark-1 quarantined/);
+  const pairCheck = await queuedCheckWhen(s, pair.rid, /spark-1 quarantined/);
   const pairStatus = (await s.reservation(pair.rid)).status;
   const pairLeases = (await s.leases(pair.rid)).length;
   await s.unlabel(pair.n, 'spark-pair-test');
-  const restoreSeen = `spark-1 ${q1?.state ?? '—'} (sparkctl fleet: ${quarantinedOperator.state}; note ${quote(q1?.note)}) after ${attempts} Deckard starts (1 + ${retries} retry); alert ${quote(alert?.cause)}; a pair request stayed ${pairStatus} with ${pairLeases} leases: ${quote(pairWhy)}, ${checkText(pairCheck)}`;
+  const restoreSeen = `spark-1 ${q1?.state ?? '—'} (sparkctl fleet: ${quarantinedOperator.state}; note ${quote(q1?.note)}) after ${attempts} Deckard starts (1 + ${retries} retry); alert ${quote(alert?.cause)}; a pair request stayed ${pairStatus} with ${pairLeases} leases: ${quote(pairWhy)}, ${queuedCheckText(pairCheck)}`;
   const restoreOk =
     q1?.state === 'quarantined' &&
     quarantinedOperator.state === 'quarantined' &&
@@ -532,7 +562,7 @@ async function hostFailures(ctx: Ctx, note: Note) {
     pairStatus === 'queued' &&
     pairLeases === 0 &&
     pairWhy != null &&
-    pairCheck?.title?.includes('spark-1 quarantined') === true;
+    queuedCheckSays(pairCheck, 'spark-1 quarantined');
 
   step("Heartbeat stale: spark-2's agent dies; a PR test is labeled");
   await s.agents['spark-2']!.stop('SIGKILL');
@@ -549,7 +579,7 @@ async function hostFailures(ctx: Ctx, note: Note) {
   const staleOperator = await ctx.operatorView('spark-2');
   const t = await ctx.labelNew(sha('b3'));
   const staleWhy = await ctx.queueReason(t.rid);
-  const staleCheck = await checkWhen(s, t.rid, /^Spark test queued .*spark-2 offline/);
+  const staleCheck = await queuedCheckWhen(s, t.rid, /spark-2 offline/);
   const staleLeases = (await s.leases(t.rid)).length;
   const stillOffline = (await fleetView(s)).hosts.find((x) => x.id === 'spark-2')?.state;
   line('story', "spark-2's agent starts again");
@@ -558,11 +588,11 @@ async function hostFailures(ctx: Ctx, note: Note) {
   const ranOn = (await s.leases(t.rid)).map((l) => l.hostId).join('+') || 'no host';
   note(
     'stale',
-    `spark-2 ${offline?.state ?? 'never left idle'} ${offline?.lastHeartbeatAgeS != null ? `(last heartbeat ${offline.lastHeartbeatAgeS} s ago)` : ''} (sparkctl fleet: ${staleOperator.state}); ${t.rid} stayed queued with ${staleLeases} leases: ${quote(staleWhy)}, ${checkText(staleCheck)} (spark-2 still ${stillOffline}); agent back → ${ran.status} (${ran.outcome ?? '—'}) on ${ranOn}`,
+    `spark-2 ${offline?.state ?? 'never left idle'} ${offline?.lastHeartbeatAgeS != null ? `(last heartbeat ${offline.lastHeartbeatAgeS} s ago)` : ''} (sparkctl fleet: ${staleOperator.state}); ${t.rid} stayed queued with ${staleLeases} leases: ${quote(staleWhy)}, ${queuedCheckText(staleCheck)} (spark-2 still ${stillOffline}); agent back → ${ran.status} (${ran.outcome ?? '—'}) on ${ranOn}`,
     offline?.state === 'offline' &&
       staleOperator.state === 'offline' &&
       // the maintainer's check names the host and why, not "install an agent"
-      staleCheck?.title?.includes('spark-2 offline') === true &&
+      queuedCheckSays(staleCheck, 'spark-2 offline') &&
       stillOffline === 'offline' &&
       staleLeases === 0 &&
       staleWhy != null &&
@@ -594,7 +624,7 @@ async function hostFailures(ctx: Ctx, note: Note) {
   const expiredOperator = await ctx.operatorView('spark-2');
   const ci = await ctx.labelNew(sha('c3'));
   const ciWhy = await ctx.queueReason(ci.rid);
-  const ciCheck = await checkWhen(s, ci.rid, /^Spark test queued .*spark-2 release-required/);
+  const ciCheck = await queuedCheckWhen(s, ci.rid, /spark-2 release-required/);
   const ciLeases = (await s.leases(ci.rid)).length;
   const jobAlive = isLive(job.pid);
   const heldWhile = (await s.reservation(held.rid)).status;
@@ -606,10 +636,10 @@ async function hostFailures(ctx: Ctx, note: Note) {
   const ciEnd = await ctx.settle(ci.rid, (r) => r.status === 'done' || r.status === 'failed', 60_000);
   note(
     'leaseExpiry',
-    `spark-2 ${phase} (sparkctl fleet: ${expiredOperator.state}; ${quote(cause)}); its job ${jobAlive ? 'still running' : 'killed'}; ${held.rid} ${heldWhile}, lease ${leaseWhile}; ${ci.rid} queued with ${ciLeases} leases: ${quote(ciWhy)}, ${checkText(ciCheck)}; job ended → ${held.rid} ${heldEnd.status}, ${ci.rid} ${ciEnd.status} (${ciEnd.outcome ?? '—'})`,
+    `spark-2 ${phase} (sparkctl fleet: ${expiredOperator.state}; ${quote(cause)}); its job ${jobAlive ? 'still running' : 'killed'}; ${held.rid} ${heldWhile}, lease ${leaseWhile}; ${ci.rid} queued with ${ciLeases} leases: ${quote(ciWhy)}, ${queuedCheckText(ciCheck)}; job ended → ${held.rid} ${heldEnd.status}, ${ci.rid} ${ciEnd.status} (${ciEnd.outcome ?? '—'})`,
     phase === 'release-required' &&
       expiredOperator.state === 'release-required' &&
-      ciCheck?.title?.includes('spark-2 release-required') === true &&
+      queuedCheckSays(ciCheck, 'spark-2 release-required') &&
       jobAlive &&
       heldWhile === 'running' &&
       leaseWhile !== 'released' &&

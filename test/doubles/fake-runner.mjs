@@ -13,6 +13,13 @@
 // `<runner root>/_work/<repo>/<repo>` (src/Runner.Worker/TrackingConfig.cs) with a detached
 // HEAD, the runner root being where the runner is installed (the dir of its entry script, as
 // run.sh finds its own).
+//
+// Two ways to get its config. By default the JIT config is the test's own (index.ts
+// `fakeJitConfig`: base64 JSON carrying the behaviour). With an Actions broker URL as its
+// argument (`fake-runner.mjs ACTIONS_BROKER_URL`, test/harness/github-sim.ts) the JIT config is
+// one the fake GitHub issued (opaque): like a real JIT runner it presents it to GitHub Actions,
+// which hands it the job it carries the labels for, with the behaviour the test planned for that
+// job; it tells GitHub when the job completed, as the real runner does before it exits.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -41,12 +48,43 @@ if (
 ) {
   fail(65, 'the JIT config is on a command line');
 }
+const broker = process.argv[2];
 let jit;
-try {
-  jit = JSON.parse(Buffer.from(cfg, 'base64').toString('utf8'));
-} catch {
-  fail(66, 'the JIT config is not base64 JSON');
+let job = null;
+if (broker) {
+  // GitHub Actions assigns the job once the runner connects with its config (202: none yet)
+  for (;;) {
+    const res = await fetch(`${broker}/runner/acquire`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ jitConfig: cfg, pid: process.pid, hostId: process.env.SPARK_HOST_ID }),
+      signal: AbortSignal.timeout(30_000),
+    }).catch((e) => ({ status: 0, text: async () => e.message }));
+    if (res.status === 200) {
+      job = await res.json();
+      break;
+    }
+    if (res.status !== 202) fail(3, `GitHub refused the runner (${res.status}): ${await res.text()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  jit = { runnerName: job.runnerName, fake: job.plan?.runner ?? {} };
+} else {
+  try {
+    jit = JSON.parse(Buffer.from(cfg, 'base64').toString('utf8'));
+  } catch {
+    fail(66, 'the JIT config is not base64 JSON');
+  }
 }
+/** Tells GitHub the job completed (broker mode), as the runner does before it exits. */
+const completeJob = async (conclusion) => {
+  if (!job) return;
+  await fetch(`${broker}/jobs/${job.id}/complete`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ conclusion }),
+    signal: AbortSignal.timeout(10_000),
+  }).catch(() => null);
+};
 const required = [
   'SPARK_CONTROLLER_URL',
   'SPARK_RESERVATION_ID',
@@ -198,7 +236,7 @@ process.on('SIGTERM', () => {
   // the listener cancels the worker and prints the cancelled result (JobDispatcher.cs)
   if (!ended) console.log(`${stamp()}: Job spark-test completed with result: Canceled`);
   ended = true;
-  setTimeout(() => process.exit(143), fake.ignoreTermMs ?? 0);
+  void completeJob('cancelled').finally(() => setTimeout(() => process.exit(143), fake.ignoreTermMs ?? 0));
 });
 const exitCode = fake.exitCode ?? 0;
 setTimeout(() => {
@@ -207,5 +245,5 @@ setTimeout(() => {
   const result = fake.jobResult ?? (exitCode === 0 ? 'Succeeded' : 'Failed');
   if (!ended) console.log(`${stamp()}: Job spark-test completed with result: ${result}`);
   ended = true;
-  process.exit(exitCode);
+  void completeJob(result === 'Succeeded' ? 'success' : 'failure').finally(() => process.exit(exitCode));
 }, fake.sleepMs ?? 100);

@@ -1,13 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { and, asc, eq, inArray } from 'drizzle-orm';
 import type { SparkConfigInput } from '../../core/config.ts';
-import { leaseGrantsOfData } from '../../core/events.ts';
-import { isReleasableStatus } from '../../core/model.ts';
 import { agentApiModule } from '../../functions/agent-api/index.ts';
-import type { AppModule } from '../../functions/app.ts';
 import { createAgentToken } from '../../functions/auth/tokens.ts';
 import type { NewReservation } from '../../functions/ledger/ledger.ts';
 import * as t from '../../functions/ledger/schema.ts';
@@ -15,8 +12,12 @@ import { silentLogger } from '../../functions/log.ts';
 import { type RunningController, startController } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
 import { buildTarget, targets } from '../../scripts/build.ts';
+import type { GitHubLatency } from '../fake-github/latency.ts';
 import { killGroup } from '../harness/processes.ts';
 import { tempDir } from '../helpers/ledger.ts';
+import { type FleetGitHub, startFleetGitHub } from './fleet-github.ts';
+import { jitStandInModule } from './fleet-jit-stand-in.ts';
+import { type HostSandbox, SANDBOX_HELPER, sandboxedTestDir, setUpHostSandbox } from './host-sandbox.ts';
 import {
   FAKE_RUNNER,
   FakeDeckard,
@@ -36,10 +37,15 @@ import { canCreateUsers, createTestUser, type TestUser } from './runner-user.ts'
  * HTTP on an ephemeral port, real libSQL file) and one agent per host as separate processes, each
  * with its own fake GPU; the service host also runs a fake Deckard.
  *
- * GitHub cannot be reached here, so a small module stands in for the GitHub part: when a lease
- * is granted it inserts the lease's `jit_handoffs` row `handoffLatencyMs` later in a transaction of
- * its own, which is what the GitHub outbox does in production once GitHub returns the JIT config
- * (asked for at grant, ADR 0070). The controller hands it to the agent only once every node of the
+ * GitHub cannot be reached here; two ways to play it (`github`):
+ * - `jit-stand-in` (default, ./fleet-jit-stand-in.ts): no GitHub part at all; a small module
+ *   inserts each granted lease's JIT config `handoffLatencyMs` after the grant, for stories about
+ *   the host. Reservations are written straight into the ledger.
+ * - `fake-github` (./fleet-github.ts): the controller's real GitHub module against the fake GitHub
+ *   and its Actions service, optionally at GitHub's modelled pace (`githubLatency`): a grant goes
+ *   through the outbox, the dispatch, the run's identification and `generate-jitconfig`, and the
+ *   runner gets its job from GitHub Actions. Reservations come from a labelled PR.
+ * Either way the controller hands a JIT config to the agent only once every node of the
  * reservation is prepared.
  */
 
@@ -55,16 +61,22 @@ export interface FleetOptions {
   runner?: (reservationId: string, hostId: string, attempt: number) => FakeRunnerBehavior;
   /** Extra agent config per host (merged over the defaults). */
   agentConfig?: (hostId: string) => Record<string, unknown>;
+  /** How GitHub is played (see {@link startFleet}); default `jit-stand-in`. */
+  github?: 'jit-stand-in' | 'fake-github';
+  /** `fake-github` only: GitHub's modelled time (test/fake-github/latency.ts); default none. */
+  githubLatency?: GitHubLatency;
   /**
-   * The job result GitHub would report (`workflow_job` completed → reservations.outcome); set
-   * here as soon as the reservation runs. Default: none, as when the webhook has not arrived.
+   * `jit-stand-in` only: the job result GitHub would report (`workflow_job` completed →
+   * reservations.outcome); set here as soon as the reservation runs. Default: none, as when the
+   * webhook has not arrived. (With `fake-github` the job's own webhooks report it.)
    */
   githubOutcome?: (reservationId: string) => 'passed' | 'failed' | null;
-  /**
-   * GitHub's latency on the JIT hand-off: the runner's JIT config arrives this long after the
-   * grant (default 0: just after the granting transaction).
-   */
+  /** `jit-stand-in` only: the JIT config arrives this long after the grant (default 0). */
   handoffLatencyMs?: number;
+  /** The controller's module tick (outbox, sweeps), ms; default 1,000 as `npm start`. */
+  tickMs?: number;
+  /** The controller's safety-net admission pass, ms; default 500. */
+  admissionIntervalMs?: number;
   /** Deckard model-ready delay after start. */
   deckardReadyDelayMs?: number;
   controllerEnv?: Record<string, string>;
@@ -82,21 +94,11 @@ export interface FleetOptions {
   runnerUsers?: boolean;
 }
 
-/** The privileged helper the agents run (as root here; through sudo on a host, docs/agent.md). */
-export const SANDBOX_HELPER = join(REPO_ROOT, 'agent', 'host', 'spark-lease-sandbox.sh');
+export { SANDBOX_HELPER };
 
-/**
- * Where fleets with runner users live: like a host's /var/lib, outside /tmp and /var/tmp (each
- * lease's namespace has a fresh /tmp and /var/tmp of its own, so the agent's files there would be
- * merely invisible to a job instead of unreadable, as they are on a host).
- */
-const FLEET_ROOT = '/var/lib/spark-test-fleets';
-
+/** Fleets with runner users live outside /tmp, as a host's dirs do (./host-sandbox.ts). */
 function fleetDir(withUsers: boolean): { dir: string; cleanup: () => void } {
-  if (!withUsers) return tempDir('spark-fleet-');
-  mkdirSync(FLEET_ROOT, { recursive: true, mode: 0o711 });
-  const dir = mkdtempSync(join(FLEET_ROOT, 'fleet-'));
-  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+  return withUsers ? sandboxedTestDir('fleet-') : tempDir('spark-fleet-');
 }
 
 export interface AgentHandle {
@@ -110,6 +112,8 @@ export interface AgentHandle {
 
 export interface Fleet {
   dir: string;
+  /** The fake GitHub world (`github: 'fake-github'` only). */
+  github: FleetGitHub | null;
   markerDir: string;
   /** The runner user of each host, when the fleet runs runners as their own users. */
   runnerUsers: Record<string, TestUser>;
@@ -133,7 +137,7 @@ export interface Fleet {
     timeoutMs?: number,
   ): Promise<typeof t.reservations.$inferSelect>;
   waitHostPhase(id: string, phases: string[], timeoutMs?: number): Promise<void>;
-  /** Replaces the runner of a lease like the GitHub part does after a pickup timeout. */
+  /** Replaces a lease's runner as the GitHub part does after a pickup timeout (`jit-stand-in` only). */
   replaceRunner(leaseId: string, behavior?: FakeRunnerBehavior): Promise<string>;
   close(): Promise<void>;
 }
@@ -155,59 +159,6 @@ const DEFAULT_TIMINGS = {
   // generous: a fake Deckard is a fresh node process, slow to start on a loaded machine
   restoreHealthTimeoutS: 10,
 };
-
-function handoffModule(
-  markerDir: string,
-  runner: NonNullable<FleetOptions['runner']>,
-  outcome: FleetOptions['githubOutcome'],
-  latencyMs: number,
-): AppModule {
-  return {
-    name: 'test-fake-github-handoffs',
-    hooks: ({ ledger }) => [
-      async (tx, ev) => {
-        if (ev.type === 'reservation.running' && outcome) {
-          const o = outcome(ev.subjectId);
-          if (o)
-            await tx.update(t.reservations).set({ outcome: o }).where(eq(t.reservations.id, ev.subjectId));
-          return;
-        }
-        // the GitHub part asks for the JIT config at grant, while the agent prepares (ADR 0070);
-        // GitHub answers later, outside the granting transaction, as the outbox does
-        // each lease the grant issued, from the grant's one history row (ADR 0100)
-        for (const { leaseId } of leaseGrantsOfData(ev.type, ev.subjectId, ev.data)) {
-          setTimeout(() => {
-            void ledger
-              .write(async (tx2, at, changed) => {
-                // what the sender checks before registering: the lease still active, the work wanted
-                const l = (await tx2.select().from(t.leases).where(eq(t.leases.id, leaseId)))[0];
-                if (l?.status !== 'active') return;
-                const r = (
-                  await tx2.select().from(t.reservations).where(eq(t.reservations.id, l.reservationId))
-                )[0];
-                if (!r || r.kind === 'development' || !isReleasableStatus(r.status)) return;
-                const runnerName = `spark-${l.hostId}-${r.id}-a0`;
-                await tx2
-                  .insert(t.jitHandoffs)
-                  .values({
-                    runnerName,
-                    leaseId: l.id,
-                    reservationId: r.id,
-                    hostId: l.hostId,
-                    attempt: 0,
-                    jitConfig: fakeJitConfig(runnerName, markerDir, runner(r.id, l.hostId, 0)),
-                    createdAt: at,
-                  })
-                  .onConflictDoNothing();
-                changed.add(`host:${l.hostId}`);
-              })
-              .catch(() => undefined);
-          }, latencyMs);
-        }
-      },
-    ],
-  };
-}
 
 let bundle: Promise<string> | null = null;
 
@@ -248,20 +199,51 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   };
   const ledgerUrl = `file:${join(dir, 'spark.db')}`;
   let port = 0;
-  const modules = [
-    agentApiModule,
-    handoffModule(markerDir, runner, opts.githubOutcome, opts.handoffLatencyMs ?? 0),
-  ];
+  let github: FleetGitHub | null = null;
+  if (opts.github === 'fake-github') {
+    if (opts.githubOutcome || opts.handoffLatencyMs != null)
+      throw new TypeError('githubOutcome and handoffLatencyMs belong to the jit stand-in');
+    // webhooks go to the controller's port, chosen before it starts
+    port = await freePort();
+    github = await startFleetGitHub({
+      controllerPort: port,
+      runner,
+      markerDir,
+      ...(opts.githubLatency ? { latency: opts.githubLatency } : {}),
+    });
+    config.github = github.config as SparkConfigInput['github'];
+  }
+  const modules = github
+    ? [agentApiModule, ...github.modules]
+    : [agentApiModule, jitStandInModule(markerDir, runner, opts.githubOutcome, opts.handoffLatencyMs ?? 0)];
   const boot = async () => {
     const settings = settingsFromEnv(
-      { SPARK_LEDGER_URL: ledgerUrl, SPARK_AGENT_LONG_POLL_S: '5', ...(opts.controllerEnv ?? {}) },
+      {
+        SPARK_LEDGER_URL: ledgerUrl,
+        SPARK_AGENT_LONG_POLL_S: '5',
+        ...(github?.env ?? {}),
+        ...(opts.controllerEnv ?? {}),
+      },
       { text: JSON.stringify({ ...config, listen: { host: '127.0.0.1', port } }), source: 'fleet config' },
     );
-    const c = await startController({ settings, modules, log: silentLogger, admissionIntervalMs: 500 });
+    const c = await startController({
+      settings,
+      modules,
+      log: silentLogger,
+      tickMs: opts.tickMs ?? 1000,
+      admissionIntervalMs: opts.admissionIntervalMs ?? 500,
+    });
     port = c.port;
+    github?.attach(c.ledger, c.url);
     return c;
   };
-  let controller = await boot();
+  let controller: RunningController;
+  try {
+    controller = await boot();
+  } catch (e) {
+    await github?.close().catch(() => undefined);
+    throw e;
+  }
 
   const gpu: Record<string, FakeGpu> = {};
   let deckard: FakeDeckard | null = null;
@@ -276,38 +258,19 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     // like a real GPU, a job's process shows in nvidia-smi: fake runners (any user) add themselves
     chmodSync(gpu[h.id]!.dir, 0o1777);
     const user = withUsers ? await createTestUser() : null;
-    let sandbox: Record<string, unknown> = {};
+    let sandbox: HostSandbox['runner'] | Record<string, never> = {};
     if (user) {
       runnerUsers[h.id] = user;
-      // what the operator does (docs/agent.md "Install"): the work root is root's, mode 0711; the
-      // runner install is the runner user's, as GitHub's runner is usually set up (each lease sees
-      // it copy-on-write, so a job's changes stay in its lease); the helper's configuration is
-      // root's, naming the runner user, the work root, the runner dir, and what a job may write
-      // besides its own dirs (here the doubles' shared dirs: markers and the fake GPU's state)
-      const work = join(hd, 'work');
-      mkdirSync(work);
-      chmodSync(work, 0o711);
-      const runnerDir = join(hd, 'runner');
-      mkdirSync(runnerDir, { mode: 0o755 });
-      writeFileSync(
-        join(runnerDir, 'run.sh'),
-        '#!/bin/sh\n# the runner install a lease sees copy-on-write\n',
-        { mode: 0o755 },
-      );
-      for (const p of [runnerDir, join(runnerDir, 'run.sh')]) chownSync(p, user.uid, user.gid);
-      const conf = join(hd, 'sandbox.conf');
-      writeFileSync(
-        conf,
-        [
-          `runner_user=${user.name}`,
-          `work_root=${work}`,
-          `runner_dir=${runnerDir}`,
-          `writable=${markerDir}:${gpu[h.id]!.dir}`,
-          '',
-        ].join('\n'),
-        { mode: 0o644 },
-      );
-      sandbox = { dir: runnerDir, helper: [SANDBOX_HELPER, conf] };
+      // a job may write the doubles' shared dirs besides its own: markers and the fake GPU's state
+      sandbox = setUpHostSandbox(hd, user, {
+        writable: [markerDir, gpu[h.id]!.dir],
+        install: (runnerDir) =>
+          writeFileSync(
+            join(runnerDir, 'run.sh'),
+            '#!/bin/sh\n# the runner install a lease sees copy-on-write\n',
+            { mode: 0o755 },
+          ),
+      }).runner;
     }
     const { token } = await createAgentToken(controller.ledger, h.id, 'test');
     writeFileSync(join(hd, 'agent.token'), `${token}\n`, { mode: 0o600 });
@@ -331,7 +294,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     const base = simulatedAgentConfig({
       controllerUrl: controller.url,
       hostId: h.id,
-      runnerCommand: [process.execPath, FAKE_RUNNER],
+      // with GitHub, the runner connects to GitHub Actions for its job (fake-runner.mjs)
+      runnerCommand: [process.execPath, FAKE_RUNNER, ...(github ? [github.actionsUrl] : [])],
       service,
       logLevel: 'debug',
       runnerUser: user?.name ?? null,
@@ -383,6 +347,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   const db = () => controller.ledger.db;
   const fleet: Fleet = {
     dir,
+    github,
     markerDir,
     runnerUsers,
     get controller() {
@@ -400,6 +365,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       controller = await boot();
     },
     async reserve(input = {}) {
+      if (github) return github.reserve(input);
       const r = await controller.ledger.createReservation(
         {
           kind: 'manual',
@@ -460,6 +426,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       );
     },
     async replaceRunner(leaseId, behavior = { exitCode: 0, sleepMs: 300 }) {
+      if (github) throw new TypeError('with fake-github the GitHub part replaces runners itself');
       return controller.ledger.write(async (tx, now, changed) => {
         const cur = (
           await tx
@@ -495,6 +462,8 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       await controller.close().catch(() => undefined);
       for (const u of Object.values(runnerUsers)) await u.remove();
       cleanup();
+      // fails the caller on any violation of GitHub's description the fake recorded (server.ts)
+      await github?.close();
     },
   };
   return fleet;

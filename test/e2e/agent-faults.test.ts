@@ -7,8 +7,9 @@ import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
  * Crash safety and fail-closed behaviour of the relay agent, with real processes: the controller
- * in this process, agents as children killed with SIGKILL. The fleet's handoff module stands in
- * for GitHub (it inserts the jit_handoffs row when a reservation reaches `preparing`).
+ * in this process, agents as children killed with SIGKILL. The fleet's JIT stand-in takes
+ * GitHub's place (test/doubles/fleet-jit-stand-in.ts: it inserts each granted lease's jit_handoffs
+ * row; the handed-over config is still given out only once the reservation is `preparing`).
  */
 
 /**

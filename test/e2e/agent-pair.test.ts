@@ -3,8 +3,8 @@ import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
 import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
- * Pairs with two agents as separate processes. The fleet's handoff module stands in for GitHub:
- * it inserts one jit_handoffs row per lease when the pair reaches `preparing`.
+ * Pairs with two agents as separate processes. The fleet's JIT stand-in takes GitHub's
+ * place (test/doubles/fleet-jit-stand-in.ts): it inserts one jit_handoffs row per granted lease.
  */
 
 /**

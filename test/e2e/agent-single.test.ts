@@ -8,8 +8,9 @@ import { fakeJitConfig, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
  * Controller (this process, real HTTP + libSQL file) and agents (separate processes) on loopback.
- * GitHub is replaced by the fleet's handoff module, which inserts the jit_handoffs rows when a
- * reservation reaches `preparing` (the GitHub part's outbox does that in production).
+ * GitHub is replaced by the fleet's JIT stand-in (test/doubles/fleet-jit-stand-in.ts), which inserts
+ * each granted lease's jit_handoffs row (the GitHub part's outbox does that in production; the
+ * real path is test/e2e/handover-wakeups.test.ts).
  */
 
 /**

@@ -8,6 +8,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import { inboxProcessor } from '../../functions/github/inbox.ts';
+import { drainGitHubOutbox } from '../../functions/github/module.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { WEBHOOK_BODY_DEADLINE_MS } from '../../functions/github/webhook.ts';
 import { silentLogger } from '../../functions/log.ts';
@@ -103,6 +104,23 @@ async function fuzzController(dir: string): Promise<{ c: RunningController; url:
   return { c, url };
 }
 
+/**
+ * Waits until the controller writes nothing more by itself: an accepted delivery's processing may
+ * kick an admission pass, whose grant fills the outbox, whose background sender (woken by that
+ * commit, not by the tick) writes each send's result. Until all of that has landed, a later
+ * rejected request's "wrote nothing" would see it.
+ */
+async function quiesce(c: RunningController, watch: LedgerWatch): Promise<void> {
+  for (let round = 0; round < 50; round++) {
+    const version = await watch.dataVersion();
+    await c.loop.runNow();
+    await drainGitHubOutbox(c.ctx);
+    await new Promise((r) => setImmediate(r));
+    if ((await watch.dataVersion()) === version) return;
+  }
+  throw new Error('the controller kept writing by itself after 50 rounds');
+}
+
 /** Serves `app` on a loopback port, as `npm start` does (`@hono/node-server`). */
 async function serveOnLoopback(app: RunningController['app']): Promise<{ server: ServerType; port: number }> {
   const server = await new Promise<ServerType>((res) => {
@@ -166,8 +184,10 @@ beforeAll(async () => {
   const enabled = await c.app.request(`/api/v1/repositories/${REPO}/enable`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    // hosts stay unadopted (no grants): the rollout gate is overridden, as an operator may
-    body: '{"pairEnabled":true,"forceRollout":true}',
+    // hosts stay unadopted (no grants, so no runner is ever registered, in the organization's
+    // "Default" group 1 either): the readiness checks this does not play are overridden, as an
+    // operator may (docs/adr/0165-enable-is-a-gate.md)
+    body: JSON.stringify({ pairEnabled: true, override: ['hosts', 'deckard', 'dstack', 'runner-group'] }),
   });
   expect(enabled.status).toBe(200);
   watch = await watchLedger(main.url);
@@ -505,6 +525,7 @@ describe('webhook endpoint fuzzing', () => {
     async (SEED) => {
       const runs = runsFor(SEED);
       if (LONG) console.log(`webhook fuzz: exploring seed ${SEED} (replay: SPARK_FUZZ_SEED=${SEED})`);
+      await quiesce(c, watch);
       let version = await watch.dataVersion();
       let counts = await watch.counts();
       const tally: Record<string, number> = {};
@@ -534,7 +555,7 @@ describe('webhook endpoint fuzzing', () => {
         // accepted: let the inbox process it, and the admission pass it may have kicked finish,
         // before snapshotting
         await inboxProcessor(githubService(c.ctx)).drain();
-        await c.loop.runNow();
+        await quiesce(c, watch);
         const after = await watch.counts();
         if (json.pong || json.duplicate) {
           expect(json.duplicate ? seen.has(id!) || id === 'fuzz-seen-1' : true).toBe(true);
@@ -604,6 +625,7 @@ describe('webhook bodies over a real socket', () => {
   });
 
   it('a 200 MiB chunked body is refused at 2 MiB; RSS stays within 64 MiB and nothing is written', async () => {
+    await quiesce(c, watch);
     const version = await watch.dataVersion();
     const counts = await watch.counts();
     const before = process.memoryUsage.rss();

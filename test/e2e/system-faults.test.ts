@@ -27,7 +27,7 @@ beforeAll(async () => {
   sys = await startSystem({
     // a CI lease lives 10 s past its last heartbeat: a lease expiry plays in seconds
     timings: { offlineAfterS: 5, ciLeaseTtlS: 10, restoreRetries: 1, restoreHealthTimeoutS: 2 },
-    // the scenarios read check titles only (see FAST_TICK_MS)
+    // the scenarios read check titles and wait for the estimate line, never the wait reason (see FAST_TICK_MS)
     tickMs: FAST_TICK_MS,
     plan: (j) => plans.get(j.headSha)?.(j.hostId) ?? {},
   });
@@ -58,6 +58,25 @@ async function labelNewPr(headSha: string, label = 'spark-test') {
 async function baseline() {
   await sys.waitHostPhase('spark-1', ['service']);
   await sys.waitHostPhase('spark-2', ['idle']);
+}
+
+/**
+ * The queued check as the spec words it ("Spark test queued — position 1"), once its summary
+ * carries the estimate on a line of its own (docs/github-app.md "What people see on a PR").
+ */
+function queuedCheckWithEstimate(rid: string) {
+  return waitFor(
+    `the queued check of ${rid} with its estimate`,
+    () => {
+      const c = sys.checkRun(rid);
+      return c?.output.title === 'Spark test queued — position 1' &&
+        /^Estimate: (starts in ~|should start now|cannot start yet)/m.test(c.output.summary ?? '')
+        ? c
+        : null;
+    },
+    60_000,
+    100,
+  );
 }
 
 describe('system: failure and cancellation behavior', { timeout: 180_000 }, () => {
@@ -126,10 +145,7 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
 
     // out of CI: a pair cannot be admitted while spark-1 is quarantined, though spark-2 is idle
     const { n, rid } = await labelNewPr(sha('2'), 'spark-pair-test');
-    await sys.waitCheck(
-      rid,
-      /^Spark test queued — position 1, (starts in ~|should start now|cannot start yet)/,
-    );
+    await queuedCheckWithEstimate(rid);
     const q = await waitFor('the queue to explain the wait', () => queueItem(rid));
     expect(q.reason).toBe('needs 2 hosts in pool spark; 1 schedulable now');
     expect((await sys.reservation(rid)).status).toBe('queued');
@@ -146,10 +162,7 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
       20_000,
     );
     const { rid } = await labelNewPr(sha('3'));
-    await sys.waitCheck(
-      rid,
-      /^Spark test queued — position 1, (starts in ~|should start now|cannot start yet)/,
-    );
+    await queuedCheckWithEstimate(rid);
     const q = await waitFor('the queue to explain the wait', () => queueItem(rid));
     expect(q.reason).toBe('needs 1 host in pool spark; 0 schedulable now');
     expect((await hostView('spark-2')).state).toBe('offline');
@@ -186,10 +199,7 @@ describe('system: failure and cancellation behavior', { timeout: 180_000 }, () =
     // its agent comes back and finds the job still on the GPU
     sys.startAgent('spark-2');
     const { rid } = await labelNewPr(sha('4'));
-    await sys.waitCheck(
-      rid,
-      /^Spark test queued — position 1, (starts in ~|should start now|cannot start yet)/,
-    );
+    await queuedCheckWithEstimate(rid);
     expect((await sys.reservation(rid)).status).toBe('queued');
     expect(isLive(job.pid)).toBe(true); // nothing was killed
     expect((await sys.host('spark-2')).phase).toBe('release-required');

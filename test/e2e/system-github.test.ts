@@ -62,11 +62,17 @@ describe('system: happy path', { timeout: 180_000 }, () => {
     expect(running.status).toBe('in_progress');
     expect((await sys.reservation(rid)).status).toBe('running');
     // GitHub reported the job queued when the dispatch created it, before any runner took it,
-    // then in_progress at pickup (docs: webhook events, workflow_job)
-    const results = sys.deliveries.filter((d) => d.event === 'workflow_job').map((d) => d.result ?? '');
+    // then in_progress at pickup (docs: webhook events, workflow_job). The check run can say
+    // "running" (from the agent's start report, sent at once since ADR 0180) before the pickup's
+    // webhook is processed: wait for that delivery, then compare the order
+    const pickedUp = (r: string) => r === `running ${rid}` || /^job started;/.test(r);
+    const results = await waitFor('the pickup webhook (workflow_job in_progress) processed', () => {
+      const rs = sys.deliveries.filter((d) => d.event === 'workflow_job').map((d) => d.result ?? '');
+      return rs.some(pickedUp) ? rs : null;
+    });
     const queued = results.findIndex((r) => new RegExp(`^job ${job.id} queued`).test(r));
     expect(queued).toBeGreaterThanOrEqual(0);
-    expect(queued).toBeLessThan(results.findIndex((r) => r === `running ${rid}` || /^job started;/.test(r)));
+    expect(queued).toBeLessThan(results.findIndex(pickedUp));
 
     sys.openGate(rid, 'work');
     const done = await sys.waitReservation(rid, ['done', 'failed']);

@@ -4,6 +4,7 @@ import { sign } from '@octokit/webhooks-methods';
 import type { SparkConfigInput } from '../../core/config.ts';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import { inboxProcessor } from '../../functions/github/inbox.ts';
+import { sweepMissedDeliveries } from '../../functions/github/redeliver.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { getDelivery } from '../../functions/ledger/inbox.ts';
 import type { Logger } from '../../functions/log.ts';
@@ -103,6 +104,15 @@ export const SPARK_RUNNER_GROUP = 2;
 /** The App manifest docs/github-app.md gives for repository runners (`github.runnerScope: "repo"`). */
 export const REPO_SCOPE_MANIFEST = 'docs/github-app-manifest.repo-scope.json';
 
+/**
+ * The readiness checks of the fleet (docs/adr/0165-enable-is-a-gate.md) that a GitHub scenario
+ * does not play — no agents heartbeat here, no Deckard was lent and restored, no dstack server:
+ * {@link Harness.enable} overrides them, as an operator may (recorded with the enablement), unless
+ * a test passes its own `override` (`[]` runs the whole gate). The GitHub checks (installation,
+ * permissions, runner group, workflow) are never overridden by default: the fake plays them.
+ */
+export const FLEET_OVERRIDE = ['hosts', 'dstack', 'deckard'] as const;
+
 export interface Harness {
   gh: FakeGitHub;
   c: RunningController;
@@ -121,6 +131,7 @@ export interface Harness {
     opts?: { id?: string; secret?: string; signature?: string; asRecorded?: boolean },
   ): Promise<Response>;
   operatorToken(): Promise<string>;
+  /** `POST /api/v1/repositories/:repo/enable`, with `override: FLEET_OVERRIDE` unless `body` names its own. */
   enable(repo: string, body?: Record<string, unknown>): Promise<Response>;
   /** Sends due outbox rows now (the background tick also does). */
   drain(): Promise<void>;
@@ -204,6 +215,10 @@ export async function startHarness(
     tickMs: 200,
     admissionIntervalMs: opts.admissionIntervalMs ?? 200,
   });
+  // the controller's start sweep for missed webhooks (one `GET /app/hook/deliveries`) runs on its
+  // first tick; run it here, so that it lands before the test starts counting requests and rows
+  // rather than at some point inside the test on a loaded machine
+  await sweepMissedDeliveries(githubService(c.ctx), { startSweep: true });
   let token: string | null = null;
   const h: Harness = {
     gh,
@@ -242,7 +257,7 @@ export async function startHarness(
       return fetch(`${c.url}/api/v1/repositories/${repo}/enable`, {
         method: 'POST',
         headers: { authorization: `Bearer ${await h.operatorToken()}`, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
+        body: JSON.stringify({ override: FLEET_OVERRIDE, ...body }),
       });
     },
     async drain() {

@@ -151,3 +151,14 @@ export function narrowPermissions(
   }
   return { ok: true, permissions: { ...asked } };
 }
+
+/**
+ * The webhook events the App subscribes to: `default_events` of the same manifest (what an
+ * installation's `events` lists, REST "Get an installation for the authenticated app").
+ */
+export function manifestEvents(manifestPath: string): string[] {
+  const m = JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', manifestPath), 'utf8')) as {
+    default_events?: string[];
+  };
+  return [...(m.default_events ?? [])];
+}

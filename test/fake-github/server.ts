@@ -3,8 +3,16 @@ import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { convertManifestCode, type ManifestCode } from './app-manifest-flow.ts';
+import type { GitHubLatency } from './latency.ts';
 import { checkRequest, checkResponse, matchOperation, warmValidators } from './operations.ts';
-import { manifestPermissions, narrowPermissions, requirementFor, satisfies } from './permissions.ts';
+import {
+  manifestEvents,
+  manifestPermissions,
+  narrowPermissions,
+  requirementFor,
+  satisfies,
+} from './permissions.ts';
 import { exampleOf, overlay } from './schema.ts';
 import { webhookViolations } from './webhooks.ts';
 import { loadWorkflow, type WorkflowDef } from './workflows.ts';
@@ -46,7 +54,12 @@ import { loadWorkflow, type WorkflowDef } from './workflows.ts';
  *   answers 409 (DOC.cancelRun);
  * - the App's delivery log lists every attempt newest first with cursor pagination, and a
  *   requested redelivery is sent again with the same GUID; a failed delivery is never retried by
- *   GitHub itself (DOC.hookDeliveries, DOC.redeliver, DOC.failedDeliveries).
+ *   GitHub itself (DOC.hookDeliveries, DOC.redeliver, DOC.failedDeliveries);
+ * - several Apps: the one under test and any created through the manifest flow
+ *   (app-manifest-flow.ts). A JWT is checked against the key of the App its `iss` names, and an
+ *   App reaches only its own installations and delivery log (DOC.jwt, DOC.installationToken);
+ *   `POST /app-manifests/{code}/conversions` takes no authentication and answers a code once,
+ *   within the hour (DOC.manifestConversion).
  * GitHub-shaped refusals that the OpenAPI description leaves out (its 404s, the dispatch 422s,
  * the 400/422 for a request it rejects) are recorded in `refused`; a rejected request is also a
  * violation (the caller sent something GitHub refuses), a dispatch refusal is not.
@@ -98,7 +111,37 @@ export const DOC = {
     'https://docs.github.com/en/rest/repos/contents#get-repository-content (a file: type file, encoding base64, content, sha; ref defaults to the default branch)',
   manifest:
     "https://docs.github.com/en/apps/sharing-github-apps/registering-a-github-app-from-a-manifest (default_permissions are the App's permissions)",
+  manifestConversion:
+    'https://docs.github.com/en/rest/apps/apps#create-a-github-app-from-a-manifest (no authentication; the temporary code from the manifest flow; the flow must be completed within one hour)',
+  getInstallation:
+    "https://docs.github.com/en/rest/apps/apps#get-an-installation-for-the-authenticated-app (App JWT; the installation's permissions, events, repository_selection, suspended_at; 404 for an installation the App does not have)",
+  suspended:
+    'https://docs.github.com/en/apps/maintaining-github-apps/suspending-a-github-app-installation (a suspended installation cannot be used: creating its access token answers 403 "This installation has been suspended", as octokit/octokit.rb#1307 records)',
 } as const;
+
+/**
+ * A GitHub App registration the fake knows: the one under test ({@link FakeGitHub.appId}) and any
+ * created through the manifest flow (app-manifest-flow.ts). Only the public half of its key is
+ * kept: GitHub hands the private key out once and keeps only what verifies its JWTs.
+ */
+export interface FakeApp {
+  id: number;
+  slug: string;
+  name: string;
+  /** The account that owns the registration. */
+  owner: { login: string; type: 'Organization' | 'User' };
+  publicKey: string;
+  /** `default_permissions` of its manifest: what every installation of it grants (DOC.manifest). */
+  permissions: Record<string, string>;
+  events: string[];
+  description: string | null;
+  /** The homepage (`url` of its manifest). */
+  externalUrl: string;
+  hookUrl: string | null;
+  webhookSecret: string | null;
+  clientId: string;
+  createdAt: string;
+}
 
 export interface PullState {
   state: 'open' | 'closed';
@@ -203,6 +246,8 @@ export interface Runner {
 /** One attempt of a webhook delivery, as the App's delivery log keeps it (DOC.hookDeliveries). */
 export interface HookDelivery {
   id: number;
+  /** The App whose webhook sent it (its delivery log); default the App under test. */
+  appId?: number;
   /** The `X-GitHub-Delivery` GUID; a redelivery keeps it (DOC.redeliver). */
   guid: string;
   event: string;
@@ -229,6 +274,8 @@ export const DEFAULT_MANIFEST = 'docs/github-app-manifest.json';
 export interface FakeGitHubOptions {
   /** App manifest (path in this repository) whose `default_permissions` the App holds. */
   manifest?: string;
+  /** GitHub's modelled time (latency.ts); default none: every call is answered at once. */
+  latency?: GitHubLatency | null;
 }
 
 /** An installation access token as GitHub keeps it (DOC.accessTokens). */
@@ -252,6 +299,10 @@ export interface RecordedRequest {
   token?: string;
   /** Wall-clock time the request arrived (ms). */
   at: number;
+  /** GitHub's modelled time to answer it (ms; `latency`), spent before it was handled. */
+  latencyMs: number;
+  /** When the answer was written (ms): after the modelled latency and the fake's own checks. */
+  answeredAt: number;
 }
 
 /** The workflow the controller dispatches, read from the template consuming repositories install. */
@@ -272,7 +323,10 @@ const PAGINATED = new Set([
 let appKeys: { privateKey: string; publicKey: string } | null = null;
 
 /**
- * The App's RSA key pair, one per test process: generating a 2048-bit key costs 0.1–0.2 s of CPU
+ * The App's RSA key pair, one per test process. The private key is PKCS#1 (`BEGIN RSA PRIVATE
+ * KEY`), as GitHub hands it out (the App settings page's download; the example `pem` of "Create a
+ * GitHub App from a manifest" in GitHub's REST description): a PKCS#8 key here would hide that
+ * WebCrypto, the Worker's only crypto, cannot import PKCS#1. Generating a 2048-bit key costs 0.1–0.2 s of CPU
  * (measured), and suites that start a fake GitHub per test paid that for every test. Each fake
  * still verifies every JWT against this public key; no test depends on two fakes holding different
  * keys (they already share the App id; tokens and state are each fake's own).
@@ -280,7 +334,7 @@ let appKeys: { privateKey: string; publicKey: string } | null = null;
 function appKeyPair(): { privateKey: string; publicKey: string } {
   appKeys ??= generateKeyPairSync('rsa', {
     modulusLength: 2048,
-    privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+    privateKeyEncoding: { type: 'pkcs1', format: 'pem' },
     publicKeyEncoding: { type: 'spki', format: 'pem' },
   });
   return appKeys;
@@ -289,7 +343,12 @@ function appKeyPair(): { privateKey: string; publicKey: string } {
 export class FakeGitHub {
   readonly appId = 424242;
   readonly privateKey: string;
-  private readonly publicKey: string;
+  /** Every App registration: the one under test and those created from a manifest. */
+  apps = new Map<number, FakeApp>();
+  /** Installation id → the App it is an installation of; unlisted ones belong to {@link appId}. */
+  installationApps = new Map<number, number>();
+  /** Temporary codes of the manifest flow waiting for their conversion (app-manifest-flow.ts). */
+  manifestCodes = new Map<string, ManifestCode>();
   server!: Server;
   url = '';
   repos = new Map<string, RepoState>();
@@ -323,6 +382,8 @@ export class FakeGitHub {
    * installation grants exactly these (the fake's installations accept what the App asks for).
    */
   readonly appPermissions: Record<string, string>;
+  /** Installation id → when it was suspended (ISO): no access token for it (DOC.suspended). */
+  suspendedInstallations = new Map<number, string>();
   /**
    * Every call GitHub refused for a missing permission or repository (403 "Resource not
    * accessible by integration"); each is also a violation, since a controller that sends a request
@@ -360,6 +421,13 @@ export class FakeGitHub {
   redeliver: ((d: HookDelivery) => Promise<void>) | null = null;
   /** GitHub's clock (ms); a harness shares its test clock so tokens and JWTs age with it. */
   clock: () => number = Date.now;
+  /**
+   * GitHub's modelled time (latency.ts): each REST call is answered its modelled latency after it
+   * arrived (the wait comes before the request is handled, so its effect — a run created, a
+   * runner registered — is there when the answer is), and harnesses hold each webhook for the
+   * modelled delivery delay ({@link webhookDelayMs}). Validation is the same either way.
+   */
+  latency: GitHubLatency | null;
   private nextId = 1000;
   private runNumbers = new Map<string, number>();
 
@@ -370,8 +438,23 @@ export class FakeGitHub {
   constructor(opts: FakeGitHubOptions = {}) {
     const { privateKey, publicKey } = appKeyPair();
     this.privateKey = privateKey;
-    this.publicKey = publicKey;
     this.appPermissions = manifestPermissions(opts.manifest ?? DEFAULT_MANIFEST);
+    this.apps.set(this.appId, {
+      id: this.appId,
+      slug: 'spark-controller',
+      name: 'Spark Controller',
+      owner: { login: 'acme', type: 'Organization' },
+      publicKey,
+      permissions: this.appPermissions,
+      events: manifestEvents(opts.manifest ?? DEFAULT_MANIFEST),
+      description: null,
+      externalUrl: 'https://github.com/apps/spark-controller',
+      hookUrl: null,
+      webhookSecret: null,
+      clientId: 'Iv1.0000000000000000',
+      createdAt: new Date(0).toISOString(),
+    });
+    this.latency = opts.latency ?? null;
     // every organization has the "Default" runner group, open to all its repositories
     // (DOC.runnerGroups)
     this.runnerGroups.set(1, { name: 'Default', visibility: 'all', repositories: [] });
@@ -400,6 +483,11 @@ export class FakeGitHub {
   /** Returns the recorded violations and forgets them (a test that provoked them asserts them). */
   takeViolations(): string[] {
     return this.violations.splice(0);
+  }
+
+  /** How long GitHub takes to deliver a webhook of `event` (`latency`; 0 without one): harnesses wait it out. */
+  webhookDelayMs(event: string): number {
+    return this.latency?.webhookDelayMs(event) ?? 0;
   }
 
   /** Records a webhook payload that is not what GitHub sends (webhooks.ts): harnesses call it. */
@@ -537,6 +625,24 @@ export class FakeGitHub {
     }
   }
 
+  /** A new installation of App `appId` (e.g. one created from a manifest); its id. */
+  install(appId: number): number {
+    if (!this.apps.has(appId)) throw new TypeError(`no App ${appId}`);
+    const id = this.nextId++;
+    this.installationApps.set(id, appId);
+    return id;
+  }
+
+  /** The App an installation belongs to. */
+  appOfInstallation(installationId: number): number {
+    return this.installationApps.get(installationId) ?? this.appId;
+  }
+
+  /** A fresh id for an object the fake creates (Apps from a manifest included). */
+  newId(): number {
+    return this.nextId++;
+  }
+
   /** Logs one delivery attempt; GitHub never retries a failed one by itself (DOC.failedDeliveries). */
   recordHookDelivery(d: Omit<HookDelivery, 'id' | 'deliveredAt'>): HookDelivery {
     const entry: HookDelivery = {
@@ -574,21 +680,33 @@ export class FakeGitHub {
     return this.repos.get(`${owner}/${name}`.toLowerCase());
   }
 
-  /** Null when the App JWT is valid, else GitHub's message for it (DOC.jwt). */
-  private jwtProblem(auth: string | undefined): string | null {
+  /**
+   * The App a JWT authenticates, or GitHub's message for why it does not (DOC.jwt): the App its
+   * `iss` names, whose key must have signed it.
+   */
+  private appOfJwt(auth: string | undefined): { app: FakeApp } | { problem: string } {
     const m = /^Bearer (.+)\.(.+)\.(.+)$/.exec(auth ?? '');
-    if (!m) return 'A JSON web token could not be decoded';
+    if (!m) return { problem: 'A JSON web token could not be decoded' };
+    let claims: { iss?: string | number; iat?: unknown; exp?: unknown };
+    try {
+      claims = JSON.parse(Buffer.from(m[2]!, 'base64url').toString());
+    } catch {
+      return { problem: 'A JSON web token could not be decoded' };
+    }
+    const app = this.apps.get(Number(claims.iss));
+    if (!app || String(claims.iss) !== String(app.id))
+      return { problem: "'Issuer' claim ('iss') must be the App's ID" };
     const v = createVerify('RSA-SHA256');
     v.update(`${m[1]}.${m[2]}`);
-    if (!v.verify(this.publicKey, Buffer.from(m[3]!, 'base64url')))
-      return 'A JSON web token could not be decoded';
-    const claims = JSON.parse(Buffer.from(m[2]!, 'base64url').toString()) as {
-      iss?: string | number;
-      iat?: unknown;
-      exp?: unknown;
-    };
+    if (!v.verify(app.publicKey, Buffer.from(m[3]!, 'base64url')))
+      return { problem: 'A JSON web token could not be decoded' };
+    const problem = this.jwtTimeProblem(claims);
+    return problem ? { problem } : { app };
+  }
+
+  /** Null when the JWT's times are acceptable, else GitHub's message (DOC.jwt). */
+  private jwtTimeProblem(claims: { iat?: unknown; exp?: unknown }): string | null {
     const now = Math.floor(this.clock() / 1000);
-    if (String(claims.iss) !== String(this.appId)) return "'Issuer' claim ('iss') must be the App's ID";
     if (typeof claims.iat !== 'number' || !Number.isInteger(claims.iat) || claims.iat > now)
       return "'Issued at' claim ('iat') must be an Integer representing a time in the past";
     if (typeof claims.exp !== 'number' || !Number.isInteger(claims.exp) || claims.exp <= now)
@@ -598,6 +716,7 @@ export class FakeGitHub {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse) {
+    const arrived = this.clock();
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const text = Buffer.concat(chunks).toString('utf8');
@@ -607,6 +726,10 @@ export class FakeGitHub {
     // GitHub's 404, also for a method the path does not support (DOC.notFound)
     const match = matchOperation(method, url.pathname);
     const op = match?.op;
+    // GitHub's time to answer (latency.ts), before anything is handled: what the call changes
+    // exists when its answer arrives, never earlier
+    const latencyMs = this.latency?.restMs(method, op?.path ?? url.pathname) ?? 0;
+    if (latencyMs > 0) await new Promise((r) => setTimeout(r, latencyMs));
     let body: unknown = null;
     /** A refusal GitHub answers that the description does not list for the operation. */
     let refusal = false;
@@ -645,7 +768,9 @@ export class FakeGitHub {
         status,
         auth,
         ...(installationToken ? { token: installationToken } : {}),
-        at: this.clock(),
+        at: arrived,
+        latencyMs,
+        answeredAt: this.clock(),
       });
       res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', ...headers });
       res.end(data == null ? '' : JSON.stringify(data));
@@ -680,13 +805,21 @@ export class FakeGitHub {
       );
     }
     const isAppCall = op.path.startsWith('/app/') || op.path === '/repos/{owner}/{repo}/installation';
+    // the manifest flow's last step takes no authentication: the code is the credential
+    // (DOC.manifestConversion)
+    const isAnonymous = op.path === '/app-manifests/{code}/conversions';
     const auth = req.headers.authorization;
     const notFound = () =>
       send(404, { message: 'Not Found', documentation_url: 'https://docs.github.com/rest' });
     let token: InstallationToken | null = null;
-    if (isAppCall) {
-      const problem = this.jwtProblem(auth);
-      if (problem) return send(401, { message: problem, documentation_url: DOC.jwt });
+    /** The App a JWT authenticated (App calls only). */
+    let app: FakeApp | null = null;
+    if (isAnonymous) {
+      // nothing to check
+    } else if (isAppCall) {
+      const who = this.appOfJwt(auth);
+      if ('problem' in who) return send(401, { message: who.problem, documentation_url: DOC.jwt });
+      app = who.app;
     } else {
       const tok = /^(?:token|Bearer) (ghs_\S+)$/.exec(auth ?? '')?.[1];
       const t = tok ? this.tokens.get(tok) : undefined;
@@ -734,10 +867,24 @@ export class FakeGitHub {
       page ? page.take(items) : { items, headers: {} };
 
     switch (key) {
+      case 'post /app-manifests/{code}/conversions': {
+        const answer = convertManifestCode(this, params.code!);
+        return send(answer.status, answer.status === 201 ? full(answer.body, 201) : answer.body);
+      }
       case 'post /app/installations/{installation_id}/access_tokens': {
         const installationId = Number(params.installation_id);
-        const known = [...this.repos.values()].some((r) => r.installationId === installationId);
-        if (!known) return notFound();
+        const known =
+          [...this.repos.values()].some((r) => r.installationId === installationId) ||
+          this.installationApps.has(installationId);
+        // an App sees only its own installations
+        if (!known || this.appOfInstallation(installationId) !== app!.id) return notFound();
+        const appPermissions = app!.permissions;
+        if (this.suspendedInstallations.has(installationId))
+          return send(403, {
+            message: 'This installation has been suspended',
+            documentation_url: DOC.accessTokens,
+            status: '403',
+          });
         // a token may be narrowed to some of the installation's repositories (`repositories`
         // names without the owner, or `repository_ids`, at most 500) and to fewer permissions than
         // the installation holds; a repository outside the installation, or a permission it does
@@ -769,7 +916,7 @@ export class FakeGitHub {
           }
           scoped = [...new Set(scoped)];
         }
-        const narrowed = narrowPermissions(this.appPermissions, ask.permissions);
+        const narrowed = narrowPermissions(appPermissions, ask.permissions);
         if (!narrowed.ok)
           return send(422, { message: narrowed.message, documentation_url: DOC.accessTokens });
         let permissions = narrowed.permissions;
@@ -780,7 +927,7 @@ export class FakeGitHub {
         if (fault) {
           // fault: GitHub answers a narrowed request with a token broader than asked
           if (fault.repositories) scoped = null;
-          if (fault.permissions) permissions = { ...this.appPermissions };
+          if (fault.permissions) permissions = { ...appPermissions };
         }
         const tokenValue = `ghs_${randomBytes(12).toString('hex')}`;
         // installation tokens expire after one hour (DOC.installationToken)
@@ -814,8 +961,52 @@ export class FakeGitHub {
           ),
         );
       }
+      case 'get /app/installations/{installation_id}': {
+        // the installation as the App sees it with its JWT (DOC.getInstallation): it holds exactly
+        // the permissions and events of the manifest its App was created from (DOC.manifest), on
+        // the account of its repositories, on all of them or selected ones; an installation of
+        // another App, or none: 404
+        const installationId = Number(params.installation_id);
+        const mine = [...this.repos.entries()].filter(([, r]) => r.installationId === installationId);
+        const known = mine.length > 0 || this.installationApps.has(installationId);
+        if (!known || this.appOfInstallation(installationId) !== app!.id) return notFound();
+        const login = mine[0]?.[0].split('/')[0] ?? app!.owner.login;
+        const created = new Date(this.clock() - 86_400_000).toISOString();
+        return send(
+          200,
+          full(
+            {
+              id: installationId,
+              app_id: app!.id,
+              app_slug: app!.slug,
+              client_id: app!.clientId,
+              target_id: 1,
+              target_type: 'Organization',
+              account: { login, type: 'Organization' },
+              repository_selection: this.installationSelection.get(installationId) ?? 'all',
+              permissions: { ...app!.permissions },
+              events: [...app!.events],
+              access_tokens_url: `${this.url}/app/installations/${installationId}/access_tokens`,
+              repositories_url: `${this.url}/installation/repositories`,
+              html_url: `https://github.com/organizations/${login}/settings/installations/${installationId}`,
+              single_file_name: null,
+              ...(this.suspendedInstallations.has(installationId)
+                ? {
+                    suspended_at: this.suspendedInstallations.get(installationId),
+                    suspended_by: { login, type: 'Organization' },
+                  }
+                : { suspended_by: null, suspended_at: null }),
+              created_at: created,
+              updated_at: created,
+            },
+            200,
+          ),
+        );
+      }
       case 'get /repos/{owner}/{repo}/installation':
-        return repo ? send(200, full({ id: repo.installationId }, 200)) : notFound();
+        return repo && this.appOfInstallation(repo.installationId) === app!.id
+          ? send(200, full({ id: repo.installationId }, 200))
+          : notFound();
       case 'get /repos/{owner}/{repo}':
         return repo
           ? send(
@@ -1216,7 +1407,8 @@ export class FakeGitHub {
       case 'get /app/hook/deliveries': {
         // newest first, `per_page` (max 100) and an opaque `cursor` (DOC.hookDeliveries)
         const size = Math.min(Math.max(1, Number(url.searchParams.get('per_page') ?? 30) || 30), 100);
-        const newest = [...this.hookDeliveries].reverse();
+        // each App has its own delivery log
+        const newest = this.hookDeliveries.filter((d) => (d.appId ?? this.appId) === app!.id).reverse();
         const cursor = url.searchParams.get('cursor');
         const from = cursor ? newest.findIndex((d) => `c${d.id}` === cursor) : 0;
         if (from < 0) return send(422, { message: 'Invalid cursor', documentation_url: DOC.hookDeliveries });
@@ -1260,7 +1452,9 @@ export class FakeGitHub {
         return send(204, null);
       }
       case 'post /app/hook/deliveries/{delivery_id}/attempts': {
-        const d = this.hookDeliveries.find((x) => x.id === Number(params.delivery_id));
+        const d = this.hookDeliveries.find(
+          (x) => x.id === Number(params.delivery_id) && (x.appId ?? this.appId) === app!.id,
+        );
         if (!d) return notFound();
         // accepted now, delivered again with the same GUID right after (DOC.redeliver)
         send(202, {});

@@ -9,6 +9,7 @@ import {
   SECRET,
   SPARK_RUNNER_GROUP,
 } from '../fake-github/harness.ts';
+import type { GitHubLatency } from '../fake-github/latency.ts';
 import {
   type CheckRun,
   type FakeGitHub,
@@ -47,6 +48,11 @@ export interface JobPlan {
   script?: string;
   /** Check out the job's commit with real git from this clone URL (hooks run, as in a real checkout). */
   checkout?: { url: string };
+  /**
+   * What a runner double other than sim-runner.mjs does for this job (test/doubles/fleet.ts hands
+   * test/doubles/fake-runner.mjs its behaviour here); GitHub itself never sees it.
+   */
+  runner?: Record<string, unknown>;
 }
 
 /** A job GitHub assigned to a runner. */
@@ -92,9 +98,19 @@ export interface GitHubSimOptions {
   /** Where webhooks go (the controller's root URL). */
   controllerUrl: string;
   /** The plan for each job GitHub hands out (default: passes after 300 ms). */
-  plan?: (job: { reservationId: string; hostId: string; headSha: string }) => Partial<JobPlan>;
+  plan?: (job: {
+    reservationId: string;
+    hostId: string;
+    headSha: string;
+    runnerName: string;
+  }) => Partial<JobPlan>;
   /** Called with every line worth showing on a timeline (webhooks, GitHub Actions). */
   onNote?: (line: string) => void;
+  /**
+   * GitHub's modelled time (test/fake-github/latency.ts): REST answers wait their latency and each
+   * webhook is delivered its delay after the event; default none.
+   */
+  latency?: GitHubLatency;
 }
 
 export interface GitHubSim {
@@ -159,7 +175,7 @@ export const DEFAULT_BRANCH_TIP = 'dead'.repeat(10);
 /** Starts the fake GitHub with {@link REPO} (installed; {@link MAINTAINER} is an admin) and the Actions service. */
 export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim> {
   const note = opts.onNote ?? (() => undefined);
-  const gh = await startFakeGitHub();
+  const gh = await startFakeGitHub(opts.latency ? { latency: opts.latency } : {});
   // the spec's path: an organization runner group restricted to the enabled repositories
   gh.addRunnerGroup(SPARK_RUNNER_GROUP, 'spark', 'selected');
   gh.joinRunnerGroup = SPARK_RUNNER_GROUP;
@@ -244,9 +260,12 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     await deliverRaw(d.guid, d.event, d.body, true);
   };
   // every payload is checked against GitHub's webhook description before it is sent (a payload
-  // GitHub would not send is the fake's violation); a redelivery resends a checked body
-  const deliver = (event: string, payload: unknown, id?: string) => {
+  // GitHub would not send is the fake's violation); a redelivery resends a checked body. GitHub
+  // delivers it its modelled delay after the event (`latency`; none by default)
+  const deliver = async (event: string, payload: unknown, id?: string, due?: number) => {
     gh.checkWebhook(event, payload);
+    const wait = (due ?? Date.now() + gh.webhookDelayMs(event)) - Date.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     return deliverRaw(id ?? `sys-${process.pid}-${++deliverySeq}`, event, JSON.stringify(payload));
   };
 
@@ -254,9 +273,11 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
 
   // GitHub sends each job's workflow_job webhooks as the fake's Actions service moves it: queued
   // with its run (at dispatch, before any runner exists), in_progress at pickup, completed when it
-  // ends or a cancellation ends it. One at a time, in the order GitHub sent them.
+  // ends or a cancellation ends it. One at a time, in the order GitHub sent them, each its
+  // modelled delay after its event.
   let webhooks: Promise<unknown> = Promise.resolve();
   gh.onWorkflowJob = (j: Job, action) => {
+    const due = Date.now() + gh.webhookDelayMs('workflow_job');
     const p = example('workflow_job', action);
     p.repository.full_name = j.repo;
     p.repository.name = j.repo.split('/')[1];
@@ -276,8 +297,12 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
     note(
       `GitHub Actions: job ${j.id} (run ${j.runId}) ${action}${action === 'completed' ? `: ${j.conclusion}` : ''}`,
     );
-    webhooks = webhooks.then(() => deliver('workflow_job', p));
+    webhooks = webhooks.then(() => deliver('workflow_job', p, undefined, due));
   };
+  // Without modelled latency the Actions service answers the runner only once the webhook of its
+  // move was delivered, so a test sees the controller's reaction in a fixed order; with latency a
+  // runner goes on at once, as a real one does, and the webhook arrives when GitHub delivers it.
+  const delivered = () => (gh.latency ? Promise.resolve() : webhooks);
 
   const actions: Server = createServer((req, res) => {
     void (async () => {
@@ -317,8 +342,12 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
           seenAt: Date.now(),
           plan: {
             ...DEFAULT_PLAN,
-            ...(opts.plan?.({ reservationId: rid, hostId: b.hostId, headSha: dispatch.inputs.head_sha! }) ??
-              {}),
+            ...(opts.plan?.({
+              reservationId: rid,
+              hostId: b.hostId,
+              headSha: dispatch.inputs.head_sha!,
+              runnerName: runner.name,
+            }) ?? {}),
             // the foreign job keeps the runner until someone stops it
             ...(foreign ? { gates: ['work' as const] } : {}),
           },
@@ -331,7 +360,7 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
           `GitHub Actions: ${foreign ? `FOREIGN job ${job.id} (run ${run.id})` : `job ${job.id} of ${rid}`} assigned to runner ${runner.name}`,
         );
         // the pickup's in_progress webhook reaches the controller before the runner starts the job
-        await webhooks;
+        await delivered();
         return send(res, 200, job);
       }
       const gate = /^\/jobs\/(\d+)\/gates\/(work|exit)$/.exec(url.pathname);
@@ -354,7 +383,7 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
             job.id,
             b.conclusion === 'success' ? 'success' : b.conclusion === 'cancelled' ? 'cancelled' : 'failure',
           );
-          await webhooks;
+          await delivered();
         }
         return send(res, 200, { ok: true });
       }

@@ -1,8 +1,11 @@
 #!/usr/bin/env node
 // The one-job GitHub Actions runner as the relay agent starts it, for the demo and the system
-// tests. Usage (the agent's runner.command): <runner root>/run.mjs ACTIONS_BROKER_URL, where
-// run.mjs is this file installed (linked) into the runner's root: like the real runner (run.sh
-// finds its own dir), its root — and so its work folder `<root>/_work` — is where it is installed.
+// tests. Usage (the agent's runner.command): <runner root>/run.mjs ACTIONS_BROKER_URL [LOG_STORE],
+// where run.mjs is this file installed (linked) into the runner's root: like the real runner
+// (run.sh finds its own dir), its root — and so its work folder `<root>/_work` — is where it is
+// installed. LOG_STORE stands in for GitHub's store of job logs: the real runner uploads each
+// step's log to GitHub as the job runs (actions/runner src/Runner.Common/JobServerQueue.cs), so a
+// job's log outlives the runner's files; this one copies the job's log there when the job ends.
 //
 // It does what a real JIT runner plus the Spark workflow do, against the simulated GitHub Actions
 // service (test/harness/github-sim.ts) and the real controller:
@@ -22,19 +25,28 @@
 //      a gate);
 //   5. POST the job's receipt (a refused receipt fails the job, as the spark-test action does),
 //      print the runner's own result line and tell GitHub the job completed (workflow_job completed);
-//   6. exit with the planned code. SIGTERM (the agent stopping it) cancels the job.
+//   6. upload the job's log (LOG_STORE/job-<id>.log) and exit with the planned code. SIGTERM (the agent stopping it) cancels the job.
 // Console lines are the real runner's (actions/runner v2.336.0, src/Runner.Listener/
 // JobDispatcher.cs): `<time>: Running job: <name>`, `<time>: Job <name> completed with result:
 // <TaskResult>`, `<time>` in .NET's `u` format; the agent reads the latter as the runner's result.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  createWriteStream,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 
 const ROOT = dirname(resolve(process.argv[1]));
 /** .NET's `{DateTime.UtcNow:u}`: `yyyy-MM-dd HH:mm:ssZ`. */
 const stamp = () => `${new Date().toISOString().slice(0, 19).replace('T', ' ')}Z`;
 const broker = process.argv[2];
+const logStore = process.argv[3];
 const env = process.env;
 const say = (line) => console.log(line);
 const fail = (code, msg) => {
@@ -209,9 +221,17 @@ if (plan.script || (plan.checkout && existsSync(scriptPath))) {
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  script.stdout.pipe(out);
-  script.stderr.pipe(out);
+  // both streams into one log, ended by this runner (a stream that ended first must not end it)
+  script.stdout.pipe(out, { end: false });
+  script.stderr.pipe(out, { end: false });
+  const closed = new Promise((r) => script.once('close', r));
   const code = await new Promise((r) => script.once('exit', (c) => r(c)));
+  // what the script printed last is still in the pipes; a process it left behind may hold them
+  // open for good, so the log takes what arrives shortly after the exit
+  await Promise.race([closed, sleep(2000)]);
+  script.stdout.unpipe(out);
+  script.stderr.unpipe(out);
+  await new Promise((r) => out.end(r));
   result = code === 0 ? 'passed' : 'failed';
   say(`spark-test.sh ${job.topology} exited ${code}`);
 } else {
@@ -256,6 +276,13 @@ if (plan.receipt) {
   if (!recorded) result = 'failed';
 }
 printResult(result === 'passed' ? 'Succeeded' : 'Failed');
+if (logStore && existsSync(jobLog)) {
+  try {
+    copyFileSync(jobLog, join(logStore, `job-${job.id}.log`));
+  } catch (e) {
+    say(`job log: not uploaded (${e.message})`);
+  }
+}
 await complete(result === 'passed' ? 'success' : 'failure');
 await waitGate('exit');
 process.exit(plan.exitCode);

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SparkConfigInput } from '../../core/config.ts';
 import { createApiToken } from '../../functions/auth/tokens.ts';
@@ -7,6 +7,7 @@ import { silentLogger } from '../../functions/log.ts';
 import { openNodeLedger } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
 import { agentBundle } from '../doubles/fleet.ts';
+import { sandboxedTestDir, setUpHostSandbox } from '../doubles/host-sandbox.ts';
 import {
   FakeDeckard,
   FakeGpu,
@@ -15,6 +16,7 @@ import {
   simulatedAgentConfig,
   waitFor,
 } from '../doubles/index.ts';
+import { createTestUser, type TestUser } from '../doubles/runner-user.ts';
 import { SECRET, SPARK_RUNNER_GROUP } from '../fake-github/harness.ts';
 import type { CheckRun, FakeGitHub } from '../fake-github/server.ts';
 import { tempDir } from '../helpers/ledger.ts';
@@ -77,6 +79,15 @@ export interface SystemOptions {
   agentConfig?: (hostId: string, config: Record<string, unknown>) => Record<string, unknown>;
   /** Changes the environment of a host's agent process (e.g. a PATH with a test shim first). */
   agentEnv?: (hostId: string, env: Record<string, string>) => Record<string, string>;
+  /**
+   * Run each host's runner as its own real unprivileged user (created with `useradd`, with a home
+   * under /var/lib, removed at close), each lease in its own sandbox through the real helper
+   * (agent/host/spark-lease-sandbox.sh, ADR 0155; run directly, the agent is root here), the host
+   * set up as docs/agent.md "Install" says (../doubles/host-sandbox.ts): the system's dir is then
+   * under /var/lib/spark-test-fleets, not /tmp, since each lease has a fresh /tmp. Needs root.
+   * Default: the runner runs as the agent (development mode).
+   */
+  runnerUsers?: boolean;
 }
 
 /** An agent's way to the controller and the Actions broker, and how it is launched. */
@@ -99,6 +110,19 @@ export interface SparkSystem {
   /** A read connection to the ledger file (the controller process owns all writes). */
   reader: LedgerReader;
   operatorToken: string;
+  /**
+   * A dir every job may write that outlives its lease (declared `writable` to the sandbox helper
+   * with {@link SystemOptions.runnerUsers}): where a test's doubles leave their markers.
+   */
+  markerDir: string;
+  /** The runner user of each host, with {@link SystemOptions.runnerUsers}. */
+  runnerUsers: Record<string, TestUser>;
+  /**
+   * The log of a job as GitHub keeps it (the runner uploads it, ./sim-runner.mjs): what its
+   * `spark-test.sh` printed; empty when none was uploaded. The runner's own copy lives in the
+   * lease's dirs, which go with the lease when it runs in a sandbox.
+   */
+  jobLog(jobId: number): string;
   gpu: Record<string, FakeGpu>;
   deckard: FakeDeckard | null;
   agents: Record<string, ProcessHandle>;
@@ -189,6 +213,7 @@ interface Parts {
   agents: Record<string, ProcessHandle>;
   deckard?: FakeDeckard | null;
   reader?: LedgerReader;
+  runnerUsers?: TestUser[];
 }
 
 async function teardown(p: Parts): Promise<void> {
@@ -199,6 +224,8 @@ async function teardown(p: Parts): Promise<void> {
   // whatever else runs from this system's dir: a runner not yet given a job, a Deckard a
   // restore was starting, a service command cut short when its agent was killed
   if (p.dir) await sweepProcessesUnder(p.dir);
+  // what still runs as a runner user (a job's leftovers) ends with the user
+  for (const u of p.runnerUsers ?? []) await u.remove();
   await p.controller?.stop('SIGTERM');
   p.reader?.close();
   try {
@@ -240,9 +267,20 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
   const interrupted = () => {
     if (opts.signal?.aborted) throw new Error('interrupted while starting');
   };
-  const { dir, cleanup } = tempDir('spark-system-');
+  const withUsers = opts.runnerUsers ?? false;
+  const { dir, cleanup } = withUsers ? sandboxedTestDir('system-') : tempDir('spark-system-');
   parts.dir = dir;
   parts.cleanup = cleanup;
+  // shared by every job (any runner user; sticky, so no job removes another's files): the doubles'
+  // markers, and GitHub's store of job logs
+  const markerDir = join(dir, 'markers');
+  const logStore = join(dir, 'job-logs');
+  for (const d of [markerDir, logStore]) {
+    mkdirSync(d);
+    chmodSync(d, 0o1777);
+  }
+  const runnerUsers: Record<string, TestUser> = {};
+  parts.runnerUsers = [];
   const hosts = opts.hosts ?? [{ id: 'spark-1', homeService: 'deckard' }, { id: 'spark-2' }];
 
   const controllerPort = await freePort();
@@ -396,18 +434,36 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     const route = (await opts.agentRoute?.(h.id, { controllerPort, actionsUrl: github.actionsUrl })) ?? null;
     routes[h.id] = route;
     // the runner installed on the host: its work folder is `<runner dir>/_work` (ADR 0160)
-    const runnerDir = join(hd, 'runner');
-    mkdirSync(runnerDir, { recursive: true });
-    symlinkSync(SIM_RUNNER, join(runnerDir, 'run.mjs'));
+    const install = (runnerDir: string) => symlinkSync(SIM_RUNNER, join(runnerDir, 'run.mjs'));
+    let sandbox: { user: string; dir: string; helper: string[] } | null = null;
+    if (withUsers) {
+      interrupted();
+      const user = await createTestUser();
+      parts.runnerUsers.push(user);
+      runnerUsers[h.id] = user;
+      // a job may write the doubles' shared dirs besides its own
+      sandbox = setUpHostSandbox(hd, user, { writable: [markerDir, logStore], install }).runner;
+    } else {
+      mkdirSync(join(hd, 'runner'), { recursive: true });
+      install(join(hd, 'runner'));
+    }
+    const runnerDir = sandbox?.dir ?? join(hd, 'runner');
     const agentConfig = simulatedAgentConfig({
       controllerUrl: route?.controllerUrl ?? controllerUrl,
       hostId: h.id,
-      runnerCommand: [process.execPath, join(runnerDir, 'run.mjs'), route?.actionsUrl ?? github.actionsUrl],
+      runnerCommand: [
+        process.execPath,
+        join(runnerDir, 'run.mjs'),
+        route?.actionsUrl ?? github.actionsUrl,
+        logStore,
+      ],
       service,
       logLevel: 'info',
+      runnerUser: sandbox?.user ?? null,
     });
     agentConfig.runner.dir = runnerDir;
     agentConfig.runner.passEnv.push(...(route?.passEnv ?? []));
+    if (sandbox) Object.assign(agentConfig.runner, { helper: sandbox.helper });
     const finalConfig = opts.agentConfig ? opts.agentConfig(h.id, agentConfig) : agentConfig;
     // 0600 like every file the agent keeps (docs/agent.md); an agent with a runner user checks it
     writeFileSync(configPaths[h.id]!, JSON.stringify(finalConfig, null, 2), { mode: 0o600 });
@@ -433,9 +489,15 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
   interrupted();
   for (const h of hosts) startAgent(h.id);
   for (const h of hosts) await must(`adopt ${h.id}`, api('POST', `/api/v1/hosts/${h.id}/adopt`));
+  // the agents have only just started and Deckard was never lent and restored: the fleet's
+  // readiness checks are overridden, as an operator may (docs/adr/0165-enable-is-a-gate.md); the
+  // GitHub checks run against the simulated GitHub
   await must(
     `enable ${REPO}`,
-    api('POST', `/api/v1/repositories/${REPO}/enable`, { pairEnabled: hosts.length > 1 }),
+    api('POST', `/api/v1/repositories/${REPO}/enable`, {
+      pairEnabled: hosts.length > 1,
+      override: ['hosts', 'deckard', 'dstack'],
+    }),
   );
 
   const sys: SparkSystem = {
@@ -445,6 +507,12 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
     emergencyToken,
     reader,
     operatorToken,
+    markerDir,
+    runnerUsers,
+    jobLog(jobId) {
+      const f = join(logStore, `job-${jobId}.log`);
+      return existsSync(f) ? readFileSync(f, 'utf8') : '';
+    },
     gpu,
     deckard,
     agents,

@@ -43,8 +43,8 @@ describe('a reservation that ended while queued reports its outcome, never its w
         4: { state: 'open', headSha: 'd'.repeat(40), headRepo: REPO, labels: ['spark-test'] },
       },
     });
-    // hosts are adopted by the tests that need grants: the rollout gate is overridden here
-    expect((await h.enable(REPO, { pairEnabled: true, forceRollout: true })).status).toBe(200);
+    // hosts are adopted by the tests that need grants: the harness overrides the fleet checks here
+    expect((await h.enable(REPO, { pairEnabled: true })).status).toBe(200);
     token = await h.operatorToken();
   });
   afterEach(async () => {

@@ -22,8 +22,9 @@ describe('background CI schedule (opportunistic)', () => {
       },
     });
     h.gh.addRepo('acme/butter', { headSha: '9'.repeat(40) });
-    // no host is adopted (so other work stays queued): the rollout gate needs its override (issue 12 item 6)
-    expect((await h.enable('acme/butter', { forceRollout: true })).status).toBe(200);
+    // no host is adopted (so other work stays queued): the harness overrides the fleet checks
+    // (FLEET_OVERRIDE, docs/adr/0165-enable-is-a-gate.md)
+    expect((await h.enable('acme/butter')).status).toBe(200);
     await h.until('schedule first seen', async () =>
       (await h.c.ledger.db.select().from(t.meta)).some((m) => m.key.startsWith('schedule:')),
     );

@@ -168,6 +168,22 @@ export async function agentReportsCleaned(t: ApiTarget, reservationId: string): 
   }
 }
 
+/**
+ * What a home-service host's agent does when asked to restore: recreate the service, then report
+ * `restored` with the host's fencing token once its model-ready check passed (`ok`) or failed.
+ */
+export async function agentReportsRestored(t: ApiTarget, hostId: string, ok = true): Promise<void> {
+  const d = await desired(t, hostId, 'restore');
+  if (d.state !== 'restore') return;
+  await report(t, hostId, {
+    type: 'restored',
+    fencingToken: d.fencingToken,
+    ok,
+    detail: ok ? 'model-ready check: HTTP 200' : 'model-ready check: HTTP 503',
+  });
+  await heartbeat(t, hostId, ok ? servingFacts() : idleFacts({ serviceState: 'failed' }));
+}
+
 // ------------------------------------------------------------ in-process ledger shortcuts
 // Used by the controller's own API tests (metrics, dashboard, operator API): they write the
 // ledger directly; the sparkctl and MCP tests use the agent API stand-in above instead.

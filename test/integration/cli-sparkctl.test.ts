@@ -1,4 +1,4 @@
-import { copyFileSync, mkdirSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -11,6 +11,7 @@ import {
 import { apiModule } from '../../functions/api/index.ts';
 import { repoRoot } from '../../functions/node-server.ts';
 import { startHarness } from '../fake-github/harness.ts';
+import { loadWorkflow } from '../fake-github/workflows.ts';
 import { startTestController } from '../helpers/controller.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import {
@@ -18,6 +19,7 @@ import {
   agentReportsActive,
   agentReportsCleaned,
   agentReportsPrepared,
+  agentReportsRestored,
   cleanupBundle,
   FAST_TIMINGS,
   hostOf,
@@ -28,6 +30,7 @@ import {
   startApiController,
   until,
 } from './cli-harness.ts';
+import { readyFleet, snapshot } from './readiness-helpers.ts';
 
 let bin = '';
 let home: { dir: string; cleanup: () => void };
@@ -298,44 +301,196 @@ describe('sparkctl against a real controller', () => {
     expect(bad.stderr).toMatch(/url: expected an http\(s\) URL/);
   });
 
-  it('enables a repository through the GitHub part (fake GitHub on loopback)', async () => {
-    const h = await startHarness();
+  it('repo enable is a gate: refused with each check and its fix (exit 7, nothing changed), --override recorded, --json', async () => {
+    const h = await startHarness({ manifest: 'test/fixtures/github-apps/manifest-issues-write.json' });
     try {
       h.gh.addRepo('acme/butter');
       h.gh.addRepo('acme/iron');
       const env = { SPARK_URL: h.c.url, SPARK_TOKEN: await h.operatorToken() };
-      // rollout gate: no host adopted yet → refused (exit 7, conflict), nothing created
+      const before = await snapshot(h);
+      // no host adopted or heartbeating, Deckard never lent: refused, each check one line
       const gated = await runSparkctl(bin, ['repo', 'enable', 'acme/iron'], env, home.dir);
       expect(gated.code).toBe(7);
-      expect(gated.stderr.trim()).toMatch(
-        /^sparkctl: rollout gate: spark-1 \(unmanaged\), spark-2 \(unmanaged\) are not adopted; .*--force-rollout/,
+      expect(gated.stdout).toMatch(
+        /^ok {3}installation {2}installed on acme\/iron \(installation 77\); default branch main$/m,
       );
-      // (the controller's own read of the App's delivery log at start is not about this request)
-      expect(h.gh.requests.filter((r) => !r.path.startsWith('/app/hook/deliveries'))).toEqual([]);
+      expect(gated.stdout).toMatch(
+        /^fail hosts {9}spark-1 is not adopted; spark-1 never sent a heartbeat; .* — fix: adopt it once its agent heartbeats: sparkctl host adopt spark-1; /m,
+      );
+      expect(gated.stdout).toMatch(
+        /^fail deckard {7}no restore of deckard on spark-1 verified yet: it was never lent and restored — fix: run a restore drill: sparkctl deckard drill --host spark-1 /m,
+      );
+      expect(gated.stderr.trim()).toBe(
+        'sparkctl: enable refused for acme/iron, nothing was changed: 2 checks failed (hosts, deckard); fix each as its line says, or override with --override hosts,deckard (recorded in the history)',
+      );
+      // nothing changed: no repository, no history, no label although the App may create them
+      expect(await snapshot(h)).toEqual(before);
+      expect(h.gh.calls('POST', /\/labels$/)).toEqual([]);
+      const json = await runSparkctl(bin, ['repo', 'enable', 'acme/iron', '--json'], env, home.dir);
+      expect(json.code).toBe(7);
+      const refusal = JSON.parse(json.stdout);
+      expect(refusal.error.code).toBe('not_ready');
+      expect(refusal.readiness.checks.map((c: { id: string }) => c.id)).toEqual([
+        'installation',
+        'permissions',
+        'runner-group',
+        'workflow',
+        'labels',
+        'hosts',
+        'dstack',
+        'deckard',
+      ]);
+      // the override, named check by check, enables and is in the history
       const forced = await runSparkctl(
         bin,
-        ['repo', 'enable', 'acme/iron', '--force-rollout'],
+        ['repo', 'enable', 'acme/iron', '--pair', '--override', 'hosts,deckard'],
         env,
         home.dir,
       );
+      expect(forced.stderr).toBe('');
       expect(forced.code).toBe(0);
-      expect(forced.stdout).toContain(
-        'rollout gate: OVERRIDDEN (not adopted: spark-1 (unmanaged), spark-2 (unmanaged)); recorded',
+      expect(forced.stdout).toMatch(/^enabled acme\/iron with pair tests\n {2}ok {3}installation /);
+      expect(forced.stdout).toContain('  labels: created spark-test, spark-test-long, spark-pair-test');
+      expect(forced.stdout).toContain('  overridden (recorded in the history): hosts, deckard');
+      const ev = (await h.c.ledger.history('repository', 'acme/iron')).find(
+        (e) => e.type === 'repository.enabled',
       );
-      for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
-      const first = await runSparkctl(bin, ['repo', 'enable', 'acme/butter', '--pair'], env, home.dir);
-      expect(first.stderr).toBe('');
-      expect(first.code).toBe(0);
-      // the documented App holds Issues: read: the labels are named for a maintainer, never asked for
-      expect(first.stdout).toMatch(
-        /^enabled acme\/butter with pair tests\n {2}labels: {7}none\n {2}create by hand \(the App may not\): spark-test #76b900, spark-test-long #4b8b00, spark-pair-test #2e5c00\n {2}runner group: ok/,
+      expect(ev?.cause).toMatch(
+        /^enabled by test-operator with pair tests; readiness checks overridden: hosts \(/,
       );
-      const again = await runSparkctl(bin, ['repo', 'enable', 'acme/butter', '--json'], env, home.dir);
-      expect(JSON.parse(again.stdout)).toMatchObject({ labelsCreated: [], runnerGroupOk: true });
+      expect(ev?.actor).toBe('api:test-operator');
+      const usage = await runSparkctl(
+        bin,
+        ['repo', 'enable', 'acme/iron', '--override', 'labels'],
+        env,
+        home.dir,
+      );
+      expect(usage.code).toBe(2);
+      expect(usage.stderr).toMatch(/invalid --override 'labels'/);
+      // the App is not installed: the same gate, the installation's own line
       const missing = await runSparkctl(bin, ['repo', 'enable', 'acme/unknown'], env, home.dir);
-      expect(missing.code).toBe(6);
-      expect(missing.stderr.trim()).toMatch(/^sparkctl: the GitHub App is not installed on acme\/unknown/);
-      // every call the CLI caused matched GitHub's schema (issue 12 item 8)
+      expect(missing.code).toBe(7);
+      expect(missing.stdout).toMatch(
+        /^fail installation {2}the GitHub App is not installed on acme\/unknown — fix: install it there /m,
+      );
+      expect(h.gh.forbidden).toEqual([]);
+      expect(h.gh.violations).toEqual([]);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('repo enable bad input: a runner group that does not exist, a workflow missing a spec input, one with an input the controller cannot fill', async () => {
+    const h = await startHarness({ config: { github: { runnerGroupId: 9 } } });
+    try {
+      const template = readFileSync(join(repoRoot, 'workflows-templates', 'spark-pr-test.yml'), 'utf8');
+      const noSuite = template.replace(/\n {6}suite:\n(?: {8}.*\n)+/, '\n');
+      const ticket = template.replace(
+        /\n {4}inputs:\n/,
+        '\n    inputs:\n      ticket:\n        required: true\n        type: string\n',
+      );
+      h.gh.addRepo('acme/butter', { workflows: { 'spark-pr-test.yml': loadWorkflow(noSuite) } });
+      h.gh.addRepo('acme/iron', { workflows: { 'spark-pr-test.yml': loadWorkflow(ticket) } });
+      await readyFleet(h.c.ledger);
+      const env = { SPARK_URL: h.c.url, SPARK_TOKEN: await h.operatorToken() };
+      const before = await snapshot(h);
+      const butter = await runSparkctl(bin, ['repo', 'enable', 'acme/butter'], env, home.dir);
+      expect(butter.code).toBe(7);
+      expect(butter.stdout).toMatch(
+        /^fail runner-group {2}runner group 9 \(github\.runnerGroupId\) does not exist in acme — fix: create a runner group for the Spark runners /m,
+      );
+      expect(butter.stdout).toMatch(
+        /^fail workflow {6}\.github\/workflows\/spark-pr-test\.yml on main breaks the workflow contract: 1 problem — fix: input `suite` is not declared: the Spark workflow contract needs reservation_id, head_sha, topology, suite \(docs\/github-app\.md\)$/m,
+      );
+      expect(butter.stderr.trim()).toBe(
+        'sparkctl: enable refused for acme/butter, nothing was changed: 2 checks failed (runner-group, workflow); fix each as its line says, or override with --override runner-group,workflow (recorded in the history)',
+      );
+      const iron = await runSparkctl(bin, ['repo', 'enable', 'acme/iron'], env, home.dir);
+      expect(iron.code).toBe(7);
+      expect(iron.stdout).toMatch(
+        /^fail workflow {6}.* — fix: input `ticket` is required and the controller cannot fill it: give it a default or make it optional$/m,
+      );
+      expect(await snapshot(h)).toEqual(before);
+      expect(h.gh.dispatches).toEqual([]);
+      expect(h.gh.forbidden).toEqual([]);
+      expect(h.gh.violations).toEqual([]);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('doctor github: the same checks at any time, read-only; exit 1 while one fails, 0 once ready; --json', async () => {
+    const h = await startHarness();
+    try {
+      h.gh.addRepo('acme/butter');
+      h.gh.installationSelection.set(77, 'selected');
+      const env = { SPARK_URL: h.c.url, SPARK_TOKEN: await h.operatorToken() };
+      const before = await snapshot(h);
+      const bad = await runSparkctl(bin, ['doctor', 'github', 'acme/butter'], env, home.dir);
+      expect(bad.code).toBe(1);
+      expect(bad.stdout).toMatch(/^fleet\n {2}fail hosts {9}/);
+      expect(bad.stdout).toMatch(/^acme\/butter\n {2}ok {3}installation /m);
+      expect(bad.stdout).toMatch(
+        /^doctor github: 2 of 8 checks failed, 1 warning; enable acme\/butter would refuse$/m,
+      );
+      expect((await snapshot(h)).changes).toEqual(before.changes);
+      expect((await snapshot(h)).repositories).toEqual([]);
+      await readyFleet(h.c.ledger);
+      const good = await runSparkctl(bin, ['doctor', 'github', 'acme/butter', '--json'], env, home.dir);
+      expect(good.stderr).toBe('');
+      expect(good.code).toBe(0);
+      const report = JSON.parse(good.stdout);
+      expect(report.ok).toBe(true);
+      expect(report.repositories[0].checks.find((c: { id: string }) => c.id === 'labels')).toMatchObject({
+        status: 'warn',
+      });
+      // every enabled repository (none yet)
+      const all = await runSparkctl(bin, ['doctor', 'github'], env, home.dir);
+      expect(all.code).toBe(0);
+      expect(all.stdout).toContain('no repository is enabled (name one: sparkctl doctor github OWNER/NAME)');
+      // the provisioning doctor's options mean nothing here
+      const foreign = await runSparkctl(bin, ['doctor', 'github', '--imports', 'torch'], env, home.dir);
+      expect(foreign.code).toBe(2);
+      expect(h.gh.forbidden).toEqual([]);
+      expect(h.gh.violations).toEqual([]);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('deckard drill lends Deckard through the normal path, releases it and waits for the restore; doctor then passes', async () => {
+    const h = await startHarness();
+    try {
+      h.gh.addRepo('acme/butter');
+      const token = await h.operatorToken();
+      const env = { SPARK_URL: h.c.url, SPARK_TOKEN: token };
+      const target = { url: h.c.url, ops: token };
+      await agentOnline(target);
+      const drill = spawnSparkctl(bin, ['deckard', 'drill'], env, home.dir);
+      await drill.waitFor(/drill r-1: lending deckard on spark-1 through a development lease/);
+      await until('granted', async () => (await reservationOf(target, 'r-1'))?.status === 'allocated');
+      await agentReportsPrepared(target, 'r-1');
+      await drill.waitFor(/spark-1 lent: deckard drained, stopped, GPU verified free; releasing/);
+      await until('releasing', async () => (await reservationOf(target, 'r-1'))?.status === 'releasing');
+      await agentReportsCleaned(target, 'r-1');
+      await drill.waitFor(/spark-1 restoring deckard: waiting for its model-ready check/);
+      await agentReportsRestored(target, 'spark-1');
+      const done = await drill.done;
+      expect(done.stderr).toBe('');
+      expect(done.code).toBe(0);
+      expect(done.stdout).toMatch(
+        /restore verified on spark-1: deckard lent to r-1, released and restored; its model-ready check passed/,
+      );
+      const doctor = await runSparkctl(bin, ['doctor', 'github', '--json'], env, home.dir);
+      const deckard = JSON.parse(doctor.stdout).fleet.checks.find((c: { id: string }) => c.id === 'deckard');
+      expect(deckard).toMatchObject({
+        status: 'ok',
+        summary: expect.stringMatching(/^deckard on spark-1 lent by r-1 and restored/),
+      });
+      // a host that does not serve Deckard cannot be drilled
+      const wrong = await runSparkctl(bin, ['deckard', 'drill', '--host', 'spark-2'], env, home.dir);
+      expect(wrong.code).toBe(2);
+      expect(wrong.stderr).toMatch(/spark-2 serves no home service: there is nothing to drill/);
       expect(h.gh.violations).toEqual([]);
     } finally {
       await h.close();

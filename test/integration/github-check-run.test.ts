@@ -49,10 +49,15 @@ describe('check-run rendering (the words on the PR)', () => {
       title: 'Spark test queued — position 2',
     });
     expect(renderCheckRun(row({}), none).summary).toMatch(/^Waiting: spark-2 is busy with r-11/);
-    // issue 16: the queue ETA joins the position
+    // the title stays the spec's sentence; the queue ETA is a line of its own in the summary
     const withEta = renderCheckRun(row({}), { ...none, eta: 'starts in ~12–20 min' });
-    expect(withEta.title).toBe('Spark test queued — position 2, starts in ~12–20 min');
-    expect(withEta.summary).toMatch(/Estimate: starts in ~12–20 min, from the finished work in the ledger/);
+    expect(withEta.title).toBe('Spark test queued — position 2');
+    expect(withEta.summary.split('\n')).toContain(
+      'Estimate: starts in ~12–20 min, from the finished work in the ledger and the queue ahead; work that arrives later with a higher priority moves it back.',
+    );
+    expect(renderCheckRun(row({ position: null }), { ...none, eta: 'should start now' }).title).toBe(
+      'Spark test queued',
+    );
     expect(renderCheckRun(row({}), { hosts: [], keptHost: { id: 'spark-2', state: 'draining' } }).title).toBe(
       'Spark 2 draining — active job finishing',
     );

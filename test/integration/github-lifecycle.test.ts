@@ -261,6 +261,44 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     expect(h.gh.checkRuns.filter((c) => c.external_id === 'r-1')).toHaveLength(1);
   });
 
+  it('host evidence that lands after the release began still re-renders the check (passed, not left waiting)', async (ctx) => {
+    const { h, prepared, pickUp } = await scenario(ctx);
+    const handoff = (await prepared())!;
+    const picked = await pickUp(handoff.runnerName);
+    await h.deliver('workflow_job', workflowJobEvent(picked, 'in_progress'));
+    await h.deliver('workflow_job', workflowJobEvent(h.gh.completeJob(picked.id), 'completed'));
+    await h.until('check waiting for the host evidence', () =>
+      h.gh.checkRuns.find(
+        (c) =>
+          c.external_id === 'r-1' &&
+          c.output.title === 'Spark test passed on GitHub — waiting for the host evidence',
+      ),
+    );
+    // the release begins before the agent's exit report lands (e.g. it was held while the
+    // controller was unreachable): no reservation event follows the evidence any more
+    await h.c.ledger.beginRelease('r-1', 'passed', 'released before the exit report', 'operator:test');
+    await h.until('outbox idle', async () =>
+      (await h.c.ledger.db.select().from(t.outbox)).every((o) => o.status !== 'pending'),
+    );
+    const lease = (await h.c.ledger.leasesOf(undefined, 'r-1'))[0]!;
+    await applyReport(h.c.ledger, lease.hostId, {
+      type: 'runner_exited',
+      fencingToken: lease.fencingToken,
+      runnerName: handoff.runnerName,
+      exitCode: 0,
+      lastLines: [],
+      hostEvidence: hostEvidence(SHA, {
+        workTrees: [{ path: 'Hello-World/Hello-World', sha: SHA, detail: 'detached HEAD' }],
+      }),
+    });
+    const check = await h.until('passed check', () =>
+      h.gh.checkRuns.find(
+        (c) => c.external_id === 'r-1' && c.output.title === 'Spark test passed — evidence receipt recorded',
+      ),
+    );
+    expect(check.conclusion).toBe('success');
+  });
+
   it('a job asking for a guessed nonce label, or for ours from another run, changes nothing (audited)', async (ctx) => {
     const { h, prepared, metaOf, foreignJob } = await scenario(ctx);
     await prepared();

@@ -5,7 +5,7 @@ import { parseSparkCommand } from '../../functions/github/commands.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { type Harness, startHarness } from '../fake-github/harness.ts';
 
-/** Adopts every configured host (the rollout gate's precondition); no heartbeat, so no grants. */
+/** Adopts every configured host; no heartbeat, so no grants (the fleet checks are overridden). */
 async function adoptHosts(h: Harness) {
   for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
 }
@@ -17,77 +17,10 @@ describe('repository enablement (operator routes)', () => {
     await h.close();
   });
 
-  it('rollout gate: refuses while a host is unknown or unmanaged; --force-rollout enables and is audited', async () => {
-    h = await startHarness();
-    h.gh.addRepo('acme/butter');
-    await h.c.ledger.setManaged('spark-2', true, 'test');
-    const refused = await h.enable('acme/butter');
-    expect(refused.status).toBe(409);
-    expect((await refused.json()).error).toEqual({
-      code: 'rollout_not_ready',
-      message:
-        'rollout gate: spark-1 (unmanaged) is not adopted; adopt every host first (sparkctl host adopt ID), or override with --force-rollout (recorded in the audit trail)',
-    });
-    // nothing changed: no repository, no labels, not a single GitHub call
-    expect(await h.c.ledger.db.select().from(t.repositories)).toEqual([]);
-    // (the controller's own read of the App's delivery log at start is not about this request)
-    expect(h.gh.requests.filter((r) => !r.path.startsWith('/app/hook/deliveries'))).toEqual([]);
-    const forced = await h.enable('acme/butter', { forceRollout: true });
-    expect(forced.status).toBe(200);
-    expect((await forced.json()).rolloutOverride).toEqual(['spark-1 (unmanaged)']);
-    const ev = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'repository.enabled'));
-    expect(ev).toHaveLength(1);
-    expect(ev[0]!.cause).toBe(
-      'enabled by test-operator; rollout gate overridden while spark-1 (unmanaged) not adopted',
-    );
-    expect(JSON.parse(ev[0]!.dataJson!)).toMatchObject({ rolloutOverride: ['spark-1 (unmanaged)'] });
-    // once every host is adopted the gate is open without an override
-    await adoptHosts(h);
-    const open = await h.enable('acme/butter');
-    expect(open.status).toBe(200);
-    expect((await open.json()).rolloutOverride).toEqual([]);
-  });
+  // the gate itself (every check, its fixes, overrides, nothing changed on refusal):
+  // github-enable-gate.test.ts; these scenarios override the fleet checks (FLEET_OVERRIDE)
 
-  it('checks the installation and runner scope; the documented App may not create labels, so it names them', async () => {
-    h = await startHarness();
-    h.gh.addRepo('acme/butter', { installationId: 9, defaultBranch: 'trunk' });
-    await adoptHosts(h);
-    const res = await h.enable('acme/butter', { pairEnabled: true });
-    expect(res.status).toBe(200);
-    expect(await res.json()).toMatchObject({
-      repository: {
-        fullName: 'acme/butter',
-        installationId: 9,
-        defaultBranch: 'trunk',
-        pairEnabled: true,
-        enabled: true,
-      },
-      labelsCreated: [],
-      labelsFailed: [],
-      // Issues: read only (docs/github-app-manifest.json): a maintainer creates them, exactly so
-      labelsToCreate: [
-        { name: 'spark-test', color: '76b900' },
-        { name: 'spark-test-long', color: '4b8b00' },
-        { name: 'spark-pair-test', color: '2e5c00' },
-      ],
-      runnerGroupOk: true,
-    });
-    // no request the installation cannot serve was sent (GitHub would refuse it with 403)
-    expect(h.gh.calls('POST', /\/labels$/)).toEqual([]);
-    expect(h.gh.forbidden).toEqual([]);
-    // the installation lookup used the App JWT
-    expect(h.gh.calls('GET', /\/installation$/)[0]!.auth).toBe('app');
-    const ev = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'repository.enabled'));
-    expect(ev[0]).toMatchObject({ subjectId: 'acme/butter', actor: 'api:test-operator' });
-
-    const off = await fetch(`${h.c.url}/api/v1/repositories/acme/butter/disable`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${await h.operatorToken()}` },
-    });
-    expect((await off.json()).repository.enabled).toBe(false);
-  });
-
-  it('an App that may write issues gets the three labels created (one already there)', async () => {
+  it('an App that may write issues gets the three labels created (one already there); disable stops it', async () => {
     h = await startHarness({ manifest: 'test/fixtures/github-apps/manifest-issues-write.json' });
     h.gh.addRepo('acme/butter', { installationId: 9 });
     h.gh.repos.get('acme/butter')!.labels.add('spark-test');
@@ -101,24 +34,17 @@ describe('repository enablement (operator routes)', () => {
     });
     expect(h.gh.calls('POST', /\/labels$/).every((r) => r.auth === 'installation')).toBe(true);
     expect(h.gh.forbidden).toEqual([]);
-  });
+    const ev = await h.c.ledger.db.select().from(t.events).where(eq(t.events.type, 'repository.enabled'));
+    expect(ev[0]).toMatchObject({ subjectId: 'acme/butter', actor: 'api:test-operator' });
 
-  it('repository runners with an App that lacks Administration: says so without asking GitHub', async () => {
-    // runnerScope "repo", but the App was created from the organization-runner manifest
-    h = await startHarness({
-      config: { github: { runnerScope: 'repo' } },
-      manifest: 'docs/github-app-manifest.json',
+    const off = await fetch(`${h.c.url}/api/v1/repositories/acme/butter/disable`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${await h.operatorToken()}` },
     });
-    h.gh.addRepo('acme/butter', { installationId: 9 });
-    await adoptHosts(h);
-    const body = await (await h.enable('acme/butter')).json();
-    expect(body.runnerGroupOk).toBe(false);
-    expect(body.runnerGroupDetail).toMatch(/lacks Repository → "Administration": read and write/);
-    expect(h.gh.calls('GET', /\/actions\/runners/)).toEqual([]);
-    expect(h.gh.forbidden).toEqual([]);
+    expect((await off.json()).repository.enabled).toBe(false);
   });
 
-  it('refuses without the operate scope, for a repository without the App, or the wrong installation', async () => {
+  it('refuses without the operate scope, for the wrong installation, or a malformed body', async () => {
     h = await startHarness();
     h.gh.addRepo('acme/iron', { installationId: 5 });
     await adoptHosts(h);
@@ -128,30 +54,26 @@ describe('repository enablement (operator routes)', () => {
       headers: { authorization: `Bearer ${dev}` },
     });
     expect(forbidden.status).toBe(403);
+    const doctor = await fetch(`${h.c.url}/api/v1/doctor/github/acme/iron`, {
+      headers: { authorization: `Bearer ${dev}` },
+    });
+    expect(doctor.status).toBe(403);
     const anon = await fetch(`${h.c.url}/api/v1/repositories/acme/iron/enable`, { method: 'POST' });
     expect(anon.status).toBe(401);
-    const missing = await h.enable('acme/nothing');
-    expect(missing.status).toBe(404);
-    expect((await missing.json()).error).toMatchObject({ code: 'app_not_installed' });
     const mismatch = await h.enable('acme/iron', { installationId: 6 });
     expect(mismatch.status).toBe(409);
+    expect((await mismatch.json()).readiness.checks[0]).toEqual({
+      id: 'installation',
+      status: 'fail',
+      summary: 'acme/iron is served by App installation 5, not 6',
+      fix: 'name installation 5 (or leave installationId out)',
+    });
     const bad = await h.enable('acme/iron', { pairEnabled: 'yes' });
     expect(bad.status).toBe(400);
     expect((await bad.json()).error.message).toMatch(/pairEnabled/);
+    const badName = await h.enable('acme/iron', { workflow: '../x.yml' });
+    expect(badName.status).toBe(400);
     expect(await h.c.ledger.db.select().from(t.repositories)).toEqual([]);
-  });
-
-  it('org runner scope: a selected runner group must include the repository', async () => {
-    h = await startHarness({ config: { github: { runnerScope: 'org', runnerGroupId: 3 } } });
-    h.gh.addRepo('acme/butter');
-    h.gh.runnerGroups.set(3, { name: 'spark', visibility: 'selected', repositories: ['acme/iron'] });
-    await adoptHosts(h);
-    const no = await (await h.enable('acme/butter')).json();
-    expect(no.runnerGroupOk).toBe(false);
-    expect(no.runnerGroupDetail).toMatch(/does not include acme\/butter/);
-    h.gh.runnerGroups.get(3)!.repositories.push('acme/butter');
-    const yes = await (await h.enable('acme/butter')).json();
-    expect(yes.runnerGroupOk).toBe(true);
   });
 });
 

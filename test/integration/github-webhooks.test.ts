@@ -123,13 +123,13 @@ describe('GitHub webhook endpoint', () => {
     );
     expect((await r2.json()).result).toBe('queued r-2');
     await h.c.loop.runNow();
-    const second = await h.until('check run for r-2 at position 2', () =>
+    // the spec's sentence as the title; the estimate on its own line of the summary
+    const second = await h.until('check run for r-2 at position 2 with its estimate', () =>
       h.gh.checkRuns.find(
         (c) =>
           c.external_id === 'r-2' &&
-          /^Spark test queued — position 2, (starts in ~|should start now|cannot start yet)/.test(
-            c.output.title ?? '',
-          ),
+          c.output.title === 'Spark test queued — position 2' &&
+          /^Estimate: (starts in ~|should start now|cannot start yet)/m.test(c.output.summary ?? ''),
       ),
     );
     expect(second.head_sha).toBe('b'.repeat(40));

@@ -3,8 +3,8 @@ import { join } from 'node:path';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it, type TestContext } from 'vitest';
 import { readMeta } from '../../functions/github/meta.ts';
-import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import { inspectWorkflowContract, NONCE_LOST } from '../../functions/github/workflow-contract.ts';
+import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { example, workflowJobEvent } from '../fake-github/harness.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
@@ -38,24 +38,33 @@ function labeled() {
   return p;
 }
 
-async function world(ctx: TestContext, workflowText: string) {
+/**
+ * `editedAfterEnable`: the repository is enabled with `enabledWith` (enable's own workflow check,
+ * docs/adr/0165-enable-is-a-gate.md, refuses a workflow that breaks the contract) and its workflow
+ * file changed to `workflowText` afterwards, as a later commit to the default branch would.
+ */
+async function world(ctx: TestContext, workflowText: string, o: { enabledWith?: string } = {}) {
   const h = await startHarnessFor(ctx);
-  h.gh.addRepo(REPO, {
+  const repo = h.gh.addRepo(REPO, {
     installationId: 1,
     collaborators: { Codertocat: 'admin' },
     pulls: { 2: { state: 'open', headSha: SHA, headRepo: REPO, labels: ['spark-test'] } },
     headSha: TIP,
-    workflows: { 'spark-pr-test.yml': loadWorkflow(workflowText) },
+    workflows: { 'spark-pr-test.yml': loadWorkflow(o.enabledWith ?? workflowText) },
   });
   for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
   expect((await h.enable(REPO)).status).toBe(200);
+  repo.workflows['spark-pr-test.yml'] = loadWorkflow(workflowText);
   await adoptAll(h.c.ledger);
   expect((await (await h.deliver('pull_request', labeled())).json()).result).toBe('queued r-1');
-  await h.until(
-    'allocated',
-    async () => (await h.c.ledger.getReservation(undefined, 'r-1'))?.status === 'allocated',
-  );
-  await h.c.ledger.advanceReservation('r-1', 'preparing', 'every lease reported prepared', 'agent:spark-2');
+  // the grant wakes the GitHub module at once (no polling tick), so a workflow that breaks the
+  // contract can already be refused, and the reservation releasing, by the time this looks
+  const granted = await h.until('allocated (or already refused)', async () => {
+    const cur = await h.c.ledger.getReservation(undefined, 'r-1');
+    return cur && cur.status !== 'queued' ? cur : null;
+  });
+  if (granted.status === 'allocated')
+    await h.c.ledger.advanceReservation('r-1', 'preparing', 'every lease reported prepared', 'agent:spark-2');
   const meta = async () => readMeta((await h.c.ledger.getReservation(undefined, 'r-1'))!)!;
   return { h, meta };
 }
@@ -189,12 +198,12 @@ describe('the spec’s workflow contract against the fake GitHub', () => {
     expect(await h.c.ledger.getReservation(undefined, 'r-1')).toMatchObject({ outcome: 'foreign_job' });
   });
 
-  it('a workflow that breaks the contract is refused with the fix on the check, and nothing is dispatched', async (ctx) => {
+  it('a workflow changed after enable to break the contract is refused with the fix on the check, and nothing is dispatched', async (ctx) => {
     const ticket = SPEC.replace(
       '    inputs:\n',
       '    inputs:\n      ticket:\n        required: true\n        type: string\n',
     );
-    const { h } = await world(ctx, ticket);
+    const { h } = await world(ctx, ticket, { enabledWith: SPEC });
     const r = await h.until('refused', async () => {
       await h.drain();
       const cur = await h.c.ledger.getReservation(undefined, 'r-1');

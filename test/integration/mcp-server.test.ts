@@ -75,7 +75,17 @@ const data = (r: unknown) => {
   // biome-ignore lint/suspicious/noExplicitAny: the tests read tool JSON the output schema already checked
   return res.structuredContent as Record<string, any>;
 };
-const TOOLS = ['cancel', 'fleet', 'history', 'queue', 'release', 'renew', 'reserve', 'status'];
+const TOOLS = [
+  'cancel',
+  'deckard_start',
+  'fleet',
+  'history',
+  'queue',
+  'release',
+  'renew',
+  'reserve',
+  'status',
+];
 
 describe('sparkctl mcp (stdio) with the SDK client', () => {
   it('lists the tools with their input and output schemas and explains the etiquette', async () => {
@@ -259,7 +269,7 @@ function inspector(args: string[], env: Record<string, string>) {
 }
 
 describe('sparkctl mcp with the official MCP Inspector CLI', () => {
-  it('lists reserve, status, queue, release, cancel, fleet, renew and history, each with an output schema', async () => {
+  it('lists reserve, status, queue, release, cancel, fleet, renew, history and deckard_start, each with an output schema', async () => {
     ctl = await startApiController();
     const { code, json } = await inspector(['--method', 'tools/list'], {
       SPARK_URL: ctl.c.url,
@@ -295,5 +305,55 @@ describe('sparkctl mcp with the official MCP Inspector CLI', () => {
     expect(fleet.code).toBe(0);
     const hosts = (fleet.json.structuredContent as { hosts: { id: string; state: string }[] }).hosts;
     expect(hosts.map((h) => h.id)).toEqual(['spark-1', 'spark-2']);
+  });
+
+  it('starts Deckard with an operator token, and refuses a token without the operate scope as the CLI does', async () => {
+    ctl = await startApiController();
+    const call = (token: string) =>
+      inspector(['--method', 'tools/call', '--tool-name', 'deckard_start'], {
+        SPARK_URL: ctl!.c.url,
+        SPARK_TOKEN: token,
+      });
+
+    // a develop token: the operator route refuses it (403), the tool says so and nothing is queued
+    const refused = await call(ctl.tokens.dev);
+    expect(refused.code).toBe(0);
+    expect(refused.json.isError).toBe(true);
+    expect((refused.json.content as { text: string }[])[0]!.text).toBe(
+      'error: forbidden: this token lacks the "operate" scope (has: develop)',
+    );
+    expect(await reservationOf(ctl.target, 'r-1')).toBeNull();
+
+    const started = await call(ctl.tokens.ops);
+    expect(started.code).toBe(0);
+    expect(started.json.isError).toBeFalsy();
+    const r = ReservationInfo.parse((started.json.structuredContent as { reservation: unknown }).reservation);
+    expect(r).toMatchObject({ id: 'r-1', kind: 'deckard', priority: 90, targetHost: 'spark-1' });
+    expect((started.json.content as { text: string }[])[0]!.text).toMatch(
+      /^Deckard start requested as r-1 \(priority 90\): /,
+    );
+    expect(await reservationOf(ctl.target, 'r-1')).toMatchObject({ kind: 'deckard', targetHost: 'spark-1' });
+
+    // the same refusal through the CLI's own command, for the same token
+    const cli = await new Promise<{ code: number | null; stderr: string }>((done, fail) => {
+      const child = spawn(process.execPath, [bin, 'deckard', 'start'], {
+        env: {
+          PATH: process.env.PATH ?? '',
+          HOME: home.dir,
+          SPARK_URL: ctl!.c.url,
+          SPARK_TOKEN: ctl!.tokens.dev,
+        },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let stderr = '';
+      child.stderr.on('data', (b: Buffer) => {
+        stderr += b.toString();
+      });
+      child.once('error', fail);
+      child.once('close', (code) => done({ code, stderr }));
+    });
+    expect(cli.code).toBe(5); // EXIT.forbidden
+    expect(cli.stderr).toContain('forbidden: this token lacks the "operate" scope (has: develop)');
+    expect(await reservationOf(ctl.target, 'r-2')).toBeNull();
   });
 });

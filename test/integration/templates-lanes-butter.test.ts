@@ -1,7 +1,6 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tempDir } from '../helpers/ledger.ts';
 import {
   adopt,
   artifacts,
@@ -15,7 +14,8 @@ import {
   requireDebianRust,
   resultsDir,
   runLane,
-} from './lanes-harness.ts';
+} from '../harness/lanes.ts';
+import { tempDir } from '../helpers/ledger.ts';
 
 /**
  * Butter's lane script (workflows-templates/butter/scripts/ci/spark-test.sh), adopted into a

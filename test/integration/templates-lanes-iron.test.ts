@@ -3,8 +3,6 @@ import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseStoredReceipts } from '../../core/protocol/receipt.ts';
-import { tempDir } from '../helpers/ledger.ts';
-import { type LeaseFixture, runAction, runnerEnv, startWithGrantedLease } from './actions-lease-fixture.ts';
 import {
   adopt,
   artifacts,
@@ -16,7 +14,9 @@ import {
   requireDebianRust,
   resultsDir,
   runLane,
-} from './lanes-harness.ts';
+} from '../harness/lanes.ts';
+import { tempDir } from '../helpers/ledger.ts';
+import { type LeaseFixture, runAction, runnerEnv, startWithGrantedLease } from './actions-lease-fixture.ts';
 
 /**
  * Iron's lane script (workflows-templates/iron/scripts/ci/spark-test.sh), adopted into a checkout

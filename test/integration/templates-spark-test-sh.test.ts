@@ -2,10 +2,10 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listing } from '../harness/lanes.ts';
 import { tempDir } from '../helpers/ledger.ts';
 import { readOnlyView } from '../helpers/read-only-view.ts';
 import { repoRoot } from './actions-lease-fixture.ts';
-import { listing } from './lanes-harness.ts';
 
 /**
  * What the Butter and Iron lane scripts refuse before they do anything: bad input gets one line

@@ -59,8 +59,10 @@ describe('Worker with a reachable remote ledger', () => {
     expect(migrate.code, migrate.out).toBe(0);
     expect(migrate.out).toMatch(/ledger migrations applied/);
     gh = await startFakeGitHub();
+    // the spec's path: a runner group restricted to the enabled repositories
+    gh.addRunnerGroup(2, 'spark', 'selected', [REPO]);
     gh.addRepo(REPO, { installationId: 1, collaborators: { Codertocat: 'maintain' } });
-    const config = { github: { apiUrl: gh.url, runnerGroupId: 1 } };
+    const config = { github: { apiUrl: gh.url, runnerGroupId: 2 } };
     const store = await openLedgerDb({ url: sqld.url, createClient });
     ledger = new Ledger(store, { config: parseConfig(config) });
     dev = await startWranglerDev({
@@ -88,14 +90,29 @@ describe('Worker with a reachable remote ledger', () => {
 
   it('enable → signed label → queued in the ledger → the check run is sent right after the request', async () => {
     const { token } = await createApiToken(ledger, { name: 'ops', scopes: ['operate'] }, 'test');
-    // the rollout gate wants every host adopted; without heartbeats they stay offline (no grants)
+    // the hosts stay without heartbeats (no grants) and Deckard was never lent: the fleet checks
+    // are overridden as an operator may (docs/adr/0165-enable-is-a-gate.md); the GitHub checks run
+    // on the Workers runtime against the fake GitHub
     for (const host of ledger.config.hosts) await ledger.setManaged(host.id, true, 'test');
     const enable = await fetch(`${dev.url}/api/v1/repositories/${REPO}/enable`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${token}` },
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ override: ['hosts', 'deckard', 'dstack'] }),
     });
     expect(enable.status).toBe(200);
-    expect((await enable.json()).runnerGroupOk).toBe(true);
+    const enabled = await enable.json();
+    expect(
+      Object.fromEntries(
+        enabled.readiness.checks.map((c: { id: string; status: string }) => [c.id, c.status]),
+      ),
+    ).toMatchObject({
+      installation: 'ok',
+      'runner-group': 'ok',
+      workflow: 'ok',
+      hosts: 'fail',
+      deckard: 'fail',
+    });
+    expect(enabled.overridden.map((o: { id: string }) => o.id)).toEqual(['hosts', 'deckard']);
 
     const p = example('pull_request', 'labeled');
     p.label.name = 'spark-test';

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { laneTiming, type Receipt, ReceiptSchema } from '../../core/protocol/receipt.ts';
 import { renderCheckRun } from '../../functions/github/check-run.ts';
 import type { ReservationRow } from '../../functions/ledger/ledger.ts';
+import { hostEvidence } from '../helpers/host-evidence.ts';
 
 /**
  * A lane's time target is a target, not a limit (docs/in-job.md): a run over it keeps its result,
@@ -64,7 +65,11 @@ function row(receipts: Receipt[]): ReservationRow {
   };
 }
 
-const ctx = { hosts: ['spark-2'], keptHost: null };
+// the host's evidence confirms the pass (ADR 0160): a check passes only with it
+const confirmed = hostEvidence(SHA, {
+  workTrees: [{ path: 'iron/iron', sha: SHA, detail: 'detached HEAD' }],
+});
+const ctx = { hosts: ['spark-2'], keptHost: null, hostEvidence: { 'spark-2': confirmed } };
 
 describe('the check run and the lane time target', () => {
   it('a run over its target passes and the summary says how far over, per host', () => {
@@ -83,6 +88,7 @@ describe('the check run and the lane time target', () => {
     const pair = renderCheckRun(row([receipt('spark-1', 30 * 60_000), receipt('spark-2', 61 * 60_000)]), {
       hosts: ['spark-1', 'spark-2'],
       keptHost: null,
+      hostEvidence: { 'spark-1': confirmed, 'spark-2': confirmed },
     });
     expect(pair.summary.match(/Over target/g)).toHaveLength(1);
     expect(pair.summary).toContain('took 61.0 min on Spark 2');

@@ -39590,9 +39590,15 @@ var HostFactsSchema = object({
   /**
    * The host's own backend (`executor` in its agent.json): the controller admits a development
    * lease only onto a host whose backend gives it something to attach to (`dstack`, ADR 0176).
-   * Absent from agents older than this field.
+   * Optional: agents older than ADR 0166 do not send it.
    */
-  executor: _enum2(EXECUTOR_NAMES).optional()
+  executor: _enum2(EXECUTOR_NAMES).optional(),
+  /** dstack enrolment (docs/adr/0166-dstack-enrolment-fact.md); null: no dstack section. */
+  dstack: object({
+    fleet: string2().regex(/^[a-z][a-z0-9-]{1,40}$/),
+    ok: boolean2(),
+    detail: string2().max(500)
+  }).nullable().optional()
 });
 var token = number2().int().positive().max(Number.MAX_SAFE_INTEGER);
 var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;

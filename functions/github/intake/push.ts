@@ -1,3 +1,4 @@
+import { mergeCiForRepo } from '../../../core/config.ts';
 import { enabledRepository } from '../../ledger/queries.ts';
 import { createReservation, queuedOfKind, supersedeQueued } from '../../ledger/reservations.ts';
 import type { GitHubMeta } from '../meta.ts';
@@ -8,9 +9,9 @@ import { mergePushRefusal } from './policy.ts';
 import { refuse } from './shared.ts';
 
 /**
- * `push` to the default branch: merge correctness CI for the new tip, when the pusher holds the
- * configured permission (ADR 0003). Queued merge work for an older tip is superseded (the same
- * supersede command PR pushes use).
+ * `push` to the default branch: merge correctness CI for the new tip, when the repository's
+ * `mergeCi` switch is on (the default) and the pusher holds the configured permission (ADR 0003).
+ * Queued merge work for an older tip is superseded (the same supersede command PR pushes use).
  */
 export async function onPush(svc: GitHubService, d: Delivery, raw: unknown): Promise<IntakeResult> {
   const p = PushEvent.parse(raw);
@@ -20,6 +21,15 @@ export async function onPush(svc: GitHubService, d: Delivery, raw: unknown): Pro
   const branch = p.repository.default_branch ?? repo.defaultBranch;
   if (p.ref !== `refs/heads/${branch}`) return noOp(svc, d, null, `ignored: push to ${p.ref}`);
   if (p.deleted || /^0+$/.test(p.after)) return noOp(svc, d, null, 'ignored: branch deleted');
+  // the per-repository switch (on by default): off, the push writes nothing but the delivery's
+  // result, before any look-up on GitHub
+  if (!mergeCiForRepo(svc.config, repo.fullName))
+    return noOp(
+      svc,
+      d,
+      null,
+      `ignored: merge CI is off for ${repo.fullName} (repositories."${repo.fullName}".mergeCi is false)`,
+    );
   const actor = `github:${p.sender.login}`;
   const installationId = p.installation?.id ?? repo.installationId;
   const auth = await svc.authorizer.authorize(repo.fullName, p.sender.login, installationId);

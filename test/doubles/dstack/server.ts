@@ -3,6 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import type { z } from 'zod';
 import { canLaunchJobs } from './container.ts';
+import { GetFleetRequest, getFleet, type StandInFleet } from './fleets.ts';
 import {
   ApplyRunPlanRequest,
   GetRunRequest,
@@ -45,7 +46,9 @@ import { jobSpecOf, newRun, runFinished, STEP_MS, type StandInRun, step, stopRun
  *   Spark's CPU) does not meet never starts: `failed_to_start_due_to_no_capacity`;
  * - run and job statuses, termination reasons, graceful stop and container removal: `./runs.ts`;
  *   the job's execution in a container-like namespace on a pty: `./container.ts`; logs and their
- *   paging with `next_token`: `./logs.ts`.
+ *   paging with `next_token`: `./logs.ts`;
+ * - fleets (`POST /api/project/{project}/fleets/get`, what an agent's enrolment check asks):
+ *   `./fleets.ts`; none exists until a test adds one.
  */
 
 export interface DstackStandInOptions {
@@ -70,6 +73,8 @@ export interface DstackStandIn {
   token: string;
   arch: 'x86' | 'arm';
   runs: Map<string, StandInRun>;
+  /** The project's fleets by name (`./fleets.ts`); a test adds the ones its hosts are in. */
+  fleets: Map<string, StandInFleet>;
   /** Host paths the jobs must not see (the agents' own dirs); tests add theirs. */
   hostOnly: string[];
   /** Requests a real server would have rejected as malformed (a test asserts there were none). */
@@ -186,6 +191,7 @@ export async function startDstackStandIn(opts: DstackStandInOptions = {}): Promi
     ...(opts.images ?? {}),
   };
   const runs = new Map<string, StandInRun>();
+  const fleets = new Map<string, StandInFleet>();
   const hostOnly: string[] = [];
   const invalid: DstackStandIn['invalid'] = [];
   const calls: DstackStandIn['calls'] = [];
@@ -264,7 +270,9 @@ export async function startDstackStandIn(opts: DstackStandInOptions = {}): Promi
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const url = new URL(req.url ?? '/', 'http://x');
-    const m = /^\/api\/project\/([^/]+)\/(runs\/apply|runs\/get|runs\/stop|logs\/poll)$/.exec(url.pathname);
+    const m = /^\/api\/project\/([^/]+)\/(runs\/apply|runs\/get|runs\/stop|logs\/poll|fleets\/get)$/.exec(
+      url.pathname,
+    );
     const isList = url.pathname === '/api/runs/list';
     if (!m && !isList) return send(res, 404, { detail: 'Not Found' });
     if (req.method !== 'POST') return send(res, 405, { detail: 'Method Not Allowed' });
@@ -298,6 +306,13 @@ export async function startDstackStandIn(opts: DstackStandInOptions = {}): Promi
       return null;
     };
     const answer = (a: { status: number; body: unknown }) => send(res, a.status, a.body);
+
+    if (route === 'fleets/get') {
+      const body = check(GetFleetRequest);
+      if (!body) return;
+      calls.push({ route, runName: null, body: json });
+      return answer(getFleet(fleets, body, project));
+    }
 
     if (route === 'apply') {
       const body = check(ApplyRunPlanRequest);
@@ -373,6 +388,7 @@ export async function startDstackStandIn(opts: DstackStandInOptions = {}): Promi
     token,
     arch,
     runs,
+    fleets,
     hostOnly,
     invalid,
     calls,
