@@ -235,7 +235,13 @@ async function computeViews(ledger: Ledger, now: number): Promise<Views> {
     const secret = shown?.kind === 'alias' || shown?.kind === 'hidden';
     // aliases first: redactText would turn `owner/name@commit` into `owner/[account]`
     const raw = r.status === 'queued' ? (w?.reason ?? r.reason) : null;
-    const reason = raw ? redactText(publicReason(raw, shownAs, secret)) || null : null;
+    // work releasing because it never ran says so, as a fixed phrase (the cause names hosts and
+    // dstack runs): the active table tells it from a test that ran (ADR 0177)
+    const reason = raw
+      ? redactText(publicReason(raw, shownAs, secret)) || null
+      : r.status === 'releasing' && isNotRunOutcome(r.outcome)
+        ? `not run — ${NOT_RUN_CAUSES[r.outcome]}`
+        : null;
     return {
       id: r.id,
       position: r.status === 'queued' ? (w?.position ?? r.position ?? null) : null,
@@ -436,7 +442,7 @@ export function publicCause(row: {
  * phrase from the outcome, safe for public pages (the cause itself names hosts and dstack runs).
  */
 function notRunSuffix(row: { type: string; dataJson?: string | null }): string {
-  if (row.type !== 'reservation.releasing' || !row.dataJson) return '';
+  if ((row.type !== 'reservation.releasing' && row.type !== 'reservation.failed') || !row.dataJson) return '';
   try {
     const outcome = (JSON.parse(row.dataJson) as { outcome?: unknown }).outcome;
     return typeof outcome === 'string' && isNotRunOutcome(outcome)

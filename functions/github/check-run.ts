@@ -409,7 +409,9 @@ function notRun(r: ReservationRow, outcome: NotRunOutcome, summary: (lead: strin
   const again =
     r.pr != null
       ? `Nothing is queued again by itself: comment \`${requeueCommand(r)}\` on the PR to run it again.`
-      : 'Nothing is queued again by itself: the next push or schedule runs it again.';
+      : r.kind === 'merge'
+        ? 'Nothing is queued again by itself: the next push to the branch runs merge CI again.'
+        : 'Nothing is queued again by itself.';
   return {
     status: 'completed',
     conclusion: 'cancelled',

@@ -178,7 +178,8 @@ export function admissionPassTx(s: LedgerStore, actor: string): Promise<PassResu
         lost &&
         lost.kind !== 'development' &&
         lease.runnerStartedAt == null &&
-        isReleasableStatus(lost.status)
+        // `running`: a runner reported its start, or GitHub its job's (workflow_job in_progress)
+        (lost.status === 'allocated' || lost.status === 'preparing')
       ) {
         // CI whose lease was lost before its work started ends at once, as not run (ADR 0177)
         await releaseLostLease(s, tx, now, {

@@ -1,7 +1,7 @@
 import { and, eq } from 'drizzle-orm';
+import { executorForRepo } from '../../core/config.ts';
 import type { LedgerEventType } from '../../core/events.ts';
 import { contradictionsOf, judgeHost } from '../../core/evidence.ts';
-import { executorForRepo } from '../../core/config.ts';
 import {
   type HostFacts,
   isJobOutcome,
