@@ -197,8 +197,10 @@ export function judgeCheckEvidence(r: ReservationRow, ctx: RenderContext): Evide
 
 function jobReceiptLine(hostId: string, x: Receipt, task: boolean): string {
   const toolchain = Object.keys(x.toolchain).length;
-  // no phase ran: the repository's script never started (ADR 0177), whatever ended the run
-  if (!x.phases.length && x.result !== 'passed')
+  // the repository's script never started (ADR 0177): the agent ends each reason of a task that
+  // stopped before it with these words (agent/executor/ci-task.ts); a run killed mid-script also
+  // has no phase, but its reason says how it ended, and it did run
+  if (!x.phases.length && x.result === 'failed' && x.reason?.endsWith('; the script did not run'))
     return `- ${displayHost(hostId)}: not run — ${x.reason ?? 'the script did not start'} (log sha256 \`${x.log.sha256.slice(0, 12)}\`, ${x.log.lines} lines)${task ? '' : ' — reported by the job, not verified by the host'}`;
   return `- ${displayHost(hostId)}: ${x.result} (${x.suite}, exit ${x.exitCode ?? 'none'}, log sha256 \`${x.log.sha256.slice(0, 12)}\`, ${x.log.lines} lines${toolchain ? `, ${toolchain} toolchain entries` : ''})${task ? '' : ' — reported by the job, not verified by the host'}`;
 }
@@ -391,8 +393,10 @@ function renderResult(r: ReservationRow, ctx: RenderContext, base: (lead: string
 
 /** The comment that queues `r`'s test again on its PR. */
 function requeueCommand(r: ReservationRow): string {
-  if (r.topology === 'pair') return '/spark test --pair';
-  return r.suite === 'performance' ? '/spark test --long' : '/spark test';
+  // functions/github/commands.ts: `/spark test [--pair] [--long]`
+  return ['/spark test', r.topology === 'pair' ? '--pair' : null, r.suite === 'performance' ? '--long' : null]
+    .filter(Boolean)
+    .join(' ');
 }
 
 /**

@@ -1,7 +1,9 @@
 import { eq } from 'drizzle-orm';
 import { describe, expect, it, type TestContext } from 'vitest';
 import type { DesiredState, PollResponse } from '../../core/protocol/agent.ts';
+import type { ReservationInfo } from '../../core/protocol/api.ts';
 import { createAgentToken } from '../../functions/auth/tokens.ts';
+import { loadDashboardData } from '../../functions/dashboard/index.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { sweepRunnerPickup } from '../../functions/github/sweeps.ts';
 import * as t from '../../functions/ledger/schema.ts';
@@ -114,6 +116,21 @@ async function publicRelease(h: Harness) {
   const rows = await h.c.ledger.history('reservation', 'r-1');
   const row = rows.find((e) => e.type === 'reservation.releasing')!;
   return toEventView({ ...row, id: 1 } as Parameters<typeof toEventView>[0], { publicView: true }).cause;
+}
+
+/** What the API behind `sparkctl status` and the dashboard show of r-1. */
+async function shown(h: Harness) {
+  const res = await fetch(`${h.c.url}/api/v1/reservations/r-1`, {
+    headers: { authorization: `Bearer ${await h.operatorToken()}` },
+  });
+  expect(res.status).toBe(200);
+  const api = ((await res.json()) as { reservation: ReservationInfo }).reservation;
+  const dash = await loadDashboardData(h.c.ledger, 200);
+  return {
+    api,
+    active: dash.queue.active.find((q) => q.id === 'r-1') ?? null,
+    history: dash.events.filter((e) => e.subjectId === 'r-1').map((e) => e.cause),
+  };
 }
 
 describe.concurrent('an infrastructure failure says so on the check', () => {
@@ -264,6 +281,12 @@ describe.concurrent('an infrastructure failure says so on the check', () => {
     });
     // the task's receipt names the cause too
     expect(check.output.summary).toContain(`- Spark 2: not run — the task never started: ${why}`);
+    const views = await shown(h);
+    expect(views.api).toMatchObject({ status: 'releasing', outcome: 'task_not_started' });
+    expect(views.active).toMatchObject({ reason: 'not run — the task never started' });
+    expect(views.history).toContain(
+      'releasing (preparing → releasing) by an agent: not run — the task never started',
+    );
   });
 
   it('the lease was lost before the work started: not run at once; the host is freed only when its agent confirms', async (ctx) => {
@@ -285,12 +308,28 @@ describe.concurrent('an infrastructure failure says so on the check', () => {
       output: { title: 'Spark test not run — the lease was lost' },
     });
     expect(check.output.summary).toContain(AGAIN);
+    // the API and the dashboard say the same while the host waits for its agent
+    const releasing = await shown(h);
+    expect(releasing.api).toMatchObject({ status: 'releasing', outcome: 'lease_lost', reason: r.reason });
+    expect(releasing.active).toMatchObject({ status: 'releasing', reason: 'not run — the lease was lost' });
+    expect(releasing.history).toContain(
+      'releasing (allocated → releasing) by the controller: not run — the lease was lost',
+    );
     // its agent comes back: told to clean, it confirms, and only then is the host freed
     await agent.heartbeat();
     expect(await agent.poll()).toMatchObject({ state: 'clean', lease: { leaseId: lease.id } });
     await agent.report({ type: 'cleaned', fencingToken: lease.fencingToken });
     expect(await reservation(h)).toMatchObject({ status: 'failed', outcome: 'lease_lost', reason: r.reason });
     expect((await h.c.ledger.getHost(undefined, lease.hostId))!.phase).toBe('idle');
+    const ended = await shown(h);
+    expect(ended.api).toMatchObject({ status: 'failed', outcome: 'lease_lost', reason: r.reason });
+    expect(ended.active).toBeNull();
+    expect(ended.history[0]).toBe('failed (releasing → failed) by an agent: not run — the lease was lost');
+    await h.drain();
+    expect(h.gh.checkRuns.find((c) => c.external_id === 'r-1')).toMatchObject({
+      conclusion: 'cancelled',
+      output: { title: 'Spark test not run — the lease was lost' },
+    });
   });
 
   it('a test that ran and failed still reads "Spark test failed"', async (ctx) => {
@@ -323,5 +362,10 @@ describe.concurrent('an infrastructure failure says so on the check', () => {
       conclusion: 'failure',
       output: { title: `Spark test failed — exact SHA ${SHA.slice(0, 7)}` },
     });
+    expect(check.output.summary).not.toContain('Not run');
+    const views = await shown(h);
+    expect(views.api).toMatchObject({ status: 'releasing', outcome: 'failed' });
+    expect(views.active).toMatchObject({ status: 'releasing', reason: null });
+    expect(views.history.join('\n')).not.toContain('not run');
   });
 });
