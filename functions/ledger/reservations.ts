@@ -503,7 +503,8 @@ export async function releaseLostLease(
   a: { r: ReservationRow; hostId: string; processesUnknown: boolean; actor: string },
 ): Promise<void> {
   const host = await getHost(s, tx, a.hostId);
-  if (host && a.processesUnknown && host.phase === 'allocated') {
+  // `cleaning`: the other node of its pair expired first in the same pass and began the release
+  if (host && a.processesUnknown && (host.phase === 'allocated' || host.phase === 'cleaning')) {
     await setHostPhase(
       s,
       tx,
