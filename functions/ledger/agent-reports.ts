@@ -320,7 +320,11 @@ async function runnerExited(
   );
   if (!isReleasableStatus(r.status)) return `reservation ${r.id} already ${r.status}`;
   const failed = report.exitCode !== 0 || judged.refuted != null;
-  const notRun = failed ? await notStarted(ledger, tx, { lease, r, hostId, report, task }) : null;
+  // a job GitHub reported, or evidence that contradicts itself, is a result: never "not run"
+  const notRun =
+    failed && !judged.contradicted && jobOutcome(r) == null
+      ? await notStarted(ledger, tx, { lease, r, hostId, report, task })
+      : null;
   if (notRun) {
     // the PR's script never started: the check names the cause, never "failed" (ADR 0177)
     await beginRelease(ledger, r.id, notRun.outcome, notRun.cause.slice(0, 500), actor, tx, {
@@ -400,7 +404,7 @@ async function notStarted(
       cause: `the host preflight on ${a.hostId} refused, nothing of the PR ran: ${failing.map((c) => `${c.name}: ${c.detail}`).join('; ') || 'failed'}`,
     };
   }
-  if (a.lease.runnerStartedAt != null) return null;
+  if (a.lease.runnerStartedAt != null || jobPickedUp(a.r)) return null;
   if (!a.task && !(await runsOnDstack(ledger, tx, a.r, a.hostId))) return null;
   const why = (a.report.receipt?.reason ?? a.report.lastLines.at(-1) ?? 'dstack ended the run').replace(
     /^the task never started: /,
@@ -410,6 +414,18 @@ async function notStarted(
     outcome: 'task_not_started',
     cause: `the dstack task on ${a.hostId} never started: ${why}`,
   };
+}
+
+/**
+ * GitHub reported the reservation's job in progress (`workflow_job`, the GitHub part's meta): a
+ * runner took it, so something of the job ran, whatever the agent reported.
+ */
+function jobPickedUp(r: ReservationRow): boolean {
+  try {
+    return (JSON.parse(r.metaJson ?? '{}') as { jobPickedUpAt?: unknown }).jobPickedUpAt != null;
+  } catch {
+    return false;
+  }
 }
 
 /** The lease's work runs on dstack: its repository chooses it, or the host's agent runs it. */

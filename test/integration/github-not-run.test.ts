@@ -34,10 +34,19 @@ function labeled() {
   return p;
 }
 
-async function start(ctx: TestContext, ci: 'task' | 'runner', timings: Record<string, number> = {}) {
+async function start(
+  ctx: TestContext,
+  ci: 'task' | 'runner' | 'runner-on-dstack',
+  timings: Record<string, number> = {},
+) {
   const h = await startHarnessFor(ctx, {
     config: {
-      repositories: ci === 'task' ? { [REPO]: { executor: 'dstack', ci: 'task' } } : {},
+      repositories:
+        ci === 'task'
+          ? { [REPO]: { executor: 'dstack', ci: 'task' } }
+          : ci === 'runner-on-dstack'
+            ? { [REPO]: { executor: 'dstack' } }
+            : {},
       timings: { runnerPickupTimeoutS: 5, runnerRetries: 0, ...timings },
     },
   });
@@ -329,6 +338,74 @@ describe.concurrent('an infrastructure failure says so on the check', () => {
     expect(h.gh.checkRuns.find((c) => c.external_id === 'r-1')).toMatchObject({
       conclusion: 'cancelled',
       output: { title: 'Spark test not run — the lease was lost' },
+    });
+  });
+
+  it('a JIT runner in a dstack run that dstack ended before it ran: the task never started', async (ctx) => {
+    const h = await start(ctx, 'runner-on-dstack');
+    const { lease, agent, run } = await handedOver(h);
+    const why =
+      'dstack run spark-r-1-spark-2-t1-a0 failed before its commands ended (waiting_runner_limit_exceeded: Runner did not become available in time)';
+    await agent.report({
+      type: 'runner_exited',
+      fencingToken: lease.fencingToken,
+      runnerName: run.runnerName,
+      exitCode: null,
+      lastLines: [why],
+      hostEvidence: hostEvidence(SHA, {
+        runner: { result: null, job: null, exitCode: null, stoppedByAgent: false, detail: 'dstack: failed' },
+        workTrees: [],
+      }),
+    });
+    expect(await reservation(h)).toMatchObject({
+      status: 'releasing',
+      outcome: 'task_not_started',
+      reason: `the dstack task on ${lease.hostId} never started: ${why}`,
+    });
+    expect(await finalCheck(h)).toMatchObject({
+      conclusion: 'cancelled',
+      output: { title: 'Spark test not run — the task never started' },
+    });
+  });
+
+  it('the same exit after GitHub gave the runner its job and reported it failed: a test result, "failed"', async (ctx) => {
+    const h = await start(ctx, 'runner-on-dstack');
+    const { lease, agent, run } = await handedOver(h);
+    await h.until(
+      'run recorded',
+      async () => JSON.parse((await reservation(h)).metaJson ?? '{}').runId != null,
+    );
+    const job = h.gh.pickUp(run.runnerName)!;
+    expect(job).toBeTruthy();
+    expect(
+      (await (await h.deliver('workflow_job', workflowJobEvent(job, 'in_progress'))).json()).result,
+    ).toBe('running r-1');
+    const done = await h.deliver(
+      'workflow_job',
+      workflowJobEvent(h.gh.completeJob(job.id, 'failure'), 'completed'),
+    );
+    expect((await done.json()).result).toBe('r-1 outcome failed');
+    // the agent never saw dstack run it (its start report lost to the run's quick end): no start
+    await agent.report({
+      type: 'runner_exited',
+      fencingToken: lease.fencingToken,
+      runnerName: run.runnerName,
+      exitCode: 1,
+      lastLines: ['FAILED gemv_matches_cpu_reference'],
+      hostEvidence: hostEvidence(SHA, {
+        runner: {
+          result: 'Failed',
+          job: 'spark-test',
+          exitCode: 1,
+          stoppedByAgent: false,
+          detail: 'runner console: job spark-test Failed',
+        },
+      }),
+    });
+    expect(await reservation(h)).toMatchObject({ status: 'releasing', outcome: 'failed' });
+    expect(await finalCheck(h)).toMatchObject({
+      conclusion: 'failure',
+      output: { title: `Spark test failed — exact SHA ${SHA.slice(0, 7)}` },
     });
   });
 
