@@ -158,6 +158,13 @@ export const NOT_RUN_CAUSES: Readonly<Record<NotRunOutcome, string>> = {
   lease_lost: 'the lease was lost',
 };
 
+/** `not run — the task never started` for a not-run outcome, else null: a fixed public phrase. */
+export function notRunPhrase(outcome: unknown): string | null {
+  return typeof outcome === 'string' && isNotRunOutcome(outcome)
+    ? `not run — ${NOT_RUN_CAUSES[outcome]}`
+    : null;
+}
+
 /** Outcomes GitHub's `workflow_job` completed sets; they win over how the release was started. */
 export const JOB_OUTCOMES = ['passed', 'failed', 'cancelled'] as const satisfies readonly Outcome[];
 export type JobOutcome = (typeof JOB_OUTCOMES)[number];

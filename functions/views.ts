@@ -2,8 +2,7 @@ import { planAdmission } from '../core/admission.ts';
 import { describeEta, type Eta } from '../core/eta.ts';
 import {
   type HostState,
-  isNotRunOutcome,
-  NOT_RUN_CAUSES,
+  notRunPhrase,
   type ReservationKind,
   type ReservationStatus,
   type Suite,
@@ -239,8 +238,8 @@ async function computeViews(ledger: Ledger, now: number): Promise<Views> {
     // dstack runs): the active table tells it from a test that ran (ADR 0177)
     const reason = raw
       ? redactText(publicReason(raw, shownAs, secret)) || null
-      : r.status === 'releasing' && isNotRunOutcome(r.outcome)
-        ? `not run — ${NOT_RUN_CAUSES[r.outcome]}`
+      : r.status === 'releasing'
+        ? notRunPhrase(r.outcome)
         : null;
     return {
       id: r.id,
@@ -444,10 +443,8 @@ export function publicCause(row: {
 function notRunSuffix(row: { type: string; dataJson?: string | null }): string {
   if ((row.type !== 'reservation.releasing' && row.type !== 'reservation.failed') || !row.dataJson) return '';
   try {
-    const outcome = (JSON.parse(row.dataJson) as { outcome?: unknown }).outcome;
-    return typeof outcome === 'string' && isNotRunOutcome(outcome)
-      ? `: not run — ${NOT_RUN_CAUSES[outcome]}`
-      : '';
+    const phrase = notRunPhrase((JSON.parse(row.dataJson) as { outcome?: unknown }).outcome);
+    return phrase ? `: ${phrase}` : '';
   } catch {
     return '';
   }
