@@ -135,8 +135,12 @@ async function shown(h: Harness) {
   expect(res.status).toBe(200);
   const api = ((await res.json()) as { reservation: ReservationInfo }).reservation;
   const dash = await loadDashboardData(h.c.ledger, 200);
+  // the page people look at (its live fragment), as served
+  const page = await fetch(`${h.c.url}/dashboard/live`);
+  expect(page.status).toBe(200);
   return {
     api,
+    html: await page.text(),
     active: dash.queue.active.find((q) => q.id === 'r-1') ?? null,
     history: dash.events.filter((e) => e.subjectId === 'r-1').map((e) => e.cause),
   };
@@ -321,6 +325,9 @@ describe.concurrent('an infrastructure failure says so on the check', () => {
     const releasing = await shown(h);
     expect(releasing.api).toMatchObject({ status: 'releasing', outcome: 'lease_lost', reason: r.reason });
     expect(releasing.active).toMatchObject({ status: 'releasing', reason: 'not run — the lease was lost' });
+    expect(releasing.html).toMatch(
+      /<tr data-reservation="r-1">(?:(?!<\/tr>).)*not run — the lease was lost/s,
+    );
     expect(releasing.history).toContain(
       'releasing (allocated → releasing) by the controller: not run — the lease was lost',
     );
@@ -443,6 +450,8 @@ describe.concurrent('an infrastructure failure says so on the check', () => {
     const views = await shown(h);
     expect(views.api).toMatchObject({ status: 'releasing', outcome: 'failed' });
     expect(views.active).toMatchObject({ status: 'releasing', reason: null });
+    expect(views.html).toContain('<tr data-reservation="r-1">');
+    expect(views.html).not.toContain('not run');
     expect(views.history.join('\n')).not.toContain('not run');
   });
 });
