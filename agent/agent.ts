@@ -13,6 +13,7 @@ import type { AgentLogger } from './log.ts';
 import { clampDelayMs, clampHeartbeatS } from './loops/backoff.ts';
 import { heartbeatLoop } from './loops/heartbeat.ts';
 import { pollLoop } from './loops/poll.ts';
+import { reportServiceDown, ServiceWatch } from './loops/service-watch.ts';
 import { reconcile } from './reconcile.ts';
 import type { RunnerAccount } from './runner.ts';
 import { loadState, saveState } from './state-file.ts';
@@ -34,6 +35,8 @@ export class Agent {
   private isStopped = false;
   private pollAbort: AbortController | null = null;
   private readonly sleepers = new Set<() => void>();
+  /** The home service's watch outside leases (ADR 0175); null without a home service. */
+  private readonly watch: ServiceWatch | null;
 
   constructor(
     private readonly cfg: AgentConfig,
@@ -47,6 +50,7 @@ export class Agent {
     } = {},
   ) {
     this.client = new ControllerClient(cfg.controllerUrl, token, cfg.timeouts.requestS * 1000);
+    this.watch = cfg.service ? new ServiceWatch(cfg.service.name, cfg.service.unhealthyAfterS * 1000) : null;
     const account = opts.account ?? null;
     // with a runner user the work root is the operator's to create (owned by that user, checked at start)
     if (!account) mkdirSync(cfg.workRoot, { recursive: true });
@@ -103,7 +107,7 @@ export class Agent {
       heartbeatLoop({
         log: this.log,
         backoffMaxMs,
-        collectFacts: () => collectFacts(this.ctx),
+        collectFacts: () => this.heartbeatFacts(),
         send: (facts) => this.client.heartbeat(facts),
         periodMs: () => this.heartbeatS * 1000,
         setPeriodS,
@@ -146,6 +150,26 @@ export class Agent {
     });
   }
 
+  /**
+   * The heartbeat's facts; their look at the home service feeds its watch, which reports a service
+   * that stopped by itself outside any lease before the heartbeat goes out (ADR 0175).
+   */
+  private async heartbeatFacts() {
+    const watch = this.watch;
+    const facts = await collectFacts(this.ctx, undefined, (probe) =>
+      watch?.observe({ at: this.ctx.port.now(), probe }),
+    );
+    if (watch)
+      await reportServiceDown({
+        watch,
+        now: this.ctx.port.now(),
+        fencingToken: this.ctx.state.maxFencingToken,
+        send: (r) => this.report(r),
+        log: this.log,
+      });
+    return facts;
+  }
+
   private async report(r: Report): Promise<void> {
     const res = await this.client.report(r);
     this.log.info('reported', { type: r.type, result: res.result });
@@ -154,6 +178,7 @@ export class Agent {
   /** Observe → reconcile → step, until the step says wait. Errors become a retry, never a crash. */
   private async converge(d: DesiredState): Promise<{ recheckMs: number | null; forget: boolean }> {
     const ctx = this.ctx;
+    if (this.watch) this.watch.expectServing = d.state === 'serve';
     try {
       for (let i = 0; i < MAX_STEPS && !this.isStopped; i++) {
         const l = ctx.state.lease;

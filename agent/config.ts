@@ -39,6 +39,14 @@ const serviceSchema = z
     /** How long the GPU may take to show the service's processes gone after `stop`. */
     releaseVerifyTimeoutS: z.number().int().positive().default(60),
     healthPollMs: z.number().int().positive().default(1000),
+    unhealthyAfterS: z
+      .number()
+      .int()
+      .positive()
+      .default(60)
+      .describe(
+        'Outside a lease, a service whose model-ready check has failed this long is reported down and restarted (ADR 0175); one whose port nothing listens on is reported at once.',
+      ),
   })
   .strict();
 

@@ -183,7 +183,10 @@ export function reconcile(d: DesiredState, local: LocalView): Step {
       if (!d.lease) return wait(null, `hold: ${d.reason}`);
       if (!mine) return { kind: 'adopt-lease', lease: d.lease };
       if (mine.phase === 'cleaning') return cleanStep(mine, local);
-      if (mine.runner && local.workload.state === 'running')
+      // a CI runner may still be running its job: it ends by itself. A development lease's dev
+      // environment never does: once the GPU shows none of the lease's processes, the agent stops
+      // what it started for the lease and confirms (ADR 0176); until then nothing is touched
+      if (mine.runner && local.workload.state === 'running' && mine.kind !== 'development')
         return wait(local.heartbeatMs, 'runner still running');
       return { kind: 'check-hold' };
     }

@@ -10,6 +10,11 @@ export interface HealthResult {
   ok: boolean;
   /** HTTP status, or null when nothing answered (connection refused, timeout). */
   status: number | null;
+  /**
+   * Nothing listens on the health URL's port (connection refused): the service's process is gone.
+   * A timeout is not this: a busy or hung service still holds its port (ADR 0175).
+   */
+  refused?: boolean;
   /** Status and a short body excerpt (or the network error), for the restore report. */
   detail: string;
 }
@@ -26,7 +31,12 @@ export async function probeHealth(url: string, timeoutMs: number): Promise<Healt
   } catch (e) {
     const err = e as HttpError;
     const why = err.code === 'ETIMEDOUT' ? `no answer within ${timeoutMs} ms` : err.message;
-    return { ok: false, status: null, detail: `health check unreachable: ${why}` };
+    return {
+      ok: false,
+      status: null,
+      refused: err.code === 'ECONNREFUSED',
+      detail: `health check unreachable: ${why}`,
+    };
   }
 }
 

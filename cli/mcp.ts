@@ -95,7 +95,7 @@ export function createMcpServer(client: ApiClient, opts: { pollMs: number; versi
     {
       title: 'Reserve Spark hosts',
       description:
-        'Queue a development reservation (priority 100) for one Spark host, or two with pair=true. Returns at once with the queue position; poll `status` until ready=true, then use the host, and call `release` when done.',
+        'Queue a development reservation (priority 100) for one Spark host, or two with pair=true. Returns at once with the queue position; poll `status` until ready=true, then attach with the `dstack attach` command it names, and call `release` when done. Hosts that do not run the dstack executor give a development lease nothing to attach to: such a request is refused at once with the reason, and nothing is queued.',
       inputSchema: {
         pair: z.boolean().optional().describe('Reserve two hosts atomically (distributed work).'),
         host: z

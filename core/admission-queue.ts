@@ -1,7 +1,14 @@
 import { type Budgets, budgetSlot } from './admission-budgets.ts';
 import { type Fleet, removeFree, type Standing } from './admission-fleet.ts';
 import type { AdmissionPlan, WaitCode } from './admission-plan.ts';
-import { type HostRecord, type HostState, hostsNeeded, type ReservationRecord } from './model.ts';
+import {
+  executorPhrase,
+  type HostRecord,
+  type HostState,
+  hostsNeeded,
+  type ReservationRecord,
+  servesDevelopment,
+} from './model.ts';
 
 /**
  * The queue half of an admission pass: each queued request in admission order is granted, or held
@@ -111,6 +118,17 @@ export class QueuePass {
       this.wait(r, 'target-unavailable', `${targetId} is not a host of pool ${pool}`);
       return null;
     }
+    // a development lease is used through its dstack dev environment (ADR 0176): the operator
+    // API refuses such a request at once; this holds if the host's backend changed since (a host
+    // without facts is out below: its GPU state is unknown)
+    if (r.kind === 'development' && target.facts && !servesDevelopment(target)) {
+      this.wait(
+        r,
+        'target-unavailable',
+        `${executorPhrase(target)}: a development lease needs the dstack executor`,
+      );
+      return null;
+    }
     if (b.kind === 'out') {
       this.wait(r, 'target-unavailable', `waiting for ${b.why}`);
       return null;
@@ -150,10 +168,11 @@ export class QueuePass {
 
   /** A request for any host of its pool: the best free ones. Null when the request waits. */
   private poolCandidates(r: ReservationRecord, need: number): HostRecord[] | null {
+    if (r.kind === 'development') return this.developmentCandidates(r, need);
     const pool = r.pool;
     const free = this.fleet.freeByPool.get(pool);
     const schedulable = this.fleet.schedulableByPool.get(pool) ?? 0;
-    if ((!free || free.length === 0) && r.kind !== 'development' && need <= schedulable) {
+    if ((!free || free.length === 0) && need <= schedulable) {
       // hot path for a long queue behind a busy pool: nothing to take or hold; the first
       // requests claim the busy hosts they are next in line for
       this.claimBusy(pool, need, r.id);
@@ -172,9 +191,60 @@ export class QueuePass {
   }
 
   /**
+   * An untargeted development request: only hosts whose backend gives a development lease its
+   * environment (the dstack executor, ADR 0176). A shortage holds what is free and, rule 4, drains
+   * the best busy hosts that can serve it; rare, so it scans the pool instead of keeping a cursor.
+   */
+  private developmentCandidates(r: ReservationRecord, need: number): HostRecord[] | null {
+    const pool = r.pool;
+    const free = (this.fleet.freeByPool.get(pool) ?? []).filter(servesDevelopment);
+    let schedulable = 0;
+    for (const h of this.fleet.poolHosts.get(pool) ?? [])
+      if (this.fleet.standing.get(h.id)!.kind !== 'out' && servesDevelopment(h)) schedulable++;
+    if (schedulable < need) {
+      this.wait(
+        r,
+        'pool-too-small',
+        `needs ${need} host${need > 1 ? 's' : ''} in pool ${pool} running the dstack executor (development); ${schedulable} schedulable now`,
+      );
+      return null;
+    }
+    const candidates = free.slice(0, need);
+    if (candidates.length >= need) return candidates;
+    for (const h of candidates) {
+      this.held.set(h.id, r.id);
+      this.plan.holds.push({ hostId: h.id, reservationId: r.id });
+      removeFree(this.fleet.freeByPool, h);
+    }
+    if (candidates.length > 0) this.poolBusyReason.delete(pool);
+    this.claimBusyServing(pool, need - candidates.length, r.id);
+    this.wait(
+      r,
+      candidates.length > 0 ? 'held-for-pair' : 'hosts-busy',
+      candidates.length > 0
+        ? `holding ${candidates.map((h) => h.id).join(', ')}; waiting for a second host in pool ${pool} running the dstack executor`
+        : `waiting for a host in pool ${pool} running the dstack executor: ${this.describePool(pool).replace(/^waiting for a host in pool [^:]*: /, '')}`,
+    );
+    return null;
+  }
+
+  /** {@link claimBusy} over the hosts that can serve a development lease only. */
+  private claimBusyServing(pool: string, want: number, forId: string): void {
+    let claimed = 0;
+    for (const h of this.fleet.drainOrder.get(pool)!) {
+      if (claimed >= want) break;
+      if (this.fleet.standing.get(h.id)!.kind !== 'busy' || this.draining.has(h.id) || !servesDevelopment(h))
+        continue;
+      this.draining.set(h.id, forId);
+      claimed++;
+    }
+    if (claimed > 0) this.claimChangesText(pool);
+  }
+
+  /**
    * Rule 3, atomic pair reservation: both hosts or neither. A blocked pair keeps what is free now
    * so smaller work cannot take it, and the best busy hosts no earlier request claimed drain for
-   * it (rule 4 for an untargeted development request; next in line for any other).
+   * it, next in line (an untargeted development request claims its own, rule 4).
    */
   private holdForPair(r: ReservationRecord, need: number, candidates: HostRecord[]): void {
     const pool = r.pool;

@@ -55,6 +55,8 @@ export const LEDGER_EVENTS = [
   'alert.pair_node_lost',
   // a host whose agent could not clean up after a lease, quarantined with the reason (ADR 0156)
   'alert.cleanup_failed',
+  // a home service that stopped by itself outside any lease: restarted through the restore path (ADR 0175)
+  'alert.service_down',
   // credentials and repositories
   'token.created',
   'token.revoked',

@@ -129,8 +129,42 @@ export const OUTCOMES = [
   'withdrawn',
   // a job that is not the admitted one took the reservation's runner: stopped (issue 12 item 4)
   'foreign_job',
+  // the host refused before anything of the PR ran: preparation failed, or the agent's own
+  // preflight before the runner (ADR 0177)
+  'preflight_failed',
+  // a CI lease expired (its host stopped heartbeating) before its runner or task started (ADR 0177)
+  'lease_lost',
 ] as const;
 export type Outcome = (typeof OUTCOMES)[number];
+/**
+ * Outcomes of work that ended before the PR's script started because the infrastructure failed
+ * (ADR 0177): not a test result. The check says so in the spec's words, never "failed".
+ */
+export const NOT_RUN_OUTCOMES = [
+  'task_not_started',
+  'runner_not_picked_up',
+  'preflight_failed',
+  'lease_lost',
+] as const satisfies readonly Outcome[];
+export type NotRunOutcome = (typeof NOT_RUN_OUTCOMES)[number];
+export function isNotRunOutcome(s: string | null | undefined): s is NotRunOutcome {
+  return s != null && has(NOT_RUN_OUTCOMES, s);
+}
+/** The cause of a not-run outcome in the spec's words, for check runs, receipts and the dashboard. */
+export const NOT_RUN_CAUSES: Readonly<Record<NotRunOutcome, string>> = {
+  task_not_started: 'the task never started',
+  runner_not_picked_up: 'the runner never picked the job up',
+  preflight_failed: 'the host preflight refused',
+  lease_lost: 'the lease was lost',
+};
+
+/** `not run — the task never started` for a not-run outcome, else null: a fixed public phrase. */
+export function notRunPhrase(outcome: unknown): string | null {
+  return typeof outcome === 'string' && isNotRunOutcome(outcome)
+    ? `not run — ${NOT_RUN_CAUSES[outcome]}`
+    : null;
+}
+
 /** Outcomes GitHub's `workflow_job` completed sets; they win over how the release was started. */
 export const JOB_OUTCOMES = ['passed', 'failed', 'cancelled'] as const satisfies readonly Outcome[];
 export type JobOutcome = (typeof JOB_OUTCOMES)[number];
@@ -273,4 +307,23 @@ export function queueOrder(a: ReservationRecord, b: ReservationRecord): number {
 
 export function hostsNeeded(t: Topology): number {
   return t === 'pair' ? 2 : 1;
+}
+
+/**
+ * Whether a host can serve a development lease (ADR 0176): a development lease is used through the
+ * dstack dev environment made for it (`dstack attach`), so only a host whose agent runs the
+ * `dstack` executor has one to give. The controller knows it from the host's heartbeat
+ * (`facts.executor`); a host that never said (no heartbeat yet, an agent older than the field) is
+ * not taken to serve it.
+ */
+export function servesDevelopment(host: Pick<HostRecord, 'facts'>): boolean {
+  return host.facts?.executor === 'dstack';
+}
+
+/** `<host> runs <backend>`, or why the controller does not know its backend, for refusals and waits. */
+export function executorPhrase(host: Pick<HostRecord, 'id' | 'facts'>): string {
+  if (!host.facts) return `${host.id} has not heartbeated yet`;
+  if (!host.facts.executor)
+    return `${host.id}'s agent does not say which executor it runs (it predates ADR 0176)`;
+  return `${host.id} runs ${host.facts.executor}`;
 }

@@ -1,6 +1,13 @@
 import { planAdmission } from '../core/admission.ts';
 import { describeEta, type Eta } from '../core/eta.ts';
-import type { HostState, ReservationKind, ReservationStatus, Suite, Topology } from '../core/model.ts';
+import {
+  type HostState,
+  notRunPhrase,
+  type ReservationKind,
+  type ReservationStatus,
+  type Suite,
+  type Topology,
+} from '../core/model.ts';
 import type { Ledger } from './ledger/ledger.ts';
 import { toHostRecord, toLeaseRecord, toReservationRecord } from './ledger/ledger.ts';
 import { queueEtas } from './queue-eta.ts';
@@ -227,7 +234,13 @@ async function computeViews(ledger: Ledger, now: number): Promise<Views> {
     const secret = shown?.kind === 'alias' || shown?.kind === 'hidden';
     // aliases first: redactText would turn `owner/name@commit` into `owner/[account]`
     const raw = r.status === 'queued' ? (w?.reason ?? r.reason) : null;
-    const reason = raw ? redactText(publicReason(raw, shownAs, secret)) || null : null;
+    // work releasing because it never ran says so, as a fixed phrase (the cause names hosts and
+    // dstack runs): the active table tells it from a test that ran (ADR 0177)
+    const reason = raw
+      ? redactText(publicReason(raw, shownAs, secret)) || null
+      : r.status === 'releasing'
+        ? notRunPhrase(r.outcome)
+        : null;
     return {
       id: r.id,
       position: r.status === 'queued' ? (w?.position ?? r.position ?? null) : null,
@@ -410,6 +423,7 @@ export function publicCause(row: {
   fromState: string | null;
   toState: string | null;
   actor: string;
+  dataJson?: string | null;
 }): string {
   const by = actorClass(row.actor);
   const what = row.type.split('.').slice(1).join(' ').replace(/_/g, ' ') || row.type;
@@ -419,7 +433,21 @@ export function publicCause(row: {
       : row.toState
         ? ` (→ ${row.toState})`
         : '';
-  return `${what}${move} by ${by === 'GitHub' || by === 'controller' ? `the ${by === 'GitHub' ? 'GitHub integration' : by}` : `an ${by}`.replace('an maintainer', 'a maintainer')}`;
+  return `${what}${move} by ${by === 'GitHub' || by === 'controller' ? `the ${by === 'GitHub' ? 'GitHub integration' : by}` : `an ${by}`.replace('an maintainer', 'a maintainer')}${notRunSuffix(row)}`;
+}
+
+/**
+ * `: not run — the task never started` for the release of work that never ran (ADR 0177): a fixed
+ * phrase from the outcome, safe for public pages (the cause itself names hosts and dstack runs).
+ */
+function notRunSuffix(row: { type: string; dataJson?: string | null }): string {
+  if ((row.type !== 'reservation.releasing' && row.type !== 'reservation.failed') || !row.dataJson) return '';
+  try {
+    const phrase = notRunPhrase((JSON.parse(row.dataJson) as { outcome?: unknown }).outcome);
+    return phrase ? `: ${phrase}` : '';
+  } catch {
+    return '';
+  }
 }
 
 /** One row of the event history as shown to people: no event data, causes scrubbed. */

@@ -5,9 +5,9 @@
  * fake GitHub, then plays a scripted story with a timeline.
  *
  * The default story: a maintainer labels PR #1, a pair test holds the first free host, a push
- * supersedes a queued commit, a fork PR is refused, a developer reserves spark-1 with sparkctl
- * (Deckard drained and restored). Ends with a summary table and exits 0, or 1 naming the step
- * that did not happen.
+ * supersedes a queued commit, a fork PR is refused, a developer's `sparkctl reserve` is refused at
+ * once (development needs the dstack executor; these hosts run JIT runners). Ends with a summary
+ * table and exits 0, or 1 naming the step that did not happen.
  *
  * `--story failures` (issue 14 item 11, ./demo/failures.ts): every failure and cancellation
  * behaviour of the seed against the same fleet, ending with the table `behaviour | the seed says
@@ -142,23 +142,24 @@ async function story(s: SparkSystem) {
   await s.waitCheck(r4, 'Spark test passed — evidence receipt recorded');
   await s.waitHostPhase('spark-1', ['service']);
 
-  step('A developer reserves spark-1 with sparkctl: Deckard drained, lease granted');
+  step('A developer asks sparkctl for spark-1: refused at once, nothing queued');
   const dev = await s.api<{ token: string }>('POST', '/api/v1/tokens', {
     name: 'dev-laptop',
     scopes: ['develop'],
   });
   if (dev.status !== 201) throw new Error(`could not create a develop token: ${JSON.stringify(dev.body)}`);
-  const out = await sparkctl(s, dev.body.token, ['reserve', '--host', 'spark-1', '--ttl', '1h', '--wait']);
-  const r5 = /(r-\d+) is yours/.exec(out)?.[1];
-  if (!r5) throw new Error(`sparkctl reserve did not hand over spark-1: ${out}`);
-  if (s.deckard?.isRunning()) throw new Error('Deckard still runs on spark-1 during the development lease');
-  line('story', `${r5}: spark-1 is the developer's; Deckard is stopped and the GPU verified free`);
-
-  step('The developer releases it: cleanup confirmed, Deckard restored');
-  await sparkctl(s, dev.body.token, ['release', r5]);
-  await s.waitHostPhase('spark-1', ['service']);
-  line('story', 'spark-1 serves Deckard again (model-ready health check passed)');
-  return [r1, r2, r3, r4, r5];
+  // a development lease is used through its dstack dev environment (docs/adr/0176-development-needs-dstack.md);
+  // these simulated hosts run JIT runners, so a request that would lead nowhere is refused
+  const refusal = await sparkctl(s, dev.body.token, ['reserve', '--host', 'spark-1', '--ttl', '1h']).then(
+    (out) => {
+      throw new Error(`sparkctl reserve was not refused: ${out}`);
+    },
+    (e: Error) => e.message,
+  );
+  if (!refusal.includes('sparkctl: development needs the dstack executor'))
+    throw new Error(`sparkctl reserve was refused for another reason: ${refusal}`);
+  line('story', 'development needs the dstack executor: these hosts run JIT runners (docs/executors.md)');
+  return [r1, r2, r3, r4];
 }
 
 async function summary(s: SparkSystem, ids: string[]) {
@@ -187,6 +188,15 @@ async function summary(s: SparkSystem, ids: string[]) {
     '—',
     'refused',
     refusal?.output.title ?? '—',
+  ]);
+  rows.push([
+    '—',
+    'sparkctl (development)',
+    '—',
+    'single',
+    '—',
+    'refused',
+    'development needs the dstack executor',
   ]);
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   console.log(`\n${bold('Summary')}`);

@@ -19965,7 +19965,11 @@ var HostFactsSchema = object({
   serviceState: _enum2(["serving", "stopped", "starting", "draining", "failed", "none", "unknown"]),
   runnerState: _enum2(["none", "starting", "running", "exited"]),
   interconnectOk: boolean2().nullable(),
-  /** The host's own backend; optional: agents older than ADR 0166 do not send it. */
+  /**
+   * The host's own backend (`executor` in its agent.json): the controller admits a development
+   * lease only onto a host whose backend gives it something to attach to (`dstack`, ADR 0176).
+   * Optional: agents older than ADR 0166 do not send it.
+   */
   executor: _enum2(EXECUTOR_NAMES).optional(),
   /** dstack enrolment (docs/adr/0166-dstack-enrolment-fact.md); null: no dstack section. */
   dstack: object({
@@ -20179,6 +20183,18 @@ var ReportSchema = discriminatedUnion("type", [
     type: literal("processes_remain"),
     fencingToken: token,
     processes: array(GpuProcessSchema).max(256)
+  }),
+  /**
+   * The home service stopped by itself outside any lease (ADR 0175): nothing answers its health URL
+   * (its process is gone), or its model-ready check kept failing for the agent's
+   * `service.unhealthyAfterS`. Sent once per stop; the controller restarts it through the restore
+   * path (bounded retries with backoff, model-ready gate, then quarantine). `fencingToken` is the
+   * host's current one (the last lease's), so a report that crosses a new grant is stale.
+   */
+  object({
+    type: literal("service_down"),
+    fencingToken: number2().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    reason: string2().min(1).max(1e3)
   }),
   object({
     type: literal("restored"),
@@ -20530,7 +20546,10 @@ var serviceSchema = external_exports.object({
   commandTimeoutS: external_exports.number().int().positive().default(300),
   /** How long the GPU may take to show the service's processes gone after `stop`. */
   releaseVerifyTimeoutS: external_exports.number().int().positive().default(60),
-  healthPollMs: external_exports.number().int().positive().default(1e3)
+  healthPollMs: external_exports.number().int().positive().default(1e3),
+  unhealthyAfterS: external_exports.number().int().positive().default(60).describe(
+    "Outside a lease, a service whose model-ready check has failed this long is reported down and restarted (ADR 0175); one whose port nothing listens on is reported at once."
+  )
 }).strict();
 var AgentConfigSchema = external_exports.object({
   controllerUrl: external_exports.url().refine(isSafeControllerUrl, {
@@ -21222,7 +21241,10 @@ function taskReceipt(a) {
       "does not exist in the repository: copy the template from the Spark controller's workflows-templates/"
     )
   );
-  const reason = a.stopped ? "the task was stopped through dstack before it ended (the work was released)" : failedEarly ? failedEarly : !bound ? output2.endedBy && a.exitCode == null ? `${output2.endedBy}; the script did not run` : `the task ended (exit ${a.exitCode ?? "unknown"}) before binding the commit; the script did not run` : a.exitCode === 124 ? `the task reached its ${TASK_LIMIT_MINUTES}-minute limit (the workflow's timeout-minutes) and was stopped` : a.exitCode !== 0 ? `${phases.at(-1)?.suite ?? "smoke"} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? "by signal"}` : !revoked ? "the task exited 0 without reporting its clone token revoked before the script ran" : !passed ? `the task exited 0 but did not report its ${task.suite} phase` : null;
+  const reason = a.stopped ? "the task was stopped through dstack before it ended (the work was released)" : failedEarly ? failedEarly : !bound ? output2.endedBy && a.exitCode == null ? (
+    // dstack ended it before it ran: the cause in the spec's words, not a test result (ADR 0177)
+    `${lease.runner?.startReported ? "" : "the task never started: "}${output2.endedBy}; the script did not run`
+  ) : `the task ended (exit ${a.exitCode ?? "unknown"}) before binding the commit; the script did not run` : a.exitCode === 124 ? `the task reached its ${TASK_LIMIT_MINUTES}-minute limit (the workflow's timeout-minutes) and was stopped` : a.exitCode !== 0 ? `${phases.at(-1)?.suite ?? "smoke"} phase exited ${phases.at(-1)?.exitCode ?? a.exitCode ?? "by signal"}` : !revoked ? "the task exited 0 without reporting its clone token revoked before the script ran" : !passed ? `the task exited 0 but did not report its ${task.suite} phase` : null;
   const elapsedMs = Math.max(0, a.endedAt - a.startedAt);
   const bytes = Buffer.byteLength(output2.text);
   const n = Math.min(a.tailLines ?? 40, MAX_RECEIPT_LAST_LINES);
@@ -22258,15 +22280,17 @@ var dstackEnrolment = createEnrolmentCache();
 // agent/facts.ts
 async function serviceState(ctx) {
   const svc = ctx.cfg.service;
-  if (!svc) return "none";
-  if (ctx.state.restore) return "starting";
+  if (!svc) return { state: "none", probe: null };
+  if (ctx.state.restore) return { state: "starting", probe: null };
   const l = ctx.state.lease;
   if (l?.lend) {
-    if (l.lendStep === "draining") return "draining";
-    if (l.lendStep === "stopping" || l.lendStep === "verifying" || l.lendStep === "lent") return "stopped";
+    if (l.lendStep === "draining") return { state: "draining", probe: null };
+    if (l.lendStep === "stopping" || l.lendStep === "verifying" || l.lendStep === "lent")
+      return { state: "stopped", probe: null };
   }
   const h = await ctx.port.probeHealth(svc.healthUrl, 2e3);
-  return h.ok ? "serving" : h.status == null ? "stopped" : "failed";
+  const state = h.ok ? "serving" : h.status == null ? "stopped" : "failed";
+  return { state, probe: l ? null : h };
 }
 async function interconnectOk(ctx) {
   const check2 = ctx.cfg.interconnectCheck;
@@ -22277,17 +22301,20 @@ async function interconnectOk(ctx) {
   }
   return ctx.interconnect.ok;
 }
-async function collectFacts(ctx, gpu) {
+async function collectFacts(ctx, gpu, onServiceProbe) {
   const q = gpu ?? await ctx.port.queryGpu();
   const l = ctx.state.lease;
   const seen = l ? await ctx.executor.observe(l) : { state: "none" };
+  const svc = await serviceState(ctx);
+  onServiceProbe?.(svc.probe);
   return {
     gpuProcesses: q.ok ? q.processes : null,
     gpuError: q.ok ? null : q.error,
     freeDiskBytes: ctx.port.freeDiskBytes(ctx.cfg.workRoot),
-    serviceState: await serviceState(ctx),
+    serviceState: svc.state,
     runnerState: seen.state === "none" ? "none" : seen.state === "running" ? "running" : "exited",
     interconnectOk: await interconnectOk(ctx),
+    // the host's own backend: development leases go only where it can serve them (ADR 0176)
     executor: ctx.cfg.executor,
     // asked at most once a minute (agent/dstack-enrolment.ts); the controller's rollout gate
     // reads it for repositories whose CI runs on dstack (docs/adr/0166-dstack-enrolment-fact.md)
@@ -22358,7 +22385,12 @@ async function probeHealth(url2, timeoutMs) {
   } catch (e) {
     const err = e;
     const why = err.code === "ETIMEDOUT" ? `no answer within ${timeoutMs} ms` : err.message;
-    return { ok: false, status: null, detail: `health check unreachable: ${why}` };
+    return {
+      ok: false,
+      status: null,
+      refused: err.code === "ECONNREFUSED",
+      detail: `health check unreachable: ${why}`
+    };
   }
 }
 async function waitHealthy(url2, timeoutMs, pollMs, stopped = () => false) {
@@ -22473,6 +22505,91 @@ async function pollLoop(deps) {
   }
 }
 
+// agent/loops/service-watch.ts
+var ServiceWatch = class {
+  constructor(serviceName, unhealthyAfterMs) {
+    this.serviceName = serviceName;
+    this.unhealthyAfterMs = unhealthyAfterMs;
+  }
+  serviceName;
+  unhealthyAfterMs;
+  s = { kind: "unarmed" };
+  /** The controller's last desired state for the host was `serve`: it believes the service serves. */
+  expectServing = false;
+  /** The watch's state, for logs and tests. */
+  get state() {
+    return this.s.kind;
+  }
+  observe(sample) {
+    const p = sample.probe;
+    if (!p) {
+      if (this.s.kind !== "reported") this.s = { kind: "unarmed" };
+      return;
+    }
+    if (p.ok) {
+      this.s = { kind: "serving" };
+      return;
+    }
+    const refused = p.refused === true;
+    switch (this.s.kind) {
+      case "reported":
+        return;
+      case "unarmed":
+        if (!this.expectServing) return;
+        this.s = { kind: "failing", since: sample.at, refused, detail: p.detail };
+        return;
+      case "serving":
+        this.s = { kind: "failing", since: sample.at, refused, detail: p.detail };
+        return;
+      case "failing":
+        this.s = { ...this.s, refused: this.s.refused || refused, detail: p.detail };
+        return;
+    }
+  }
+  /** The reason of a `service_down` report due at `now`, or null. */
+  due(now) {
+    if (this.s.kind !== "failing") return null;
+    if (this.s.refused)
+      return `${this.serviceName} is not running: nothing answers its model-ready health check (connection refused)`;
+    const forMs = now - this.s.since;
+    if (forMs < this.unhealthyAfterMs) return null;
+    return `${this.serviceName} model-ready health check failing for ${Math.round(forMs / 1e3)} s: ${this.s.detail}`.slice(
+      0,
+      1e3
+    );
+  }
+  /** The report was answered (accepted, or refused for good): quiet until the service serves again. */
+  reported() {
+    this.s = { kind: "reported" };
+  }
+};
+async function reportServiceDown(a) {
+  const reason = a.watch.due(a.now);
+  if (!reason) return;
+  try {
+    await a.send({ type: "service_down", fencingToken: a.fencingToken, reason });
+    a.log.warn("home service down outside any lease; reported to the controller", {
+      service: a.watch.serviceName,
+      reason
+    });
+    a.watch.reported();
+  } catch (e) {
+    if (e instanceof ControllerRejected) {
+      a.log.warn("the controller refused the home service down report", {
+        service: a.watch.serviceName,
+        code: e.code,
+        error: e.message
+      });
+      a.watch.reported();
+      return;
+    }
+    a.log.warn("home service down; report not delivered, will repeat it", {
+      service: a.watch.serviceName,
+      error: e.message
+    });
+  }
+}
+
 // agent/reconcile.ts
 var wait = (ms, why) => ({ kind: "wait", ms, why });
 function fencingTokenOf(d) {
@@ -22571,7 +22688,7 @@ function reconcile(d, local) {
       if (!d.lease) return wait(null, `hold: ${d.reason}`);
       if (!mine) return { kind: "adopt-lease", lease: d.lease };
       if (mine.phase === "cleaning") return cleanStep(mine, local);
-      if (mine.runner && local.workload.state === "running")
+      if (mine.runner && local.workload.state === "running" && mine.kind !== "development")
         return wait(local.heartbeatMs, "runner still running");
       return { kind: "check-hold" };
     }
@@ -23025,10 +23142,22 @@ async function restoreService(ctx, d) {
   ctx.state.restore = { fencingToken: d.fencingToken, attempt: d.attempt, startedAt: ctx.port.now() };
   ctx.save();
   ctx.log.info("restoring the home service", { service: svc.name, attempt: d.attempt });
-  const start = await ctx.port.exec(svc.start, { timeoutMs: svc.commandTimeoutS * 1e3 });
+  const before = await ctx.port.probeHealth(svc.healthUrl, 2e3);
+  let stopFailed = null;
+  if (!before.ok && before.status != null) {
+    ctx.log.info("the home service answers but is not model-ready; stopping it before the start", {
+      service: svc.name,
+      health: before.detail
+    });
+    const stop = await ctx.port.exec(svc.stop, { timeoutMs: svc.commandTimeoutS * 1e3 });
+    if (stop.code !== 0) stopFailed = `${svc.name} stop failed: ${describeFailure(svc.stop, stop)}`;
+  }
+  const start = stopFailed ? null : await ctx.port.exec(svc.start, { timeoutMs: svc.commandTimeoutS * 1e3 });
   let ok2 = false;
   let detail;
-  if (start.code !== 0) {
+  if (!start) {
+    detail = stopFailed;
+  } else if (start.code !== 0) {
     detail = `${svc.name} start failed: ${describeFailure(svc.start, start)}`;
   } else {
     const h = await ctx.port.waitHealthy(
@@ -23705,6 +23834,7 @@ var Agent3 = class {
     this.cfg = cfg;
     this.log = log;
     this.client = new ControllerClient(cfg.controllerUrl, token2, cfg.timeouts.requestS * 1e3);
+    this.watch = cfg.service ? new ServiceWatch(cfg.service.name, cfg.service.unhealthyAfterS * 1e3) : null;
     const account = opts.account ?? null;
     if (!account) mkdirSync5(cfg.workRoot, { recursive: true });
     const state = loadState(cfg.stateFile);
@@ -23743,6 +23873,8 @@ var Agent3 = class {
   isStopped = false;
   pollAbort = null;
   sleepers = /* @__PURE__ */ new Set();
+  /** The home service's watch outside leases (ADR 0175); null without a home service. */
+  watch;
   /** Runs until {@link stop}. */
   async run() {
     this.log.info("agent started", {
@@ -23759,7 +23891,7 @@ var Agent3 = class {
       heartbeatLoop({
         log: this.log,
         backoffMaxMs,
-        collectFacts: () => collectFacts(this.ctx),
+        collectFacts: () => this.heartbeatFacts(),
         send: (facts) => this.client.heartbeat(facts),
         periodMs: () => this.heartbeatS * 1e3,
         setPeriodS,
@@ -23799,6 +23931,27 @@ var Agent3 = class {
       this.sleepers.add(done);
     });
   }
+  /**
+   * The heartbeat's facts; their look at the home service feeds its watch, which reports a service
+   * that stopped by itself outside any lease before the heartbeat goes out (ADR 0175).
+   */
+  async heartbeatFacts() {
+    const watch = this.watch;
+    const facts = await collectFacts(
+      this.ctx,
+      void 0,
+      (probe) => watch?.observe({ at: this.ctx.port.now(), probe })
+    );
+    if (watch)
+      await reportServiceDown({
+        watch,
+        now: this.ctx.port.now(),
+        fencingToken: this.ctx.state.maxFencingToken,
+        send: (r) => this.report(r),
+        log: this.log
+      });
+    return facts;
+  }
   async report(r) {
     const res = await this.client.report(r);
     this.log.info("reported", { type: r.type, result: res.result });
@@ -23806,6 +23959,7 @@ var Agent3 = class {
   /** Observe → reconcile → step, until the step says wait. Errors become a retry, never a crash. */
   async converge(d) {
     const ctx = this.ctx;
+    if (this.watch) this.watch.expectServing = d.state === "serve";
     try {
       for (let i = 0; i < MAX_STEPS && !this.isStopped; i++) {
         const l = ctx.state.lease;

@@ -284,7 +284,8 @@ export function taskReceipt(a: {
       ? failedEarly
       : !bound
         ? output.endedBy && a.exitCode == null
-          ? `${output.endedBy}; the script did not run`
+          ? // dstack ended it before it ran: the cause in the spec's words, not a test result (ADR 0177)
+            `${lease.runner?.startReported ? '' : 'the task never started: '}${output.endedBy}; the script did not run`
           : `the task ended (exit ${a.exitCode ?? 'unknown'}) before binding the commit; the script did not run`
         : a.exitCode === 124
           ? `the task reached its ${TASK_LIMIT_MINUTES}-minute limit (the workflow's timeout-minutes) and was stopped`

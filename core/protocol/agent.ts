@@ -25,7 +25,11 @@ export const HostFactsSchema = z.object({
   serviceState: z.enum(['serving', 'stopped', 'starting', 'draining', 'failed', 'none', 'unknown']),
   runnerState: z.enum(['none', 'starting', 'running', 'exited']),
   interconnectOk: z.boolean().nullable(),
-  /** The host's own backend; optional: agents older than ADR 0166 do not send it. */
+  /**
+   * The host's own backend (`executor` in its agent.json): the controller admits a development
+   * lease only onto a host whose backend gives it something to attach to (`dstack`, ADR 0176).
+   * Optional: agents older than ADR 0166 do not send it.
+   */
   executor: z.enum(EXECUTOR_NAMES).optional(),
   /** dstack enrolment (docs/adr/0166-dstack-enrolment-fact.md); null: no dstack section. */
   dstack: z
@@ -339,6 +343,18 @@ export const ReportSchema = z.discriminatedUnion('type', [
     type: z.literal('processes_remain'),
     fencingToken: token,
     processes: z.array(GpuProcessSchema).max(256),
+  }),
+  /**
+   * The home service stopped by itself outside any lease (ADR 0175): nothing answers its health URL
+   * (its process is gone), or its model-ready check kept failing for the agent's
+   * `service.unhealthyAfterS`. Sent once per stop; the controller restarts it through the restore
+   * path (bounded retries with backoff, model-ready gate, then quarantine). `fencingToken` is the
+   * host's current one (the last lease's), so a report that crosses a new grant is stale.
+   */
+  z.object({
+    type: z.literal('service_down'),
+    fencingToken: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    reason: z.string().min(1).max(1000),
   }),
   z.object({
     type: z.literal('restored'),

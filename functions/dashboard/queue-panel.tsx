@@ -176,6 +176,7 @@ export function ActiveTable({ items, generatedAt }: { items: QueueItemView[]; ge
             </td>
             <td>
               <span class={`pill s-${q.status === 'releasing' ? 'cleaning' : 'allocated'}`}>{q.status}</span>
+              {q.reason ? <div class="why">{q.reason}</div> : null}
             </td>
             <td>
               {q.hosts.join(' + ') || '—'}

@@ -1,5 +1,5 @@
 import { type EvidenceJudgment, judgeEvidence } from '../../core/evidence.ts';
-import { isJobOutcome } from '../../core/model.ts';
+import { isJobOutcome, NOT_RUN_CAUSES, type NotRunOutcome } from '../../core/model.ts';
 import type { HostEvidence } from '../../core/protocol/host-evidence.ts';
 import { parseStoredReceipts, type Receipt } from '../../core/protocol/receipt.ts';
 import { sha256Hex } from '../auth/tokens.ts';
@@ -197,6 +197,11 @@ export function judgeCheckEvidence(r: ReservationRow, ctx: RenderContext): Evide
 
 function jobReceiptLine(hostId: string, x: Receipt, task: boolean): string {
   const toolchain = Object.keys(x.toolchain).length;
+  // the repository's script never started (ADR 0177): the agent ends each reason of a task that
+  // stopped before it with these words (agent/executor/ci-task.ts); a run killed mid-script also
+  // has no phase, but its reason says how it ended, and it did run
+  if (!x.phases.length && x.result === 'failed' && x.reason?.endsWith('; the script did not run'))
+    return `- ${displayHost(hostId)}: not run — ${x.reason ?? 'the script did not start'} (log sha256 \`${x.log.sha256.slice(0, 12)}\`, ${x.log.lines} lines)${task ? '' : ' — reported by the job, not verified by the host'}`;
   return `- ${displayHost(hostId)}: ${x.result} (${x.suite}, exit ${x.exitCode ?? 'none'}, log sha256 \`${x.log.sha256.slice(0, 12)}\`, ${x.log.lines} lines${toolchain ? `, ${toolchain} toolchain entries` : ''})${task ? '' : ' — reported by the job, not verified by the host'}`;
 }
 
@@ -333,6 +338,11 @@ function renderResult(r: ReservationRow, ctx: RenderContext, base: (lead: string
           `${r.reason ?? 'A node lost contact during a pair run.'} The healthy node's runner was stopped and its evidence kept; the node that lost contact stays release-required until its agent returns and confirms cleanup.${ending}`,
         ),
       };
+    case 'task_not_started':
+    case 'runner_not_picked_up':
+    case 'preflight_failed':
+    case 'lease_lost':
+      return notRun(r, r.outcome, summary);
     case 'queue_timeout':
       return {
         status: 'completed',
@@ -379,6 +389,41 @@ function renderResult(r: ReservationRow, ctx: RenderContext, base: (lead: string
       };
     }
   }
+}
+
+/** The comment that queues `r`'s test again on its PR. */
+function requeueCommand(r: ReservationRow): string {
+  // functions/github/commands.ts: `/spark test [--pair] [--long]`
+  return ['/spark test', r.topology === 'pair' ? '--pair' : null, r.suite === 'performance' ? '--long' : null]
+    .filter(Boolean)
+    .join(' ');
+}
+
+/**
+ * Work that ended before the PR's script started because the infrastructure failed (ADR 0177): the
+ * title names the cause in the spec's words, so a maintainer tells it from a test failure at a
+ * glance, and the conclusion is GitHub's `cancelled` — never `success`, `neutral` or `skipped`,
+ * which a required check counts as passing ("Required status checks must have a successful,
+ * skipped, or neutral status", https://docs.github.com/en/repositories/configuring-branches-and-merges-in-your-repository/managing-protected-branches/about-protected-branches),
+ * and not `failure`, which is a test's. Final at once, even while the hosts are still cleaned.
+ * Nothing re-queues it: the summary says how.
+ */
+function notRun(r: ReservationRow, outcome: NotRunOutcome, summary: (lead: string) => string): CheckRunView {
+  const cause = NOT_RUN_CAUSES[outcome];
+  const again =
+    r.pr != null
+      ? `Nothing is queued again by itself: comment \`${requeueCommand(r)}\` on the PR to run it again.`
+      : r.kind === 'merge'
+        ? 'Nothing is queued again by itself: the next push to the branch runs merge CI again.'
+        : 'Nothing is queued again by itself.';
+  return {
+    status: 'completed',
+    conclusion: 'cancelled',
+    title: `Spark test not run — ${cause}`,
+    summary: summary(
+      `Not run: ${r.reason ?? cause}. The PR's code did not run at \`${r.headSha ?? 'unknown'}\`, so this is not a test result. ${again}${r.status === 'releasing' ? ' The hosts are being cleaned and released.' : ''}`,
+    ),
+  };
 }
 
 /**

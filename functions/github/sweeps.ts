@@ -69,6 +69,8 @@ export async function sweepRunnerPickup(svc: GitHubService, candidates?: Reserva
             `runner not picked up: ${runnerRetries + 1} runner(s) waited ${runnerPickupTimeoutS} s each without a job`,
             'github',
             tx,
+            // the check shows why the test did not run (ADR 0177)
+            { showCause: true },
           );
           changed.add('reservation');
           return true;

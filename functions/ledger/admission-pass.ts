@@ -17,7 +17,7 @@ import { DeferredReadError, type Tx } from './db.ts';
 import { setHostPhase } from './hosts.ts';
 import { setLeaseStatus } from './leases.ts';
 import { buildKeyOf, recordGrantedBuilds } from './raw-rows.ts';
-import { beginRelease, transitionReservation } from './reservations.ts';
+import { beginRelease, releaseLostLease, transitionReservation } from './reservations.ts';
 import {
   type HostRow,
   type ReservationRow,
@@ -154,6 +154,24 @@ function interactivePass(s: LedgerStore, actor: string): Promise<PassResult> {
       const lease = leaseById.get(ex.leaseId)!;
       await setLeaseStatus(s, tx, now, lease, 'expired', 'lease TTL passed without renewal', actor);
       const host = hostById.get(ex.hostId)!;
+      const lost = resvById.get(ex.reservationId);
+      if (
+        lost &&
+        lost.kind !== 'development' &&
+        lease.runnerStartedAt == null &&
+        // `running`: a runner reported its start, or GitHub its job's (workflow_job in_progress)
+        (lost.status === 'allocated' || lost.status === 'preparing')
+      ) {
+        // CI whose lease was lost before its work started ends at once, as not run (ADR 0177)
+        await releaseLostLease(s, tx, now, {
+          r: lost,
+          hostId: ex.hostId,
+          processesUnknown: ex.outcome === 'release-required',
+          actor,
+        });
+        changed.add(`host:${ex.hostId}`).add('reservation');
+        continue;
+      }
       if (ex.outcome === 'release-required') {
         if (host.phase === 'allocated') {
           await setHostPhase(

@@ -1,7 +1,14 @@
 import { and, eq } from 'drizzle-orm';
+import { executorForRepo } from '../../core/config.ts';
 import type { LedgerEventType } from '../../core/events.ts';
 import { contradictionsOf, judgeHost } from '../../core/evidence.ts';
-import { isJobOutcome, isReleasableStatus, type JobOutcome, type Outcome } from '../../core/model.ts';
+import {
+  type HostFacts,
+  isJobOutcome,
+  isReleasableStatus,
+  type JobOutcome,
+  type Outcome,
+} from '../../core/model.ts';
 import type { Report } from '../../core/protocol/agent.ts';
 import { isPassingResult } from '../../core/protocol/host-evidence.ts';
 import { parseStoredReceipts } from '../../core/protocol/receipt.ts';
@@ -9,7 +16,7 @@ import { conflict } from '../errors.ts';
 import { ciModeOf, recordTaskReceipt } from './ci-task.ts';
 import type { Tx } from './db.ts';
 import { recordHostEvidence } from './host-evidence.ts';
-import { applyRestoredReport, quarantineAfterFailedCleanup } from './hosts.ts';
+import { applyRestoredReport, quarantineAfterFailedCleanup, recordServiceDown } from './hosts.ts';
 import type { Ledger } from './ledger.ts';
 import { currentHandoff } from './queries.ts';
 import { beginRelease } from './reservations.ts';
@@ -41,6 +48,7 @@ function mergeEvidence(lease: LeaseRow, key: string, value: unknown): string {
 export async function applyReport(ledger: Ledger, hostId: string, report: Report): Promise<string> {
   const actor = `agent:${hostId}`;
   if (report.type === 'restored') return applyRestored(ledger, hostId, report, actor);
+  if (report.type === 'service_down') return recordServiceDown(ledger, hostId, report, actor);
   return ledger.write(async (tx, now, changed) => {
     const lease = await ledger.requireCurrentLease(tx, hostId, report.fencingToken);
     const r = (await ledger.getReservation(tx, lease.reservationId))!;
@@ -106,14 +114,17 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
           `preparation failed on ${hostId}: ${report.reason}`.slice(0, 500),
         );
         if (isReleasableStatus(r.status)) {
-          await ledger.beginRelease(
+          // the host refused before anything of the PR ran: not a test result (ADR 0177)
+          await beginRelease(
+            ledger,
             r.id,
-            'failed',
+            'preflight_failed',
             `preparation failed on ${hostId}: ${report.reason}`.slice(0, 500),
             actor,
             tx,
+            { showCause: true },
           );
-          return `reservation ${r.id} releasing (failed)`;
+          return `reservation ${r.id} releasing (preflight_failed)`;
         }
         return `reservation ${r.id} already ${r.status}`;
       }
@@ -309,6 +320,18 @@ async function runnerExited(
   );
   if (!isReleasableStatus(r.status)) return `reservation ${r.id} already ${r.status}`;
   const failed = report.exitCode !== 0 || judged.refuted != null;
+  // a job GitHub reported, or evidence that contradicts itself, is a result: never "not run"
+  const notRun =
+    failed && !judged.contradicted && jobOutcome(r) == null
+      ? await notStarted(ledger, tx, { lease, r, hostId, report, task })
+      : null;
+  if (notRun) {
+    // the PR's script never started: the check names the cause, never "failed" (ADR 0177)
+    await beginRelease(ledger, r.id, notRun.outcome, notRun.cause.slice(0, 500), actor, tx, {
+      showCause: true,
+    });
+    return `reservation ${r.id} releasing (${notRun.outcome})`;
+  }
   if (failed) {
     // pairs fail as a unit: the other node's runner is stopped by its agent on `clean`; a
     // contradiction fails the work whatever GitHub said (the host's evidence is the verdict)
@@ -352,6 +375,69 @@ async function runnerExited(
     tx,
   );
   return `reservation ${r.id} releasing`;
+}
+
+/**
+ * Whether a failed exit means the PR's script never started (ADR 0177): the agent's own preflight
+ * refused, so it started nothing (`preflight_failed`); or dstack ended the lease's run before
+ * running it — no start was ever reported for the lease, which the agent reports only once dstack
+ * runs the job (ADR 0120), so the exit of a run that never ran is the only one without it
+ * (`task_not_started`). A JIT runner or Slurm job reports its start when its process runs, so a
+ * quick failing one is the job's own failure, never this.
+ */
+async function notStarted(
+  ledger: Ledger,
+  tx: Tx,
+  a: {
+    lease: LeaseRow;
+    r: ReservationRow;
+    hostId: string;
+    report: Extract<Report, { type: 'runner_exited' }>;
+    task: boolean;
+  },
+): Promise<{ outcome: Outcome; cause: string } | null> {
+  const e = a.report.hostEvidence;
+  if (e?.preflight?.ok === false && e.runner.exitCode == null) {
+    const failing = e.preflight.checks.filter((c) => !c.ok && c.fatal);
+    return {
+      outcome: 'preflight_failed',
+      cause: `the host preflight on ${a.hostId} refused, nothing of the PR ran: ${failing.map((c) => `${c.name}: ${c.detail}`).join('; ') || 'failed'}`,
+    };
+  }
+  if (a.lease.runnerStartedAt != null || jobPickedUp(a.r)) return null;
+  if (!a.task && !(await runsOnDstack(ledger, tx, a.r, a.hostId))) return null;
+  const why = (a.report.receipt?.reason ?? a.report.lastLines.at(-1) ?? 'dstack ended the run').replace(
+    /^the task never started: /,
+    '',
+  );
+  return {
+    outcome: 'task_not_started',
+    cause: `the dstack task on ${a.hostId} never started: ${why}`,
+  };
+}
+
+/**
+ * GitHub reported the reservation's job in progress (`workflow_job`, the GitHub part's meta): a
+ * runner took it, so something of the job ran, whatever the agent reported.
+ */
+function jobPickedUp(r: ReservationRow): boolean {
+  try {
+    return (JSON.parse(r.metaJson ?? '{}') as { jobPickedUpAt?: unknown }).jobPickedUpAt != null;
+  } catch {
+    return false;
+  }
+}
+
+/** The lease's work runs on dstack: its repository chooses it, or the host's agent runs it. */
+async function runsOnDstack(ledger: Ledger, tx: Tx, r: ReservationRow, hostId: string): Promise<boolean> {
+  const chosen = executorForRepo(ledger.config, r.repo);
+  if (chosen) return chosen === 'dstack';
+  const host = await ledger.getHost(tx, hostId);
+  try {
+    return (host?.factsJson ? (JSON.parse(host.factsJson) as HostFacts).executor : null) === 'dstack';
+  } catch {
+    return false;
+  }
 }
 
 /**

@@ -1,8 +1,8 @@
 import { and, eq } from 'drizzle-orm';
 import type { HostFacts, HostPhase } from '../../core/model.ts';
 import { assertHostTransition } from '../../core/state-machines.ts';
-import { conflict, notFound } from '../errors.ts';
-import type { Tx } from './db.ts';
+import { conflict, notFound, staleFencingToken } from '../errors.ts';
+import { bindingLeases, type Tx } from './db.ts';
 import { confirmReleased, renewOnHeartbeat } from './leases.ts';
 import { hostById } from './raw-rows.ts';
 import { transitionReservation } from './reservations.ts';
@@ -167,9 +167,10 @@ export function recordRestore(
     }
     changed.add(`host:${hostId}`).add('reservation');
     if (ok) {
+      // the note said why it was restoring (a failed attempt, a service that stopped): over now
       await tx
         .update(t.hosts)
-        .set({ restoreAttempts: 0, restoreNotBefore: null })
+        .set({ restoreAttempts: 0, restoreNotBefore: null, note: null })
         .where(eq(t.hosts.id, hostId));
       await setHostPhase(s, tx, now, host, 'service', `${host.homeService} model-ready health passed`, actor);
       return host;
@@ -177,7 +178,14 @@ export function recordRestore(
     const attempts = host.restoreAttempts + 1;
     const { restoreRetries, restoreBackoffS } = s.config.timings;
     if (attempts > restoreRetries) {
-      await tx.update(t.hosts).set({ restoreAttempts: attempts, note: detail }).where(eq(t.hosts.id, hostId));
+      // the reason the host is not ready, as `sparkctl fleet` shows it to operators
+      await tx
+        .update(t.hosts)
+        .set({
+          restoreAttempts: attempts,
+          note: `${host.homeService} restore failed ${attempts} times: ${detail}`.slice(0, 500),
+        })
+        .where(eq(t.hosts.id, hostId));
       await setHostPhase(
         s,
         tx,
@@ -236,6 +244,80 @@ export function recordRestore(
       data: { attempts, notBefore },
     });
     return host;
+  });
+}
+
+/**
+ * The agent's word that the host's home service stopped by itself outside any lease (ADR 0175):
+ * its process is gone, or its model-ready check kept failing. The host goes `restoring` at once —
+ * never granted while it is (DESIGN.md rule 2) — and its agent restarts the service through the
+ * restore path: the model-ready gate, `timings.restoreRetries` retries with backoff, then
+ * `quarantined` with the reason and `alert.restore_failed`. One `alert.service_down` event records
+ * the stop (the retries record their own). Changes nothing, and says why, when a lease binds the
+ * host (the service is the lease's until its release restores it), when the host is not adopted (an
+ * operator took it out: maintenance), or when it is not serving or idle (already restoring,
+ * quarantined, release-required). The fencing token must be the host's current one, as a
+ * `restored` report's: a report that crossed a new grant is stale.
+ */
+export function recordServiceDown(
+  s: LedgerStore,
+  hostId: string,
+  report: { fencingToken: number; reason: string },
+  actor: string,
+): Promise<string> {
+  return s.write(async (tx, now, changed) => {
+    const host = await getHost(s, tx, hostId);
+    if (!host) throw conflict('unknown_host', `host ${hostId} is not in the ledger`);
+    const svc = host.homeService;
+    if (!svc) throw conflict('no_home_service', `host ${hostId} has no home service in the configuration`);
+    const bound = (
+      await tx
+        .select()
+        .from(t.leases)
+        .where(and(eq(t.leases.hostId, hostId), bindingLeases))
+    )[0];
+    if (bound) {
+      throw conflict(
+        'lease_bound',
+        `${hostId} is bound to lease ${bound.id}: its ${svc} is the lease's until the release restores it`,
+      );
+    }
+    if (host.fencingToken !== report.fencingToken)
+      throw staleFencingToken(hostId, report.fencingToken, host.fencingToken);
+    if (!host.managed) return `${hostId} is not adopted: ${svc} left alone`;
+    if (host.phase !== 'service' && host.phase !== 'idle') return `${hostId} is ${host.phase}: nothing to do`;
+    const reason = report.reason.slice(0, 1000);
+    await tx
+      .update(t.hosts)
+      .set({
+        restoreAttempts: 0,
+        restoreNotBefore: null,
+        note: `${svc} stopped outside any lease: ${reason}`.slice(0, 500),
+      })
+      .where(eq(t.hosts.id, hostId));
+    await setHostPhase(
+      s,
+      tx,
+      now,
+      host,
+      'restoring',
+      `${svc} stopped outside any lease; restarting it`,
+      actor,
+    );
+    await s.record(tx, now, {
+      subjectType: 'host',
+      subjectId: hostId,
+      type: 'alert.service_down',
+      cause:
+        `${svc} on ${hostId} stopped outside any lease (${reason}); restarting it under the restore policy`.slice(
+          0,
+          500,
+        ),
+      actor,
+      data: { reason },
+    });
+    changed.add(`host:${hostId}`).add('reservation');
+    return `${hostId} restoring ${svc}`;
   });
 }
 

@@ -3,6 +3,7 @@ import { tokenLimitFor } from '../../core/config.ts';
 import { leaseEvent } from '../../core/events.ts';
 import {
   endsDone,
+  isNotRunOutcome,
   isReleasableStatus,
   type LeaseStatus,
   type Outcome,
@@ -267,7 +268,18 @@ export function confirmReleased(
       const cause = !failed
         ? 'released; termination confirmed on every host'
         : (r.reason ?? `ended: ${r.outcome}`);
-      await transitionReservation(s, tx, now, r, failed ? 'failed' : 'done', cause, actor);
+      // work that never ran keeps saying so in the public history (ADR 0177)
+      await transitionReservation(
+        s,
+        tx,
+        now,
+        r,
+        failed ? 'failed' : 'done',
+        cause,
+        actor,
+        {},
+        isNotRunOutcome(r.outcome) ? { outcome: r.outcome } : undefined,
+      );
     }
     changed.add('reservation').add(`host:${hostId}`);
     return { reservation: r, lease };

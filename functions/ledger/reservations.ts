@@ -3,13 +3,18 @@ import type { TokenLimit } from '../../core/config.ts';
 import { reservationEvent } from '../../core/events.ts';
 import {
   endsDone,
+  executorPhrase,
+  type HostFacts,
+  hostsNeeded,
   isActiveStatus,
+  isNotRunOutcome,
   isReleasableStatus,
   OPEN_STATUSES,
   type Outcome,
   type ReservationKind,
   type ReservationStatus,
   type Suite,
+  servesDevelopment,
   type Topology,
 } from '../../core/model.ts';
 import { assertReservationTransition } from '../../core/state-machines.ts';
@@ -130,6 +135,69 @@ export function createReservation(
  * (409; a pair counts 2). Counting and inserting share one write transaction, so concurrent
  * requests from one token cannot both slip under the limit.
  */
+function servingIds(
+  s: LedgerStore,
+  pool: string,
+  factsOf: (id: string) => { id: string; facts: HostFacts | null },
+): string {
+  const ids = s.config.hosts
+    .filter((h) => h.pool === pool && servesDevelopment(factsOf(h.id)))
+    .map((h) => h.id);
+  return ids.length ? ids.join(', ') : 'none';
+}
+
+/** Where every development refusal starts: the spec's words for what development needs (ADR 0176). */
+export const DEVELOPMENT_NEEDS_DSTACK = 'development needs the dstack executor';
+
+/**
+ * Refuses at once a development request no host can serve (ADR 0176): a development lease is used
+ * through the dstack dev environment made for it, so it needs a host whose agent runs the `dstack`
+ * executor — the named one, or for any host enough of its pool for the topology (as each host's
+ * last heartbeat says). A host of another backend would hold a lease nobody can attach to.
+ */
+async function requireDevelopmentHosts(
+  s: LedgerStore,
+  tx: Tx,
+  input: Pick<NewReservation, 'topology' | 'targetHost' | 'pool'>,
+): Promise<void> {
+  const target = input.targetHost ? s.config.hosts.find((h) => h.id === input.targetHost) : undefined;
+  // an unknown host is createReservation's to refuse (400), like any other request's
+  if (input.targetHost && !target) return;
+  const pool = target?.pool ?? input.pool ?? defaultPool(s, null);
+  const rows = new Map((await tx.select().from(t.hosts)).map((h) => [h.id, h]));
+  const factsOf = (id: string): { id: string; facts: HostFacts | null } => {
+    const json = rows.get(id)?.factsJson;
+    try {
+      return { id, facts: json ? (JSON.parse(json) as HostFacts) : null };
+    } catch {
+      return { id, facts: null };
+    }
+  };
+  const see = 'see docs/executors.md';
+  if (target) {
+    const h = factsOf(target.id);
+    if (servesDevelopment(h)) return;
+    throw conflict(
+      'development_needs_dstack',
+      `${DEVELOPMENT_NEEDS_DSTACK}: a development lease is used through the dstack dev environment made for it, and ${executorPhrase(h)} (hosts of pool ${pool} running dstack: ${servingIds(s, pool, factsOf)}); ${see}`,
+    );
+  }
+  const pooled = s.config.hosts.filter((h) => h.pool === pool).map((h) => factsOf(h.id));
+  const serving = pooled.filter(servesDevelopment);
+  const need = hostsNeeded(input.topology);
+  if (serving.length >= need) return;
+  const others = pooled
+    .filter((h) => !servesDevelopment(h))
+    .map(executorPhrase)
+    .join(', ');
+  throw conflict(
+    'development_needs_dstack',
+    serving.length === 0
+      ? `${DEVELOPMENT_NEEDS_DSTACK}: a development lease is used through the dstack dev environment made for it, and no host of pool ${pool} runs dstack (${others}); ${see}`
+      : `${DEVELOPMENT_NEEDS_DSTACK}: a pair needs 2 hosts of pool ${pool} that run dstack, and ${serving.length} does (${serving.map((h) => h.id).join(', ')}; ${others}); ${see}`,
+  );
+}
+
 export function createDevelopmentReservation(
   s: LedgerStore,
   input: NewReservation & { kind: 'development' },
@@ -182,6 +250,8 @@ export function createDevelopmentReservation(
         'token_limit',
         `this token already holds or waits for ${held} host(s) and may have at most ${limit.maxConcurrentLeases} at once (tokenLimits maxConcurrentLeases); release one first`,
       );
+    // before anything is queued: a lease nobody can use is never made (ADR 0176)
+    await requireDevelopmentHosts(s, tx, input);
     return createReservation(s, { ...input, meta: { ...input.meta, tokenId } }, actor, tx);
   });
 }
@@ -388,7 +458,18 @@ export function beginRelease(
     if (!isReleasableStatus(r.status)) {
       throw conflict('not_active', `reservation ${id} is ${r.status}; only active work can be released`);
     }
-    await transitionReservation(s, tx, now, r, 'releasing', cause, actor, { outcome });
+    // work that never ran says so in the history's public words too (ADR 0177)
+    await transitionReservation(
+      s,
+      tx,
+      now,
+      r,
+      'releasing',
+      cause,
+      actor,
+      { outcome },
+      isNotRunOutcome(outcome) ? { outcome } : undefined,
+    );
     if (opts.showCause) {
       r.reason = cause.slice(0, 500);
       await tx.update(t.reservations).set({ reason: r.reason }).where(eq(t.reservations.id, id));
@@ -406,6 +487,43 @@ export function beginRelease(
     changed.add('reservation');
     return r;
   });
+}
+
+/**
+ * A CI lease expired — its host stopped heartbeating, so nothing renewed it — before its runner or
+ * task started (ADR 0177): nothing of the PR ran, and nothing of it can now. The work is released at
+ * once with outcome `lease_lost`, its cause shown on the check. A host whose facts are stale stays
+ * `release-required` (never inferred clean): its agent, once back, stops what it started for the
+ * lease and confirms before the host is freed, as for a pair node that lost contact.
+ */
+export async function releaseLostLease(
+  s: LedgerStore,
+  tx: Tx,
+  now: number,
+  a: { r: ReservationRow; hostId: string; processesUnknown: boolean; actor: string },
+): Promise<void> {
+  const host = await getHost(s, tx, a.hostId);
+  // `cleaning`: the other node of its pair expired first in the same pass and began the release
+  if (host && a.processesUnknown && (host.phase === 'allocated' || host.phase === 'cleaning')) {
+    await setHostPhase(
+      s,
+      tx,
+      now,
+      host,
+      'release-required',
+      'lease lost before its work started: the host must confirm cleanup before it is freed',
+      a.actor,
+    );
+  }
+  await beginRelease(
+    s,
+    a.r.id,
+    'lease_lost',
+    `the lease on ${a.hostId} was lost before its work started: no heartbeat renewed it within ${s.config.timings.ciLeaseTtlS} s`,
+    a.actor,
+    tx,
+    { showCause: true },
+  );
 }
 
 /**
@@ -430,7 +548,9 @@ export async function recordJobOutcome(
     (keep && r.outcome != null) ||
     r.outcome === 'failed' ||
     r.outcome === 'pair_node_lost' ||
-    r.outcome === 'foreign_job';
+    r.outcome === 'foreign_job' ||
+    // work that never ran stays not-run: a late job result is not the PR's (ADR 0177)
+    isNotRunOutcome(r.outcome);
   const outcome: Outcome = sticky ? (r.outcome as Outcome) : reported;
   await tx.update(t.reservations).set({ outcome, updatedAt: now }).where(eq(t.reservations.id, r.id));
   r.outcome = outcome;

@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { z } from 'zod';
@@ -28,7 +28,8 @@ import { bold, dim, fleetView, green, line, printTable, red, sparkctl, step } fr
 /** Short timings so the whole story takes a few minutes (seconds where production has minutes). */
 export const FAILURE_STORY_TIMINGS = {
   offlineAfterS: 4,
-  devLeaseDefaultTtlS: 6,
+  // a CI lease lives 10 s past its host's last heartbeat, so its expiry plays in seconds
+  ciLeaseTtlS: 10,
   restoreRetries: 1,
   restoreHealthTimeoutS: 2,
 } as const satisfies NonNullable<SystemOptions['timings']>;
@@ -534,20 +535,12 @@ async function hostFailures(ctx: Ctx, note: Note) {
   const deckard = s.deckard!;
   const retries = FAILURE_STORY_TIMINGS.restoreRetries;
 
-  step("A developer borrows spark-1 while Deckard's start is broken; the restore fails");
+  step("Deckard on spark-1 stops by itself while its start is broken; the agent's restarts fail");
   const starts = () => deckard.ctlLog().filter((c) => c === 'start').length;
   const startsBefore = starts();
   writeFileSync(join(deckard.dir, 'start-fails'), 'deckard: model load failed: CUDA error: out of memory');
-  const dev = await s.api<{ reservation: { id: string } }>(
-    'POST',
-    '/api/v1/reservations',
-    { host: 'spark-1', ttlS: 3600 },
-    ctx.developToken,
-  );
-  if (dev.status !== 201) throw new Error(`reserve spark-1 answered ${dev.status}`);
-  const devId = dev.body.reservation.id;
-  await s.waitReservation(devId, ['running']);
-  await s.api('POST', `/api/v1/reservations/${devId}/release`, undefined, ctx.developToken);
+  // outside any lease the agent restarts a stopped Deckard through the restore path (ADR 0175)
+  deckard.kill();
   await s.waitHostPhase('spark-1', ['quarantined'], 60_000).catch(() => undefined);
   const q1 = (await fleetView(s)).hosts.find((h) => h.id === 'spark-1');
   const attempts = starts() - startsBefore;
@@ -607,50 +600,52 @@ async function hostFailures(ctx: Ctx, note: Note) {
       ranOn === 'spark-2',
   );
 
-  step('A development lease on spark-2 expires while its training job still holds the GPU');
+  // a development lease needs a dstack host (docs/adr/0176-development-needs-dstack.md), which
+  // this simulated fleet does not run: a PR test's lease plays the rule instead
+  step("A PR test's lease on spark-2 expires while its job still holds the GPU (its agent gone)");
   await s.waitHostPhase('spark-2', ['idle']);
-  const lease = await s.api<{ reservation: { id: string } }>(
-    'POST',
-    '/api/v1/reservations',
-    { host: 'spark-2' },
-    ctx.developToken,
-  );
-  if (lease.status !== 201) throw new Error(`reserve spark-2 answered ${lease.status}`);
-  const leaseId = lease.body.reservation.id;
-  await s.waitReservation(leaseId, ['running']);
-  const job = spawn('sleep', ['600'], { stdio: 'ignore' });
-  ctx.sleepers.push(job);
-  s.gpu['spark-2']!.setProcesses([{ pid: job.pid!, name: 'python train.py', usedMemoryMiB: 20480 }]);
+  const held = await ctx.labelNew(sha('c2'), 'spark-test', { gates: ['exit'] });
+  const job = await s.waitJob(held.rid);
+  s.gpu['spark-2']!.setProcesses([{ pid: job.pid, name: 'python train.py', usedMemoryMiB: 20480 }]);
+  await waitFor(
+    'a heartbeat with the job on the GPU',
+    async () => (await fleetView(s)).hosts.find((h) => h.id === 'spark-2')?.gpuProcessCount === 1,
+    20_000,
+    200,
+  ).catch(() => undefined);
+  await s.agents['spark-2']!.stop('SIGKILL');
   await s.waitHostPhase('spark-2', ['release-required'], 60_000).catch(() => undefined);
   const phase = (await s.host('spark-2')).phase;
   const cause = [...(await s.history('spark-2'))]
     .reverse()
     .find((e) => e.cause?.startsWith('lease expired'))?.cause;
+  line('story', "spark-2's agent starts again; the job still holds the GPU");
+  s.startAgent('spark-2');
   const expiredOperator = await ctx.operatorView('spark-2');
   const ci = await ctx.labelNew(sha('c3'));
   const ciWhy = await ctx.queueReason(ci.rid);
   const ciCheck = await queuedCheckWhen(s, ci.rid, /spark-2 release-required/);
   const ciLeases = (await s.leases(ci.rid)).length;
-  const jobAlive = isLive(job.pid!);
-  const devWhile = (await s.reservation(leaseId)).status;
-  const leaseWhile = (await s.leases(leaseId))[0]?.status;
-  line('story', 'the developer ends the training job; the agent sees the GPU free');
-  job.kill('SIGKILL');
+  const jobAlive = isLive(job.pid);
+  const heldWhile = (await s.reservation(held.rid)).status;
+  const leaseWhile = (await s.leases(held.rid))[0]?.status;
+  line('story', 'the job ends by itself; the agent sees the GPU free');
   s.gpu['spark-2']!.setProcesses([]);
-  const devEnd = await ctx.settle(leaseId, (r) => r.status === 'done' || r.status === 'failed', 60_000);
+  s.openGate(held.rid, 'exit');
+  const heldEnd = await ctx.settle(held.rid, (r) => r.status === 'done' || r.status === 'failed', 60_000);
   const ciEnd = await ctx.settle(ci.rid, (r) => r.status === 'done' || r.status === 'failed', 60_000);
   note(
     'leaseExpiry',
-    `spark-2 ${phase} (sparkctl fleet: ${expiredOperator.state}; ${quote(cause)}); training job ${jobAlive ? 'still running' : 'killed'}; ${leaseId} ${devWhile}, lease ${leaseWhile}; ${ci.rid} queued with ${ciLeases} leases: ${quote(ciWhy)}, ${queuedCheckText(ciCheck)}; job ended → ${leaseId} ${devEnd.status}, ${ci.rid} ${ciEnd.status} (${ciEnd.outcome ?? '—'})`,
+    `spark-2 ${phase} (sparkctl fleet: ${expiredOperator.state}; ${quote(cause)}); its job ${jobAlive ? 'still running' : 'killed'}; ${held.rid} ${heldWhile}, lease ${leaseWhile}; ${ci.rid} queued with ${ciLeases} leases: ${quote(ciWhy)}, ${queuedCheckText(ciCheck)}; job ended → ${held.rid} ${heldEnd.status}, ${ci.rid} ${ciEnd.status} (${ciEnd.outcome ?? '—'})`,
     phase === 'release-required' &&
       expiredOperator.state === 'release-required' &&
       queuedCheckSays(ciCheck, 'spark-2 release-required') &&
       jobAlive &&
-      devWhile !== 'done' &&
+      heldWhile === 'running' &&
       leaseWhile !== 'released' &&
       ciLeases === 0 &&
       ciWhy != null &&
-      devEnd.status === 'done' &&
+      heldEnd.status === 'done' &&
       ciEnd.status === 'done' &&
       ciEnd.outcome === 'passed',
   );

@@ -103,7 +103,8 @@ describe('host evidence from the agent', { timeout: 120_000 }, () => {
     await waitFor('the host prepared', async () => (await fl.leases(id))[0]?.preparedAt != null, 30_000);
     fl.gpu['spark-2']!.setProcesses([{ pid: 4242, name: '/usr/bin/python3', usedMemoryMiB: 512 }]);
     const r = await fl.waitReservation(id, ['releasing', 'done', 'failed'], 60_000);
-    expect(r.outcome).toBe('failed');
+    // nothing of the PR ran: the host preflight refused, not a test failure (ADR 0177)
+    expect(r.outcome).toBe('preflight_failed');
     expect(readRunnerMarkers(fl.markerDir).filter((m) => m.reservationId === id)).toEqual([]);
     const e = (await hostEvidenceOf(fl.controller.ledger.db, id))['spark-2']!;
     expect(e.preflight?.ok).toBe(false);
@@ -116,7 +117,7 @@ describe('host evidence from the agent', { timeout: 120_000 }, () => {
     });
     const causes = (await fl.controller.ledger.history('reservation', id)).map((x) => x.cause).join('\n');
     expect(causes).toContain(
-      'the host preflight failed on spark-2 (gpu: 1 compute process(es) before the runner started',
+      'the host preflight on spark-2 refused, nothing of the PR ran: gpu: 1 compute process(es) before the runner started',
     );
     const leaseEvents = (await fl.controller.ledger.history('lease', (await fl.leases(id))[0]!.id)).map(
       (x) => x.cause,

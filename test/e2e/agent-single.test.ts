@@ -161,7 +161,8 @@ describe.concurrent('relay agent: single-host work', () => {
     const id = await fleet.reserve();
     const r = await fleet.waitReservation(id, ['done', 'failed']);
     expect(r.status).toBe('failed');
-    expect(r.outcome).toBe('failed');
+    // the host refused before anything of the PR ran (ADR 0177)
+    expect(r.outcome).toBe('preflight_failed');
     const [lease] = await fleet.leases(id);
     expect(lease!.preparedAt).toBeNull();
     expect(JSON.parse(lease!.evidenceJson!).prepare.failed).toMatch(

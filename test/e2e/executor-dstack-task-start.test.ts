@@ -114,9 +114,10 @@ describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000
     expect(
       s.gh.calls('POST', /\/app\/installations\/\d+\/access_tokens$/).filter((c) => c.body),
     ).toHaveLength(1);
-    const check = await s.waitCheck(rid, 'Spark test failed — task_not_started');
-    expect(check).toMatchObject({ status: 'completed', conclusion: 'failure', head_sha: sha });
-    expect(check.output.summary).toContain(`Ended: ${releasing.reason}`);
+    // not a test result: the cause in the spec's words, GitHub's cancelled (ADR 0177)
+    const check = await s.waitCheck(rid, 'Spark test not run — the task never started');
+    expect(check).toMatchObject({ status: 'completed', conclusion: 'cancelled', head_sha: sha });
+    expect(check.output.summary).toContain(`Not run: ${releasing.reason}.`);
     const history = (await s.history(rid)).map((e) => e.type);
     expect(history).not.toContain('reservation.running');
     await s.waitHostPhase('spark-2', ['idle']);
@@ -137,17 +138,25 @@ describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000
     expect(run.history).toEqual(['submitted', 'provisioning', 'terminating', 'failed']);
     expect((await s.leases(rid))[0]?.runnerStartedAt ?? null).toBeNull();
     expect([...d.runs.values()].filter((r) => r.name.startsWith(`spark-${rid}-`))).toHaveLength(1);
-    expect(ended.outcome).toBe('failed');
-    // the agent's receipt says the script never ran, and the release carries it
+    // the PR's script never started: not a test failure (ADR 0177)
+    expect(ended.outcome).toBe('task_not_started');
     const history = await s.history(rid);
     expect(history.map((e) => e.type)).not.toContain('reservation.running');
     expect(run.job.terminationReason).toBe('waiting_runner_limit_exceeded');
     // dstack's own reason, not a guess, is what the receipt and the release say
+    const why = `dstack run ${run.name} failed before its commands ended (waiting_runner_limit_exceeded: Runner did not become available in time); the script did not run`;
     expect(history.find((e) => e.type === 'reservation.releasing')?.cause).toBe(
-      `CI task on spark-2: dstack run ${run.name} failed before its commands ended (waiting_runner_limit_exceeded: Runner did not become available in time); the script did not run`,
+      `the dstack task on spark-2 never started: ${why}`,
     );
-    const check = await s.waitCheck(rid, 'Spark test failed — exact SHA ddddddd');
-    expect(check).toMatchObject({ status: 'completed', conclusion: 'failure', head_sha: sha });
+    expect(JSON.parse(ended.receiptJson!).byHost['spark-2']).toMatchObject({
+      result: 'failed',
+      phases: [],
+      reason: `the task never started: ${why}`,
+    });
+    const check = await s.waitCheck(rid, 'Spark test not run — the task never started');
+    expect(check).toMatchObject({ status: 'completed', conclusion: 'cancelled', head_sha: sha });
+    expect(check.output.summary).toContain(`- Spark 2: not run — the task never started: ${why}`);
+    expect(check.output.summary).toContain('comment `/spark test` on the PR to run it again');
     await s.waitHostPhase('spark-2', ['idle']);
   });
   it('an image without an arm64 build never starts on the aarch64 fleet: dstack fails it for no capacity, and the release says so', async () => {
@@ -161,7 +170,7 @@ describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000
     s.openPr(1, { sha });
     const rid = queuedId(await s.label(1, 'spark-test'));
     const ended = await s.waitReservation(rid, ['failed', 'done'], 60_000);
-    expect(ended, await s.diagnostics()).toMatchObject({ status: 'failed', outcome: 'failed' });
+    expect(ended, await s.diagnostics()).toMatchObject({ status: 'failed', outcome: 'task_not_started' });
     const run = [...d.runs.values()].find((r) => r.name.startsWith(`spark-${rid}-`))!;
     expect(run.spec.configuration.image).toBe(AMD64_ONLY_IMAGE);
     expect(run.job.arch).toBe('x86');
@@ -173,9 +182,9 @@ describe('task-start timeout (stand-in dstack, fake GitHub)', { timeout: 120_000
     expect((await s.leases(rid))[0]?.runnerStartedAt ?? null).toBeNull();
     const history = await s.history(rid);
     expect(history.find((e) => e.type === 'reservation.releasing')?.cause).toBe(
-      `CI task on spark-2: dstack run ${run.name} failed before its commands ended (failed_to_start_due_to_no_capacity: Failed to use specified fleets); the script did not run`,
+      `the dstack task on spark-2 never started: dstack run ${run.name} failed before its commands ended (failed_to_start_due_to_no_capacity: Failed to use specified fleets); the script did not run`,
     );
-    await s.waitCheck(rid, 'Spark test failed — exact SHA eeeeeee');
+    await s.waitCheck(rid, 'Spark test not run — the task never started');
     await s.waitHostPhase('spark-2', ['idle']);
   });
 });

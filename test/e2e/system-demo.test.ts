@@ -71,7 +71,9 @@ describe.concurrent('npm run demo', { timeout: 240_000 }, () => {
       /PR #3 +3c3c3c3 +single +— +superseded +Spark test superseded — 3c3c3c3 is no longer the PR head/,
     );
     expect(row('r-4')).toMatch(/PR #3 +3d3d3d3 +single +spark-2 +done \(passed\) +Spark test passed/);
-    expect(row('r-5')).toMatch(/sparkctl \(development\) +— +single +spark-1 +done \(released\)/);
+    expect(summary).toMatch(
+      /sparkctl \(development\) +— +single +— +refused +development needs the dstack executor/,
+    );
     expect(summary).toMatch(/PR #4 \(fork\) .* refused +Spark test refused — PR #4 comes from a fork/);
     expect(summary).toContain('hosts: spark-1 service, spark-2 idle');
     expect(summary).toMatch(/schema violations: 0/);

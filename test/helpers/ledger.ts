@@ -125,12 +125,20 @@ export async function makeTestLedger(
   };
 }
 
+/**
+ * A heartbeat of an idle host. The test fleet's agents run the dstack executor, so development
+ * leases can be granted on them (ADR 0176); a test about another backend says `executor`. Like
+ * every agent since docs/adr/0166-dstack-enrolment-fact.md, a dstack one reports its enrolment:
+ * its fleet active (a test about enrolment says `dstack`).
+ */
 export const idleFacts = (over: Partial<HostFacts> = {}): HostFacts => ({
   gpuProcesses: [],
   freeDiskBytes: 500e9,
   serviceState: 'none',
   runnerState: 'none',
   interconnectOk: true,
+  executor: 'dstack',
+  dstack: { fleet: 'spark', ok: true, detail: 'fleet "spark" active; its instance idle' },
   ...over,
 });
 

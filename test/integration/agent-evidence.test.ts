@@ -153,6 +153,7 @@ describe('the agent host preflight', () => {
     commandTimeoutS: 1,
     releaseVerifyTimeoutS: 1,
     healthPollMs: 1,
+    unhealthyAfterS: 60,
   };
 
   it('passes a free host, and warns (only) about ptrace scope 0', async () => {

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createApp } from '../../functions/app.ts';
 import { dashboardModule } from '../../functions/dashboard/index.ts';
-import { startApiController, until } from './cli-harness.ts';
+import { heardAnHourAgo, startApiController, until } from './cli-harness.ts';
 
 let ctl: Awaited<ReturnType<typeof startApiController>> | null = null;
 afterEach(async () => {
@@ -12,6 +12,8 @@ afterEach(async () => {
 describe('dashboard change stream', () => {
   it('on Node pushes `changed` when the ledger changes', async () => {
     ctl = await startApiController();
+    // the fleet's backends known, so the development request below is accepted (ADR 0176)
+    await heardAnHourAgo(ctl.c.ledger);
     const abort = new AbortController();
     const res = await fetch(`${ctl.c.url}/dashboard/events`, { signal: abort.signal });
     expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
@@ -30,7 +32,7 @@ describe('dashboard change stream', () => {
     })();
     await until('hello', () => text.includes('event: hello'));
     expect(text).not.toContain('event: changed');
-    await ctl.call(ctl.tokens.dev, 'POST', '/api/v1/reservations', {});
+    expect((await ctl.call(ctl.tokens.dev, 'POST', '/api/v1/reservations', {})).status).toBe(201);
     await until('changed event', () => text.includes('event: changed'), 3000);
     abort.abort();
     await pump;

@@ -3,7 +3,14 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ReservationResponse } from '../../core/protocol/api.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { testClock } from '../helpers/ledger.ts';
-import { agentCleaned, agentPrepared, bringOnline, startApiController, until } from './cli-harness.ts';
+import {
+  agentCleaned,
+  agentPrepared,
+  bringOnline,
+  heardAnHourAgo,
+  startApiController,
+  until,
+} from './cli-harness.ts';
 
 type Ctl = Awaited<ReturnType<typeof startApiController>>;
 let ctl: Ctl | null = null;
@@ -22,6 +29,7 @@ describe('operator/user API', () => {
   it('creates a development reservation at priority 100, audited with the token name', async () => {
     ctl = await startApiController();
     const { call, tokens, c } = ctl;
+    await heardAnHourAgo(c.ledger);
     const res = await call(tokens.dev, 'POST', '/api/v1/reservations', { ttlS: 3600 });
     expect(res.status).toBe(201);
     const { reservation } = ReservationResponse.parse(res.body);
@@ -69,6 +77,7 @@ describe('operator/user API', () => {
   it('enforces tokens and scopes: 401 unknown, 403 without scope, emergency never implied by operate', async () => {
     ctl = await startApiController();
     const { call, tokens } = ctl;
+    await heardAnHourAgo(ctl.c.ledger);
     expect((await call(null, 'GET', '/api/v1/reservations')).status).toBe(401);
     const bad = await call('spk_api_nope', 'GET', '/api/v1/reservations');
     expect(bad.status).toBe(401);
@@ -163,6 +172,7 @@ describe('operator/user API', () => {
   it('lets a develop token act only on its own reservations', async () => {
     ctl = await startApiController();
     const { call, tokens } = ctl;
+    await heardAnHourAgo(ctl.c.ledger);
     const mine = await call(tokens.dev, 'POST', '/api/v1/reservations', {});
     const id = mine.body.reservation.id;
     const other = await call(tokens.dev2, 'POST', `/api/v1/reservations/${id}/cancel`);

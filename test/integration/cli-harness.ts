@@ -197,6 +197,17 @@ export async function bringOnline(ledger: Ledger, hostIds?: string[]): Promise<v
   }
 }
 
+/**
+ * Every host heartbeated once, an hour ago, from an agent that runs the dstack executor: the fleet's
+ * backends are known, so development requests are accepted (ADR 0176), and every host is offline
+ * now, so they stay queued.
+ */
+export async function heardAnHourAgo(ledger: Ledger): Promise<void> {
+  for (const h of ledger.config.hosts)
+    await ledger.recordHeartbeat(h.id, h.homeService ? servingFacts() : idleFacts());
+  await ledger.db.update(schema.hosts).set({ lastHeartbeatAt: ledger.clock() - 3_600_000 });
+}
+
 /** What the agent API does when every lease reported `prepared`. */
 export async function agentPrepared(ledger: Ledger, reservationId: string): Promise<void> {
   await ledger.write(async (tx, now, changed) => {

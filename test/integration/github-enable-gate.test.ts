@@ -468,7 +468,8 @@ describe('a verified Deckard restore on the host that serves it', () => {
     await h.c.ledger.recordRestore('spark-1', false, 'model-ready check: HTTP 503', 'agent:spark-1');
     body = await refused(await enableStrict(h, REPO));
     expect(check(body, 'deckard')).toMatchObject({
-      summary: `the restore of deckard on spark-1 after ${id} failed: model-ready check: HTTP 503`,
+      // the host's note says how many attempts failed (ADR 0175), then the health output
+      summary: `the restore of deckard on spark-1 after ${id} failed: deckard restore failed 1 times: model-ready check: HTTP 503`,
       fix: expect.stringMatching(
         /^repair deckard on spark-1, sparkctl host clear-quarantine spark-1, then run a restore drill: sparkctl deckard drill --host spark-1/,
       ),

@@ -427,9 +427,10 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
       fencingToken: lease.fencingToken,
       reason: 'GPU busy',
     });
+    // the host refused before anything of the PR ran: not a test failure (ADR 0177)
     expect(await h.c.ledger.getReservation(undefined, 'r-1')).toMatchObject({
       status: 'releasing',
-      outcome: 'failed',
+      outcome: 'preflight_failed',
     });
     const cancel = await h.until('the admitted run cancelled', () => h.gh.calls('POST', cancelPath)[0]);
     expect(cancel).toMatchObject({ status: 202, auth: 'installation' });
@@ -440,9 +441,9 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     });
     const job = h.gh.jobs.find((j) => j.runId === meta.runId)!;
     expect(job).toMatchObject({ status: 'completed', conclusion: 'cancelled', runnerName: null });
-    // GitHub's report of the cancelled job keeps the failure's outcome
+    // GitHub's report of the cancelled job keeps the release's outcome
     const res = await h.deliver('workflow_job', workflowJobEvent(job, 'completed'));
-    expect((await res.json()).result).toBe('r-1 outcome failed');
+    expect((await res.json()).result).toBe('r-1 outcome preflight_failed');
     await h.drain();
     expect(h.gh.calls('POST', cancelPath)).toHaveLength(1);
   });
@@ -812,7 +813,10 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
     );
     await h.until('check shows the reason', () =>
       h.gh.checkRuns.find(
-        (c) => c.external_id === 'r-1' && /runner_not_picked_up/.test(c.output.title ?? ''),
+        (c) =>
+          c.external_id === 'r-1' &&
+          c.output.title === 'Spark test not run — the runner never picked the job up' &&
+          c.conclusion === 'cancelled',
       ),
     );
     await h.until('every runner deregistered', () => h.gh.runners.length === 0);

@@ -8,6 +8,7 @@ import { startController } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
 import { startTestController } from '../helpers/controller.ts';
 import { makeTestLedger, tempDir } from '../helpers/ledger.ts';
+import { heardAnHourAgo } from './cli-harness.ts';
 
 /**
  * Issue 11 item 7: what really fails when the ledger cannot be written. The tests run as root,
@@ -33,6 +34,8 @@ describe('a ledger that cannot be written', () => {
     const c = await startTestController({ config, listen: false });
     try {
       const token = (await createApiToken(c.ledger, { name: 'dev', scopes: ['develop'] }, 'test')).token;
+      // the fleet's backends known, so the development request reaches the ledger (ADR 0176)
+      await heardAnHourAgo(c.ledger);
       const healthy = await c.app.request('/healthz');
       expect(await healthy.json()).toMatchObject({ ok: true, writable: true });
       const before = (await c.ledger.store.client.execute('SELECT count(*) AS n FROM reservations')).rows[0]!

@@ -5,6 +5,7 @@ import { createApiToken } from '../../functions/auth/tokens.ts';
 import type { RunningController } from '../../functions/node-server.ts';
 import { startTestController } from '../helpers/controller.ts';
 import { adoptAll } from '../helpers/ledger.ts';
+import { heardAnHourAgo } from './cli-harness.ts';
 
 /**
  * The series the alert rules need beyond what /metrics had (functions/metrics/alert-rules.yml,
@@ -74,6 +75,8 @@ describe('series for the alert rules', () => {
   it('spark_ledger_write_errors_total counts writes the ledger could not take, by cause', async () => {
     c = await startTestController({ config, listen: false });
     const token = (await createApiToken(c.ledger, { name: 'dev', scopes: ['develop'] }, 'test')).token;
+    // the fleet's backends known, so the development request reaches the ledger (ADR 0176)
+    await heardAnHourAgo(c.ledger);
     expect(await sample('spark_ledger_write_errors_total{cause="storage"}')).toBe(0);
     expect(await sample('spark_ledger_write_errors_total{cause="busy"}')).toBe(0);
     // a refused command is no ledger error

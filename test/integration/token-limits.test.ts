@@ -4,7 +4,7 @@ import { createApiToken } from '../../functions/auth/tokens.ts';
 import type { RunningController } from '../../functions/node-server.ts';
 import { startTestController } from '../helpers/controller.ts';
 import { testClock } from '../helpers/ledger.ts';
-import { bringOnline, startApiController, until } from './cli-harness.ts';
+import { bringOnline, heardAnHourAgo, startApiController, until } from './cli-harness.ts';
 
 /**
  * Issue 11 item 9: per-token limits for development work (`tokenLimits` in the config), so one
@@ -39,6 +39,7 @@ async function count(sql: string): Promise<number> {
 describe('tokenLimits', () => {
   it('refuses the third 24 h pair from one develop token (default: 4 hosts at once) and changes nothing', async () => {
     c = await startTestController({ listen: false });
+    await heardAnHourAgo(c.ledger);
     const dev = (await createApiToken(c.ledger, { name: 'dev', scopes: ['develop'] }, 'test')).token;
     const other = (await createApiToken(c.ledger, { name: 'other', scopes: ['develop'] }, 'test')).token;
 
@@ -72,6 +73,7 @@ describe('tokenLimits', () => {
         tokenLimits: { byName: { 'ci-bot': { hosts: ['spark-2'], maxTtlS: 3600, maxConcurrentLeases: 1 } } },
       },
     });
+    await heardAnHourAgo(c.ledger);
     const bot = (await createApiToken(c.ledger, { name: 'ci-bot', scopes: ['develop'] }, 'test')).token;
     const before = await count('SELECT count(*) FROM reservations');
 

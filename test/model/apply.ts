@@ -73,16 +73,26 @@ export function applyPlan(w: World, p: Prediction, tokenFor: (resId: string, hos
       if (h.phase === 'cleaning') h.phase = 'release-required';
     }
   }
+  // the pass reads each reservation once, before it writes (one transaction)
+  const before = new Map([...w.res.values()].map((r) => [r.id, r.status]));
   for (const e of p.expiries) {
     const l = w.leases.find((x) => x.id === e.leaseId)!;
     if (l.status === 'active') l.status = 'expired';
     const h = w.hosts.get(l.hostId)!;
+    const r = w.res.get(l.resId)!;
+    if (r.kind !== 'development' && ['allocated', 'preparing'].includes(before.get(r.id)!)) {
+      // CI whose lease was lost before its work started ends at once, not run (ADR 0177); a host
+      // whose processes are unknown still needs its agent's word before it is freed
+      if (e.outcome === 'release-required' && (h.phase === 'allocated' || h.phase === 'cleaning'))
+        h.phase = 'release-required';
+      beginRelease(w, r.id, 'lease_lost');
+      continue;
+    }
     if (e.outcome === 'release-required') {
       // processes outlived the lease: release-required, even when the other node of its pair
       // expired clean in this same pass and started the release (whichever lease comes first)
       if (h.phase === 'allocated' || h.phase === 'cleaning') h.phase = 'release-required';
     } else {
-      const r = w.res.get(l.resId)!;
       if (['allocated', 'preparing', 'running'].includes(r.status)) beginRelease(w, r.id, 'expired');
     }
   }

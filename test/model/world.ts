@@ -124,6 +124,10 @@ export function factsOf(procs: number | null, serviceState: HostFacts['serviceSt
     serviceState,
     runnerState: 'none',
     interconnectOk: true,
+    // every model host runs dstack, so each serves development like any other work: the model's
+    // rules stay those of a uniform fleet; a mixed fleet (development only on dstack hosts,
+    // docs/adr/0176-development-needs-dstack.md) is tested in admission-development-hosts.test.ts
+    executor: 'dstack',
   };
 }
 

@@ -11,12 +11,17 @@ export function config(over: Partial<AdmissionConfig> = {}): AdmissionConfig {
   return { budgets: d.budgets, timings: d.timings, preferHosts: d.preferHosts, ...over };
 }
 
+/**
+ * A host's heartbeat facts. The fixture fleet runs the dstack executor, so its hosts can serve
+ * development leases (ADR 0176); a scenario about a host that cannot says `executor: 'jit-runner'`.
+ */
 export const facts = (over: Partial<HostFacts> = {}): HostFacts => ({
   gpuProcesses: [],
   freeDiskBytes: 1e12,
   serviceState: 'none',
   runnerState: 'none',
   interconnectOk: true,
+  executor: 'dstack',
   ...over,
 });
 

@@ -196,7 +196,7 @@ describe('wait reasons', () => {
         devAny.id,
         2,
         'hosts-busy',
-        `waiting for a host in pool spark: spark-a draining for ${urgent.id}; spark-b draining for ${devAny.id}; spark-c allocated to ${c.id}`,
+        `waiting for a host in pool spark running the dstack executor: spark-a draining for ${urgent.id}; spark-b draining for ${devAny.id}; spark-c allocated to ${c.id}`,
       ],
       [devC.id, 3, 'hosts-busy', `spark-c draining: spark-c allocated to ${c.id}; active job finishing`],
       [

@@ -95,6 +95,39 @@ describe('the CI task receipt', () => {
     expect(r.reason).toBe('the task ended (exit 0) before binding the commit; the script did not run');
   });
 
+  it('dstack ended a run it never started: the reason says the task never started (ADR 0177); one that started only that it ended', () => {
+    const why =
+      'dstack run spark-r-9-spark-2-t1-a0 failed before its commands ended (failed_to_start_due_to_no_capacity: Failed to use specified fleets)';
+    const runner = {
+      runnerName: 'spark-r-9-spark-2-t1',
+      runDir: '/tmp/w/run',
+      pid: null,
+      startTicks: null,
+      startedAt: 0,
+      startReported: false,
+      stoppedByAgent: false,
+      exitReported: false,
+    };
+    const never = build([], { exitCode: null, output: { text: '', complete: true, endedBy: why } });
+    expect(never).toMatchObject({
+      result: 'failed',
+      phases: [],
+      reason: `the task never started: ${why}; the script did not run`,
+    });
+    const withRunner = build([], {
+      lease: { ...lease, runner },
+      exitCode: null,
+      output: { text: '', complete: true, endedBy: why },
+    });
+    expect(withRunner.reason).toBe(`the task never started: ${why}; the script did not run`);
+    const started = build([], {
+      lease: { ...lease, runner: { ...runner, startReported: true } },
+      exitCode: null,
+      output: { text: '', complete: true, endedBy: why },
+    });
+    expect(started.reason).toBe(`${why}; the script did not run`);
+  });
+
   it('exit 0 without the token revoked before the script ran fails (ADR 0115); a revoke line the script prints is not believed', () => {
     const unrevoked = preamble.filter((x) => !x.includes('clone token revoked'));
     const r = build([...unrevoked, m('phase smoke start'), m('phase smoke exit 0 ms 5')]);

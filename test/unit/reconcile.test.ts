@@ -407,6 +407,31 @@ describe('reconcile: clean and hold', () => {
     });
     expect(reconcile(h, view({ lease: record({ phase: 'cleaning' }) }))).toEqual({ kind: 'finish-clean' });
   });
+
+  it('held with a development lease: its dev environment never ends by itself, so the GPU decides (ADR 0176)', () => {
+    const h: DesiredState = {
+      state: 'hold',
+      reason: 'release required',
+      lease: ref({ kind: 'development' }),
+    };
+    const env = runner({ runnerName: 'spark-r-1-spark-2-t5-dev', startReported: true });
+    expect(
+      reconcile(
+        h,
+        view({
+          lease: record({ kind: 'development', phase: 'prepared', activeReported: true, runner: env }),
+          workload: running,
+        }),
+      ),
+    ).toEqual({ kind: 'check-hold' });
+    // once the GPU is free the agent stops the environment it started, then confirms
+    expect(
+      reconcile(
+        h,
+        view({ lease: record({ kind: 'development', phase: 'cleaning', runner: env }), workload: running }),
+      ),
+    ).toEqual({ kind: 'stop-workload' });
+  });
 });
 
 describe('reconcile: restore', () => {

@@ -39587,7 +39587,11 @@ var HostFactsSchema = object({
   serviceState: _enum2(["serving", "stopped", "starting", "draining", "failed", "none", "unknown"]),
   runnerState: _enum2(["none", "starting", "running", "exited"]),
   interconnectOk: boolean2().nullable(),
-  /** The host's own backend; optional: agents older than ADR 0166 do not send it. */
+  /**
+   * The host's own backend (`executor` in its agent.json): the controller admits a development
+   * lease only onto a host whose backend gives it something to attach to (`dstack`, ADR 0176).
+   * Optional: agents older than ADR 0166 do not send it.
+   */
   executor: _enum2(EXECUTOR_NAMES).optional(),
   /** dstack enrolment (docs/adr/0166-dstack-enrolment-fact.md); null: no dstack section. */
   dstack: object({
@@ -39801,6 +39805,18 @@ var ReportSchema = discriminatedUnion("type", [
     type: literal("processes_remain"),
     fencingToken: token,
     processes: array(GpuProcessSchema).max(256)
+  }),
+  /**
+   * The home service stopped by itself outside any lease (ADR 0175): nothing answers its health URL
+   * (its process is gone), or its model-ready check kept failing for the agent's
+   * `service.unhealthyAfterS`. Sent once per stop; the controller restarts it through the restore
+   * path (bounded retries with backoff, model-ready gate, then quarantine). `fencingToken` is the
+   * host's current one (the last lease's), so a report that crosses a new grant is stale.
+   */
+  object({
+    type: literal("service_down"),
+    fencingToken: number2().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    reason: string2().min(1).max(1e3)
   }),
   object({
     type: literal("restored"),
