@@ -47,7 +47,7 @@ export function runAsRunner(
   });
 }
 
-/** One helper verb (`prepare`, `remove`, `wipe-cache`); never throws. */
+/** One helper verb (`prepare`, `prepare-run`, `remove`, `wipe-cache`); never throws. */
 export function runHelper(account: RunnerAccount, args: readonly string[], timeoutMs = 120_000) {
   return runCommand([...account.helper, ...args], { timeoutMs, env: helperSpawnEnv() });
 }
