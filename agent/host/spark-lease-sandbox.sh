@@ -37,8 +37,9 @@
 #   runner_dir=/opt/actions-runner   optional: the runner install, seen copy-on-write by each lease
 #   writable=/a:/b               optional: more paths a job may write (shared by every lease)
 #
-# The job environment arrives on stdin as NAME=BASE64VALUE lines ended by an empty line, read only
-# after the switch to the runner user: the secrets in it never pass through argv or a root shell.
+# The job environment arrives on stdin as NAME+VALUE lines (the value as it is: no newline in it)
+# or NAME=BASE64VALUE lines (any value), ended by an empty line, read only after the switch to the
+# runner user: the secrets in it never pass through argv or a root shell.
 set -eu
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
@@ -49,15 +50,22 @@ die() {
   exit 2
 }
 
-# Reads NAME=BASE64 lines from stdin up to an empty line, exports them, runs "$@" (as whoever
-# runs it: always the runner user, after setpriv; started by `env -i`, so nothing else is set).
+# Reads NAME+VALUE and NAME=BASE64 lines from stdin up to an empty line, exports them, runs "$@"
+# (as whoever runs it: always the runner user, after setpriv; started by `env -i`, so nothing else
+# is set). A NAME+VALUE line costs no command (`read -r` with an empty IFS keeps the line as it
+# is); a base64 value costs two forks, which for a job's thirty variables were most of a runner's
+# start (docs/adr/0200), so the agent sends only values with a newline that way.
 # shellcheck disable=SC2016 # expanded by the shell that runs it, not here
 READ_ENV='PATH=/usr/bin:/bin
 while IFS= read -r l && [ -n "$l" ]; do
-  n=${l%%=*}
-  case $n in ""|[0-9]*|*[!A-Za-z0-9_]*) echo "spark-lease-sandbox: bad environment name" >&2; exit 125;; esac
-  v=$(printf "%s" "${l#*=}" | base64 -d; echo x) || exit 125
-  export "$n=${v%x}"
+  n=${l%%[!A-Za-z0-9_]*}
+  case $n in ""|[0-9]*) echo "spark-lease-sandbox: bad environment name" >&2; exit 125;; esac
+  case ${l#"$n"} in
+    +*) export "$n=${l#"$n"+}" ;;
+    =*) v=$(printf "%s" "${l#"$n"=}" | base64 -d; echo x) || exit 125
+        export "$n=${v%x}" ;;
+    *) echo "spark-lease-sandbox: bad environment line" >&2; exit 125 ;;
+  esac
 done
 exec "$@" </dev/null'
 
@@ -317,6 +325,8 @@ case $verb in
       / | '') die "runner user $runner_user has no home of its own (useradd --create-home --home-dir /var/lib/$runner_user)" ;;
     esac
     [ -d "$home" ] || die "the home $home of $runner_user does not exist (install -d -o $runner_user -g $runner_user -m 0700 $home)"
+    # what this helper speaks (docs/adr/0200): 2 = prepare-run, and NAME+VALUE environment lines
+    echo "protocol=2"
     echo "runner_user=$runner_user"
     echo "uid=$uid"
     echo "gid=$gid"

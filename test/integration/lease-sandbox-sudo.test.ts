@@ -90,12 +90,20 @@ describe('the lease sandbox helper through sudo (ADR 0155)', () => {
     const check = asAgent(helper('check'));
     expect(check.err).toBe('');
     expect(check.out).toContain(`runner_user=${runner.name}\nuid=${runner.uid}\n`);
+    // a value with a newline travels as base64, the others as they are: neither is ever evaluated
+    const raw = ' a=b+c \\n $(id) `id` * "q" \'s\' ';
     const asRunner = asAgent(
-      helper('as-runner', '--', '/bin/sh', '-c', 'echo "$(id -u) [$GREETING]" && env | sort'),
-      encodeEnv({ GREETING: 'multi\nline value', PATH: '/usr/bin:/bin' }),
+      helper(
+        'as-runner',
+        '--',
+        '/bin/sh',
+        '-c',
+        'printf "%s [%s] [%s] [%s]\\n" "$(id -u)" "$GREETING" "$RAW" "$EMPTY" && env | sort',
+      ),
+      encodeEnv({ GREETING: 'multi\nline value', RAW: raw, EMPTY: '', PATH: '/usr/bin:/bin' }),
     );
     expect(asRunner.code, asRunner.err).toBe(0);
-    expect(asRunner.out).toContain(`${runner.uid} [multi\nline value]`);
+    expect(asRunner.out).toContain(`${runner.uid} [multi\nline value] [${raw}] []`);
     // nothing of sudo's or the agent's environment reaches the runner user's command
     expect(asRunner.out).not.toMatch(/^SUDO_/m);
   });
