@@ -19932,7 +19932,15 @@ var HostFactsSchema = object({
   freeDiskBytes: number2().nonnegative().nullable(),
   serviceState: _enum2(["serving", "stopped", "starting", "draining", "failed", "none", "unknown"]),
   runnerState: _enum2(["none", "starting", "running", "exited"]),
-  interconnectOk: boolean2().nullable()
+  interconnectOk: boolean2().nullable(),
+  /** The host's own backend; optional: agents older than ADR 0166 do not send it. */
+  executor: _enum2(EXECUTOR_NAMES).optional(),
+  /** dstack enrolment (docs/adr/0166-dstack-enrolment-fact.md); null: no dstack section. */
+  dstack: object({
+    fleet: string2().regex(/^[a-z][a-z0-9-]{1,40}$/),
+    ok: boolean2(),
+    detail: string2().max(500)
+  }).nullable().optional()
 });
 var token = number2().int().positive().max(Number.MAX_SAFE_INTEGER);
 var HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -20712,12 +20720,15 @@ function encodeEnv(env) {
   for (const [k, v] of Object.entries(env)) {
     if (v === void 0) continue;
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new TypeError(`not an environment variable name: ${k}`);
-    out += `${k}=${Buffer.from(v, "utf8").toString("base64")}
+    if (v.includes("\0")) throw new TypeError(`the value of ${k} holds a NUL byte`);
+    out += v.includes("\n") ? `${k}=${Buffer.from(v, "utf8").toString("base64")}
+` : `${k}+${v}
 `;
   }
   return `${out}
 `;
 }
+var HELPER_PROTOCOL = 2;
 var plainEnv = () => ({ PATH: "/usr/bin:/bin", LANG: "C.UTF-8" });
 var helperSpawnEnv = () => ({
   PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -20773,6 +20784,11 @@ function checkSandbox(cfg, account) {
   for (const line of out.split("\n")) {
     const i = line.indexOf("=");
     if (i > 0) s[line.slice(0, i)] = line.slice(i + 1);
+  }
+  if (!(Number(s.protocol) >= HELPER_PROTOCOL)) {
+    throw new AgentConfigError(
+      `the helper ${account.helper.join(" ")} speaks protocol ${s.protocol ?? "1"}, this agent needs ${HELPER_PROTOCOL}; reinstall agent/host/spark-lease-sandbox.sh from this release as /usr/local/libexec/spark-lease-sandbox (docs/agent.md "Install")`
+    );
   }
   const differ = (what, theirs, ours, field) => {
     if (theirs !== ours) {
@@ -21485,8 +21501,8 @@ function makeWritable(path) {
     for (const n of names) makeWritable(join4(path, n));
   }
 }
-function createWorkArea(cfg, account, shared = false) {
-  const paths = (l) => leasePaths(cfg, l, shared && account != null);
+function createWorkArea(cfg, account, opts = {}) {
+  const paths = (l) => leasePaths(cfg, l, !!opts.sharedCache && account != null);
   const foreign = () => account ? processesOfUid(account.uid) : [];
   const helper = async (args) => {
     const r = await runHelper(account, args);
@@ -21502,7 +21518,7 @@ function createWorkArea(cfg, account, shared = false) {
     }
     assertUnder(cfg.workRoot, l.workDir);
     const p = paths(l);
-    if (account) return helper(["prepare", leaseName(l), p.cacheKey]);
+    if (account) return helper([opts.sandboxRun ? "prepare-run" : "prepare", leaseName(l), p.cacheKey]);
     for (const d of [l.workDir, p.sandboxDir]) {
       makeWritable(d);
       rmSync(d, { recursive: true, force: true });
@@ -21842,7 +21858,7 @@ function createJitRunnerExecutor(deps) {
     resolvePid(r);
     return r.pid != null && isRunnerAlive(r.pid, r.startTicks);
   };
-  const area = createWorkArea(cfg, account, true);
+  const area = createWorkArea(cfg, account, { sharedCache: true, sandboxRun: true });
   const foreign = area.foreign;
   const capCache = async (l) => {
     const max = cfg.buildCache.maxGiB * 2 ** 30;
@@ -21961,7 +21977,7 @@ var TERMINAL = /* @__PURE__ */ new Set([
 var OUTPUT = ".spark-slurm.out";
 function createSlurmExecutor(deps) {
   const { cfg, log, save, account } = deps;
-  const area = createWorkArea(cfg, account, false);
+  const area = createWorkArea(cfg, account);
   const s = cfg.slurm;
   const bin = (name) => s.bin ? join6(s.bin, name) : name;
   const slurmEnv = () => ({
@@ -22120,6 +22136,106 @@ function createSlurmExecutor(deps) {
   };
 }
 
+// agent/dstack-enrolment.ts
+import { readFileSync as readFileSync5 } from "node:fs";
+var ENROLMENT_CHECK_INTERVAL_MS = 6e4;
+var MAX_CHECK_MS = 1e4;
+var InstanceSchema = external_exports.object({
+  name: external_exports.string(),
+  status: external_exports.string(),
+  unreachable: external_exports.boolean().optional(),
+  health_status: external_exports.string().optional()
+});
+var FleetSchema = external_exports.object({
+  name: external_exports.string(),
+  status: external_exports.string(),
+  status_message: external_exports.string().nullable().optional(),
+  instances: external_exports.array(InstanceSchema)
+});
+var cut = (s, n = 200) => s.length > n ? `${s.slice(0, n - 1)}\u2026` : s;
+async function checkDstackEnrolment(d, hostId, fetchImpl = fetch) {
+  const fleet = d.fleet ?? hostId;
+  const no = (detail) => ({ fleet, ok: false, detail: cut(detail, 500) });
+  let token2;
+  try {
+    token2 = readFileSync5(d.tokenFile, "utf8").trim();
+  } catch (e) {
+    return no(
+      `cannot read dstack.tokenFile ${d.tokenFile}: ${e.code ?? e.message}`
+    );
+  }
+  const url2 = `${d.url.replace(/\/+$/, "")}/api/project/${encodeURIComponent(d.project)}/fleets/get`;
+  let res;
+  try {
+    res = await fetchImpl(url2, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token2}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: fleet }),
+      signal: AbortSignal.timeout(Math.min(d.requestTimeoutS * 1e3, MAX_CHECK_MS))
+    });
+  } catch (e) {
+    const cause = e.cause?.code ?? e.message;
+    return no(`dstack server ${d.url} unreachable (${cut(String(cause), 120)})`);
+  }
+  const text = await res.text().catch(() => "");
+  let json2 = null;
+  try {
+    json2 = text ? JSON.parse(text) : null;
+  } catch {
+    json2 = null;
+  }
+  const why = errorMessages(json2)?.map((m) => m.msg).join("; ");
+  if (res.status === 400 && errorMessages(json2)?.some((m) => m.code === "resource_not_exists"))
+    return no(`dstack has no fleet "${fleet}" in project ${d.project}`);
+  if (res.status === 401 || res.status === 403)
+    return no(
+      `dstack refused the agent's token for project ${d.project} (${res.status}${why ? ` ${cut(why, 120)}` : ""})`
+    );
+  if (res.status === 404) return no(`dstack has no project "${d.project}" (404)`);
+  if (res.status !== 200) return no(`dstack answered ${res.status}${why ? `: ${cut(why, 200)}` : ""}`);
+  const f = FleetSchema.safeParse(json2);
+  if (!f.success) return no("dstack answered a fleet of an unexpected shape");
+  const fl = f.data;
+  if (fl.status !== "active")
+    return no(
+      `fleet "${fleet}" is ${fl.status}${fl.status_message ? ` (${cut(fl.status_message, 120)})` : ""}`
+    );
+  const usable = fl.instances.find(
+    (i) => (i.status === "idle" || i.status === "busy") && i.unreachable !== true && i.health_status !== "failure"
+  );
+  if (!usable) {
+    const seen = fl.instances.map(
+      (i) => `${i.name} ${i.status}${i.unreachable ? ", unreachable" : ""}${i.health_status === "failure" ? ", health failure" : ""}`
+    ).join("; ");
+    return no(`fleet "${fleet}" has no available instance (${seen ? cut(seen, 300) : "no instances"})`);
+  }
+  return { fleet, ok: true, detail: `fleet "${fleet}" active; instance ${usable.name} ${usable.status}` };
+}
+function createEnrolmentCache(check2 = checkDstackEnrolment) {
+  const last = /* @__PURE__ */ new WeakMap();
+  const asking = /* @__PURE__ */ new WeakMap();
+  return async (key, cfg, now) => {
+    const d = cfg.dstack;
+    if (!d) return null;
+    const ask = () => {
+      let p = asking.get(key);
+      if (!p) {
+        p = check2(d, cfg.hostId).then((value) => {
+          last.set(key, { at: now, value });
+          return value;
+        }).finally(() => asking.delete(key));
+        asking.set(key, p);
+      }
+      return p;
+    };
+    const hit = last.get(key);
+    if (!hit) return ask();
+    if (now - hit.at >= ENROLMENT_CHECK_INTERVAL_MS) void ask();
+    return hit.value;
+  };
+}
+var dstackEnrolment = createEnrolmentCache();
+
 // agent/facts.ts
 async function serviceState(ctx) {
   const svc = ctx.cfg.service;
@@ -22152,7 +22268,11 @@ async function collectFacts(ctx, gpu) {
     freeDiskBytes: ctx.port.freeDiskBytes(ctx.cfg.workRoot),
     serviceState: await serviceState(ctx),
     runnerState: seen.state === "none" ? "none" : seen.state === "running" ? "running" : "exited",
-    interconnectOk: await interconnectOk(ctx)
+    interconnectOk: await interconnectOk(ctx),
+    executor: ctx.cfg.executor,
+    // asked at most once a minute (agent/dstack-enrolment.ts); the controller's rollout gate
+    // reads it for repositories whose CI runs on dstack (docs/adr/0166-dstack-enrolment-fact.md)
+    dstack: await dstackEnrolment(ctx, ctx.cfg, ctx.port.now())
   };
 }
 
@@ -22450,7 +22570,7 @@ function cleanStep(l, local) {
 }
 
 // agent/state-file.ts
-import { closeSync as closeSync2, fsyncSync, mkdirSync as mkdirSync3, openSync as openSync2, readFileSync as readFileSync5, renameSync, writeSync } from "node:fs";
+import { closeSync as closeSync2, fsyncSync, mkdirSync as mkdirSync3, openSync as openSync2, readFileSync as readFileSync6, renameSync, writeSync } from "node:fs";
 import { dirname as dirname4 } from "node:path";
 var runnerSchema = external_exports.object({
   runnerName: external_exports.string(),
@@ -22514,7 +22634,7 @@ var emptyState = () => ({ v: 1, maxFencingToken: 0, lease: null, restore: null }
 function loadState(path) {
   let text;
   try {
-    text = readFileSync5(path, "utf8");
+    text = readFileSync6(path, "utf8");
   } catch (e) {
     if (e.code === "ENOENT") return emptyState();
     throw e;
@@ -23023,7 +23143,7 @@ import {
   mkdirSync as mkdirSync4,
   openSync as openSync3,
   readdirSync as readdirSync3,
-  readFileSync as readFileSync6,
+  readFileSync as readFileSync7,
   renameSync as renameSync2,
   rmSync as rmSync3,
   writeSync as writeSync2
@@ -23050,7 +23170,7 @@ function saveHostPreflight(stateFile, leaseId, p) {
 function loadHostPreflight(stateFile, leaseId) {
   try {
     const file2 = childPath(dirOf(stateFile), `${leaseId}.json`);
-    const parsed = HostPreflightSchema.safeParse(JSON.parse(readFileSync6(file2, "utf8")));
+    const parsed = HostPreflightSchema.safeParse(JSON.parse(readFileSync7(file2, "utf8")));
     return parsed.success ? parsed.data : null;
   } catch {
     return null;
@@ -23232,7 +23352,7 @@ async function gatherHostEvidence(d, l, exitCode, taskOutput) {
 }
 
 // agent/evidence/host-preflight.ts
-import { readFileSync as readFileSync7 } from "node:fs";
+import { readFileSync as readFileSync8 } from "node:fs";
 var MIN_FREE_BYTES = 5e10;
 var SERVICE_PROBE_MS = 3e3;
 var INTERCONNECT_TIMEOUT_MS = 6e4;
@@ -23251,7 +23371,7 @@ var warn = (name, detail) => ({
 });
 function readPtraceScope() {
   try {
-    return readFileSync7("/proc/sys/kernel/yama/ptrace_scope", "utf8").trim();
+    return readFileSync8("/proc/sys/kernel/yama/ptrace_scope", "utf8").trim();
   } catch {
     return null;
   }
