@@ -20766,12 +20766,15 @@ function encodeEnv(env) {
   for (const [k, v] of Object.entries(env)) {
     if (v === void 0) continue;
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new TypeError(`not an environment variable name: ${k}`);
-    out += `${k}=${Buffer.from(v, "utf8").toString("base64")}
+    if (v.includes("\0")) throw new TypeError(`the value of ${k} holds a NUL byte`);
+    out += v.includes("\n") ? `${k}=${Buffer.from(v, "utf8").toString("base64")}
+` : `${k}+${v}
 `;
   }
   return `${out}
 `;
 }
+var HELPER_PROTOCOL = 2;
 var plainEnv = () => ({ PATH: "/usr/bin:/bin", LANG: "C.UTF-8" });
 var helperSpawnEnv = () => ({
   PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -20827,6 +20830,11 @@ function checkSandbox(cfg, account) {
   for (const line of out.split("\n")) {
     const i = line.indexOf("=");
     if (i > 0) s[line.slice(0, i)] = line.slice(i + 1);
+  }
+  if (!(Number(s.protocol) >= HELPER_PROTOCOL)) {
+    throw new AgentConfigError(
+      `the helper ${account.helper.join(" ")} speaks protocol ${s.protocol ?? "1"}, this agent needs ${HELPER_PROTOCOL}; reinstall agent/host/spark-lease-sandbox.sh from this release as /usr/local/libexec/spark-lease-sandbox (docs/agent.md "Install")`
+    );
   }
   const differ = (what, theirs, ours, field) => {
     if (theirs !== ours) {
@@ -21542,8 +21550,8 @@ function makeWritable(path) {
     for (const n of names) makeWritable(join4(path, n));
   }
 }
-function createWorkArea(cfg, account, shared = false) {
-  const paths = (l) => leasePaths(cfg, l, shared && account != null);
+function createWorkArea(cfg, account, opts = {}) {
+  const paths = (l) => leasePaths(cfg, l, !!opts.sharedCache && account != null);
   const foreign = () => account ? processesOfUid(account.uid) : [];
   const helper = async (args) => {
     const r = await runHelper(account, args);
@@ -21559,7 +21567,7 @@ function createWorkArea(cfg, account, shared = false) {
     }
     assertUnder(cfg.workRoot, l.workDir);
     const p = paths(l);
-    if (account) return helper(["prepare", leaseName(l), p.cacheKey]);
+    if (account) return helper([opts.sandboxRun ? "prepare-run" : "prepare", leaseName(l), p.cacheKey]);
     for (const d of [l.workDir, p.sandboxDir]) {
       makeWritable(d);
       rmSync(d, { recursive: true, force: true });
@@ -21899,7 +21907,7 @@ function createJitRunnerExecutor(deps) {
     resolvePid(r);
     return r.pid != null && isRunnerAlive(r.pid, r.startTicks);
   };
-  const area = createWorkArea(cfg, account, true);
+  const area = createWorkArea(cfg, account, { sharedCache: true, sandboxRun: true });
   const foreign = area.foreign;
   const capCache = async (l) => {
     const max = cfg.buildCache.maxGiB * 2 ** 30;
@@ -22018,7 +22026,7 @@ var TERMINAL = /* @__PURE__ */ new Set([
 var OUTPUT = ".spark-slurm.out";
 function createSlurmExecutor(deps) {
   const { cfg, log, save, account } = deps;
-  const area = createWorkArea(cfg, account, false);
+  const area = createWorkArea(cfg, account);
   const s = cfg.slurm;
   const bin = (name) => s.bin ? join6(s.bin, name) : name;
   const slurmEnv = () => ({

@@ -64,8 +64,9 @@ export function createJitRunnerExecutor(deps: JitRunnerDeps): Executor {
     resolvePid(r);
     return r.pid != null && isRunnerAlive(r.pid, r.startTicks);
   };
-  // inside its namespace a lease sees its own repository's build cache only (ADR 0157)
-  const area = createWorkArea(cfg, account, true);
+  // inside its namespace a lease sees its own repository's build cache only (ADR 0157); the
+  // namespace is built when the lease is prepared, so the runner's start only enters it (ADR 0200)
+  const area = createWorkArea(cfg, account, { sharedCache: true, sandboxRun: true });
   const foreign = area.foreign;
 
   /** The repository's build cache past its cap is emptied after the lease (ADR 0157). */

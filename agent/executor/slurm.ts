@@ -42,7 +42,7 @@ const OUTPUT = '.spark-slurm.out';
 export function createSlurmExecutor(deps: SlurmDeps): Executor {
   const { cfg, log, save, account } = deps;
   // a Slurm job runs outside the lease's namespace: it gets a build cache of its own (ADR 0157)
-  const area = createWorkArea(cfg, account, false);
+  const area = createWorkArea(cfg, account);
   const s = cfg.slurm;
   const bin = (name: string) => (s.bin ? join(s.bin, name) : name);
   const slurmEnv = (): NodeJS.ProcessEnv => ({

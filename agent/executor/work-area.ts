@@ -37,11 +37,18 @@ function makeWritable(path: string): void {
  * The lease's work area, shared by the executors that run on this host (`jit-runner`, `slurm`):
  * its work dir and its sandbox dirs (a fresh home, /tmp and /var/tmp, the runner dir's writes),
  * made by the helper as root and the runner user and removed the same way (ADR 0010, ADR 0155);
- * only ever under the work root. `shared`: whether the lease gets its repository's shared build
- * cache (only inside the sandbox's namespace, which hides the other repositories').
+ * only ever under the work root. `sharedCache`: whether the lease gets its repository's shared
+ * build cache (only inside the sandbox's namespace, which hides the other repositories').
+ * `sandboxRun`: whether the executor starts its workload with the helper's `run`; the lease's
+ * namespace is then built when the area is made (`prepare-run`, ADR 0200), while the host waits
+ * for its runner config, and the start only enters it.
  */
-export function createWorkArea(cfg: AgentConfig, account: RunnerAccount | null, shared = false) {
-  const paths = (l: LeaseState): LeasePaths => leasePaths(cfg, l, shared && account != null);
+export function createWorkArea(
+  cfg: AgentConfig,
+  account: RunnerAccount | null,
+  opts: { sharedCache?: boolean; sandboxRun?: boolean } = {},
+) {
+  const paths = (l: LeaseState): LeasePaths => leasePaths(cfg, l, !!opts.sharedCache && account != null);
   /** Processes of the runner user (there must be none before a lease starts). */
   const foreign = (): number[] => (account ? processesOfUid(account.uid) : []);
   const helper = async (args: string[]): Promise<Termination> => {
@@ -61,7 +68,7 @@ export function createWorkArea(cfg: AgentConfig, account: RunnerAccount | null, 
     }
     assertUnder(cfg.workRoot, l.workDir);
     const p = paths(l);
-    if (account) return helper(['prepare', leaseName(l), p.cacheKey]);
+    if (account) return helper([opts.sandboxRun ? 'prepare-run' : 'prepare', leaseName(l), p.cacheKey]);
     for (const d of [l.workDir, p.sandboxDir]) {
       makeWritable(d);
       rmSync(d, { recursive: true, force: true });

@@ -15,16 +15,24 @@ import type { RunnerAccount } from './runner-account.ts';
  * runner user.
  */
 
-/** A job environment as the helper reads it: `NAME=BASE64` lines, then an empty line. */
+/**
+ * A job environment as the helper reads it (protocol 2, ADR 0200): `NAME+VALUE` lines for values
+ * without a newline (read as they are, no command per variable), `NAME=BASE64` lines for the
+ * others, then an empty line.
+ */
 export function encodeEnv(env: NodeJS.ProcessEnv): string {
   let out = '';
   for (const [k, v] of Object.entries(env)) {
     if (v === undefined) continue;
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new TypeError(`not an environment variable name: ${k}`);
-    out += `${k}=${Buffer.from(v, 'utf8').toString('base64')}\n`;
+    if (v.includes('\0')) throw new TypeError(`the value of ${k} holds a NUL byte`);
+    out += v.includes('\n') ? `${k}=${Buffer.from(v, 'utf8').toString('base64')}\n` : `${k}+${v}\n`;
   }
   return `${out}\n`;
 }
+
+/** The helper's protocol this agent speaks: `prepare-run` and `NAME+VALUE` environment lines. */
+export const HELPER_PROTOCOL = 2;
 
 /** The environment of a helper command that is not the job: enough to find coreutils. */
 const plainEnv = (): NodeJS.ProcessEnv => ({ PATH: '/usr/bin:/bin', LANG: 'C.UTF-8' });
@@ -47,7 +55,7 @@ export function runAsRunner(
   });
 }
 
-/** One helper verb (`prepare`, `remove`, `wipe-cache`); never throws. */
+/** One helper verb (`prepare`, `prepare-run`, `remove`, `wipe-cache`); never throws. */
 export function runHelper(account: RunnerAccount, args: readonly string[], timeoutMs = 120_000) {
   return runCommand([...account.helper, ...args], { timeoutMs, env: helperSpawnEnv() });
 }
@@ -150,6 +158,13 @@ export function checkSandbox(cfg: AgentConfig, account: RunnerAccount): HelperSe
   for (const line of out.split('\n')) {
     const i = line.indexOf('=');
     if (i > 0) s[line.slice(0, i)] = line.slice(i + 1);
+  }
+  // a helper installed from an older release cannot build a lease's namespace ahead nor read the
+  // environment this agent sends: every lease would fail at its start
+  if (!(Number(s.protocol) >= HELPER_PROTOCOL)) {
+    throw new AgentConfigError(
+      `the helper ${account.helper.join(' ')} speaks protocol ${s.protocol ?? '1'}, this agent needs ${HELPER_PROTOCOL}; reinstall agent/host/spark-lease-sandbox.sh from this release as /usr/local/libexec/spark-lease-sandbox (docs/agent.md "Install")`,
+    );
   }
   const differ = (what: string, theirs: string | undefined, ours: string, field: string) => {
     if (theirs !== ours) {

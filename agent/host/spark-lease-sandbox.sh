@@ -15,13 +15,18 @@
 #   spark-lease-sandbox CONFIG prepare LEASE KEY
 #       a fresh work dir and sandbox dirs for LEASE; the shared build cache dir of KEY (a
 #       repository), or with KEY "-" one of the lease's own in its work dir
+#   spark-lease-sandbox CONFIG prepare-run LEASE KEY
+#       prepare, then build the lease's namespace that `run` enters (below), kept by bind mounts
+#       of its namespace files in the lease's sandbox dir (docs/adr/0200): built while the host
+#       waits for its runner config, so a runner's start only enters it
 #   spark-lease-sandbox CONFIG run LEASE KEY -- CMD...
 #       CMD as the runner user in a mount and IPC namespace of its own: every mount read-only but
 #       the lease's work dir, the repository's build cache, a copy-on-write view of the runner dir
 #       and the configured writable paths; a fresh home, /tmp, /var/tmp, /dev/shm, /run/lock and
-#       POSIX message queues; the other leases' dirs hidden. The environment comes on stdin.
+#       POSIX message queues; the other leases' dirs hidden. The environment comes on stdin. It
+#       enters the namespace prepare-run built for LEASE and KEY in this boot, else builds one.
 #   spark-lease-sandbox CONFIG remove LEASE
-#       removes the lease's dirs: made writable as the runner user first, then removed
+#       removes the lease's namespace and dirs: made writable as the runner user first, then removed
 #   spark-lease-sandbox CONFIG wipe-cache KEY
 #       removes a repository's build cache (an operator's command; the agent's size cap)
 #
@@ -32,8 +37,9 @@
 #   runner_dir=/opt/actions-runner   optional: the runner install, seen copy-on-write by each lease
 #   writable=/a:/b               optional: more paths a job may write (shared by every lease)
 #
-# The job environment arrives on stdin as NAME=BASE64VALUE lines ended by an empty line, read only
-# after the switch to the runner user: the secrets in it never pass through argv or a root shell.
+# The job environment arrives on stdin as NAME+VALUE lines (the value as it is: no newline in it)
+# or NAME=BASE64VALUE lines (any value), ended by an empty line, read only after the switch to the
+# runner user: the secrets in it never pass through argv or a root shell.
 set -eu
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
@@ -44,29 +50,38 @@ die() {
   exit 2
 }
 
-# Reads NAME=BASE64 lines from stdin up to an empty line, exports them, runs "$@" (as whoever
-# runs it: always the runner user, after setpriv; started by `env -i`, so nothing else is set).
+# Reads NAME+VALUE and NAME=BASE64 lines from stdin up to an empty line, exports them, runs "$@"
+# (as whoever runs it: always the runner user, after setpriv; started by `env -i`, so nothing else
+# is set). A NAME+VALUE line costs no command (`read -r` with an empty IFS keeps the line as it
+# is); a base64 value costs two forks, which for a job's thirty variables were most of a runner's
+# start (docs/adr/0200), so the agent sends only values with a newline that way.
 # shellcheck disable=SC2016 # expanded by the shell that runs it, not here
 READ_ENV='PATH=/usr/bin:/bin
 while IFS= read -r l && [ -n "$l" ]; do
-  n=${l%%=*}
-  case $n in ""|[0-9]*|*[!A-Za-z0-9_]*) echo "spark-lease-sandbox: bad environment name" >&2; exit 125;; esac
-  v=$(printf "%s" "${l#*=}" | base64 -d; echo x) || exit 125
-  export "$n=${v%x}"
+  n=${l%%[!A-Za-z0-9_]*}
+  case $n in ""|[0-9]*) echo "spark-lease-sandbox: bad environment name" >&2; exit 125;; esac
+  case ${l#"$n"} in
+    +*) export "$n=${l#"$n"+}" ;;
+    =*) v=$(printf "%s" "${l#"$n"=}" | base64 -d; echo x) || exit 125
+        export "$n=${v%x}" ;;
+    *) echo "spark-lease-sandbox: bad environment line" >&2; exit 125 ;;
+  esac
 done
 exec "$@" </dev/null'
 
-# --- inside a lease's new namespace: only ever from `run` below ---------------------------------
-# `run` validated everything and passes it on. sudo's env_reset keeps the agent from setting
+# --- inside a lease's new namespace: only ever from `run` or `prepare-run` below ---------------
+# They validated everything and pass it on. sudo's env_reset keeps the agent from setting
 # SPARK_SANDBOX_ENTER, and this process must be in another mount namespace than its parent (`run`
-# exec'd unshare, which exec'd this): it can never mount over the agent's own namespace.
+# exec'd unshare, which exec'd this; `prepare-run` ran unshare): it can never mount over the
+# agent's own namespace. With no command after `--` (prepare-run) it builds the namespace and
+# exits: the namespace lives on, held by the bind mounts of its files that unshare made.
 if [ "${2:-}" = enter ]; then
   # shellcheck disable=SC3013 # -ef (same file): dash, Debian's and Ubuntu's /bin/sh, has it
   if [ "${SPARK_SANDBOX_ENTER:-}" != 1 ] || [ /proc/self/ns/mnt -ef "/proc/$PPID/ns/mnt" ]; then
     die "enter is internal to run"
   fi
   unset SPARK_SANDBOX_ENTER
-  if [ $# -lt 12 ] || [ "${11}" != -- ]; then die "enter is internal to run"; fi
+  if [ $# -lt 11 ] || [ "${11}" != -- ]; then die "enter is internal to run"; fi
   uid=$3 gid=$4 home=$5 work_root=$6 runner_dir=$7 writable=$8 lease=$9 key=${10}
   shift 11
   cache_root=$work_root/.build-cache
@@ -148,11 +163,12 @@ if [ "${2:-}" = enter ]; then
   # the staging mount (empty mount points, and the sandbox dir it held) stays behind, unreachable:
   # its path lies under the covered work root and nothing the job runs has a reference to it
   cd /
+  [ $# -gt 0 ] || exit 0
   exec setpriv --reuid="$uid" --regid="$gid" --init-groups --inh-caps=-all --ambient-caps=-all \
     --no-new-privs -- env -i /bin/sh -c "$READ_ENV" spark-job "$@"
 fi
 
-[ $# -ge 2 ] || die "usage: spark-lease-sandbox CONFIG check|as-runner|prepare|run|remove|wipe-cache ..."
+[ $# -ge 2 ] || die "usage: spark-lease-sandbox CONFIG check|as-runner|prepare|prepare-run|run|remove|wipe-cache ..."
 conf=$1
 verb=$2
 shift 2
@@ -277,6 +293,22 @@ cache_key() {
   [ ${#1} -le 200 ] || die "cache key too long"
 }
 
+# The lease's kept namespace (prepare-run): the bind mounts of its namespace files and of the dir
+# holding them. With no process in it (the callers check), the namespace and its mounts go with
+# the last bind mount. A mount that stays makes the removal after this fail, naming it.
+drop_namespace() {
+  [ -d "$1/ns" ] || return 0
+  for m in "$1/ns/mnt" "$1/ns/ipc" "$1/ns"; do
+    umount -n -- "$m" 2>/dev/null || true
+  done
+}
+
+# This boot's id: a kept namespace is valid only in the boot that made it (its bind mounts do not
+# survive a reboot, the files under them do).
+boot_id() {
+  read -r boot </proc/sys/kernel/random/boot_id
+}
+
 # removes paths under work_root, never leaving its filesystem: first as the runner user, who makes
 # its own trees writable (a job's `chmod 000` must not keep its files), then as root
 remove_tree() {
@@ -293,6 +325,8 @@ case $verb in
       / | '') die "runner user $runner_user has no home of its own (useradd --create-home --home-dir /var/lib/$runner_user)" ;;
     esac
     [ -d "$home" ] || die "the home $home of $runner_user does not exist (install -d -o $runner_user -g $runner_user -m 0700 $home)"
+    # what this helper speaks (docs/adr/0200): 2 = prepare-run, and NAME+VALUE environment lines
+    echo "protocol=2"
     echo "runner_user=$runner_user"
     echo "uid=$uid"
     echo "gid=$gid"
@@ -310,14 +344,15 @@ case $verb in
       --no-new-privs -- env -i /bin/sh -c "$READ_ENV" spark-as-runner "$@"
     ;;
 
-  prepare)
-    [ $# -eq 2 ] || die "usage: prepare LEASE KEY"
+  prepare | prepare-run)
+    [ $# -eq 2 ] || die "usage: $verb LEASE KEY"
     lease_name "$1"
     cache_key "$2"
     left=$(runner_processes)
     [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left)"
     ld=$work_root/$1
     sd=$work_root/$1.sandbox
+    drop_namespace "$sd"
     remove_tree "$ld" "$sd"
     install -d -o "$uid" -g "$gid" -m 0700 "$ld"
     install -d -o 0 -g 0 -m 0711 "$sd"
@@ -330,6 +365,25 @@ case $verb in
       [ -d "$cache_root" ] || install -d -o 0 -g 0 -m 0711 "$cache_root"
       [ -d "$cache_root/$2" ] || install -d -o "$uid" -g "$gid" -m 0700 "$cache_root/$2"
     fi
+    [ "$verb" = prepare-run ] || exit 0
+    # the namespace `run` enters, built now: the host waits here for its runner config anyway.
+    # Its files are bind mounts, which a shared mount would propagate (unshare(1) refuses them
+    # there): they go on a private bind mount of their own dir.
+    case $0 in /*) ;; *) die "prepare-run: invoke this helper by its absolute path" ;; esac
+    ns=$sd/ns
+    install -d -o 0 -g 0 -m 0700 "$ns"
+    mount -n --bind "$ns" "$ns"
+    mount -n --make-private "$ns"
+    : >"$ns/mnt"
+    : >"$ns/ipc"
+    if ! SPARK_SANDBOX_ENTER=1 unshare --mount="$ns/mnt" --ipc="$ns/ipc" --propagation private -- \
+      "$0" "$conf" enter "$uid" "$gid" "$home" "$work_root" "$runner_dir" "$writable" "$1" "$2" --; then
+      drop_namespace "$sd"
+      die "could not build the namespace of lease $1"
+    fi
+    # what `run` checks before it enters: made in this boot, for this key
+    boot_id
+    printf '%s %s\n' "$boot" "$2" >"$ns/made"
     ;;
 
   remove)
@@ -337,6 +391,7 @@ case $verb in
     lease_name "$1"
     left=$(runner_processes)
     [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left)"
+    drop_namespace "$work_root/$1.sandbox"
     remove_tree "$work_root/$1" "$work_root/$1.sandbox"
     ;;
 
@@ -345,6 +400,13 @@ case $verb in
     cache_key "$1"
     left=$(runner_processes)
     [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left)"
+    # a lease's kept namespace holds the cache of its repository: its job would find it removed
+    for made in "$work_root"/*.sandbox/ns/made; do
+      [ -f "$made" ] || continue
+      read -r _ made_key <"$made" || continue
+      made=${made%.sandbox/ns/made}
+      [ "$made_key" != "$1" ] || die "lease ${made##*/} is prepared with this build cache; remove the lease first"
+    done
     remove_tree "$cache_root/$1"
     ;;
 
@@ -359,6 +421,21 @@ case $verb in
     [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left); a lease starts alone"
     ld=$work_root/$lease
     sd=$work_root/$lease.sandbox
+    # the namespace prepare-run built for this lease and key in this boot: only entered, once.
+    # Its dirs were checked and made by prepare-run itself, and nothing has run as the runner user
+    # since (checked just above); the namespace holds them, whatever happened to their paths
+    # since. Its mark is emptied first (a shell redirection, no command): a later run of the
+    # lease (a replaced runner) builds a namespace of its own, as every run did before.
+    made=
+    if [ -f "$sd/ns/made" ]; then read -r made <"$sd/ns/made" || made=; fi
+    boot_id
+    if [ "$made" = "$boot $key" ]; then
+      : >"$sd/ns/made"
+      cd /
+      exec nsenter --mount="$sd/ns/mnt" --ipc="$sd/ns/ipc" -- setpriv --reuid="$uid" --regid="$gid" \
+        --init-groups --inh-caps=-all --ambient-caps=-all --no-new-privs -- \
+        env -i /bin/sh -c "$READ_ENV" spark-job "$@"
+    fi
     if [ "$key" = - ]; then
       owned_dirs "$uid" "$ld" "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner"
     else
@@ -373,6 +450,6 @@ case $verb in
     ;;
 
   *)
-    die "unknown verb '$verb' (check, as-runner, prepare, run, remove, wipe-cache)"
+    die "unknown verb '$verb' (check, as-runner, prepare, prepare-run, run, remove, wipe-cache)"
     ;;
 esac

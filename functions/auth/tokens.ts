@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../app-context.ts';
 import { ApiError, notFound } from '../errors.ts';
@@ -25,9 +26,15 @@ export interface AgentPrincipal {
   hostId: string;
 }
 
+/**
+ * SHA-256 of the text's UTF-8 bytes, in hex. `node:crypto`'s hash is synchronous: WebCrypto's
+ * `digest` went through the thread pool and its argument checks on every agent request, poll
+ * answer and check-run key (~40–180 µs a call against 4–7 µs here, and a thread hop that waits
+ * for a core under load; docs/adr/0200). Workers have it with `nodejs_compat` (wrangler.toml,
+ * https://developers.cloudflare.com/workers/runtime-apis/nodejs/crypto/).
+ */
 export async function sha256Hex(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
+  return createHash('sha256').update(text, 'utf8').digest('hex');
 }
 
 /** 32 random bytes, base64url, with a readable prefix (`spk_api_…`, `spk_agent_…`). */

@@ -1,4 +1,14 @@
-import { chmodSync, lchownSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import {
+  chmodSync,
+  lchownSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from './index.ts';
 import type { TestUser } from './runner-user.ts';
@@ -22,6 +32,34 @@ export const SANDBOX_HELPER = join(REPO_ROOT, 'agent', 'host', 'spark-lease-sand
 export const SANDBOXED_ROOT = '/var/lib/spark-test-fleets';
 
 /**
+ * The mount points at or under `dir` in this process's mount namespace, deepest first, from
+ * /proc/self/mountinfo (field 5, the mount point, with space, tab, newline and backslash written
+ * as octal escapes: proc_pid_mountinfo(5)).
+ */
+export function mountsUnder(dir: string): string[] {
+  const decode = (s: string) =>
+    s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8)));
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((line) => line.split(' ')[4])
+    .filter((m): m is string => m != null)
+    .map(decode)
+    .filter((m) => m === dir || m.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
+}
+
+/**
+ * Removes a test host's dir. A lease the test left prepared keeps its namespace bound in its
+ * sandbox dir (the helper's `prepare-run`, ADR 0200) until the agent removes the lease; a test
+ * that ended the agent first leaves those bind mounts, which are unmounted here, as an operator
+ * would (docs/agent.md).
+ */
+export function removeTestHostDir(dir: string): void {
+  for (const m of mountsUnder(dir)) spawnSync('umount', ['-n', '--', m]);
+  rmSync(dir, { recursive: true, force: true });
+}
+
+/**
  * A fresh dir under {@link SANDBOXED_ROOT}, mode 0711: a runner user passes through it (never
  * lists it) to its runner install and the dirs it may write.
  */
@@ -29,7 +67,7 @@ export function sandboxedTestDir(prefix: string): { dir: string; cleanup: () => 
   mkdirSync(SANDBOXED_ROOT, { recursive: true, mode: 0o711 });
   const dir = mkdtempSync(join(SANDBOXED_ROOT, prefix));
   chmodSync(dir, 0o711);
-  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+  return { dir, cleanup: () => removeTestHostDir(dir) };
 }
 
 export interface HostSandbox {

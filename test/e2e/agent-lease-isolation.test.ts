@@ -2,6 +2,7 @@ import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync } from 'nod
 import { dirname, join } from 'node:path';
 import { describe, expect, it, type TestContext } from 'vitest';
 import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
+import { mountsUnder } from '../doubles/host-sandbox.ts';
 import { isLive, type RunnerMarker, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
@@ -127,6 +128,8 @@ describe('lease isolation (ADR 0155)', () => {
     expect(isLive(leftover)).toBe(false);
     expect(existsSync(m1.workDir)).toBe(false);
     expect(existsSync(`${m1.workDir}.sandbox`)).toBe(false);
+    // its namespace, built at prepare and kept by bind mounts in its sandbox dir (ADR 0200), too
+    expect(mountsUnder(dirname(m1.workDir))).toEqual([]);
 
     // lease 2: another PR of the same repository
     const second = await f.reserve({ repo: 'acme/butter', pr: 8 });

@@ -37,11 +37,13 @@ const lease = (over: Partial<LeaseState> = {}): Pick<LeaseState, 'workDir' | 'ki
 });
 
 describe('the job environment on the helper’s stdin', () => {
-  it('is NAME=BASE64 lines ended by an empty line: any value, no name that is not a name', () => {
-    const text = encodeEnv({ A: 'x y\nz', EMPTY: '', SKIPPED: undefined });
-    expect(text).toBe(`A=${Buffer.from('x y\nz').toString('base64')}\nEMPTY=\n\n`);
+  it('is NAME+VALUE lines, NAME=BASE64 for a value with a newline, ended by an empty line', () => {
+    const text = encodeEnv({ A: 'x y\nz', EMPTY: '', RAW: ' a=b+c \\ $(x) ', SKIPPED: undefined });
+    expect(text).toBe(`A=${Buffer.from('x y\nz').toString('base64')}\nEMPTY+\nRAW+ a=b+c \\ $(x) \n\n`);
     expect(() => encodeEnv({ 'BAD NAME': 'x' })).toThrow(TypeError);
     expect(() => encodeEnv({ 'A=B': 'x' })).toThrow(TypeError);
+    expect(() => encodeEnv({ 'A+B': 'x' })).toThrow(TypeError);
+    expect(() => encodeEnv({ A: 'x\0y' })).toThrow(/NUL/);
   });
 });
 
@@ -98,6 +100,7 @@ describe('the start-up check of the helper (ADR 0155)', () => {
     helper: h,
   });
   const good = {
+    protocol: '2',
     runner_user: 'spark-runner',
     uid: '990',
     gid: '990',
@@ -135,6 +138,11 @@ describe('the start-up check of the helper (ADR 0155)', () => {
       );
       expect(refuse(good, cfg({ modelCacheDir: '/srv/spark/work/models' }))).toThrow(
         /overlaps \/srv\/spark\/work/,
+      );
+      // a helper from an older release (no protocol line): it knows neither prepare-run nor NAME+VALUE
+      const { protocol: _, ...old } = good;
+      expect(refuse(old)).toThrow(
+        /speaks protocol 1, this agent needs 2; reinstall agent\/host\/spark-lease-sandbox.sh/,
       );
       expect(refuse({ fail: 'configuration x must be owned by root' })).toThrow(
         /check failed: spark-lease-sandbox: configuration x must be owned by root; install the helper/,

@@ -8,12 +8,14 @@ import {
   openSync,
   readFileSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeEnv } from '../../agent/host/sandbox.ts';
 import { SANDBOX_HELPER } from '../doubles/fleet.ts';
+import { mountsUnder, removeTestHostDir } from '../doubles/host-sandbox.ts';
 import { canCreateUsers, createTestUser, type TestUser } from '../doubles/runner-user.ts';
 
 /**
@@ -78,7 +80,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   if (sudoers) rmSync(sudoers, { force: true });
-  if (base) rmSync(base, { recursive: true, force: true });
+  if (base) removeTestHostDir(base);
   await runner?.remove();
   await agent?.remove();
 });
@@ -88,12 +90,20 @@ describe('the lease sandbox helper through sudo (ADR 0155)', () => {
     const check = asAgent(helper('check'));
     expect(check.err).toBe('');
     expect(check.out).toContain(`runner_user=${runner.name}\nuid=${runner.uid}\n`);
+    // a value with a newline travels as base64, the others as they are: neither is ever evaluated
+    const raw = ' a=b+c \\n $(id) `id` * "q" \'s\' ';
     const asRunner = asAgent(
-      helper('as-runner', '--', '/bin/sh', '-c', 'echo "$(id -u) [$GREETING]" && env | sort'),
-      encodeEnv({ GREETING: 'multi\nline value', PATH: '/usr/bin:/bin' }),
+      helper(
+        'as-runner',
+        '--',
+        '/bin/sh',
+        '-c',
+        'printf "%s [%s] [%s] [%s]\\n" "$(id -u)" "$GREETING" "$RAW" "$EMPTY" && env | sort',
+      ),
+      encodeEnv({ GREETING: 'multi\nline value', RAW: raw, EMPTY: '', PATH: '/usr/bin:/bin' }),
     );
     expect(asRunner.code, asRunner.err).toBe(0);
-    expect(asRunner.out).toContain(`${runner.uid} [multi\nline value]`);
+    expect(asRunner.out).toContain(`${runner.uid} [multi\nline value] [${raw}] []`);
     // nothing of sudo's or the agent's environment reaches the runner user's command
     expect(asRunner.out).not.toMatch(/^SUDO_/m);
   });
@@ -138,6 +148,67 @@ describe('the lease sandbox helper through sudo (ADR 0155)', () => {
     }
     const removed = asAgent(helper('remove', 'r-1-spark-2-t1'));
     expect(removed.code, removed.err).toBe(0);
+  });
+
+  it('builds the namespace at prepare-run, enters it at the first run only, and drops it at remove (ADR 0200)', () => {
+    const lease = 'r-2-spark-2-t1';
+    const sandbox = join(base, 'work', `${lease}.sandbox`);
+    const prep = asAgent(helper('prepare-run', lease, 'acme+butter'));
+    expect(prep.code, prep.err).toBe(0);
+    // the namespace is kept by bind mounts of its files in the lease's sandbox dir
+    expect(mountsUnder(sandbox).sort()).toEqual([`${sandbox}/ns`, `${sandbox}/ns/ipc`, `${sandbox}/ns/mnt`]);
+    const kept = statSync(join(sandbox, 'ns', 'mnt')).ino;
+    // the repository's cache is held by the prepared lease: an operator's wipe waits for its removal
+    const wipe = asAgent(helper('wipe-cache', 'acme+butter'));
+    expect(wipe.code).not.toBe(0);
+    expect(wipe.err).toContain(`lease ${lease} is prepared with this build cache`);
+    const job =
+      'echo "ns=$(readlink /proc/self/ns/mnt) uid=$(id -u) shm=[$(ls /dev/shm)] secret=[$SECRET]"; echo x >/dev/shm/left; touch /etc/x 2>&1; ls /var/lib/spark-test-fleets 2>&1 | head -1';
+    const run = () =>
+      asAgent(
+        helper('run', lease, 'acme+butter', '--', '/bin/sh', '-c', job),
+        encodeEnv({ SECRET: 'jit-config-value' }),
+      );
+    const first = run();
+    expect(first.code, first.err).toBe(0);
+    // the kept namespace, entered: the same sandbox as one built at the start
+    expect(first.out).toContain(`ns=mnt:[${kept}] uid=${runner.uid} shm=[] secret=[jit-config-value]`);
+    expect(first.out).toContain('Read-only file system');
+    expect(first.out).toContain('Permission denied');
+    // a later run of the lease (a replaced runner) gets a namespace of its own, as before
+    const second = run();
+    expect(second.code, second.err).toBe(0);
+    expect(second.out).toMatch(new RegExp(`ns=mnt:\\[\\d+\\] uid=${runner.uid} shm=\\[\\] secret`));
+    expect(second.out).not.toContain(`ns=mnt:[${kept}]`);
+    const removed = asAgent(helper('remove', lease));
+    expect(removed.code, removed.err).toBe(0);
+    expect(mountsUnder(join(base, 'work'))).toEqual([]);
+    expect(() => statSync(sandbox)).toThrow(/ENOENT/);
+  });
+
+  it('does not enter a namespace kept from another boot or for another cache: run builds its own', () => {
+    const lease = 'r-3-spark-2-t1';
+    const sandbox = join(base, 'work', `${lease}.sandbox`);
+    const prep = asAgent(helper('prepare-run', lease, '-'));
+    expect(prep.code, prep.err).toBe(0);
+    const kept = statSync(join(sandbox, 'ns', 'mnt')).ino;
+    const made = readFileSync(join(sandbox, 'ns', 'made'), 'utf8');
+    expect(made).toBe(`${readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim()} -\n`);
+    const run = (key: string) =>
+      asAgent(helper('run', lease, key, '--', '/bin/sh', '-c', 'readlink /proc/self/ns/mnt'), encodeEnv({}));
+    // a mark from an earlier boot (its bind mounts would be gone): the namespace is built anew
+    writeFileSync(join(sandbox, 'ns', 'made'), 'an-earlier-boot -\n');
+    const rebuilt = run('-');
+    expect(rebuilt.code, rebuilt.err).toBe(0);
+    expect(rebuilt.out.trim()).toMatch(/^mnt:\[\d+\]$/);
+    expect(rebuilt.out).not.toContain(`[${kept}]`);
+    // a run for another cache key than the one prepared never enters the kept namespace
+    writeFileSync(join(sandbox, 'ns', 'made'), made);
+    const other = run('acme+other');
+    expect(other.err).toContain('is not the lease');
+    const removed = asAgent(helper('remove', lease));
+    expect(removed.code, removed.err).toBe(0);
+    expect(mountsUnder(join(base, 'work'))).toEqual([]);
   });
 
   it('refuses everything else: another config, a root-only verb, setting its environment, a path, the runner user', () => {
