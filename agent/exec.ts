@@ -31,7 +31,8 @@ export function runCommand(
     let error: string | null = null;
     const child = spawn(cmd, args, {
       stdio: [opts.input != null ? 'pipe' : 'ignore', 'pipe', 'pipe'],
-      env: opts.env ?? process.env,
+      // no env: the agent's own (Node's default), which only agent/config.ts reads
+      ...(opts.env ? { env: opts.env } : {}),
       ...(opts.cwd ? { cwd: opts.cwd } : {}),
     });
     if (opts.input != null && child.stdin) {
