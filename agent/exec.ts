@@ -31,7 +31,7 @@ export function runCommand(
     let error: string | null = null;
     const child = spawn(cmd, args, {
       stdio: [opts.input != null ? 'pipe' : 'ignore', 'pipe', 'pipe'],
-      // no env: the agent's own (Node's default), which only agent/config.ts reads
+      // without one the child gets the agent's own environment (Node's default for spawn)
       ...(opts.env ? { env: opts.env } : {}),
       ...(opts.cwd ? { cwd: opts.cwd } : {}),
     });

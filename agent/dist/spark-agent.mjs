@@ -20708,7 +20708,7 @@ function runCommand(argv2, opts) {
     let error62 = null;
     const child = spawn(cmd, args, {
       stdio: [opts.input != null ? "pipe" : "ignore", "pipe", "pipe"],
-      // no env: the agent's own (Node's default), which only agent/config.ts reads
+      // without one the child gets the agent's own environment (Node's default for spawn)
       ...opts.env ? { env: opts.env } : {},
       ...opts.cwd ? { cwd: opts.cwd } : {}
     });
