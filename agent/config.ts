@@ -5,9 +5,18 @@ import { EXIT, ExitError } from '../core/errors.ts';
 import { EXECUTOR_NAMES } from '../core/model.ts';
 
 /**
- * The agent's boundary module: the only place that reads its configuration file. Relative paths
- * in the file are resolved against the file's directory. Messages name the field and what to fix.
+ * The agent's boundary module: the only place that reads its configuration file, and the only
+ * agent module that reads the environment ({@link hostEnv}). Relative paths in the file are
+ * resolved against the file's directory. Messages name the field and what to fix.
  */
+
+/**
+ * The agent's own environment, captured once as the agent starts. The agent takes no setting from
+ * it (settings come from the config file); it only hands parts of it to the commands it runs: PATH
+ * to find host tools, and the variables `runner.passEnv` names. Read here so the agent's
+ * environment has one reader (docs/architecture.md "Parts").
+ */
+export const hostEnv: Readonly<NodeJS.ProcessEnv> = Object.freeze({ ...process.env });
 
 /** `https:` anywhere, `http:` only to loopback (a controller on the same machine, tests, the demo). */
 export function isSafeControllerUrl(raw: string): boolean {

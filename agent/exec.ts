@@ -31,7 +31,8 @@ export function runCommand(
     let error: string | null = null;
     const child = spawn(cmd, args, {
       stdio: [opts.input != null ? 'pipe' : 'ignore', 'pipe', 'pipe'],
-      env: opts.env ?? process.env,
+      // without one the child gets the agent's own environment (Node's default for spawn)
+      ...(opts.env ? { env: opts.env } : {}),
       ...(opts.cwd ? { cwd: opts.cwd } : {}),
     });
     if (opts.input != null && child.stdin) {

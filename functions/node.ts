@@ -2,7 +2,9 @@
 /**
  * `npm start`: the controller on Node with the embedded libSQL ledger (./data/spark.db).
  * Reads SPARK_CONFIG (default ./spark.config.json when present) and SPARK_* variables, from the
- * environment and the secrets file (SPARK_SECRETS_FILE, default ./spark.secrets.env when present).
+ * environment and the secrets file (SPARK_SECRETS_FILE, default ./spark.secrets.env when present),
+ * through the settings modules (functions/settings.ts, functions/secrets-file.ts): this entry hands
+ * them `process.env` and reads no variable itself.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -10,13 +12,12 @@ import { ConfigError, redactUrl } from '../core/config.ts';
 import { createLogger } from './log.ts';
 import { startController } from './node-server.ts';
 import { withSecretsFile } from './secrets-file.ts';
-import { EnvSchema, settingsFromEnv } from './settings.ts';
+import { EnvSchema, nodeConfigPath, settingsFromEnv } from './settings.ts';
 
 async function main() {
   // issue 11 item 8: every file the controller creates (ledger, -wal, -shm) is its user's alone
   process.umask(0o077);
-  const configPath =
-    process.env.SPARK_CONFIG ?? (existsSync('spark.config.json') ? 'spark.config.json' : null);
+  const configPath = nodeConfigPath(process.env, existsSync);
   let configText: { text: string; source: string } | null = null;
   if (configPath) {
     const abs = resolve(configPath);

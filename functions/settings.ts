@@ -85,6 +85,22 @@ export interface Settings {
   admissionIntervalMs: number;
 }
 
+/** Where a Node process looks for its config when `SPARK_CONFIG` names no file. */
+export const DEFAULT_CONFIG_FILE = 'spark.config.json';
+
+/**
+ * The config file a Node process reads (`npm start`, `npm run agent-token`): `SPARK_CONFIG`, else
+ * ./spark.config.json when it exists, else none (the built-in defaults). `exists` is passed in
+ * because this module also runs in the Worker, which has no files (its config is
+ * `SPARK_CONFIG_JSON`).
+ */
+export function nodeConfigPath(
+  env: Record<string, string | undefined>,
+  exists: (path: string) => boolean,
+): string | null {
+  return env.SPARK_CONFIG ?? (exists(DEFAULT_CONFIG_FILE) ? DEFAULT_CONFIG_FILE : null);
+}
+
 /** Builds settings from env-like key/values plus config text (already read by the caller). */
 export function settingsFromEnv(
   env: Record<string, string | undefined>,

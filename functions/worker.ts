@@ -1,17 +1,16 @@
 /**
  * Cloudflare Workers entry: the same Hono app as `npm start`, with the ledger on remote libSQL
- * (Turso/sqld) through `@libsql/client/web`. Bindings are read once per isolate through
+ * (Turso/sqld) through `@libsql/client/web` (`functions/ledger/worker-client.ts`). Bindings are read once per isolate through
  * `settingsFromEnv` (the boundary); a cron trigger drives admission, the GitHub outbox and the
  * sweeps, because a Worker has no background timers. Migrations are applied by
  * `npm run deploy`, never from a request.
  */
-import { createClient } from '@libsql/client/web';
 import type { Controller } from './controller.ts';
 import { createController } from './controller.ts';
 import { settleInbox } from './github/inbox.ts';
 import { drainGitHubOutbox } from './github/module.ts';
-import { openLedgerDb } from './ledger/db.ts';
 import { Ledger } from './ledger/ledger.ts';
+import { openWorkerLedger } from './ledger/worker-client.ts';
 import { createLogger } from './log.ts';
 import { appModules } from './modules.ts';
 import { settingsFromEnv } from './settings.ts';
@@ -51,11 +50,7 @@ async function build(env: Record<string, unknown>): Promise<Controller> {
       `SPARK_LEDGER_URL is '${settings.ledgerUrl}': a Worker needs a remote libSQL URL (libsql:// or https://); set it with "wrangler secret put SPARK_LEDGER_URL"`,
     );
   }
-  const store = await openLedgerDb({
-    url: settings.ledgerUrl,
-    authToken: settings.ledgerAuthToken,
-    createClient,
-  });
+  const store = await openWorkerLedger({ url: settings.ledgerUrl, authToken: settings.ledgerAuthToken });
   // no timer in an isolate: passes run after a response that changed something (waitUntil) and
   // on every cron tick
   return createController({

@@ -34,6 +34,7 @@ import { doctorReport } from '../functions/github/readiness.ts';
 import { silentLogger } from '../functions/log.ts';
 import { openNodeLedger } from '../functions/node-server.ts';
 import { type Settings, settingsFromEnv } from '../functions/settings.ts';
+import { scriptEnv } from './settings.ts';
 
 const USAGE =
   'usage: sparkctl admin token create --name NAME --scopes operate[,emergency] [--expires 30d] [--ledger file:./data/spark.db] | sparkctl admin check [OWNER/NAME] [--ledger URL] [--json]';
@@ -230,7 +231,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1]
   const code = await runAdmin(
     process.argv.slice(2),
     { out: (t) => process.stdout.write(`${t}\n`), err: (t) => process.stderr.write(`${t}\n`) },
-    process.env,
+    scriptEnv(),
   );
   process.stdout.write('', () => process.exit(code));
 }

@@ -15,7 +15,8 @@ import { ApiError } from '../functions/errors.ts';
 import { listAgentTokens } from '../functions/ledger/tokens.ts';
 import { silentLogger } from '../functions/log.ts';
 import { openNodeLedger } from '../functions/node-server.ts';
-import { settingsFromEnv } from '../functions/settings.ts';
+import { nodeConfigPath, settingsFromEnv } from '../functions/settings.ts';
+import { operatorName, scriptEnv } from './settings.ts';
 
 const USAGE = 'usage: npm run agent-token -- create HOST | list | revoke TOKEN_ID';
 
@@ -25,26 +26,25 @@ async function main(argv: string[]): Promise<number> {
     console.error(USAGE);
     return 2;
   }
-  const configPath =
-    process.env.SPARK_CONFIG || (existsSync('spark.config.json') ? 'spark.config.json' : null);
+  const configPath = nodeConfigPath(scriptEnv(), existsSync);
   if (configPath && !existsSync(resolve(configPath))) {
     console.error(`config file ${configPath} not found (SPARK_CONFIG)`);
     return 2;
   }
   const settings = settingsFromEnv(
-    process.env,
+    scriptEnv(),
     configPath ? { text: readFileSync(resolve(configPath), 'utf8'), source: configPath } : null,
   );
   const ledger = await openNodeLedger(settings, { log: silentLogger });
   try {
     if (cmd === 'create') {
-      const created = await createAgentToken(ledger, arg!, `local:${process.env.USER ?? 'operator'}`);
+      const created = await createAgentToken(ledger, arg!, `local:${operatorName()}`);
       console.error(
         `agent token ${created.id} for ${created.hostId} (shown once; only its SHA-256 is kept):`,
       );
       console.log(created.token);
     } else if (cmd === 'revoke') {
-      await revokeAgentToken(ledger, arg!, `local:${process.env.USER ?? 'operator'}`);
+      await revokeAgentToken(ledger, arg!, `local:${operatorName()}`);
       console.error(`agent token ${arg} revoked`);
     } else {
       for (const row of await listAgentTokens(ledger)) {

@@ -6,15 +6,13 @@
  * leases are active loses nothing: the ledger is authoritative, and the outbox and sweeps resume
  * on the next cron tick.
  *
- * Reads SPARK_LEDGER_URL and SPARK_LEDGER_AUTH_TOKEN (this script is its own boundary).
+ * Reads SPARK_LEDGER_URL and SPARK_LEDGER_AUTH_TOKEN (from the environment scripts/settings.ts hands it).
  * `--migrate-only` stops after the migrations (also accepts a local file: ledger, for rehearsals).
  */
 import { spawnSync } from 'node:child_process';
-import { createClient } from '@libsql/client';
 import { EXIT, ExitError } from '../core/errors.ts';
-import { openLedgerDb } from '../functions/ledger/db.ts';
-import { applyMigrations } from '../functions/ledger/migrate.ts';
-import { loadMigrations } from '../functions/ledger/migrations-fs.ts';
+import { migrateLedgerAt } from '../functions/ledger/deploy-migrations.ts';
+import { scriptEnv } from './settings.ts';
 
 /** A deployment the operator can fix (missing or bad settings): one line, exit code 2. */
 class DeployError extends ExitError {
@@ -24,7 +22,7 @@ class DeployError extends ExitError {
 }
 
 function readTarget(
-  env: NodeJS.ProcessEnv,
+  env: Readonly<Record<string, string | undefined>>,
   migrateOnly: boolean,
 ): { url: string; authToken: string | undefined } {
   const url = env.SPARK_LEDGER_URL?.trim();
@@ -56,20 +54,18 @@ function readTarget(
 async function main(argv: string[]): Promise<number> {
   const migrateOnly = argv.includes('--migrate-only');
   const wranglerArgs = argv.filter((a) => a !== '--migrate-only');
-  const target = readTarget(process.env, migrateOnly);
-  const store = await openLedgerDb({ ...target, createClient });
+  const target = readTarget(scriptEnv(), migrateOnly);
+  let applied: string[];
   try {
-    const applied = await applyMigrations(store, loadMigrations());
-    console.log(
-      applied.length ? `ledger migrations applied: ${applied.join(', ')}` : 'ledger schema is up to date',
-    );
+    applied = await migrateLedgerAt(target);
   } catch (e) {
     throw new DeployError(
       `could not migrate the ledger at ${target.url.replace(/\/\/[^@/]*@/, '//')}: ${(e as Error).message}`,
     );
-  } finally {
-    store.close();
   }
+  console.log(
+    applied.length ? `ledger migrations applied: ${applied.join(', ')}` : 'ledger schema is up to date',
+  );
   if (migrateOnly) return 0;
   const r = spawnSync(
     process.execPath,

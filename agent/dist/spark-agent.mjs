@@ -20523,6 +20523,7 @@ import { basename, dirname as dirname2, join, relative } from "node:path";
 // agent/config.ts
 import { readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
+var hostEnv = Object.freeze({ ...process.env });
 function isSafeControllerUrl(raw) {
   let u;
   try {
@@ -20726,7 +20727,8 @@ function runCommand(argv2, opts) {
     let error62 = null;
     const child = spawn(cmd, args, {
       stdio: [opts.input != null ? "pipe" : "ignore", "pipe", "pipe"],
-      env: opts.env ?? process.env,
+      // without one the child gets the agent's own environment (Node's default for spawn)
+      ...opts.env ? { env: opts.env } : {},
       ...opts.cwd ? { cwd: opts.cwd } : {}
     });
     if (opts.input != null && child.stdin) {
@@ -20777,7 +20779,7 @@ function encodeEnv(env) {
 var HELPER_PROTOCOL = 2;
 var plainEnv = () => ({ PATH: "/usr/bin:/bin", LANG: "C.UTF-8" });
 var helperSpawnEnv = () => ({
-  PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+  PATH: hostEnv.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 });
 function runAsRunner(account, argv2, opts) {
   return runCommand([...account.helper, "as-runner", "--", ...argv2], {
@@ -21060,7 +21062,7 @@ function freshRunnerEnv(from, account, path, passEnv = []) {
 function jobEnv(cfg, account, l, w, paths, sandboxed = true) {
   return {
     // the job runs PR code: it gets a minimal environment, never the agent's own
-    ...account ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv) : baseRunnerEnv(process.env, cfg.runner.passEnv),
+    ...account ? freshRunnerEnv(hostEnv, account, cfg.runner.path, cfg.runner.passEnv) : baseRunnerEnv(hostEnv, cfg.runner.passEnv),
     ...account && paths && !sandboxed ? { HOME: paths.home, TMPDIR: paths.tmp } : {},
     ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
     ...cfg.interconnectCheck ? { SPARK_INTERCONNECT_CHECK: shellJoin(cfg.interconnectCheck) } : {},
@@ -21175,7 +21177,7 @@ SPARK_STAGE2
 exec env -u SPARK_CLONE_TOKEN /bin/sh -c "$stage2"`;
 function taskEnv(cfg, l, task, cloneToken) {
   const env = {
-    ...baseRunnerEnv(process.env, cfg.runner.passEnv),
+    ...baseRunnerEnv(hostEnv, cfg.runner.passEnv),
     ...cfg.service ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl } : {},
     SPARK_RESERVATION_ID: l.reservationId,
     SPARK_HOST_ID: cfg.hostId,
@@ -22030,7 +22032,7 @@ function createSlurmExecutor(deps) {
   const s = cfg.slurm;
   const bin = (name) => s.bin ? join6(s.bin, name) : name;
   const slurmEnv = () => ({
-    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    PATH: hostEnv.PATH ?? "/usr/bin:/bin",
     ...s.conf ? { SLURM_CONF: s.conf } : {}
   });
   const slurm = (argv2, env = slurmEnv()) => {

@@ -8,7 +8,7 @@ import {
   type Receipt,
   ReceiptSchema,
 } from '../../core/protocol/receipt.ts';
-import type { AgentConfig } from '../config.ts';
+import { type AgentConfig, hostEnv } from '../config.ts';
 import type { LeaseState } from '../state-file.ts';
 import { baseRunnerEnv } from './runner-env.ts';
 import type { TaskOutput } from './types.ts';
@@ -164,7 +164,7 @@ export function taskEnv(
   cloneToken: string,
 ): Record<string, string> {
   const env: Record<string, string | undefined> = {
-    ...baseRunnerEnv(process.env, cfg.runner.passEnv),
+    ...baseRunnerEnv(hostEnv, cfg.runner.passEnv),
     ...(cfg.service
       ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl }
       : {}),

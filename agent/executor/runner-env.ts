@@ -1,4 +1,4 @@
-import type { AgentConfig } from '../config.ts';
+import { type AgentConfig, hostEnv } from '../config.ts';
 import type { RunnerAccount } from '../host/runner-account.ts';
 import type { LeasePaths } from '../host/sandbox.ts';
 import type { LeaseState } from '../state-file.ts';
@@ -65,8 +65,8 @@ export function jobEnv(
   return {
     // the job runs PR code: it gets a minimal environment, never the agent's own
     ...(account
-      ? freshRunnerEnv(process.env, account, cfg.runner.path, cfg.runner.passEnv)
-      : baseRunnerEnv(process.env, cfg.runner.passEnv)),
+      ? freshRunnerEnv(hostEnv, account, cfg.runner.path, cfg.runner.passEnv)
+      : baseRunnerEnv(hostEnv, cfg.runner.passEnv)),
     ...(account && paths && !sandboxed ? { HOME: paths.home, TMPDIR: paths.tmp } : {}),
     ...(cfg.service
       ? { SPARK_HOME_SERVICE: cfg.service.name, SPARK_SERVICE_HEALTH_URL: cfg.service.healthUrl }

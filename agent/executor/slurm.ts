@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import type { AgentConfig } from '../config.ts';
+import { type AgentConfig, hostEnv } from '../config.ts';
 import { type CommandResult, runCommand } from '../exec.ts';
 import { runAsRunner } from '../host/sandbox.ts';
 import type { AgentLogger } from '../log.ts';
@@ -46,7 +46,7 @@ export function createSlurmExecutor(deps: SlurmDeps): Executor {
   const s = cfg.slurm;
   const bin = (name: string) => (s.bin ? join(s.bin, name) : name);
   const slurmEnv = (): NodeJS.ProcessEnv => ({
-    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    PATH: hostEnv.PATH ?? '/usr/bin:/bin',
     ...(s.conf ? { SLURM_CONF: s.conf } : {}),
   });
   /**

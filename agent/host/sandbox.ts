@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { basename, dirname, join, relative } from 'node:path';
-import { type AgentConfig, AgentConfigError } from '../config.ts';
+import { type AgentConfig, AgentConfigError, hostEnv } from '../config.ts';
 import { type CommandResult, runCommand } from '../exec.ts';
 import type { LeaseState } from '../state-file.ts';
 import type { RunnerAccount } from './runner-account.ts';
@@ -39,7 +39,7 @@ const plainEnv = (): NodeJS.ProcessEnv => ({ PATH: '/usr/bin:/bin', LANG: 'C.UTF
 
 /** What the helper gets from the agent's own environment: enough to find `sudo` (sudo resets the rest). */
 export const helperSpawnEnv = (): NodeJS.ProcessEnv => ({
-  PATH: process.env.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+  PATH: hostEnv.PATH ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
 });
 
 /** Runs `argv` as the runner user (no capability, no_new_privs); never throws. */

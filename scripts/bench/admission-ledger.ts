@@ -4,7 +4,6 @@
  * transactions (the physical floor) and the ledger's mixed admission stream.
  */
 import { join } from 'node:path';
-import type { Client } from '@libsql/client';
 import { parseConfig, type SparkConfig } from '../../core/config.ts';
 import type { HostFacts } from '../../core/model.ts';
 import { openLedgerDb } from '../../functions/ledger/db.ts';
@@ -12,8 +11,9 @@ import { Ledger, type TransitionHook } from '../../functions/ledger/ledger.ts';
 import { applyMigrations } from '../../functions/ledger/migrate.ts';
 import { loadMigrations } from '../../functions/ledger/migrations-fs.ts';
 import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
+import { type ClientFactory, openRawWrites } from '../../functions/ledger/raw-baseline.ts';
 
-export type ClientFactory = (cfg: { url: string; timeout?: number; concurrency?: number }) => Client;
+export type { ClientFactory };
 
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
@@ -47,10 +47,9 @@ export interface Tally {
   cpuMs: number;
 }
 
-/** One-row INSERT transactions through `client`, nothing else: the floor a ledger write stands on. */
+/** One-row INSERT transactions through `client` (functions/ledger/raw-baseline.ts), nothing else: the floor a ledger write stands on. */
 export async function openRawSide(dir: string, client: ClientFactory, name: string) {
-  const store = await openLedgerDb({ url: `file:${join(dir, `raw-${name}.db`)}`, createClient: client });
-  await store.client.execute('CREATE TABLE IF NOT EXISTS scratch (id INTEGER PRIMARY KEY, v TEXT NOT NULL)');
+  const raw = await openRawWrites(`file:${join(dir, `raw-${name}.db`)}`, client);
   const tally: Tally = { n: 0, ms: 0, cpuMs: 0 };
   return {
     tally,
@@ -61,16 +60,14 @@ export async function openRawSide(dir: string, client: ClientFactory, name: stri
       const end = t0 + ms;
       let n = 0;
       while (performance.now() < end) {
-        const tx = await store.client.transaction('write');
-        await tx.execute({ sql: 'INSERT INTO scratch (v) VALUES (?)', args: [`row-${tally.n + n}`] });
-        await tx.commit();
+        await raw.writeOne(`row-${tally.n + n}`);
         n++;
       }
       tally.n += n;
       tally.ms += performance.now() - t0;
       tally.cpuMs += cpuNowMs() - c0;
     },
-    close: () => store.close(),
+    close: () => raw.close(),
   };
 }
 

@@ -8,9 +8,9 @@
  * in the same transaction (docs/adr/0185-admission-pass-in-two-round-trips.md).
  */
 import { join } from 'node:path';
-import { createClient } from '@libsql/client';
 import { createGitHubHook } from '../../functions/github/hooks.ts';
 import { admissionPassStats } from '../../functions/ledger/admission-pass.ts';
+import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
 import { startFakeSqld } from '../../test/harness/fake-sqld.ts';
 import { BENCH_FACTS, benchLedger, cpuNowMs, percentile, round } from './admission-ledger.ts';
 
@@ -22,7 +22,8 @@ export async function remoteAdmission(dir: string, rounds: number, progress: (ms
   try {
     const { store, ledger } = await benchLedger({
       url: sqld.url,
-      client: createClient,
+      // a remote URL: the Node ledger client is the stock `@libsql/client` (node-client.ts)
+      client: createNodeLedgerClient,
       hostCount,
       hooks: (l) => [createGitHubHook(l)],
     });

@@ -12,8 +12,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createClient } from '@libsql/client';
 import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
+import { stockLedgerClient } from '../../functions/ledger/raw-baseline.ts';
+import { benchNumber } from '../settings.ts';
 import {
   type ClientFactory,
   cyclesPerSecond,
@@ -27,9 +28,9 @@ import type { BenchRunner, BenchSection } from './types.ts';
 
 export { percentile } from './admission-ledger.ts';
 
-const SLICES = Number(process.env.SPARK_BENCH_ADMISSION_SLICES ?? 16);
+const SLICES = benchNumber('SPARK_BENCH_ADMISSION_SLICES', 16);
 const SLICE_MS = 300;
-const REMOTE_ROUNDS = Number(process.env.SPARK_BENCH_REMOTE_ROUNDS ?? 40);
+const REMOTE_ROUNDS = benchNumber('SPARK_BENCH_REMOTE_ROUNDS', 40);
 const RATIO_TARGET = 0.3;
 const REMOTE_RT_TARGET = 2;
 
@@ -90,7 +91,7 @@ export const run: BenchRunner = async (progress) => {
     const kept = await sameClient(dir, createNodeLedgerClient, 'kept', progress);
     load.push(loadavg()[0]!);
     progress(`admission: @libsql/client on both sides, ${SLICES} interleaved slices…`);
-    const stock = await sameClient(dir, createClient, 'stock', progress);
+    const stock = await sameClient(dir, stockLedgerClient, 'stock', progress);
     load.push(loadavg()[0]!);
     progress('admission: end-to-end cycles (3 s)…');
     const cycle = await cyclesPerSecond(dir, 3);

@@ -23,6 +23,7 @@ import { join } from 'node:path';
 import { agentBundle, startFleet } from '../../test/doubles/fleet.ts';
 import { REPO_ROOT, readRunnerMarkers, waitFor } from '../../test/doubles/index.ts';
 import { DEFAULT_GITHUB_LATENCY, githubLatency } from '../../test/fake-github/latency.ts';
+import { benchNumber } from '../settings.ts';
 import { type HandoverReading, type HandoverTimes, quantile, readHandover } from './handover-path.ts';
 import type { BenchRunner } from './types.ts';
 
@@ -30,22 +31,15 @@ import type { BenchRunner } from './types.ts';
 const CYCLES = 30;
 const IDLE_S = 60;
 const JOB_MS = 1500;
-const envNumber = (name: string, dflt: number) => {
-  const v = process.env[name];
-  if (v == null || v === '') return dflt;
-  const n = Number(v);
-  if (!Number.isFinite(n) || n < 0) throw new Error(`${name} must be a number ≥ 0, got ${JSON.stringify(v)}`);
-  return n;
-};
 const LATENCY = {
-  restMedianMs: envNumber('SPARK_BENCH_GITHUB_REST_MEDIAN_MS', DEFAULT_GITHUB_LATENCY.restMedianMs),
-  restSigma: envNumber('SPARK_BENCH_GITHUB_REST_SIGMA', DEFAULT_GITHUB_LATENCY.restSigma),
-  webhookDelayMs: envNumber('SPARK_BENCH_GITHUB_WEBHOOK_DELAY_MS', DEFAULT_GITHUB_LATENCY.webhookDelayMs),
+  restMedianMs: benchNumber('SPARK_BENCH_GITHUB_REST_MEDIAN_MS', DEFAULT_GITHUB_LATENCY.restMedianMs),
+  restSigma: benchNumber('SPARK_BENCH_GITHUB_REST_SIGMA', DEFAULT_GITHUB_LATENCY.restSigma),
+  webhookDelayMs: benchNumber('SPARK_BENCH_GITHUB_WEBHOOK_DELAY_MS', DEFAULT_GITHUB_LATENCY.webhookDelayMs),
   seed: DEFAULT_GITHUB_LATENCY.seed,
 };
 /** The controller's module tick and safety-net admission pass: `npm start`'s defaults unless set. */
-const TICK_MS = envNumber('SPARK_BENCH_TICK_MS', 1000);
-const ADMISSION_INTERVAL_MS = envNumber('SPARK_BENCH_ADMISSION_INTERVAL_MS', 2000);
+const TICK_MS = benchNumber('SPARK_BENCH_TICK_MS', 1000);
+const ADMISSION_INTERVAL_MS = benchNumber('SPARK_BENCH_ADMISSION_INTERVAL_MS', 2000);
 const PRODUCTION = {
   timings: { heartbeatIntervalS: 10, offlineAfterS: 40 },
   agentConfig: () => ({ timeouts: { requestS: 10, gpuQueryS: 15, backoffMaxS: 30, longPollS: 25 } }),

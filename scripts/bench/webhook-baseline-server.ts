@@ -1,26 +1,23 @@
 /**
  * The webhook bench's baseline (issue 13): the least a webhook endpoint can do here. Hono on
  * Node (`@hono/node-server`, as the controller), a libSQL file opened with the controller's own
- * settings (`openLedgerDb`: WAL, synchronous=NORMAL on every pooled connection), the signature
- * verified over the raw body, one INSERT of the delivery, 202. Run as its own process by
+ * settings (`openWebhookBaseline`, functions/ledger/raw-baseline.ts: WAL, synchronous=NORMAL on
+ * every pooled connection), the signature verified over the raw body, one INSERT of the delivery,
+ * 202. Run as its own process by
  * `scripts/bench/webhooks.ts`: `node --import tsx webhook-baseline-server.ts <db-file> <secret>`;
  * prints `listening <port>` once it accepts connections.
  */
 import { serve } from '@hono/node-server';
-import { createClient } from '@libsql/client';
 import { verify } from '@octokit/webhooks-methods';
 import { Hono } from 'hono';
-import { openLedgerDb } from '../../functions/ledger/db.ts';
+import { openWebhookBaseline } from '../../functions/ledger/raw-baseline.ts';
 
 const [file, secret] = process.argv.slice(2);
 if (!file || !secret) {
   console.error('usage: webhook-baseline-server.ts <db-file> <secret>');
   process.exit(2);
 }
-const store = await openLedgerDb({ url: `file:${file}`, createClient });
-await store.client.execute(
-  'CREATE TABLE IF NOT EXISTS deliveries (id TEXT PRIMARY KEY, event TEXT NOT NULL, body TEXT NOT NULL, received_at INTEGER NOT NULL)',
-);
+const store = await openWebhookBaseline(file);
 const app = new Hono();
 app.post('/github/webhooks', async (c) => {
   const body = await c.req.text();
@@ -28,10 +25,7 @@ app.post('/github/webhooks', async (c) => {
   if (!(await verify(secret, body, sig).catch(() => false))) return c.json({ error: 'bad signature' }, 401);
   const id = c.req.header('x-github-delivery') ?? '';
   const event = c.req.header('x-github-event') ?? '';
-  await store.exec(
-    'INSERT INTO deliveries (id, event, body, received_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING',
-    [id, event, body, Date.now()],
-  );
+  await store.insert({ id, event, body, receivedAt: Date.now() });
   return c.json({ ok: true }, 202);
 });
 const server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, (info) => {

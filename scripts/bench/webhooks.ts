@@ -27,6 +27,11 @@ import { fileURLToPath } from 'node:url';
 import { sign } from '@octokit/webhooks-methods';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import {
+  deliveryStates,
+  deliveryTimes,
+  pendingDeliveryCount,
+} from '../../functions/ledger/inbox-progress.ts';
+import {
   githubBody,
   LOAD_INSTALLATION,
   LOAD_REPO,
@@ -41,11 +46,12 @@ import {
   startControllerProcesses,
   startFakeGitHubProcess,
 } from '../../test/harness/load.ts';
+import { benchCpuProfileDir, benchNumber, childEnv } from '../settings.ts';
 import { percentile } from './admission.ts';
 import type { BenchRunner } from './types.ts';
 
 const CONCURRENCY = 200;
-const ROUNDS = Number(process.env.SPARK_BENCH_WEBHOOK_ROUNDS ?? 5);
+const ROUNDS = benchNumber('SPARK_BENCH_WEBHOOK_ROUNDS', 5);
 const P99_RATIO = 1.5;
 const THROUGHPUT_RATIO = 0.5;
 const ACK_TO_PROCESSED_P99_MS = 1000;
@@ -65,7 +71,7 @@ async function startBaseline(file: string): Promise<{ url: string; proc: ChildPr
     ['--import', 'tsx', join(here, 'webhook-baseline-server.ts'), file, SECRET],
     {
       cwd: join(here, '../..'),
-      env: { ...process.env, NODE_ENV: 'production' },
+      env: childEnv({ NODE_ENV: 'production' }),
       stdio: ['ignore', 'pipe', 'inherit'],
     },
   );
@@ -149,15 +155,14 @@ export const run: BenchRunner = async (progress) => {
   try {
     progress('starting the fake GitHub, the baseline server and one controller process');
     baseline = await startBaseline(join(tl.dir, 'baseline.db'));
+    const cpuProfileDir = benchCpuProfileDir();
     group = await startControllerProcesses({
       count: 1,
       config,
       dir: tl.dir,
       ledgerUrl: tl.url,
       // SPARK_BENCH_CPU_PROF=<dir>: write a V8 CPU profile of the controller (where the time goes)
-      ...(process.env.SPARK_BENCH_CPU_PROF
-        ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${process.env.SPARK_BENCH_CPU_PROF}`] }
-        : {}),
+      ...(cpuProfileDir ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${cpuProfileDir}`] } : {}),
       env: {
         SPARK_WEBHOOK_SECRET: SECRET,
         SPARK_GITHUB_APP_ID: String(gh.appId),
@@ -197,10 +202,7 @@ export const run: BenchRunner = async (progress) => {
     };
     const inboxDrained = async (deadline: number) => {
       for (;;) {
-        const rs = await tl.ledger.store.client.execute(
-          "SELECT count(*) AS n FROM webhook_deliveries WHERE state <> 'done' AND state = 'pending'",
-        );
-        if (Number(rs.rows[0]!.n) === 0 || Date.now() > deadline) return;
+        if ((await pendingDeliveryCount(tl.ledger.store)) === 0 || Date.now() > deadline) return;
         await new Promise((res) => setTimeout(res, 20));
       }
     };
@@ -228,13 +230,12 @@ export const run: BenchRunner = async (progress) => {
         // and the next round (either side) starts only then, so neither meets leftover work
         if (side === 'controller') {
           await inboxDrained(Date.now() + 120_000);
-          const rs = await tl.ledger.store.client.execute({
-            sql: `SELECT state, count(*) AS n, max(processed_at) AS last FROM webhook_deliveries
-              WHERE delivery_id IN (SELECT value FROM json_each(?)) GROUP BY state`,
-            args: [JSON.stringify(batch.map((d) => d.id))],
-          });
-          for (const row of rs.rows) {
-            const n = Number(row.n);
+          const states = await deliveryStates(
+            tl.ledger.store,
+            batch.map((d) => d.id),
+          );
+          for (const row of states) {
+            const n = row.n;
             if (row.state === 'done') {
               processing.done += n;
               processing.windowMs += Number(row.last) - startedAt;
@@ -259,15 +260,10 @@ export const run: BenchRunner = async (progress) => {
       load.push(loadavg()[0]!);
     }
     // acknowledgement → processed, from the inbox rows (received_at is the insert before the 202)
-    const processed = (
-      await tl.ledger.store.client.execute({
-        sql: `SELECT received_at, processed_at, state FROM webhook_deliveries WHERE delivery_id LIKE ?`,
-        args: [`bench-${stamp}%`],
-      })
-    ).rows as unknown as Array<{ received_at: number; processed_at: number | null; state: string }>;
+    const processed = await deliveryTimes(tl.ledger.store, `bench-${stamp}`);
     const ackToProcessed = processed
-      .filter((p) => p.processed_at != null)
-      .map((p) => Number(p.processed_at) - Number(p.received_at))
+      .filter((p) => p.processedAt != null)
+      .map((p) => p.processedAt! - p.receivedAt)
       .sort((a, b) => a - b);
     const b = summary(sides.baseline);
     const c = summary(sides.controller);

@@ -9,6 +9,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { gzipSync } from 'node:zlib';
+import { childEnv } from '../settings.ts';
 import type { BenchRunner } from './types.ts';
 
 const root = resolve(import.meta.dirname, '..', '..');
@@ -64,14 +65,13 @@ export function measureWorkerBundle(): WorkerBundle {
       {
         cwd: root,
         encoding: 'utf8',
-        env: {
-          ...process.env,
+        env: childEnv({
           WRANGLER_SEND_METRICS: 'false',
           WRANGLER_HIDE_BANNER: 'true',
           CLOUDFLARE_API_TOKEN: '',
           HOME: out,
           XDG_CONFIG_HOME: out,
-        },
+        }),
         timeout: 180_000,
       },
     );

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { z } from 'zod';
 import type { FleetResponse } from '../../core/protocol/api.ts';
 import { REPO_ROOT, type SparkSystem } from '../../test/harness/index.ts';
+import { childEnv, colorAllowed } from '../settings.ts';
 
 /**
  * What the demo's stories print (scripts/demo.ts): a timestamped timeline of what the system did,
@@ -12,7 +13,7 @@ import { REPO_ROOT, type SparkSystem } from '../../test/harness/index.ts';
 
 export type FleetView = z.infer<typeof FleetResponse>;
 
-const color = process.stdout.isTTY && !process.env.NO_COLOR;
+const color = process.stdout.isTTY && colorAllowed();
 const paint = (code: string, s: string) => (color ? `\x1b[${code}m${s}\x1b[0m` : s);
 export const bold = (s: string) => paint('1', s);
 export const dim = (s: string) => paint('2', s);
@@ -78,7 +79,7 @@ export function startTimeline(s: SparkSystem): () => Promise<void> {
 /** Runs the real sparkctl CLI against the system; its output goes to the timeline. */
 export async function sparkctl(s: SparkSystem, token: string, argv: string[]): Promise<string> {
   const child = spawn(process.execPath, [join(REPO_ROOT, 'cli', 'bin.mjs'), ...argv], {
-    env: { ...process.env, SPARK_URL: s.controllerUrl, SPARK_TOKEN: token, SPARKCTL_POLL_MS: '250' },
+    env: childEnv({ SPARK_URL: s.controllerUrl, SPARK_TOKEN: token, SPARKCTL_POLL_MS: '250' }),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

@@ -1,0 +1,201 @@
+/**
+ * Fails when a part reaches past one of two boundaries docs/architecture.md ("Parts") names
+ * (docs/adr/0210-environment-and-ledger-boundaries.md):
+ *
+ * - **The environment is read only in the settings modules** ({@link SETTINGS_MODULES}). An entry
+ *   ({@link ENTRY_FILES}) may hand `process.env` whole to a settings function, and read nothing
+ *   from it itself; every other file does not touch it. `process.env.X`, `process.env[x]`,
+ *   `process['env']`, `{ env } = process`, `...process.env` and `import { env } from 'node:process'`
+ *   all count.
+ * - **Raw SQL lives in `functions/ledger/`.** A string or template literal that reads as SQL
+ *   ({@link SQL_TEXT}), a `sql` tagged template or a `sql.raw(…)` call anywhere else fails.
+ *   (Biome's `noRestrictedImports` in `biome.jsonc` keeps `drizzle-orm`, `@libsql/client` and the
+ *   schema inside it; this check covers what an import rule cannot see.)
+ *
+ * Both rules cover the source of the deployables, the scripts and the actions (`core agent cli
+ * functions scripts actions`). `test/` is exempt: tests set the environment of the processes they
+ * start, and read the ledger file directly to check what the controller wrote.
+ * `npm run check` runs it; `tsx scripts/lint/boundaries.ts` alone prints what it finds.
+ */
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+import { sourceFiles } from './source-files.ts';
+
+/** The settings modules: the only files that read `process.env` (one per deployable, and the scripts'). */
+export const SETTINGS_MODULES: readonly RegExp[] = [
+  /^functions\/settings\.ts$/,
+  /^agent\/config\.ts$/,
+  /^cli\/settings\.ts$/,
+  /^agent\/preflight\/settings\.ts$/,
+  // each action's documented settings module (actions/checkout's src/input-helper.ts style)
+  /^actions\/[^/]+\/src\/input-helper\.ts$/,
+  /^scripts\/settings\.ts$/,
+];
+
+/** Process entries: each hands `process.env` whole to a settings function and reads nothing from it. */
+export const ENTRY_FILES: readonly string[] = [
+  'functions/node.ts',
+  'cli/main.ts',
+  'agent/preflight/bin.ts',
+  'agent/preflight/doctor-cli.ts',
+];
+
+/** The folder whose files may hold SQL. */
+export const LEDGER_DIR = 'functions/ledger/';
+
+/** Text that reads as a SQL statement (upper case, as every statement in this tree is written). */
+export const SQL_TEXT = /\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE TABLE|PRAGMA)\b/;
+
+/** The files the rules apply to: every source file outside `test/`. */
+export function checkedFiles(files: readonly string[]): string[] {
+  return files.filter((f) => !f.startsWith('test/'));
+}
+
+const isProcess = (e: ts.Expression) => ts.isIdentifier(e) && e.text === 'process';
+
+/** `process.env` or `process['env']`. */
+function isProcessEnv(node: ts.Node): node is ts.PropertyAccessExpression | ts.ElementAccessExpression {
+  if (ts.isPropertyAccessExpression(node)) return isProcess(node.expression) && node.name.text === 'env';
+  if (ts.isElementAccessExpression(node))
+    return (
+      isProcess(node.expression) &&
+      ts.isStringLiteralLike(node.argumentExpression) &&
+      node.argumentExpression.text === 'env'
+    );
+  return false;
+}
+
+/** Whether `node` is an argument of a call, as is (not spread, not read from). */
+function isWholeArgument(node: ts.Expression): boolean {
+  const parent = node.parent;
+  return !!parent && ts.isCallExpression(parent) && parent.arguments.includes(node);
+}
+
+const parse = (path: string, text: string | ts.SourceFile) =>
+  typeof text === 'string' ? ts.createSourceFile(path, text, ts.ScriptTarget.Latest, true) : text;
+
+const oneLine = (text: string) => text.replace(/\s+/g, ' ').slice(0, 60);
+
+/** The `process.env` uses of one file, each as `line: what`, classified for the rule. */
+export function environmentUses(
+  path: string,
+  text: string | ts.SourceFile,
+): { line: number; whole: boolean; what: string }[] {
+  const sf = parse(path, text);
+  const out: { line: number; whole: boolean; what: string }[] = [];
+  const at = (n: ts.Node) => sf.getLineAndCharacterOfPosition(n.getStart(sf)).line + 1;
+  const visit = (node: ts.Node) => {
+    if (isProcessEnv(node)) {
+      const whole = isWholeArgument(node);
+      const what = whole
+        ? `process.env handed to ${(node.parent as ts.CallExpression).expression.getText(sf)}`
+        : oneLine(node.parent.getText(sf));
+      out.push({ line: at(node), whole, what });
+    } else if (
+      ts.isVariableDeclaration(node) &&
+      ts.isObjectBindingPattern(node.name) &&
+      node.initializer &&
+      isProcess(node.initializer) &&
+      node.name.elements.some((e) => (e.propertyName ?? e.name).getText(sf) === 'env')
+    ) {
+      out.push({ line: at(node), whole: false, what: oneLine(node.getText(sf)) });
+    } else if (
+      ts.isImportDeclaration(node) &&
+      ts.isStringLiteral(node.moduleSpecifier) &&
+      /^(node:)?process$/.test(node.moduleSpecifier.text) &&
+      node.importClause?.namedBindings &&
+      ts.isNamedImports(node.importClause.namedBindings) &&
+      node.importClause.namedBindings.elements.some((e) => (e.propertyName ?? e.name).text === 'env')
+    ) {
+      out.push({ line: at(node), whole: false, what: oneLine(node.getText(sf)) });
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
+  return out;
+}
+
+/** The SQL in one file's literals and `sql` templates, each as `line: what`. */
+export function sqlUses(path: string, text: string | ts.SourceFile): { line: number; what: string }[] {
+  const sf = parse(path, text);
+  const out: { line: number; what: string }[] = [];
+  const at = (n: ts.Node) => sf.getLineAndCharacterOfPosition(n.getStart(sf)).line + 1;
+  const isSqlTag = (e: ts.Expression) => ts.isIdentifier(e) && e.text === 'sql';
+  const visit = (node: ts.Node) => {
+    if (ts.isTaggedTemplateExpression(node) && isSqlTag(node.tag)) {
+      out.push({ line: at(node), what: 'a sql`…` template' });
+      return;
+    }
+    if (
+      ts.isCallExpression(node) &&
+      ts.isPropertyAccessExpression(node.expression) &&
+      isSqlTag(node.expression.expression) &&
+      node.expression.name.text === 'raw'
+    ) {
+      out.push({ line: at(node), what: 'sql.raw(…)' });
+      return;
+    }
+    const literal =
+      ts.isStringLiteral(node) || ts.isNoSubstitutionTemplateLiteral(node)
+        ? node.text
+        : ts.isTemplateExpression(node)
+          ? [node.head.text, ...node.templateSpans.map((s) => s.literal.text)].join(' ')
+          : null;
+    // an import's module name is a string literal too, and never SQL
+    if (literal !== null && !ts.isImportDeclaration(node.parent) && !ts.isExportDeclaration(node.parent)) {
+      const m = SQL_TEXT.exec(literal);
+      if (m) out.push({ line: at(node), what: `SQL text "${literal.slice(m.index, m.index + 40)}"` });
+      if (ts.isTemplateExpression(node)) return;
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
+  return out;
+}
+
+/** The problems of the given files (repository-relative paths under `root`); empty when all keep the rules. */
+export function checkBoundaries(
+  root: string,
+  files: readonly string[],
+  rules: { settings: readonly RegExp[]; entries: readonly string[] } = {
+    settings: SETTINGS_MODULES,
+    entries: ENTRY_FILES,
+  },
+): string[] {
+  const problems: string[] = [];
+  for (const file of checkedFiles(files)) {
+    const text = parse(file, readFileSync(join(root, file), 'utf8'));
+    if (!rules.settings.some((r) => r.test(file))) {
+      const entry = rules.entries.includes(file);
+      for (const u of environmentUses(file, text)) {
+        if (entry && u.whole) continue;
+        problems.push(
+          entry
+            ? `${file}:${u.line}: reads the environment (${u.what}): an entry hands process.env whole to its settings function`
+            : `${file}:${u.line}: reads the environment (${u.what}): read it in the settings module and pass the value in`,
+        );
+      }
+    }
+    if (!file.startsWith(LEDGER_DIR)) {
+      for (const u of sqlUses(file, text))
+        problems.push(
+          `${file}:${u.line}: ${u.what} outside ${LEDGER_DIR}: call a ledger command or query instead`,
+        );
+    }
+  }
+  return problems;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+  const files = checkedFiles(sourceFiles(root));
+  const problems = checkBoundaries(root, files);
+  for (const p of problems) console.error(`boundaries: ${p}`);
+  if (problems.length) process.exitCode = 1;
+  else
+    console.log(
+      `boundaries: ${files.length} source files read the environment only in settings modules and hold SQL only in ${LEDGER_DIR}`,
+    );
+}

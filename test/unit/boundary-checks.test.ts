@@ -1,0 +1,128 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { checkBoundaries, environmentUses, sqlUses } from '../../scripts/lint/boundaries.ts';
+import { sourceFiles } from '../../scripts/lint/source-files.ts';
+
+/**
+ * The boundary check `npm run check` runs (docs/adr/0210-environment-and-ledger-boundaries.md) must
+ * be able to fail: it is run here on small trees written for the purpose, with the tree's own
+ * settings modules and entries.
+ */
+
+let root: string;
+beforeEach(() => {
+  root = mkdtempSync(join(tmpdir(), 'spark-boundaries-'));
+});
+afterEach(() => rmSync(root, { recursive: true, force: true }));
+
+function write(path: string, text: string) {
+  mkdirSync(dirname(join(root, path)), { recursive: true });
+  writeFileSync(join(root, path), text);
+}
+const check = () => checkBoundaries(root, sourceFiles(root));
+
+describe('the environment', () => {
+  it('may be read in the settings modules of each part', () => {
+    const read = 'export const v = process.env.SPARK_X ?? process.env["SPARK_Y"];\n';
+    for (const f of [
+      'functions/settings.ts',
+      'agent/config.ts',
+      'cli/settings.ts',
+      'agent/preflight/settings.ts',
+      'actions/lease-preflight/src/input-helper.ts',
+      'scripts/settings.ts',
+    ])
+      write(f, read);
+    expect(check()).toEqual([]);
+  });
+
+  it('is read nowhere else, in any spelling', () => {
+    write('agent/executor/slurm.ts', "export const path = process.env.PATH ?? '/usr/bin';\n");
+    write('agent/exec.ts', 'export const env = (e?: NodeJS.ProcessEnv) => e ?? process.env;\n');
+    write('cli/a.ts', "export const e = process['env'];\n");
+    write('core/b.ts', 'const { env } = process;\nexport const x = env.X;\n');
+    write('functions/c.ts', "import { env } from 'node:process';\nexport const y = env.Y;\n");
+    write('scripts/bench/d.ts', "export const child = { ...process.env, NODE_ENV: 'production' };\n");
+    write('actions/spark-test/src/main.ts', 'export const w = process.env.GITHUB_WORKSPACE;\n');
+    write('functions/ledger/e.ts', 'export const u = process.env.SPARK_LEDGER_URL;\n');
+    expect(check()).toEqual([
+      'actions/spark-test/src/main.ts:1: reads the environment (process.env.GITHUB_WORKSPACE): read it in the settings module and pass the value in',
+      'agent/exec.ts:1: reads the environment (e ?? process.env): read it in the settings module and pass the value in',
+      'agent/executor/slurm.ts:1: reads the environment (process.env.PATH): read it in the settings module and pass the value in',
+      "cli/a.ts:1: reads the environment (e = process['env']): read it in the settings module and pass the value in",
+      'core/b.ts:1: reads the environment ({ env } = process): read it in the settings module and pass the value in',
+      "functions/c.ts:1: reads the environment (import { env } from 'node:process';): read it in the settings module and pass the value in",
+      'functions/ledger/e.ts:1: reads the environment (process.env.SPARK_LEDGER_URL): read it in the settings module and pass the value in',
+      'scripts/bench/d.ts:1: reads the environment (...process.env): read it in the settings module and pass the value in',
+    ]);
+  });
+
+  it('is handed whole by an entry to a settings function, and an entry reads nothing from it', () => {
+    write('cli/main.ts', 'await main(process.argv.slice(2), io, process.env);\n');
+    write('agent/preflight/doctor-cli.ts', 'process.exitCode = await doctorMain([], process.env);\n');
+    write(
+      'functions/node.ts',
+      'const settings = settingsFromEnv(process.env, null);\nconst p = process.env.SPARK_CONFIG;\nconst all = process.env;\n',
+    );
+    // the same hand-over outside an entry is a read
+    write('agent/steps/x.ts', 'export const s = () => settingsOf(process.env);\n');
+    expect(check()).toEqual([
+      'agent/steps/x.ts:1: reads the environment (process.env handed to settingsOf): read it in the settings module and pass the value in',
+      'functions/node.ts:2: reads the environment (process.env.SPARK_CONFIG): an entry hands process.env whole to its settings function',
+      'functions/node.ts:3: reads the environment (all = process.env): an entry hands process.env whole to its settings function',
+    ]);
+  });
+
+  it('is not read by comments, other process members or a local named env', () => {
+    const uses = environmentUses(
+      'a.ts',
+      '// process.env.X\n/** process.env */\nconst env = { a: 1 };\nprocess.exitCode = env.a;\nprocess.argv.slice(2);\n',
+    );
+    expect(uses).toEqual([]);
+  });
+});
+
+describe('raw SQL', () => {
+  it('may stand in functions/ledger/, and in tests', () => {
+    write('functions/ledger/inbox.ts', "const Q = 'SELECT count(*) AS n FROM webhook_deliveries';\n");
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the text of a source file the check reads
+    write('functions/ledger/db.ts', 'export const b = sql`${x} in (${sql.raw("1")})`;\n');
+    write('test/helpers/reader.ts', "export const q = 'SELECT * FROM leases';\n");
+    write('test/unit/x.test.ts', "export const q = 'DELETE FROM leases';\n");
+    expect(check()).toEqual([]);
+  });
+
+  it('fails anywhere else: statements in strings and templates, sql templates, sql.raw', () => {
+    write(
+      'scripts/bench/a.ts',
+      "await c.execute('CREATE TABLE IF NOT EXISTS scratch (id INTEGER PRIMARY KEY)');\n",
+    );
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the text of a source file the check reads
+    write('functions/api/b.ts', 'const q = `SELECT state FROM ${table} WHERE id = ?`;\n');
+    write('cli/c.ts', 'const q = `UPDATE hosts SET state = ?`;\n');
+    write('agent/d.ts', 'export const p = [\'PRAGMA journal_mode = WAL\', "DELETE FROM leases"];\n');
+    write('core/e.ts', 'export const f = sql`select 1`;\nexport const g = sql.raw(text);\n');
+    write('actions/x/src/f.ts', "export const i = 'INSERT INTO events (id) VALUES (?)';\n");
+    expect(check()).toEqual([
+      'actions/x/src/f.ts:1: SQL text "INSERT INTO events (id) VALUES (?)" outside functions/ledger/: call a ledger command or query instead',
+      'agent/d.ts:1: SQL text "PRAGMA journal_mode = WAL" outside functions/ledger/: call a ledger command or query instead',
+      'agent/d.ts:1: SQL text "DELETE FROM leases" outside functions/ledger/: call a ledger command or query instead',
+      'cli/c.ts:1: SQL text "UPDATE hosts SET state = ?" outside functions/ledger/: call a ledger command or query instead',
+      'core/e.ts:1: a sql`…` template outside functions/ledger/: call a ledger command or query instead',
+      'core/e.ts:2: sql.raw(…) outside functions/ledger/: call a ledger command or query instead',
+      'functions/api/b.ts:1: SQL text "SELECT state FROM   WHERE id = ?" outside functions/ledger/: call a ledger command or query instead',
+      'scripts/bench/a.ts:1: SQL text "CREATE TABLE IF NOT EXISTS scratch (id I" outside functions/ledger/: call a ledger command or query instead',
+    ]);
+  });
+
+  it('is not prose, a comment or a module name', () => {
+    expect(
+      sqlUses(
+        'a.ts',
+        "// SELECT * FROM leases\nimport x from './select.ts';\nconst m = 'select a host, then update the state';\nconst n = `Update the App settings`;\n",
+      ),
+    ).toEqual([]);
+  });
+});
