@@ -109,12 +109,16 @@ export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunV
   switch (r.status) {
     case 'queued': {
       if (ctx.keptHost?.state === 'draining') {
+        // the kept host comes from the live plan; a row no pass has reached yet (no wait code) still
+        // holds its creation placeholder, so the summary names the drain the title shows
+        const reason =
+          r.waitCode == null
+            ? `${ctx.keptHost.id} draining for ${r.id}: the host finishes its current job before this one starts`
+            : (r.reason ?? 'the host finishes its current job before this one starts');
         return {
           status: 'queued',
           title: `${displayHost(ctx.keptHost.id)} draining — active job finishing`,
-          summary: summary(
-            `Waiting: ${r.reason ?? 'the host finishes its current job before this one starts'}`,
-          ),
+          summary: summary(`Waiting: ${reason}`),
         };
       }
       // the title is the spec's sentence, "Spark test queued — position 2"; the estimate stands on

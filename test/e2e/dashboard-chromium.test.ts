@@ -11,6 +11,7 @@ import {
   agentCleaned,
   agentPrepared,
   bringOnline,
+  heardAnHourAgo,
   startApiController,
   until,
 } from '../integration/cli-harness.ts';
@@ -286,7 +287,10 @@ describe('control-room dashboard in Chromium', () => {
       expect(text).toMatch(/Install the relay agent.*sparkctl host adopt/s);
       expect(await page.locator('body').textContent()).not.toMatch(/New work starts as soon as it arrives/);
 
-      // a request arrives anyway: it queues, and its estimate says why it cannot start
+      // a request arrives anyway: it queues, and its estimate says why it cannot start. A
+      // development request needs a host known to run dstack (ADR 0176), so the agents were heard
+      // from once, an hour ago: still offline, still not adopted
+      await heardAnHourAgo(ctl.c.ledger);
       const added = await ctl.call(ctl.tokens.dev, 'POST', '/api/v1/reservations', {});
       const row = page.locator(`#queue tr[data-reservation="${added.body.reservation.id}"]`);
       await row.waitFor({ timeout: 4_000 });
