@@ -1,11 +1,9 @@
 import { verify } from '@octokit/webhooks-methods';
-import { requestGate } from '../admission-loop.ts';
 import { ANONYMOUS_BODY_DEADLINE_MS } from '../api/anonymous-budget.ts';
 import { readAnonymousBody } from '../api/body.ts';
 import type { App } from '../app.ts';
 import { ApiError } from '../errors.ts';
 import { insertDelivery } from '../ledger/inbox.ts';
-import { inboxProcessor } from './inbox.ts';
 import type { GitHubService } from './service.ts';
 
 /** Webhook bodies above this are refused while streaming (GitHub caps payloads at 25 MB; ours are small). */
@@ -49,7 +47,7 @@ export function mountWebhook(app: App, svc: () => GitHubService) {
         'webhook_not_configured',
         'SPARK_WEBHOOK_SECRET is not set; refusing every delivery',
       );
-    const gate = requestGate(s.ledger);
+    const { gate } = s;
     gate.enter();
     try {
       const sig = c.req.header('x-hub-signature-256') ?? '';
@@ -98,7 +96,7 @@ export function mountWebhook(app: App, svc: () => GitHubService) {
         throw ledgerUnavailable();
       }
       if (!inserted) return c.json({ ok: true, duplicate: true, delivery });
-      inboxProcessor(s).kick();
+      s.inbox.kick();
       return c.json({ ok: true, accepted: true, delivery }, 202);
     } finally {
       gate.leave();
