@@ -34,9 +34,9 @@ const ledgerUnavailable = () =>
  * Retry-After past it, docs/adr/0150-anonymous-body-budget.md) — all refused before a byte of the
  * body is read; then the body read as a bounded stream into one buffer, `X-Hub-Signature-256`
  * verified over it, JSON checked, then one INSERT of the delivery (id unique, event, raw body)
- * and 202. Processing runs afterwards ({@link inboxProcessor}); a redelivery of a known id is
- * answered 200 and changes nothing. Fails closed: no secret configured or ledger unreachable →
- * 503, nothing written.
+ * and 202. Processing runs afterwards (the service's inbox processor, `svc.inbox`); a redelivery
+ * of a known id is answered 200 and changes nothing. Fails closed: no secret configured or ledger
+ * unreachable → 503, nothing written.
  */
 export function mountWebhook(app: App, svc: () => GitHubService) {
   app.post('/github/webhooks', async (c) => {
