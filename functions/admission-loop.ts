@@ -21,18 +21,6 @@ export const MIN_PASS_GAP_MS = 50;
 /** How long background work defers to requests in flight before it runs anyway. */
 export const MAX_DEFER_MS = 1000;
 
-const gates = new WeakMap<object, RequestGate>();
-
-/** The gate shared by everything running on one ledger in this process. */
-export function requestGate(ledger: object): RequestGate {
-  let g = gates.get(ledger);
-  if (!g) {
-    g = createRequestGate();
-    gates.set(ledger, g);
-  }
-  return g;
-}
-
 /**
  * Quiet means no request in flight *and* none started or finished for {@link QUIET_MS}: between
  * two requests of a burst the count touches 0 while the next connections still wait to be
@@ -40,7 +28,11 @@ export function requestGate(ledger: object): RequestGate {
  */
 export const QUIET_MS = 100;
 
-function createRequestGate(): RequestGate {
+/**
+ * A request gate: `createController()` builds one and hands it to the webhook route, the inbox
+ * processor, the admission loop and the module tick (docs/adr/0215-controller-owns-its-services.md).
+ */
+export function createRequestGate(): RequestGate {
   let inFlight = 0;
   let lastActivity = 0;
   return {
@@ -91,13 +83,15 @@ export function startAdmissionLoop(
     intervalMs?: number | null;
     onError?: (e: unknown) => void;
     onPass?: (r: PassResult) => void;
+    /** The requests kicked passes defer to; a loop of its own when none is given. */
+    gate?: RequestGate;
   } = {},
 ): AdmissionLoop {
   let running: Promise<PassResult | null> | null = null;
   let again = false;
   let stopped = false;
 
-  const gate = requestGate(ledger);
+  const gate = opts.gate ?? createRequestGate();
   // a pass kicked by a change runs after the requests in flight are answered (so one pass
   // covers a burst); runNow() callers wait for their pass, so theirs runs at once
   let lastPassAt = -Infinity;

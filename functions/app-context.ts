@@ -2,6 +2,7 @@ import type { Hono } from 'hono';
 import type { AdmissionLoop } from './admission-loop.ts';
 import type { Ledger } from './ledger/ledger.ts';
 import type { Logger } from './log.ts';
+import type { ControllerServices } from './services.ts';
 import type { Settings } from './settings.ts';
 
 /**
@@ -10,7 +11,7 @@ import type { Settings } from './settings.ts';
  * they must not import the app for it.
  */
 
-/** Everything a route module may use; built once per process by the entry (Node or Worker). */
+/** Everything a route module may use; built once per controller by `createController()`. */
 export interface AppContext {
   ledger: Ledger;
   settings: Settings;
@@ -20,6 +21,8 @@ export interface AppContext {
   fetch: typeof fetch;
   /** 'node' supports long-poll and background timers; 'worker' answers at once. */
   runtime: 'node' | 'worker';
+  /** The controller's services (`services.ts`), built once by `createController()`. */
+  services: ControllerServices;
 }
 
 export type AppEnv = { Variables: { ctx: AppContext } };

@@ -7,8 +7,6 @@ import { requirePublicRead } from './auth/public-read.ts';
 import { ApiError } from './errors.ts';
 import type { TransitionHook } from './ledger/ledger.ts';
 import { isLedgerUnavailable, ledgerUnavailable } from './ledger/unavailable.ts';
-import { buildViews } from './views.ts';
-import { publicViewCache } from './views-cache.ts';
 
 /**
  * A part of the controller (GitHub front door, agent API, operator API, dashboard...). Each
@@ -140,10 +138,7 @@ export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
 
   // anonymous views: from the short public cache (issue 11 item 4), behind a token when
   // `publicViews: "token"` (item 6)
-  const views = () =>
-    publicViewCache(ctx.ledger, ctx.ledger.config.server.publicViewCacheMs).get('views', () =>
-      buildViews(ctx.ledger),
-    );
+  const views = () => ctx.services.publicViews.get('views', () => ctx.services.views.get());
   const publicRead = requirePublicRead(ctx);
   app.get('/api/v1/fleet', publicRead, async (c) => c.json((await views()).fleet));
   app.get('/api/v1/queue', publicRead, async (c) => c.json((await views()).queue));

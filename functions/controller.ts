@@ -1,9 +1,14 @@
-import { type AdmissionLoop, startAdmissionLoop } from './admission-loop.ts';
+import { type AdmissionLoop, createRequestGate, startAdmissionLoop } from './admission-loop.ts';
 import { type App, type AppContext, type AppModule, createApp } from './app.ts';
+import { createGitHubService } from './github/create-service.ts';
 import type { Ledger } from './ledger/ledger.ts';
 import type { Logger } from './log.ts';
+import { createProcessInstruments } from './metrics/instruments.ts';
 import { appModules } from './modules.ts';
+import type { ControllerServices } from './services.ts';
 import type { Settings } from './settings.ts';
+import { createViewsMemo } from './views.ts';
+import { createPublicViewCache } from './views-cache.ts';
 
 /** What both entries hand in: an opened (migrated) ledger and the runtime's own parts. */
 export interface ControllerOptions {
@@ -52,10 +57,12 @@ export async function createController(o: ControllerOptions): Promise<Controller
       log.warn('host sync failed; retried before the next tick', { error: String(e) }),
     );
   await trySyncHosts();
-  const base = { ledger, settings: o.settings, log, fetch: o.fetch, runtime: o.runtime };
+  const services = createServices(o);
+  const base = { ledger, settings: o.settings, log, fetch: o.fetch, runtime: o.runtime, services };
   for (const m of modules) for (const h of m.hooks?.(base) ?? []) ledger.addHook(h);
   const loop = startAdmissionLoop(ledger, {
     intervalMs: o.admissionIntervalMs,
+    gate: services.gate,
     onError: (e) => log.error('admission pass failed', { error: String(e) }),
   });
   const ctx: AppContext = { ...base, loop };
@@ -80,4 +87,27 @@ export async function createController(o: ControllerOptions): Promise<Controller
     }
   };
   return { app, ctx, ledger, loop, tick, syncHosts };
+}
+
+/**
+ * Every long-lived service of this controller, built here once and handed to the modules on
+ * their context (docs/adr/0215-controller-owns-its-services.md): no module keeps a registry, so
+ * two controllers in one process, even on one ledger, share nothing but the ledger.
+ */
+function createServices(o: ControllerOptions): ControllerServices {
+  const { ledger } = o;
+  const gate = createRequestGate();
+  const views = createViewsMemo(ledger);
+  const metrics = createProcessInstruments(ledger);
+  const github = createGitHubService({
+    ledger,
+    settings: o.settings,
+    log: o.log,
+    fetch: o.fetch,
+    gate,
+    views,
+    observe: (call) => metrics.github.observe(call),
+  });
+  const publicViews = createPublicViewCache(ledger, ledger.config.server.publicViewCacheMs);
+  return { gate, views, publicViews, metrics, github };
 }

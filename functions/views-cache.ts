@@ -11,12 +11,11 @@ export interface PublicViewCache {
   get<T>(key: string, compute: () => Promise<T>): Promise<T>;
 }
 
-const caches = new WeakMap<Ledger, PublicViewCache>();
-
-/** The cache of `ledger`'s public views (one per ledger per process). */
-export function publicViewCache(ledger: Ledger, ttlMs: number): PublicViewCache {
-  const existing = caches.get(ledger);
-  if (existing) return existing;
+/**
+ * The cache of `ledger`'s public views: `createController()` builds one per controller
+ * (docs/adr/0215-controller-owns-its-services.md).
+ */
+export function createPublicViewCache(ledger: Ledger, ttlMs: number): PublicViewCache {
   const entries = new Map<string, { at: number; value: Promise<unknown> }>();
   ledger.subscribe(() => entries.clear());
   const cache: PublicViewCache = {
@@ -33,6 +32,5 @@ export function publicViewCache(ledger: Ledger, ttlMs: number): PublicViewCache 
       return value;
     },
   };
-  caches.set(ledger, cache);
   return cache;
 }

@@ -102,7 +102,7 @@ export function githubWebBase(apiUrl: string): string {
   return `${u.protocol}//${u.host}`;
 }
 
-type Views = {
+export type Views = {
   fleet: FleetView;
   queue: QueueView;
   /**
@@ -112,37 +112,36 @@ type Views = {
    */
   operatorReasons: ReadonlyMap<string, string | null>;
 };
-const memo = new WeakMap<Ledger, { version: number; now: number; at: number; views: Promise<Views> }>();
+
+/** The fleet and queue views, computed once per ledger version ({@link createViewsMemo}). */
+export type ViewsMemo = { get(): Promise<Views> };
 
 /**
- * The fleet and queue views, computed once per ledger version (issue 13 item 2: every queued
- * check-run render, scrape, describe and sweep recomputed admission and ETAs for the whole
- * queue). Reused while the ledger's {@link Ledger.version} is unchanged and both its clock and
- * real time have moved less than `server.publicViewCacheMs` (ages and staleness follow the
- * clock; another process's changes reach this one within that bound). A failed computation is
- * not reused.
+ * One per controller (docs/adr/0215-controller-owns-its-services.md), since issue 13 item 2: every
+ * queued check-run render, scrape, describe and sweep recomputed admission and ETAs for the whole
+ * queue. Reused while the ledger's {@link Ledger.version} is unchanged and both its clock and real
+ * time have moved less than `server.publicViewCacheMs` (ages follow the clock; another process's
+ * changes reach this one within that bound). A failed computation is not reused.
  */
-export function buildViews(ledger: Ledger): Promise<Views> {
-  const now = ledger.clock();
-  const version = ledger.version;
-  const hit = memo.get(ledger);
-  const maxAge = ledger.config.server.publicViewCacheMs;
-  const at = performance.now();
-  if (
-    hit &&
-    hit.version === version &&
-    now >= hit.now &&
-    now - hit.now < maxAge &&
+export function createViewsMemo(ledger: Ledger): ViewsMemo {
+  let hit: { version: number; now: number; at: number; views: Promise<Views> } | null = null;
+  const fresh = (h: NonNullable<typeof hit>, version: number, now: number, at: number) => {
+    const maxAge = ledger.config.server.publicViewCacheMs;
     // real time too: a test clock may stand still while another process changes the ledger
-    at - hit.at < maxAge
-  )
-    return hit.views;
-  const views = computeViews(ledger, now);
-  memo.set(ledger, { version, now, at, views });
-  views.catch(() => {
-    if (memo.get(ledger)?.views === views) memo.delete(ledger);
-  });
-  return views;
+    return h.version === version && now >= h.now && now - h.now < maxAge && at - h.at < maxAge;
+  };
+  return {
+    get() {
+      const [now, version, at] = [ledger.clock(), ledger.version, performance.now()];
+      if (hit && fresh(hit, version, now, at)) return hit.views;
+      const entry = { version, now, at, views: computeViews(ledger, now) };
+      hit = entry;
+      entry.views.catch(() => {
+        if (hit === entry) hit = null;
+      });
+      return entry.views;
+    },
+  };
 }
 
 async function computeViews(ledger: Ledger, now: number): Promise<Views> {

@@ -12,7 +12,7 @@ import { isoTime } from '../../core/time.ts';
 import type { ApiPrincipal } from '../auth/tokens.ts';
 import type { LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
 import * as q from '../ledger/queries.ts';
-import { buildViews, githubWebBase, type QueueView, redactText } from '../views.ts';
+import { githubWebBase, type QueueView, redactText, type ViewsMemo } from '../views.ts';
 
 /** The dev environment's attach command an agent reported (`lease_active.attach`), or null. */
 function attachOf(evidenceJson: string | null): string | null {
@@ -49,8 +49,8 @@ export interface LiveQueue {
   reasons: ReadonlyMap<string, string | null>;
 }
 
-export async function loadLiveQueue(ledger: Ledger): Promise<LiveQueue> {
-  const { fleet, queue, operatorReasons } = await buildViews(ledger);
+export async function loadLiveQueue(views: ViewsMemo): Promise<LiveQueue> {
+  const { fleet, queue, operatorReasons } = await views.get();
   const keptFor = new Map<string, { hostId: string; state: string }[]>();
   for (const h of fleet.hosts) {
     if (!h.keptFor) continue;

@@ -53,7 +53,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
   async function info(id: string, p: ApiPrincipal): Promise<ReservationInfo> {
     const one = await loadOne(ledger, id);
     if (!one) throw notFound(`reservation ${id}`);
-    return describeReservation(ledger, one.row, one.leases, p, await loadLiveQueue(ledger));
+    return describeReservation(ledger, one.row, one.leases, p, await loadLiveQueue(ctx.services.views));
   }
 
   async function requireMine(id: string, p: ApiPrincipal): Promise<ReservationRow> {
@@ -117,7 +117,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
     const mine = ['1', 'true', 'yes'].includes(c.req.query('mine') ?? '');
     const statuses = groups[status];
     const rows = await loadReservations(ledger, { ...(statuses ? { statuses } : {}), limit: 500 });
-    const live = await loadLiveQueue(ledger);
+    const live = await loadLiveQueue(ctx.services.views);
     const list = rows
       .map(({ row, leases }) => describeReservation(ledger, row, leases, p, live))
       .filter((r) => !mine || r.mine);

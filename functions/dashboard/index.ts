@@ -1,21 +1,24 @@
 import type { Context } from 'hono';
 import { streamSSE } from 'hono/streaming';
-import type { AppModule } from '../app.ts';
+import type { AppContext, AppModule } from '../app.ts';
 import { requirePublicRead } from '../auth/public-read.ts';
 import { ApiError } from '../errors.ts';
 import { inboxStats } from '../ledger/inbox.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { recentEventsOf } from '../ledger/queries.ts';
-import { buildViews, toEventView } from '../views.ts';
-import { publicViewCache } from '../views-cache.ts';
+import { toEventView, type ViewsMemo } from '../views.ts';
 import { CLIENT_JS, type DashboardData, DashboardPage, LivePanel } from './page.tsx';
 
 /** Subjects shown in the public history (tokens, webhooks and outbox stay internal). */
 const PUBLIC_SUBJECTS = ['reservation', 'lease', 'host'] as const;
 
-export async function loadDashboardData(ledger: Ledger, historyLimit = 25): Promise<DashboardData> {
+export async function loadDashboardData(
+  ledger: Ledger,
+  views: ViewsMemo,
+  historyLimit = 25,
+): Promise<DashboardData> {
   const [{ fleet, queue }, rows, inbox] = await Promise.all([
-    buildViews(ledger),
+    views.get(),
     recentEventsOf(ledger, PUBLIC_SUBJECTS, historyLimit),
     inboxStats(ledger),
   ]);
@@ -28,10 +31,8 @@ export async function loadDashboardData(ledger: Ledger, historyLimit = 25): Prom
 }
 
 /** The dashboard data from the public view cache (issue 11 item 4). */
-function cachedDashboard(ledger: Ledger): Promise<DashboardData> {
-  return publicViewCache(ledger, ledger.config.server.publicViewCacheMs).get('dashboard', () =>
-    loadDashboardData(ledger),
-  );
+function cachedDashboard(ctx: AppContext): Promise<DashboardData> {
+  return ctx.services.publicViews.get('dashboard', () => loadDashboardData(ctx.ledger, ctx.services.views));
 }
 
 async function sha256Base64(text: string): Promise<string> {
@@ -60,9 +61,6 @@ function contentSecurityPolicy(): Promise<string> {
   return csp;
 }
 
-/** Dashboard change streams open in this process, in all and per client address (issue 11 item 4). */
-const streams = { total: 0, byAddress: new Map<string, number>() };
-
 function clientAddress(c: Context): string {
   const incoming = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming;
   return incoming?.socket?.remoteAddress ?? c.req.header('cf-connecting-ip') ?? 'unknown';
@@ -80,6 +78,9 @@ function clientAddress(c: Context): string {
 export const dashboardModule: AppModule = {
   name: 'dashboard',
   routes(app, ctx) {
+    // the change streams this app has open, in all and per client address (issue 11 item 4);
+    // one app per controller, so two controllers in one process do not count each other's
+    const streams = { total: 0, byAddress: new Map<string, number>() };
     const guard = requirePublicRead(ctx);
     const headers = async (c: Context, next: () => Promise<void>) => {
       await next();
@@ -92,10 +93,10 @@ export const dashboardModule: AppModule = {
       app.use(path, headers);
       app.use(path, guard);
     }
-    app.get('/', async (c) => c.html(DashboardPage({ data: await cachedDashboard(ctx.ledger) })));
+    app.get('/', async (c) => c.html(DashboardPage({ data: await cachedDashboard(ctx) })));
     app.get('/dashboard/live', async (c) => {
       c.header('cache-control', 'no-store');
-      return c.html(LivePanel({ data: await cachedDashboard(ctx.ledger) }));
+      return c.html(LivePanel({ data: await cachedDashboard(ctx) }));
     });
     app.get('/dashboard/events', (c) => {
       const { sseMaxClients, sseMaxPerAddress } = ctx.ledger.config.server;

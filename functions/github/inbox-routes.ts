@@ -3,7 +3,6 @@ import type { OperatorApi } from '../api/operator.ts';
 import type { AppContext } from '../app.ts';
 import { ApiError, notFound } from '../errors.ts';
 import { getDelivery, inboxStats, listDeliveries, retryDelivery } from '../ledger/inbox.ts';
-import { inboxProcessor } from './inbox.ts';
 import type { GitHubService } from './service.ts';
 
 const ListQuery = z
@@ -49,7 +48,7 @@ export function mountInboxRoutes(api: OperatorApi, ctx: AppContext, svc: () => G
   api.post('/deliveries/:id/retry', 'operate', async (c) => {
     const id = deliveryId(c.req.param('id'));
     const delivery = await retryDelivery(ctx.ledger, id, `api:${c.get('principal').name}`);
-    inboxProcessor(svc()).kick();
+    svc().inbox.kick();
     return c.json({ delivery });
   });
 }

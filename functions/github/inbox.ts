@@ -1,5 +1,4 @@
 import { ZodError } from 'zod';
-import { requestGate } from '../admission-loop.ts';
 import type { AppContext } from '../app.ts';
 import { ApiError } from '../errors.ts';
 import {
@@ -13,6 +12,7 @@ import {
 import { GitHubError } from './client.ts';
 import { ignoreDelivery, intakeHandlers } from './intake/index.ts';
 import { type GitHubService, githubService } from './service.ts';
+import type { InboxDrainResult, InboxProcessor } from './service-parts.ts';
 
 /**
  * The webhook inbox's processor (issue 13, docs/adr/0035-webhook-inbox.md). The route has
@@ -46,35 +46,15 @@ export function inboxBackoffMs(attempt: number): number {
   return Math.min(300_000, 1000 * 2 ** Math.max(0, attempt - 1));
 }
 
-export interface DrainResult {
-  processed: number;
-  retried: number;
-  parked: number;
-}
+export type DrainResult = InboxDrainResult;
+export type { InboxProcessor } from './service-parts.ts';
 
-export interface InboxProcessor {
-  /** Ask for a drain soon (after the requests in flight are answered); calls coalesce. */
-  kick(): void;
-  /** Drains every due delivery now and resolves when none is left (tests, cron, waitUntil). */
-  drain(): Promise<DrainResult>;
-  /** Resolves when the drain running now (if any) is done. */
-  settle(): Promise<void>;
-}
-
-const processors = new WeakMap<GitHubService, InboxProcessor>();
-
-/** The one processor per GitHub service (per process / isolate). */
-export function inboxProcessor(svc: GitHubService): InboxProcessor {
-  let p = processors.get(svc);
-  if (!p) {
-    p = createProcessor(svc);
-    processors.set(svc, p);
-  }
-  return p;
-}
-
-function createProcessor(svc: GitHubService): InboxProcessor {
-  const gate = requestGate(svc.ledger);
+/**
+ * The inbox processor of `svc`, built once with it (`create-service.ts`); it defers to the
+ * requests in flight through the service's request gate.
+ */
+export function createInboxProcessor(svc: GitHubService): InboxProcessor {
+  const { gate } = svc;
   let running: Promise<DrainResult> | null = null;
   let again = false;
 
@@ -179,7 +159,7 @@ function createProcessor(svc: GitHubService): InboxProcessor {
  * after the response, inside that request's lifetime.
  */
 export async function settleInbox(ctx: AppContext): Promise<void> {
-  await inboxProcessor(githubService(ctx)).settle();
+  await githubService(ctx).inbox.settle();
   // and the admission passes the processed deliveries kicked
   await ctx.loop.settle();
 }

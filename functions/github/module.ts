@@ -1,14 +1,10 @@
 import { RUNNER_STATUSES } from '../../core/model.ts';
-import { requestGate } from '../admission-loop.ts';
 import type { AppContext, AppModule } from '../app.ts';
 import { githubReservations } from '../ledger/queries.ts';
 import { createGitHubHook } from './hooks.ts';
-import { inboxProcessor } from './inbox.ts';
 import { mountInboxRoutes } from './inbox-routes.ts';
-import { outboxSender } from './outbox.ts';
 import { sweepMissedDeliveries } from './redeliver.ts';
 import { mountRepositoryRoutes } from './repositories.ts';
-import { senders } from './senders.ts';
 import { githubService } from './service.ts';
 import {
   pruneDeliveries,
@@ -27,7 +23,7 @@ import { mountWebhook } from './webhook.ts';
  */
 export async function drainGitHubOutbox(ctx: AppContext): Promise<void> {
   const svc = githubService(ctx);
-  if (svc.client.configured) await outboxSender(svc, senders).drain();
+  if (svc.client.configured) await svc.outbox.drain();
 }
 
 /**
@@ -51,14 +47,14 @@ export const githubModule: AppModule = {
   // grant's dispatch and JIT registration never wait for the tick (ADR 0180), which stays the
   // safety net for rows another process queued
   background(ctx: AppContext) {
-    return outboxSender(githubService(ctx), senders).start();
+    return githubService(ctx).outbox.start();
   },
   async tick(ctx: AppContext) {
     const svc = githubService(ctx);
     // timers yield to webhook requests in flight: acknowledging comes first (issue 13)
-    if (ctx.runtime === 'node') await requestGate(ctx.ledger).whenQuiet();
+    if (ctx.runtime === 'node') await svc.gate.whenQuiet();
     // deliveries first: they were acknowledged already and may wait for a retry that is due
-    await inboxProcessor(svc).drain();
+    await svc.inbox.drain();
     // webhooks GitHub failed to deliver while no controller answered (ADR 0091): at start, then
     // every 10 min; a GitHub failure here must not hold back the rest of the tick
     await sweepMissedDeliveries(svc, { startSweep: ctx.runtime === 'node' }).catch((e: unknown) =>

@@ -16,6 +16,7 @@ import { beginRelease, getReservation } from '../ledger/reservations.ts';
 import { GitHubError } from './client.ts';
 import { patchMeta } from './meta.ts';
 import type { GitHubService } from './service.ts';
+import type { OutboxSender } from './service-parts.ts';
 
 /**
  * Sends the transactional outbox's GitHub side effects (DESIGN.md "GitHub integration"; ADR
@@ -144,41 +145,16 @@ async function drainLane(
   return claimed.length;
 }
 
-/** The process's outbox sender (one per GitHub service): drains on demand and, on Node, by itself. */
-export interface OutboxSender {
-  /** Ask for a drain now, without waiting; calls coalesce with one running. */
-  kick(): void;
-  /**
-   * Sends every due row, each lane until a round claims nothing, and resolves then (module tick,
-   * cron, a Worker's `waitUntil`, tests). Joins a lane already draining, plus one more round.
-   */
-  drain(): Promise<void>;
-  /** Resolves when the drains running now (if any) are done. */
-  settle(): Promise<void>;
-  /**
-   * Node only: drains when a commit fills the outbox (the ledger's `outbox` notice, sent by
-   * `enqueue`) and when the next pending row falls due (a retry's backoff, a rate-limit reset),
-   * so nothing on a handover waits for the module tick. Returns the stop function.
-   */
-  start(): () => Promise<void>;
-}
-
-const outboxSenders = new WeakMap<GitHubService, OutboxSender>();
-
-/** The one outbox sender of `svc` (per process / per isolate). */
-export function outboxSender(svc: GitHubService, senders: Record<OutboxKind, Sender>): OutboxSender {
-  let s = outboxSenders.get(svc);
-  if (!s) {
-    s = createOutboxSender(svc, senders);
-    outboxSenders.set(svc, s);
-  }
-  return s;
-}
+export type { OutboxSender } from './service-parts.ts';
 
 /** Longest a timer is set for (setTimeout's limit is 2^31 − 1 ms); the module tick covers the rest. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
-function createOutboxSender(svc: GitHubService, senders: Record<OutboxKind, Sender>): OutboxSender {
+/**
+ * The outbox sender of `svc`, built once with it (`create-service.ts`): its lanes, timer and
+ * subscription belong to that service, so two controllers in one process never share them.
+ */
+export function createOutboxSender(svc: GitHubService, senders: Record<OutboxKind, Sender>): OutboxSender {
   let started = false;
   let timer: ReturnType<typeof setTimeout> | null = null;
   // each lane drains on its own: a dispatch queued while the other lane works through a burst of

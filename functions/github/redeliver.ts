@@ -40,11 +40,6 @@ export interface RedeliverySweep {
   failed: string[];
 }
 
-/** Processes whose start sweep already ran (per service object, i.e. per ledger per process). */
-const startSwept = new WeakSet<GitHubService>();
-/** The sweep time this process last read or wrote (another process may have swept since). */
-const lastSweepSeen = new WeakMap<GitHubService, number>();
-
 /** The `cursor` page GitHub's `Link: <…>; rel="next"` names, as a path under the API base. */
 function nextPage(link: string | null): string | null {
   const m = /<([^>]+)>;\s*rel="next"/.exec(link ?? '');
@@ -67,20 +62,15 @@ export async function sweepMissedDeliveries(
   opts: { force?: boolean; startSweep?: boolean } = {},
 ): Promise<RedeliverySweep | null> {
   if (!svc.client.configured) return null;
-  // one sweep at a time per process: two overlapping sweeps would both ask for the same GUIDs
-  const before = inFlight.get(svc) ?? Promise.resolve();
-  const run = before.then(
+  // one sweep at a time per service: two overlapping sweeps would both ask for the same GUIDs
+  const state = svc.redelivery;
+  const run = state.inFlight.then(
     () => sweepOnce(svc, opts),
     () => sweepOnce(svc, opts),
   );
-  inFlight.set(
-    svc,
-    run.catch(() => null),
-  );
+  state.inFlight = run.catch(() => null);
   return run;
 }
-
-const inFlight = new WeakMap<GitHubService, Promise<unknown>>();
 
 async function sweepOnce(
   svc: GitHubService,
@@ -88,22 +78,23 @@ async function sweepOnce(
 ): Promise<RedeliverySweep | null> {
   const { ledger } = svc;
   // a Worker isolate is no controller start (isolates come and go): it keeps to the interval
-  const atStart = opts.startSweep !== false && !startSwept.has(svc);
+  const state = svc.redelivery;
+  const atStart = opts.startSweep !== false && !state.startSwept;
   // the module tick calls this every second: until the last sweep this process saw is an interval
   // old nothing can be due, so no write transaction (and no writer lock) is taken for it
-  const seen = lastSweepSeen.get(svc);
+  const seen = state.lastSweepSeen;
   if (!atStart && !opts.force && seen != null && ledger.clock() - seen < REDELIVERY_INTERVAL_MS) return null;
   const due = await ledger.write(async (tx, now) => {
     const last = Number((await ledger.getMark(tx, SWEPT_KEY)) ?? 0);
     if (!atStart && !opts.force && now - last < REDELIVERY_INTERVAL_MS) {
-      lastSweepSeen.set(svc, last);
+      state.lastSweepSeen = last;
       return false;
     }
     await ledger.setMark(tx, SWEPT_KEY, String(now));
-    lastSweepSeen.set(svc, now);
+    state.lastSweepSeen = now;
     return true;
   });
-  startSwept.add(svc);
+  state.startSwept = true;
   if (!due) return null;
 
   const since = ledger.clock() - REDELIVERY_LOOKBACK_MS;

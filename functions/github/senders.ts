@@ -15,7 +15,7 @@ import { hostEvidenceOf } from '../ledger/host-evidence.ts';
 import { leasesOf } from '../ledger/leases.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 import { getReservation, setCheckRunId, withdrawBeforeDispatch } from '../ledger/reservations.ts';
-import { buildViews } from '../views.ts';
+import type { Views } from '../views.ts';
 import {
   type CheckRunView,
   checkRunKey,
@@ -66,7 +66,7 @@ function executorOf(evidenceJson: string | null): string[] {
 export async function renderContextFor(svc: GitHubService, r: ReservationRow): Promise<RenderContext> {
   const leases = await leasesOf(svc.ledger, undefined, r.id);
   const queued =
-    r.status === 'queued' ? queuedContext(await buildViews(svc.ledger), r.id) : { keptHost: null, eta: null };
+    r.status === 'queued' ? queuedContext(await svc.views.get(), r.id) : { keptHost: null, eta: null };
   const meta = readMeta(r);
   const task = meta?.ci === 'task';
   return {
@@ -91,10 +91,7 @@ export async function renderContextFor(svc: GitHubService, r: ReservationRow): P
  * held) and the start estimate. One function for the sender and the position refresh
  * (`refreshQueuedChecks`), so the refresh compares against exactly the title the sender wrote.
  */
-export function queuedContext(
-  views: Awaited<ReturnType<typeof buildViews>>,
-  reservationId: string,
-): Pick<RenderContext, 'keptHost' | 'eta'> {
+export function queuedContext(views: Views, reservationId: string): Pick<RenderContext, 'keptHost' | 'eta'> {
   const h = views.fleet.hosts.find(
     (x) => x.keptFor === reservationId && (x.state === 'draining' || x.state === 'held'),
   );

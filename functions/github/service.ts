@@ -1,12 +1,17 @@
 import type { SparkConfig } from '../../core/config.ts';
-import type { AppContext } from '../app.ts';
+import type { RequestGate } from '../admission-loop.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import type { Logger } from '../log.ts';
-import { githubApiStats } from '../metrics/github-api.ts';
-import { Authorizer } from './authorize.ts';
-import { createGitHubClient, type GitHubClient } from './client.ts';
+import type { ViewsMemo } from '../views.ts';
+import type { Authorizer } from './authorize.ts';
+import type { GitHubClient } from './client.ts';
+import type { InboxProcessor, OutboxSender, RedeliveryState } from './service-parts.ts';
 
-/** Everything the GitHub front door needs, built once per ledger (per process / per isolate). */
+/**
+ * Everything the GitHub front door needs, built once by `createController()` (`create-service.ts`)
+ * and held in its services (docs/adr/0215-controller-owns-its-services.md): two controllers in
+ * one process each have their own client, outbox sender, inbox processor and sweep state.
+ */
 export interface GitHubService {
   ledger: Ledger;
   config: SparkConfig;
@@ -18,34 +23,19 @@ export interface GitHubService {
   publicUrl: string | undefined;
   /** Identifies this process when claiming outbox rows. */
   workerId: string;
+  /** The controller's request gate: webhook requests enter it, background drains defer to it. */
+  gate: RequestGate;
+  /** The controller's fleet and queue views (check-run renders, queued-check refresh). */
+  views: ViewsMemo;
+  /** Sends the outbox's side effects (check runs, dispatches, runner registration). */
+  outbox: OutboxSender;
+  /** Processes the acknowledged webhook deliveries. */
+  inbox: InboxProcessor;
+  /** The missed-delivery sweep's memory between ticks (`redeliver.ts`). */
+  redelivery: RedeliveryState;
 }
 
-const services = new WeakMap<Ledger, GitHubService>();
-
-/** The service bound to `ctx.ledger`; tests may pre-register one with {@link setGitHubService}. */
-export function githubService(ctx: Omit<AppContext, 'loop'>): GitHubService {
-  const existing = services.get(ctx.ledger);
-  if (existing) return existing;
-  const config = ctx.ledger.config;
-  const client = createGitHubClient({
-    apiUrl: config.github.apiUrl,
-    appId: ctx.settings.githubAppId,
-    privateKey: ctx.settings.githubPrivateKey,
-    fetch: ctx.fetch,
-    clock: ctx.ledger.clock,
-    observe: (o) => githubApiStats(ctx.ledger).observe(o),
-  });
-  const svc: GitHubService = {
-    ledger: ctx.ledger,
-    config,
-    gh: config.github,
-    client,
-    authorizer: new Authorizer(client, config.github, ctx.ledger.clock),
-    log: ctx.log,
-    webhookSecret: ctx.settings.webhookSecret,
-    publicUrl: ctx.settings.publicUrl,
-    workerId: `ctl-${[...crypto.getRandomValues(new Uint8Array(5))].map((b) => b.toString(16).padStart(2, '0')).join('')}`,
-  };
-  services.set(ctx.ledger, svc);
-  return svc;
+/** The GitHub service of a controller's context (a thin accessor: the controller built it). */
+export function githubService(ctx: { services: { github: GitHubService } }): GitHubService {
+  return ctx.services.github;
 }

@@ -18,7 +18,6 @@ import {
   setRunnerAttempt,
 } from '../ledger/reservations.ts';
 import type { ReservationRow } from '../ledger/rows.ts';
-import { buildViews } from '../views.ts';
 import { checkRunKey, renderCheckRun } from './check-run.ts';
 import { GitHubError } from './client.ts';
 import { readMeta } from './meta.ts';
@@ -129,7 +128,7 @@ export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
   const { ledger } = svc;
   const queued = await q.githubReservations(ledger, ['queued'], { withHeadSha: true });
   if (!queued.length) return 0;
-  const views = await buildViews(ledger);
+  const views = await svc.views.get();
   const checkRows = await q.checkRunRowsOf(
     ledger,
     queued.map((r) => r.id),

@@ -1,11 +1,9 @@
 import { verify } from '@octokit/webhooks-methods';
-import { requestGate } from '../admission-loop.ts';
 import { ANONYMOUS_BODY_DEADLINE_MS } from '../api/anonymous-budget.ts';
 import { readAnonymousBody } from '../api/body.ts';
 import type { App } from '../app.ts';
 import { ApiError } from '../errors.ts';
 import { insertDelivery } from '../ledger/inbox.ts';
-import { inboxProcessor } from './inbox.ts';
 import type { GitHubService } from './service.ts';
 
 /** Webhook bodies above this are refused while streaming (GitHub caps payloads at 25 MB; ours are small). */
@@ -36,9 +34,9 @@ const ledgerUnavailable = () =>
  * Retry-After past it, docs/adr/0150-anonymous-body-budget.md) — all refused before a byte of the
  * body is read; then the body read as a bounded stream into one buffer, `X-Hub-Signature-256`
  * verified over it, JSON checked, then one INSERT of the delivery (id unique, event, raw body)
- * and 202. Processing runs afterwards ({@link inboxProcessor}); a redelivery of a known id is
- * answered 200 and changes nothing. Fails closed: no secret configured or ledger unreachable →
- * 503, nothing written.
+ * and 202. Processing runs afterwards (the service's inbox processor, `svc.inbox`); a redelivery
+ * of a known id is answered 200 and changes nothing. Fails closed: no secret configured or ledger
+ * unreachable → 503, nothing written.
  */
 export function mountWebhook(app: App, svc: () => GitHubService) {
   app.post('/github/webhooks', async (c) => {
@@ -49,7 +47,7 @@ export function mountWebhook(app: App, svc: () => GitHubService) {
         'webhook_not_configured',
         'SPARK_WEBHOOK_SECRET is not set; refusing every delivery',
       );
-    const gate = requestGate(s.ledger);
+    const { gate } = s;
     gate.enter();
     try {
       const sig = c.req.header('x-hub-signature-256') ?? '';
@@ -98,7 +96,7 @@ export function mountWebhook(app: App, svc: () => GitHubService) {
         throw ledgerUnavailable();
       }
       if (!inserted) return c.json({ ok: true, duplicate: true, delivery });
-      inboxProcessor(s).kick();
+      s.inbox.kick();
       return c.json({ ok: true, accepted: true, delivery }, 202);
     } finally {
       gate.leave();

@@ -1,6 +1,4 @@
-import type { LedgerStore } from './store.ts';
-
-/** How this process's passes on one ledger went (the bench and the tests read it). */
+/** How this process's passes on one ledger store went (the bench and the tests read it). */
 export interface AdmissionPassStats {
   /** Passes applied as one read batch and at most one write batch (remote ledgers). */
   batched: number;
@@ -12,12 +10,12 @@ export interface AdmissionPassStats {
   wholeQueueReads: number;
 }
 
-const passStats = new WeakMap<LedgerStore, AdmissionPassStats>();
+/** Fresh counters; each {@link import('./store.ts').LedgerStore} holds its own. */
+export function newAdmissionPassStats(): AdmissionPassStats {
+  return { batched: 0, conflicts: 0, interactive: 0, wholeQueueReads: 0 };
+}
 
-export function admissionPassStats(s: LedgerStore): AdmissionPassStats {
-  const known = passStats.get(s);
-  if (known) return known;
-  const fresh = { batched: 0, conflicts: 0, interactive: 0, wholeQueueReads: 0 };
-  passStats.set(s, fresh);
-  return fresh;
+/** The pass counters of a ledger store (a thin accessor: the store holds them). */
+export function admissionPassStats(s: { readonly passStats: AdmissionPassStats }): AdmissionPassStats {
+  return s.passStats;
 }

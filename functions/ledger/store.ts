@@ -1,6 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import type { SparkConfig } from '../../core/config.ts';
 import type { LedgerEventType, LedgerSubjectType } from '../../core/events.ts';
+import { type AdmissionPassStats, newAdmissionPassStats } from './admission-pass-stats.ts';
 import { countEvents } from './counters.ts';
 import { CHECKPOINT_BUSY_MS, type LedgerDb, LOCAL_BUSY_TIMEOUT_MS, type Tx } from './db.ts';
 import type { ReservationRow } from './rows.ts';
@@ -100,6 +101,8 @@ export class LedgerStore {
   private readonly changedSets = new WeakMap<Tx, Set<string>>();
   private readonly writeErrorObservers = new Set<(cause: WriteErrorCause) => void>();
   private changeCount = 0;
+  /** How this store's admission passes went (`admission-pass.ts` counts, benches and tests read). */
+  readonly passStats: AdmissionPassStats = newAdmissionPassStats();
 
   constructor(
     readonly store: LedgerDb,

@@ -4,7 +4,7 @@ import { RUNNER_START_BUCKETS_S, WAIT_BUCKETS_S } from '../ledger/counters.ts';
 import { inboxStats } from '../ledger/inbox.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { bindingLeaseHolders, metricCounterRows, metricsReads } from '../ledger/queries.ts';
-import { buildViews, holderClassOf } from '../views.ts';
+import { holderClassOf, type ViewsMemo } from '../views.ts';
 import { counterFamily, histogramFamily, OUTBOX_STATUSES } from './counters.ts';
 import type { MetricFamily } from './prom-text.ts';
 
@@ -17,9 +17,9 @@ export const ADMISSION_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
  * counts: host ids, classes, statuses and outcomes are the only label values. Counters and
  * histograms are read from the ledger's persistent aggregates, so they only grow.
  */
-export async function collectLedgerMetrics(ledger: Ledger): Promise<MetricFamily[]> {
+export async function collectLedgerMetrics(ledger: Ledger, views: ViewsMemo): Promise<MetricFamily[]> {
   const now = ledger.clock();
-  const { fleet, queue } = await buildViews(ledger);
+  const { fleet, queue } = await views.get();
 
   const byKind = <T>(f: (k: (typeof RESERVATION_KINDS)[number]) => T) =>
     RESERVATION_KINDS.map((k) => [k, f(k)] as const);

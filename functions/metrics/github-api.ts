@@ -1,5 +1,3 @@
-import type { Ledger } from '../ledger/ledger.ts';
-
 /** What the GitHub client reports after each call (status 0: GitHub not reached). */
 export interface GitHubCallObservation {
   status: number;
@@ -35,16 +33,4 @@ export class GitHubApiStats {
     const resource = /^[a-z_]{1,40}$/.test(raw) ? raw : 'other';
     this.rateLimit.set(resource, { limit: Number.isFinite(limit) ? limit : Number.NaN, remaining, resetS });
   }
-}
-
-const stats = new WeakMap<Ledger, GitHubApiStats>();
-
-/** The stats of the controller serving `ledger` in this process (one per ledger instance). */
-export function githubApiStats(ledger: Ledger): GitHubApiStats {
-  let s = stats.get(ledger);
-  if (!s) {
-    s = new GitHubApiStats();
-    stats.set(ledger, s);
-  }
-  return s;
 }

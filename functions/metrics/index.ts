@@ -1,35 +1,9 @@
 import type { AppModule } from '../app.ts';
 import { requirePublicRead } from '../auth/public-read.ts';
 import { badRequest } from '../errors.ts';
-import type { Ledger } from '../ledger/ledger.ts';
-import type { WriteErrorCause } from '../ledger/store.ts';
 import { ADMISSION_BUCKETS_S, collectLedgerMetrics } from './collect.ts';
-import { githubApiStats } from './github-api.ts';
-import { collectProcessMetrics, WRITE_ERROR_CAUSES } from './process.ts';
-import { formatPrometheus, LiveHistogram, PROM_CONTENT_TYPE } from './prom-text.ts';
-
-const instrumented = new WeakMap<Ledger, LiveHistogram>();
-const writeErrors = new WeakMap<Ledger, Map<WriteErrorCause, number>>();
-
-/** Counts this process's failed ledger writes by cause (one counter set per ledger instance). */
-export function instrumentWriteErrors(ledger: Ledger): ReadonlyMap<WriteErrorCause, number> {
-  const existing = writeErrors.get(ledger);
-  if (existing) return existing;
-  const counts = new Map<WriteErrorCause, number>(WRITE_ERROR_CAUSES.map((c) => [c, 0]));
-  ledger.observeWriteErrors((cause) => counts.set(cause, (counts.get(cause) ?? 0) + 1));
-  writeErrors.set(ledger, counts);
-  return counts;
-}
-
-/** Times every admission pass of this ledger instance (one histogram per ledger). */
-export function instrumentAdmission(ledger: Ledger): LiveHistogram {
-  const existing = instrumented.get(ledger);
-  if (existing) return existing;
-  const hist = new LiveHistogram(ADMISSION_BUCKETS_S);
-  ledger.observePasses((ms) => hist.observe(ms / 1000));
-  instrumented.set(ledger, hist);
-  return hist;
-}
+import { collectProcessMetrics } from './process.ts';
+import { formatPrometheus, PROM_CONTENT_TYPE } from './prom-text.ts';
 
 const SCOPES = ['all', 'ledger', 'process'] as const;
 
@@ -41,11 +15,6 @@ const SCOPES = ['all', 'ledger', 'process'] as const;
  */
 export const metricsModule: AppModule = {
   name: 'metrics',
-  hooks(ctx) {
-    instrumentAdmission(ctx.ledger);
-    instrumentWriteErrors(ctx.ledger);
-    return [];
-  },
   routes(app, ctx) {
     app.get('/metrics', requirePublicRead(ctx), async (c) => {
       const scope = c.req.query('scope') ?? 'all';
@@ -56,15 +25,15 @@ export const metricsModule: AppModule = {
         );
       }
       const families = [
-        ...(scope === 'process' ? [] : await collectLedgerMetrics(ctx.ledger)),
+        ...(scope === 'process' ? [] : await collectLedgerMetrics(ctx.ledger, ctx.services.views)),
         ...(scope === 'ledger'
           ? []
           : collectProcessMetrics({
-              admission: instrumented.get(ctx.ledger) ?? null,
-              github: githubApiStats(ctx.ledger),
+              admission: ctx.services.metrics.admission,
+              github: ctx.services.metrics.github,
               runtime: ctx.runtime,
               buckets: ADMISSION_BUCKETS_S,
-              writeErrors: instrumentWriteErrors(ctx.ledger),
+              writeErrors: ctx.services.metrics.writeErrors,
             })),
       ];
       return c.body(formatPrometheus(families), 200, {

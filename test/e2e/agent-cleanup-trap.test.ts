@@ -127,7 +127,9 @@ describe.concurrent('a trap cannot hold a host (ADR 0156)', () => {
     expect(alerts).toHaveLength(1);
     expect(alerts[0]!.cause).toContain(`its agent could not clean up after ${lease!.id}`);
     // what /metrics serves (the fleet's controller runs only the agent API)
-    const metrics = formatPrometheus(await collectLedgerMetrics(f.controller.ledger));
+    const metrics = formatPrometheus(
+      await collectLedgerMetrics(f.controller.ledger, f.controller.ctx.services.views),
+    );
     expect(metrics).toContain('spark_ledger_events_total{type="alert.cleanup_failed"} 1');
     expect(metrics).toContain('spark_host_state{host="spark-2",state="quarantined"} 1');
     // once when it started failing, once when it gave up: never a line per retry

@@ -26,7 +26,9 @@ async function fleetFor(ctx: TestContext, opts: FleetOptions): Promise<Fleet> {
  * metrics route) whose line starts with `prefix`.
  */
 async function metricLines(f: Fleet, prefix: string): Promise<string[]> {
-  const text = formatPrometheus(await collectLedgerMetrics(f.controller.ledger));
+  const text = formatPrometheus(
+    await collectLedgerMetrics(f.controller.ledger, f.controller.ctx.services.views),
+  );
   return text.split('\n').filter((l) => l.startsWith(prefix));
 }
 

@@ -7,7 +7,6 @@ import { type ServerType, serve } from '@hono/node-server';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiToken } from '../../functions/auth/tokens.ts';
-import { inboxProcessor } from '../../functions/github/inbox.ts';
 import { drainGitHubOutbox } from '../../functions/github/module.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { WEBHOOK_BODY_DEADLINE_MS } from '../../functions/github/webhook.ts';
@@ -554,7 +553,7 @@ describe('webhook endpoint fuzzing', () => {
         expect(res.status).toBe(json.pong || json.duplicate ? 200 : 202);
         // accepted: let the inbox process it, and the admission pass it may have kicked finish,
         // before snapshotting
-        await inboxProcessor(githubService(c.ctx)).drain();
+        await githubService(c.ctx).inbox.drain();
         await quiesce(c, watch);
         const after = await watch.counts();
         if (json.pong || json.duplicate) {

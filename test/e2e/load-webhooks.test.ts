@@ -1,14 +1,16 @@
 import { sign } from '@octokit/webhooks-methods';
 import { eq, sql } from 'drizzle-orm';
 import { afterAll, describe, expect, it } from 'vitest';
+import { createRequestGate } from '../../functions/admission-loop.ts';
 import { createAgentToken, createApiToken } from '../../functions/auth/tokens.ts';
 import { renderCheckRun } from '../../functions/github/check-run.ts';
+import { createGitHubService } from '../../functions/github/create-service.ts';
 import { readMeta } from '../../functions/github/meta.ts';
 import { renderContextFor } from '../../functions/github/senders.ts';
-import { githubService } from '../../functions/github/service.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { silentLogger } from '../../functions/log.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
+import { createViewsMemo } from '../../functions/views.ts';
 import { SECRET } from '../fake-github/harness.ts';
 import { adoptAll, makeTestLedger, type TestLedger } from '../helpers/ledger.ts';
 import { startAgentSim } from '../helpers/load/agent-sim.ts';
@@ -293,7 +295,8 @@ describe(`webhook load: ${SENDS} deliveries over ${PROCESSES} controller process
     expect(replay.grants).toBeGreaterThan(HOSTS.length);
 
     // the outbox drains and every check run on GitHub shows its reservation's final state
-    const svc = githubService({
+    // a GitHub service of its own on the test's ledger, only to render what each check run should show
+    const svc = createGitHubService({
       ledger: tl.ledger,
       settings: settingsFromEnv(
         { SPARK_WEBHOOK_SECRET: SECRET },
@@ -301,7 +304,9 @@ describe(`webhook load: ${SENDS} deliveries over ${PROCESSES} controller process
       ),
       log: silentLogger,
       fetch,
-      runtime: 'node',
+      gate: createRequestGate(),
+      views: createViewsMemo(tl.ledger),
+      observe: () => {},
     });
     const mismatches = async () => {
       const out: string[] = [];

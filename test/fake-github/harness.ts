@@ -3,7 +3,6 @@ import { join } from 'node:path';
 import { sign } from '@octokit/webhooks-methods';
 import type { SparkConfigInput } from '../../core/config.ts';
 import { createApiToken } from '../../functions/auth/tokens.ts';
-import { inboxProcessor } from '../../functions/github/inbox.ts';
 import { sweepMissedDeliveries } from '../../functions/github/redeliver.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { getDelivery } from '../../functions/ledger/inbox.ts';
@@ -243,7 +242,7 @@ export async function startHarness(
       // the inbox acknowledged it (202); process it now and answer with what it did, as the
       // operator API shows it (GET /api/v1/deliveries/:id)
       const ack = (await res.json()) as { delivery: string };
-      await inboxProcessor(githubService(c.ctx)).drain();
+      await githubService(c.ctx).inbox.drain();
       await c.loop.settle();
       const d = await getDelivery(c.ledger, ack.delivery);
       return Response.json({ ...ack, state: d?.state, result: d?.result }, { status: 202 });

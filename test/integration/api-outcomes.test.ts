@@ -70,7 +70,7 @@ describe('a reservation that ended while queued reports its outcome, never its w
   const lastCheck = (id: string) => h.gh.checkRuns.filter((c) => c.external_id === id).at(-1);
   /** What the control room and the public queue show for `id`. */
   async function publicViews(id: string) {
-    const dash = await loadDashboardData(h.c.ledger, 200);
+    const dash = await loadDashboardData(h.c.ledger, h.c.ctx.services.views, 200);
     const queue = (await (await fetch(`${h.c.url}/api/v1/queue`)).json()) as {
       queued: { id: string }[];
       active: { id: string }[];
@@ -198,7 +198,7 @@ describe('a reservation that ended while queued reports its outcome, never its w
       headers: { authorization: `Bearer ${token}` },
     }).then((r) => r.json())) as { reservations: unknown[] };
     expect(list.reservations).toEqual([]);
-    const dash = await loadDashboardData(h.c.ledger, 200);
+    const dash = await loadDashboardData(h.c.ledger, h.c.ctx.services.views, 200);
     expect([...dash.queue.queued, ...dash.queue.active]).toEqual([]);
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import * as t from '../../functions/ledger/schema.ts';
-import { buildViews, redactText, toEventView } from '../../functions/views.ts';
+import { createViewsMemo, redactText, toEventView } from '../../functions/views.ts';
 import { adoptAll, makeTestLedger } from '../helpers/ledger.ts';
 
 describe('redactText (public free text)', () => {
@@ -178,7 +178,7 @@ describe('redactText (public free text)', () => {
       await ledger.admissionPass('test');
       const waiting = await merge('performance');
       await ledger.admissionPass('test');
-      const views = await buildViews(ledger);
+      const views = await createViewsMemo(ledger).get();
       const item = views.queue.queued.find((q) => q.id === waiting.id)!;
       // operators read it as before (redactText takes `name@commit` for an account)
       expect(views.operatorReasons.get(waiting.id)).toBe('budget: acme/[account] holds 1 of 1 GPUs per PR');

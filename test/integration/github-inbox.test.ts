@@ -1,7 +1,7 @@
 import { request as httpRequest } from 'node:http';
 import { sql } from 'drizzle-orm';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { INBOX_MAX_ATTEMPTS, inboxBackoffMs, inboxProcessor } from '../../functions/github/inbox.ts';
+import { INBOX_MAX_ATTEMPTS, inboxBackoffMs } from '../../functions/github/inbox.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { example, type Harness, SECRET, startHarness } from '../fake-github/harness.ts';
 import { tempDir } from '../helpers/ledger.ts';
@@ -151,7 +151,7 @@ describe('webhook inbox', () => {
     const svc = githubService(h.c.ctx);
     for (let attempt = 1; attempt < INBOX_MAX_ATTEMPTS; attempt++) {
       h.clock.advance(inboxBackoffMs(attempt) + 1);
-      await inboxProcessor(svc).drain();
+      await svc.inbox.drain();
     }
     const listed = await api('GET', '/api/v1/deliveries?state=parked');
     expect(listed.status).toBe(200);
@@ -205,7 +205,7 @@ describe('webhook inbox', () => {
     // the later delivery of the same PR follows once its own backoff has passed
     await h.until('pr1-second processed after the retry', async () => {
       h.clock.advance(inboxBackoffMs(1) + 1);
-      await inboxProcessor(svc).drain();
+      await svc.inbox.drain();
       const d = (await api('GET', '/api/v1/deliveries/pr1-second')).json.delivery as unknown as {
         state: string;
       };

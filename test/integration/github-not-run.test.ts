@@ -134,7 +134,7 @@ async function shown(h: Harness) {
   });
   expect(res.status).toBe(200);
   const api = ((await res.json()) as { reservation: ReservationInfo }).reservation;
-  const dash = await loadDashboardData(h.c.ledger, 200);
+  const dash = await loadDashboardData(h.c.ledger, h.c.ctx.services.views, 200);
   // the page people look at (its live fragment), as served
   const page = await fetch(`${h.c.url}/dashboard/live`);
   expect(page.status).toBe(200);
