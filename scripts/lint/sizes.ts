@@ -21,7 +21,6 @@ export const SIZE_ALLOW_LIST: Readonly<Record<string, number>> = {
   'agent/preflight/doctor.ts': 647,
   'cli/commands.ts': 531,
   'functions/github/senders.ts': 674,
-  'functions/ledger/local-client.ts': 661,
   'functions/ledger/reservations.ts': 778,
   'scripts/demo/failures.ts': 736,
   'test/fake-github/server.ts': 1629,
