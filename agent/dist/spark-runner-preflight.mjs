@@ -34,26 +34,66 @@ function fatalFailures(checks) {
 }
 
 // agent/preflight/doctor.ts
-import { createHash, randomBytes } from "node:crypto";
-import {
-  closeSync,
-  existsSync as existsSync2,
-  mkdtempSync,
-  openSync,
-  readdirSync as readdirSync2,
-  readFileSync as readFileSync2,
-  rmSync,
-  statSync as statSync3,
-  unlinkSync,
-  writeFileSync
-} from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { basename, dirname, join as join3 } from "node:path";
+import { join as join5 } from "node:path";
+
+// agent/preflight/doctor-options.ts
+var DEFAULT_TOOLS = ["ninja", "nvcc", "c++"];
+var DEFAULT_PACKAGES = [
+  "torch",
+  "numpy",
+  "triton",
+  "transformers",
+  "vllm",
+  "safetensors",
+  "ninja"
+];
+
+// agent/preflight/model-cache-check.ts
+import { randomBytes } from "node:crypto";
+import { closeSync, openSync, readdirSync, statSync, unlinkSync } from "node:fs";
+import { join } from "node:path";
+function checkModelCache(dir, access) {
+  const name = "model-cache";
+  if (!dir)
+    return failed(name, "no model cache configured (SPARK_MODEL_CACHE): models would be downloaded per run");
+  try {
+    if (!statSync(dir).isDirectory())
+      return failed(name, "model cache (SPARK_MODEL_CACHE) is not a directory");
+    readdirSync(dir);
+  } catch (e) {
+    return failed(
+      name,
+      `model cache (SPARK_MODEL_CACHE) is not usable: ${e.code ?? e}`
+    );
+  }
+  const probe = join(dir, `.spark-doctor-${process.pid}-${randomBytes(4).toString("hex")}`);
+  let writable;
+  let why = "";
+  try {
+    closeSync(openSync(probe, "wx"));
+    unlinkSync(probe);
+    writable = true;
+  } catch (e) {
+    writable = false;
+    why = String(e.code ?? e);
+  }
+  if (access === "read-only")
+    return writable ? failed(
+      name,
+      "model cache (SPARK_MODEL_CACHE) is writable by this job: PR code could change the weights every later lease loads; give the runner user a read-only view of it (a read-only bind mount, or an owner and mode it cannot write)"
+    ) : passed(name, `model cache is read-only to this job (${why}), as a PR worker must see it`);
+  return writable ? passed(name, "model cache is writable") : failed(
+    name,
+    `model cache (SPARK_MODEL_CACHE) is not writable (${why}): fix its owner/permissions for the user who provisions it`
+  );
+}
 
 // agent/preflight/process.ts
 import { spawn } from "node:child_process";
-import { accessSync, constants, statSync } from "node:fs";
-import { delimiter, join } from "node:path";
+import { accessSync, constants, statSync as statSync2 } from "node:fs";
+import { delimiter, join as join2 } from "node:path";
 function createProcessRunner() {
   return {
     run(command, args, opts) {
@@ -102,14 +142,14 @@ function findOnPath(name, pathValue) {
   if (name.includes("/")) return isExecutableFile(name) ? name : null;
   for (const dir of (pathValue ?? "").split(delimiter)) {
     if (!dir) continue;
-    const candidate = join(dir, name);
+    const candidate = join2(dir, name);
     if (isExecutableFile(candidate)) return candidate;
   }
   return null;
 }
 function isExecutableFile(p) {
   try {
-    if (!statSync(p).isFile()) return false;
+    if (!statSync2(p).isFile()) return false;
     accessSync(p, constants.X_OK);
     return true;
   } catch {
@@ -120,10 +160,14 @@ function firstLine(text, max = 200) {
   const line = text.split(/\r?\n/).find((l) => l.trim().length > 0) ?? "";
   return line.trim().slice(0, max);
 }
+function lastLine(text) {
+  const lines = text.split(/\r?\n/).filter((l) => l.trim());
+  return (lines[lines.length - 1] ?? "").trim().slice(0, 200);
+}
 
 // agent/preflight/provisioning.ts
-import { existsSync, readdirSync, readFileSync, statSync as statSync2 } from "node:fs";
-import { join as join2 } from "node:path";
+import { existsSync, readdirSync as readdirSync2, readFileSync, statSync as statSync3 } from "node:fs";
+import { join as join3 } from "node:path";
 
 // node_modules/zod/v4/classic/external.js
 var external_exports = {};
@@ -20020,25 +20064,25 @@ function checkPins(spec2, installed) {
   return { checks, forced };
 }
 function hfRepoDir(hfHome, modelId) {
-  return join2(hfHome, "hub", `models--${modelId.replace("/", "--")}`);
+  return join3(hfHome, "hub", `models--${modelId.replace("/", "--")}`);
 }
 function hfSnapshot(hfHome, modelId, revision) {
-  const dir = join2(hfRepoDir(hfHome, modelId), "snapshots", revision);
-  return existsSync(join2(dir, "config.json")) ? dir : null;
+  const dir = join3(hfRepoDir(hfHome, modelId), "snapshots", revision);
+  return existsSync(join3(dir, "config.json")) ? dir : null;
 }
 function weightsPresent(snapshot) {
-  const index = join2(snapshot, "model.safetensors.index.json");
+  const index = join3(snapshot, "model.safetensors.index.json");
   if (existsSync(index)) {
     try {
       const map2 = JSON.parse(readFileSync(index, "utf8")).weight_map;
       const shards = new Set(Object.values(map2 ?? {}));
-      return shards.size > 0 && [...shards].every((s) => existsSync(join2(snapshot, s)));
+      return shards.size > 0 && [...shards].every((s) => existsSync(join3(snapshot, s)));
     } catch {
       return false;
     }
   }
-  return readdirSync(snapshot).some(
-    (f) => /\.(safetensors|bin|gguf)$/.test(f) && statSync2(join2(snapshot, f)).size > 0
+  return readdirSync2(snapshot).some(
+    (f) => /\.(safetensors|bin|gguf)$/.test(f) && statSync3(join3(snapshot, f)).size > 0
   );
 }
 var ATTENTION_SM = {
@@ -20281,153 +20325,88 @@ print("${PROBE_MARKER}")
 print(json.dumps({"path": path}))
 `;
 
-// agent/preflight/doctor.ts
-var besideVenv = (venv) => join3(dirname(venv.replace(/\/+$/, "")), "PROVISIONING-MANIFEST.json");
-var DEFAULT_TOOLS = ["ninja", "nvcc", "c++"];
-var DEFAULT_PACKAGES = [
-  "torch",
-  "numpy",
-  "triton",
-  "transformers",
-  "vllm",
-  "safetensors",
-  "ninja"
-];
-async function runDoctor(opts) {
-  const neutral = mkdtempSync(join3(tmpdir(), "spark-doctor-"));
-  try {
-    return await doctorIn(neutral, opts);
-  } finally {
-    rmSync(neutral, { recursive: true, force: true });
-  }
+// agent/preflight/prewarm-model.ts
+async function prewarmModel(runner, interpreter, model, hfHome, env, neutral, timeoutMs) {
+  const name = "prewarm";
+  if (!hfHome)
+    return {
+      check: failed(name, "no model cache configured (SPARK_MODEL_CACHE): nothing to pre-warm into"),
+      action: null
+    };
+  const cached2 = hfSnapshot(hfHome, model.id, model.revision);
+  if (cached2 && weightsPresent(cached2))
+    return {
+      check: passed(name, `${model.id}@${model.revision.slice(0, 12)} already cached; no download`),
+      action: "present"
+    };
+  if (env.HF_HUB_OFFLINE === "1")
+    return {
+      check: failed(
+        name,
+        `${model.id}@${model.revision} is not cached and HF_HUB_OFFLINE=1: pre-warm on a host with network access to the Hub`
+      ),
+      action: null
+    };
+  if (!interpreter)
+    return { check: failed(name, "no python on PATH to run huggingface_hub with"), action: null };
+  const r = await runner.run(
+    interpreter,
+    ["-I", "-c", PREWARM_SCRIPT, JSON.stringify({ id: model.id, revision: model.revision })],
+    // the download may take long; the cache location is the managed one, never the user's
+    { env: { ...env, HF_HOME: hfHome }, cwd: neutral, timeoutMs: Math.max(timeoutMs, 6 * 36e5) }
+  );
+  const got = hfSnapshot(hfHome, model.id, model.revision);
+  if (r.code !== 0 || !got)
+    return {
+      check: failed(
+        name,
+        `downloading ${model.id}@${model.revision} failed: ${lastLine(r.stderr) || r.spawnError || `exit ${r.code}`}`
+      ),
+      action: null
+    };
+  return {
+    check: passed(name, `${model.id}@${model.revision.slice(0, 12)} downloaded into the managed cache`),
+    action: "downloaded"
+  };
 }
-async function doctorIn(neutral, opts) {
-  const started = Date.now();
-  const runner = opts.runner ?? createProcessRunner();
-  const timeoutMs = opts.timeoutMs ?? 6e4;
-  const toolTimeout = Math.max(2e3, Math.floor(timeoutMs / 10));
-  const wantTorch = (opts.torch ?? "required") === "required";
-  const imports = [...opts.imports ?? []];
-  const softImports = [...opts.softImports ?? []];
-  const tools = [...opts.tools ?? DEFAULT_TOOLS];
-  const spec2 = opts.spec ?? null;
-  const PATH = opts.env.PATH;
-  const now = () => opts.now?.() ?? /* @__PURE__ */ new Date();
-  const bare = findOnPath("python", PATH);
-  const interpreter = bare ?? findOnPath("python3", PATH);
-  const checks = [];
-  const hfHome = opts.modelCache ? join3(opts.modelCache, "huggingface") : null;
-  let prewarmed = null;
-  if (spec2?.model && opts.prewarm) {
-    const r = await prewarmModel(runner, interpreter, spec2.model, hfHome, opts.env, neutral, timeoutMs);
-    checks.push(r.check);
-    if (r.action) prewarmed = { action: r.action, at: now().toISOString() };
-  }
-  const snapshot = spec2?.model && hfHome ? hfSnapshot(hfHome, spec2.model.id, spec2.model.revision) : null;
-  const pythonRun = (args, timeout) => runner.run(interpreter, ["-I", ...args], { env: opts.env, cwd: neutral, timeoutMs: timeout });
-  const probe = interpreter ? pythonRun(
-    [
-      "-c",
-      PYTHON_PROBE,
-      JSON.stringify({
-        torch: wantTorch || spec2?.attentionBackend != null,
-        imports: [...imports, ...softImports],
-        packages: [
-          .../* @__PURE__ */ new Set([...opts.packages ?? DEFAULT_PACKAGES, ...Object.keys(spec2?.pins ?? {})])
-        ],
-        freeze: spec2 != null,
-        customCodeDir: spec2?.model?.trustRemoteCode && snapshot ? snapshot : null
-      })
-    ],
-    timeoutMs
-  ) : Promise.resolve(null);
-  const pipFreeze = interpreter && spec2 ? pythonRun(["-m", "pip", "freeze", "--all", "--disable-pip-version-check"], timeoutMs) : Promise.resolve(null);
-  const toolVersions = Promise.all(
-    tools.map(async (tool) => {
-      const path = findOnPath(tool, PATH);
-      if (!path) return [tool, null, null];
-      const r = await runner.run(path, ["--version"], { env: opts.env, timeoutMs: toolTimeout });
-      const text = `${r.stdout}
-${r.stderr}`;
-      const line = tool === "nvcc" ? text.split("\n").reverse().find((l) => /release/i.test(l))?.trim() ?? firstLine(text) : firstLine(text);
-      return [tool, path, line || "version unknown"];
-    })
+
+// agent/preflight/probe-checks.ts
+function torchChecks(answer) {
+  const t = answer.torch;
+  if (!t) return [failed("torch", "the probe returned no torch information")];
+  if ("error" in t) return [failed("torch", `import torch failed: ${t.error}`)];
+  const out = [passed("torch", `torch ${t.version} imports`)];
+  out.push(
+    /\+cpu\b/.test(t.version) ? failed(
+      "torch-build",
+      `torch ${t.version} is a CPU-only wheel (a serving wheel may have replaced the CUDA build); reinstall torch from the CUDA wheel index`
+    ) : passed("torch-build", `torch ${t.version} is not a +cpu wheel`)
   );
-  const commit = opts.sourceDir ? readCommit(runner, opts.sourceDir, opts.env, toolTimeout) : null;
-  checks.push(
-    bare ? passed("python", "bare `python` resolves on PATH") : failed(
-      "python",
-      interpreter ? "no bare `python` on PATH, only `python3`: build scripts that call `python` will fail; activate the venv (its bin/ has `python`) or install python-is-python3" : "no `python` (nor `python3`) on PATH: put the runner venv bin/ first on PATH"
-    )
-  );
-  const probeResult = await probe;
-  let answer = null;
-  if (probeResult) {
-    answer = parseProbeOutput(probeResult.stdout);
-    if (!answer) {
-      const why = probeResult.timedOut ? `did not finish within ${Math.round(timeoutMs / 1e3)} s (an import hangs?)` : probeResult.spawnError ? `could not start (${probeResult.spawnError})` : `exited ${probeResult.code ?? probeResult.signal}: ${lastLine(probeResult.stderr) || "no output"}`;
-      checks.push(failed("python-probe", `the interpreter probe ${why}`));
-    }
-  }
-  if (answer) {
-    checks.push(
-      answer.externallyManaged ? failed(
-        "pep668",
-        `python ${answer.version} is a system interpreter marked EXTERNALLY-MANAGED (PEP 668), not a venv: pip installs will be refused; create a venv (python3 -m venv) and put its bin/ first on the runner PATH`
-      ) : passed("pep668", answer.inVenv ? "running in a venv" : "interpreter is not externally managed")
-    );
-    if (wantTorch) checks.push(...torchChecks(answer));
-    for (const name of imports) checks.push(importCheck(answer, name, true));
-    for (const name of softImports) checks.push(importCheck(answer, name, false));
-  } else if (!probeResult) {
-    checks.push(failed("python-probe", "not run: no python interpreter on PATH"));
-  }
-  const versions = await toolVersions;
-  for (const [tool, path] of versions) {
-    checks.push(
-      path ? passed(`tool:${tool}`, "resolves on PATH") : failed(
-        `tool:${tool}`,
-        `\`${tool}\` does not resolve on the PATH child processes see; install it or add its directory to the runner PATH`
+  if (t.cuda == null) {
+    out.push(failed("torch-cuda", `torch ${t.version} was built without CUDA (torch.version.cuda is None)`));
+  } else if (!t.cudaAvailable) {
+    out.push(
+      failed(
+        "torch-cuda",
+        `torch ${t.version} (CUDA ${t.cuda}) sees no GPU: torch.cuda.is_available() is False (driver or CUDA_VISIBLE_DEVICES?)`
       )
     );
+  } else {
+    out.push(passed("torch-cuda", `CUDA ${t.cuda} available${t.device ? ` on ${t.device}` : ""}`));
   }
-  checks.push(checkModelCache(opts.modelCache, opts.modelCacheAccess ?? "writable"));
-  let provisioning;
-  if (spec2) {
-    const freeze = await pipFreeze;
-    const lockLines = freeze && freeze.code === 0 ? {
-      source: "pip freeze",
-      lines: freeze.stdout.split("\n").map((l) => l.trim()).filter(Boolean)
-    } : answer?.freeze ? { source: "importlib.metadata", lines: answer.freeze } : null;
-    provisioning = provisioningChecks(checks, spec2, answer, lockLines, snapshot, prewarmed, opts);
-  }
-  const sourceCommit = commit ? await commit : null;
-  const manifest = {
-    schema: "spark-provisioning-manifest/1",
-    generatedAt: now().toISOString(),
-    hostId: opts.hostId ?? null,
-    sourceCommit,
-    python: answer ? {
-      version: answer.version,
-      implementation: answer.implementation,
-      bare: bare != null,
-      inVenv: answer.inVenv,
-      externallyManaged: answer.externallyManaged
-    } : null,
-    torch: answer?.torch && "version" in answer.torch ? answer.torch : null,
-    packages: answer?.packages ?? {},
-    tools: Object.fromEntries(versions.map(([tool, , line]) => [tool, line])),
-    ok: fatalFailures(checks).length === 0,
-    checks,
-    ...provisioning ? { provisioning } : {}
-  };
-  if (opts.manifestPath) writeManifest(opts.manifestPath, manifest);
-  return { ok: manifest.ok, checks, manifest, durationMs: Date.now() - started };
+  return out;
 }
-function writeManifest(path, manifest) {
-  writeFileSync(path, `${JSON.stringify(manifest, null, 2)}
-`);
+function importCheck(answer, name, fatal) {
+  const error62 = answer.imports[name];
+  const label = `${fatal ? "import" : "soft-import"}:${name}`;
+  if (error62 == null) return passed(label, "imports");
+  return fatal ? failed(label, `import ${name} failed: ${error62}`) : softFailed(label, `import ${name} failed: ${error62}`);
 }
+
+// agent/preflight/provisioning-checks.ts
+import { createHash } from "node:crypto";
+import { existsSync as existsSync2, readFileSync as readFileSync2 } from "node:fs";
+import { basename } from "node:path";
 function provisioningChecks(checks, spec2, answer, lock, snapshot, prewarmed, opts) {
   const venv = spec2.venv.replace(/\/+$/, "");
   if (answer) {
@@ -20550,127 +20529,156 @@ function lockDrift(was, now) {
   for (const [k, v] of now) if (!was.has(k)) out.push(`${k} ${v} added`);
   return out;
 }
-async function prewarmModel(runner, interpreter, model, hfHome, env, neutral, timeoutMs) {
-  const name = "prewarm";
-  if (!hfHome)
-    return {
-      check: failed(name, "no model cache configured (SPARK_MODEL_CACHE): nothing to pre-warm into"),
-      action: null
-    };
-  const cached2 = hfSnapshot(hfHome, model.id, model.revision);
-  if (cached2 && weightsPresent(cached2))
-    return {
-      check: passed(name, `${model.id}@${model.revision.slice(0, 12)} already cached; no download`),
-      action: "present"
-    };
-  if (env.HF_HUB_OFFLINE === "1")
-    return {
-      check: failed(
-        name,
-        `${model.id}@${model.revision} is not cached and HF_HUB_OFFLINE=1: pre-warm on a host with network access to the Hub`
-      ),
-      action: null
-    };
-  if (!interpreter)
-    return { check: failed(name, "no python on PATH to run huggingface_hub with"), action: null };
-  const r = await runner.run(
-    interpreter,
-    ["-I", "-c", PREWARM_SCRIPT, JSON.stringify({ id: model.id, revision: model.revision })],
-    // the download may take long; the cache location is the managed one, never the user's
-    { env: { ...env, HF_HOME: hfHome }, cwd: neutral, timeoutMs: Math.max(timeoutMs, 6 * 36e5) }
-  );
-  const got = hfSnapshot(hfHome, model.id, model.revision);
-  if (r.code !== 0 || !got)
-    return {
-      check: failed(
-        name,
-        `downloading ${model.id}@${model.revision} failed: ${lastLine(r.stderr) || r.spawnError || `exit ${r.code}`}`
-      ),
-      action: null
-    };
-  return {
-    check: passed(name, `${model.id}@${model.revision.slice(0, 12)} downloaded into the managed cache`),
-    action: "downloaded"
-  };
+
+// agent/preflight/provisioning-manifest.ts
+import { writeFileSync } from "node:fs";
+import { dirname, join as join4 } from "node:path";
+var besideVenv = (venv) => join4(dirname(venv.replace(/\/+$/, "")), "PROVISIONING-MANIFEST.json");
+function writeManifest(path, manifest) {
+  writeFileSync(path, `${JSON.stringify(manifest, null, 2)}
+`);
 }
-function torchChecks(answer) {
-  const t = answer.torch;
-  if (!t) return [failed("torch", "the probe returned no torch information")];
-  if ("error" in t) return [failed("torch", `import torch failed: ${t.error}`)];
-  const out = [passed("torch", `torch ${t.version} imports`)];
-  out.push(
-    /\+cpu\b/.test(t.version) ? failed(
-      "torch-build",
-      `torch ${t.version} is a CPU-only wheel (a serving wheel may have replaced the CUDA build); reinstall torch from the CUDA wheel index`
-    ) : passed("torch-build", `torch ${t.version} is not a +cpu wheel`)
+
+// agent/preflight/doctor.ts
+async function runDoctor(opts) {
+  const neutral = mkdtempSync(join5(tmpdir(), "spark-doctor-"));
+  try {
+    return await doctorIn(neutral, opts);
+  } finally {
+    rmSync(neutral, { recursive: true, force: true });
+  }
+}
+async function doctorIn(neutral, opts) {
+  const started = Date.now();
+  const runner = opts.runner ?? createProcessRunner();
+  const timeoutMs = opts.timeoutMs ?? 6e4;
+  const toolTimeout = Math.max(2e3, Math.floor(timeoutMs / 10));
+  const wantTorch = (opts.torch ?? "required") === "required";
+  const imports = [...opts.imports ?? []];
+  const softImports = [...opts.softImports ?? []];
+  const tools = [...opts.tools ?? DEFAULT_TOOLS];
+  const spec2 = opts.spec ?? null;
+  const PATH = opts.env.PATH;
+  const now = () => opts.now?.() ?? /* @__PURE__ */ new Date();
+  const bare = findOnPath("python", PATH);
+  const interpreter = bare ?? findOnPath("python3", PATH);
+  const checks = [];
+  const hfHome = opts.modelCache ? join5(opts.modelCache, "huggingface") : null;
+  let prewarmed = null;
+  if (spec2?.model && opts.prewarm) {
+    const r = await prewarmModel(runner, interpreter, spec2.model, hfHome, opts.env, neutral, timeoutMs);
+    checks.push(r.check);
+    if (r.action) prewarmed = { action: r.action, at: now().toISOString() };
+  }
+  const snapshot = spec2?.model && hfHome ? hfSnapshot(hfHome, spec2.model.id, spec2.model.revision) : null;
+  const pythonRun = (args, timeout) => runner.run(interpreter, ["-I", ...args], { env: opts.env, cwd: neutral, timeoutMs: timeout });
+  const probe = interpreter ? pythonRun(
+    [
+      "-c",
+      PYTHON_PROBE,
+      JSON.stringify({
+        torch: wantTorch || spec2?.attentionBackend != null,
+        imports: [...imports, ...softImports],
+        packages: [
+          .../* @__PURE__ */ new Set([...opts.packages ?? DEFAULT_PACKAGES, ...Object.keys(spec2?.pins ?? {})])
+        ],
+        freeze: spec2 != null,
+        customCodeDir: spec2?.model?.trustRemoteCode && snapshot ? snapshot : null
+      })
+    ],
+    timeoutMs
+  ) : Promise.resolve(null);
+  const pipFreeze = interpreter && spec2 ? pythonRun(["-m", "pip", "freeze", "--all", "--disable-pip-version-check"], timeoutMs) : Promise.resolve(null);
+  const toolVersions = Promise.all(
+    tools.map(async (tool) => {
+      const path = findOnPath(tool, PATH);
+      if (!path) return [tool, null, null];
+      const r = await runner.run(path, ["--version"], { env: opts.env, timeoutMs: toolTimeout });
+      const text = `${r.stdout}
+${r.stderr}`;
+      const line = tool === "nvcc" ? text.split("\n").reverse().find((l) => /release/i.test(l))?.trim() ?? firstLine(text) : firstLine(text);
+      return [tool, path, line || "version unknown"];
+    })
   );
-  if (t.cuda == null) {
-    out.push(failed("torch-cuda", `torch ${t.version} was built without CUDA (torch.version.cuda is None)`));
-  } else if (!t.cudaAvailable) {
-    out.push(
-      failed(
-        "torch-cuda",
-        `torch ${t.version} (CUDA ${t.cuda}) sees no GPU: torch.cuda.is_available() is False (driver or CUDA_VISIBLE_DEVICES?)`
+  const commit = opts.sourceDir ? readCommit(runner, opts.sourceDir, opts.env, toolTimeout) : null;
+  checks.push(
+    bare ? passed("python", "bare `python` resolves on PATH") : failed(
+      "python",
+      interpreter ? "no bare `python` on PATH, only `python3`: build scripts that call `python` will fail; activate the venv (its bin/ has `python`) or install python-is-python3" : "no `python` (nor `python3`) on PATH: put the runner venv bin/ first on PATH"
+    )
+  );
+  const probeResult = await probe;
+  let answer = null;
+  if (probeResult) {
+    answer = parseProbeOutput(probeResult.stdout);
+    if (!answer) {
+      const why = probeResult.timedOut ? `did not finish within ${Math.round(timeoutMs / 1e3)} s (an import hangs?)` : probeResult.spawnError ? `could not start (${probeResult.spawnError})` : `exited ${probeResult.code ?? probeResult.signal}: ${lastLine(probeResult.stderr) || "no output"}`;
+      checks.push(failed("python-probe", `the interpreter probe ${why}`));
+    }
+  }
+  if (answer) {
+    checks.push(
+      answer.externallyManaged ? failed(
+        "pep668",
+        `python ${answer.version} is a system interpreter marked EXTERNALLY-MANAGED (PEP 668), not a venv: pip installs will be refused; create a venv (python3 -m venv) and put its bin/ first on the runner PATH`
+      ) : passed("pep668", answer.inVenv ? "running in a venv" : "interpreter is not externally managed")
+    );
+    if (wantTorch) checks.push(...torchChecks(answer));
+    for (const name of imports) checks.push(importCheck(answer, name, true));
+    for (const name of softImports) checks.push(importCheck(answer, name, false));
+  } else if (!probeResult) {
+    checks.push(failed("python-probe", "not run: no python interpreter on PATH"));
+  }
+  const versions = await toolVersions;
+  for (const [tool, path] of versions) {
+    checks.push(
+      path ? passed(`tool:${tool}`, "resolves on PATH") : failed(
+        `tool:${tool}`,
+        `\`${tool}\` does not resolve on the PATH child processes see; install it or add its directory to the runner PATH`
       )
     );
-  } else {
-    out.push(passed("torch-cuda", `CUDA ${t.cuda} available${t.device ? ` on ${t.device}` : ""}`));
   }
-  return out;
-}
-function importCheck(answer, name, fatal) {
-  const error62 = answer.imports[name];
-  const label = `${fatal ? "import" : "soft-import"}:${name}`;
-  if (error62 == null) return passed(label, "imports");
-  return fatal ? failed(label, `import ${name} failed: ${error62}`) : softFailed(label, `import ${name} failed: ${error62}`);
-}
-function checkModelCache(dir, access) {
-  const name = "model-cache";
-  if (!dir)
-    return failed(name, "no model cache configured (SPARK_MODEL_CACHE): models would be downloaded per run");
-  try {
-    if (!statSync3(dir).isDirectory())
-      return failed(name, "model cache (SPARK_MODEL_CACHE) is not a directory");
-    readdirSync2(dir);
-  } catch (e) {
-    return failed(
-      name,
-      `model cache (SPARK_MODEL_CACHE) is not usable: ${e.code ?? e}`
-    );
+  checks.push(checkModelCache(opts.modelCache, opts.modelCacheAccess ?? "writable"));
+  let provisioning;
+  if (spec2) {
+    const freeze = await pipFreeze;
+    const lockLines = freeze && freeze.code === 0 ? {
+      source: "pip freeze",
+      lines: freeze.stdout.split("\n").map((l) => l.trim()).filter(Boolean)
+    } : answer?.freeze ? { source: "importlib.metadata", lines: answer.freeze } : null;
+    provisioning = provisioningChecks(checks, spec2, answer, lockLines, snapshot, prewarmed, opts);
   }
-  const probe = join3(dir, `.spark-doctor-${process.pid}-${randomBytes(4).toString("hex")}`);
-  let writable;
-  let why = "";
-  try {
-    closeSync(openSync(probe, "wx"));
-    unlinkSync(probe);
-    writable = true;
-  } catch (e) {
-    writable = false;
-    why = String(e.code ?? e);
-  }
-  if (access === "read-only")
-    return writable ? failed(
-      name,
-      "model cache (SPARK_MODEL_CACHE) is writable by this job: PR code could change the weights every later lease loads; give the runner user a read-only view of it (a read-only bind mount, or an owner and mode it cannot write)"
-    ) : passed(name, `model cache is read-only to this job (${why}), as a PR worker must see it`);
-  return writable ? passed(name, "model cache is writable") : failed(
-    name,
-    `model cache (SPARK_MODEL_CACHE) is not writable (${why}): fix its owner/permissions for the user who provisions it`
-  );
+  const sourceCommit = commit ? await commit : null;
+  const manifest = {
+    schema: "spark-provisioning-manifest/1",
+    generatedAt: now().toISOString(),
+    hostId: opts.hostId ?? null,
+    sourceCommit,
+    python: answer ? {
+      version: answer.version,
+      implementation: answer.implementation,
+      bare: bare != null,
+      inVenv: answer.inVenv,
+      externallyManaged: answer.externallyManaged
+    } : null,
+    torch: answer?.torch && "version" in answer.torch ? answer.torch : null,
+    packages: answer?.packages ?? {},
+    tools: Object.fromEntries(versions.map(([tool, , line]) => [tool, line])),
+    ok: fatalFailures(checks).length === 0,
+    checks,
+    ...provisioning ? { provisioning } : {}
+  };
+  if (opts.manifestPath) writeManifest(opts.manifestPath, manifest);
+  return { ok: manifest.ok, checks, manifest, durationMs: Date.now() - started };
 }
 async function readCommit(runner, dir, env, timeoutMs) {
   const r = await runner.run("git", ["-C", dir, "rev-parse", "HEAD"], { env, timeoutMs });
   const sha = r.stdout.trim();
   return r.code === 0 && /^[0-9a-f]{40}$/.test(sha) ? sha : null;
 }
-function lastLine(text) {
-  const lines = text.split(/\r?\n/).filter((l) => l.trim());
-  return (lines[lines.length - 1] ?? "").trim().slice(0, 200);
-}
 
 // agent/preflight/settings.ts
-import { join as join4, resolve } from "node:path";
+import { join as join6, resolve } from "node:path";
 import { parseArgs } from "node:util";
 
 // core/errors.ts
@@ -20816,7 +20824,7 @@ ${PREFLIGHT_USAGE}`);
       modelCacheAccess: "read-only",
       ...provisioned(spec(values.spec))
     },
-    manifestPath: resolve(values.manifest ?? join4(sourceDir, "PROVISIONING-MANIFEST.json")),
+    manifestPath: resolve(values.manifest ?? join6(sourceDir, "PROVISIONING-MANIFEST.json")),
     sourceDir,
     childEnv
   };

@@ -100,3 +100,9 @@ export function firstLine(text: string, max = 200): string {
   const line = text.split(/\r?\n/).find((l) => l.trim().length > 0) ?? '';
   return line.trim().slice(0, max);
 }
+
+/** The last non-blank line of `text`, trimmed to 200 characters. */
+export function lastLine(text: string): string {
+  const lines = text.split(/\r?\n/).filter((l) => l.trim());
+  return (lines[lines.length - 1] ?? '').trim().slice(0, 200);
+}
