@@ -23,7 +23,7 @@ import { runStep, type StepContext } from './steps/index.ts';
 const MAX_STEPS = 32;
 
 /**
- * The relay agent (issue 4): two loops — heartbeats with host facts, and poll → converge — around
+ * The relay agent: two loops — heartbeats with host facts, and poll → converge — around
  * a pure decision function (`reconcile.ts`), one file per step (`steps/`), one executor seam
  * (`executor/`) and one host port (`host/port.ts`). It acts only on a desired state it has just
  * received: with the controller unreachable it starts nothing.
@@ -69,7 +69,7 @@ export class Agent {
       heartbeatMs: () => this.heartbeatS * 1000,
       interconnect: null,
     };
-    // the host's backend, or the one a lease's repository chooses (issue 15 item 1)
+    // the host's backend, or the one a lease's repository chooses
     ctx.executor =
       opts.executor?.(ctx) ??
       createLeaseExecutor(

@@ -84,7 +84,7 @@ export const AgentConfigSchema = z
           .nullable()
           .default('spark-runner')
           .describe(
-            'Unprivileged user the runner and the job run as (issue 11); null runs them as the agent (development only).',
+            'Unprivileged user the runner and the job run as; null runs them as the agent (development only).',
           ),
         path: z
           .string()
@@ -117,7 +117,7 @@ export const AgentConfigSchema = z
       .enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(', ')}` })
       .default('jit-runner')
       .describe(
-        'How a lease runs its workload (issue 15): a one-job JIT runner, a Slurm batch job, or a dstack task (and a dstack dev environment for development leases).',
+        'How a lease runs its workload: a one-job JIT runner, a Slurm batch job, or a dstack task (and a dstack dev environment for development leases).',
       ),
     slurm: z
       .object({
@@ -182,7 +182,7 @@ export const AgentConfigSchema = z
       .strict()
       .nullable()
       .default(null)
-      .describe('dstack server for executor "dstack" (issue 15): CI tasks and development environments.'),
+      .describe('dstack server for executor "dstack": CI tasks and development environments.'),
     nvidiaSmi: z.string().min(1).default('nvidia-smi').describe('nvidia-smi binary (PATH lookup if bare).'),
     service: serviceSchema.nullable().default(null).describe('Home service (Deckard on spark-1), or null.'),
     interconnectCheck: z

@@ -4,7 +4,7 @@ import * as https from 'node:https';
 /**
  * A small HTTP/1.1 client on `node:http`/`node:https` with keep-alive sockets. The agent uses it
  * instead of `fetch`: fetch (undici) costs ~12 MiB of resident memory at first use, this ~3
- * (issue 13 item 3, measured with the bundle on Node 20).
+ * (measured with the bundle on Node 20).
  */
 
 export interface HttpAnswer {

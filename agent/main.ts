@@ -31,7 +31,7 @@ function parseArgs(argv: string[]): { config: string } {
 }
 
 /**
- * The trust boundary on the host (issue 11 item 1): the runner user exists and is not the agent,
+ * The trust boundary on the host: the runner user exists and is not the agent,
  * and what the agent keeps (config, token, state) is reachable by the agent's user alone.
  */
 function checkHost(cfg: AgentConfig, configPath: string, log: AgentLogger): RunnerAccount | null {

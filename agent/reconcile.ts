@@ -3,7 +3,7 @@ import type { Observation, Workload } from './executor/types.ts';
 import type { LeaseState } from './state-file.ts';
 
 /**
- * The agent's decision layer (issue 10 item 5): given the controller's desired state and what the
+ * The agent's decision layer: given the controller's desired state and what the
  * agent knows locally, the one next step. Pure — no I/O, no clock — so every transition is
  * unit-tested (`test/unit/reconcile.test.ts`). The poll loop observes, asks, runs the step, and
  * asks again until the answer is `wait`. Level-triggered: asking again after a crash gives the
@@ -85,7 +85,7 @@ export function reconcile(d: DesiredState, local: LocalView): Step {
     }
     if (token > local.maxFencingToken) {
       // a lease seen first: its record carries the token up in the same save (one fsync pair
-      // less on the way to a runner, issue 13 item 3); otherwise the token is raised on its own
+      // less on the way to a runner); otherwise the token is raised on its own
       if ('lease' in d && d.lease && !local.lease) return { kind: 'adopt-lease', lease: d.lease };
       return { kind: 'raise-fencing-token', fencingToken: token };
     }
@@ -128,7 +128,7 @@ export function reconcile(d: DesiredState, local: LocalView): Step {
       const r = mine.runner;
       if (r && r.runnerName !== d.runnerName) return { kind: 'replace-workload', next: d.runnerName };
       if (!r) {
-        // a CI task (issue 15): its clone token is handed over once, like a runner's JIT config
+        // a CI task: its clone token is handed over once, like a runner's JIT config
         if (d.task) {
           if (!d.cloneToken) return wait(null, 'task credential was handed over but no task of it runs here');
           return {

@@ -2,7 +2,7 @@ import { HttpClient, type HttpError } from './http.ts';
 
 /**
  * The home service's model-ready health check (Deckard on spark-1). Restore is gated on it:
- * the service is advertised again only after it answers 2xx (DESIGN.md rule 5).
+ * the service is advertised again only after it answers 2xx (docs/architecture.md rule 5).
  */
 
 export interface HealthResult {

@@ -5,7 +5,7 @@ import { TOPOLOGIES } from '../core/model.ts';
 import { CiTaskSchema, EXECUTOR_NAMES } from '../core/protocol/agent.ts';
 
 /**
- * The agent's local progress (issue 4 "Crash safety"). Written by write-to-temp + fsync + rename,
+ * The agent's local progress ("Crash safety"). Written by write-to-temp + fsync + rename,
  * so after `kill -9` at any point the file holds either the previous or the next state, never a
  * torn one. It never holds a JIT config or a job token.
  */
@@ -34,10 +34,10 @@ const leaseSchema = z.object({
   kind: z.string(),
   topology: z.enum(TOPOLOGIES),
   lend: z.boolean(),
-  /** The backend the lease's repository chose (issue 15 item 1); absent: the host's `executor`. */
+  /** The backend the lease's repository chose; absent: the host's `executor`. */
   executor: z.enum(EXECUTOR_NAMES).optional(),
   /**
-   * A CI task's workload (issue 15, ADR 0110), without its clone token: recorded before the task
+   * A CI task's workload (ADR 0110), without its clone token: recorded before the task
    * is created, so the receipt built after a restart still names the commit, suite and lane.
    */
   task: CiTaskSchema.optional(),

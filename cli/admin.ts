@@ -8,7 +8,7 @@ import { CliError, EXIT } from './errors.ts';
 /**
  * `sparkctl admin …`: the bootstrap of the very first operate token belongs to the controller
  * (it opens the ledger file directly), so sparkctl only runs the controller's own script,
- * `scripts/admin.ts`, as a child process (issue 10 item 6). The CLI imports nothing from the
+ * `scripts/admin.ts`, as a child process. The CLI imports nothing from the
  * controller; this is the one place it hands over to it, and only inside a checkout.
  */
 

@@ -9,7 +9,7 @@ import { createReservation, follow, postAction, progressLine } from './ops.ts';
  * `sparkctl deckard drill [--host spark-1]`: a restore drill through the normal path (the rollout
  * readiness check "deckard" wants one, docs/adr/0165-enable-is-a-gate.md). It asks for a short
  * development lease on the home-service host, so the agent drains the service, stops it and
- * verifies through the GPU that it is gone (DESIGN.md rule 5); once the host is prepared it
+ * verifies through the GPU that it is gone (docs/architecture.md rule 5); once the host is prepared it
  * releases the lease, and follows the host until the agent recreated the service and its
  * model-ready check passed (the host serves again) or the restore failed (quarantined). The
  * ledger keeps the lend and the restore, which is what `doctor github` checks.

@@ -116,7 +116,7 @@ export function progressLine(r: ReservationInfo): string {
   switch (r.status) {
     case 'queued': {
       const reason = r.reason?.replaceAll(`for ${r.id}`, 'for you') ?? null;
-      // the estimate in words (issue 16), e.g. "starts in ~12–20 min"
+      // the estimate in words, e.g. "starts in ~12–20 min"
       const parts = [
         `${r.id} queued`,
         r.position != null ? `position ${r.position}` : null,
@@ -232,7 +232,7 @@ export async function releaseAndWait(
 }
 
 /**
- * How to reach each host of a ready development reservation (issue 15): the dstack attach command
+ * How to reach each host of a ready development reservation: the dstack attach command
  * its agent reported, or — on a host whose executor runs no dev environment (`jit-runner`, `slurm`)
  * — that there is none to attach to: sparkctl never hands out SSH (agents must not automate it).
  */

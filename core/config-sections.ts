@@ -185,7 +185,7 @@ export const githubSchema = z
       .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, 'a runner label is letters, digits, ".", "_" and "-"')
       .default('waffuru-spark')
       .describe(
-        'Fleet label on every JIT runner (DESIGN.md "Binding"); must equal the workflow templates\' runs-on label.',
+        'Fleet label on every JIT runner (docs/architecture.md "Binding"); must equal the workflow templates\' runs-on label.',
       ),
     runnerGroupId: z
       .number()
@@ -283,4 +283,4 @@ export const tokenLimitsSchema = z
       .describe('Per API token name; each field overrides the default.'),
   })
   .strict()
-  .describe('Development work one API token may hold (issue 11 item 9): one token cannot take the fleet.');
+  .describe('Development work one API token may hold: one token cannot take the fleet.');

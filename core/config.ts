@@ -75,7 +75,7 @@ export function defaultConfig(): SparkConfig {
 }
 
 /**
- * A URL fit for logs and error messages (issue 11 item 8): userinfo and the query string (where
+ * A URL fit for logs and error messages: userinfo and the query string (where
  * libSQL URLs carry `?authToken=`) and the fragment are cut. Text that is not a URL loses
  * everything after the first `?` or `#` and any `user:pass@` part.
  */

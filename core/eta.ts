@@ -1,11 +1,11 @@
 import type { ReservationKind, Suite, Topology } from './model.ts';
 
 /**
- * Queue ETA (issue 16 "Beyond the anchors"): when will each queued request start? A pure
+ * Queue ETA ("Beyond the anchors"): when will each queued request start? A pure
  * estimator fed by the ledger's own history. It replays the queue in admission order against the
  * hosts' expected free times, once with short (25th percentile) and once with long (75th
  * percentile) occupancy per class, so the answer is a range. The rules it follows are the ones
- * admission keeps (DESIGN.md rules 1–4): non-preemptive priority order, a pair takes both hosts at
+ * admission keeps (docs/architecture.md rules 1–4): non-preemptive priority order, a pair takes both hosts at
  * once (a host freed first is held for it), a targeted request waits for its host, and an
  * offline, unadopted or quarantined host never starts anything. It cannot know about requests
  * that have not arrived yet (a later, higher-priority arrival moves a request back) nor budget
@@ -202,8 +202,7 @@ export function estimateQueue(input: EtaInput): Eta[] {
       } else if (r.targetHost != null) {
         blocked = `${r.targetHost} is offline or not adopted`;
       } else if (schedulable.length === 0) {
-        // "install an agent" is wrong advice for hosts that are online but held out (issue 14
-        // item 11: quarantined after a failed restore, release-required after a lease expired)
+        // "install an agent" is wrong advice for hosts that are online but held out (item 11: quarantined after a failed restore, release-required after a lease expired)
         const held = input.hosts.filter((h) => h.state && h.state !== 'offline' && h.state !== 'unknown');
         blocked = held.length
           ? `no host can take work now: ${input.hosts.map((h) => `${h.id} ${h.state ?? 'offline'}`).join(', ')}`

@@ -1,7 +1,7 @@
 import type { LeaseStatus, ReservationStatus } from './model.ts';
 
 /**
- * The event history's vocabulary (DESIGN.md "Observability": an append-only history records
+ * The event history's vocabulary (docs/architecture.md "Observability": an append-only history records
  * every transition with its cause). Every `events.type` the controller writes is one of these;
  * readers (dashboard, metrics, tests) match on the same names.
  */
@@ -68,7 +68,7 @@ export const LEDGER_EVENTS = [
   'github.refused',
   'github.job_mismatch',
   'outbox.failed',
-  // webhook inbox (issue 13): a delivery that kept failing, and an operator's retry of it
+  // webhook inbox: a delivery that kept failing, and an operator's retry of it
   'webhook.parked',
   'webhook.retried',
   // a delivery GitHub failed to make (controller down) whose redelivery the controller asked for (ADR 0091)

@@ -1,5 +1,5 @@
 /**
- * Domain model shared by every part (DESIGN.md "Domain model"). Plain data, no I/O.
+ * Domain model shared by every part (docs/architecture.md "Domain model"). Plain data, no I/O.
  * Times are epoch milliseconds.
  */
 
@@ -19,12 +19,12 @@ export type Topology = (typeof TOPOLOGIES)[number];
 export const SUITES = ['smoke', 'performance'] as const;
 export type Suite = (typeof SUITES)[number];
 
-/** Backends of the agent's executor seam (issue 15); `jit-runner` is the default. */
+/** Backends of the agent's executor seam; `jit-runner` is the default. */
 export const EXECUTOR_NAMES = ['jit-runner', 'slurm', 'dstack'] as const;
 export type ExecutorName = (typeof EXECUTOR_NAMES)[number];
 
 /**
- * How a repository's CI work runs (issue 15): `runner` — a dispatched GitHub job on a one-job
+ * How a repository's CI work runs: `runner` — a dispatched GitHub job on a one-job
  * JIT runner (default); `task` — the agent runs the repository's spark-test.sh at the exact SHA
  * as a dstack task, and reports its outcome and receipt itself.
  */
@@ -97,7 +97,7 @@ export function isTerminalStatus(s: string): s is TerminalStatus {
 
 /**
  * How a reservation ended (or is ending, while `releasing`), kept in `reservations.outcome`.
- * Never a queue wait code: that is `reservations.wait_code` (issue 10).
+ * Never a queue wait code: that is `reservations.wait_code`.
  */
 export const OUTCOMES = [
   // the GitHub job's result (workflow_job completed)
@@ -110,10 +110,10 @@ export const OUTCOMES = [
   // a Deckard start whose host already serves: met without a lease
   'already_serving',
   // a Deckard start that drove the restore path: met when the model-ready gate passed, or ended
-  // when the restore failed past its retry budget and the host was quarantined (issue 14 item 2)
+  // when the restore failed past its retry budget and the host was quarantined
   'restored',
   'restore_failed',
-  // a pair whose node lost contact: failed as a unit (issue 14 item 1)
+  // a pair whose node lost contact: failed as a unit
   'pair_node_lost',
   // released by a person or by the lease running out
   'released',
@@ -127,7 +127,7 @@ export const OUTCOMES = [
   'task_not_started',
   'github_failed',
   'withdrawn',
-  // a job that is not the admitted one took the reservation's runner: stopped (issue 12 item 4)
+  // a job that is not the admitted one took the reservation's runner: stopped
   'foreign_job',
   // the host refused before anything of the PR ran: preparation failed, or the agent's own
   // preflight before the runner (ADR 0177)

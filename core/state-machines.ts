@@ -1,7 +1,7 @@
 import type { HostPhase, LeaseStatus, ReservationStatus } from './model.ts';
 
 /**
- * Explicit transition tables (DESIGN.md "Domain model"). Every ledger write that changes a
+ * Explicit transition tables (docs/architecture.md "Domain model"). Every ledger write that changes a
  * status goes through {@link assertTransition}; anything not listed is illegal.
  */
 
@@ -29,7 +29,7 @@ export const LEASE_TRANSITIONS: Readonly<Record<LeaseStatus, readonly LeaseStatu
 };
 
 export const HOST_PHASE_TRANSITIONS: Readonly<Record<HostPhase, readonly HostPhase[]>> = {
-  // idle → restoring: an explicit Deckard start drives the restore path (issue 14 item 2)
+  // idle → restoring: an explicit Deckard start drives the restore path
   idle: ['allocated', 'service', 'restoring', 'quarantined'],
   service: ['allocated', 'idle', 'restoring', 'quarantined'],
   allocated: ['cleaning', 'release-required'],

@@ -2,7 +2,7 @@ import type { Ledger, PassResult } from './ledger/ledger.ts';
 
 /**
  * Counts the requests this process is answering, so background work (inbox processing,
- * admission passes, module ticks) can yield to them: acknowledging comes first (issue 13).
+ * admission passes, module ticks) can yield to them: acknowledging comes first.
  */
 export interface RequestGate {
   enter(): void;

@@ -35,7 +35,7 @@ export interface Controller {
 }
 
 /**
- * Assembles the controller once for either runtime (issue 10: the Node and Worker entries are
+ * Assembles the controller once for either runtime (the Node and Worker entries are
  * adapters — serve + timers, or fetch + scheduled). Hosts are synced from the configuration
  * here, before the first request or tick, in both runtimes (retried before each tick while the
  * ledger cannot be reached); module hooks join the ledger; the

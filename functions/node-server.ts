@@ -77,7 +77,7 @@ export async function openNodeLedger(
 }
 
 /**
- * Issue 11 item 8: the ledger holds token hashes, JIT configs until hand-over and the whole
+ * the ledger holds token hashes, JIT configs until hand-over and the whole
  * history, so its files are the controller user's alone — the directory 0700 when we create it,
  * the database created 0600 before libSQL opens it (SQLite gives its `-wal` and `-shm` the
  * database file's mode), and an existing database, `-wal` or `-shm` tightened to 0600.
@@ -99,7 +99,7 @@ export function protectLedgerFiles(path: string, log?: Logger): void {
 }
 
 /**
- * Issue 11 item 4: Node's HTTP server limits. `maxConnections` refuses sockets beyond the cap
+ * Node's HTTP server limits. `maxConnections` refuses sockets beyond the cap
  * (so SSE clients or idle sockets cannot take every file descriptor from `/healthz`, webhooks
  * and agents); headers and whole requests must arrive in bounded time (slowloris); idle
  * keep-alive sockets live 15 s so a 10 s agent heartbeat reuses its connection.
@@ -142,7 +142,7 @@ export async function startController(opts: StartOptions): Promise<RunningContro
     syncHosts: false,
     ...(opts.clock ? { clock: opts.clock } : {}),
   });
-  // issue 11 item 7: a ledger that can be read but not written (read-only file, directory or
+  // a ledger that can be read but not written (read-only file, directory or
   // mount, full disk) would accept requests and fail each write; refuse to start instead
   try {
     await ledger.probeWrite();

@@ -15,7 +15,7 @@ import { withSecretsFile } from './secrets-file.ts';
 import { EnvSchema, nodeConfigPath, settingsFromEnv } from './settings.ts';
 
 async function main() {
-  // issue 11 item 8: every file the controller creates (ledger, -wal, -shm) is its user's alone
+  // every file the controller creates (ledger, -wal, -shm) is its user's alone
   process.umask(0o077);
   const configPath = nodeConfigPath(process.env, existsSync);
   let configText: { text: string; source: string } | null = null;

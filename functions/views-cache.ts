@@ -1,7 +1,7 @@
 import type { Ledger } from './ledger/ledger.ts';
 
 /**
- * Issue 11 item 4: anonymous pages (`GET /`, the live fragment, `/api/v1/fleet|queue`) must not
+ * anonymous pages (`GET /`, the live fragment, `/api/v1/fleet|queue`) must not
  * recompute admission and read the whole queue per request (20 clients pushed `/healthz` p50 to
  * 517 ms). One computation per view is shared by concurrent callers and reused until the ledger
  * sends a change notice in this process or `ttlMs` passes (another process sharing the ledger

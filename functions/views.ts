@@ -13,7 +13,7 @@ import { toHostRecord, toLeaseRecord, toReservationRecord } from './ledger/ledge
 import { queueEtas } from './queue-eta.ts';
 
 /**
- * Sanitized, public views of the ledger (DESIGN.md "Observability"). These types are the only
+ * Sanitized, public views of the ledger (docs/architecture.md "Observability"). These types are the only
  * thing the dashboard, the public JSON APIs and /metrics render from: they have no field for
  * host addresses, usernames, commands, environment values, model paths, credentials, raw logs
  * or fencing tokens, so none can leak by accident.
@@ -117,7 +117,7 @@ export type Views = {
 export type ViewsMemo = { get(): Promise<Views> };
 
 /**
- * One per controller (docs/adr/0215-controller-owns-its-services.md), since issue 13 item 2: every
+ * One per controller (docs/adr/0215-controller-owns-its-services.md), because without it every
  * queued check-run render, scrape, describe and sweep recomputed admission and ETAs for the whole
  * queue. Reused while the ledger's {@link Ledger.version} is unchanged and both its clock and real
  * time have moved less than `server.publicViewCacheMs` (ages follow the clock; another process's
@@ -351,7 +351,7 @@ function etaView(e: Eta | undefined, now: number): QueueItemView['eta'] {
   };
 }
 
-// ---------------------------------------------------------------- history (issue 6)
+// ---------------------------------------------------------------- history
 
 /**
  * Scrubs free text that may carry agent- or operator-supplied detail (restore failures, GPU
@@ -399,7 +399,7 @@ function leaseLabel(dataJson: string | null | undefined): string {
 }
 
 /**
- * The class of an actor as the public may see it (issue 11 item 6): never a login, token name or
+ * The class of an actor as the public may see it: never a login, token name or
  * host detail. `github:<login>` is a person acting through GitHub (labels and commands need the
  * maintainer permission), `api:<token>` an operator's token, `agent:<host>` a host's agent, bare
  * `github` GitHub itself; everything else is the controller.
@@ -413,7 +413,7 @@ export function actorClass(actor: string): 'maintainer' | 'operator' | 'agent' |
 }
 
 /**
- * A public cause from a template (issue 11 item 6): what happened and the actor's class, built
+ * A public cause from a template: what happened and the actor's class, built
  * only from the event's type and states — the stored cause (which may say "closed by @login",
  * "released by api:<token name>" or name a private repository) is never shown publicly.
  */

@@ -93,7 +93,7 @@ export default {
     // a request that wrote (webhook, operator call, agent report) may have queued GitHub side
     // effects, directly, through the inbox, or through the admission pass it triggers: process the
     // inbox and send them right after the response instead of at the next one-minute cron
-    // (issue 12 item 7, issue 13 item 1)
+    //
     const writes = request.method !== 'GET' && request.method !== 'HEAD';
     exec.waitUntil(
       inst.loop

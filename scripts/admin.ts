@@ -4,7 +4,7 @@
  * SPARK_GITHUB_APP_ID / SPARK_GITHUB_PRIVATE_KEY). `sparkctl admin` runs this script as a process
  * from the controller checkout.
  *
- * - `token create` (issue 10): the very first operate token, straight in the ledger, before any
+ * - `token create`: the very first operate token, straight in the ledger, before any
  *   token exists to call the API with;
  * - `create-app`: the GitHub App through the manifest flow, with its own options and exit codes
  *   (scripts/create-app/main.ts);

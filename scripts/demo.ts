@@ -1,6 +1,5 @@
 /**
- * `npm run demo [-- --keep] [-- --story failures]`: the product in one command (issue 7,
- * docs/demo.md). Starts the controller with an embedded ledger in a temp dir, two relay agents
+ * `npm run demo [-- --keep] [-- --story failures]`: the product in one command (docs/demo.md). Starts the controller with an embedded ledger in a temp dir, two relay agents
  * with simulated Spark hosts (fake nvidia-smi, fake Deckard on spark-1, JIT runners) and a local
  * fake GitHub, then plays a scripted story with a timeline.
  *
@@ -9,7 +8,7 @@
  * once (development needs the dstack executor; these hosts run JIT runners). Ends with a summary
  * table and exits 0, or 1 naming the step that did not happen.
  *
- * `--story failures` (issue 14 item 11, ./demo/failures.ts): every failure and cancellation
+ * `--story failures` (./demo/failures.ts): every failure and cancellation
  * behaviour of the seed against the same fleet, ending with the table `behaviour | the seed says
  * | observed | match`; exits 0 only when every row matches, 1 otherwise.
  *

@@ -2,7 +2,7 @@ import type { LeaseState } from '../state-file.ts';
 import type { Executor, ExecutorName, Observation, Termination, Workload } from './types.ts';
 
 /**
- * The executor seam when a repository chooses its backend (issue 15 item 1): each lease runs on the
+ * The executor seam when a repository chooses its backend: each lease runs on the
  * backend its record names (`lease.executor`, from the controller's `repositories` config, kept in
  * the state file so a restarted agent stops what it started with the same backend), else on the
  * host's own `executor`. Backends are built on first use; one this host cannot run (its settings

@@ -16,7 +16,7 @@ import type { TaskOutput } from './types.ts';
 export type { TaskOutput } from './types.ts';
 
 /**
- * CI as a dstack task (issue 15, ADR 0110): what the task runs, and the receipt the agent builds
+ * CI as a dstack task (ADR 0110): what the task runs, and the receipt the agent builds
  * from how it ended. The task replaces the GitHub job's in-job steps: it checks out exactly the
  * admitted SHA, binds it (`git rev-parse HEAD` must equal it, or the script never runs), then runs
  * the repository's script once for the lane with the spark-test action's environment.

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
 /**
- * The part of dstack's server REST API the `dstack` executor uses (issue 15 item 3), with request
+ * The part of dstack's server REST API the `dstack` executor uses, with request
  * and response shapes taken from dstack's own source (`dstackai/dstack`, read at tag 0.21.2,
  * commit 0dee238d47fafc89bdde75b83ee99a0fae7c08a1; paths under `src/dstack/_internal/`):
  *

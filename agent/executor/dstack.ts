@@ -77,7 +77,7 @@ export function devRunName(l: Pick<LeaseState, 'reservationId' | 'fencingToken'>
 export const attachCommand = (runName: string): string => `dstack attach ${runName}`;
 
 /**
- * The `dstack` executor (issue 15 item 3). CI leases: the lease's workload — the runner command with
+ * The `dstack` executor. CI leases: the lease's workload — the runner command with
  * the same environment as `jit-runner` — is one dstack task pinned to this host's on-prem SSH fleet
  * (`fleets: [<fleet>]`, `nodes: 1`), created with `runs/apply`, observed with `runs/get`, stopped
  * with `runs/stop`, and confirmed terminated only when dstack reports the run finished
@@ -148,7 +148,7 @@ export function createDstackExecutor(deps: DstackDeps): Executor {
     async start(l: LeaseState, w: Workload): Promise<void> {
       if (l.phase !== 'prepared') await area.make(l);
       const name = dstackRunName(l, cfg.hostId, attemptOf(w.name));
-      // a CI task (issue 15, ADR 0110): its workload (no token) is kept with the lease for the receipt
+      // a CI task (ADR 0110): its workload (no token) is kept with the lease for the receipt
       if (w.task) l.task = w.task.spec;
       // persisted before the run exists: a crash after apply finds it again by its name
       recordRunStart(l, { runnerName: w.name, runDir: l.workDir, jobId: name }, save);

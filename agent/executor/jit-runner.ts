@@ -24,7 +24,7 @@ import { assertUnder, childPath } from './work-dir.ts';
 export interface JitRunnerDeps {
   cfg: AgentConfig;
   log: AgentLogger;
-  /** The runner user (issue 11), or null to run the runner as the agent's user (development only). */
+  /** The runner user, or null to run the runner as the agent's user (development only). */
   account: RunnerAccount | null;
   /** Persists the agent state (the lease record is part of it). */
   save(): void;
@@ -33,7 +33,7 @@ export interface JitRunnerDeps {
 }
 
 /**
- * The `jit-runner` executor (issue 15 item 2): today's path. The workload is one GitHub Actions
+ * The `jit-runner` executor: today's path. The workload is one GitHub Actions
  * runner started with its JIT config in `ACTIONS_RUNNER_INPUT_JITCONFIG`, detached in its own
  * process group under a small wrapper that records its pid and exit status in a run dir the agent
  * keeps beside its state file, so a restarted agent finds the job (or its exit status) again.

@@ -83,7 +83,7 @@ export function jobEnv(
     SPARK_MODEL_CACHE: cfg.modelCacheDir,
     // writable, kept across this repository's leases (ADR 0157); serialize writes with flock
     ...(paths ? { SPARK_BUILD_CACHE_DIR: paths.buildCache } : {}),
-    // the in-job receipt names the backend that ran the work (issue 15 item 5)
+    // the in-job receipt names the backend that ran the work
     SPARK_EXECUTOR: l.executor ?? cfg.executor,
   };
 }

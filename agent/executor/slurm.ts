@@ -32,7 +32,7 @@ const TERMINAL = new Set([
 const OUTPUT = '.spark-slurm.out';
 
 /**
- * The `slurm` executor (issue 15 item 4): the lease's workload (the runner command, with the same
+ * The `slurm` executor: the lease's workload (the runner command, with the same
  * environment as `jit-runner`) is one Slurm batch job — `sbatch` with the lease's GPU gres on one
  * exclusive node, named `spark-<reservation>-<host>`, submitted as the runner user so it runs as that
  * user — observed with `squeue`/`sacct`, stopped with `scancel`, and confirmed terminated only

@@ -2,7 +2,7 @@ import type { LeasePaths } from '../host/sandbox.ts';
 import type { LeaseState } from '../state-file.ts';
 
 /**
- * The executor seam (issue 15 item 1): how a lease's workload is prepared, started with the
+ * The executor seam: how a lease's workload is prepared, started with the
  * lease's fencing token, observed, stopped and confirmed terminated. The invariants hold for every
  * backend: the agent persists the workload record before anything is created, reports `cleaned`
  * (which releases the lease) only after {@link Executor.confirmTerminated} says so, and stops only
@@ -32,7 +32,7 @@ export interface Workload {
   /** Per-lease job token for the in-job actions; never persisted. */
   jobToken: string | null;
   /**
-   * A CI task instead of a runner (`ci: "task"`, issue 15): the script to run at the exact SHA and
+   * A CI task instead of a runner (`ci: "task"`): the script to run at the exact SHA and
    * the read-only clone token (never persisted). Only the `dstack` backend runs tasks.
    */
   task?: { spec: CiTask; cloneToken: string };

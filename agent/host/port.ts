@@ -5,7 +5,7 @@ import { type GpuQuery, queryGpu } from '../gpu.ts';
 import { type HealthResult, probeHealth, waitHealthy } from '../service.ts';
 
 /**
- * The host port (issue 10 item 5): every side effect the agent has on its host goes through this
+ * The host port: every side effect the agent has on its host goes through this
  * small interface — commands, the GPU query, the home service's health, the disk, and the clock —
  * so the decision layer (`reconcile.ts`) stays pure and a test can hand in a precise fake. The
  * runner's processes and files are the executor's (see `executor/`), which uses the same port.

@@ -105,7 +105,7 @@ export interface LeasePaths {
 }
 
 /**
- * The lease's paths (issue 26: the evidence gathered after the job finds the work tree here).
+ * The lease's paths (the evidence gathered after the job finds the work tree here).
  * `shared`: whether this executor gives the lease its repository's shared build cache (only inside
  * the namespace, which hides every other repository's: the `jit-runner` executor).
  */

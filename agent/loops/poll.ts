@@ -19,7 +19,7 @@ export interface PollLoopDeps {
 
 /**
  * Long-polls the desired state and converges on it. Fail closed: with the controller unreachable
- * it starts nothing new and retries with backoff (DESIGN.md rule 8).
+ * it starts nothing new and retries with backoff (docs/architecture.md rule 8).
  */
 export async function pollLoop(deps: PollLoopDeps): Promise<void> {
   let failures = 0;

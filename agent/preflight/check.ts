@@ -1,5 +1,5 @@
 /**
- * One named check line (issue 5: "each failure one named line in seconds, not a traceback after
+ * One named check line ("each failure one named line in seconds, not a traceback after
  * minutes"). A failed `fatal` check fails the preflight; a failed soft check only warns.
  */
 export interface CheckResult {

@@ -32,7 +32,7 @@ export interface DoctorOptions {
   manifestPath?: string | null;
   /** Limit for the Python probe (imports can hang); tools get a tenth of it. Default 60 s. */
   timeoutMs?: number;
-  /** The provisioning spec to hold the environment against (issue 14 items 7–10); null: none. */
+  /** The provisioning spec to hold the environment against; null: none. */
   spec?: ProvisioningSpec | null;
   /** Fill the HF cache with the spec's model at its pinned revision first (offline-safe when present). */
   prewarm?: boolean;

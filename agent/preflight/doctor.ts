@@ -31,7 +31,7 @@ export {
 } from './provisioning-manifest.ts';
 
 /**
- * The provisioning doctor (issue 5, from the runner bring-up lessons): the checks that cost real
+ * The provisioning doctor (from the runner bring-up lessons): the checks that cost real
  * runs when skipped, each a named line in seconds. Used by `spark-runner-preflight`, by
  * `npm run doctor` and by `sparkctl doctor`.
  */
@@ -48,7 +48,7 @@ export interface DoctorReport {
  *
  * The job's Python runs with `-I` (isolated: no PYTHONPATH, no user site, no script directory on
  * sys.path) from an empty directory of its own, so files of the PR under test can neither shadow
- * a module the probe imports nor forge what goes into the manifest (issue 11 item 11).
+ * a module the probe imports nor forge what goes into the manifest.
  */
 export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
   const neutral = mkdtempSync(join(tmpdir(), 'spark-doctor-'));

@@ -4,7 +4,7 @@ import { type CheckResult, failed, passed } from './check.ts';
 import type { ProcessRunner } from './process.ts';
 
 /**
- * Local host checks of the lease preflight (DESIGN.md "In the job"). Every unknown state fails
+ * Local host checks of the lease preflight (docs/architecture.md "In the job"). Every unknown state fails
  * closed: a missing tool, an unparseable answer or a timeout is a failure, never a pass.
  */
 
@@ -93,7 +93,7 @@ export async function checkInterconnect(
 /**
  * The home service (Deckard on spark-1) must be released: its health URL must not answer ready.
  * Connection refused = released. A 2xx = still serving. A connection that never answers is a
- * frozen or paused service (DESIGN.md: "a paused container is not a release"), so it fails.
+ * frozen or paused service (docs/architecture.md: "a paused container is not a release"), so it fails.
  */
 export async function checkHomeServiceReleased(
   fetchFn: typeof fetch,

@@ -72,7 +72,7 @@ export function createProcessRunner(): ProcessRunner {
 
 /**
  * Resolves `name` on a PATH the way a child process's exec would: the first executable regular
- * file. Returns null when it does not resolve (DESIGN.md: tools must resolve on the PATH that
+ * file. Returns null when it does not resolve (docs/architecture.md: tools must resolve on the PATH that
  * child processes will see, not the one of an interactive shell).
  */
 export function findOnPath(name: string, pathValue: string | undefined): string | null {

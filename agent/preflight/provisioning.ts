@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { type CheckResult, failed, passed, softFailed } from './check.ts';
 
 /**
- * The provisioning spec of a runner environment (issue 14 items 7–10): which venv, the exact pins
+ * The provisioning spec of a runner environment: which venv, the exact pins
  * and the standing guidelines they are held against, the model at a pinned revision, and the
  * attention backend. A host file the operator owns (never one from the PR under test); the
  * doctor checks the live environment against it and records the result in
@@ -288,7 +288,7 @@ export function weightsPresent(snapshot: string): boolean {
 
 /** SM ranges each attention backend runs on (major.minor as one number, e.g. 12.1). */
 export const ATTENTION_SM: Record<AttentionBackend, { min: number; max: number | null; note: string }> = {
-  // FlashAttention 3 targets Ampere/Hopper kernels (issue 14 item 9: SM 80–90)
+  // FlashAttention 3 targets Ampere/Hopper kernels (SM 80–90)
   'flash-attn-3': { min: 8.0, max: 9.0, note: 'FlashAttention 3 needs SM 8.0–9.0' },
   'flash-attn-2': { min: 8.0, max: 9.0, note: 'FlashAttention 2 needs SM 8.0–9.0' },
   // GB10 (DGX Spark) is SM 12.x: flashinfer is the backend that runs there

@@ -16,7 +16,7 @@ export interface LeaseCredentials {
 }
 
 /**
- * Asks the controller whether this lease is current (DESIGN.md rule 8: fencing check
+ * Asks the controller whether this lease is current (docs/architecture.md rule 8: fencing check
  * unavailable → preflight fails). Every error — unreachable, 401, 409, a body that does not
  * match the contract or names another host/token — fails closed. Tokens are never printed.
  */

@@ -5,7 +5,7 @@ import { again, currentLease, type StepContext, type StepResult } from './contex
 import { failPrepare } from './prepare.ts';
 
 /**
- * Lending the home service (DESIGN.md rule 5): drain → stop → verified gone from the GPU. Each
+ * Lending the home service (docs/architecture.md rule 5): drain → stop → verified gone from the GPU. Each
  * step is written to the state file before its command runs, so a restart repeats it (the
  * commands are idempotent).
  */

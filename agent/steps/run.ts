@@ -181,7 +181,7 @@ async function readTaskOutput(ctx: StepContext): Promise<TaskOutput | null> {
 }
 
 /**
- * A CI task's receipt (issue 15, ADR 0110): the agent stands in for the spark-test action and
+ * A CI task's receipt (ADR 0110): the agent stands in for the spark-test action and
  * builds it from the task's exit (dstack's job status) and its whole output (dstack's logs).
  * A receipt that cannot be built is logged and left out; the exit is still reported.
  */

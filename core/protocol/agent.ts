@@ -4,7 +4,7 @@ import { HostEvidenceSchema } from './host-evidence.ts';
 import { ReceiptSchema } from './receipt.ts';
 
 /**
- * The relay agent protocol (DESIGN.md "Relay agent protocol"), shared by the controller's agent
+ * The relay agent protocol (docs/architecture.md "Relay agent protocol"), shared by the controller's agent
  * API (`/agent/v1/...`) and the agent daemon. The agent only ever calls out: it polls for the
  * desired state of its host and reports step results. Every command and every report about a
  * lease carries that lease's fencing token; a stale one is answered 409 and changes nothing.
@@ -45,7 +45,7 @@ export const HostFactsSchema = z.object({
 const token = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
 
 /*
- * The agent trusts nothing the controller says (issue 11 item 3): every id and name it may turn
+ * The agent trusts nothing the controller says: every id and name it may turn
  * into a path, a label or a log line has a pattern, every number a sane range. The patterns are
  * exactly the controller's own shapes (ledger ids, `runnerName()` in functions/github/senders.ts).
  */
@@ -77,7 +77,7 @@ const httpUrl = (what: string) =>
     .refine((u) => !/^https?:\/\/[^/]*@/.test(u), `${what} carries no credentials`);
 
 /**
- * The workload of a CI lease whose repository runs CI as a task (`ci: "task"`, issue 15): the
+ * The workload of a CI lease whose repository runs CI as a task (`ci: "task"`): the
  * agent's dstack task fetches exactly `headSha` from `cloneUrl`, checks `git rev-parse HEAD`
  * equals it (the commit binding) and runs `script <topology>` with the spark-test action's
  * environment (suite phases, lane). Every field is checked: the agent turns them into a task.
@@ -140,8 +140,7 @@ export const LeaseRefSchema = z.object({
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: z.boolean(),
   /**
-   * The backend this lease's work runs on when the repository's config chooses one (issue 15
-   * item 1); absent: the host's own `executor`.
+   * The backend this lease's work runs on when the repository's config chooses one (* item 1); absent: the host's own `executor`.
    */
   executor: z.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(', ')}` }).optional(),
   /** The repository of CI work: the agent gives its leases one shared build cache (ADR 0157). */
@@ -287,7 +286,7 @@ export const ReportSchema = z.discriminatedUnion('type', [
     type: z.literal('runner_started'),
     fencingToken: token,
     runnerName: z.string().min(1),
-    /** The backend that runs the work (issue 15 item 5), named on the check run. */
+    /** The backend that runs the work, named on the check run. */
     executor: z.enum(EXECUTOR_NAMES).optional(),
   }),
   z.object({
@@ -298,7 +297,7 @@ export const ReportSchema = z.discriminatedUnion('type', [
     exitCode: z.number().int().nullable(),
     lastLines,
     /**
-     * A CI task's evidence receipt (`ci: "task"`, issue 15), built by the agent from the task's
+     * A CI task's evidence receipt (`ci: "task"`), built by the agent from the task's
      * exit and its logs; a runner's job may post one through the lease endpoints (detail only).
      */
     receipt: ReceiptSchema.optional(),
@@ -311,7 +310,7 @@ export const ReportSchema = z.discriminatedUnion('type', [
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its
-   * development environment (executor `dstack`, issue 15) — a fixed shape, since the requester runs it.
+   * development environment (executor `dstack`) — a fixed shape, since the requester runs it.
    */
   z.object({
     type: z.literal('lease_active'),
@@ -325,7 +324,7 @@ export const ReportSchema = z.discriminatedUnion('type', [
     type: z.literal('cleaned'),
     fencingToken: token,
     /**
-     * Host facts read right after cleanup (issue 13 item 3): the report that frees the host says
+     * Host facts read right after cleanup: the report that frees the host says
      * what its GPU shows now, so admission need not wait for the next heartbeat.
      */
     facts: HostFactsSchema.optional(),

@@ -81,7 +81,7 @@ export const LeaseInfo = z.object({
 export type LeaseInfo = z.infer<typeof LeaseInfo>;
 
 /**
- * When a queued request should start (core/eta.ts, issue 16): an ISO time range from the
+ * When a queued request should start (core/eta.ts): an ISO time range from the
  * ledger's history, the same range in words, or why nothing can start it.
  */
 export const EtaInfo = z.object({
@@ -120,7 +120,7 @@ export const ReservationInfo = z.object({
   leases: z.array(LeaseInfo),
   /** True when the hosts are prepared and the lease is usable (development: attach now). */
   ready: z.boolean(),
-  /** Queued only: the start estimate (absent from controllers older than issue 16). */
+  /** Queued only: the start estimate (absent from controllers older than). */
   eta: EtaInfo.nullable().optional(),
 });
 export type ReservationInfo = z.infer<typeof ReservationInfo>;
@@ -217,7 +217,7 @@ const QueueItem = z.object({
   hosts: z.array(z.string()),
   reason: z.string().nullable(),
   ageS: z.number(),
-  // issue 16 (optional: absent from older controllers)
+  // (optional: absent from older controllers)
   targetHost: z.string().nullable().optional(),
   eta: EtaInfo.nullable().optional(),
   leaseExpiresAt: z.string().nullable().optional(),

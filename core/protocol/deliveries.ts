@@ -2,7 +2,7 @@ import * as z from 'zod';
 
 /**
  * The webhook inbox as operators see it (`GET /api/v1/deliveries`, `POST
- * /api/v1/deliveries/:id/retry`; issue 13): the controller answers these shapes and sparkctl
+ * /api/v1/deliveries/:id/retry`): the controller answers these shapes and sparkctl
  * parses them.
  */
 

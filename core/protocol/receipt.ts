@@ -2,7 +2,7 @@ import * as z from 'zod';
 import { CI_MODES, EXECUTOR_NAMES, SUITES, TOPOLOGIES } from '../model.ts';
 
 /**
- * The in-job protocol (DESIGN.md "In the job", issue 5): what a runner sends to the controller's
+ * The in-job protocol (docs/architecture.md "In the job"): what a runner sends to the controller's
  * lease endpoints and what it gets back. Shared by `functions/leases-api` (server) and
  * `agent/preflight` + `actions/spark-test` (clients), so both ends validate the same shapes.
  */
@@ -51,7 +51,7 @@ export const RECEIPT_RESULTS = ['passed', 'failed', 'cancelled'] as const;
 export type ReceiptResult = (typeof RECEIPT_RESULTS)[number];
 
 /**
- * The compact evidence receipt of one host's run (issue 5 step 3). It carries hashes and short
+ * The compact evidence receipt of one host's run (step 3). It carries hashes and short
  * facts, never the log itself; `lastLines` only when the run did not pass.
  */
 export const ReceiptSchema = z
@@ -68,10 +68,10 @@ export const ReceiptSchema = z
     runUrl: z.url().max(300).optional(),
     suite: z.enum(SUITES),
     topology: z.enum(TOPOLOGIES),
-    /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
+    /** The backend that ran the work, from the agent's `SPARK_EXECUTOR`. */
     executor: z.enum(EXECUTOR_NAMES).optional(),
     /**
-     * How the work ran (issue 15): `runner` (the spark-test action in a GitHub job) or `task`
+     * How the work ran: `runner` (the spark-test action in a GitHub job) or `task`
      * (the agent ran spark-test.sh as a dstack task and built this receipt from its exit and logs).
      */
     mode: z.enum(CI_MODES).optional(),

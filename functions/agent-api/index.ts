@@ -21,7 +21,7 @@ import { handlePoll } from './poll.ts';
 import { RateLimiter } from './rate-limit.ts';
 
 /**
- * The agent API (issue 4, DESIGN.md "Relay agent protocol"): agents poll `/agent/v1/poll` for
+ * The agent API (docs/architecture.md "Relay agent protocol"): agents poll `/agent/v1/poll` for
  * their host's desired state (long-poll on Node), send heartbeats and step reports. Every request
  * carries a per-host agent token; the host is the token's, never one named in the body. Plus the
  * operator routes that create and revoke agent tokens.

@@ -38,7 +38,7 @@ async function currentState(
       await handOverJitConfig(ledger, tx, now, h, await sha256Hex(jobToken), hostId);
       handedOver = true;
       changed.add(`host:${hostId}`);
-      // a CI task's hand-over is its clone token (issue 15); a runner's, its JIT config
+      // a CI task's hand-over is its clone token; a runner's, its JIT config
       return response(ctx, hostId, {
         ...c,
         desired: c.desired.task
@@ -47,7 +47,7 @@ async function currentState(
       });
     })
     .finally(() => ownWrite(false));
-  // issue 11 item 8: the erased config must not be recoverable from an older `-wal` frame. The
+  // the erased config must not be recoverable from an older `-wal` frame. The
   // truncation is queued (ahead of every later write transaction of this process) but not awaited:
   // the answer carries the config anyway, and waiting added the checkpoint's fsyncs (~10 ms
   // median, 25 ms under load) to every hand-over on the way to the runner's start

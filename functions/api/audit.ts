@@ -2,7 +2,7 @@ import type { MiddlewareHandler } from 'hono';
 import { type ApiPrincipal, type AuthEnv, authenticateApiToken } from '../auth/tokens.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 
-/** Audited paths are cut to this many characters (issue 11 item 9). */
+/** Audited paths are cut to this many characters. */
 export const MAX_AUDITED_PATH = 120;
 const boundedPath = (path: string) =>
   path.length > MAX_AUDITED_PATH ? `${path.slice(0, MAX_AUDITED_PATH - 1)}…` : path;
@@ -11,7 +11,7 @@ const boundedPath = (path: string) =>
 export const READ_AUDIT_WINDOW_MS = 60_000;
 
 /**
- * Audits API calls in the event history (issue 6: every call audited). A change is audited by
+ * Audits API calls in the event history (every call audited). A change is audited by
  * its own events, which carry `api:<token name>` as actor, in the same transaction. This adds the
  * rest: reads (one `api.read` row per token and route per minute, with the number of calls, so a
  * `--wait` poll does not flood the ledger) and refusals for lack of scope (`api.denied`).
@@ -64,7 +64,7 @@ export function createAuditor(ledger: Ledger, log: { warn(msg: string, f?: Recor
     if (status === 403) {
       const header = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
       const p = c.get('principal') ?? (header ? await authenticateApiToken(ledger, header[1]!) : null);
-      // issue 11 item 9: one denial row per token and route per window (with the count), and
+      // one denial row per token and route per window (with the count), and
       // the path bounded, so a token hammering a forbidden route cannot grow the history
       if (p && firstInWindow(denials, `${p.tokenId} ${route}`))
         await write(p, 'api.denied', `refused ${c.req.method} ${boundedPath(c.req.path)} (HTTP 403)`, {

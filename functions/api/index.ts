@@ -1,7 +1,7 @@
 import type { AppModule } from '../app.ts';
 import { mountApiRoutes } from './routes.ts';
 
-/** Issue 6: the operator/user API under `/api/v1` (reservations, hosts, Deckard, tokens). */
+/** the operator/user API under `/api/v1` (reservations, hosts, Deckard, tokens). */
 export const apiModule: AppModule = {
   name: 'api',
   operatorRoutes(api, ctx) {

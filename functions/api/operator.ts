@@ -8,7 +8,7 @@ export type OperatorHandler<P extends string> = (c: Context<AuthEnv, P>) => Resp
 type Register = <P extends string>(path: P, scope: Scope, handler: OperatorHandler<P>) => void;
 
 /**
- * The operator API under `/api/v1` (issue 10): every route any module adds here gets the same
+ * The operator API under `/api/v1`: every route any module adds here gets the same
  * chain — the audit trail, then the bearer token and scope check — so every call is audited the
  * same way (reads as `api.read`, refusals for lack of scope as `api.denied`, changes by their own
  * events carrying `api:<token name>`). Bodies are read with the one parser, `parseBody`.

@@ -154,7 +154,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
     const id = c.req.param('id');
     const r = await ledger.getReservation(undefined, id);
     if (!r) throw notFound(`reservation ${id}`);
-    // priority is non-preemptive (DESIGN.md rule 1): ending someone else's active work is the
+    // priority is non-preemptive (docs/architecture.md rule 1): ending someone else's active work is the
     // separately authorized emergency operation, not a release, whatever the caller's scope
     if (ownerTokenOf(r) !== p.tokenId && r.status !== 'queued') {
       throw new ApiError(

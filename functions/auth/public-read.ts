@@ -4,7 +4,7 @@ import { ApiError } from '../errors.ts';
 import { authenticateApiToken } from './tokens.ts';
 
 /**
- * Issue 11 item 6: with `publicViews: "token"` the anonymous views (`/`, the dashboard fragment
+ * with `publicViews: "token"` the anonymous views (`/`, the dashboard fragment
  * and stream, `/api/v1/fleet`, `/api/v1/queue`, `/metrics`) need a valid API token of any scope
  * in `Authorization: Bearer …` (never in the query string, which ends up in logs). With
  * `"open"` (the default) they stay public and sanitized.

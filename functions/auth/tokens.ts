@@ -127,7 +127,7 @@ function bearer(header: string | undefined): string | null {
 
 /**
  * Resolves an API bearer token: the principal, `{ expiredAt }` when it is past its expiry
- * (issue 11 item 9), or null when unknown or revoked.
+ *, or null when unknown or revoked.
  */
 export async function resolveApiToken(
   ledger: Ledger,

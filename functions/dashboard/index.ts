@@ -30,7 +30,7 @@ export async function loadDashboardData(
   };
 }
 
-/** The dashboard data from the public view cache (issue 11 item 4). */
+/** The dashboard data from the public view cache. */
 function cachedDashboard(ctx: AppContext): Promise<DashboardData> {
   return ctx.services.publicViews.get('dashboard', () => loadDashboardData(ctx.ledger, ctx.services.views));
 }
@@ -42,7 +42,7 @@ async function sha256Base64(text: string): Promise<string> {
 
 let csp: Promise<string> | null = null;
 /**
- * Issue 11 item 6: the page runs only its own inline script (pinned by hash), talks only to this
+ * the page runs only its own inline script (pinned by hash), talks only to this
  * origin, and may not be framed. Inline `style=` attributes need 'unsafe-inline' for styles only.
  */
 function contentSecurityPolicy(): Promise<string> {
@@ -67,18 +67,18 @@ function clientAddress(c: Context): string {
 }
 
 /**
- * Issue 6: the control room (`GET /`), its live fragment and a change stream. On Node the stream
+ * the control room (`GET /`), its live fragment and a change stream. On Node the stream
  * pushes a `changed` event whenever the ledger reports a change; on Workers (no shared process
  * state) it answers once and the browser reconnects after `retry`, which turns it into polling.
  * The page also polls every 5 s, so changes written by another process show up too.
- * Issue 11: views come from a short cache invalidated by change notices, streams are capped in
+ * views come from a short cache invalidated by change notices, streams are capped in
  * all and per address, every answer carries the security headers, and `publicViews: "token"`
  * puts all of it behind an API token.
  */
 export const dashboardModule: AppModule = {
   name: 'dashboard',
   routes(app, ctx) {
-    // the change streams this app has open, in all and per client address (issue 11 item 4);
+    // the change streams this app has open, in all and per client address;
     // one app per controller, so two controllers in one process do not count each other's
     const streams = { total: 0, byAddress: new Map<string, number>() };
     const guard = requirePublicRead(ctx);

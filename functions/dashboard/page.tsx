@@ -8,7 +8,7 @@ export interface DashboardData {
   fleet: FleetView;
   queue: QueueView;
   events: EventView[];
-  /** Webhook inbox counts (issue 13): deliveries waiting and parked (counts only). */
+  /** Webhook inbox counts: deliveries waiting and parked (counts only). */
   inbox: { pending: number; parked: number };
 }
 

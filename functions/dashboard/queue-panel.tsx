@@ -2,7 +2,7 @@ import { SCHEDULABLE } from '../queue-eta.ts';
 import type { FleetView, QueueItemView } from '../views.ts';
 
 /**
- * The queue and active-work panels of the control room (issue 16): start estimates, the host a
+ * The queue and active-work panels of the control room: start estimates, the host a
  * targeted request asked for, lease ends with the holder's class, every time with its zone, and
  * an honest word when no host can start anything.
  */

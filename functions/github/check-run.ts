@@ -6,7 +6,7 @@ import { sha256Hex } from '../auth/tokens.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 
 /**
- * Renders one reservation as its GitHub check run (DESIGN.md: "One check run per reservation
+ * Renders one reservation as its GitHub check run (docs/architecture.md: "One check run per reservation
  * shows its state in words"). Pure: the outbox renders at send time from the ledger, so the
  * check always shows the latest state even when several updates were coalesced.
  * Only sanitized facts appear: host names, kind, topology, suite, SHA, reasons. Never fencing
@@ -30,7 +30,7 @@ export interface RenderContext {
   hosts: string[];
   /** Backends that ran the work on its hosts (`jit-runner`, `slurm`, `dstack`), as the agents reported. */
   executors?: string[];
-  /** `task`: the repository's CI runs as a dstack task, not a GitHub job (issue 15, ADR 0110). */
+  /** `task`: the repository's CI runs as a dstack task, not a GitHub job (ADR 0110). */
   mode?: 'runner' | 'task';
   /** A task that had started was ended by the release (stopped through dstack), not by its own exit. */
   taskStopped?: boolean;
@@ -321,7 +321,7 @@ function renderResult(r: ReservationRow, ctx: RenderContext, base: (lead: string
         summary: summary(`The workflow job was cancelled.${ending}`),
       };
     case 'foreign_job':
-      // the check fails at once, not after cleanup: the admitted job never ran (issue 12 item 4)
+      // the check fails at once, not after cleanup: the admitted job never ran
       return {
         status: 'completed',
         conclusion: 'failure',
@@ -356,7 +356,7 @@ function renderResult(r: ReservationRow, ctx: RenderContext, base: (lead: string
       };
     default: {
       if (ctx.taskStopped) {
-        // the work ended before the task did: the agent stopped it through dstack (issue 15)
+        // the work ended before the task did: the agent stopped it through dstack
         const why = r.reason ?? r.outcome ?? 'released';
         return r.status === 'releasing'
           ? {

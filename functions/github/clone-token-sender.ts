@@ -11,7 +11,7 @@ import type { GitHubService } from './service.ts';
 import { whyNotWanted } from './still-wanted.ts';
 
 /**
- * Mints a CI task's credential (issue 15, ADR 0110): a GitHub App installation token scoped to the
+ * Mints a CI task's credential (ADR 0110): a GitHub App installation token scoped to the
  * reservation's one repository with `contents: read` only (REST "Create an installation access
  * token for an app": `repositories` names, `permissions`), asked outside any write transaction,
  * stored as the lease's one-time hand-over and never put in a result, an event or a log.
@@ -26,7 +26,7 @@ export const sendMintCloneToken: Sender = async (svc, _row, payload) => {
   if (lease?.status !== 'active') return skipped(`lease ${leaseId} is ${lease?.status ?? 'gone'}`);
   const meta = readMeta(r);
   if (!meta) return skipped('reservation was not created by GitHub');
-  // the task's stand-in for the dispatch re-check (DESIGN.md "Timings"): PR open, label, SHA current
+  // the task's stand-in for the dispatch re-check (docs/architecture.md "Timings"): PR open, label, SHA current
   const why = await whyNotWanted(svc, r, meta);
   if (why)
     return { result: { skipped: why }, apply: (tx) => withdrawBeforeDispatch(svc.ledger, rid, why, tx) };

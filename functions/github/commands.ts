@@ -1,5 +1,5 @@
 /**
- * Parses `/spark …` commands from an issue comment (DESIGN.md "GitHub integration"). Only a line
+ * Parses `/spark …` commands from an issue comment (docs/architecture.md "GitHub integration"). Only a line
  * that starts with `/spark` counts, so quoting a command in prose (`> /spark test`) does nothing.
  */
 export type SparkCommand =
@@ -8,7 +8,7 @@ export type SparkCommand =
   | { kind: 'cancel' }
   | { kind: 'invalid'; message: string };
 
-/** At most this many characters of a comment are ever echoed back (issue 11 item 5). */
+/** At most this many characters of a comment are ever echoed back. */
 export const MAX_ECHO_CHARS = 80;
 
 /**

@@ -19,7 +19,7 @@ function deliveryId(id: string): string {
 }
 
 /**
- * The inbox for operators (issue 13), on the operator sub-app (audited, `operate` scope):
+ * The inbox for operators, on the operator sub-app (audited, `operate` scope):
  * `GET /api/v1/deliveries` (open ones first, then the latest processed; `?state=`, `?limit=`),
  * `GET /api/v1/deliveries/:id`, and `POST /api/v1/deliveries/:id/retry` for a parked delivery
  * (recorded as `webhook.retried` with the operator's token name). `sparkctl deliveries` calls these.

@@ -15,7 +15,7 @@ import { type GitHubService, githubService } from './service.ts';
 import type { InboxDrainResult, InboxProcessor } from './service-parts.ts';
 
 /**
- * The webhook inbox's processor (issue 13, docs/adr/0035-webhook-inbox.md). The route has
+ * The webhook inbox's processor (docs/adr/0035-webhook-inbox.md). The route has
  * already verified, inserted and acknowledged each delivery; this drains them in arrival order,
  * per repository/PR (`order_key`): a delivery waiting for a retry holds back the later ones of
  * its key and no others. At-least-once and idempotent per delivery id: each is completed in the

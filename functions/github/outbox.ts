@@ -19,7 +19,7 @@ import type { GitHubService } from './service.ts';
 import type { OutboxSender } from './service-parts.ts';
 
 /**
- * Sends the transactional outbox's GitHub side effects (DESIGN.md "GitHub integration"; ADR
+ * Sends the transactional outbox's GitHub side effects (docs/architecture.md "GitHub integration"; ADR
  * 0004) with retries, exponential backoff, `Retry-After` and rate-limit resets. Rows are
  * written by ledger commands (`functions/ledger/outbox.ts`) in the same transaction as the state
  * change that needs them.

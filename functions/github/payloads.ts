@@ -6,7 +6,7 @@ import * as z from 'zod';
  */
 
 /**
- * A full commit SHA (issue 11 item 10): it is interpolated into GitHub URLs and shown as the
+ * A full commit SHA: it is interpolated into GitHub URLs and shown as the
  * tested commit, so anything else (`../../../orgs/acme`) is refused at intake.
  */
 export const CommitSha = z

@@ -16,7 +16,7 @@ import { checkReadiness, doctorReport, holds, sparkLabels } from './readiness.ts
 import type { GitHubService } from './service.ts';
 
 /**
- * Explicit repository enablement (DESIGN.md: "a repository not enabled gets nothing"). `enable`
+ * Explicit repository enablement (docs/architecture.md: "a repository not enabled gets nothing"). `enable`
  * is a gate (docs/adr/0165-enable-is-a-gate.md): it runs every readiness check
  * (functions/github/readiness.ts) and refuses — 409 `not_ready`, the report with each fix, nothing
  * written to the ledger, no label created — unless every check passes or the operator overrides

@@ -36,7 +36,7 @@ export function runnersPath(svc: GitHubService, repo: string): string {
     : `/repos/${repo}/actions/runners`;
 }
 
-/** GitHub allows 10,000 JIT registrations per hour per App (DESIGN.md "Timings"). */
+/** GitHub allows 10,000 JIT registrations per hour per App (docs/architecture.md "Timings"). */
 export const JIT_PER_HOUR = 10_000;
 const JIT_BUCKET_KEY = 'github:jit_bucket';
 

@@ -4,7 +4,7 @@ import { PullRequestResource } from './payloads.ts';
 import type { GitHubService } from './service.ts';
 
 /**
- * Re-checks that the work is still wanted (DESIGN.md "Timings": PR open, label present, SHA
+ * Re-checks that the work is still wanted (docs/architecture.md "Timings": PR open, label present, SHA
  * current) and returns why not, or null. Webhook-cached facts answer first; the API confirms.
  */
 export async function whyNotWanted(

@@ -27,7 +27,7 @@ import type { GitHubService } from './service.ts';
 /**
  * A JIT runner that has not picked up its job within `timings.runnerPickupTimeoutS` is
  * deregistered and replaced (attempt + 1, with backoff) up to `timings.runnerRetries`; then the
- * reservation is released with outcome `runner_not_picked_up` (DESIGN.md "Timings": GitHub would
+ * reservation is released with outcome `runner_not_picked_up` (docs/architecture.md "Timings": GitHub would
  * otherwise keep the job queued for 24 h).
  */
 export async function sweepRunnerPickup(svc: GitHubService, candidates?: ReservationRow[]): Promise<number> {
@@ -38,7 +38,7 @@ export async function sweepRunnerPickup(svc: GitHubService, candidates?: Reserva
   let acted = 0;
   for (const r of candidates) {
     const meta = readMeta(r);
-    // a CI task has no runner to pick a job up (issue 15): `sweepTaskStart` times its start
+    // a CI task has no runner to pick a job up: `sweepTaskStart` times its start
     if (!meta || meta.jobPickedUpAt || meta.ci === 'task') continue;
     const handoffs = await q.handoffsOf(ledger.db, r.id);
     // a runner registered at the grant (ADR 0070) can be picked up only once every node is

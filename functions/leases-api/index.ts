@@ -17,7 +17,7 @@ import { storeReceipts } from '../ledger/reservations.ts';
 import { leaseForJobToken, requireBearer } from './job-token.ts';
 
 /**
- * The in-job lease endpoints (issue 5, cross-part contract step 5). The admitted runner calls
+ * The in-job lease endpoints (cross-part contract step 5). The admitted runner calls
  * them with its per-lease job token: `verify` before any PR code runs (lease preflight), and
  * `receipt` with the job's compact report at the end. Neither ever echoes a token back.
  *

@@ -228,7 +228,7 @@ function collectReads(): {
 }
 
 /**
- * Rule 6 between lanes (issue 14 item 6): the budget slots of queued lanes whose build (same
+ * Rule 6 between lanes: the budget slots of queued lanes whose build (same
  * slot, same head SHA) already had a lane granted. Such a build keeps its slot until its last
  * lane finishes, so a third PR cannot take the slot between a PR's two lanes. Every queued build
  * counts, as the head read's look-up counts them (`queuedKeptLanes`).
@@ -236,7 +236,7 @@ function collectReads(): {
  * A kept slot only ever matters against `maxPrs`: the engine refuses a slot when the slots taken
  * by others reach it, and those are slots of open reservations other than its own. When the open
  * reservations name at most `maxPrs` distinct slots that can never happen, kept or not, so the
- * look-up (one statement per pass, issue 13 item 2) is skipped and the plan is the same.
+ * look-up (one statement per pass) is skipped and the plan is the same.
  */
 export async function keptSlotsOf(
   open: ReservationRow[],

@@ -109,7 +109,7 @@ function interactivePass(s: LedgerStore, actor: string): Promise<PassResult> {
     for (const id of plan.satisfied) {
       const r = resvById.get(id)!;
       // an explicit Deckard start whose host serves: met without a lease — by the restore it
-      // started (issue 14 item 2) or because the host already served
+      // started or because the host already served
       const restored = r.waitCode === 'restoring';
       await transitionReservation(
         s,
@@ -441,7 +441,7 @@ async function applyGrantsAndWaits(
 }
 
 /**
- * A pair node went dark (issue 14 item 1): the pair fails as a unit. Every lease goes to
+ * A pair node went dark: the pair fails as a unit. Every lease goes to
  * `releasing` (the healthy node's agent stops the runner it started and keeps its evidence); the
  * dark node is `release-required` until its agent returns and confirms cleanup (rule 7: nothing
  * there is assumed gone, nothing is granted there).

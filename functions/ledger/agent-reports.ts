@@ -73,7 +73,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
           throw conflict('not_preparing', `reservation ${r.id} is ${r.status}; nothing to prepare`);
         }
         if (lease.lend && !report.serviceLent) {
-          // no grant while the home service holds the GPU (DESIGN.md rule 5)
+          // no grant while the home service holds the GPU (docs/architecture.md rule 5)
           throw conflict(
             'service_not_lent',
             `${lease.id} lends ${hostId}'s home service: report prepared only after it is drained, stopped and its GPU processes are gone`,
@@ -140,7 +140,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
           await tx.update(t.leases).set({ runnerStartedAt: now }).where(eq(t.leases.id, lease.id));
         }
         if (report.executor) {
-          // the backend that runs the work, named on the check run (issue 15 item 5)
+          // the backend that runs the work, named on the check run
           await tx
             .update(t.leases)
             .set({ evidenceJson: mergeEvidence(lease, 'executor', report.executor) })
@@ -162,7 +162,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
           throw conflict('not_development', `reservation ${r.id} is ${r.kind}, not a development lease`);
         }
         if (report.attach) {
-          // the dev environment's attach command (executor dstack, issue 15), shown to the requester
+          // the dev environment's attach command (executor dstack), shown to the requester
           await tx
             .update(t.leases)
             .set({ evidenceJson: mergeEvidence(lease, 'develop', { attach: report.attach }) })
@@ -199,7 +199,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
           );
         }
         if (report.facts) {
-          // issue 13 item 4: the report that frees the host says what its GPU shows now, in the
+          // the report that frees the host says what its GPU shows now, in the
           // same transaction, so the next pass does not refuse the host over the GPU processes
           // of the job that just ended (the last heartbeat's) and wait up to a heartbeat for it
           await tx
@@ -279,7 +279,7 @@ async function runnerExited(
     throw conflict('unknown_runner', `runner ${report.runnerName} is not the current runner of ${lease.id}`);
   }
   if (lease.runnerExitedAt != null) return `${lease.id} exit already recorded`;
-  // a CI task's agent built the receipt itself (issue 15, ADR 0110); a runner's job posts its own
+  // a CI task's agent built the receipt itself (ADR 0110); a runner's job posts its own
   const task = ciModeOf(r) === 'task';
   if (report.receipt) {
     if (!task)

@@ -12,7 +12,7 @@ import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
 
 /**
- * CI as a dstack task (issue 15, ADR 0110): the ledger's side of a reservation whose repository
+ * CI as a dstack task (ADR 0110): the ledger's side of a reservation whose repository
  * runs `scripts/ci/spark-test.sh` as a task instead of a GitHub job on a JIT runner. The mode is
  * decided once, at the grant, by the GitHub part and kept in the reservation's meta (`ci`), so a
  * config change never turns running work into the other kind.

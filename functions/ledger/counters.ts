@@ -5,7 +5,7 @@ import { placeholders } from './raw-rows.ts';
 import * as t from './schema.ts';
 
 /**
- * Persistent Prometheus aggregates (issue 16, docs/adr/0045-persistent-metric-counters.md).
+ * Persistent Prometheus aggregates (docs/adr/0045-persistent-metric-counters.md).
  * Counters and histogram buckets are bumped in the same write transaction as the events they
  * count, so a rolled-back command counts nothing, nothing is counted twice when several
  * controller processes share the ledger, and every value only grows for the life of the ledger

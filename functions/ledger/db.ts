@@ -7,7 +7,7 @@ import { leases } from './schema.ts';
 /**
  * The drizzle handle, without drizzle's relational query API (`db.query.*`, unused here): given a
  * schema, drizzle builds a query builder per table for every transaction it opens, which cost an
- * admission pass ~3 % of its time (issue 13 item 2). Queries name their tables (`schema.ts`).
+ * admission pass ~3 % of its time. Queries name their tables (`schema.ts`).
  */
 export type Db = LibSQLDatabase;
 /** The drizzle handle inside a write transaction. */
@@ -39,7 +39,7 @@ export interface LedgerDb {
    * Hand-written SQL with positional arguments inside `tx` (a transaction {@link write} opened),
    * or outside any transaction without one: the hot paths (admission pass, heartbeat) skip
    * drizzle's query building, which cost more than running the statement once it is kept
-   * prepared (issue 13; docs/adr/0065-cached-statements-local-client.md).
+   * prepared (docs/adr/0065-cached-statements-local-client.md).
    */
   raw(tx: Tx | undefined): RawSql;
   /**
@@ -168,7 +168,7 @@ export const CONNECTION_PRAGMAS = [
 ] as const;
 
 /**
- * Applies {@link CONNECTION_PRAGMAS} to every pooled connection (issue 13: set on one connection,
+ * Applies {@link CONNECTION_PRAGMAS} to every pooled connection (set on one connection,
  * 56 % of commits still fsynced as FULL). The client opens connections lazily and has no
  * per-connection hook, and `synchronous` cannot change inside a transaction, so this opens
  * {@link POOL_SIZE} deferred transactions at once (one connection each, no lock taken), then
@@ -188,7 +188,7 @@ async function applyConnectionPragmas(client: Client): Promise<void> {
 /**
  * `leases.status in ('active', 'expired', 'releasing')` as literal SQL: bound parameters would
  * keep SQLite from matching the partial index `leases_one_binding_per_host` (same literal list),
- * and the query would scan every lease ever granted (issue 13: 138 µs at 850 leases → 1 ms at
+ * and the query would scan every lease ever granted (138 µs at 850 leases → 1 ms at
  * 5,100). Built from {@link BINDING_LEASE_STATUSES} so the vocabulary has one home.
  */
 export const bindingLeases = sql`${leases.status} in (${sql.raw(

@@ -23,7 +23,7 @@ export interface ComputedState {
 type Query = Tx | LedgerStore['db'];
 
 function leaseRef(ledger: LedgerStore, lease: LeaseRow, r: ReservationRow, now: number): LeaseRef {
-  // the repository's backend for its CI work (issue 15 item 1); development leases keep the host's
+  // the repository's backend for its CI work; development leases keep the host's
   const executor = r.kind === 'development' ? null : executorForRepo(ledger.config, r.repo);
   return {
     leaseId: lease.id,
@@ -50,7 +50,7 @@ export async function computeDesiredState(
   hostId: string,
   now: number,
 ): Promise<ComputedState> {
-  // every agent polls: raw SQL on kept statements (issue 13 item 2)
+  // every agent polls: raw SQL on kept statements
   const raw = ledger.store.raw(q === ledger.db ? undefined : (q as Tx));
   const host = await hostById(raw, hostId);
   if (!host) throw new TypeError(`host ${hostId} is not in the ledger`);
@@ -63,7 +63,7 @@ export async function computeDesiredState(
   if (host.phase === 'quarantined') {
     desired = { state: 'hold', reason: quarantineReason(host) };
   } else if (host.phase === 'release-required' && lease?.status === 'releasing' && ref) {
-    // the controller asked for this release (a pair that lost this node, issue 14 item 1): once
+    // the controller asked for this release (a pair that lost this node): once
     // the agent is back it stops what it started and confirms cleanup, which frees the host
     desired = { state: 'clean', lease: ref };
   } else if (host.phase === 'release-required') {
@@ -90,7 +90,7 @@ export async function computeDesiredState(
     } else {
       const handoff = await currentHandoff(q, lease.id);
       if (handoff) {
-        // a repository that runs CI as a task (issue 15): the workload rides with the run state
+        // a repository that runs CI as a task: the workload rides with the run state
         const task = ciTaskOf(ledger.config, r);
         desired = { state: 'run', lease: ref, runnerName: handoff.runnerName, ...(task ? { task } : {}) };
         if (handoff.jitConfig != null && handoff.consumedAt == null) pendingHandoff = handoff;

@@ -8,7 +8,7 @@ import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
 
 /**
- * The webhook inbox's ledger commands and reads (issue 13, DESIGN.md "Webhook intake is an
+ * The webhook inbox's ledger commands and reads (docs/architecture.md "Webhook intake is an
  * inbox"). The route inserts a delivery in one raw statement and answers 202; the processor
  * reads pending rows in arrival order and completes each inside the same transaction as its
  * effects, so processing is idempotent per delivery id even with two processors on one ledger.

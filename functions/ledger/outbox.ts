@@ -5,7 +5,7 @@ import * as t from './schema.ts';
 import { type LedgerStore, noteChange } from './store.ts';
 
 /**
- * The transactional outbox's ledger side (DESIGN.md "GitHub integration"; ADR 0004): rows are
+ * The transactional outbox's ledger side (docs/architecture.md "GitHub integration"; ADR 0004): rows are
  * written in the same transaction as the state change that needs them, keyed by an idempotency
  * key, claimed by one controller process at a time, and marked sent or failed. Sending them is
  * `functions/github/outbox.ts`.
@@ -19,7 +19,7 @@ export type OutboxKind =
   | 'generate-jitconfig'
   | 'delete-runner'
   | 'cancel-run'
-  /** A CI task's read-only clone token (issue 15, ADR 0110). */
+  /** A CI task's read-only clone token (ADR 0110). */
   | 'mint-clone-token';
 
 export interface EnqueueItem {

@@ -286,7 +286,7 @@ export async function deliverySeen(s: LedgerStore, id: string): Promise<boolean>
   return rows.length > 0;
 }
 
-// ---------------------------------------------------------------- queue ETA (issue 16)
+// ---------------------------------------------------------------- queue ETA
 
 /**
  * The newest finished host occupancies (grant to last host released) per reservation, with the

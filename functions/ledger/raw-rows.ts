@@ -5,7 +5,7 @@ import type { HostRow, LeaseRow, ReservationRow } from './rows.ts';
 import { BUILD_KEY_SQL } from './schema.ts';
 
 /**
- * Hand-written reads of the admission pass's inputs (issue 13 item 2): the same rows drizzle
+ * Hand-written reads of the admission pass's inputs: the same rows drizzle
  * returns for `select().from(table)`, without building the query each time. Column lists are
  * spelled out (never `*`) so a kept statement's columns cannot change under it, and each mapper
  * reads exactly the columns its SELECT names. `test/integration/ledger-raw-rows.test.ts` checks

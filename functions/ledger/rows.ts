@@ -14,7 +14,7 @@ import type * as t from './schema.ts';
 
 /**
  * Row types of the ledger tables as the rest of the controller sees them. Code outside
- * `functions/ledger/` uses these names, never the schema (issue 10: one writer).
+ * `functions/ledger/` uses these names, never the schema (one writer).
  */
 
 export type ReservationRow = typeof t.reservations.$inferSelect;

@@ -2,7 +2,7 @@ import { sql } from 'drizzle-orm';
 import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 
 /**
- * The reservation ledger (DESIGN.md: "Every decision lives in one ledger"). Times are epoch ms.
+ * The reservation ledger (docs/architecture.md: "Every decision lives in one ledger"). Times are epoch ms.
  * Migrations are generated from this file by drizzle-kit (`npm run db:generate`).
  */
 
@@ -84,11 +84,11 @@ export const reservations = sqliteTable(
 export const BUILD_KEY_SQL = `(CASE WHEN pr IS NOT NULL THEN 'pr ' || repo || '#' || pr || ' ' || head_sha WHEN kind IN ('merge', 'benchmark', 'background') THEN 'repo ' || repo || ' ' || head_sha END)`;
 
 /**
- * Builds that had a lane granted (rule 6 between lanes, issue 14 item 6): one row per build —
+ * Builds that had a lane granted (rule 6 between lanes): one row per build —
  * `pr <repo>#<pr> <sha>` for a PR's build (any kind), `repo <repo> <sha>` for a per-commit CI
  * build without a PR — written by the grant (`INSERT OR IGNORE`). Admission asks it whether a
  * queued build keeps its slot. It replaced an index on every reservation's (head SHA, repo, PR,
- * granted_at), which each grant and each new request rewrote (issue 13 item 2, ADR 0101).
+ * granted_at), which each grant and each new request rewrote (ADR 0101).
  */
 export const grantedBuilds = sqliteTable('granted_builds', {
   build: text('build').primaryKey(),
@@ -174,7 +174,7 @@ export const events = sqliteTable(
 );
 
 /**
- * The webhook inbox (issue 13): one row per delivery id, inserted by the webhook route in one
+ * The webhook inbox: one row per delivery id, inserted by the webhook route in one
  * statement before it answers 202, then processed in arrival order (rowid) per `order_key`.
  * `state`: `pending` (waiting or retrying), `done` (its result recorded), `parked` (failed
  * `attempts` times; visible to operators and retryable). The raw body is kept until done.
@@ -242,11 +242,11 @@ export const apiTokens = sqliteTable('api_tokens', {
   createdAt: integer('created_at').notNull(),
   revokedAt: integer('revoked_at'),
   lastUsedAt: integer('last_used_at'),
-  /** When the token stops working (epoch ms); null = until revoked (issue 11 item 9). */
+  /** When the token stops working (epoch ms); null = until revoked. */
   expiresAt: integer('expires_at'),
 });
 
-/** Repositories an operator enabled (DESIGN.md: enabling is explicit). */
+/** Repositories an operator enabled (docs/architecture.md: enabling is explicit). */
 export const repositories = sqliteTable('repositories', {
   fullName: text('full_name').primaryKey(),
   installationId: integer('installation_id'),
@@ -266,7 +266,7 @@ export const meta = sqliteTable('meta', {
 /**
  * JIT runner configs waiting to be handed to an agent. The config is written by the GitHub
  * outbox when the host is prepared and is nulled in the same transaction that hands it over, so
- * it is given exactly once and never rendered anywhere (DESIGN.md "Relay agent protocol").
+ * it is given exactly once and never rendered anywhere (docs/architecture.md "Relay agent protocol").
  */
 export const jitHandoffs = sqliteTable(
   'jit_handoffs',
@@ -291,7 +291,7 @@ export const jitHandoffs = sqliteTable(
 );
 
 /**
- * Persistent Prometheus aggregates (issue 16): counters and cumulative histogram buckets, bumped
+ * Persistent Prometheus aggregates: counters and cumulative histogram buckets, bumped
  * by the ledger in the same transaction as the event they count, so they only grow for the life
  * of the ledger and every controller process reads the same value. `series` is the sample's
  * label set as sorted `k="v"` text (e.g. `kind="merge",le="60"`), `''` when it has none.

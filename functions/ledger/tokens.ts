@@ -15,7 +15,7 @@ export async function insertApiToken(
   actor: string,
 ): Promise<void> {
   await s.write(async (tx, now) => {
-    // issue 11 item 9: names are unique among live tokens, so the audit actor `api:<name>`
+    // names are unique among live tokens, so the audit actor `api:<name>`
     // names exactly one credential
     const taken = await tx
       .select({ id: t.apiTokens.id })
@@ -57,7 +57,7 @@ export async function revokeApiToken(
     const row = (await tx.select().from(t.apiTokens).where(eq(t.apiTokens.id, id)))[0];
     if (!row) throw notFound(`token ${id}`);
     if (row.revokedAt != null) return;
-    // issue 11 item 9: an operate-only token cannot take the emergency scope away
+    // an operate-only token cannot take the emergency scope away
     if (opts.mayRevokeEmergency === false && row.scopes.split(',').includes('emergency'))
       throw new ApiError(
         403,
@@ -75,7 +75,7 @@ export async function revokeApiToken(
   });
 }
 
-/** How often a token's `lastUsedAt` is written (issue 11 item 9: maintained, but not per call). */
+/** How often a token's `lastUsedAt` is written (maintained, but not per call). */
 export const LAST_USED_WRITE_MS = 60_000;
 
 /** Records that an API token was used, at most once per {@link LAST_USED_WRITE_MS}. */

@@ -39,7 +39,7 @@ export function storageCause(e: unknown): string {
   return innermost;
 }
 
-/** The one answer for a ledger that cannot be written (issue 11 item 7). */
+/** The one answer for a ledger that cannot be written. */
 export const ledgerUnavailable = (detail?: string) =>
   new ApiError(
     503,

@@ -5,7 +5,7 @@ export interface GitHubCallObservation {
 }
 
 /**
- * This process's view of its GitHub API calls (issue 16): errors by status and the primary rate
+ * This process's view of its GitHub API calls: errors by status and the primary rate
  * limit GitHub last reported per resource (`x-ratelimit-*` headers, REST docs "Rate limits for
  * the REST API"). Process-local on purpose: each process counts only its own calls, so a sum
  * over instances is right for the counters; the rate-limit gauges are one shared budget seen by

@@ -8,7 +8,7 @@ import { formatPrometheus, PROM_CONTENT_TYPE } from './prom-text.ts';
 const SCOPES = ['all', 'ledger', 'process'] as const;
 
 /**
- * Issue 6/16: `GET /metrics` in the Prometheus text format (sanitized aggregates only).
+ * `GET /metrics` in the Prometheus text format (sanitized aggregates only).
  * `?scope=ledger` serves only the ledger-wide series (identical from every process on one
  * ledger: scrape them once), `?scope=process` only this process's own; the default serves both,
  * right for a single process (docs/metrics.md, docs/adr/0045-persistent-metric-counters.md).

@@ -1,5 +1,5 @@
 /**
- * Agent benchmark (issues 4, 13 and 28), measured on the shipped bundle (built once, as the test
+ * Agent benchmark (13 and 28), measured on the shipped bundle (built once, as the test
  * fleet does), with the runner as its own user (when run as root), the production heartbeat
  * (10 s, offline after 40 s) and long-poll (25 s):
  *  - host freed → next runner process started, over back-to-back cycles on one host, through the
@@ -240,7 +240,7 @@ async function idleCost(progress: (m: string) => void) {
       .filter((l) => l.includes('"heartbeat sent"'))
       .map((l) => JSON.parse(l) as { newConnections: number });
     return {
-      // what ran: node and the bundle, no TypeScript loader (issue 13 item 3)
+      // what ran: node and the bundle, no TypeScript loader
       agentCommand: agent.proc.spawnargs.slice(0, 2),
       heartbeats: beats.length,
       newConnectionsDuringIdle: (beats.at(-1)?.newConnections ?? 0) - (beats[0]?.newConnections ?? 0),

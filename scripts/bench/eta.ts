@@ -8,7 +8,7 @@ import {
 import type { BenchRunner } from './types.ts';
 
 /**
- * `npm run bench -- eta`: the queue ETA's error against replayed history (issue 16). Replays
+ * `npm run bench -- eta`: the queue ETA's error against replayed history. Replays
  * synthetic weeks of queue history on three hosts at two loads and reports the median absolute
  * error of the estimate's midpoint, the share of real starts inside the estimated range, and two
  * naive baselines (median wait so far; position × mean occupancy ÷ hosts).

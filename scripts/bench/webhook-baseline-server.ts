@@ -1,5 +1,5 @@
 /**
- * The webhook bench's baseline (issue 13): the least a webhook endpoint can do here. Hono on
+ * The webhook bench's baseline: the least a webhook endpoint can do here. Hono on
  * Node (`@hono/node-server`, as the controller), a libSQL file opened with the controller's own
  * settings (`openWebhookBaseline`, functions/ledger/raw-baseline.ts: WAL, synchronous=NORMAL on
  * every pooled connection), the signature verified over the raw body, one INSERT of the delivery,

@@ -1,5 +1,5 @@
 /**
- * Webhook bench (issues 7, 13): signed deliveries at 200 concurrent requests on fresh
+ * Webhook bench (13): signed deliveries at 200 concurrent requests on fresh
  * connections, sent by one load generator to two servers **alternately in the same run**:
  * - the baseline (`webhook-baseline-server.ts`): Hono on Node, a libSQL file with the same
  *   settings, signature verify + one insert + 202 — this machine's floor for the job;

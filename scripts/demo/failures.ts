@@ -16,7 +16,7 @@ import {
 import { bold, dim, fleetView, green, line, printTable, red, sparkctl, step } from './ui.ts';
 
 /**
- * `npm run demo -- --story failures` (issue 14 item 11): every failure and cancellation behaviour
+ * `npm run demo -- --story failures`: every failure and cancellation behaviour
  * the seed names, played against the same simulated fleet as the demo (real controller and agent
  * processes, simulated GitHub). Each row's "observed" is read back from the running system — the
  * ledger (reservations, leases, hosts, event history), the check runs on the simulated GitHub, the

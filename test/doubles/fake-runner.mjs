@@ -115,7 +115,7 @@ try {
 }
 writeFileSync(join(process.env.SPARK_WORK_DIR, 'job-output.txt'), 'partial build output\n');
 
-// A stand-in for hostile job code (issue 11): what can it reach of the agent and of other
+// A stand-in for hostile job code: what can it reach of the agent and of other
 // reservations? Each attempt records the error code it got, or "ok".
 const attempt = (fn) => {
   try {

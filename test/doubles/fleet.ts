@@ -80,12 +80,12 @@ export interface FleetOptions {
   /** Deckard model-ready delay after start. */
   deckardReadyDelayMs?: number;
   controllerEnv?: Record<string, string>;
-  /** Per-repository controller settings (e.g. a repository's executor, issue 15 item 1). */
+  /** Per-repository controller settings (e.g. a repository's executor). */
   repositories?: SparkConfigInput['repositories'];
   /** Run the agent from the bundle `npm run build -- agent` makes (default), or from source with tsx. */
   agentFrom?: 'bundle' | 'source';
   /**
-   * Run each host's runner as its own real unprivileged user (issue 11), created with `useradd`
+   * Run each host's runner as its own real unprivileged user, created with `useradd`
    * and removed at close, as an operator sets up `spark-runner`, through the real lease sandbox
    * helper (agent/host/spark-lease-sandbox.sh, ADR 0155), invoked directly since the agent runs as
    * root here. Default: when this process is root (here and in CI); otherwise the runner runs as

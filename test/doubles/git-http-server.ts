@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 
 /**
- * GitHub's git-over-HTTPS endpoint for the CI-task tests (issue 15): real git repositories served
+ * GitHub's git-over-HTTPS endpoint for the CI-task tests: real git repositories served
  * by git's own smart-HTTP CGI (`git http-backend`, git-http-backend(1)) behind a small Node server
  * that plays GitHub's authentication — HTTP Basic with an installation token as the password
  * (user `x-access-token`, GitHub "Authenticating as a GitHub App installation": `git clone

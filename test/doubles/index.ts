@@ -7,7 +7,7 @@ import type { GpuProcess } from '../../core/model.ts';
 import { processStartMs } from '../harness/processes.ts';
 
 /**
- * Reusable test doubles for the relay agent (issue 4): a fake `nvidia-smi` on PATH reading a state
+ * Reusable test doubles for the relay agent: a fake `nvidia-smi` on PATH reading a state
  * directory, a fake actions runner, and a fake Deckard with its service-control commands. Other
  * parts' tests and the demo use them too.
  */
@@ -280,7 +280,7 @@ export function simulatedAgentConfig(opts: {
   runnerCommand: string[];
   service: unknown;
   logLevel: 'debug' | 'info';
-  /** The runner user (issue 11); omitted: the runner runs as the agent (the demo, a non-root run). */
+  /** The runner user; omitted: the runner runs as the agent (the demo, a non-root run). */
   runnerUser?: string | null;
 }) {
   return {

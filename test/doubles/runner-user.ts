@@ -4,7 +4,7 @@ import { promisify } from 'node:util';
 
 const run = promisify(execFile);
 
-/** A real, unprivileged, uniquely named system user made for one test host (the runner user of issue 11). */
+/** A real, unprivileged, uniquely named system user made for one test host (the runner user of). */
 export interface TestUser {
   name: string;
   uid: number;

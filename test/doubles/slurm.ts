@@ -57,7 +57,7 @@ function which(cmd: string): boolean {
 }
 
 /**
- * A real single-node Slurm for the `slurm` executor tests (issue 15 item 4): munged, slurmctld and
+ * A real single-node Slurm for the `slurm` executor tests: munged, slurmctld and
  * slurmd on this machine with a config written to a temp dir (fresh ports, a gres declared without
  * devices, job completion logged to a file so `sacct -c` accounts jobs without slurmdbd). Fails —
  * never skips — naming the setup step when Slurm is not installed.

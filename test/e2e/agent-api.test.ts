@@ -312,7 +312,7 @@ describe('agent API: desired state, fencing and the JIT handoff', () => {
       expect(`${e.cause} ${e.dataJson ?? ''}`).not.toContain(jit);
       expect(`${e.cause} ${e.dataJson ?? ''}`).not.toContain(jobToken);
     }
-    // issue 11 item 8: nor in any byte of the ledger files — the database, its -wal and -shm
+    // nor in any byte of the ledger files — the database, its -wal and -shm
     // (the config was erased in place and the WAL truncated after the hand-over); all 0600. The
     // truncation was queued with the answer, ahead of any later write of this process: once one
     // write has run after it, it is done

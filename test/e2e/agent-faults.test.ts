@@ -174,7 +174,7 @@ describe.concurrent('relay agent: kill -9 at each step, then restart', () => {
   );
 });
 
-describe.concurrent('trust boundary: the job runs as its own unprivileged user (issue 11 item 1)', () => {
+describe.concurrent('trust boundary: the job runs as its own unprivileged user', () => {
   it('a job cannot read the token, config or state, cannot signal the agent, and cannot reach the next reservation', async (ctx) => {
     let paths: string[] = [];
     const fleet = await fleetFor(ctx, {

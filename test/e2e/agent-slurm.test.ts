@@ -7,7 +7,7 @@ import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 import { startSlurm, type TestSlurm } from '../doubles/slurm.ts';
 
 /**
- * The `slurm` executor (issue 15 item 4) against a real single-node Slurm (test/doubles/slurm.ts):
+ * The `slurm` executor against a real single-node Slurm (test/doubles/slurm.ts):
  * the agent submits the lease's runner as a batch job (as the runner user), watches it with
  * squeue/sacct, cancels it with scancel, and reports cleaned only after sacct confirms the end.
  */

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { REPO_ROOT } from '../doubles/index.ts';
 
 /**
- * `npm run demo -- --story failures` (issue 14 item 11) as documented, as a child process: it
+ * `npm run demo -- --story failures` as documented, as a child process: it
  * plays every failure and cancellation behaviour of the seed against the simulated fleet and
  * prints `behaviour | the seed says | observed | match`, exiting 0 only when every row matches.
  */

@@ -17,7 +17,7 @@ import { REPO } from '../harness/github-sim.ts';
 import { FAST_TICK_MS, queuedId, type SparkSystem, type SystemHost, startSystem } from '../harness/system.ts';
 
 /**
- * CI as a dstack task (issue 15, ADR 0110), end to end: the real controller and agent processes,
+ * CI as a dstack task (ADR 0110), end to end: the real controller and agent processes,
  * the fake GitHub (no workflow is dispatched, no runner registered: the controller mints a
  * read-only installation token for the one repository), the dstack stand-in really running the
  * task on this machine, and a real git repository served over HTTP by `git http-backend` behind a

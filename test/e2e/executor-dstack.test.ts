@@ -19,7 +19,7 @@ import { type Fleet, type FleetOptions, NO_LIVENESS_TIMINGS, startFleet } from '
 import { REPO_ROOT, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
- * The `dstack` executor (issue 15 item 3, CI tasks) against the dstack stand-in
+ * The `dstack` executor (CI tasks) against the dstack stand-in
  * (test/doubles/dstack/: real HTTP, every request validated against models written from dstack's
  * source, the task's commands really run on this machine as the aarch64 fleet instance, in a
  * container-like namespace that does not see the agents' own dirs). Each case ends with nothing
@@ -146,7 +146,7 @@ describe.concurrent('dstack executor (stand-in dstack server)', () => {
     const [lease] = await f.leases(id);
     expect(lease!.exitCode).toBe(0);
     expect(readRunnerMarkers(f.markerDir).some((m) => m.reservationId === id)).toBe(true);
-    // the check run names the backend the agent reported (issue 15 item 5); renderContextFor reads the ledger only
+    // the check run names the backend the agent reported; renderContextFor reads the ledger only
     const svc = { ledger: f.controller.ledger } as unknown as GitHubService;
     const row = await f.reservation(id);
     expect(renderCheckRun(row, await renderContextFor(svc, row)).summary).toContain('- Backend: dstack');

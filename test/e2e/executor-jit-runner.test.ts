@@ -3,7 +3,7 @@ import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
 import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
 
 /**
- * The `jit-runner` executor's rows of the done-when matrix (issue 15, docs/executors.md) that the
+ * The `jit-runner` executor's rows of the done-when matrix (docs/executors.md) that the
  * agent-* tests do not already cover: a pair that passes, a release while the runner runs, and a
  * release whose termination cannot be confirmed for a while (the runner slow to stop, then
  * nvidia-smi failing). Real agents as processes, real runner processes (as their own user when this

@@ -14,7 +14,7 @@ import {
 import { createVethNamespace, netnsUnavailable, type VethNamespace } from '../harness/netns.ts';
 
 /**
- * Issue 14 item 1 end to end: one node of a running pair goes dark. The controller and one relay
+ * end to end: one node of a running pair goes dark. The controller and one relay
  * agent per host run as separate processes; GitHub is simulated in this process.
  *
  * How the node goes dark, by preference:

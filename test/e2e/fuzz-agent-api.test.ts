@@ -10,7 +10,7 @@ import { adoptAll, tempDir } from '../helpers/ledger.ts';
 import { expectRejectedWroteNothing, type LedgerWatch, watchLedger } from '../helpers/load/ledger-watch.ts';
 
 /**
- * Issue 7, fuzzing the agent API: fast-check generates agent requests — stale, forged, revoked,
+ * fuzzing the agent API: fast-check generates agent requests — stale, forged, revoked,
  * near-miss and missing tokens, another host's token (wrong host), stale and malformed fencing
  * tokens in every report type, wrong types, oversized bodies, unknown routes and methods — and
  * sends them through the real app (`app.request()`) to a controller on a real libSQL file where
@@ -23,7 +23,7 @@ import { expectRejectedWroteNothing, type LedgerWatch, watchLedger } from '../he
  * config waits) and heartbeats with valid facts, which may change only their own host's row
  * and history. No request may get a 5xx.
  *
- * Bodies travel whole, chunked (no Content-Length) or slowly (issue 11 item 2); an oversized
+ * Bodies travel whole, chunked (no Content-Length) or slowly; an oversized
  * body is refused with 413 however it arrives.
  *
  * Replay a failure with SPARK_FUZZ_SEED=<seed> (printed with the counterexample).
@@ -246,7 +246,7 @@ const request = fc.record({
   /** Send the body to the route it was made for (most of the time) or to any route. */
   matched: fc.boolean(),
   /**
-   * Issue 11 item 2: how the body travels — whole (with a Content-Length), chunked (a stream of
+   * how the body travels — whole (with a Content-Length), chunked (a stream of
    * pieces and no length, so only counting can bound it) or slow (chunked, yielding to the event
    * loop between pieces, as a trickling client does).
    */

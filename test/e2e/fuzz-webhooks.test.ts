@@ -20,7 +20,7 @@ import { tempDir } from '../helpers/ledger.ts';
 import { expectRejectedWroteNothing, type LedgerWatch, watchLedger } from '../helpers/load/ledger-watch.ts';
 
 /**
- * Issue 7, fuzzing the webhook endpoint: fast-check generates requests (random and truncated
+ * fuzzing the webhook endpoint: fast-check generates requests (random and truncated
  * bodies, real example payloads with fields set to wrong types, huge fields, bodies over the
  * 2 MB limit, bad / missing / wrong-length / wrong-secret signatures, valid signatures over
  * garbage, unknown events and actions, bad delivery ids) and sends them through the real app
@@ -43,7 +43,7 @@ const RUNS = Number(process.env.SPARK_FUZZ_WEBHOOK_RUNS ?? (LONG ? 50_000 : 10_0
 /**
  * `npm test` runs these recorded seeds, so a CI run never fails by the luck of a seed. Every
  * seed that ever failed stays here as a regression case, with what it found:
- * - 742671736: a `/spark test` comment on a PR GitHub answers 404 for got a 502 (issue 13); now
+ * - 742671736: a `/spark test` comment on a PR GitHub answers 404 for got a 502; now
  *   the delivery ends with the reason.
  * - 758852289: its first accepted delivery was an unknown event on a fresh ledger, which creates
  *   the `result="ignored"` sample of the deliveries counter; the "nothing else" check counted
@@ -193,7 +193,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  // whatever the fuzzed webhooks made the controller ask of GitHub matched its schema (issue 12 item 8)
+  // whatever the fuzzed webhooks made the controller ask of GitHub matched its schema
   expect(gh?.violations ?? []).toEqual([]);
   watch?.close();
   await c?.close();
@@ -611,7 +611,7 @@ describe('webhook endpoint fuzzing', () => {
  * The same route through a real socket (`@hono/node-server`, as `npm start` serves it): bodies
  * that arrive chunked, without end, or not at all. The headers are judged before a byte of
  * the body is read, and the body is read as a bounded stream, so a 200 MiB chunked body costs
- * the controller at most a few MiB (issue 11 item 2, issue 13).
+ * the controller at most a few MiB.
  */
 describe('webhook bodies over a real socket', () => {
   let server: ServerType;

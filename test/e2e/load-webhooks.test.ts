@@ -31,7 +31,7 @@ import { type FakeGitHubProcess, startFakeGitHubProcess } from '../helpers/load/
 import { replayGrants } from '../helpers/load/verify.ts';
 
 /**
- * Issue 7, load: four controller processes (`node --import tsx functions/node.ts`) share one
+ * load: four controller processes (`node --import tsx functions/node.ts`) share one
  * libSQL ledger file and receive signed deliveries at high concurrency, spread over the four,
  * with redeliveries of the same X-GitHub-Delivery to a different process and related events out
  * of order. A minimal agent per host keeps admission busy (grant → prepare → run → release).

@@ -7,7 +7,7 @@ import { makeTestLedger, tempDir } from '../helpers/ledger.ts';
 import { type ControllerGroup, startControllerProcesses } from '../helpers/load/controllers.ts';
 
 /**
- * Issue 11 item 2: a body is bounded while it streams. A real controller process (`functions/
+ * a body is bounded while it streams. A real controller process (`functions/
  * node.ts`) gets a 200 MiB chunked body (no Content-Length, so nothing but counting the chunks can
  * refuse it) on `/api/v1` routes; its resident memory, sampled from /proc while the body is sent,
  * stays within 64 MiB of where it was, it answers 413 `payload_too_large`, and it keeps answering.

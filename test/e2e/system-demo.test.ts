@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { REPO_ROOT, waitFor } from '../doubles/index.ts';
 
 /**
- * `npm run demo` is a newcomer's first command (issue 7): it must keep working. Runs it exactly
+ * `npm run demo` is a newcomer's first command: it must keep working. Runs it exactly
  * as documented, as a child process, and checks the story's summary and that it cleaned up.
  */
 

@@ -10,7 +10,7 @@ type FleetView = z.infer<typeof FleetResponse>;
 type QueueView = z.infer<typeof QueueResponse>;
 
 /**
- * DESIGN.md "Failure and cancellation behavior", end to end (issue 7): the controller and one
+ * docs/architecture.md "Failure and cancellation behavior", end to end: the controller and one
  * relay agent per host as separate processes, GitHub (API + Actions) simulated in this process.
  * The agent part's e2e tests prove the agent's side of several of these; here each scenario is
  * followed through to what GitHub users and operators see (check runs, the queue, the fleet).

@@ -4,7 +4,7 @@ import { DEFAULT_BRANCH_TIP } from '../harness/github-sim.ts';
 import { type JobPlan, queuedId, REPO, type SparkSystem, startSystem } from '../harness/index.ts';
 
 /**
- * The whole system from GitHub's side (issue 7): controller and relay agents as separate
+ * The whole system from GitHub's side: controller and relay agents as separate
  * processes, the fake GitHub API and the simulated GitHub Actions service in this process. Jobs
  * run on the JIT runners the agents start; GitHub's webhooks (pull_request, workflow_job) are
  * signed and sent to the controller the way GitHub sends them. One system serves the file.

@@ -8,9 +8,9 @@ import {
 import type { ReservationKind, Suite, Topology } from '../../core/model.ts';
 
 /**
- * Replays a recorded queue history against the ETA estimator (issue 16: "measure its error
+ * Replays a recorded queue history against the ETA estimator ("measure its error
  * against replayed history"). The history is a trace of requests (arrival, class, priority, how
- * long each really held its hosts). The replay admits them by DESIGN.md rules 1–3 (priority then
+ * long each really held its hosts). The replay admits them by docs/architecture.md rules 1–3 (priority then
  * FIFO, non-preemptive; a pair takes two hosts at once and a head-of-queue pair holds freed hosts)
  * and, at every arrival, asks the estimator for every queued request's start using only what a
  * controller would know then: finished occupancies, active work, the queue. Each estimate is

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { createServer as createTlsServer } from 'node:tls';
 
 /**
- * A network a test can cut (issue 14 item 1): a Linux network namespace joined to the host
+ * A network a test can cut: a Linux network namespace joined to the host
  * namespace by a veth pair on a private /30, so an agent started inside it reaches the controller
  * and the simulated GitHub only through that link, and `cut()` takes the link down as a host
  * dropping off the network would (its processes keep running, nothing answers them).

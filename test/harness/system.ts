@@ -39,7 +39,7 @@ import {
 import { baseEnv, killGroup, type ProcessHandle, sweepProcessesUnder, track } from './processes.ts';
 
 /**
- * The whole system on loopback, for `npm run demo` and the system tests (issue 7): the real
+ * The whole system on loopback, for `npm run demo` and the system tests: the real
  * controller (`functions/node.ts`) and one relay agent per host (the shipped agent bundle) as
  * separate processes, the agent test doubles (fake nvidia-smi, fake Deckard), and, in this
  * process, GitHub (./github-sim.ts). The harness reads the ledger with plain SQL
@@ -73,7 +73,7 @@ export interface SystemOptions {
     hostId: string,
     endpoints: { controllerPort: number; actionsUrl: string },
   ) => Promise<AgentRoute | null>;
-  /** Changes the controller's config before it starts (e.g. a repository's `ci`, issue 15). */
+  /** Changes the controller's config before it starts (e.g. a repository's `ci`). */
   controllerConfig?: (config: Record<string, unknown>, gh: FakeGitHub) => Record<string, unknown>;
   /** Changes a host's agent.json before the agent starts (e.g. its `dstack` section). */
   agentConfig?: (hostId: string, config: Record<string, unknown>) => Record<string, unknown>;

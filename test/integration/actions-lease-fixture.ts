@@ -86,7 +86,7 @@ export function runnerEnv(
     SPARK_TOPOLOGY: f.reservation.topology,
     SPARK_WORK_DIR: dirs.workDir,
     SPARK_MODEL_CACHE: dirs.modelCache,
-    // as an agent with executor dstack sets it (issue 15 item 5)
+    // as an agent with executor dstack sets it
     SPARK_EXECUTOR: 'dstack',
   };
 }

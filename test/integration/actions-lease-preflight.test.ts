@@ -186,7 +186,7 @@ describe('actions/lease-preflight (run as the runner runs it)', () => {
     expect(r.outputs.ok).toBe('false');
   });
 
-  it('holds the venv against the host provisioning spec and what was provisioned beside it (issue 14 item 7)', async () => {
+  it('holds the venv against the host provisioning spec and what was provisioned beside it', async () => {
     f = await startWithGrantedLease({ headSha: head });
     const venvRoot = join(tmp.dir, 'venv');
     const distDir = join(torchDir, 'torch-2.9.0+cu130.dist-info');

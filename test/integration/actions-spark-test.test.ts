@@ -152,7 +152,7 @@ describe('actions/spark-test (run as the runner runs it)', () => {
       headSha: head,
       suite: 'smoke',
       topology: 'single',
-      // the receipt names the backend that ran the work (issue 15 item 5)
+      // the receipt names the backend that ran the work
       executor: 'dstack',
       result: 'passed',
       exitCode: 0,

@@ -40,7 +40,7 @@ describe('agent config', () => {
   });
 });
 
-describe('agent start-up checks (issue 11)', () => {
+describe('agent start-up checks', () => {
   it('refuses a runner user that is root, missing, or the agent itself, naming the fix', () => {
     expect(() => resolveRunnerAccount('root', 1234)).toThrow(/is root; the job must run unprivileged/);
     expect(() => resolveRunnerAccount('no-such-user-xyz', 1234)).toThrow(
@@ -69,7 +69,7 @@ describe('agent start-up checks (issue 11)', () => {
   });
 });
 
-describe('controller URL (issue 11 item 3)', () => {
+describe('controller URL', () => {
   it('needs https: except to loopback, and no credentials in the URL', () => {
     const at = (controllerUrl: string) => () =>
       parseAgentConfig({ ...base, controllerUrl }, 'agent.json', '/etc');
@@ -84,7 +84,7 @@ describe('controller URL (issue 11 item 3)', () => {
   });
 });
 
-describe('executor (issue 15)', () => {
+describe('executor', () => {
   it('defaults to jit-runner and names the allowed values for an unknown one', () => {
     expect(parseAgentConfig(base, 'agent.json', '/etc').executor).toBe('jit-runner');
     expect(parseAgentConfig({ ...base, executor: 'slurm' }, 'agent.json', '/etc').slurm).toEqual({

@@ -14,7 +14,7 @@ import { waitFor } from '../doubles/index.ts';
 import { tempDir } from '../helpers/ledger.ts';
 
 /**
- * The agent trusts nothing the controller says (issue 11 item 3): a hostile or tampered answer
+ * The agent trusts nothing the controller says: a hostile or tampered answer
  * (from a controller, or anyone on the path of an http:// URL) is refused by the protocol schema,
  * and even a path that got past it is refused before anything is removed.
  */

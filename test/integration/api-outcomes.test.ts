@@ -5,7 +5,7 @@ import { example, type Harness, labelObject, startHarness } from '../fake-github
 import { adoptAll } from '../helpers/ledger.ts';
 
 /**
- * Issue 10, item 3: a reservation that ended before it ran reports how it ended — everywhere a
+ * a reservation that ended before it ran reports how it ended — everywhere a
  * person looks (the API behind `sparkctl status` and MCP, the check run on the PR, the
  * dashboard and public queue) — and never the last wait code it had while queued (before:
  * `cancelled (held-for-pair)`).
@@ -98,7 +98,7 @@ describe('a reservation that ended while queued reports its outcome, never its w
     const single = await h.deliver('pull_request', labeled('spark-test', 4, 'd'.repeat(40)));
     expect((await single.json()).result).toBe('queued r-3');
     await h.c.loop.runNow();
-    // before issue 10 this code became the outcome: `cancelled (hosts-busy)`
+    // this code once became the outcome: `cancelled (hosts-busy)`
     expect(await waitCode('r-3')).toMatch(WAIT_CODES);
 
     const cancelled = await api('/reservations/r-3/cancel', 'POST');
@@ -192,7 +192,7 @@ describe('a reservation that ended while queued reports its outcome, never its w
       h.gh.checkRuns.find((c) => c.conclusion === 'neutral'),
     );
     expect(check.output.title).toMatch(/^Spark test refused — @outsider holds triage/);
-    // DESIGN.md: a refusal never reuses the result check's identity (external_id is the delivery)
+    // docs/architecture.md: a refusal never reuses the result check's identity (external_id is the delivery)
     expect(check.external_id).toMatch(/^refusal:/);
     const list = (await fetch(`${h.c.url}/api/v1/reservations?status=all`, {
       headers: { authorization: `Bearer ${token}` },

@@ -53,7 +53,7 @@ describe('redactText (public free text)', () => {
       dataJson: JSON.stringify({ reservationId: 'r-1', hostId: 'spark-2', fencingToken: 987655 }),
     };
     const pub = toEventView(row, { publicView: true });
-    // issue 11 item 6: actor classes only (maintainer, operator, agent, GitHub, controller)
+    // actor classes only (maintainer, operator, agent, GitHub, controller)
     expect(pub).toMatchObject({ subjectId: 'r-1 on spark-2', actor: 'maintainer' });
     expect(JSON.stringify(pub)).not.toContain('987655');
     expect(toEventView(row, { publicView: false }).actor).toBe('github:octocat');
@@ -97,7 +97,7 @@ describe('redactText (public free text)', () => {
   });
 
   it('public causes come from templates with actor classes only: no login, token name or private repo', () => {
-    // issue 11 item 6 (the stored causes below are what main showed publicly before)
+    // (the stored causes below are what main showed publicly before)
     const seeded = [
       { type: 'reservation.cancelled', cause: 'PR #2 closed by @octocat', actor: 'github:octocat' },
       {

@@ -4,7 +4,7 @@ import type { RunningController } from '../../functions/node-server.ts';
 import { startTestController } from '../helpers/controller.ts';
 
 /**
- * Issue 11 item 9, through the operator API: token names are unique among live tokens (the audit
+ * through the operator API: token names are unique among live tokens (the audit
  * actor `api:<name>` names one credential), revoking an emergency token needs the emergency
  * scope, `lastUsedAt` is maintained (at most one write a minute), and 403 audit rows are
  * throttled per token and route with their path bounded.

@@ -3,7 +3,7 @@ import * as t from '../../functions/ledger/schema.ts';
 import { type Harness, startHarness } from '../fake-github/harness.ts';
 
 /**
- * Issue 14 item 4: background CI (class 20) is queued only while the fleet would otherwise idle.
+ * background CI (class 20) is queued only while the fleet would otherwise idle.
  * A due background slot is not queued while other work is queued; it stays due and fires once
  * when the queue is empty (a missed slot fires once, never once per missed slot).
  */

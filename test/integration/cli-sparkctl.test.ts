@@ -88,7 +88,7 @@ describe('sparkctl against a real controller', () => {
     const res = await p.done;
     expect(res.code).toBe(0);
     expect(res.stdout).toMatch(/r-2 is yours: spark-2 \(single\), lease until/);
-    // a jit-runner host runs no dev environment: no SSH hint, the lease holds the host (issue 15)
+    // a jit-runner host runs no dev environment: no SSH hint, the lease holds the host
     expect(res.stdout).toMatch(/attach: {3}no dev environment on spark-2/);
     expect(res.stdout).not.toMatch(/ssh spark/);
     expect(res.stdout).toMatch(/release: {2}sparkctl release r-2/);

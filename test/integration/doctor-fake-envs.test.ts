@@ -17,7 +17,7 @@ import { tempDir } from '../helpers/ledger.ts';
 import { readOnlyView } from '../helpers/read-only-view.ts';
 
 /**
- * The provisioning doctor against prepared fake environments (issue 5 tests): a real Python
+ * The provisioning doctor against prepared fake environments (tests): a real Python
  * interpreter in real venvs with fake `torch` packages installed in their site-packages (the
  * doctor runs Python with `-I`, so PYTHONPATH is ignored, as it must be), fake toolchain
  * binaries, and PATHs built per case so exactly one thing is wrong. Each case runs the real CLI
@@ -366,7 +366,7 @@ describe('provisioning doctor', () => {
   });
 });
 
-describe('the job cannot shadow or forge what the doctor reads (issue 11 item 11)', () => {
+describe('the job cannot shadow or forge what the doctor reads', () => {
   it('ignores a torch.py in the checkout and a PYTHONPATH the job sets', async () => {
     const cpu = makeVenv('shadowed-cpu', { version: '2.5.1+cpu', cuda: null, available: false });
     // the PR's checkout (the doctor's working directory) carries a forged CUDA torch
@@ -389,7 +389,7 @@ describe('the job cannot shadow or forge what the doctor reads (issue 11 item 11
   });
 });
 
-describe('provisioning spec (issue 14 items 7–10)', () => {
+describe('provisioning spec', () => {
   const MODEL = 'acme/qwen-remote';
   const REV = 'ab12'.padEnd(40, '7');
 

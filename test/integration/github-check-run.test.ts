@@ -43,7 +43,7 @@ function row(over: Partial<ReservationRow>): ReservationRow {
 const none = { hosts: [], keptHost: null };
 
 describe('check-run rendering (the words on the PR)', () => {
-  it('says where the request is, in the titles DESIGN.md names', () => {
+  it('says where the request is, in the titles docs/architecture.md names', () => {
     expect(renderCheckRun(row({}), none)).toMatchObject({
       status: 'queued',
       title: 'Spark test queued — position 2',

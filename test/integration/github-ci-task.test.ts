@@ -7,7 +7,7 @@ import { example, type Harness, startHarness } from '../fake-github/harness.ts';
 import { adoptAll } from '../helpers/ledger.ts';
 
 /**
- * The controller's side of CI as a dstack task (issue 15, ADR 0110) against the fake GitHub: no
+ * The controller's side of CI as a dstack task (ADR 0110) against the fake GitHub: no
  * dispatch and no runner for such a repository, one read-only clone token per lease (refused when
  * GitHub grants more), carried to the agent with the task workload in the `run` state.
  */

@@ -8,7 +8,7 @@ import { tempDir } from '../helpers/ledger.ts';
 import { cleanupBundle, runSparkctl, sparkctlBundle } from './cli-harness.ts';
 
 /**
- * Issue 13, the webhook inbox through the real app on a real port and a real libSQL file, with
+ * the webhook inbox through the real app on a real port and a real libSQL file, with
  * the fake GitHub behind it: acknowledged first, processed afterwards; a definitive GitHub
  * answer ends a delivery with its reason; a transient one is retried, then parked, visible to
  * operators (API, /metrics, dashboard) and retryable with an audit trail.
@@ -51,7 +51,7 @@ describe('webhook inbox', () => {
         2: { state: 'open', headSha: 'b'.repeat(40), headRepo: REPO, labels: [] },
       },
     });
-    // the rollout gate (issue 12 item 6) wants every host adopted; without heartbeats they stay
+    // the rollout gate wants every host adopted; without heartbeats they stay
     // offline (no grants)
     for (const host of h.c.ledger.config.hosts) await h.c.ledger.setManaged(host.id, true, 'test');
     expect((await h.enable(REPO)).status).toBe(200);

@@ -694,7 +694,7 @@ describe.concurrent('GitHub lifecycle: dispatch, JIT runners, workflow_job, push
 
   it('merge CI on push: a malformed SHA is refused, an unauthorized pusher queues nothing (ADR 0003)', async (ctx) => {
     const { h } = await scenario(ctx);
-    // issue 11 item 10
+    // item 10
     const push = (after: string, sender = 'Codertocat') => {
       const p = example('push');
       p.repository.full_name = REPO;

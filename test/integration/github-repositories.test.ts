@@ -80,7 +80,7 @@ describe('repository enablement (operator routes)', () => {
 describe('schedules (croner, UTC)', () => {
   let h: Harness;
   afterEach(async () => {
-    // every call the schedules made matched GitHub's schema (issue 12 item 8)
+    // every call the schedules made matched GitHub's schema
     expect(h.gh.violations).toEqual([]);
     await h.close();
   });

@@ -12,7 +12,7 @@ import { example, type Harness, startHarness } from '../fake-github/harness.ts';
 import { adoptAll } from '../helpers/ledger.ts';
 
 /**
- * Unguessable per-reservation labels (issue 12 item 3): the nonce is 128 random bits from Web
+ * Unguessable per-reservation labels: the nonce is 128 random bits from Web
  * Crypto, two reservations never share a label, and the label names exactly one reservation.
  */
 

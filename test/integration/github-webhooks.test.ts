@@ -182,7 +182,7 @@ describe('GitHub webhook endpoint', () => {
   it('fork PRs are refused without asking for permissions', async () => {
     const res = await h.deliver('pull_request', labeled('spark-test', { headRepo: 'evil/Hello-World' }));
     expect((await res.json()).result).toMatch(/refused: PR #2 comes from a fork/);
-    // the same PR commit again (head repository deleted): refused, and throttled (issue 11 item 5)
+    // the same PR commit again (head repository deleted): refused, and throttled
     const deleted = await h.deliver('pull_request', labeled('spark-test', { headRepo: null }));
     expect((await deleted.json()).result).toMatch(/^refused \(throttled, nothing written\): .*fork/);
     // another commit of a fork PR gets its own refusal
@@ -310,7 +310,7 @@ describe('GitHub webhook endpoint', () => {
   });
 
   it("strangers' commands: authorized first, never under the result check's name, throttled, echo bounded", async () => {
-    // issue 11 item 5 / ADR 0030
+    // ADR 0030
     const sha = 'e'.repeat(40);
     h.gh.repos.get(REPO.toLowerCase())!.pulls[2] = {
       state: 'open',

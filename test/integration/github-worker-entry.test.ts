@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import worker from '../../functions/worker.ts';
 
-/** The Worker entry's own checks, called the way workerd calls it (issue 12 item 7). */
+/** The Worker entry's own checks, called the way workerd calls it. */
 describe('Worker entry configuration', () => {
   const exec = { waitUntil: () => undefined, passThroughOnException: () => undefined, props: {} };
 

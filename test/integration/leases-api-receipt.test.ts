@@ -183,7 +183,7 @@ describe('POST /api/v1/leases/:reservationId/receipt', () => {
   it('refuses what only the agent can report: a CI task mode, a revoked clone token, another backend (ADR 0160)', async () => {
     f = await startWithGrantedLease();
     const lease = f.leases[0]!;
-    // the agent reported the backend with runner_started (issue 15 item 5)
+    // the agent reported the backend with runner_started
     await f.ledger.write(async (tx) => {
       await tx
         .update(t.leases)

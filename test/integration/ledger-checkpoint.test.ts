@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { makeTestLedger, type TestLedger } from '../helpers/ledger.ts';
 
 /**
- * The WAL truncation after a JIT hand-over (issue 11 item 8) beside this process's own write
+ * The WAL truncation after a JIT hand-over beside this process's own write
  * transaction: a pair's two agents take their configs at the same moment, so one hand-over's
  * checkpoint meets the other's open transaction. SQLite's busy handler runs on the event loop's
  * thread, so a checkpoint outside the writer queue froze the controller for the whole busy

@@ -3,7 +3,7 @@ import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import { adoptAll, idleFacts, makeTestLedger, type TestLedger } from '../helpers/ledger.ts';
 
 /**
- * Issue 13 item 4: the `cleaned` report carries the GPU facts read after cleanup, and the
+ * the `cleaned` report carries the GPU facts read after cleanup, and the
  * controller stores them in the transaction that frees the host — so the next admission pass
  * grants the freed host instead of refusing it over the finished job's GPU processes, which the
  * last heartbeat still listed (on real hardware that waited up to one heartbeat, 10 s).

@@ -5,7 +5,7 @@ import * as t from '../../functions/ledger/schema.ts';
 import { makeTestLedger, type TestLedger } from '../helpers/ledger.ts';
 
 /**
- * Issue 13, "two plain bugs": the per-connection pragmas reach every pooled connection (not the
+ * "two plain bugs": the per-connection pragmas reach every pooled connection (not the
  * one that happened to run them), and the binding-leases query is one SQLite can answer from
  * the partial index `leases_one_binding_per_host` instead of scanning every lease ever granted.
  */

@@ -19,7 +19,7 @@ import * as t from '../../functions/ledger/schema.ts';
 import { adoptAll, makeTestLedger, type TestLedger, tempDir } from '../helpers/ledger.ts';
 
 /**
- * The hand-written hot-path reads (issue 13 item 2) return exactly the rows drizzle returns for
+ * The hand-written hot-path reads return exactly the rows drizzle returns for
  * the same tables, and the kept-statement client answers exactly like `@libsql/client`: these
  * are drop-in replacements, so every other ledger test keeps proving the rules through them.
  */

@@ -12,7 +12,7 @@ import {
 } from '../helpers/ledger.ts';
 
 /**
- * Issue 14 items 1 and 2 through the real ledger (a libSQL file): the admission pass applies the
+ * through the real ledger (a libSQL file): the admission pass applies the
  * plan, the agent's desired state follows, and the reservation ends the way the seed says.
  */
 

@@ -11,7 +11,7 @@ import { makeTestLedger, tempDir } from '../helpers/ledger.ts';
 import { heardAnHourAgo } from './cli-harness.ts';
 
 /**
- * Issue 11 item 7: what really fails when the ledger cannot be written. The tests run as root,
+ * what really fails when the ledger cannot be written. The tests run as root,
  * for whom file modes do not matter, so the files are made immutable (`chattr +i`, ext4/xfs):
  * an immutable `-wal` under a running controller makes SQLite answer `SQLITE_IOERR` on the next
  * write; an immutable database file and directory make a fresh connection `SQLITE_READONLY`.

@@ -3,7 +3,7 @@ import { createViewsMemo } from '../../functions/views.ts';
 import { adoptAll, makeTestLedger, type TestLedger, testClock } from '../helpers/ledger.ts';
 
 /**
- * Issue 13 item 2: the fleet and queue views are computed once per ledger version, not once per
+ * the fleet and queue views are computed once per ledger version, not once per
  * request — and a change, or the clock moving past the cache bound, is seen at once.
  */
 describe('views per ledger version', () => {

@@ -14,7 +14,7 @@ import { startTestController } from '../helpers/controller.ts';
 import { agentCleaned, agentPrepared, bringOnline, FAST_TIMINGS, http, until } from './cli-harness.ts';
 
 /**
- * Issue 16 "Done when": promtool passes on a ledger with > 10,000 finished reservations and
+ * "Done when": promtool passes on a ledger with > 10,000 finished reservations and
  * counters only grow. Before, histograms were rebuilt from the newest 10,000 rows at every scrape,
  * so `_count` stopped at 10,000 and buckets could go down.
  */

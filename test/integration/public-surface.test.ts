@@ -6,7 +6,7 @@ import { startTestController } from '../helpers/controller.ts';
 import { bringOnline, startApiController, until } from './cli-harness.ts';
 
 /**
- * Issue 11 items 4 and 6 on a real loopback port: dashboard change streams are capped per
+ * on a real loopback port: dashboard change streams are capped per
  * address (the next one gets 503 while `/healthz` keeps answering), anonymous views are computed
  * once per change rather than per request, the dashboard carries its security headers, and
  * `publicViews: "token"` puts `/`, `/api/v1/queue` and `/metrics` behind an API token.

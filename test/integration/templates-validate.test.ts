@@ -136,7 +136,7 @@ describe('spark-pr-test.yml', () => {
     expect(Object.keys(jobs).sort()).toEqual(['pair', 'single']);
     expect(jobs.single!.if).toBe(gh("inputs.topology == 'single'"));
     expect(jobs.pair!.if).toBe(gh("inputs.topology == 'pair'"));
-    // the seed's label set (DESIGN.md "Binding"): fleet label waffuru-spark (the installer's
+    // the seed's label set (docs/architecture.md "Binding"): fleet label waffuru-spark (the installer's
     // --fleet-label replaces it), topology, and spark-r-<id>-<nonce> (reservation ids are r-<n>)
     const reservation = `spark-${gh('inputs.reservation_id')}-${gh('inputs.nonce')}`;
     expect(jobs.single!['runs-on']).toEqual([
@@ -207,7 +207,7 @@ describe('spark-pr-test.yml', () => {
       expect(u.ref, 'third-party actions are pinned by full commit SHA').toMatch(
         /^[\w.-]+\/[\w.-]+@[0-9a-f]{40}$/,
       );
-      // the exact release the SHA is, not a moving major tag (issue 12 item 7)
+      // the exact release the SHA is, not a moving major tag
       expect(u.comment).toMatch(/^# v\d+\.\d+\.\d+$/);
     }
   });

@@ -7,7 +7,7 @@ import { testClock } from '../helpers/ledger.ts';
 import { bringOnline, heardAnHourAgo, startApiController, until } from './cli-harness.ts';
 
 /**
- * Issue 11 item 9: per-token limits for development work (`tokenLimits` in the config), so one
+ * per-token limits for development work (`tokenLimits` in the config), so one
  * develop token cannot take the fleet (30 pair leases of 24 h were accepted before).
  */
 

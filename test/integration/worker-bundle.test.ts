@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { measureWorkerBundle, TARGET_GZIP } from '../../scripts/bench/worker-size.ts';
 
 /**
- * The Worker upload as `wrangler deploy` builds it (issue 13 item 4, ADR 0075). Sizes are
+ * The Worker upload as `wrangler deploy` builds it (ADR 0075). Sizes are
  * deterministic for a given lockfile, so this is a check, not a timing: a change that pulls a
  * large input back in fails here with the inputs that grew, instead of surfacing as a slower cold
  * start on Cloudflare.

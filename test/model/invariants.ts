@@ -3,7 +3,7 @@ import { standing } from './reference.ts';
 import { isActive, isFresh, type MRes, type World } from './world.ts';
 
 /**
- * DESIGN.md's admission rules as checks, phrased on their own (not through the prediction), so a
+ * docs/architecture.md's admission rules as checks, phrased on their own (not through the prediction), so a
  * failure names the rule. `checkPass` judges one pass's plan against the world it was made from;
  * `checkState` judges what the ledger holds after any command.
  */
@@ -17,7 +17,7 @@ function must(ok: boolean, rule: string, what: () => string): asserts ok {
 }
 
 const need = (r: MRes) => (r.topology === 'pair' ? 2 : 1);
-// rule 6 slots: a PR, or a non-PR CI build of its own (issue 14 item 6)
+// rule 6 slots: a PR, or a non-PR CI build of its own
 const prOf = (r: Pick<MRes, 'repo' | 'pr' | 'kind' | 'sha' | 'id'>) =>
   r.repo && r.pr != null
     ? `${r.repo}#${r.pr}`
@@ -26,7 +26,7 @@ const prOf = (r: Pick<MRes, 'repo' | 'pr' | 'kind' | 'sha' | 'id'>) =>
       : null;
 
 /**
- * Rule 6 between lanes (issue 14 item 6): a build whose lane was granted keeps its slot while
+ * Rule 6 between lanes: a build whose lane was granted keeps its slot while
  * another lane of it (same slot, same SHA) waits, so no new slot may be granted over it.
  */
 function withKeptSlots(w: World, u: Usage): Usage {
@@ -116,7 +116,7 @@ export function checkPass(w: World, plan: Prediction): void {
     );
   }
 
-  // an explicit Deckard start takes its idle host to restore it (issue 14 item 2): only an idle
+  // an explicit Deckard start takes its idle host to restore it: only an idle
   // host with a home service, targeted by that queued start
   const taken = new Set<string>();
   for (const x of plan.restores) {
@@ -221,7 +221,7 @@ export function checkPass(w: World, plan: Prediction): void {
     }
     const code = plan.waits.find((x) => x.id === q.id)?.code;
     if (code === 'background-yields') {
-      // issue 14 item 4: background CI yields only to other work waiting in its pool
+      // background CI yields only to other work waiting in its pool
       must(
         plan.waits.some((x) => {
           const o = w.res.get(x.id)!;
@@ -232,7 +232,7 @@ export function checkPass(w: World, plan: Prediction): void {
       );
       continue;
     }
-    // an explicit Deckard start waits on its host's restore (issue 14 item 2)
+    // an explicit Deckard start waits on its host's restore
     if (code === 'restoring') continue;
     // work conservation: no schedulable host idles while a grantable request waits
     const pool = free.filter((h) => h.pool === q.pool);

@@ -233,7 +233,7 @@ export async function openLedgerSut(cfg: SparkConfig, opts: { remote?: boolean }
   };
 }
 
-/** A reservation's end outcome and its current wait code (issue 10: two columns, never mixed). */
+/** A reservation's end outcome and its current wait code (two columns, never mixed). */
 function outcomeAndWait(r: typeof t.reservations.$inferSelect): {
   outcome: string | null;
   wait: string | null;

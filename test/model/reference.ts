@@ -2,7 +2,7 @@ import type { HostState } from '../../core/model.ts';
 import { bindingLease, isActive, isFresh, type MHost, type MRes, type World } from './world.ts';
 
 /**
- * The reference admission: DESIGN.md rules 1–8 restated over the model world, predicting what one
+ * The reference admission: docs/architecture.md rules 1–8 restated over the model world, predicting what one
  * admission pass must do. It never reads the system's plan or wait codes; the tests compare.
  *
  * Choices the design leaves open are fixed here as the product documents them: single work
@@ -29,9 +29,9 @@ export interface Prediction {
   expiries: { leaseId: string; outcome: 'release' | 'release-required' }[];
   timeouts: string[];
   satisfied: string[];
-  /** Explicit Deckard starts that send their idle host restoring (issue 14 item 2). */
+  /** Explicit Deckard starts that send their idle host restoring. */
   restores: { host: string; id: string }[];
-  /** Active pairs with a node gone dark: failed as a unit (issue 14 item 1). */
+  /** Active pairs with a node gone dark: failed as a unit. */
   pairLosses: { id: string; lost: string[]; healthy: string[] }[];
   hostStates: Record<string, HostState>;
   /** Hosts that look free but are kept out for what their GPU shows (foreign process / unknown). */
@@ -81,7 +81,7 @@ export function predict(w: World): Prediction {
   const { budgets, preferHosts } = w.cfg;
   const hosts = [...w.hosts.values()];
 
-  // issue 14 item 1: an active pair with a node whose heartbeat is stale fails as a unit
+  // an active pair with a node whose heartbeat is stale fails as a unit
   const lostPairs = new Set<string>();
   for (const r of w.res.values()) {
     if (r.topology !== 'pair' || !['allocated', 'preparing', 'running'].includes(r.status)) continue;
@@ -136,13 +136,13 @@ export function predict(w: World): Prediction {
     Number(a.home != null) - Number(b.home != null) ||
     preferIndex(a.id) - preferIndex(b.id) ||
     hostNumber(a.id) - hostNumber(b.id);
-  // issue 14 item 3: waiting for hosts, a request is next in line for the best busy hosts no
+  // waiting for hosts, a request is next in line for the best busy hosts no
   // earlier request claimed; they drain for it
   const claim = (r: MRes, want: number) => {
     const busy = hosts.filter((h) => h.pool === r.pool && busyNow(h) && !draining.has(h.id)).sort(drainOrder);
     for (const h of busy.slice(0, Math.max(0, want))) draining.set(h.id, r.id);
   };
-  // issue 14 item 4: background CI waits while any other class waits in its pool
+  // background CI waits while any other class waits in its pool
   const othersWaiting = new Set<string>();
   const schedulable = (pool: string) =>
     hosts.filter((h) => h.pool === pool && st.get(h.id)!.is !== 'out').length;
@@ -150,7 +150,7 @@ export function predict(w: World): Prediction {
   // rule 6: usage counts every binding lease, from grant until termination is confirmed
   let gpusInUse = 0;
   const prUse = new Map<string, number>();
-  // a PR's slot, or a non-PR CI build's own slot (issue 14 item 6)
+  // a PR's slot, or a non-PR CI build's own slot
   const prOf = (r: Pick<MRes, 'repo' | 'pr' | 'kind' | 'sha' | 'id'>) =>
     r.repo && r.pr != null
       ? `${r.repo}#${r.pr}`
@@ -207,7 +207,7 @@ export function predict(w: World): Prediction {
     const need = r.topology === 'pair' ? 2 : 1;
     const target = r.target ? w.hosts.get(r.target) : undefined;
     // an explicit Deckard start is met by a host that already serves, and sends an idle host
-    // with a home service restoring at once (issue 14 item 2)
+    // with a home service restoring at once
     if (r.kind === 'deckard' && target && freeNow(target) && target.home != null) {
       if (target.phase === 'service') {
         p.satisfied.push(r.id);
@@ -260,7 +260,7 @@ export function predict(w: World): Prediction {
         held.set(h.id, r.id);
         p.holds.push({ host: h.id, id: r.id });
       }
-      // rule 4 untargeted (development) and issue 14 item 3 (everyone else): claim busy hosts
+      // rule 4 untargeted (development) and next in line (everyone else): claim busy hosts
       claim(r, need - pick.length);
       wait(r, pick.length > 0 ? 'held-for-pair' : 'hosts-busy');
       continue;

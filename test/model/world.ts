@@ -9,7 +9,7 @@ import type {
 } from '../../core/model.ts';
 
 /**
- * The reference model's world: what DESIGN.md says the ledger holds after each command, kept in
+ * The reference model's world: what docs/architecture.md says the ledger holds after each command, kept in
  * plain maps and written from the design (not from `functions/ledger`). Both model tests drive the
  * same world; the pure one hands it to `planAdmission`, the ledger one compares it with the real
  * libSQL ledger after every command.
@@ -77,7 +77,7 @@ export interface World {
 export const START = Date.UTC(2026, 10, 30, 8, 0, 0);
 export const ACTIVE: readonly ReservationStatus[] = ['allocated', 'preparing', 'running', 'releasing'];
 export const BINDING = ['active', 'expired', 'releasing'] as const;
-/** CI work whose leases heartbeats renew (DESIGN.md: a CI lease's TTL is renewed by heartbeats). */
+/** CI work whose leases heartbeats renew (docs/architecture.md: a CI lease's TTL is renewed by heartbeats). */
 export const CI_KINDS: readonly ReservationKind[] = ['manual', 'merge', 'benchmark', 'background'];
 
 export function newWorld(cfg: SparkConfig, now = START): World {
@@ -171,7 +171,7 @@ export function request(w: World, q: NewRequest): MRes | null {
   return r;
 }
 
-/** Cancel: only while queued (DESIGN.md "Reservation"). */
+/** Cancel: only while queued (docs/architecture.md "Reservation"). */
 export function cancel(w: World, id: string): boolean {
   const r = w.res.get(id);
   if (r?.status !== 'queued') return false;
@@ -321,7 +321,7 @@ export function recordRestore(w: World, hostId: string, ok: boolean, token: numb
   h.restoreAttempts++;
   if (h.restoreAttempts > w.cfg.timings.restoreRetries) {
     h.phase = 'quarantined';
-    // an explicit start waiting on this restore ends with it (issue 14 item 2)
+    // an explicit start waiting on this restore ends with it
     for (const r of w.res.values()) {
       if (r.kind === 'deckard' && r.target === hostId && r.status === 'queued') {
         r.status = 'failed';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { buildTarget, targets } from '../../scripts/build.ts';
 
 /**
- * Vitest global setup: builds the agent bundle (the single file that ships, issue 13 item 3) once
+ * Vitest global setup: builds the agent bundle (the single file that ships) once
  * per test run; the test fleet and the demo harness run that file (`SPARK_TEST_AGENT_BUNDLE`,
  * inherited by the test workers).
  */

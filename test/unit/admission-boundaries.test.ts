@@ -64,7 +64,7 @@ describe('boundaries', () => {
       [r.id, 'hosts-busy', `waiting for a host in pool spark: spark-2 draining for ${r.id}`],
     ]);
     // busy as allocated (a free host would be granted), so the request next in line claims it and
-    // it drains for that request (ADR 0050, issue 14 item 3); draining is only ever an allocated host
+    // it drains for that request (ADR 0050); draining is only ever an allocated host
     expect(plan.draining).toEqual([{ hostId: 'spark-2', reservationId: r.id }]);
     expect(plan.hostStates['spark-2']).toBe('draining');
     expect(plan.hostNotes).toEqual({});

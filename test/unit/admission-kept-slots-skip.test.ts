@@ -6,7 +6,7 @@ import { config, host, input, lease, req, resetSeq } from './admission-fixtures.
 
 /**
  * The ledger skips the kept-slot look-up when the open reservations name at most `maxPrs`
- * distinct budget slots (functions/ledger/admission-pass.ts `keptSlotsOf`, issue 13 item 2): a
+ * distinct budget slots (functions/ledger/admission-pass.ts `keptSlotsOf`): a
  * kept slot then cannot change the plan. This checks that claim against the engine itself over
  * random fleets, queues and budgets — and that above the bound kept slots do change plans, so the
  * check is not vacuous.

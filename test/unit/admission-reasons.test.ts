@@ -172,7 +172,7 @@ describe('wait reasons', () => {
     const b = req({ status: 'running', pr: 2 });
     const c = req({ status: 'running', pr: 3 });
     // an operator-raised manual request ahead of development work sees the pool first; each
-    // waiting request claims the best busy host no earlier one claimed (ADR 0050, issue 14 item 3)
+    // waiting request claims the best busy host no earlier one claimed (ADR 0050)
     const urgent = req({ kind: 'manual', priority: 100 });
     const devAny = req({ kind: 'development', repo: null, pr: null });
     const devC = req({ kind: 'development', targetHost: 'spark-c', repo: null, pr: null });

@@ -4,7 +4,7 @@ import { config, facts, host, input, lease, NOW, req, resetSeq } from './admissi
 
 /**
  * Rule 6 budget slots for CI without a PR, a pair failing as a unit only while it runs on active
- * leases (issue 14 item 1), and the Deckard restore path's waits (issue 14 item 2).
+ * leases, and the Deckard restore path's waits.
  */
 
 beforeEach(resetSeq);

@@ -310,7 +310,7 @@ describe('why it waits', () => {
       input([host('spark-2')], [running, ...queued], [lease(running.id, 'spark-2', 1)]),
     );
     expect(plan.waits.map((w) => w.position)).toEqual([1, 2, 3]);
-    // the head of the queue is next in line for spark-2 (issue 14 item 3); everyone sees it
+    // the head of the queue is next in line for spark-2; everyone sees it
     for (const w of plan.waits) expect(w.reason).toMatch(/spark-2 draining for r-2/);
     expect(plan.draining).toEqual([{ hostId: 'spark-2', reservationId: 'r-2' }]);
   });

@@ -3,7 +3,7 @@ import { ConfigError, ciModeForRepo, cloneUrlForRepo, parseConfig, revokeUrlFor 
 import { CiTaskSchema, DesiredStateSchema, ReportSchema } from '../../core/protocol/agent.ts';
 
 /**
- * CI as a dstack task (issue 15): the per-repository `ci` setting, its validation, and the task
+ * CI as a dstack task: the per-repository `ci` setting, its validation, and the task
  * workload the controller hands the agent (which the agent trusts no further than its schema).
  */
 

@@ -8,7 +8,7 @@ import { reportExited } from '../../agent/steps/run.ts';
 import type { CiTask, Report } from '../../core/protocol/agent.ts';
 
 /**
- * The receipt the agent builds for a CI task (issue 15, ADR 0110) from dstack's exit and the
+ * The receipt the agent builds for a CI task (ADR 0110) from dstack's exit and the
  * task's output: what it trusts (the task's own lines before the script ran) and what it does not.
  */
 

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 /**
- * The import boundaries of issue 10 item 6 and ADR 0015, checked on the source text: sparkctl
+ * The import boundaries of ADR 0015, checked on the source text: sparkctl
  * depends on `core/` only (the doctor also on the in-job doctor in `agent/preflight/`), and
  * `scripts/` reaches into `test/` only through `test/harness/`.
  */

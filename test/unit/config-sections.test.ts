@@ -11,8 +11,7 @@ import {
 
 /**
  * The newer config sections as an operator meets them: the defaults an empty section gives, and
- * the error (path: what to fix) a wrong value gives — token limits for development work (issue 11
- * item 9), the fleet label of JIT runners, and URLs cut for logs (issue 11 item 8).
+ * the error (path: what to fix) a wrong value gives — token limits for development work (* item 9), the fleet label of JIT runners, and URLs cut for logs.
  */
 
 function problems(input: unknown): string[] {

@@ -74,7 +74,7 @@ describe('documentation links', () => {
   });
 
   it.each(files)('%s: cites no design note outside the repository', (file) => {
-    // the design lives in docs/architecture.md; a DESIGN.md is not part of the repository
+    // the design lives in docs/architecture.md; a docs/architecture.md is not part of the repository
     expect(readFileSync(join(root, file), 'utf8')).not.toMatch(/DESIGN\.md/);
   });
 });

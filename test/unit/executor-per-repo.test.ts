@@ -5,7 +5,7 @@ import type { LeaseState } from '../../agent/state-file.ts';
 import { executorForRepo, parseConfig } from '../../core/config.ts';
 import { LeaseRefSchema } from '../../core/protocol/agent.ts';
 
-/** Per-repository executors (issue 15 item 1): the config, the lease ref, and the agent's routing. */
+/** Per-repository executors: the config, the lease ref, and the agent's routing. */
 
 const lease = (over: Partial<LeaseState> = {}): LeaseState => ({
   leaseId: 'l-spark-2-3',

@@ -9,7 +9,7 @@ import {
   refusalFor,
 } from '../../functions/github/intake/policy.ts';
 
-/** The refusal decision of webhook intake, without a database (issue 10, item 4). */
+/** The refusal decision of webhook intake, without a database. */
 
 const pr = (over: { state?: string; head?: string | null; base?: string } = {}) => ({
   number: 7,
@@ -101,7 +101,7 @@ describe('pushRefusal (new commits on a PR, ADR 0003)', () => {
   });
 });
 
-describe('commandRefusal (issue 11 item 5: authorize first)', () => {
+describe('commandRefusal (authorize first)', () => {
   const invalid = { kind: 'invalid' as const, message: 'unknown command `/spark deploy`' };
   it('refuses a stranger for lack of permission whatever the command says', () => {
     expect(commandRefusal({ pr: pr(), auth: denied, command: invalid, repo })).toBe(denied.reason);
@@ -123,7 +123,7 @@ describe('commandRefusal (issue 11 item 5: authorize first)', () => {
   });
 });
 
-describe('echoSpan and command parsing (issue 11 item 5: echo at most 80 characters)', () => {
+describe('echoSpan and command parsing (echo at most 80 characters)', () => {
   it('bounds and neutralizes echoed text', () => {
     const span = echoSpan(`a\`b\n${'x'.repeat(500)}`);
     expect(span.startsWith('`') && span.endsWith('`')).toBe(true);

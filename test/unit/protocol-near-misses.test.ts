@@ -9,7 +9,7 @@ import {
 } from '../../core/protocol/receipt.ts';
 
 /**
- * The agent trusts nothing the controller says (issue 11 item 3) and the controller trusts no
+ * The agent trusts nothing the controller says and the controller trusts no
  * runner: every id, name and token the other side sends must match its whole pattern, not just a
  * part of it. Each case below is a value that looks right at one end and is wrong at the other
  * (a prefix like `../`, a suffix like `/..` or a trailing newline), and a refusal names the field

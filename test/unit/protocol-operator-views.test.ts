@@ -7,7 +7,7 @@ import { describeIssues } from '../../core/protocol/receipt.ts';
 
 /**
  * Operator-facing shapes sparkctl parses: token lifetimes (refused with what to write instead),
- * a queued request's ETA, and the webhook inbox (`sparkctl deliveries`, issue 13).
+ * a queued request's ETA, and the webhook inbox (`sparkctl deliveries`).
  */
 
 function parse(schema: z.ZodType, value: unknown): string {

@@ -327,7 +327,7 @@ describe('reconcile: develop', () => {
     ).toMatchObject({ kind: 'wait', ms: 6000 + 2000 + 250 });
   });
 
-  it('with dev environments (dstack), creates the environment first, then reports active (issue 15)', () => {
+  it('with dev environments (dstack), creates the environment first, then reports active', () => {
     const d: DesiredState = { state: 'develop', lease: ref({ kind: 'development', expiresInMs: 6000 }) };
     const prepared = record({ kind: 'development', phase: 'prepared' });
     expect(reconcile(d, view({ devEnvironments: true, lease: prepared }))).toEqual({

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { redactUrl } from '../../core/config.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
 
-/** Issue 11 item 8: URLs in logs and errors lose query strings and userinfo. */
+/** URLs in logs and errors lose query strings and userinfo. */
 describe('redactUrl', () => {
   it.each([
     ['libsql://db.example.turso.io?authToken=SECRET', 'libsql://db.example.turso.io'],

@@ -2,7 +2,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { budgetSlot, planAdmission } from '../../core/admission.ts';
 import { config, facts, host, input, lease, NOW, req, resetSeq } from './admission-fixtures.ts';
 
-/** Issue 14: the seed's failure semantics and budget rules, one rule test each (pure planner). */
+/** the seed's failure semantics and budget rules, one rule test each (pure planner). */
 
 beforeEach(resetSeq);
 

@@ -8,14 +8,14 @@ import {
   IllegalTransitionError,
 } from '../../core/state-machines.ts';
 
-/** Every lease and host move DESIGN.md allows, and only those (rules 5 and 7). */
+/** Every lease and host move docs/architecture.md allows, and only those (rules 5 and 7). */
 
 const LEASE_ALLOWED = ['active→expired', 'active→releasing', 'expired→releasing', 'releasing→released'];
 const HOST_ALLOWED = [
   // granted, or the home service comes up / stops, or an operator quarantines
   'idle→allocated',
   'idle→service',
-  // an explicit Deckard start on an idle host drives the restore path (ADR 0050, issue 14 item 2)
+  // an explicit Deckard start on an idle host drives the restore path (ADR 0050)
   'idle→restoring',
   'idle→quarantined',
   'service→allocated',

@@ -36,14 +36,14 @@ import { LEASE_TRANSITIONS, RESERVATION_TRANSITIONS } from '../../core/state-mac
 import { req } from './admission-fixtures.ts';
 
 /**
- * core/ owns the vocabulary (issue 10): statuses, outcomes and event types every part reads. These
+ * core/ owns the vocabulary: statuses, outcomes and event types every part reads. These
  * tests pin what each set means in terms of the state machines and the design, not its spelling.
  */
 
 const word = /^[a-z][a-z0-9_-]*$/;
 
 describe('reservation statuses', () => {
-  it('are the lifecycle of DESIGN.md "Reservation"', () => {
+  it('are the lifecycle of docs/architecture.md "Reservation"', () => {
     expect(RESERVATION_STATUSES).toEqual([
       'queued',
       'allocated',

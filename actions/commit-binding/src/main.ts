@@ -19,7 +19,7 @@ export async function readHead(path: string): Promise<string> {
 }
 
 /**
- * Commit binding (issue 5 step 1): the job must test exactly the admitted commit. A mismatch
+ * Commit binding (step 1): the job must test exactly the admitted commit. A mismatch
  * (a push after admission, a checkout of the branch instead of the SHA) fails the job.
  */
 export async function run(): Promise<void> {

@@ -58,7 +58,7 @@ function args(s: LeasePreflightSettings): string[] {
 const cell = (v: string) => v.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 
 /**
- * Lease preflight (issue 5 step 2). Host preflight and lease verification belong to the managed
+ * Lease preflight (step 2). Host preflight and lease verification belong to the managed
  * host, not to code from the PR, so this action only runs the host command the agent bundle
  * installs and reports its verdict; a runner without that command is not a Spark runner.
  */

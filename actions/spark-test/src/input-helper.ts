@@ -86,7 +86,7 @@ const RunnerEnv = z.object({
   SPARK_WORK_DIR: z.string().min(1),
   SPARK_MODEL_CACHE: z.string().min(1),
   SPARK_RESULTS_DIR: z.string().startsWith('/', 'SPARK_RESULTS_DIR must be an absolute path').optional(),
-  /** The agent's executor (issue 15); older agents do not set it. */
+  /** The agent's executor; older agents do not set it. */
   SPARK_EXECUTOR: z.enum(EXECUTOR_NAMES).optional(),
 });
 

@@ -32,7 +32,7 @@ const cell = (v: string) => v.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 
 /**
  * The job-summary view of a receipt. The fencing token is left out on purpose: job summaries are
- * readable by everyone who can read the run, and tokens never appear in public places (DESIGN.md
+ * readable by everyone who can read the run, and tokens never appear in public places (docs/architecture.md
  * "Observability"); the receipt digest ties this view to the receipt the controller stored.
  */
 export function renderSummary(r: Receipt, digest: string, recorded: string): string {

@@ -67,7 +67,7 @@ export interface Cancellation {
 
 /**
  * Runs `bash <script> <topology>` in its own process group with stdout+stderr into the log.
- * It never signals anything outside that group (DESIGN.md: never stop what it does not own).
+ * It never signals anything outside that group (docs/architecture.md: never stop what it does not own).
  */
 export function runPhase(
   script: string,

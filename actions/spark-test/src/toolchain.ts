@@ -55,7 +55,7 @@ function runProbe(p: Probe, env: Record<string, string | undefined>): Promise<st
 }
 
 /**
- * Toolchain and source revisions printed before the suite runs (issue 5 step 3), kept as short
+ * Toolchain and source revisions printed before the suite runs (step 3), kept as short
  * name → line pairs for the receipt. A tool that is absent is recorded as "not found".
  */
 export async function collectToolchain(

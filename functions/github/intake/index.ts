@@ -6,7 +6,7 @@ import { onPush } from './push.ts';
 import { onWorkflowJob } from './workflow-job.ts';
 
 /**
- * Turns deliveries taken from the webhook inbox (`../inbox.ts`) into ledger commands (DESIGN.md
+ * Turns deliveries taken from the webhook inbox (`../inbox.ts`) into ledger commands (docs/architecture.md
  * "GitHub integration"). Each event has its own file; the refusal decision is the pure
  * `policy.ts`; `withDelivery` completes a delivery and records its result once, in the
  * transaction of its effects. GitHub calls (permission, PR lookup) happen before the write, so a

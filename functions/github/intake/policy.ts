@@ -1,7 +1,7 @@
 import type { Topology } from '../../../core/model.ts';
 
 /**
- * The refusal decision for webhook intake (DESIGN.md "GitHub integration": a fork PR is never
+ * The refusal decision for webhook intake (docs/architecture.md "GitHub integration": a fork PR is never
  * admitted; the sender must hold the configured permission; only open PRs are tested; pair tests
  * are refused while a repository has no distributed test enabled). Pure: every fact comes in as
  * a value, so it is unit-tested without a database (test/unit/intake-policy.test.ts).
@@ -71,7 +71,7 @@ export function pushRefusal(f: { fork: boolean; auth: AuthFacts | null; sender: 
 }
 
 /**
- * Why a `/spark` command is refused, or null (issue 11 item 5). Authorization comes first: a
+ * Why a `/spark` command is refused, or null. Authorization comes first: a
  * fork or a sender without the permission is refused before the command is even looked at, so a
  * stranger's malformed command costs no more than a well-formed one and never has its text
  * echoed; then an invalid command; then the PR state and pair enablement (`refusalFor`).
@@ -93,7 +93,7 @@ export function commandRefusal(f: {
   });
 }
 
-/** Refusals to one PR commit are written at most once per this window (issue 11 item 5). */
+/** Refusals to one PR commit are written at most once per this window. */
 export const REFUSAL_THROTTLE_MS = 10 * 60_000;
 
 /**

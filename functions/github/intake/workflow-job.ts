@@ -27,7 +27,7 @@ const CONCLUSION_OUTCOME: Record<string, 'passed' | 'failed' | 'cancelled'> = {
 type Job = WorkflowJobEvent['workflow_job'];
 
 /**
- * Why `job` is not the admitted job of `r`, or null when it is (issue 12 item 2): same
+ * Why `job` is not the admitted job of `r`, or null when it is: same
  * repository, the recorded run and attempt, and the reservation's nonce label. Never `head_sha`:
  * a dispatched run's `head_sha` is the default branch tip, not the PR commit tested.
  */
@@ -58,7 +58,7 @@ async function ourCancellation(tx: Tx, r: ReservationRow, job: Job): Promise<boo
 
 /**
  * `workflow_job`: a job belongs to a reservation when it runs on a JIT runner registered for it,
- * in the recorded run (and attempt), in the same repository (issue 12 item 2). A different job
+ * in the recorded run (and attempt), in the same repository. A different job
  * on one of our runners is foreign: the runner is stopped, the reservation fails and an alert
  * fires (item 4). A job that asks for a reservation's label but is not ours changes nothing and
  * is audited without echoing the label (it may carry a guessed or leaked nonce).

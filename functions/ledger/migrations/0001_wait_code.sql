@@ -1,3 +1,3 @@
 ALTER TABLE `reservations` ADD `wait_code` text;--> statement-breakpoint
--- queued rows kept their wait code in `outcome` before this column existed (issue 10)
+-- queued rows kept their wait code in `outcome` before this column existed
 UPDATE `reservations` SET `wait_code` = `outcome`, `outcome` = NULL WHERE `status` = 'queued';

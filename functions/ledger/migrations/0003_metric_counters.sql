@@ -5,7 +5,7 @@ CREATE TABLE `metric_counters` (
 	PRIMARY KEY(`name`, `series`)
 );
 --> statement-breakpoint
--- Backfill from the history so far (issue 16): afterwards the ledger commands bump these rows in
+-- Backfill from the history so far: afterwards the ledger commands bump these rows in
 -- the same transaction as each event (functions/ledger/counters.ts). Bucket bounds must match
 -- WAIT_BUCKETS_S and RUNNER_START_BUCKETS_S there.
 WITH b(le) AS (VALUES (1), (5), (15), (30), (60), (120), (300), (600), (1800), (3600), (7200), (14400), (21600))
