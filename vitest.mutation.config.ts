@@ -24,6 +24,7 @@ export const MUTATION_TESTS = [
   'test/unit/cli-format.test.ts',
   'test/unit/config-error-text.test.ts',
   'test/unit/config-errors.test.ts',
+  'test/unit/config-long-repo-names.test.ts',
   'test/unit/config-lookups.test.ts',
   'test/unit/config-sections.test.ts',
   'test/unit/config.test.ts',

@@ -436,3 +436,42 @@ REASONS.push(
     reason: HOT_PATH,
   },
 );
+
+REASONS.push(
+  {
+    file: FLEET,
+    mutator: 'ConditionalExpression',
+    code: 'default:',
+    reason:
+      'without its `return null` the `default` case falls out of the switch and the function returns `undefined`, which the caller tests the same way (`if (phase)`).',
+  },
+  {
+    file: LEASES,
+    mutator: 'ArrayDeclaration',
+    code: 'const active: ReservationRecord[] = [];',
+    reason:
+      'a string in the list of active work has no leases and no repository: it adds 0 GPUs and no budget slot (the pair and lease steps read `activeById`).',
+  },
+  {
+    file: QUEUE,
+    mutator: 'ConditionalExpression',
+    code: "return b.kind === 'free' && b.state === 'service';",
+    replacement: "return true && b.state === 'service'",
+    reason:
+      "granted hosts are candidates, and candidates are free hosts: `b.kind === 'free'` is always true here (the state decides).",
+  },
+  {
+    file: QUEUE,
+    mutator: 'ArrayDeclaration',
+    code: 'const hosts = this.fleet.poolHosts.get(pool) ?? [];',
+    reason:
+      'unreachable: a pool is described only for a request whose pool has hosts (otherwise it waits `pool-too-small`).',
+  },
+  {
+    file: 'core/config-schema.ts',
+    mutator: 'OptionalChaining',
+    code: 'rc?.',
+    reason:
+      '`rc` is the entry of a key taken from `Object.keys` of the same record, and zod makes every entry an object: the `?.` never meets `undefined`.',
+  },
+);
