@@ -1,12 +1,13 @@
 import type { HostFacts, HostPhase, LeaseStatus, Outcome, ReservationStatus } from '../../core/model.ts';
 import { admissionPassTx, loadAdmissionInput, type PassResult } from './admission-pass.ts';
 import type { Tx } from './db.ts';
+import { recordGitHubEffects } from './github-effects.ts';
 import * as hosts from './hosts.ts';
 import * as leases from './leases.ts';
 import * as queries from './queries.ts';
 import * as reservations from './reservations.ts';
 import type { HostRow, LeaseRow, ReservationRow } from './rows.ts';
-import { LedgerStore } from './store.ts';
+import { type HookContext, type LedgerEvent, LedgerStore } from './store.ts';
 
 export { type PassResult, PERSISTED_WAITS_PER_PASS } from './admission-pass.ts';
 export type { NewReservation, RecoveryResult, SupersedeScope } from './reservations.ts';
@@ -33,6 +34,11 @@ export type { Clock, LedgerEvent, LedgerOptions, TransitionHook } from './store.
  */
 export class Ledger extends LedgerStore {
   private readonly passObservers = new Set<(durationMs: number) => void>();
+
+  /** Each recorded event's GitHub outbox rows, in its transaction (docs/adr/0220-one-ledger-front-door.md). */
+  protected override recordEffects(tx: Tx, ev: LedgerEvent, ctx: HookContext): Promise<void> {
+    return recordGitHubEffects(this, tx, ev, ctx);
+  }
 
   // ---------------------------------------------------------------- hosts
 

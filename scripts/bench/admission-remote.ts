@@ -9,7 +9,6 @@
  */
 import { join } from 'node:path';
 import { createClient } from '@libsql/client';
-import { createGitHubHook } from '../../functions/github/hooks.ts';
 import { admissionPassStats } from '../../functions/ledger/admission-pass.ts';
 import { startFakeSqld } from '../../test/harness/fake-sqld.ts';
 import { BENCH_FACTS, benchLedger, cpuNowMs, percentile, round } from './admission-ledger.ts';
@@ -24,7 +23,7 @@ export async function remoteAdmission(dir: string, rounds: number, progress: (ms
       url: sqld.url,
       client: createClient,
       hostCount,
-      hooks: (l) => [createGitHubHook(l)],
+      githubEffects: true,
     });
     const passes: { ms: number; requests: number; grants: number; cpuMs: number }[] = [];
     for (let r = 0; r < rounds; r++) {
