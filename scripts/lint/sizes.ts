@@ -22,7 +22,6 @@ export const SIZE_ALLOW_LIST: Readonly<Record<string, number>> = {
   'cli/commands.ts': 531,
   'functions/github/senders.ts': 630,
   'functions/ledger/local-client.ts': 661,
-  'functions/ledger/reservations.ts': 898,
   'scripts/demo/failures.ts': 731,
   'test/fake-github/server.ts': 1629,
   'test/fake-sqld/server.ts': 854,
