@@ -10,7 +10,9 @@ import { isLedgerUnavailable, ledgerUnavailable } from './ledger/unavailable.ts'
 
 /**
  * A part of the controller (GitHub front door, agent API, operator API, dashboard...). Each
- * mounts its own routes, may add ledger hooks (outbox side effects) and periodic work.
+ * mounts its own routes, may add ledger hooks and periodic work. The GitHub module's outbox rows
+ * are written by the ledger itself (docs/adr/0220-one-ledger-front-door.md); a hook is for a
+ * stand-in that models GitHub from outside, as the test fleet's JIT stand-in does.
  */
 export interface AppModule {
   name: string;

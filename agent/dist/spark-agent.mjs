@@ -19872,10 +19872,10 @@ var ReceiptSchema = object({
   runUrl: url().max(300).optional(),
   suite: _enum2(SUITES),
   topology: _enum2(TOPOLOGIES),
-  /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
+  /** The backend that ran the work, from the agent's `SPARK_EXECUTOR`. */
   executor: _enum2(EXECUTOR_NAMES).optional(),
   /**
-   * How the work ran (issue 15): `runner` (the spark-test action in a GitHub job) or `task`
+   * How the work ran: `runner` (the spark-test action in a GitHub job) or `task`
    * (the agent ran spark-test.sh as a dstack task and built this receipt from its exit and logs).
    */
   mode: _enum2(CI_MODES).optional(),
@@ -20031,8 +20031,7 @@ var LeaseRefSchema = object({
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: boolean2(),
   /**
-   * The backend this lease's work runs on when the repository's config chooses one (issue 15
-   * item 1); absent: the host's own `executor`.
+   * The backend this lease's work runs on when the repository's config chooses one (* item 1); absent: the host's own `executor`.
    */
   executor: _enum2(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).optional(),
   /** The repository of CI work: the agent gives its leases one shared build cache (ADR 0157). */
@@ -20130,7 +20129,7 @@ var ReportSchema = discriminatedUnion("type", [
     type: literal("runner_started"),
     fencingToken: token,
     runnerName: string2().min(1),
-    /** The backend that runs the work (issue 15 item 5), named on the check run. */
+    /** The backend that runs the work, named on the check run. */
     executor: _enum2(EXECUTOR_NAMES).optional()
   }),
   object({
@@ -20141,7 +20140,7 @@ var ReportSchema = discriminatedUnion("type", [
     exitCode: number2().int().nullable(),
     lastLines,
     /**
-     * A CI task's evidence receipt (`ci: "task"`, issue 15), built by the agent from the task's
+     * A CI task's evidence receipt (`ci: "task"`), built by the agent from the task's
      * exit and its logs; a runner's job may post one through the lease endpoints (detail only).
      */
     receipt: ReceiptSchema.optional(),
@@ -20154,7 +20153,7 @@ var ReportSchema = discriminatedUnion("type", [
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its
-   * development environment (executor `dstack`, issue 15) — a fixed shape, since the requester runs it.
+   * development environment (executor `dstack`) — a fixed shape, since the requester runs it.
    */
   object({
     type: literal("lease_active"),
@@ -20165,7 +20164,7 @@ var ReportSchema = discriminatedUnion("type", [
     type: literal("cleaned"),
     fencingToken: token,
     /**
-     * Host facts read right after cleanup (issue 13 item 3): the report that frees the host says
+     * Host facts read right after cleanup: the report that frees the host says
      * what its GPU shows now, so admission need not wait for the next heartbeat.
      */
     facts: HostFactsSchema.optional()
@@ -20566,7 +20565,7 @@ var AgentConfigSchema = external_exports.object({
     command: external_exports.array(external_exports.string().min(1)).min(1).default(["./run.sh"]).describe("Relative to runner.dir."),
     stopGraceS: external_exports.number().positive().default(10),
     user: external_exports.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'a user name, e.g. "spark-runner"').nullable().default("spark-runner").describe(
-      "Unprivileged user the runner and the job run as (issue 11); null runs them as the agent (development only)."
+      "Unprivileged user the runner and the job run as; null runs them as the agent (development only)."
     ),
     path: external_exports.string().regex(/^\/[^:]*(:\/[^:]*)*$/, 'absolute directories separated by ":"').default("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").describe("PATH of the runner (its environment starts fresh; passEnv may override it)."),
     passEnv: external_exports.array(external_exports.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "environment variable names only")).default([]).describe(
@@ -20584,7 +20583,7 @@ var AgentConfigSchema = external_exports.object({
     )
   }).strict(),
   executor: external_exports.enum(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).default("jit-runner").describe(
-    "How a lease runs its workload (issue 15): a one-job JIT runner, a Slurm batch job, or a dstack task (and a dstack dev environment for development leases)."
+    "How a lease runs its workload: a one-job JIT runner, a Slurm batch job, or a dstack task (and a dstack dev environment for development leases)."
   ),
   slurm: external_exports.object({
     /** Directory of sbatch/squeue/sacct/scancel; empty: PATH. */
@@ -20612,7 +20611,7 @@ var AgentConfigSchema = external_exports.object({
     ),
     ide: external_exports.enum(["vscode", "cursor", "windsurf", "zed"]).nullable().default(null).describe("IDE pre-installed in development environments; null: SSH only (`dstack attach`)."),
     requestTimeoutS: external_exports.number().positive().max(300).default(20)
-  }).strict().nullable().default(null).describe('dstack server for executor "dstack" (issue 15): CI tasks and development environments.'),
+  }).strict().nullable().default(null).describe('dstack server for executor "dstack": CI tasks and development environments.'),
   nvidiaSmi: external_exports.string().min(1).default("nvidia-smi").describe("nvidia-smi binary (PATH lookup if bare)."),
   service: serviceSchema.nullable().default(null).describe("Home service (Deckard on spark-1), or null."),
   interconnectCheck: external_exports.array(external_exports.string().min(1)).min(1).nullable().default(null).describe("Command that exits 0 when the pair interconnect is up."),
@@ -21077,7 +21076,7 @@ function jobEnv(cfg, account, l, w, paths, sandboxed = true) {
     SPARK_MODEL_CACHE: cfg.modelCacheDir,
     // writable, kept across this repository's leases (ADR 0157); serialize writes with flock
     ...paths ? { SPARK_BUILD_CACHE_DIR: paths.buildCache } : {},
-    // the in-job receipt names the backend that ran the work (issue 15 item 5)
+    // the in-job receipt names the backend that ran the work
     SPARK_EXECUTOR: l.executor ?? cfg.executor
   };
 }
@@ -22740,10 +22739,10 @@ var leaseSchema = external_exports.object({
   kind: external_exports.string(),
   topology: external_exports.enum(TOPOLOGIES),
   lend: external_exports.boolean(),
-  /** The backend the lease's repository chose (issue 15 item 1); absent: the host's `executor`. */
+  /** The backend the lease's repository chose; absent: the host's `executor`. */
   executor: external_exports.enum(EXECUTOR_NAMES).optional(),
   /**
-   * A CI task's workload (issue 15, ADR 0110), without its clone token: recorded before the task
+   * A CI task's workload (ADR 0110), without its clone token: recorded before the task
    * is created, so the receipt built after a restart still names the commit, suite and lane.
    */
   task: CiTaskSchema.optional(),

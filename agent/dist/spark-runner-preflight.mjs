@@ -20086,7 +20086,7 @@ function weightsPresent(snapshot) {
   );
 }
 var ATTENTION_SM = {
-  // FlashAttention 3 targets Ampere/Hopper kernels (issue 14 item 9: SM 80–90)
+  // FlashAttention 3 targets Ampere/Hopper kernels (SM 80–90)
   "flash-attn-3": { min: 8, max: 9, note: "FlashAttention 3 needs SM 8.0\u20139.0" },
   "flash-attn-2": { min: 8, max: 9, note: "FlashAttention 2 needs SM 8.0\u20139.0" },
   // GB10 (DGX Spark) is SM 12.x: flashinfer is the backend that runs there
@@ -21058,10 +21058,10 @@ var ReceiptSchema = object({
   runUrl: url().max(300).optional(),
   suite: _enum2(SUITES),
   topology: _enum2(TOPOLOGIES),
-  /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
+  /** The backend that ran the work, from the agent's `SPARK_EXECUTOR`. */
   executor: _enum2(EXECUTOR_NAMES).optional(),
   /**
-   * How the work ran (issue 15): `runner` (the spark-test action in a GitHub job) or `task`
+   * How the work ran: `runner` (the spark-test action in a GitHub job) or `task`
    * (the agent ran spark-test.sh as a dstack task and built this receipt from its exit and logs).
    */
   mode: _enum2(CI_MODES).optional(),

@@ -1,7 +1,6 @@
 import { RUNNER_STATUSES } from '../../core/model.ts';
 import type { AppContext, AppModule } from '../app.ts';
 import { githubReservations } from '../ledger/queries.ts';
-import { createGitHubHook } from './hooks.ts';
 import { mountInboxRoutes } from './inbox-routes.ts';
 import { sweepMissedDeliveries } from './redeliver.ts';
 import { mountRepositoryRoutes } from './repositories.ts';
@@ -33,8 +32,12 @@ export async function drainGitHubOutbox(ctx: AppContext): Promise<void> {
  */
 export const githubModule: AppModule = {
   name: 'github',
+  // mounting the GitHub part turns on the ledger's GitHub effects: each recorded event queues its
+  // outbox rows in its own transaction, decided by the ledger (docs/adr/0220-one-ledger-front-door.md);
+  // this part adds no hook of its own
   hooks(ctx) {
-    return [createGitHubHook(ctx.ledger)];
+    ctx.ledger.recordGitHubEffectsFromNowOn();
+    return [];
   },
   routes(app, ctx) {
     mountWebhook(app, () => githubService(ctx));

@@ -1,9 +1,5 @@
-import type { Tx } from '../ledger/db.ts';
-import { admittedJobFinished } from '../ledger/github.ts';
-import type { ReservationRow } from '../ledger/ledger.ts';
 import { GitHubError } from './client.ts';
-import { readMeta } from './meta.ts';
-import { enqueue, type Sender } from './outbox.ts';
+import type { Sender } from './outbox.ts';
 
 /**
  * Cancels the admitted workflow run of a reservation that ended before its job did (ADR 0090,
@@ -34,28 +30,5 @@ export const sendCancelRun: Sender = async (svc, _row, payload) => {
   return { result: { runId, cancelled: true } };
 };
 
-/** The outbox key of the one cancellation of a reservation's recorded run. */
-export const cancelRunKey = (reservationId: string, runId: number) => `cancel-run:${reservationId}:${runId}`;
-
-/**
- * Queues the cancellation of `r`'s recorded workflow run (ADR 0090, 0095) unless its admitted
- * job is already over. Called when the reservation's release begins and when a run is recorded
- * for work that already ended: no runner of ours takes a job of ended work, so the run would
- * stay queued on GitHub for 24 h, or run on with a stopped runner. Idempotent (one key per run).
- */
-export async function enqueueRunCancel(tx: Tx, now: number, r: ReservationRow): Promise<boolean> {
-  const meta = readMeta(r);
-  if (meta?.runId == null || !r.repo) return false;
-  if (await admittedJobFinished(tx, r.id)) return false;
-  return enqueue(tx, now, {
-    kind: 'cancel-run',
-    key: cancelRunKey(r.id, meta.runId),
-    reservationId: r.id,
-    payload: {
-      reservationId: r.id,
-      repo: r.repo,
-      runId: meta.runId,
-      installationId: meta.installationId ?? null,
-    },
-  });
-}
+// queued by the ledger's own commands in their transactions (docs/adr/0220-one-ledger-front-door.md)
+export { cancelRunKey, enqueueRunCancel } from '../ledger/github.ts';

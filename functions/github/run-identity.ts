@@ -9,14 +9,7 @@ import type { GitHubService } from './service.ts';
  * by `head_sha` (a `workflow_dispatch` run's `head_sha` is the default branch tip).
  */
 
-/** Bytes of randomness in a runner nonce: 128 bits, written as 32 hex digits. */
-const NONCE_BYTES = 16;
-
-/** A fresh runner-label nonce from Web Crypto (Node and Workers alike). */
-export function newRunnerNonce(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(NONCE_BYTES));
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
-}
+export { newRunnerNonce } from '../ledger/runner-nonce.ts';
 
 /** `spark-r-12-<nonce>`: the label only this reservation's runners carry (the templates' runs-on). */
 export function reservationLabel(reservationId: string, nonce: string): string {

@@ -1,17 +1,15 @@
 import { fleetLabelOf, runnerGroupIdOf } from '../../core/config.ts';
 import { isReleasableStatus } from '../../core/model.ts';
-import type { Tx } from '../ledger/db.ts';
 import {
-  liveRunnersOf,
+  enqueueRunnerDeletes,
   markRunnerDeleted,
   recordRunnerRegistration,
   withholdJitConfigs,
 } from '../ledger/github.ts';
-import type { ReservationRow } from '../ledger/ledger.ts';
 import { getReservation } from '../ledger/reservations.ts';
 import { GitHubError } from './client.ts';
 import { readMeta } from './meta.ts';
-import { enqueue, type Sender } from './outbox.ts';
+import type { Sender } from './outbox.ts';
 import { reservationLabel } from './run-identity.ts';
 import { skipped } from './send-skipped.ts';
 import type { GitHubService } from './service.ts';
@@ -154,22 +152,5 @@ export const sendDeleteRunner: Sender = async (svc, _row, payload) => {
   };
 };
 
-/** Queues deregistration of every runner of `r` that GitHub still knows (release, retry). */
-export async function enqueueRunnerDeletes(tx: Tx, now: number, r: ReservationRow, only?: string) {
-  const meta = readMeta(r);
-  for (const h of await liveRunnersOf(tx, r.id)) {
-    if (only && h.runnerName !== only) continue;
-    if (h.runnerId == null) continue;
-    await enqueue(tx, now, {
-      kind: 'delete-runner',
-      key: `delete-runner:${h.runnerName}`,
-      reservationId: r.id,
-      payload: {
-        runnerName: h.runnerName,
-        runnerId: h.runnerId,
-        repo: r.repo,
-        installationId: meta?.installationId ?? null,
-      },
-    });
-  }
-}
+// queued by the ledger's own commands in their transactions (docs/adr/0220-one-ledger-front-door.md)
+export { enqueueRunnerDeletes } from '../ledger/github.ts';

@@ -1,8 +1,9 @@
 import { and, eq, gte, isNull, sql } from 'drizzle-orm';
 import { notFound } from '../errors.ts';
 import type { Tx } from './db.ts';
+import { readMeta } from './github-meta.ts';
 import { enqueue } from './outbox.ts';
-import type { HandoffRow, RepositoryRow } from './rows.ts';
+import type { HandoffRow, RepositoryRow, ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
 
@@ -332,4 +333,50 @@ export async function recordDispatchedRun(
     data: { runId: run.runId, runAttempt: run.runAttempt, via: run.via },
   });
   return true;
+}
+
+/** The outbox key of the one cancellation of a reservation's recorded run. */
+export const cancelRunKey = (reservationId: string, runId: number) => `cancel-run:${reservationId}:${runId}`;
+
+/**
+ * Queues the cancellation of `r`'s recorded workflow run (ADR 0090, 0095) unless its admitted
+ * job is already over. Called when the reservation's release begins and when a run is recorded
+ * for work that already ended: no runner of ours takes a job of ended work, so the run would
+ * stay queued on GitHub for 24 h, or run on with a stopped runner. Idempotent (one key per run).
+ */
+export async function enqueueRunCancel(tx: Tx, now: number, r: ReservationRow): Promise<boolean> {
+  const meta = readMeta(r);
+  if (meta?.runId == null || !r.repo) return false;
+  if (await admittedJobFinished(tx, r.id)) return false;
+  return enqueue(tx, now, {
+    kind: 'cancel-run',
+    key: cancelRunKey(r.id, meta.runId),
+    reservationId: r.id,
+    payload: {
+      reservationId: r.id,
+      repo: r.repo,
+      runId: meta.runId,
+      installationId: meta.installationId ?? null,
+    },
+  });
+}
+
+/** Queues deregistration of every runner of `r` that GitHub still knows (release, retry). */
+export async function enqueueRunnerDeletes(tx: Tx, now: number, r: ReservationRow, only?: string) {
+  const meta = readMeta(r);
+  for (const h of await liveRunnersOf(tx, r.id)) {
+    if (only && h.runnerName !== only) continue;
+    if (h.runnerId == null) continue;
+    await enqueue(tx, now, {
+      kind: 'delete-runner',
+      key: `delete-runner:${h.runnerName}`,
+      reservationId: r.id,
+      payload: {
+        runnerName: h.runnerName,
+        runnerId: h.runnerId,
+        repo: r.repo,
+        installationId: meta?.installationId ?? null,
+      },
+    });
+  }
 }

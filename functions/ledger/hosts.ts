@@ -1,14 +1,17 @@
 import { and, eq } from 'drizzle-orm';
-import type { HostFacts, HostPhase } from '../../core/model.ts';
-import { assertHostTransition } from '../../core/state-machines.ts';
+import type { HostFacts } from '../../core/model.ts';
 import { conflict, notFound, staleFencingToken } from '../errors.ts';
 import { bindingLeases, type Tx } from './db.ts';
+import { getHost, setHostPhase } from './host-phase.ts';
 import { confirmReleased, renewOnHeartbeat } from './leases.ts';
 import { hostById } from './raw-rows.ts';
-import { transitionReservation } from './reservations.ts';
+import { transitionReservation } from './reservation-status.ts';
 import type { HostRow } from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
+
+// the host commands are split by concept; callers keep reaching these here
+export { getHost, setHostPhase } from './host-phase.ts';
 
 /** Host lifecycle commands: registration from config, adoption, heartbeats, restore, quarantine. */
 
@@ -44,36 +47,6 @@ export async function syncHosts(s: LedgerStore): Promise<void> {
       }
     }
   });
-}
-
-export async function getHost(s: LedgerStore, tx: Tx | undefined, id: string): Promise<HostRow | null> {
-  const rows = await (tx ?? s.db).select().from(t.hosts).where(eq(t.hosts.id, id));
-  return rows[0] ?? null;
-}
-
-/** Moves a host's persisted phase through the transition table and records it. */
-export async function setHostPhase(
-  s: LedgerStore,
-  tx: Tx,
-  now: number,
-  host: HostRow,
-  to: HostPhase,
-  cause: string,
-  actor: string,
-): Promise<void> {
-  if (host.phase === to) return;
-  assertHostTransition(host.phase as HostPhase, to);
-  await tx.update(t.hosts).set({ phase: to, updatedAt: now }).where(eq(t.hosts.id, host.id));
-  await s.record(tx, now, {
-    subjectType: 'host',
-    subjectId: host.id,
-    type: 'host.phase',
-    fromState: host.phase,
-    toState: to,
-    cause,
-    actor,
-  });
-  host.phase = to;
 }
 
 /** Adopt (or un-adopt) a host: only adopted hosts are ever granted (rule 2). */

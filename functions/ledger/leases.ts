@@ -1,40 +1,29 @@
-import { and, asc, eq } from 'drizzle-orm';
+import { and, eq } from 'drizzle-orm';
 import { tokenLimitFor } from '../../core/config.ts';
-import { leaseEvent } from '../../core/events.ts';
 import {
   endsDone,
   isNotRunOutcome,
   isReleasableStatus,
-  type LeaseStatus,
   type Outcome,
   type ReservationKind,
 } from '../../core/model.ts';
-import { assertLeaseTransition } from '../../core/state-machines.ts';
 import { conflict, notFound, staleFencingToken } from '../errors.ts';
 import { bindingLeases, type Tx } from './db.ts';
-import { getHost, setHostPhase } from './hosts.ts';
+import { getHost, setHostPhase } from './host-phase.ts';
+import { leasesOf, setLeaseStatus } from './lease-status.ts';
 import { inlined } from './raw-rows.ts';
-import { beginRelease, getReservation, transitionReservation } from './reservations.ts';
+import { beginRelease } from './reservation-release.ts';
+import { getReservation, transitionReservation } from './reservation-status.ts';
 import type { LeaseRow, ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
 
+// the lease commands are split by concept; callers keep reaching these here
+export { leasesOf, setLeaseStatus } from './lease-status.ts';
+
 /** Lease commands: fencing checks, status moves, renewal, confirmed release. */
 
 const CI_KINDS: readonly ReservationKind[] = ['manual', 'merge', 'benchmark', 'background'];
-
-/** The leases of a reservation, by host. */
-export async function leasesOf(
-  s: LedgerStore,
-  tx: Tx | undefined,
-  reservationId: string,
-): Promise<LeaseRow[]> {
-  return (tx ?? s.db)
-    .select()
-    .from(t.leases)
-    .where(eq(t.leases.reservationId, reservationId))
-    .orderBy(asc(t.leases.hostId));
-}
 
 /**
  * Verifies that `fencingToken` is the current binding lease of `hostId`; throws a 409
@@ -65,33 +54,6 @@ export async function leaseByJobTokenHash(
 ): Promise<LeaseRow | null> {
   const rows = await (tx ?? s.db).select().from(t.leases).where(eq(t.leases.jobTokenHash, hash));
   return rows[0] ?? null;
-}
-
-export async function setLeaseStatus(
-  s: LedgerStore,
-  tx: Tx,
-  now: number,
-  lease: LeaseRow,
-  to: LeaseStatus,
-  cause: string,
-  actor: string,
-): Promise<void> {
-  assertLeaseTransition(lease.status as LeaseStatus, to);
-  await tx
-    .update(t.leases)
-    .set({ status: to, ...(to === 'released' ? { releasedAt: now } : {}) })
-    .where(and(eq(t.leases.id, lease.id), eq(t.leases.status, lease.status)));
-  await s.record(tx, now, {
-    subjectType: 'lease',
-    subjectId: lease.id,
-    type: leaseEvent(to),
-    fromState: lease.status,
-    toState: to,
-    cause,
-    actor,
-    data: { reservationId: lease.reservationId, hostId: lease.hostId, fencingToken: lease.fencingToken },
-  });
-  lease.status = to;
 }
 
 /** Agent progress and evidence on a lease (each field set by a report carrying the current token). */

@@ -1,14 +1,17 @@
 import type { HostFacts, HostPhase, LeaseStatus, Outcome, ReservationStatus } from '../../core/model.ts';
 import { admissionPassTx, loadAdmissionInput, type PassResult } from './admission-pass.ts';
 import type { Tx } from './db.ts';
+import { recordGitHubEffects } from './github-effects.ts';
 import * as hosts from './hosts.ts';
 import * as leases from './leases.ts';
+import * as pullRequests from './pull-requests.ts';
 import * as queries from './queries.ts';
 import * as reservations from './reservations.ts';
 import type { HostRow, LeaseRow, ReservationRow } from './rows.ts';
-import { LedgerStore } from './store.ts';
+import { type HookContext, type LedgerEvent, LedgerStore } from './store.ts';
 
 export { type PassResult, PERSISTED_WAITS_PER_PASS } from './admission-pass.ts';
+export type { PrComment, PrRefusal, PrSubject, TestRequest } from './pull-requests.ts';
 export type { NewReservation, RecoveryResult, SupersedeScope } from './reservations.ts';
 export type {
   AgentTokenRow,
@@ -33,6 +36,11 @@ export type { Clock, LedgerEvent, LedgerOptions, TransitionHook } from './store.
  */
 export class Ledger extends LedgerStore {
   private readonly passObservers = new Set<(durationMs: number) => void>();
+
+  /** Each recorded event's GitHub outbox rows, in its transaction (docs/adr/0220-one-ledger-front-door.md). */
+  protected override recordEffects(tx: Tx, ev: LedgerEvent, ctx: HookContext): Promise<void> {
+    return recordGitHubEffects(this, tx, ev, ctx);
+  }
 
   // ---------------------------------------------------------------- hosts
 
@@ -151,6 +159,51 @@ export class Ledger extends LedgerStore {
     tx?: Tx,
   ): Promise<{ reservation: ReservationRow; lease: LeaseRow }> {
     return leases.confirmReleased(this, hostId, fencingToken, actor, opts, tx);
+  }
+
+  // ---------------------------------------------------------------- pull requests
+  // one command per webhook event, in the delivery's transaction (docs/adr/0220-one-ledger-front-door.md)
+
+  /** A Spark label on a PR: the policy's refusal, or the test queued (once per commit). */
+  labelPullRequest(
+    tx: Tx,
+    now: number,
+    o: Parameters<typeof pullRequests.labelPullRequest>[3],
+  ): Promise<string> {
+    return pullRequests.labelPullRequest(this, tx, now, o);
+  }
+  /** A Spark label removed: the work it asked for is cancelled if queued, noted if active. */
+  unlabelPullRequest(tx: Tx, o: Parameters<typeof pullRequests.unlabelPullRequest>[2]): Promise<string> {
+    return pullRequests.unlabelPullRequest(this, tx, o);
+  }
+  /** A PR closed: its queued work is cancelled, its active work noted. */
+  closePullRequest(tx: Tx, o: Parameters<typeof pullRequests.closePullRequest>[2]): Promise<string> {
+    return pullRequests.closePullRequest(this, tx, o);
+  }
+  /** A push to a PR branch: supersede queued work, queue the new commit again unless refused. */
+  pushToPullRequest(
+    tx: Tx,
+    now: number,
+    o: Parameters<typeof pullRequests.pushToPullRequest>[3],
+  ): Promise<string> {
+    return pullRequests.pushToPullRequest(this, tx, now, o);
+  }
+  /** A `/spark` comment on a PR: the policy's refusal, or `test`, `cancel`, `status`. */
+  commentOnPullRequest(
+    tx: Tx,
+    now: number,
+    o: Parameters<typeof pullRequests.commentOnPullRequest>[3],
+  ): Promise<string> {
+    return pullRequests.commentOnPullRequest(this, tx, now, o);
+  }
+  /** A refusal the GitHub part decided: a refusal check and an audited event, throttled. */
+  refuseGitHubRequest(
+    tx: Tx,
+    now: number,
+    at: Parameters<typeof pullRequests.refuseGitHubRequest>[3],
+    refusal: pullRequests.PrRefusal,
+  ): Promise<string> {
+    return pullRequests.refuseGitHubRequest(this, tx, now, at, refusal);
   }
 
   // ---------------------------------------------------------------- admission

@@ -79,6 +79,12 @@ export interface LedgerOptions {
   config: SparkConfig;
   clock?: Clock;
   hooks?: TransitionHook[];
+  /**
+   * Whether each recorded event also queues its GitHub outbox rows (check sync, dispatch, JIT or
+   * clone-token work, runner deletes, run cancel): on where the GitHub part is mounted
+   * (docs/adr/0220-one-ledger-front-door.md). Also set later by {@link LedgerStore.recordGitHubEffectsFromNowOn}.
+   */
+  githubEffects?: boolean;
 }
 
 /** A buffered history row, with its data as recorded (the counters read it without parsing). */
@@ -96,6 +102,7 @@ export class LedgerStore {
   readonly config: SparkConfig;
   readonly clock: Clock;
   private readonly hooks: TransitionHook[];
+  private githubEffects: boolean;
   private readonly listeners = new Set<Listener>();
   private readonly eventBuffers = new WeakMap<Tx, EventInsert[]>();
   private readonly changedSets = new WeakMap<Tx, Set<string>>();
@@ -111,6 +118,7 @@ export class LedgerStore {
     this.config = opts.config;
     this.clock = opts.clock ?? Date.now;
     this.hooks = [...(opts.hooks ?? [])];
+    this.githubEffects = opts.githubEffects ?? false;
     // every write path of the database (transactions, single statements, scripts) reports the
     // ledger's own failures to the observers (metrics: spark_ledger_write_errors_total)
     const observed =
@@ -147,6 +155,26 @@ export class LedgerStore {
   addHook(hook: TransitionHook): void {
     this.hooks.push(hook);
   }
+
+  /**
+   * From now on each recorded event also queues the GitHub outbox rows it needs, in its own
+   * transaction (the GitHub part mounted: `functions/github/module.ts`). Without it no GitHub
+   * effect is queued, as for a controller without the GitHub part.
+   */
+  recordGitHubEffectsFromNowOn(): void {
+    this.githubEffects = true;
+  }
+
+  /** Whether {@link record} queues each event's GitHub outbox rows ({@link recordGitHubEffectsFromNowOn}). */
+  get recordsGitHubEffects(): boolean {
+    return this.githubEffects;
+  }
+
+  /**
+   * The outbox rows an event needs beyond the hooks: none here. The {@link Ledger} (ledger.ts)
+   * writes the GitHub ones (`github-effects.ts`); this file stays below the commands it runs.
+   */
+  protected async recordEffects(_tx: Tx, _ev: LedgerEvent, _ctx: HookContext): Promise<void> {}
 
   /** Subscribe to in-process change notices (`reservation`, `host:<id>`, `outbox`). */
   subscribe(fn: Listener): () => void {
@@ -222,7 +250,8 @@ export class LedgerStore {
   }
 
   /**
-   * Appends one event and lets the hooks enqueue its side effects in the same transaction.
+   * Appends one event and queues its side effects in the same transaction: the hooks', then the
+   * GitHub outbox rows when {@link recordsGitHubEffects}.
    * Inside {@link write} the event rows are buffered and inserted in one statement just before
    * commit (same transaction, same order), which keeps a busy admission pass to a few statements.
    */
@@ -244,6 +273,7 @@ export class LedgerStore {
     else await this.flushEvents(tx, [row]);
     const ctx: HookContext = reservation ? { now, reservation } : { now };
     for (const hook of this.hooks) await hook(tx, ev, ctx);
+    if (this.githubEffects) await this.recordEffects(tx, ev, ctx);
   }
 
   private async flushEvents(tx: Tx, buffer: EventInsert[]): Promise<void> {

@@ -78,6 +78,8 @@ export async function benchLedger(opts: {
   hostCount: number;
   clock?: () => number;
   hooks?: (ledger: Ledger) => TransitionHook[];
+  /** Queue each event's GitHub outbox rows, as a controller with the GitHub part does. */
+  githubEffects?: boolean;
   config?: Partial<Parameters<typeof parseConfig>[0]>;
 }) {
   const config: SparkConfig = parseConfig(
@@ -91,7 +93,11 @@ export async function benchLedger(opts: {
   );
   const store = await openLedgerDb({ url: opts.url, createClient: opts.client });
   await applyMigrations(store, loadMigrations());
-  const ledger = new Ledger(store, { config, ...(opts.clock ? { clock: opts.clock } : {}) });
+  const ledger = new Ledger(store, {
+    config,
+    ...(opts.clock ? { clock: opts.clock } : {}),
+    githubEffects: opts.githubEffects ?? false,
+  });
   for (const h of opts.hooks?.(ledger) ?? []) ledger.addHook(h);
   await ledger.syncHosts();
   for (const h of config.hosts) {

@@ -8,7 +8,6 @@
  * in the same transaction (docs/adr/0185-admission-pass-in-two-round-trips.md).
  */
 import { join } from 'node:path';
-import { createGitHubHook } from '../../functions/github/hooks.ts';
 import { admissionPassStats } from '../../functions/ledger/admission-pass.ts';
 import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
 import { startFakeSqld } from '../../test/harness/fake-sqld.ts';
@@ -25,7 +24,7 @@ export async function remoteAdmission(dir: string, rounds: number, progress: (ms
       // a remote URL: the Node ledger client is the stock `@libsql/client` (node-client.ts)
       client: createNodeLedgerClient,
       hostCount,
-      hooks: (l) => [createGitHubHook(l)],
+      githubEffects: true,
     });
     const passes: { ms: number; requests: number; grants: number; cpuMs: number }[] = [];
     for (let r = 0; r < rounds; r++) {

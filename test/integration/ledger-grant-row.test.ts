@@ -1,7 +1,6 @@
 import { and, asc, eq, gt } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { leaseGrantsOf } from '../../core/events.ts';
-import { createGitHubHook } from '../../functions/github/hooks.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { adoptAll, makeTestLedger, type TestLedger, testClock } from '../helpers/ledger.ts';
@@ -124,7 +123,7 @@ describe('one history row per grant', () => {
       ],
     });
     const { ledger } = tl;
-    ledger.addHook(createGitHubHook(ledger));
+    ledger.recordGitHubEffectsFromNowOn();
     await adoptAll(ledger);
     const r = await ledger.createReservation(
       { kind: 'manual', topology: 'pair', repo: 'acme/iron', pr: 3, headSha: 'c'.repeat(40), requester: 't' },

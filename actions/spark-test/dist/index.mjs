@@ -39436,10 +39436,10 @@ var ReceiptSchema = object({
   runUrl: url().max(300).optional(),
   suite: _enum2(SUITES),
   topology: _enum2(TOPOLOGIES),
-  /** The backend that ran the work (issue 15 item 5), from the agent's `SPARK_EXECUTOR`. */
+  /** The backend that ran the work, from the agent's `SPARK_EXECUTOR`. */
   executor: _enum2(EXECUTOR_NAMES).optional(),
   /**
-   * How the work ran (issue 15): `runner` (the spark-test action in a GitHub job) or `task`
+   * How the work ran: `runner` (the spark-test action in a GitHub job) or `task`
    * (the agent ran spark-test.sh as a dstack task and built this receipt from its exit and logs).
    */
   mode: _enum2(CI_MODES).optional(),
@@ -39653,8 +39653,7 @@ var LeaseRefSchema = object({
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: boolean2(),
   /**
-   * The backend this lease's work runs on when the repository's config chooses one (issue 15
-   * item 1); absent: the host's own `executor`.
+   * The backend this lease's work runs on when the repository's config chooses one (* item 1); absent: the host's own `executor`.
    */
   executor: _enum2(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).optional(),
   /** The repository of CI work: the agent gives its leases one shared build cache (ADR 0157). */
@@ -39752,7 +39751,7 @@ var ReportSchema = discriminatedUnion("type", [
     type: literal("runner_started"),
     fencingToken: token,
     runnerName: string2().min(1),
-    /** The backend that runs the work (issue 15 item 5), named on the check run. */
+    /** The backend that runs the work, named on the check run. */
     executor: _enum2(EXECUTOR_NAMES).optional()
   }),
   object({
@@ -39763,7 +39762,7 @@ var ReportSchema = discriminatedUnion("type", [
     exitCode: number2().int().nullable(),
     lastLines,
     /**
-     * A CI task's evidence receipt (`ci: "task"`, issue 15), built by the agent from the task's
+     * A CI task's evidence receipt (`ci: "task"`), built by the agent from the task's
      * exit and its logs; a runner's job may post one through the lease endpoints (detail only).
      */
     receipt: ReceiptSchema.optional(),
@@ -39776,7 +39775,7 @@ var ReportSchema = discriminatedUnion("type", [
   }),
   /**
    * A development lease is in use on the host. `attach`: the command that attaches to its
-   * development environment (executor `dstack`, issue 15) — a fixed shape, since the requester runs it.
+   * development environment (executor `dstack`) — a fixed shape, since the requester runs it.
    */
   object({
     type: literal("lease_active"),
@@ -39787,7 +39786,7 @@ var ReportSchema = discriminatedUnion("type", [
     type: literal("cleaned"),
     fencingToken: token,
     /**
-     * Host facts read right after cleanup (issue 13 item 3): the report that frees the host says
+     * Host facts read right after cleanup: the report that frees the host says
      * what its GPU shows now, so admission need not wait for the next heartbeat.
      */
     facts: HostFactsSchema.optional()
@@ -39859,7 +39858,7 @@ var RunnerEnv = external_exports.object({
   SPARK_WORK_DIR: external_exports.string().min(1),
   SPARK_MODEL_CACHE: external_exports.string().min(1),
   SPARK_RESULTS_DIR: external_exports.string().startsWith("/", "SPARK_RESULTS_DIR must be an absolute path").optional(),
-  /** The agent's executor (issue 15); older agents do not set it. */
+  /** The agent's executor; older agents do not set it. */
   SPARK_EXECUTOR: external_exports.enum(EXECUTOR_NAMES).optional()
 });
 function getInputs() {

@@ -1,21 +1,11 @@
-import type { Suite, Topology } from '../../../core/model.ts';
 import type { Tx } from '../../ledger/db.ts';
-import { recordRefusal } from '../../ledger/github.ts';
-import type { RepositoryRow } from '../../ledger/ledger.ts';
-import { enqueueCheckSync } from '../../ledger/outbox.ts';
-import { createReservation, openReservationsOfPr } from '../../ledger/reservations.ts';
+import type { PrRefusal, RepositoryRow, TestRequest } from '../../ledger/ledger.ts';
 import { renderRefusal } from '../check-run.ts';
-import type { GitHubMeta } from '../meta.ts';
 import type { GitHubService } from '../service.ts';
 import type { Delivery } from './delivery.ts';
 import { REFUSAL_THROTTLE_MS } from './policy.ts';
 
-/** What a label or `/spark test` asks for. */
-export interface TestRequest {
-  topology: Topology;
-  suite: Suite;
-  label: string | null;
-}
+export type { TestRequest } from '../../ledger/ledger.ts';
 
 export function requestFromLabel(svc: GitHubService, label: string): TestRequest | null {
   const l = svc.gh.labels;
@@ -26,10 +16,27 @@ export function requestFromLabel(svc: GitHubService, label: string): TestRequest
 }
 
 /**
- * Visible refusal: a neutral check run named "Spark request refused" on the commit (when
- * known) plus an audited event — at most one per PR commit per {@link REFUSAL_THROTTLE_MS}.
+ * A refusal the policy decided, as the ledger records it: a neutral check run named "Spark
+ * request refused" on the commit (when known) plus an audited event — at most one per PR commit
+ * per {@link REFUSAL_THROTTLE_MS}.
  */
-export async function refuse(
+export function refusalOf(
+  d: Delivery,
+  o: { installationId: number | null; sender: string; reason: string },
+): PrRefusal {
+  return {
+    deliveryId: d.id,
+    event: d.event,
+    installationId: o.installationId,
+    sender: o.sender,
+    reason: o.reason,
+    throttleMs: REFUSAL_THROTTLE_MS,
+    view: { ...renderRefusal(o.reason, o.sender) },
+  };
+}
+
+/** Records a visible refusal ({@link refusalOf}) in the delivery's transaction. */
+export function refuse(
   svc: GitHubService,
   tx: Tx,
   now: number,
@@ -43,65 +50,19 @@ export async function refuse(
     reason: string;
   },
 ): Promise<string> {
-  const written = await recordRefusal(svc.ledger, tx, now, {
-    deliveryId: d.id,
-    event: d.event,
-    ...o,
-    throttleMs: REFUSAL_THROTTLE_MS,
-    view: { ...renderRefusal(o.reason, o.sender) },
-  });
-  return written ? `refused: ${o.reason}` : `refused (throttled, nothing written): ${o.reason}`;
+  return svc.ledger.refuseGitHubRequest(
+    tx,
+    now,
+    { repo: o.repo, pr: o.pr, headSha: o.headSha },
+    refusalOf(d, o),
+  );
 }
 
-/** Queues a PR test unless the same commit/topology/suite is already queued or running. */
-export async function queuePrTest(
+/** The pull request a delivery is about, as the ledger's pull-request commands take it. */
+export function prSubject(
   svc: GitHubService,
-  tx: Tx,
-  now: number,
-  o: {
-    repo: RepositoryRow;
-    pr: number;
-    headSha: string;
-    sender: string;
-    installationId: number | null;
-    req: TestRequest;
-    trigger: 'label' | 'comment';
-    deliveryId: string;
-    labels: string[];
-  },
-): Promise<string> {
-  const existing = (await openReservationsOfPr(svc.ledger, tx, o.repo.fullName, o.pr)).find(
-    (r) => r.headSha === o.headSha && r.topology === o.req.topology && r.suite === o.req.suite,
-  );
-  if (existing) {
-    await enqueueCheckSync(tx, now, existing.id);
-    return `already ${existing.status} as ${existing.id}`;
-  }
-  const meta: GitHubMeta = {
-    installationId: o.installationId ?? o.repo.installationId,
-    trigger: o.trigger,
-    label: o.req.label,
-    deliveryId: o.deliveryId,
-    defaultBranch: o.repo.defaultBranch,
-    workflow: o.repo.workflow ?? svc.gh.workflow,
-    currentHeadSha: o.headSha,
-    prOpen: true,
-    labels: o.labels,
-  };
-  const r = await createReservation(
-    svc.ledger,
-    {
-      kind: 'manual',
-      topology: o.req.topology,
-      repo: o.repo.fullName,
-      pr: o.pr,
-      headSha: o.headSha,
-      suite: o.req.suite,
-      requester: `github:${o.sender}`,
-      meta: meta as unknown as Record<string, unknown>,
-    },
-    `github:${o.sender}`,
-    tx,
-  );
-  return `queued ${r.id}`;
+  d: Delivery,
+  o: { repo: RepositoryRow; pr: number; sender: string; installationId: number | null; labels: string[] },
+) {
+  return { ...o, deliveryId: d.id, workflow: svc.gh.workflow };
 }
