@@ -202,7 +202,7 @@ export function estimateQueue(input: EtaInput): Eta[] {
       } else if (r.targetHost != null) {
         blocked = `${r.targetHost} is offline or not adopted`;
       } else if (schedulable.length === 0) {
-        // "install an agent" is wrong advice for hosts that are online but held out (item 11: quarantined after a failed restore, release-required after a lease expired)
+        // "install an agent" is wrong advice for hosts that are online but held out (quarantined after a failed restore, release-required after a lease expired)
         const held = input.hosts.filter((h) => h.state && h.state !== 'offline' && h.state !== 'unknown');
         blocked = held.length
           ? `no host can take work now: ${input.hosts.map((h) => `${h.id} ${h.state ?? 'offline'}`).join(', ')}`

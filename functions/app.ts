@@ -40,7 +40,7 @@ export { MAX_BODY_BYTES };
 const OWN_BODY_LIMIT = new Set(['/github/webhooks']);
 
 /**
- * Issue 11 item 2: every body is bounded while it streams. A Content-Length over the limit is
+ * every body is bounded while it streams. A Content-Length over the limit is
  * refused before reading; a chunked body is stopped by `parseBody` as soon as it passes the
  * limit, so a 200 MiB chunked body costs at most the limit. Nothing is read here: a body is
  * read by its handler, after the route's authentication (docs/adr/0150-anonymous-body-budget.md).
@@ -55,7 +55,7 @@ const boundedBody = limitBody(
 export const WRITE_PROBE_TTL_MS = 5_000;
 
 /**
- * The health check's write probe (issue 11 item 7), shared by concurrent callers and reused for
+ * The health check's write probe, shared by concurrent callers and reused for
  * {@link WRITE_PROBE_TTL_MS}, so a flood of anonymous `/healthz` calls costs one small write per
  * few seconds rather than one each.
  */
@@ -138,8 +138,8 @@ export function createApp(ctx: AppContext, modules: readonly AppModule[]): App {
     return c.json({ ok: true, ledger: 'reachable', writable: true, runtime: ctx.runtime });
   });
 
-  // anonymous views: from the short public cache (issue 11 item 4), behind a token when
-  // `publicViews: "token"` (item 6)
+  // anonymous views: from the short public cache, behind a token when
+  // `publicViews: "token"`
   const views = () => ctx.services.publicViews.get('views', () => ctx.services.views.get());
   const publicRead = requirePublicRead(ctx);
   app.get('/api/v1/fleet', publicRead, async (c) => c.json((await views()).fleet));

@@ -20031,7 +20031,7 @@ var LeaseRefSchema = object({
   /** Lend the home service (drain → stop → GPU verified free) before reporting prepared. */
   lend: boolean2(),
   /**
-   * The backend this lease's work runs on when the repository's config chooses one (* item 1); absent: the host's own `executor`.
+   * The backend this lease's work runs on when the repository's config chooses one; absent: the host's own `executor`.
    */
   executor: _enum2(EXECUTOR_NAMES, { message: `executor is one of ${EXECUTOR_NAMES.join(", ")}` }).optional(),
   /** The repository of CI work: the agent gives its leases one shared build cache (ADR 0157). */

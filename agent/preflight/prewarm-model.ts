@@ -4,7 +4,7 @@ import { hfSnapshot, type ProvisioningSpec, weightsPresent } from './provisionin
 import { PREWARM_SCRIPT } from './python-probe.ts';
 
 /**
- * Pre-warm (item 10): when the snapshot and its weights are already cached nothing touches the
+ * Pre-warm: when the snapshot and its weights are already cached nothing touches the
  * network (offline-safe); otherwise huggingface_hub downloads exactly the pinned revision into
  * the managed cache, unless the host is offline (HF_HUB_OFFLINE=1), which fails clearly.
  */

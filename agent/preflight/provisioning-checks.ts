@@ -17,7 +17,7 @@ import type { Prewarm, ProvisioningRecord } from './provisioning-manifest.ts';
 import type { ProbeAnswer } from './python-probe.ts';
 
 /**
- * The spec's checks (items 7–10): the interpreter is the provisioned venv, the lock holds the
+ * The spec's checks: the interpreter is the provisioned venv, the lock holds the
  * exact pins, guidelines are followed or the forcing is declared, the model is cached at its
  * pinned revision with its weights, its remote code's imports resolve, the attention backend fits
  * the GPU, and the lock has not drifted since provisioning.

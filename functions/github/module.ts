@@ -17,7 +17,7 @@ import { mountWebhook } from './webhook.ts';
 /**
  * Sends the GitHub outbox's due rows now (joining a drain already running). The Worker calls it
  * after each request that may have queued side effects, so a check run or dispatch does not wait
- * for the one-minute cron (issue 12 item 7); a cheap read answers first when nothing is due. On
+ * for the one-minute cron; a cheap read answers first when nothing is due. On
  * Node the sender also wakes by itself ({@link githubModule} `background`).
  */
 export async function drainGitHubOutbox(ctx: AppContext): Promise<void> {
@@ -26,7 +26,7 @@ export async function drainGitHubOutbox(ctx: AppContext): Promise<void> {
 }
 
 /**
- * The GitHub front door (issue 3): signed webhooks → reservations, authorization, check runs,
+ * The GitHub front door: signed webhooks → reservations, authorization, check runs,
  * dispatch, JIT runner configs and runner deletion through the outbox, schedules, and the
  * operator routes that enable repositories.
  */
@@ -54,7 +54,7 @@ export const githubModule: AppModule = {
   },
   async tick(ctx: AppContext) {
     const svc = githubService(ctx);
-    // timers yield to webhook requests in flight: acknowledging comes first (issue 13)
+    // timers yield to webhook requests in flight: acknowledging comes first
     if (ctx.runtime === 'node') await svc.gate.whenQuiet();
     // deliveries first: they were acknowledged already and may wait for a retry that is due
     await svc.inbox.drain();

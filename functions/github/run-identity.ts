@@ -3,7 +3,7 @@ import type { GitHubMeta } from './meta.ts';
 import type { GitHubService } from './service.ts';
 
 /**
- * Run identity (issue 12 items 1–3; ADR 0040). A job lands on a JIT runner by labels alone, so
+ * Run identity (ADR 0040). A job lands on a JIT runner by labels alone, so
  * each reservation's runners carry a label with a random nonce that only the dispatch knows, and
  * the dispatched run is recorded so a `workflow_job` is matched by its run and its runner, never
  * by `head_sha` (a `workflow_dispatch` run's `head_sha` is the default branch tip).

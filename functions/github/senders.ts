@@ -28,7 +28,7 @@ export { cancelRunKey, enqueueRunCancel } from './run-cancel.ts';
 export { enqueueRunnerDeletes, JIT_PER_HOUR, runnerLabels, runnerName } from './runner-senders.ts';
 
 /** Builds what the check-run renderer needs from the ledger. */
-/** The backend a lease's agent reported with `runner_started` (issue 15 item 5), if any. */
+/** The backend a lease's agent reported with `runner_started`, if any. */
 function executorOf(evidenceJson: string | null): string[] {
   if (!evidenceJson) return [];
   try {

@@ -32,7 +32,7 @@ export interface GitHubMeta {
   /** `status|title` of the last check-run update GitHub accepted. */
   lastCheck?: string | null;
   /**
-   * Random nonce of the per-reservation runner label `spark-<id>-<nonce>` (issue 12 item 3).
+   * Random nonce of the per-reservation runner label `spark-<id>-<nonce>`.
    * Secret until dispatch: never rendered on the dashboard, the status API, metrics or checks.
    */
   nonce?: string | null;
@@ -46,7 +46,7 @@ export interface GitHubMeta {
   runId?: number | null;
   runAttempt?: number | null;
   /**
-   * `task`: the repository runs CI as a dstack task (issue 15, ADR 0110), decided at the grant
+   * `task`: the repository runs CI as a dstack task (ADR 0110), decided at the grant
    * from its config and kept for the reservation's life: no dispatch, no JIT runner, a clone token.
    */
   ci?: CiMode | null;

@@ -89,7 +89,7 @@ export function disableRepository(
 
 /**
  * A visible refusal: a neutral check run on the commit (when known; never the result check's
- * name, DESIGN.md "Refusals") plus an audited `github.refused` event.
+ * name, docs/architecture.md "Refusals") plus an audited `github.refused` event.
  */
 export async function recordRefusal(
   s: LedgerStore,
@@ -97,8 +97,7 @@ export async function recordRefusal(
   now: number,
   o: {
     /**
-     * Write nothing when the same subject and commit got a refusal within this many ms (issue 11
-     * item 5: a stranger repeating a command costs one bounded refusal per window, not one each).
+     * Write nothing when the same subject and commit got a refusal within this many ms (a stranger repeating a command costs one bounded refusal per window, not one each).
      */
     throttleMs?: number;
     deliveryId: string;
@@ -267,7 +266,7 @@ export async function handOverJitConfig(
   jobTokenHash: string,
   hostId: string,
 ): Promise<void> {
-  // zero the config's bytes in the page rather than only unlinking them (issue 11 item 8); the
+  // zero the config's bytes in the page rather than only unlinking them; the
   // caller truncates the WAL after commit (`checkpointWal`)
   await s.secureErase(tx);
   await tx
@@ -291,7 +290,7 @@ export async function handOverJitConfig(
 // ---------------------------------------------------------------- run identity
 
 /**
- * Records the workflow run a dispatch created (issue 12 item 1): merges `runId`/`runAttempt` into
+ * Records the workflow run a dispatch created: merges `runId`/`runAttempt` into
  * the reservation's integration meta and audits it. A run already recorded is kept (the first
  * identification wins; a later lookup can only find the same run or an impostor).
  */

@@ -70,7 +70,7 @@ export function setManaged(s: LedgerStore, id: string, managed: boolean, actor: 
 
 /**
  * Stores a heartbeat: facts, freshness, the home service's serving state, and renews the TTL
- * of CI leases on the host (DESIGN.md: a lease's TTL is renewed by heartbeats).
+ * of CI leases on the host (docs/architecture.md: a lease's TTL is renewed by heartbeats).
  */
 export async function recordHeartbeat(
   s: LedgerStore,
@@ -79,7 +79,7 @@ export async function recordHeartbeat(
   actor = `agent:${hostId}`,
 ): Promise<void> {
   await s.write(async (tx, now, changed) => {
-    // raw SQL on kept statements: every agent sends one every 10 s (issue 13 item 2)
+    // raw SQL on kept statements: every agent sends one every 10 s
     const q = s.store.raw(tx);
     const host = await hostById(q, hostId);
     if (!host) throw notFound(`host ${hostId}`);
@@ -168,7 +168,7 @@ export function recordRestore(
         `restore failed ${attempts} times: ${detail}`.slice(0, 500),
         actor,
       );
-      // an explicit start that drove this restore ends with it (issue 14 item 2)
+      // an explicit start that drove this restore ends with it
       const starts = await tx
         .select()
         .from(t.reservations)
@@ -223,7 +223,7 @@ export function recordRestore(
 /**
  * The agent's word that the host's home service stopped by itself outside any lease (ADR 0175):
  * its process is gone, or its model-ready check kept failing. The host goes `restoring` at once —
- * never granted while it is (DESIGN.md rule 2) — and its agent restarts the service through the
+ * never granted while it is (docs/architecture.md rule 2) — and its agent restarts the service through the
  * restore path: the model-ready gate, `timings.restoreRetries` retries with backoff, then
  * `quarantined` with the reason and `alert.restore_failed`. One `alert.service_down` event records
  * the stop (the retries record their own). Changes nothing, and says why, when a lease binds the

@@ -75,7 +75,7 @@ export async function setLeaseProgress(tx: Tx, lease: LeaseRow, patch: LeaseProg
  * Development leases are renewed only by their requester ({@link renewDevelopmentLease}).
  */
 export async function renewOnHeartbeat(s: LedgerStore, tx: Tx, now: number, hostId: string): Promise<void> {
-  // one statement on the heartbeat's hot path (issue 13 item 2): CI leases of this host that
+  // one statement on the heartbeat's hot path: CI leases of this host that
   // are still current move their expiry to at least now + TTL; development leases are renewed
   // only by hand
   await s.store
@@ -120,7 +120,7 @@ export function renewDevelopmentLease(
       );
     }
     const ttlMs = (ttlS ?? r.ttlS ?? devLeaseDefaultTtlS) * 1000;
-    // issue 11 item 9: the requesting token's maxTtlS bounds renewals too, not only the first grant
+    // the requesting token's maxTtlS bounds renewals too, not only the first grant
     const maxS = r.requester.startsWith('api:')
       ? tokenLimitFor(s.config, r.requester.slice(4)).maxTtlS
       : devLeaseMaxTtlS;

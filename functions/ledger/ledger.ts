@@ -28,7 +28,7 @@ export { toHostRecord, toLeaseRecord, toReservationRecord } from './rows.ts';
 export type { Clock, LedgerEvent, LedgerOptions, TransitionHook } from './store.ts';
 
 /**
- * The reservation ledger, the controller's only writer (issue 10, ADR 0005). Every state change
+ * The reservation ledger, the controller's only writer (ADR 0005). Every state change
  * is one named command in one write transaction that checks the transition table, writes the
  * new state, appends the event and runs the outbox hooks. This class is the handle the rest of
  * the controller holds; the rules live in `hosts.ts`, `reservations.ts`, `leases.ts`,
@@ -66,7 +66,7 @@ export class Ledger extends LedgerStore {
   setManaged(id: string, managed: boolean, actor: string): Promise<HostRow> {
     return hosts.setManaged(this, id, managed, actor);
   }
-  /** Stores a heartbeat and renews the host's CI leases (DESIGN.md: TTL renewed by heartbeats). */
+  /** Stores a heartbeat and renews the host's CI leases (docs/architecture.md: TTL renewed by heartbeats). */
   recordHeartbeat(hostId: string, facts: HostFacts, actor = `agent:${hostId}`): Promise<void> {
     return hosts.recordHeartbeat(this, hostId, facts, actor);
   }

@@ -29,7 +29,7 @@ export async function recordJobOutcome(
   keep = false,
 ): Promise<Outcome> {
   const now = s.clock();
-  // a pair failed as a unit stays failed for the node that lost contact (issue 14 item 1); a
+  // a pair failed as a unit stays failed for the node that lost contact; a
   // foreign job's incident stays one when its admitted run is cancelled afterwards (ADR 0090)
   const sticky =
     (keep && r.outcome != null) ||

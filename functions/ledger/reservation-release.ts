@@ -22,7 +22,7 @@ import type { LedgerStore } from './store.ts';
  */
 
 /**
- * Cancels queued work only; active work must be released (DESIGN.md: cancelled only while
+ * Cancels queued work only; active work must be released (docs/architecture.md: cancelled only while
  * queued). The outcome is `cancelled`, whatever the request last waited on.
  */
 export function cancelReservation(
@@ -285,7 +285,7 @@ async function endReleasingUnconfirmed(
 }
 
 /**
- * The separately authorized emergency operation (DESIGN.md rule 1): queued work is cancelled,
+ * The separately authorized emergency operation (docs/architecture.md rule 1): queued work is cancelled,
  * granted work is released with outcome `terminated`, and work already releasing — its agent not
  * confirming the cleanup (a trap in its work dir, an agent gone) — ends now with its hosts
  * quarantined (ADR 0156); each leaves an `alert.emergency_terminate`.
@@ -326,11 +326,11 @@ export function terminateReservation(
   });
 }
 
-/** The check-run words for a reservation whose runner a foreign job took (issue 12 item 4). */
+/** The check-run words for a reservation whose runner a foreign job took. */
 export const FOREIGN_JOB_REASON = 'runner taken by a foreign job — stopped';
 
 /**
- * A job that is not the admitted one runs on this reservation's runner (issue 12 item 4): the
+ * A job that is not the admitted one runs on this reservation's runner: the
  * reservation is released with outcome `foreign_job` (the agent's desired state becomes `clean`,
  * which stops the runner it started and cleans the host), and an `alert.foreign_job` fires.
  * Returns false when the reservation already ended or is releasing (audited only).

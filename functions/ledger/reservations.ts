@@ -136,8 +136,7 @@ export function createReservation(
 }
 
 /**
- * Creates a development reservation for API token `tokenId` within its `tokenLimits` (issue 11
- * item 9): hosts it may use (403), longest TTL (403), and hosts held or waited for at once
+ * Creates a development reservation for API token `tokenId` within its `tokenLimits`: hosts it may use (403), longest TTL (403), and hosts held or waited for at once
  * (409; a pair counts 2). Counting and inserting share one write transaction, so concurrent
  * requests from one token cannot both slip under the limit.
  */
@@ -269,7 +268,7 @@ export type SupersedeScope =
 
 /**
  * A new head SHA: queued requests in `scope` for another SHA are superseded (outcome
- * `superseded`); active work keeps the SHA it actually tests (DESIGN.md "GitHub integration").
+ * `superseded`); active work keeps the SHA it actually tests (docs/architecture.md "GitHub integration").
  * Returns the superseded rows.
  */
 export function supersedeQueued(
@@ -339,7 +338,7 @@ export async function queuedOfKind(
 
 /**
  * How many queued reservations of any class but `kind` wait: background CI is queued only while
- * nothing else waits, i.e. while the fleet would otherwise idle (issue 14 item 4).
+ * nothing else waits, i.e. while the fleet would otherwise idle.
  */
 export async function countQueuedOtherThan(
   s: LedgerStore,

@@ -190,7 +190,7 @@ export class LedgerStore {
   /**
    * The ledger's version as this process knows it: bumped on every committed change to hosts,
    * leases or reservations notified here (not on outbox bookkeeping). Read models keyed by it
-   * are computed once per change instead of once per request (issue 13 item 2); a change made
+   * are computed once per change instead of once per request; a change made
    * by another process sharing the ledger cannot bump it, so such caches also bound their age.
    */
   get version(): number {
@@ -315,7 +315,7 @@ export class LedgerStore {
   }
 
   /**
-   * Write probe (issue 11 item 7): one tiny write transaction on the `meta` table, so `/healthz`
+   * Write probe: one tiny write transaction on the `meta` table, so `/healthz`
    * and startup notice a ledger that can be read but not written (read-only file or mount, full
    * disk, I/O errors). Throws the storage error.
    */
@@ -338,7 +338,7 @@ export class LedgerStore {
   }
 
   /**
-   * Copies the WAL into the database and truncates it to zero bytes (issue 11 item 8): a secret
+   * Copies the WAL into the database and truncates it to zero bytes: a secret
    * erased in the last transaction (a handed-over JIT config) then survives in no older WAL frame.
    * Local ledgers only. Two bounds, both found under load: it runs in this process's writer queue
    * ({@link LedgerDb.execScript}) — SQLite's busy handler waits on the event loop's thread, so run

@@ -108,7 +108,7 @@ export async function benchLedger(opts: {
 }
 
 /**
- * The mixed stream (issue 13): alternating bursts of 16 requests and single requests on a 16-host
+ * The mixed stream: alternating bursts of 16 requests and single requests on a 16-host
  * fleet; only the admission passes are timed (a burst shares one pass, hence the single-request
  * figure beside it). Requests and releases between passes are not timed.
  */

@@ -7,7 +7,7 @@ import { adoptAll, makeTestLedger, type TestLedger, testClock } from '../helpers
 import { replayGrants } from '../helpers/load/verify.ts';
 
 /**
- * Issue 13 item 2, ADR 0100: a grant is one history row — `reservation.allocated` listing every
+ * ADR 0100: a grant is one history row — `reservation.allocated` listing every
  * lease it issued — where a pair wrote three. A lease's own history still starts with its grant,
  * the counters and the GitHub hook read the same row, and a ledger written before (with one
  * `lease.granted` row per host) still reads the same.

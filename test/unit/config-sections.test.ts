@@ -11,7 +11,7 @@ import {
 
 /**
  * The newer config sections as an operator meets them: the defaults an empty section gives, and
- * the error (path: what to fix) a wrong value gives — token limits for development work (* item 9), the fleet label of JIT runners, and URLs cut for logs.
+ * the error (path: what to fix) a wrong value gives — token limits for development work, the fleet label of JIT runners, and URLs cut for logs.
  */
 
 function problems(input: unknown): string[] {

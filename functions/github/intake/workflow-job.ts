@@ -60,7 +60,7 @@ async function ourCancellation(tx: Tx, r: ReservationRow, job: Job): Promise<boo
  * `workflow_job`: a job belongs to a reservation when it runs on a JIT runner registered for it,
  * in the recorded run (and attempt), in the same repository. A different job
  * on one of our runners is foreign: the runner is stopped, the reservation fails and an alert
- * fires (item 4). A job that asks for a reservation's label but is not ours changes nothing and
+ * fires. A job that asks for a reservation's label but is not ours changes nothing and
  * is audited without echoing the label (it may carry a guessed or leaked nonce).
  */
 export async function onWorkflowJob(svc: GitHubService, d: Delivery, raw: unknown): Promise<IntakeResult> {
