@@ -70,7 +70,7 @@ export async function cmdDeckardDrill({ client, settings, io, flags }: CommandCo
   const log = (line: string) => (flags.json ? io.err : io.out)(`[${clock(new Date())}] ${line}`);
   const ctrl = new AbortController();
   const off = io.onInterrupt(() => ctrl.abort());
-  let r: ReservationInfo = await createReservation(client, { host: hostId, ttlS: DRILL_TTL_S });
+  let r: ReservationInfo = await createReservation(client, { host: hostId, ttlS: DRILL_TTL_S, drill: true });
   log(`drill ${r.id}: lending ${svc} on ${hostId} through a development lease`);
   const remaining = () => Math.max(1, deadline - Date.now());
   const opts = {

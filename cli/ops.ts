@@ -17,6 +17,8 @@ export interface ReserveOptions {
   pair?: boolean | undefined;
   host?: string | undefined;
   ttlS?: number | undefined;
+  /** A restore drill: lends the host's service only; no dev environment (ADR 0176). */
+  drill?: boolean | undefined;
 }
 
 export async function createReservation(client: ApiClient, o: ReserveOptions): Promise<ReservationInfo> {
@@ -24,6 +26,7 @@ export async function createReservation(client: ApiClient, o: ReserveOptions): P
     topology: o.pair ? 'pair' : 'single',
     ...(o.host ? { host: o.host } : {}),
     ...(o.ttlS != null ? { ttlS: o.ttlS } : {}),
+    ...(o.drill ? { drill: true } : {}),
   };
   try {
     return (await client.call('POST', '/api/v1/reservations', ReservationResponse, body)).reservation;

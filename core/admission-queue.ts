@@ -121,7 +121,7 @@ export class QueuePass {
     // a development lease is used through its dstack dev environment (ADR 0176): the operator
     // API refuses such a request at once; this holds if the host's backend changed since (a host
     // without facts is out below: its GPU state is unknown)
-    if (r.kind === 'development' && target.facts && !servesDevelopment(target)) {
+    if (r.kind === 'development' && !r.drill && target.facts && !servesDevelopment(target)) {
       this.wait(
         r,
         'target-unavailable',

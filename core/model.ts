@@ -283,6 +283,12 @@ export interface ReservationRecord {
   queueDeadline: number;
   /** Requested lease TTL in seconds (development); CI uses the configured CI TTL. */
   ttlS: number | null;
+  /**
+   * A restore drill (`sparkctl deckard drill`): development work that only lends and restores its
+   * host's home service and is released once prepared. Nobody attaches to it, so unlike other
+   * development work it needs no dstack host (ADR 0176).
+   */
+  drill?: boolean;
 }
 
 export interface LeaseRecord {

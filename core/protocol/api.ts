@@ -26,6 +26,12 @@ export const CreateReservationBody = z
       .min(60, 'ttl must be at least 60 seconds')
       .optional()
       .describe('Lease TTL in seconds; default timings.devLeaseDefaultTtlS.'),
+    drill: z
+      .boolean()
+      .optional()
+      .describe(
+        "A restore drill (sparkctl deckard drill): the lease only lends the named host's home service and is released once prepared; nobody attaches to it, so any backend serves it.",
+      ),
   })
   .strict();
 export type CreateReservationBody = z.infer<typeof CreateReservationBody>;

@@ -77,6 +77,8 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
     if (body.topology === 'pair' && body.host) {
       throw badRequest('--host names one host but a pair takes two: drop --host or --pair');
     }
+    if (body.drill && !body.host)
+      throw badRequest('a restore drill names the host whose service it lends (--host)');
     if (body.ttlS != null && body.ttlS > timings.devLeaseMaxTtlS) {
       throw badRequest(
         `ttl ${body.ttlS}s exceeds the development maximum of ${timings.devLeaseMaxTtlS}s; ask for less and renew later`,
@@ -91,7 +93,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
         targetHost: body.host ?? null,
         requester: actorOf(p),
         ttlS: body.ttlS ?? Math.min(timings.devLeaseDefaultTtlS, limit.maxTtlS),
-        meta: { source: 'api', tokenId: p.tokenId },
+        meta: { source: 'api', tokenId: p.tokenId, ...(body.drill ? { drill: true } : {}) },
       },
       p.tokenId,
       limit,

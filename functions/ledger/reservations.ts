@@ -255,8 +255,9 @@ export function createDevelopmentReservation(
         'token_limit',
         `this token already holds or waits for ${held} host(s) and may have at most ${limit.maxConcurrentLeases} at once (tokenLimits maxConcurrentLeases); release one first`,
       );
-    // before anything is queued: a lease nobody can use is never made (ADR 0176)
-    await requireDevelopmentHosts(s, tx, input);
+    // before anything is queued: a lease nobody can use is never made (ADR 0176); a restore drill
+    // is used by nobody (it lends the host's service and is released once prepared)
+    if (input.meta?.drill !== true) await requireDevelopmentHosts(s, tx, input);
     return createReservation(s, { ...input, meta: { ...input.meta, tokenId } }, actor, tx);
   });
 }

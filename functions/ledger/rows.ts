@@ -88,7 +88,18 @@ export function toReservationRecord(r: ReservationRow): ReservationRecord {
     createdAt: r.createdAt,
     queueDeadline: r.queueDeadline,
     ttlS: r.ttlS,
+    ...(r.kind === 'development' && isDrill(r.metaJson) ? { drill: true } : {}),
   };
+}
+
+/** Whether a development reservation's meta marks it a restore drill (`drill: true`). */
+function isDrill(metaJson: string | null): boolean {
+  if (!metaJson?.includes('"drill"')) return false;
+  try {
+    return (JSON.parse(metaJson) as { drill?: unknown }).drill === true;
+  } catch {
+    return false;
+  }
 }
 
 /** The admission engine's view of a lease row. */

@@ -96,6 +96,38 @@ async function mcpReserve(token: string, args: Record<string, unknown>) {
 }
 
 describe('development needs the dstack executor', () => {
+  it('a restore drill is the exception: on JIT runners it is granted on its named host and lends the service; without --host it is refused', async () => {
+    const c = await fleet({ 'spark-1': 'jit-runner', 'spark-2': 'jit-runner' });
+    const before = await written(c);
+    // a drill names the host whose service it lends: nothing is queued without one
+    const unnamed = await c.call(c.tokens.dev, 'POST', '/api/v1/reservations', { drill: true, ttlS: 600 });
+    expect(unnamed.status).toBe(400);
+    expect(unnamed.body.error.message).toBe('a restore drill names the host whose service it lends (--host)');
+    expect(await written(c)).toEqual(before);
+    // the same request as plain development work is refused (nobody could attach to it) …
+    const plain = await c.call(c.tokens.dev, 'POST', '/api/v1/reservations', { host: 'spark-1', ttlS: 600 });
+    expect(plain.status).toBe(409);
+    expect(plain.body.error.code).toBe('development_needs_dstack');
+    // … as a drill it is accepted and the engine grants spark-1, lending its service
+    const drill = await c.call(c.tokens.dev, 'POST', '/api/v1/reservations', {
+      host: 'spark-1',
+      ttlS: 600,
+      drill: true,
+    });
+    expect(drill.status).toBe(201);
+    const id = drill.body.reservation.id as string;
+    const granted = await until('the drill granted', async () => {
+      const r = await reservationOf(c.target, id);
+      return r?.status === 'allocated' ? r : null;
+    });
+    expect(granted!.leases.map((l) => l.hostId)).toEqual(['spark-1']);
+    const lease = await c.c.ledger.store.client.execute({
+      sql: 'SELECT lend FROM leases WHERE reservation_id = ?',
+      args: [id],
+    });
+    expect(Number(lease.rows[0]![0])).toBe(1);
+  });
+
   it('a fleet of JIT runners refuses every development request at once: API, sparkctl and MCP, nothing queued', async () => {
     const c = await fleet({ 'spark-1': 'jit-runner', 'spark-2': 'jit-runner' });
     const before = await written(c);
