@@ -824,6 +824,8 @@ export async function startFakeSqld(opts: FakeSqldOptions): Promise<FakeSqld> {
       } else send(res, 500, 'text/plain', `Internal Error: \`${String((e as Error)?.message ?? e)}\``);
     });
   });
+  // sqld (hyper) keeps idle keep-alive connections open; Node's 5 s default would reset reused ones
+  server.keepAliveTimeout = 0;
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -308,6 +308,13 @@ async function burstOnce(o: BodyBurstOptions): Promise<{ peak: number; result: B
   const conns = Array.from({ length: o.count }, (_, i) => openConn(o, i, chunk));
   await Promise.all(conns.map((c) => c.done));
   await new Promise((r) => setTimeout(r, o.holdMs));
+  // answers still arriving (a slow machine reaches the last connections late): wait on them, not
+  // on the clock — until half a second passes with no new answer (at most 20 s more)
+  for (const end = performance.now() + 20_000; performance.now() < end; ) {
+    const answered = conns.filter((c) => c.status != null).length;
+    await new Promise((r) => setTimeout(r, 500));
+    if (conns.filter((c) => c.status != null).length === answered) break;
+  }
   sample();
   for (const c of conns) c.socket.destroy();
   probing = false;
