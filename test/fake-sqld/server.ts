@@ -824,7 +824,7 @@ export async function startFakeSqld(opts: FakeSqldOptions): Promise<FakeSqld> {
       } else send(res, 500, 'text/plain', `Internal Error: \`${String((e as Error)?.message ?? e)}\``);
     });
   });
-  // sqld (hyper) keeps idle keep-alive connections open; Node's 5 s default would reset reused ones
+  // no idle keep-alive timeout, as sqld's hyper server: https://docs.rs/hyper/0.14/hyper/server/conn/struct.Http.html
   server.keepAliveTimeout = 0;
 
   await new Promise<void>((resolve, reject) => {

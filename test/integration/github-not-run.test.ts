@@ -115,6 +115,24 @@ async function handedOver(h: Harness) {
 }
 
 /** The reservation's check run once GitHub shows it completed. */
+/** The agent's report of a job whose tests failed: the runner ran it and the host saw it fail. */
+const failedExit = (fencingToken: number, runnerName: string) => ({
+  type: 'runner_exited' as const,
+  fencingToken,
+  runnerName,
+  exitCode: 1,
+  lastLines: ['FAILED gemv_matches_cpu_reference'],
+  hostEvidence: hostEvidence(SHA, {
+    runner: {
+      result: 'Failed',
+      job: 'spark-test',
+      exitCode: 1,
+      stoppedByAgent: false,
+      detail: 'runner console: job spark-test Failed',
+    },
+  }),
+});
+
 const finalCheck = (h: Harness) =>
   h.until('the check run completed', () =>
     h.gh.checkRuns.find((c) => c.external_id === 'r-1' && c.status === 'completed'),
@@ -393,22 +411,7 @@ describe.concurrent('an infrastructure failure says so on the check', () => {
     );
     expect((await done.json()).result).toBe('r-1 outcome failed');
     // the agent never saw dstack run it (its start report lost to the run's quick end): no start
-    await agent.report({
-      type: 'runner_exited',
-      fencingToken: lease.fencingToken,
-      runnerName: run.runnerName,
-      exitCode: 1,
-      lastLines: ['FAILED gemv_matches_cpu_reference'],
-      hostEvidence: hostEvidence(SHA, {
-        runner: {
-          result: 'Failed',
-          job: 'spark-test',
-          exitCode: 1,
-          stoppedByAgent: false,
-          detail: 'runner console: job spark-test Failed',
-        },
-      }),
-    });
+    await agent.report(failedExit(lease.fencingToken, run.runnerName));
     expect(await reservation(h)).toMatchObject({ status: 'releasing', outcome: 'failed' });
     expect(await finalCheck(h)).toMatchObject({
       conclusion: 'failure',
@@ -424,22 +427,7 @@ describe.concurrent('an infrastructure failure says so on the check', () => {
       fencingToken: lease.fencingToken,
       runnerName: run.runnerName,
     });
-    await agent.report({
-      type: 'runner_exited',
-      fencingToken: lease.fencingToken,
-      runnerName: run.runnerName,
-      exitCode: 1,
-      lastLines: ['FAILED gemv_matches_cpu_reference'],
-      hostEvidence: hostEvidence(SHA, {
-        runner: {
-          result: 'Failed',
-          job: 'spark-test',
-          exitCode: 1,
-          stoppedByAgent: false,
-          detail: 'runner console: job spark-test Failed',
-        },
-      }),
-    });
+    await agent.report(failedExit(lease.fencingToken, run.runnerName));
     expect((await reservation(h)).outcome).toBe('failed');
     const check = await finalCheck(h);
     expect(check).toMatchObject({
