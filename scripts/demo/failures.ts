@@ -12,7 +12,7 @@ import {
   SYSTEM_ADMISSION_INTERVAL_MS,
   type SystemOptions,
   waitFor,
-} from '../../test/harness/index.ts';
+} from '../sim/harness/index.ts';
 import { bold, dim, fleetView, green, line, printTable, red, sparkctl, step } from './ui.ts';
 
 /**
