@@ -1,7 +1,8 @@
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { FakeApp, FakeGitHub } from './server.ts';
+import type { FakeApp } from './model.ts';
+import type { GitHubWorld } from './world.ts';
 
 /**
  * GitHub's side of the App manifest flow, for the fake GitHub: the web page that takes a manifest
@@ -27,15 +28,6 @@ export const FLOW = {
 
 /** How long a manifest code can be exchanged (FLOW.manifest: the whole flow within one hour). */
 export const CODE_LIFETIME_MS = 3600_000;
-
-/** A code waiting for its conversion: the created App and the secrets GitHub hands out once. */
-export interface ManifestCode {
-  appId: number;
-  /** PKCS#1 PEM, as GitHub's description shows it (FLOW.conversion). */
-  pem: string;
-  clientSecret: string;
-  expiresAt: number;
-}
 
 /** What the manifest flow reads from a manifest (FLOW.manifest, "GitHub App Manifest parameters"). */
 interface Manifest {
@@ -93,7 +85,7 @@ export function slugOf(name: string): string {
  * the app automatically", FLOW.manifest), and a temporary code that answers its conversion once.
  */
 export function createAppFromManifest(
-  gh: FakeGitHub,
+  gh: GitHubWorld,
   manifest: Manifest,
   name: string,
   owner: FakeApp['owner'],
@@ -135,7 +127,7 @@ export function createAppFromManifest(
  * `POST /app-manifests/{code}/conversions`: 201 with the App and its secrets, once per code and
  * within the hour; an unknown, used or expired code is 404 (FLOW.conversion, FLOW.oauthCode).
  */
-export function convertManifestCode(gh: FakeGitHub, code: string): { status: 201 | 404; body: unknown } {
+export function convertManifestCode(gh: GitHubWorld, code: string): { status: 201 | 404; body: unknown } {
   const pending = gh.manifestCodes.get(code);
   gh.manifestCodes.delete(code);
   const app = pending ? gh.apps.get(pending.appId) : undefined;
@@ -205,7 +197,7 @@ export class FakeGitHubWeb {
   /** Every manifest the form received, with the account and `state` it came with. */
   received: { owner: string; state: string | null; manifest: unknown }[] = [];
 
-  constructor(readonly gh: FakeGitHub) {}
+  constructor(readonly gh: GitHubWorld) {}
 
   async start(): Promise<this> {
     this.server = createServer((req, res) => void this.handle(req, res));
@@ -318,6 +310,6 @@ ${state != null ? `<input type="hidden" name="state" value="${html(state)}">` : 
 }
 
 /** Starts GitHub's web side of the manifest flow for `gh`. */
-export function startFakeGitHubWeb(gh: FakeGitHub): Promise<FakeGitHubWeb> {
+export function startFakeGitHubWeb(gh: GitHubWorld): Promise<FakeGitHubWeb> {
   return new FakeGitHubWeb(gh).start();
 }

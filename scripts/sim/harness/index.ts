@@ -1,6 +1,6 @@
 /**
  * The system harness (controller, relay agents and simulated GitHub on loopback) as the demo and
- * the system tests use it. `scripts/` imports from `test/` only through this folder.
+ * the system tests use it.
  */
 export { isLive, REPO_ROOT, waitFor } from '../doubles/index.ts';
 export * from './github-sim.ts';
