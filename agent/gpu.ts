@@ -1,7 +1,7 @@
 import type { GpuProcess } from '../core/model.ts';
 import { runCommand } from './exec.ts';
 
-/** The exact query the agent runs; the fake in test/doubles insists on it too. */
+/** The exact query the agent runs; the fake in scripts/sim/doubles insists on it too. */
 export const NVIDIA_SMI_ARGS = [
   '--query-compute-apps=pid,process_name,used_memory',
   '--format=csv,noheader,nounits',

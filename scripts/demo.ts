@@ -15,7 +15,15 @@
  * `--keep` leaves everything running for the dashboard until Ctrl-C. Everything listens on
  * 127.0.0.1 and is removed on exit.
  */
-import type { JobPlan } from '../test/harness/index.ts';
+
+import {
+  FAILURE_STORY_TIMINGS,
+  failureStoryPlans,
+  playFailureStory,
+  printFailureTable,
+} from './demo/failures.ts';
+import { bold, dim, elapsedS, fleetView, line, sparkctl, startTimeline, step } from './demo/ui.ts';
+import type { JobPlan } from './sim/harness/index.ts';
 import {
   FAST_TICK_MS,
   queuedId,
@@ -24,14 +32,7 @@ import {
   startSystem,
   sweepProcessesUnder,
   waitFor,
-} from '../test/harness/index.ts';
-import {
-  FAILURE_STORY_TIMINGS,
-  failureStoryPlans,
-  playFailureStory,
-  printFailureTable,
-} from './demo/failures.ts';
-import { bold, dim, elapsedS, fleetView, line, sparkctl, startTimeline, step } from './demo/ui.ts';
+} from './sim/harness/index.ts';
 
 const USAGE = 'usage: npm run demo [-- --keep] [-- --story failures]';
 const STORIES = ['default', 'failures'] as const;

@@ -1,13 +1,13 @@
 #!/usr/bin/env -S npx tsx
 /**
- * Extracts what the fake GitHub (`test/fake-github/`) answers and checks from GitHub's own
+ * Extracts what the fake GitHub (`scripts/sim/fake-github/`) answers and checks from GitHub's own
  * descriptions into two committed fixtures:
  *
- * - `test/fixtures/openapi/github-rest.json`: the REST operations below, from `@octokit/openapi`
+ * - `scripts/sim/fixtures/openapi/github-rest.json`: the REST operations below, from `@octokit/openapi`
  *   (`generated/api.github.com.deref.json`, GitHub's api.github.com description, OpenAPI 3.0,
  *   every `$ref` already resolved), each with its path/query parameters, request body and JSON
  *   response schema per status, fully dereferenced;
- * - `test/fixtures/openapi/github-webhooks.json`: the payload schema of every action of the
+ * - `scripts/sim/fixtures/openapi/github-webhooks.json`: the payload schema of every action of the
  *   webhook events below, from `@octokit/openapi-webhooks` (`generated/api.github.com.json`,
  *   GitHub's webhook description, OpenAPI 3.1), with the `components.schemas` they reference
  *   (kept as `$ref`s: dereferenced, the same repository and user objects would repeat ~2 MB).
@@ -99,7 +99,7 @@ export const WEBHOOK_EVENTS: readonly string[] = [
 
 const REST_FILE = 'generated/api.github.com.deref.json';
 const WEBHOOKS_FILE = 'generated/api.github.com.json';
-const FIXTURES = join(import.meta.dirname, '..', 'test', 'fixtures', 'openapi');
+const FIXTURES = join(import.meta.dirname, 'sim', 'fixtures', 'openapi');
 
 const DOCUMENTATION = new Set(['description', 'summary', 'title', 'example', 'examples', 'externalDocs']);
 /** Keywords whose value is data, not a schema: copied as published. */
@@ -138,7 +138,7 @@ interface SpecOperation {
   responses: Record<string, { content?: Record<string, Media> }>;
 }
 
-/** One REST operation as `test/fake-github/` reads it. */
+/** One REST operation as `scripts/sim/fake-github/` reads it. */
 export interface RestOperationFixture {
   method: string;
   path: string;

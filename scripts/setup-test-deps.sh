@@ -9,7 +9,7 @@
 #   - munge:      slurm's authentication daemon
 #   - sudo:       how a host's agent runs its privileged helper (agent/host/spark-lease-sandbox.sh)
 #   - cargo, rustc, librust-criterion-dev: the Butter/Iron lane scripts run by Debian's real cargo
-#     on fixture workspaces (test/fixtures/lanes/), offline, from the crates Debian ships under
+#     on fixture workspaces (scripts/sim/fixtures/lanes/), offline, from the crates Debian ships under
 #     /usr/share/cargo/registry. These are checked with dpkg-query, not by command: a rustup
 #     cargo earlier on PATH (~/.cargo/bin) is not the distribution's, and the crates directory
 #     has no command at all.

@@ -1,7 +1,7 @@
 /**
  * Admission over a remote ledger (the scale-out path: a Worker and a remote libSQL, every request
  * a network round trip): the admission bench's mixed stream through the real `@libsql/client` HTTP
- * transport (Hrana over HTTP) to the local sqld stand-in (`test/fake-sqld`) backed by a real
+ * transport (Hrana over HTTP) to the local sqld stand-in (`scripts/sim/fake-sqld`) backed by a real
  * libSQL file, with a fixed round-trip time injected at the server. Requests are counted at the
  * server. The controller's GitHub hook is attached and the requests carry the meta a webhook gives
  * them, so each grant queues what it queues in production (check run, dispatch, JIT registration)
@@ -10,7 +10,7 @@
 import { join } from 'node:path';
 import { admissionPassStats } from '../../functions/ledger/admission-pass.ts';
 import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
-import { startFakeSqld } from '../../test/harness/fake-sqld.ts';
+import { startFakeSqld } from '../sim/harness/fake-sqld.ts';
 import { BENCH_FACTS, benchLedger, cpuNowMs, percentile, round } from './admission-ledger.ts';
 
 export const REMOTE_RTT_MS = 20;
@@ -107,7 +107,7 @@ export async function remoteAdmission(dir: string, rounds: number, progress: (ms
       batched: stats.batched,
       conflicts: stats.conflicts,
       interactive: stats.interactive,
-      method: `@libsql/client over HTTP (Hrana) to test/fake-sqld on loopback with ${REMOTE_RTT_MS} ms injected per request (half each way), one controller, the GitHub hook attached and webhook meta on every request; the mixed stream (bursts of 16 requests and single requests on 16 hosts), only admission passes timed; round trips = HTTP requests the server received during the pass; the fake sqld runs in the bench's process, so cpuMsPerPass includes the server's share`,
+      method: `@libsql/client over HTTP (Hrana) to scripts/sim/fake-sqld on loopback with ${REMOTE_RTT_MS} ms injected per request (half each way), one controller, the GitHub hook attached and webhook meta on every request; the mixed stream (bursts of 16 requests and single requests on 16 hosts), only admission passes timed; round trips = HTTP requests the server received during the pass; the fake sqld runs in the bench's process, so cpuMsPerPass includes the server's share`,
     };
   } finally {
     await sqld.close();

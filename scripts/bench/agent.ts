@@ -3,10 +3,10 @@
  * fleet does), with the runner as its own user (when run as root), the production heartbeat
  * (10 s, offline after 40 s) and long-poll (25 s):
  *  - host freed → next runner process started, over back-to-back cycles on one host, through the
- *    controller's real GitHub module against the fake GitHub (test/doubles/fleet.ts
+ *    controller's real GitHub module against the fake GitHub (scripts/sim/doubles/fleet.ts
  *    `fake-github`): the grant's outbox rows, the dispatch (whose answer identifies the run),
  *    `generate-jitconfig` and the agent's long poll. The fake GitHub answers each REST call after
- *    a modelled latency and delivers webhooks after a modelled delay (test/fake-github/latency.ts,
+ *    a modelled latency and delivers webhooks after a modelled delay (scripts/sim/fake-github/latency.ts,
  *    where the values come from; `SPARK_BENCH_GITHUB_REST_MEDIAN_MS`, `…_REST_SIGMA`,
  *    `…_WEBHOOK_DELAY_MS` change them). "Freed" = the ledger's `lease.released`; "started" = the
  *    fake runner's own start time, both on this machine's clock. Reported: the total, the
@@ -20,10 +20,10 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
-import { agentBundle, startFleet } from '../../test/doubles/fleet.ts';
-import { REPO_ROOT, readRunnerMarkers, waitFor } from '../../test/doubles/index.ts';
-import { DEFAULT_GITHUB_LATENCY, githubLatency } from '../../test/fake-github/latency.ts';
 import { benchNumber } from '../settings.ts';
+import { agentBundle, startFleet } from '../sim/doubles/fleet.ts';
+import { REPO_ROOT, readRunnerMarkers, waitFor } from '../sim/doubles/index.ts';
+import { DEFAULT_GITHUB_LATENCY, githubLatency } from '../sim/fake-github/latency.ts';
 import { type HandoverReading, type HandoverTimes, quantile, readHandover } from './handover-path.ts';
 import type { BenchRunner } from './types.ts';
 
@@ -308,11 +308,11 @@ export const run: BenchRunner = async (progress) => {
     key: 'agent',
     json: {
       handover: {
-        path: 'the real GitHub module against the fake GitHub (test/doubles/fleet.ts fake-github)',
+        path: 'the real GitHub module against the fake GitHub (scripts/sim/doubles/fleet.ts fake-github)',
         githubLatency: {
           ...LATENCY,
           model:
-            'REST: log-normal around the median; webhooks: fixed delay after the event (test/fake-github/latency.ts)',
+            'REST: log-normal around the median; webhooks: fixed delay after the event (scripts/sim/fake-github/latency.ts)',
           sources: [
             'https://gist.github.com/mbostock/5503544 (10,000 GitHub API requests: median 206 ms, middle 80 % 114–527 ms)',
             'https://devactivity.com/insights/github-webhook-incident-lessons-in-performance-engineering-software (GitHub, 18 March 2026: typical webhook delivery latency ≈ 5 s)',

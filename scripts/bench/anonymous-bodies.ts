@@ -3,10 +3,10 @@
  * (`node --import tsx functions/node.ts`, what `npm start` runs, embedded libSQL file, a webhook
  * secret set) takes 600 concurrent unauthenticated partial webhook bodies of 2,000 KiB each —
  * well-formed headers, a Content-Length just under the 2 MiB webhook limit, the body never
- * finished — while `/healthz` is asked in a loop (test/harness/body-burst.ts); then the same burst
+ * finished — while `/healthz` is asked in a loop (scripts/sim/harness/body-burst.ts); then the same burst
  * once more on the same process. Reported: the controller's RSS before, at each burst's peak and
  * after its connections closed; the answers (503 with Retry-After past the budget); `/healthz`
- * during the bursts; and, after a full GC in the process (test/harness/gc-on-signal.mjs), what V8
+ * during the bursts; and, after a full GC in the process (scripts/sim/harness/gc-on-signal.mjs), what V8
  * and Node still hold (heap + external) and the RSS, whose rest is memory glibc kept for reuse.
  * Targets: at most 64 MiB of growth, at most 16 MiB held after the GC, `/healthz` always 200.
  * Before the budget the first burst took RSS from 145 to 1,364 MiB and kept it there.
@@ -14,8 +14,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { GC_ON_SIGNAL_NODE_ARGS, gcProcess, runBodyBurst } from '../../test/harness/body-burst.ts';
-import { makeTestLedger, startControllerProcesses } from '../../test/harness/load.ts';
+import { GC_ON_SIGNAL_NODE_ARGS, gcProcess, runBodyBurst } from '../sim/harness/body-burst.ts';
+import { makeTestLedger, startControllerProcesses } from '../sim/harness/load.ts';
 import type { BenchRunner } from './types.ts';
 
 const KiB = 1024;
@@ -35,7 +35,7 @@ export const run: BenchRunner = async (progress) => {
     ledgerUrl,
     config,
     env: { SPARK_WEBHOOK_SECRET: 'bench-secret' },
-    // only lets the bench ask for one full GC at the end (test/harness/gc-on-signal.mjs)
+    // only lets the bench ask for one full GC at the end (scripts/sim/harness/gc-on-signal.mjs)
     nodeArgs: GC_ON_SIGNAL_NODE_ARGS,
   });
   try {

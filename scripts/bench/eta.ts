@@ -4,7 +4,7 @@ import {
   rangeCoverage,
   replay,
   syntheticTrace,
-} from '../../test/harness/eta-replay.ts';
+} from '../sim/harness/eta-replay.ts';
 import type { BenchRunner } from './types.ts';
 
 /**

@@ -6,7 +6,7 @@
  * (it exports no `run`).
  */
 
-/** A request as the fake GitHub logged it (test/fake-github/server.ts `RecordedRequest`). */
+/** A request as the fake GitHub logged it (scripts/sim/fake-github/server.ts `RecordedRequest`). */
 export interface LoggedRequest {
   method: string;
   path: string;

@@ -13,13 +13,13 @@ import {
   prewarm,
   requireDebianRust,
   runLane,
-} from '../../test/harness/lanes.ts';
+} from '../sim/harness/lanes.ts';
 import type { BenchRunner, BenchSection } from './types.ts';
 
 /**
  * `npm run bench -- lanes`: cold and warm builds of the Butter and Iron lanes (docs/in-job.md
  * "Warm builds"). Each project's performance lane runs three times on its fixture workspace
- * (test/fixtures/lanes/) with Debian's cargo and one shared build cache (SPARK_BUILD_CACHE_DIR):
+ * (scripts/sim/fixtures/lanes/) with Debian's cargo and one shared build cache (SPARK_BUILD_CACHE_DIR):
  * first in a new checkout with an empty cache (cold), then in another new checkout (the next
  * lease: new path, new file times), then again in that checkout (a re-run). The build step is the
  * sum of the lane's `cargo … --no-run` steps, from its spark-lane.json. The target: the second

@@ -68,7 +68,7 @@ function timeNpm(cwd: string, args: string[], log: string): Promise<Timed> {
 export const run: BenchRunner = async (progress) => {
   // beside the checkout, not under /tmp: the e2e fleets run each host's runner as its own user
   // in its lease sandbox (when root), which binds a fresh /tmp (agent/host/spark-lease-sandbox.sh),
-  // so a clone under /tmp cannot run the runner's test doubles (test/doubles/fake-runner.mjs);
+  // so a clone under /tmp cannot run the runner's test doubles (scripts/sim/doubles/fake-runner.mjs);
   // 0711 lets those users through
   const dir = mkdtempSync(join(dirname(root), '.spark-bench-tests-'));
   chmodSync(dir, 0o711);

@@ -31,6 +31,7 @@ import {
   deliveryTimes,
   pendingDeliveryCount,
 } from '../../functions/ledger/inbox-progress.ts';
+import { benchCpuProfileDir, benchNumber, childEnv } from '../settings.ts';
 import {
   githubBody,
   LOAD_INSTALLATION,
@@ -45,8 +46,7 @@ import {
   sendDelivery,
   startControllerProcesses,
   startFakeGitHubProcess,
-} from '../../test/harness/load.ts';
-import { benchCpuProfileDir, benchNumber, childEnv } from '../settings.ts';
+} from '../sim/harness/load.ts';
 import { percentile } from './admission.ts';
 import type { BenchRunner } from './types.ts';
 

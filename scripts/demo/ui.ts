@@ -2,8 +2,8 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import type { z } from 'zod';
 import type { FleetResponse } from '../../core/protocol/api.ts';
-import { REPO_ROOT, type SparkSystem } from '../../test/harness/index.ts';
 import { childEnv, colorAllowed } from '../settings.ts';
+import { REPO_ROOT, type SparkSystem } from '../sim/harness/index.ts';
 
 /**
  * What the demo's stories print (scripts/demo.ts): a timestamped timeline of what the system did,

@@ -12,13 +12,19 @@
  *   (Biome's `noRestrictedImports` in `biome.jsonc` keeps `drizzle-orm`, `@libsql/client` and the
  *   schema inside it; this check covers what an import rule cannot see.)
  *
- * Both rules cover the source of the deployables, the scripts and the actions (`core agent cli
+ * - **Nothing outside `test/` imports from `test/`** (docs/adr/0235-simulation-kit-in-scripts-sim.md):
+ *   what the demo, the benches and the tests share is the simulation kit in `scripts/sim/`. Static
+ *   imports, `export … from`, `import()` and `require()` with a literal path all count.
+ *
+ * The rules cover the source of the deployables, the scripts and the actions (`core agent cli
  * functions scripts actions`). `test/` is exempt: tests set the environment of the processes they
- * start, and read the ledger file directly to check what the controller wrote.
+ * start, and read the ledger file directly to check what the controller wrote. So are the files of
+ * the simulation kit named in {@link SIM_ENVIRONMENT} and {@link SIM_SQL}, each from one rule, for
+ * the reason given there: they stand in for the world around the controller, not for a part of it.
  * `npm run check` runs it; `tsx scripts/lint/boundaries.ts` alone prints what it finds.
  */
 import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { sourceFiles } from './source-files.ts';
@@ -44,6 +50,29 @@ export const ENTRY_FILES: readonly string[] = [
 
 /** The folder whose files may hold SQL. */
 export const LEDGER_DIR = 'functions/ledger/';
+
+/**
+ * The simulation kit's files that read the environment (docs/adr/0235-simulation-kit-in-scripts-sim.md).
+ * Nothing else under `scripts/` is exempt: the demo and the benches keep the rule.
+ */
+export const SIM_ENVIRONMENT: readonly RegExp[] = [
+  // the stand-ins read what the program each replaces reads (the runner's
+  // ACTIONS_RUNNER_INPUT_JITCONFIG, nvidia-smi's FAKE_NVIDIA_SMI_STATE, the lease variables a job
+  // sees) and start their processes (git, slurm, deckard, agents) with an environment they set
+  /^scripts\/sim\/doubles\//,
+  // the harness and the load kit start controllers, agents and runners with the environment of each
+  /^scripts\/sim\/harness\/processes\.ts$/,
+  /^scripts\/sim\/harness\/sim-runner\.mjs$/,
+  /^scripts\/sim\/load\/controllers\.ts$/,
+];
+
+/** The simulation kit's files that hold SQL (docs/adr/0235-simulation-kit-in-scripts-sim.md). */
+export const SIM_SQL: readonly RegExp[] = [
+  // the fake sqld plays sqld: it executes the statements its clients send (Hrana over HTTP)
+  /^scripts\/sim\/fake-sqld\//,
+  // the harness reads the ledger file to show and check what the controller wrote, as a test does
+  /^scripts\/sim\/harness\/ledger-reader\.ts$/,
+];
 
 /** Text that reads as a SQL statement (upper case, as every statement in this tree is written). */
 export const SQL_TEXT = /\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE TABLE|PRAGMA)\b/;
@@ -155,19 +184,50 @@ export function sqlUses(path: string, text: string | ts.SourceFile): { line: num
   return out;
 }
 
+/** The modules one file loads from `test/` (repository-relative targets), each as `line: what`. */
+export function testImports(path: string, text: string | ts.SourceFile): { line: number; what: string }[] {
+  const sf = parse(path, text);
+  const out: { line: number; what: string }[] = [];
+  const at = (n: ts.Node) => sf.getLineAndCharacterOfPosition(n.getStart(sf)).line + 1;
+  const note = (spec: ts.Node | undefined, node: ts.Node) => {
+    if (!spec || !ts.isStringLiteralLike(spec) || !spec.text.startsWith('.')) return;
+    const target = posix.normalize(posix.join(posix.dirname(path), spec.text));
+    if (target.startsWith('test/')) out.push({ line: at(node), what: target });
+  };
+  const visit = (node: ts.Node) => {
+    if (ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) note(node.moduleSpecifier, node);
+    else if (
+      ts.isCallExpression(node) &&
+      (node.expression.kind === ts.SyntaxKind.ImportKeyword ||
+        (ts.isIdentifier(node.expression) && node.expression.text === 'require'))
+    )
+      note(node.arguments[0], node);
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
+  return out;
+}
+
 /** The problems of the given files (repository-relative paths under `root`); empty when all keep the rules. */
 export function checkBoundaries(
   root: string,
   files: readonly string[],
-  rules: { settings: readonly RegExp[]; entries: readonly string[] } = {
+  rules: {
+    settings: readonly RegExp[];
+    entries: readonly string[];
+    simEnvironment?: readonly RegExp[];
+    simSql?: readonly RegExp[];
+  } = {
     settings: SETTINGS_MODULES,
     entries: ENTRY_FILES,
   },
 ): string[] {
+  const simEnvironment = rules.simEnvironment ?? SIM_ENVIRONMENT;
+  const simSql = rules.simSql ?? SIM_SQL;
   const problems: string[] = [];
   for (const file of checkedFiles(files)) {
     const text = parse(file, readFileSync(join(root, file), 'utf8'));
-    if (!rules.settings.some((r) => r.test(file))) {
+    if (![...rules.settings, ...simEnvironment].some((r) => r.test(file))) {
       const entry = rules.entries.includes(file);
       for (const u of environmentUses(file, text)) {
         if (entry && u.whole) continue;
@@ -178,12 +238,16 @@ export function checkBoundaries(
         );
       }
     }
-    if (!file.startsWith(LEDGER_DIR)) {
+    if (!file.startsWith(LEDGER_DIR) && !simSql.some((r) => r.test(file))) {
       for (const u of sqlUses(file, text))
         problems.push(
           `${file}:${u.line}: ${u.what} outside ${LEDGER_DIR}: call a ledger command or query instead`,
         );
     }
+    for (const u of testImports(file, text))
+      problems.push(
+        `${file}:${u.line}: imports ${u.what} from test/: move what both need into scripts/sim/ (docs/adr/0235-simulation-kit-in-scripts-sim.md)`,
+      );
   }
   return problems;
 }
@@ -196,6 +260,6 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   if (problems.length) process.exitCode = 1;
   else
     console.log(
-      `boundaries: ${files.length} source files read the environment only in settings modules and hold SQL only in ${LEDGER_DIR}`,
+      `boundaries: ${files.length} source files read the environment only in settings modules, hold SQL only in ${LEDGER_DIR} and import nothing from test/ (the simulation kit's stand-ins excepted as listed)`,
     );
 }

@@ -3,9 +3,9 @@ import { join, relative, sep } from 'node:path';
 
 /**
  * The source files the structure checks (`sizes.ts`, `cycles.ts`) read: every script file under
- * the deployables and the scripts, each action's `src/`, and the test support code under `test/`
- * (helpers, harnesses, doubles; not the `*.test.ts` files themselves). Built bundles, installed
- * packages and test output are not source.
+ * the deployables and the scripts (the simulation kit in `scripts/sim/` included), each action's
+ * `src/`, and the test support code under `test/` (helpers and setup; not the `*.test.ts` files
+ * themselves). Built bundles, installed packages and test output are not source.
  */
 
 const ROOTS = ['core', 'agent', 'cli', 'functions', 'scripts', 'test'];

@@ -8,8 +8,8 @@ import { createApp } from '../../functions/app.ts';
 import { createAgentToken, createApiToken, sha256Hex } from '../../functions/auth/tokens.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import type { RunningController } from '../../functions/node-server.ts';
+import { idleFacts, servingFacts } from '../../scripts/sim/ledger.ts';
 import { startTestController } from '../helpers/controller.ts';
-import { idleFacts, servingFacts } from '../helpers/ledger.ts';
 
 /**
  * The agent API over a real loopback HTTP port with a real libSQL file: authentication, limits,

@@ -5,8 +5,8 @@ import { describe, expect, it, type TestContext } from 'vitest';
 import { recoverReservation, terminateReservation } from '../../functions/ledger/reservations.ts';
 import { collectLedgerMetrics } from '../../functions/metrics/collect.ts';
 import { formatPrometheus } from '../../functions/metrics/prom-text.ts';
-import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
-import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import { isLive, readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * A job's trap cannot hold a host (ADR 0156). Real agents, real runner users, the real sandbox

@@ -3,9 +3,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type DstackStandIn, MULTI_ARCH_IMAGE, startDstackStandIn } from '../doubles/dstack/server.ts';
-import { type Fleet, startFleet } from '../doubles/fleet.ts';
-import { isLive, REPO_ROOT, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import {
+  type DstackStandIn,
+  MULTI_ARCH_IMAGE,
+  startDstackStandIn,
+} from '../../scripts/sim/doubles/dstack/server.ts';
+import { type Fleet, startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import { isLive, REPO_ROOT, readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * Development leases with a real agent process (ADR 0176). A development lease is used through the

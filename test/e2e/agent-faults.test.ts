@@ -2,13 +2,13 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, expect, it, type TestContext } from 'vitest';
 import type { AgentState } from '../../agent/state-file.ts';
-import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
-import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import { isLive, readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * Crash safety and fail-closed behaviour of the relay agent, with real processes: the controller
  * in this process, agents as children killed with SIGKILL. The fleet's JIT stand-in takes
- * GitHub's place (test/doubles/fleet-jit-stand-in.ts: it inserts each granted lease's jit_handoffs
+ * GitHub's place (scripts/sim/doubles/fleet-jit-stand-in.ts: it inserts each granted lease's jit_handoffs
  * row; the handed-over config is still given out only once the reservation is `preparing`).
  */
 

@@ -2,8 +2,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { describe, expect, it, type TestContext } from 'vitest';
 import { collectLedgerMetrics } from '../../functions/metrics/collect.ts';
 import { formatPrometheus } from '../../functions/metrics/prom-text.ts';
-import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
-import { waitFor } from '../doubles/index.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import { waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * Hosts that heal (ADR 0175), end to end: the controller (real HTTP, libSQL file) and the shipped

@@ -3,8 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { hostEvidenceOf } from '../../functions/ledger/host-evidence.ts';
-import { type Fleet, startFleet } from '../doubles/fleet.ts';
-import { FAKE_RUNNER, type FakeRunnerBehavior, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import { type Fleet, startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import {
+  FAKE_RUNNER,
+  type FakeRunnerBehavior,
+  readRunnerMarkers,
+  waitFor,
+} from '../../scripts/sim/doubles/index.ts';
 
 /**
  * The agent's side of the host evidence (ADR 0160), with the real agent process, the real

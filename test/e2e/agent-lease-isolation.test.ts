@@ -1,9 +1,9 @@
 import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, expect, it, type TestContext } from 'vitest';
-import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
-import { mountsUnder } from '../doubles/host-sandbox.ts';
-import { isLive, type RunnerMarker, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import { mountsUnder } from '../../scripts/sim/doubles/host-sandbox.ts';
+import { isLive, type RunnerMarker, readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * Nothing of one lease reaches the next (ADR 0155). The attacker's path against the agent with the

@@ -1,10 +1,10 @@
 import { describe, expect, it, type TestContext } from 'vitest';
-import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
-import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import { isLive, readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * Pairs with two agents as separate processes. The fleet's JIT stand-in takes GitHub's
- * place (test/doubles/fleet-jit-stand-in.ts): it inserts one jit_handoffs row per granted lease.
+ * place (scripts/sim/doubles/fleet-jit-stand-in.ts): it inserts one jit_handoffs row per granted lease.
  */
 
 /**

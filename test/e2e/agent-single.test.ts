@@ -3,12 +3,12 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, expect, it, type TestContext } from 'vitest';
 import * as t from '../../functions/ledger/schema.ts';
-import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
-import { fakeJitConfig, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import { fakeJitConfig, readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * Controller (this process, real HTTP + libSQL file) and agents (separate processes) on loopback.
- * GitHub is replaced by the fleet's JIT stand-in (test/doubles/fleet-jit-stand-in.ts), which inserts
+ * GitHub is replaced by the fleet's JIT stand-in (scripts/sim/doubles/fleet-jit-stand-in.ts), which inserts
  * each granted lease's jit_handoffs row (the GitHub part's outbox does that in production; the
  * real path is test/e2e/handover-wakeups.test.ts).
  */

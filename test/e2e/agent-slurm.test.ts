@@ -2,12 +2,12 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { AgentState } from '../../agent/state-file.ts';
-import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
-import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
-import { startSlurm, type TestSlurm } from '../doubles/slurm.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import { isLive, readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
+import { startSlurm, type TestSlurm } from '../../scripts/sim/doubles/slurm.ts';
 
 /**
- * The `slurm` executor against a real single-node Slurm (test/doubles/slurm.ts):
+ * The `slurm` executor against a real single-node Slurm (scripts/sim/doubles/slurm.ts):
  * the agent submits the lease's runner as a batch job (as the runner user), watches it with
  * squeue/sacct, cancels it with scancel, and reports cleaned only after sacct confirms the end.
  */

@@ -5,20 +5,25 @@ import {
   ANONYMOUS_BODY_BUDGET_BYTES,
   ANONYMOUS_BODY_DEADLINE_MS,
 } from '../../functions/api/anonymous-budget.ts';
-import { type BurstRound, GC_ON_SIGNAL_NODE_ARGS, gcProcess, runBodyBurst } from '../harness/body-burst.ts';
-import { makeTestLedger, tempDir } from '../helpers/ledger.ts';
-import { type ControllerGroup, startControllerProcesses } from '../helpers/load/controllers.ts';
+import {
+  type BurstRound,
+  GC_ON_SIGNAL_NODE_ARGS,
+  gcProcess,
+  runBodyBurst,
+} from '../../scripts/sim/harness/body-burst.ts';
+import { makeTestLedger, tempDir } from '../../scripts/sim/ledger.ts';
+import { type ControllerGroup, startControllerProcesses } from '../../scripts/sim/load/controllers.ts';
 
 /**
  * Many unauthenticated bodies at once (docs/adr/0150-anonymous-body-budget.md), against a real
  * controller process (`functions/node.ts`, what `npm start` runs) from a real load client: 600
  * raw connections each declare a body just under the route's limit, send most of it and wait
- * (test/harness/body-burst.ts). Before the budget, 600 partial webhook bodies of 2,000 KiB took
+ * (scripts/sim/harness/body-burst.ts). Before the budget, 600 partial webhook bodies of 2,000 KiB took
  * the controller from 145 MiB to 1.36 GiB and kept it there (664 MiB even after a full GC), and
  * 600 chunked partial bodies to an operator route (read whole before the token check) added
  * 428 MiB. The memory goal is 64 MiB of growth; RSS is a resource bound, asserted here with a
  * 1.5× margin for a loaded machine (`npm run bench` reports the figures against 64 MiB). "Held"
- * is measured after a full GC in the process (test/harness/gc-on-signal.mjs), so garbage an idle
+ * is measured after a full GC in the process (scripts/sim/harness/gc-on-signal.mjs), so garbage an idle
  * V8 has not collected yet does not count, and memory the process keeps does: V8's heap in use and
  * Node's external memory must be back within 16 MiB of where they started.
  */

@@ -7,11 +7,11 @@ import { pathToFileURL } from 'node:url';
 import { parseEnv } from 'node:util';
 import { type BrowserContext, chromium } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { freePort, REPO_ROOT, waitFor } from '../doubles/index.ts';
-import { type FakeGitHubWeb, startFakeGitHubWeb } from '../fake-github/app-manifest-flow.ts';
-import { type FakeGitHub, startFakeGitHub } from '../fake-github/server.ts';
+import { freePort, REPO_ROOT, waitFor } from '../../scripts/sim/doubles/index.ts';
+import { type FakeGitHubWeb, startFakeGitHubWeb } from '../../scripts/sim/fake-github/app-manifest-flow.ts';
+import { type FakeGitHub, startFakeGitHub } from '../../scripts/sim/fake-github/server.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import { firstForm } from '../helpers/html-form.ts';
-import { tempDir } from '../helpers/ledger.ts';
 
 /**
  * Creating the App is one command (docs/github-app.md "Create the App"): `sparkctl admin

@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createAgentToken } from '../../functions/auth/tokens.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { repoRoot } from '../../functions/node-server.ts';
-import { idleFacts, servingFacts, tempDir } from '../helpers/ledger.ts';
+import { idleFacts, servingFacts, tempDir } from '../../scripts/sim/ledger.ts';
 import {
   agentCleaned,
   agentPrepared,

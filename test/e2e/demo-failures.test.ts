@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { REPO_ROOT } from '../doubles/index.ts';
+import { REPO_ROOT } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * `npm run demo -- --story failures` as documented, as a child process: it

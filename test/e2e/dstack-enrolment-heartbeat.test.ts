@@ -5,10 +5,10 @@ import { describe, expect, it } from 'vitest';
 import type { HostFacts } from '../../core/model.ts';
 import { checkDstack } from '../../functions/github/readiness-fleet.ts';
 import { hostRows } from '../../functions/ledger/queries.ts';
-import { sshFleet } from '../doubles/dstack/fleets.ts';
-import { MULTI_ARCH_IMAGE, startDstackStandIn } from '../doubles/dstack/server.ts';
-import { startFleet } from '../doubles/fleet.ts';
-import { waitFor } from '../doubles/index.ts';
+import { sshFleet } from '../../scripts/sim/doubles/dstack/fleets.ts';
+import { MULTI_ARCH_IMAGE, startDstackStandIn } from '../../scripts/sim/doubles/dstack/server.ts';
+import { startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import { waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * The dstack enrolment fact end to end (docs/adr/0166-dstack-enrolment-fact.md): real agents (the

@@ -7,11 +7,11 @@ import {
   type DstackStandIn,
   MULTI_ARCH_IMAGE,
   startDstackStandIn,
-} from '../doubles/dstack/server.ts';
-import { NO_LIVENESS_TIMINGS } from '../doubles/fleet.ts';
-import { waitFor } from '../doubles/index.ts';
-import { REPO } from '../harness/github-sim.ts';
-import { FAST_TICK_MS, queuedId, type SparkSystem, startSystem } from '../harness/system.ts';
+} from '../../scripts/sim/doubles/dstack/server.ts';
+import { NO_LIVENESS_TIMINGS } from '../../scripts/sim/doubles/fleet.ts';
+import { waitFor } from '../../scripts/sim/doubles/index.ts';
+import { REPO } from '../../scripts/sim/harness/github-sim.ts';
+import { FAST_TICK_MS, queuedId, type SparkSystem, startSystem } from '../../scripts/sim/harness/system.ts';
 
 /**
  * The task-start timeout (ADR 0120) end to end: the real controller and agent processes, the fake
@@ -58,7 +58,7 @@ async function startTaskSystem(d: DstackStandIn, image = MULTI_ARCH_IMAGE): Prom
       dstack: { url: d.url, project: d.project, tokenFile, fleet: hostId, image, requestTimeoutS: 2 },
     }),
   });
-  // the agent's own dirs are the host's, not the job container's (test/doubles/dstack/container.ts)
+  // the agent's own dirs are the host's, not the job container's (scripts/sim/doubles/dstack/container.ts)
   d.hostOnly.push(...['work', 'state', 'models'].map((x) => join(s.dir, 'spark-2', x)));
   return s;
 }

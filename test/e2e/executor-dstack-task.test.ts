@@ -8,13 +8,19 @@ import {
   MULTI_ARCH_IMAGE,
   outputOf,
   startDstackStandIn,
-} from '../doubles/dstack/server.ts';
-import { NO_LIVENESS_TIMINGS } from '../doubles/fleet.ts';
-import { type GitServer, startGitServer } from '../doubles/git-http-server.ts';
-import { waitFor } from '../doubles/index.ts';
-import type { FakeGitHub } from '../fake-github/server.ts';
-import { REPO } from '../harness/github-sim.ts';
-import { FAST_TICK_MS, queuedId, type SparkSystem, type SystemHost, startSystem } from '../harness/system.ts';
+} from '../../scripts/sim/doubles/dstack/server.ts';
+import { NO_LIVENESS_TIMINGS } from '../../scripts/sim/doubles/fleet.ts';
+import { type GitServer, startGitServer } from '../../scripts/sim/doubles/git-http-server.ts';
+import { waitFor } from '../../scripts/sim/doubles/index.ts';
+import type { FakeGitHub } from '../../scripts/sim/fake-github/server.ts';
+import { REPO } from '../../scripts/sim/harness/github-sim.ts';
+import {
+  FAST_TICK_MS,
+  queuedId,
+  type SparkSystem,
+  type SystemHost,
+  startSystem,
+} from '../../scripts/sim/harness/system.ts';
 
 /**
  * CI as a dstack task (ADR 0110), end to end: the real controller and agent processes,
@@ -22,7 +28,7 @@ import { FAST_TICK_MS, queuedId, type SparkSystem, type SystemHost, startSystem 
  * read-only installation token for the one repository), the dstack stand-in really running the
  * task on this machine, and a real git repository served over HTTP by `git http-backend` behind a
  * server that accepts only a token the fake GitHub minted for that repository with `contents:
- * read` (test/doubles/git-http-server.ts). The task checks out exactly the admitted SHA, binds it,
+ * read` (scripts/sim/doubles/git-http-server.ts). The task checks out exactly the admitted SHA, binds it,
  * runs the repository's scripts/ci/spark-test.sh, and the agent reports the outcome and receipt.
  */
 
@@ -145,7 +151,7 @@ async function taskSystem(
       ...(o.shimDir ? { PATH: `${o.shimDir}:${env.PATH}` } : {}),
     }),
   });
-  // the agents' own dirs are the host's, not the job container's (test/doubles/dstack/container.ts)
+  // the agents' own dirs are the host's, not the job container's (scripts/sim/doubles/dstack/container.ts)
   for (const h of hosts) d.hostOnly.push(...['work', 'state', 'models'].map((x) => join(sys.dir, h.id, x)));
   return { sys, dstack: d, git: g, markers };
 }

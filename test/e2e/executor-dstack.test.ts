@@ -14,13 +14,18 @@ import {
   MULTI_ARCH_IMAGE,
   outputOf,
   startDstackStandIn,
-} from '../doubles/dstack/server.ts';
-import { type Fleet, type FleetOptions, NO_LIVENESS_TIMINGS, startFleet } from '../doubles/fleet.ts';
-import { REPO_ROOT, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+} from '../../scripts/sim/doubles/dstack/server.ts';
+import {
+  type Fleet,
+  type FleetOptions,
+  NO_LIVENESS_TIMINGS,
+  startFleet,
+} from '../../scripts/sim/doubles/fleet.ts';
+import { REPO_ROOT, readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * The `dstack` executor (CI tasks) against the dstack stand-in
- * (test/doubles/dstack/: real HTTP, every request validated against models written from dstack's
+ * (scripts/sim/doubles/dstack/: real HTTP, every request validated against models written from dstack's
  * source, the task's commands really run on this machine as the aarch64 fleet instance, in a
  * container-like namespace that does not see the agents' own dirs). Each case ends with nothing
  * left running in dstack, no binding lease, and the reservation released only after dstack
@@ -88,7 +93,7 @@ async function dstackFleet(
   });
   kit.fleets.push(f);
   // the agent's own dirs and the runner's install (runner.dir, the repository here) are the
-  // host's, not the job container's (test/doubles/dstack/container.ts): the runner reaches the
+  // host's, not the job container's (scripts/sim/doubles/dstack/container.ts): the runner reaches the
   // container only as the instance volume the agent mounts
   for (const h of hosts)
     kit.dstack.hostOnly.push(...['work', 'state', 'models'].map((d) => join(f.dir, h, d)));

@@ -1,6 +1,6 @@
 import { describe, expect, it, type TestContext } from 'vitest';
-import { type Fleet, type FleetOptions, startFleet } from '../doubles/fleet.ts';
-import { isLive, readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import { type Fleet, type FleetOptions, startFleet } from '../../scripts/sim/doubles/fleet.ts';
+import { isLive, readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * The `jit-runner` executor's rows of the done-when matrix (docs/executors.md) that the

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { isLive, waitFor } from '../doubles/index.ts';
+import { isLive, waitFor } from '../../scripts/sim/doubles/index.ts';
 import {
   FAST_TICK_MS,
   type JobPlan,
@@ -10,8 +10,12 @@ import {
   type SparkSystem,
   SYSTEM_ADMISSION_INTERVAL_MS,
   startSystem,
-} from '../harness/index.ts';
-import { createVethNamespace, netnsUnavailable, type VethNamespace } from '../harness/netns.ts';
+} from '../../scripts/sim/harness/index.ts';
+import {
+  createVethNamespace,
+  netnsUnavailable,
+  type VethNamespace,
+} from '../../scripts/sim/harness/netns.ts';
 
 /**
  * end to end: one node of a running pair goes dark. The controller and one relay
@@ -20,7 +24,7 @@ import { createVethNamespace, netnsUnavailable, type VethNamespace } from '../ha
  * How the node goes dark, by preference:
  * - **netns** (root with iproute2, as in CI): the dark node's agent runs inside a network
  *   namespace (`ip netns exec`) joined by a veth pair on a private /30; it reaches the controller
- *   over HTTPS and the Actions broker through the veth's host-side address (test/harness/netns.ts),
+ *   over HTTPS and the Actions broker through the veth's host-side address (scripts/sim/harness/netns.ts),
  *   and the link is taken down mid-run. The agent and its runner keep running, cut off, as on a
  *   host that dropped off the network. The dark node is spark-2 here: spark-1's fake Deckard
  *   answers its health check on the host namespace's loopback, which a namespaced agent cannot see.

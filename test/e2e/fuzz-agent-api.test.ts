@@ -6,7 +6,7 @@ import { silentLogger } from '../../functions/log.ts';
 import { appModules } from '../../functions/modules.ts';
 import { type RunningController, startController } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
-import { adoptAll, tempDir } from '../helpers/ledger.ts';
+import { adoptAll, tempDir } from '../../scripts/sim/ledger.ts';
 import { expectRejectedWroteNothing, type LedgerWatch, watchLedger } from '../helpers/load/ledger-watch.ts';
 
 /**

@@ -14,9 +14,9 @@ import { silentLogger } from '../../functions/log.ts';
 import { appModules } from '../../functions/modules.ts';
 import { type RunningController, startController } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
-import { example, SECRET } from '../fake-github/harness.ts';
-import { type FakeGitHub, startFakeGitHub } from '../fake-github/server.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { example, SECRET } from '../../scripts/sim/fake-github/harness.ts';
+import { type FakeGitHub, startFakeGitHub } from '../../scripts/sim/fake-github/server.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import { expectRejectedWroteNothing, type LedgerWatch, watchLedger } from '../helpers/load/ledger-watch.ts';
 
 /**

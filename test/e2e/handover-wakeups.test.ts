@@ -2,8 +2,13 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, type TestContext } from 'vitest';
 import type { PollResponse } from '../../core/protocol/agent.ts';
-import { type Fleet, type FleetOptions, NO_LIVENESS_TIMINGS, startFleet } from '../doubles/fleet.ts';
-import { readRunnerMarkers, waitFor } from '../doubles/index.ts';
+import {
+  type Fleet,
+  type FleetOptions,
+  NO_LIVENESS_TIMINGS,
+  startFleet,
+} from '../../scripts/sim/doubles/fleet.ts';
+import { readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * The handover through the real GitHub path wakes itself (docs/adr/0180-woken-not-polled-handover.md):

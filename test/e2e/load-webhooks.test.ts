@@ -11,10 +11,10 @@ import * as t from '../../functions/ledger/schema.ts';
 import { silentLogger } from '../../functions/log.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
 import { createViewsMemo } from '../../functions/views.ts';
-import { SECRET } from '../fake-github/harness.ts';
-import { adoptAll, makeTestLedger, type TestLedger } from '../helpers/ledger.ts';
-import { startAgentSim } from '../helpers/load/agent-sim.ts';
-import { type ControllerGroup, startControllerProcesses } from '../helpers/load/controllers.ts';
+import { SECRET } from '../../scripts/sim/fake-github/harness.ts';
+import { adoptAll, makeTestLedger, type TestLedger } from '../../scripts/sim/ledger.ts';
+import { startAgentSim } from '../../scripts/sim/load/agent-sim.ts';
+import { type ControllerGroup, startControllerProcesses } from '../../scripts/sim/load/controllers.ts';
 import {
   githubBody,
   LOAD_INSTALLATION,
@@ -26,8 +26,11 @@ import {
   sendAll,
   sendDelivery,
   workflowJob,
-} from '../helpers/load/deliveries.ts';
-import { type FakeGitHubProcess, startFakeGitHubProcess } from '../helpers/load/fake-github-process.ts';
+} from '../../scripts/sim/load/deliveries.ts';
+import {
+  type FakeGitHubProcess,
+  startFakeGitHubProcess,
+} from '../../scripts/sim/load/fake-github-process.ts';
 import { replayGrants } from '../helpers/load/verify.ts';
 
 /**

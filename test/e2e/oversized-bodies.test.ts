@@ -3,8 +3,8 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiToken } from '../../functions/auth/tokens.ts';
-import { makeTestLedger, tempDir } from '../helpers/ledger.ts';
-import { type ControllerGroup, startControllerProcesses } from '../helpers/load/controllers.ts';
+import { makeTestLedger, tempDir } from '../../scripts/sim/ledger.ts';
+import { type ControllerGroup, startControllerProcesses } from '../../scripts/sim/load/controllers.ts';
 
 /**
  * a body is bounded while it streams. A real controller process (`functions/

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { REPO_ROOT, waitFor } from '../doubles/index.ts';
+import { REPO_ROOT, waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * `npm run demo` is a newcomer's first command: it must keep working. Runs it exactly

@@ -3,8 +3,14 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import type { FleetResponse, QueueResponse } from '../../core/protocol/api.ts';
-import { isLive, waitFor } from '../doubles/index.ts';
-import { FAST_TICK_MS, type JobPlan, queuedId, type SparkSystem, startSystem } from '../harness/index.ts';
+import { isLive, waitFor } from '../../scripts/sim/doubles/index.ts';
+import {
+  FAST_TICK_MS,
+  type JobPlan,
+  queuedId,
+  type SparkSystem,
+  startSystem,
+} from '../../scripts/sim/harness/index.ts';
 
 type FleetView = z.infer<typeof FleetResponse>;
 type QueueView = z.infer<typeof QueueResponse>;

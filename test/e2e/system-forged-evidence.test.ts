@@ -5,8 +5,14 @@ import { createClient } from '@libsql/client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type HostEvidence, parseHostEvidence } from '../../core/protocol/host-evidence.ts';
 import { parseStoredReceipts } from '../../core/protocol/receipt.ts';
-import { type GitServer, startGitServer } from '../doubles/git-http-server.ts';
-import { type JobPlan, queuedId, REPO, type SparkSystem, startSystem } from '../harness/index.ts';
+import { type GitServer, startGitServer } from '../../scripts/sim/doubles/git-http-server.ts';
+import {
+  type JobPlan,
+  queuedId,
+  REPO,
+  type SparkSystem,
+  startSystem,
+} from '../../scripts/sim/harness/index.ts';
 
 /**
  * The two ways an attacker's run on main wrote the evidence of a lease (ADR 0160), replayed

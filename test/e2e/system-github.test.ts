@@ -1,7 +1,13 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { isLive, waitFor } from '../doubles/index.ts';
-import { DEFAULT_BRANCH_TIP } from '../harness/github-sim.ts';
-import { type JobPlan, queuedId, REPO, type SparkSystem, startSystem } from '../harness/index.ts';
+import { isLive, waitFor } from '../../scripts/sim/doubles/index.ts';
+import { DEFAULT_BRANCH_TIP } from '../../scripts/sim/harness/github-sim.ts';
+import {
+  type JobPlan,
+  queuedId,
+  REPO,
+  type SparkSystem,
+  startSystem,
+} from '../../scripts/sim/harness/index.ts';
 
 /**
  * The whole system from GitHub's side: controller and relay agents as separate

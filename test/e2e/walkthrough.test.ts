@@ -4,7 +4,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { agentBundle } from '../doubles/fleet.ts';
+import { agentBundle } from '../../scripts/sim/doubles/fleet.ts';
 import {
   FakeDeckard,
   FakeGpu,
@@ -12,21 +12,27 @@ import {
   REPO_ROOT,
   simulatedAgentConfig,
   waitFor,
-} from '../doubles/index.ts';
-import { type FakeGitHubWeb, startFakeGitHubWeb } from '../fake-github/app-manifest-flow.ts';
-import { type FakeGitHub, startFakeGitHub } from '../fake-github/server.ts';
-import { loadWorkflow } from '../fake-github/workflows.ts';
+} from '../../scripts/sim/doubles/index.ts';
+import { type FakeGitHubWeb, startFakeGitHubWeb } from '../../scripts/sim/fake-github/app-manifest-flow.ts';
+import { type FakeGitHub, startFakeGitHub } from '../../scripts/sim/fake-github/server.ts';
+import { loadWorkflow } from '../../scripts/sim/fake-github/workflows.ts';
 import {
   DEFAULT_BRANCH_TIP,
   type GitHubSim,
   MAINTAINER,
   REPO,
   startGitHubSim,
-} from '../harness/github-sim.ts';
-import { baseEnv, killGroup, type ProcessHandle, sweepProcessesUnder, track } from '../harness/processes.ts';
-import { SIM_RUNNER } from '../harness/system.ts';
+} from '../../scripts/sim/harness/github-sim.ts';
+import {
+  baseEnv,
+  killGroup,
+  type ProcessHandle,
+  sweepProcessesUnder,
+  track,
+} from '../../scripts/sim/harness/processes.ts';
+import { SIM_RUNNER } from '../../scripts/sim/harness/system.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import { firstForm } from '../helpers/html-form.ts';
-import { tempDir } from '../helpers/ledger.ts';
 import { docSays, GITHUB_APP_DOC, README, section, shellCommands, words } from '../helpers/operator-docs.ts';
 
 /**
@@ -35,7 +41,7 @@ import { docSays, GITHUB_APP_DOC, README, section, shellCommands, words } from '
  * the order the docs give them, each documented command parsed from the docs and run for real as
  * the child process package.json maps it to (`npm start`, `npm run admin -- …`, `npm run
  * agent-token -- …`, `npx sparkctl …`), against the strict fake GitHub (every request checked
- * against GitHub's description and the App's real permissions, test/fake-github/server.ts): the
+ * against GitHub's description and the App's real permissions, scripts/sim/fake-github/server.ts): the
  * App created through the manifest flow, installed on the repository, the configuration copied
  * from spark.config.example.json with only the edits the docs tell the operator to make, two hosts
  * with the shipped agent bundle (Deckard on spark-1), `deckard drill`, `doctor`, `enable`, a
@@ -51,7 +57,7 @@ import { docSays, GITHUB_APP_DOC, README, section, shellCommands, words } from '
  * a free port (`SPARK_PORT`, and `SPARK_URL` for sparkctl) with its public URL on loopback ("plain
  * http only on loopback, for trying it out"), and the background tick and admission period are
  * shortened (`SPARK_TICK_MS`, `SPARK_ADMISSION_INTERVAL_MS`). The hosts are simulated Sparks
- * (fake `nvidia-smi`, fake Deckard, the Actions runner played by test/harness/sim-runner.mjs),
+ * (fake `nvidia-smi`, fake Deckard, the Actions runner played by scripts/sim/harness/sim-runner.mjs),
  * their agent.json the system harness's (docs/agent.md, outside this walkthrough).
  */
 

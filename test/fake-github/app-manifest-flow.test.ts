@@ -2,9 +2,14 @@ import { createPublicKey, createSign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  CODE_LIFETIME_MS,
+  type FakeGitHubWeb,
+  slugOf,
+  startFakeGitHubWeb,
+} from '../../scripts/sim/fake-github/app-manifest-flow.ts';
+import { type FakeGitHub, startFakeGitHub } from '../../scripts/sim/fake-github/server.ts';
 import { firstForm } from '../helpers/html-form.ts';
-import { CODE_LIFETIME_MS, type FakeGitHubWeb, slugOf, startFakeGitHubWeb } from './app-manifest-flow.ts';
-import { type FakeGitHub, startFakeGitHub } from './server.ts';
 
 /**
  * GitHub's App manifest flow as the fake plays it (app-manifest-flow.ts `FLOW`), over real HTTP:

@@ -1,11 +1,15 @@
 import { createSign } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { startFakeGitHubProcess } from '../helpers/load/fake-github-process.ts';
-import { example, startHarness } from './harness.ts';
-import { matchOperation, REST_SOURCE } from './operations.ts';
-import { exampleOf, fromOpenApi30, overlay, validate } from './schema.ts';
-import { type FakeGitHub, FakeGitHubViolations, startFakeGitHub } from './server.ts';
-import { webhooksSource } from './webhooks.ts';
+import { example, startHarness } from '../../scripts/sim/fake-github/harness.ts';
+import { matchOperation, REST_SOURCE } from '../../scripts/sim/fake-github/operations.ts';
+import { exampleOf, fromOpenApi30, overlay, validate } from '../../scripts/sim/fake-github/schema.ts';
+import {
+  type FakeGitHub,
+  FakeGitHubViolations,
+  startFakeGitHub,
+} from '../../scripts/sim/fake-github/server.ts';
+import { webhooksSource } from '../../scripts/sim/fake-github/webhooks.ts';
+import { startFakeGitHubProcess } from '../../scripts/sim/load/fake-github-process.ts';
 
 /**
  * The fake GitHub answers from GitHub's own descriptions (operations.ts, webhooks.ts): each

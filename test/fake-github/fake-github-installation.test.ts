@@ -1,6 +1,6 @@
 import { createSign } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type FakeGitHub, startFakeGitHub } from './server.ts';
+import { type FakeGitHub, startFakeGitHub } from '../../scripts/sim/fake-github/server.ts';
 
 /**
  * The fake GitHub's `GET /app/installations/{installation_id}` (server.ts `DOC.getInstallation`)

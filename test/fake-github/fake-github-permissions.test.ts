@@ -2,9 +2,9 @@ import { createSign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { PERMISSIONS_SOURCE } from './permissions.ts';
-import { type FakeGitHub, startFakeGitHub } from './server.ts';
-import { loadWorkflow } from './workflows.ts';
+import { PERMISSIONS_SOURCE } from '../../scripts/sim/fake-github/permissions.ts';
+import { type FakeGitHub, startFakeGitHub } from '../../scripts/sim/fake-github/server.ts';
+import { loadWorkflow } from '../../scripts/sim/fake-github/workflows.ts';
 
 /**
  * The fake GitHub's App permissions and Actions rules (server.ts `DOC`, permissions.ts), spoken to

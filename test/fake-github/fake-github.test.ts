@@ -1,7 +1,7 @@
 import { createSign } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { workflowJobEvent } from './harness.ts';
-import { type FakeGitHub, startFakeGitHub } from './server.ts';
+import { workflowJobEvent } from '../../scripts/sim/fake-github/harness.ts';
+import { type FakeGitHub, startFakeGitHub } from '../../scripts/sim/fake-github/server.ts';
 
 /**
  * The fake GitHub's own behaviour, each rule as GitHub documents it (server.ts `DOC`), spoken to
@@ -309,7 +309,7 @@ describe('pagination (DOC.pagination) and labels (DOC.labels)', () => {
   it('treats label names case-insensitively', async () => {
     // an App that may create labels (Issues: write), unlike the documented one
     await gh.close();
-    gh = await startFakeGitHub({ manifest: 'test/fixtures/github-apps/manifest-issues-write.json' });
+    gh = await startFakeGitHub({ manifest: 'scripts/sim/fixtures/github-apps/manifest-issues-write.json' });
     gh.clock = () => now;
     gh.addRepo('acme/butter', { installationId: 77 });
     const t = await token();

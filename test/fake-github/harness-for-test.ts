@@ -1,5 +1,5 @@
 import type { TestContext } from 'vitest';
-import { type Harness, startHarness } from './harness.ts';
+import { type Harness, startHarness } from '../../scripts/sim/fake-github/harness.ts';
 
 // Kept apart from harness.ts: the demo and the webhook bench import that one outside vitest.
 

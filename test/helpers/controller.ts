@@ -6,7 +6,7 @@ import { silentLogger } from '../../functions/log.ts';
 import { appModules } from '../../functions/modules.ts';
 import { type RunningController, startController } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
-import { tempDir } from './ledger.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 /**
  * Starts a real controller in this process on an ephemeral loopback port with a fresh libSQL

@@ -7,7 +7,7 @@ import { isReleasableStatus } from '../../core/model.ts';
 import { openLedgerDb } from '../../functions/ledger/db.ts';
 import { Ledger } from '../../functions/ledger/ledger.ts';
 import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
-import { idleFacts } from './ledger.ts';
+import { idleFacts } from '../../scripts/sim/ledger.ts';
 
 const [url, configJson, seedText, opsText] = process.argv.slice(2);
 const config = parseConfig(JSON.parse(configJson!), 'racer');

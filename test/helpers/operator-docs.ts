@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT } from '../doubles/index.ts';
+import { REPO_ROOT } from '../../scripts/sim/doubles/index.ts';
 
 /**
  * The operator's documentation as the walkthrough test (test/e2e/walkthrough.test.ts) reads it: the

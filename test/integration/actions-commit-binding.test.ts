@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tempDir } from '../helpers/ledger.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import { gitRepo, runAction } from './actions-lease-fixture.ts';
 
 let tmp: { dir: string; cleanup: () => void };

@@ -7,8 +7,8 @@ import type { Suite, Topology } from '../../core/model.ts';
 import { generateToken, sha256Hex } from '../../functions/auth/tokens.ts';
 import type { ReservationRow } from '../../functions/ledger/ledger.ts';
 import * as t from '../../functions/ledger/schema.ts';
+import { adoptAll } from '../../scripts/sim/ledger.ts';
 import { startTestController } from '../helpers/controller.ts';
-import { adoptAll } from '../helpers/ledger.ts';
 
 export const HEAD_SHA = '7fc2a91d3c4b5a69788766554433221100ffeedd';
 

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { buildTarget, targets } from '../../scripts/build.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import {
   gitRepo,
   type LeaseFixture,

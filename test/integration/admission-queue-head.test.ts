@@ -15,8 +15,8 @@ import {
   toReservationRecord,
 } from '../../functions/ledger/ledger.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { startFakeSqld } from '../fake-sqld/server.ts';
-import { adoptAll, makeTestLedger, testClock } from '../helpers/ledger.ts';
+import { startFakeSqld } from '../../scripts/sim/fake-sqld/server.ts';
+import { adoptAll, makeTestLedger, testClock } from '../../scripts/sim/ledger.ts';
 
 /**
  * An admission pass over a long queue reads only its head (docs/adr/0187-scheduler-pass-measured-whole.md)

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseAgentConfig } from '../../agent/config.ts';
 import { assertPrivate, resolveRunnerAccount } from '../../agent/host/account.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 const base = {
   controllerUrl: 'https://spark.example.org',

@@ -1,8 +1,8 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseComputeApps, queryGpu } from '../../agent/gpu.ts';
-import { FAKE_BIN_DIR, FakeGpu } from '../doubles/index.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { FAKE_BIN_DIR, FakeGpu } from '../../scripts/sim/doubles/index.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 describe('nvidia-smi compute-apps parsing', () => {
   it('parses real csv,noheader,nounits output', () => {

@@ -10,8 +10,8 @@ import {
   tailLines,
 } from '../../agent/runner.ts';
 import { RateLimiter } from '../../functions/agent-api/rate-limit.ts';
-import { waitFor } from '../doubles/index.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { waitFor } from '../../scripts/sim/doubles/index.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 describe('runner process control', () => {
   it('passes the JIT config by environment only and records the exit status in the run dir', async () => {

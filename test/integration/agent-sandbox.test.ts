@@ -5,7 +5,7 @@ import { parseAgentConfig } from '../../agent/config.ts';
 import { checkSandbox, encodeEnv, leasePaths, repoCacheKey } from '../../agent/host/sandbox.ts';
 import type { RunnerAccount } from '../../agent/runner.ts';
 import type { LeaseState } from '../../agent/state-file.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 /**
  * The agent's side of its privileged helper (ADR 0155) and of the per-repository build cache

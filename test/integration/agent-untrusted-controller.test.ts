@@ -10,8 +10,8 @@ import type { AgentLogger } from '../../agent/log.ts';
 import { clampDelayMs, clampHeartbeatS, MAX_TIMER_MS } from '../../agent/loops/backoff.ts';
 import type { LeaseState } from '../../agent/state-file.ts';
 import { DesiredStateSchema, PollResponseSchema } from '../../core/protocol/agent.ts';
-import { waitFor } from '../doubles/index.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { waitFor } from '../../scripts/sim/doubles/index.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 /**
  * The agent trusts nothing the controller says: a hostile or tampered answer
@@ -45,7 +45,7 @@ describe('protocol schema: ids, names and numbers from the controller', () => {
         }),
       ).success,
     ).toBe(true);
-    // the fake GitHub's JIT config shape (test/fake-github/server.ts)
+    // the fake GitHub's JIT config shape (scripts/sim/fake-github/server.ts)
     expect(DesiredStateSchema.safeParse(run({ jitConfig: 'JITCONFIG-SECRET-0123abcd' })).success).toBe(true);
     expect(
       PollResponseSchema.safeParse({

@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { repoRoot } from '../../functions/node-server.ts';
-import { makeTestLedger, tempDir } from '../helpers/ledger.ts';
-import { type ControllerGroup, startControllerProcesses } from '../helpers/load/controllers.ts';
+import { makeTestLedger, tempDir } from '../../scripts/sim/ledger.ts';
+import { type ControllerGroup, startControllerProcesses } from '../../scripts/sim/load/controllers.ts';
 
 /**
  * The shipped Prometheus alert rules (functions/metrics/alert-rules.yml, docs/metrics.md

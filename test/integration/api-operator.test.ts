@@ -2,7 +2,7 @@ import { count, eq } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ReservationResponse } from '../../core/protocol/api.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { testClock } from '../helpers/ledger.ts';
+import { testClock } from '../../scripts/sim/ledger.ts';
 import {
   agentCleaned,
   agentPrepared,

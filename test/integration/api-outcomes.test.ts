@@ -1,8 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ReservationInfo } from '../../core/protocol/api.ts';
 import { loadDashboardData } from '../../functions/dashboard/index.ts';
-import { example, type Harness, labelObject, startHarness } from '../fake-github/harness.ts';
-import { adoptAll } from '../helpers/ledger.ts';
+import { example, type Harness, labelObject, startHarness } from '../../scripts/sim/fake-github/harness.ts';
+import { adoptAll } from '../../scripts/sim/ledger.ts';
 
 /**
  * a reservation that ended before it ran reports how it ended — everywhere a

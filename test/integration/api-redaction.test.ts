@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import * as t from '../../functions/ledger/schema.ts';
 import { createViewsMemo, redactText, toEventView } from '../../functions/views.ts';
-import { adoptAll, makeTestLedger } from '../helpers/ledger.ts';
+import { adoptAll, makeTestLedger } from '../../scripts/sim/ledger.ts';
 
 describe('redactText (public free text)', () => {
   it('keeps the words people need', () => {

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import * as t from '../../functions/ledger/schema.ts';
-import { type Harness, startHarness } from '../fake-github/harness.ts';
+import { type Harness, startHarness } from '../../scripts/sim/fake-github/harness.ts';
 
 /**
  * background CI (class 20) is queued only while the fleet would otherwise idle.

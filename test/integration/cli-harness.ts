@@ -9,8 +9,8 @@ import { createApiToken } from '../../functions/auth/tokens.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
 import * as schema from '../../functions/ledger/schema.ts';
 import { buildTarget, targets } from '../../scripts/build.ts';
+import { idleFacts, servingFacts, tempDir } from '../../scripts/sim/ledger.ts';
 import { startTestController } from '../helpers/controller.ts';
-import { idleFacts, servingFacts, tempDir } from '../helpers/ledger.ts';
 
 /**
  * Shared harness of the sparkctl and MCP tests: a real controller on loopback with API tokens, an

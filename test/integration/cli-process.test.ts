@@ -5,7 +5,7 @@ import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import { repoRoot } from '../../functions/node-server.ts';
-import { idleFacts, makeTestLedger, servingFacts, tempDir } from '../helpers/ledger.ts';
+import { idleFacts, makeTestLedger, servingFacts, tempDir } from '../../scripts/sim/ledger.ts';
 import {
   agentReportsCleaned,
   agentReportsPrepared,

@@ -10,10 +10,10 @@ import {
 } from '../../core/protocol/api.ts';
 import { apiModule } from '../../functions/api/index.ts';
 import { repoRoot } from '../../functions/node-server.ts';
-import { startHarness } from '../fake-github/harness.ts';
-import { loadWorkflow } from '../fake-github/workflows.ts';
+import { startHarness } from '../../scripts/sim/fake-github/harness.ts';
+import { loadWorkflow } from '../../scripts/sim/fake-github/workflows.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import { startTestController } from '../helpers/controller.ts';
-import { tempDir } from '../helpers/ledger.ts';
 import {
   agentOnline,
   agentReportsActive,
@@ -302,7 +302,7 @@ describe('sparkctl against a real controller', () => {
   });
 
   it('repo enable is a gate: refused with each check and its fix (exit 7, nothing changed), --override recorded, --json', async () => {
-    const h = await startHarness({ manifest: 'test/fixtures/github-apps/manifest-issues-write.json' });
+    const h = await startHarness({ manifest: 'scripts/sim/fixtures/github-apps/manifest-issues-write.json' });
     try {
       h.gh.addRepo('acme/butter');
       h.gh.addRepo('acme/iron');

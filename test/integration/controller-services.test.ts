@@ -3,7 +3,7 @@ import { type Controller, createController } from '../../functions/controller.ts
 import { githubService } from '../../functions/github/service.ts';
 import { silentLogger } from '../../functions/log.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
-import { adoptAll, makeTestLedger, type TestLedger } from '../helpers/ledger.ts';
+import { adoptAll, makeTestLedger, type TestLedger } from '../../scripts/sim/ledger.ts';
 
 /**
  * docs/adr/0215-controller-owns-its-services.md: `createController()` builds every service once;

@@ -2,8 +2,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, type TestContext } from 'vitest';
+import { servingFacts, tempDir } from '../../scripts/sim/ledger.ts';
 import { startTestController } from '../helpers/controller.ts';
-import { servingFacts, tempDir } from '../helpers/ledger.ts';
 
 /** Kills `child` when the test finishes, whatever happened (the tests run concurrently). */
 function reap(ctx: TestContext, child: ChildProcess): void {

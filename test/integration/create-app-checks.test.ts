@@ -6,7 +6,7 @@ import { withSecretsFile } from '../../functions/secrets-file.ts';
 import { EnvSchema } from '../../functions/settings.ts';
 import { runCreateApp } from '../../scripts/create-app/main.ts';
 import { checkPublicUrl } from '../../scripts/create-app/options.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 /**
  * What `create-app` refuses before it opens a port or sends anything to GitHub (exit 2, one line

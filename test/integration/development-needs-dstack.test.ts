@@ -2,7 +2,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ExecutorName } from '../../core/model.ts';
-import { idleFacts, servingFacts, tempDir } from '../helpers/ledger.ts';
+import { idleFacts, servingFacts, tempDir } from '../../scripts/sim/ledger.ts';
 import {
   type ApiTarget,
   cleanupBundle,

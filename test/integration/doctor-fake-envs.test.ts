@@ -13,7 +13,7 @@ import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runDoctor } from '../../agent/preflight/doctor.ts';
 import { buildTarget } from '../../scripts/build.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import { readOnlyView } from '../helpers/read-only-view.ts';
 
 /**

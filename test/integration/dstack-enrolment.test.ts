@@ -5,13 +5,17 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AgentConfig } from '../../agent/config.ts';
 import { checkDstackEnrolment, createEnrolmentCache } from '../../agent/dstack-enrolment.ts';
-import { sshFleet } from '../doubles/dstack/fleets.ts';
-import { type DstackStandIn, MULTI_ARCH_IMAGE, startDstackStandIn } from '../doubles/dstack/server.ts';
+import { sshFleet } from '../../scripts/sim/doubles/dstack/fleets.ts';
+import {
+  type DstackStandIn,
+  MULTI_ARCH_IMAGE,
+  startDstackStandIn,
+} from '../../scripts/sim/doubles/dstack/server.ts';
 
 /**
  * The heartbeat's dstack enrolment fact (docs/adr/0166-dstack-enrolment-fact.md): what the agent
  * finds when it asks its dstack server for the fleet that holds its host, against the stand-in
- * (test/doubles/dstack/fleets.ts, from dstack 0.21.2's source): real HTTP on loopback, every
+ * (scripts/sim/doubles/dstack/fleets.ts, from dstack 0.21.2's source): real HTTP on loopback, every
  * request validated like the server's pydantic models.
  */
 

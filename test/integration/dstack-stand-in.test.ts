@@ -10,11 +10,11 @@ import {
   MULTI_ARCH_IMAGE,
   outputOf,
   startDstackStandIn,
-} from '../doubles/dstack/server.ts';
-import { waitFor } from '../doubles/index.ts';
+} from '../../scripts/sim/doubles/dstack/server.ts';
+import { waitFor } from '../../scripts/sim/doubles/index.ts';
 
 /**
- * The agent's dstack client against the stand-in (test/doubles/dstack/): what a dstack 0.21.2
+ * The agent's dstack client against the stand-in (scripts/sim/doubles/dstack/): what a dstack 0.21.2
  * server refuses and how (422, 400, 403, 404), the run and job statuses with `terminating` and
  * their termination reasons, log paging with `next_token`, and what `image` and the fleet's
  * architecture decide. Real HTTP on loopback, real jobs in the stand-in's container namespace.

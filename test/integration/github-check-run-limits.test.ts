@@ -3,7 +3,7 @@ import { fitSummary, MAX_CHECK_RUN_SUMMARY, renderCheckRun } from '../../functio
 import { patchMeta } from '../../functions/github/meta.ts';
 import type { ReservationRow } from '../../functions/ledger/ledger.ts';
 import { enqueueCheckSync } from '../../functions/ledger/outbox.ts';
-import { example } from '../fake-github/harness.ts';
+import { example } from '../../scripts/sim/fake-github/harness.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
 
 /**

@@ -3,8 +3,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readMeta } from '../../functions/github/meta.ts';
 import { computeDesiredState } from '../../functions/ledger/desired-state.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { example, type Harness, startHarness } from '../fake-github/harness.ts';
-import { adoptAll } from '../helpers/ledger.ts';
+import { example, type Harness, startHarness } from '../../scripts/sim/fake-github/harness.ts';
+import { adoptAll } from '../../scripts/sim/ledger.ts';
 
 /**
  * The controller's side of CI as a dstack task (ADR 0110) against the fake GitHub: no

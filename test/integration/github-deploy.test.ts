@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { createClient } from '@libsql/client';
 import { afterEach, describe, expect, it } from 'vitest';
-import { tempDir } from '../helpers/ledger.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 /** `npm run deploy` (scripts/deploy.ts) run as a real child process. */
 function deploy(args: string[], env: Record<string, string>) {

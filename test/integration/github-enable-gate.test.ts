@@ -10,9 +10,9 @@ import {
   REPO_SCOPE_MANIFEST,
   SPARK_RUNNER_GROUP,
   startHarness,
-} from '../fake-github/harness.ts';
-import { loadWorkflow } from '../fake-github/workflows.ts';
-import { tempDir } from '../helpers/ledger.ts';
+} from '../../scripts/sim/fake-github/harness.ts';
+import { loadWorkflow } from '../../scripts/sim/fake-github/workflows.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import {
   doctorGithub,
   enableStrict,
@@ -126,7 +126,7 @@ describe('enable is a gate', () => {
 
   it('refuses an unready fleet with each fix; nothing changes: no ledger row, no label', async () => {
     // an App that may create labels: a refused enable still creates none
-    h = await startHarness({ manifest: 'test/fixtures/github-apps/manifest-issues-write.json' });
+    h = await startHarness({ manifest: 'scripts/sim/fixtures/github-apps/manifest-issues-write.json' });
     h.gh.addRepo(REPO);
     const before = await snapshot(h);
     const body = await refused(await enableStrict(h, REPO));
@@ -360,7 +360,7 @@ describe('the installation’s permissions against what the runner scope needs',
   });
 
   it('an App created with too little: Actions read only, not subscribed to issue comments', async () => {
-    h = await startHarness({ manifest: 'test/fixtures/github-apps/manifest-actions-read.json' });
+    h = await startHarness({ manifest: 'scripts/sim/fixtures/github-apps/manifest-actions-read.json' });
     h.gh.addRepo(REPO);
     await readyFleet(h.c.ledger);
     const body = await refused(await enableStrict(h, REPO));
@@ -483,7 +483,7 @@ describe('a verified Deckard restore on the host that serves it', () => {
 
 describe('doctor github: the same checks, read-only', () => {
   it('one repository: the checks enable would run, and nothing changes (no label, no ledger row)', async () => {
-    h = await startHarness({ manifest: 'test/fixtures/github-apps/manifest-issues-write.json' });
+    h = await startHarness({ manifest: 'scripts/sim/fixtures/github-apps/manifest-issues-write.json' });
     h.gh.addRepo(REPO);
     const before = await snapshot(h);
     const { status, body } = await doctorGithub(h, REPO);

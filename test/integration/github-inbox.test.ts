@@ -3,8 +3,8 @@ import { sql } from 'drizzle-orm';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { INBOX_MAX_ATTEMPTS, inboxBackoffMs } from '../../functions/github/inbox.ts';
 import { githubService } from '../../functions/github/service.ts';
-import { example, type Harness, SECRET, startHarness } from '../fake-github/harness.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { example, type Harness, SECRET, startHarness } from '../../scripts/sim/fake-github/harness.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import { cleanupBundle, runSparkctl, sparkctlBundle } from './cli-harness.ts';
 
 /**

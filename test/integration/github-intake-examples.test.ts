@@ -1,9 +1,9 @@
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import manifest from '../../docs/github-app-manifest.json' with { type: 'json' };
-import { type Harness, labelObject, recordedExamples } from '../fake-github/harness.ts';
+import { type Harness, labelObject, recordedExamples } from '../../scripts/sim/fake-github/harness.ts';
+import { completeWebhook } from '../../scripts/sim/fake-github/webhooks.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
-import { completeWebhook } from '../fake-github/webhooks.ts';
 
 /**
  * The webhook intake on every community example payload (`@octokit/webhooks-examples`) of every

@@ -12,12 +12,12 @@ import {
   labelObject,
   SPARK_RUNNER_GROUP,
   workflowJobEvent,
-} from '../fake-github/harness.ts';
+} from '../../scripts/sim/fake-github/harness.ts';
+import { validate } from '../../scripts/sim/fake-github/schema.ts';
+import type { Job } from '../../scripts/sim/fake-github/server.ts';
+import { adoptAll } from '../../scripts/sim/ledger.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
-import { validate } from '../fake-github/schema.ts';
-import type { Job } from '../fake-github/server.ts';
 import { hostEvidence } from '../helpers/host-evidence.ts';
-import { adoptAll } from '../helpers/ledger.ts';
 
 const REPO = 'Codertocat/Hello-World';
 const SHA = 'ec26c3e57ca3a959ca5aad62de7213c562f8c821';

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { mergeCiForRepo, parseConfig } from '../../core/config.ts';
-import { example } from '../fake-github/harness.ts';
+import { example } from '../../scripts/sim/fake-github/harness.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
 
 /**

@@ -8,10 +8,10 @@ import { githubService } from '../../functions/github/service.ts';
 import { sweepRunnerPickup } from '../../functions/github/sweeps.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { toEventView } from '../../functions/views.ts';
-import { example, type Harness, workflowJobEvent } from '../fake-github/harness.ts';
+import { example, type Harness, workflowJobEvent } from '../../scripts/sim/fake-github/harness.ts';
+import { adoptAll, idleFacts } from '../../scripts/sim/ledger.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
 import { hostEvidence, jobReceipt } from '../helpers/host-evidence.ts';
-import { adoptAll, idleFacts } from '../helpers/ledger.ts';
 
 /**
  * An infrastructure failure says so (ADR 0177), through the real controller, its ledger file and

@@ -3,8 +3,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { REDELIVERY_INTERVAL_MS, sweepMissedDeliveries } from '../../functions/github/redeliver.ts';
 import { githubService } from '../../functions/github/service.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { example, type Harness, startHarness } from '../fake-github/harness.ts';
-import type { HookDelivery } from '../fake-github/server.ts';
+import { example, type Harness, startHarness } from '../../scripts/sim/fake-github/harness.ts';
+import type { HookDelivery } from '../../scripts/sim/fake-github/server.ts';
 
 /**
  * Deliveries GitHub failed to make while the controller was down (ADR 0091), against the fake

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import { parseSparkCommand } from '../../functions/github/commands.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { type Harness, startHarness } from '../fake-github/harness.ts';
+import { type Harness, startHarness } from '../../scripts/sim/fake-github/harness.ts';
 
 /** Adopts every configured host; no heartbeat, so no grants (the fleet checks are overridden). */
 async function adoptHosts(h: Harness) {
@@ -21,7 +21,7 @@ describe('repository enablement (operator routes)', () => {
   // github-enable-gate.test.ts; these scenarios override the fleet checks (FLEET_OVERRIDE)
 
   it('an App that may write issues gets the three labels created (one already there); disable stops it', async () => {
-    h = await startHarness({ manifest: 'test/fixtures/github-apps/manifest-issues-write.json' });
+    h = await startHarness({ manifest: 'scripts/sim/fixtures/github-apps/manifest-issues-write.json' });
     h.gh.addRepo('acme/butter', { installationId: 9 });
     h.gh.repos.get('acme/butter')!.labels.add('spark-test');
     await adoptHosts(h);

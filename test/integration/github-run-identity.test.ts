@@ -8,8 +8,8 @@ import {
   parseReservationLabel,
   reservationLabel,
 } from '../../functions/github/run-identity.ts';
-import { example, type Harness, startHarness } from '../fake-github/harness.ts';
-import { adoptAll } from '../helpers/ledger.ts';
+import { example, type Harness, startHarness } from '../../scripts/sim/fake-github/harness.ts';
+import { adoptAll } from '../../scripts/sim/ledger.ts';
 
 /**
  * Unguessable per-reservation labels: the nonce is 128 random bits from Web

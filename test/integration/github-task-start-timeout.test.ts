@@ -5,9 +5,9 @@ import { createAgentToken } from '../../functions/auth/tokens.ts';
 import { githubService } from '../../functions/github/service.ts';
 import { sweepRunnerPickup, sweepTaskStart } from '../../functions/github/sweeps.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { example, type Harness } from '../fake-github/harness.ts';
+import { example, type Harness } from '../../scripts/sim/fake-github/harness.ts';
+import { adoptAll, idleFacts } from '../../scripts/sim/ledger.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
-import { adoptAll, idleFacts } from '../helpers/ledger.ts';
 
 /**
  * The task-start timeout (ADR 0120) against the real controller, its ledger file and the fake

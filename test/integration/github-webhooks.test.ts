@@ -4,7 +4,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { githubService } from '../../functions/github/service.ts';
 import { DELIVERY_RETENTION_MS, pruneDeliveries } from '../../functions/github/sweeps.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { example, type Harness, startHarness } from '../fake-github/harness.ts';
+import { example, type Harness, startHarness } from '../../scripts/sim/fake-github/harness.ts';
 
 const REPO = 'Codertocat/Hello-World';
 

@@ -6,11 +6,11 @@ import { readMeta } from '../../functions/github/meta.ts';
 import { inspectWorkflowContract, NONCE_LOST } from '../../functions/github/workflow-contract.ts';
 import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { example, workflowJobEvent } from '../fake-github/harness.ts';
+import { example, workflowJobEvent } from '../../scripts/sim/fake-github/harness.ts';
+import { loadWorkflow } from '../../scripts/sim/fake-github/workflows.ts';
+import { adoptAll } from '../../scripts/sim/ledger.ts';
 import { startHarnessFor } from '../fake-github/harness-for-test.ts';
-import { loadWorkflow } from '../fake-github/workflows.ts';
 import { hostEvidence } from '../helpers/host-evidence.ts';
-import { adoptAll } from '../helpers/ledger.ts';
 
 /**
  * The spec's workflow contract, unchanged (docs/github-app.md "The workflow contract", ADR 0131):

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
-import { killGroup, killQuietly, processStartMs } from '../harness/processes.ts';
+import { killGroup, killQuietly, processStartMs } from '../../scripts/sim/harness/processes.ts';
 
 /**
  * The system harness kills runners by the pid they reported, at teardown, possibly minutes after

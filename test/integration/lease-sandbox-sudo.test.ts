@@ -14,9 +14,9 @@ import {
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeEnv } from '../../agent/host/sandbox.ts';
-import { SANDBOX_HELPER } from '../doubles/fleet.ts';
-import { mountsUnder, removeTestHostDir } from '../doubles/host-sandbox.ts';
-import { canCreateUsers, createTestUser, type TestUser } from '../doubles/runner-user.ts';
+import { SANDBOX_HELPER } from '../../scripts/sim/doubles/fleet.ts';
+import { mountsUnder, removeTestHostDir } from '../../scripts/sim/doubles/host-sandbox.ts';
+import { canCreateUsers, createTestUser, type TestUser } from '../../scripts/sim/doubles/runner-user.ts';
 
 /**
  * The agent's one privilege on a host (ADR 0155, docs/agent.md "Install"): the sudoers rule that

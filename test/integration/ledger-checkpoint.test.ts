@@ -1,7 +1,7 @@
 import { statSync } from 'node:fs';
 import { sql } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
-import { makeTestLedger, type TestLedger } from '../helpers/ledger.ts';
+import { makeTestLedger, type TestLedger } from '../../scripts/sim/ledger.ts';
 
 /**
  * The WAL truncation after a JIT hand-over beside this process's own write

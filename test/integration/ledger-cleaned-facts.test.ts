@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { applyReport } from '../../functions/ledger/agent-reports.ts';
-import { adoptAll, idleFacts, makeTestLedger, type TestLedger } from '../helpers/ledger.ts';
+import { adoptAll, idleFacts, makeTestLedger, type TestLedger } from '../../scripts/sim/ledger.ts';
 
 /**
  * the `cleaned` report carries the GPU facts read after cleanup, and the

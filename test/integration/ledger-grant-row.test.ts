@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { leaseGrantsOf } from '../../core/events.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { adoptAll, makeTestLedger, type TestLedger, testClock } from '../helpers/ledger.ts';
+import { adoptAll, makeTestLedger, type TestLedger, testClock } from '../../scripts/sim/ledger.ts';
 import { replayGrants } from '../helpers/load/verify.ts';
 
 /**

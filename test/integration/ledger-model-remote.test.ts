@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { admissionPassStats } from '../../functions/ledger/admission-pass.ts';
-import { releaseClosedLedgers } from '../helpers/ledger.ts';
+import { releaseClosedLedgers } from '../../scripts/sim/ledger.ts';
 import { bringUp, commandArbs, configArb, report } from '../model/commands.ts';
 import { openLedgerSut } from '../model/ledger-driver.ts';
 import { newWorld } from '../model/world.ts';

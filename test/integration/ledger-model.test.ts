@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, it } from 'vitest';
-import { releaseClosedLedgers } from '../helpers/ledger.ts';
+import { releaseClosedLedgers } from '../../scripts/sim/ledger.ts';
 import { assertReachedEveryRule, bringUp, commandArbs, configArb, report } from '../model/commands.ts';
 import { openLedgerSut } from '../model/ledger-driver.ts';
 import { newWorld } from '../model/world.ts';

@@ -3,7 +3,7 @@ import { asc } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { leaseGrantsOf } from '../../core/events.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { adoptAll, makeTestLedger } from '../helpers/ledger.ts';
+import { adoptAll, makeTestLedger } from '../../scripts/sim/ledger.ts';
 
 /**
  * Four Node processes share one libSQL ledger file and race admission passes over a randomized

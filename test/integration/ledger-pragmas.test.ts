@@ -2,7 +2,7 @@ import { sql } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { bindingLeases, CONNECTION_PRAGMAS, POOL_SIZE } from '../../functions/ledger/db.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { makeTestLedger, type TestLedger } from '../helpers/ledger.ts';
+import { makeTestLedger, type TestLedger } from '../../scripts/sim/ledger.ts';
 
 /**
  * "two plain bugs": the per-connection pragmas reach every pooled connection (not the

@@ -16,7 +16,7 @@ import {
   reservationById,
 } from '../../functions/ledger/raw-rows.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { adoptAll, makeTestLedger, type TestLedger, tempDir } from '../helpers/ledger.ts';
+import { adoptAll, makeTestLedger, type TestLedger, tempDir } from '../../scripts/sim/ledger.ts';
 
 /**
  * The hand-written hot-path reads return exactly the rows drizzle returns for

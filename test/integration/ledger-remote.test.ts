@@ -13,14 +13,14 @@ import { loadMigrations } from '../../functions/ledger/migrations-fs.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { openNodeLedger } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
-import { type FakeSqld, type FakeSqldOptions, startFakeSqld } from '../fake-sqld/server.ts';
+import { type FakeSqld, type FakeSqldOptions, startFakeSqld } from '../../scripts/sim/fake-sqld/server.ts';
+import { adoptAll, idleFacts, tempDir } from '../../scripts/sim/ledger.ts';
 import { startTestController } from '../helpers/controller.ts';
-import { adoptAll, idleFacts, tempDir } from '../helpers/ledger.ts';
 
 /**
  * The ledger over a remote libSQL URL (Turso / sqld), through the same `@libsql/client` Node
  * client the controller uses: its http transport speaks Hrana over HTTP to a local fake sqld
- * (test/fake-sqld) backed by a real libSQL file, one connection per stream, so every ledger
+ * (scripts/sim/fake-sqld) backed by a real libSQL file, one connection per stream, so every ledger
  * write is a real interactive transaction spread over several HTTP requests.
  */
 

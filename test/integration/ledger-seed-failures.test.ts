@@ -9,7 +9,7 @@ import {
   servingFacts,
   type TestLedger,
   testClock,
-} from '../helpers/ledger.ts';
+} from '../../scripts/sim/ledger.ts';
 
 /**
  * through the real ledger (a libSQL file): the admission pass applies the

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ApiError } from '../../functions/errors.ts';
 import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import { computeDesiredState } from '../../functions/ledger/desired-state.ts';
-import { adoptAll, idleFacts, makeTestLedger, type TestLedger, testClock } from '../helpers/ledger.ts';
+import { adoptAll, idleFacts, makeTestLedger, type TestLedger, testClock } from '../../scripts/sim/ledger.ts';
 
 /**
  * A home service that stops by itself outside any lease (ADR 0175), through the real ledger: the

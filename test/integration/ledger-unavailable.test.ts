@@ -6,8 +6,8 @@ import { createApiToken } from '../../functions/auth/tokens.ts';
 import { silentLogger } from '../../functions/log.ts';
 import { startController } from '../../functions/node-server.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
+import { makeTestLedger, tempDir } from '../../scripts/sim/ledger.ts';
 import { startTestController } from '../helpers/controller.ts';
-import { makeTestLedger, tempDir } from '../helpers/ledger.ts';
 import { heardAnHourAgo } from './cli-harness.ts';
 
 /**

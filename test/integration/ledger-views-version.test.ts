@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createViewsMemo } from '../../functions/views.ts';
-import { adoptAll, makeTestLedger, type TestLedger, testClock } from '../helpers/ledger.ts';
+import { adoptAll, makeTestLedger, type TestLedger, testClock } from '../../scripts/sim/ledger.ts';
 
 /**
  * the fleet and queue views are computed once per ledger version, not once per

@@ -3,8 +3,8 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import type { RunningController } from '../../functions/node-server.ts';
+import { adoptAll } from '../../scripts/sim/ledger.ts';
 import { startTestController } from '../helpers/controller.ts';
-import { adoptAll } from '../helpers/ledger.ts';
 import { heardAnHourAgo } from './cli-harness.ts';
 
 /**

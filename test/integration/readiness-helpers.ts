@@ -4,8 +4,8 @@ import type { HostFacts } from '../../core/model.ts';
 import type { DoctorResponse } from '../../core/protocol/readiness.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import type { Harness } from '../fake-github/harness.ts';
-import { idleFacts, servingFacts } from '../helpers/ledger.ts';
+import type { Harness } from '../../scripts/sim/fake-github/harness.ts';
+import { idleFacts, servingFacts } from '../../scripts/sim/ledger.ts';
 import { agentCleaned } from './cli-harness.ts';
 
 /**

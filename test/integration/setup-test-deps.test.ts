@@ -3,7 +3,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, symlinkSync, writeFileS
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { tempDir } from '../helpers/ledger.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 /**
  * `npm test` installs its own Debian prerequisites (package.json "pretest" →

@@ -14,12 +14,12 @@ import {
   requireDebianRust,
   resultsDir,
   runLane,
-} from '../harness/lanes.ts';
-import { tempDir } from '../helpers/ledger.ts';
+} from '../../scripts/sim/harness/lanes.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 /**
  * Butter's lane script (workflows-templates/butter/scripts/ci/spark-test.sh), adopted into a
- * checkout of the Butter-shaped fixture (test/fixtures/lanes/butter: a `wh-butter-cuda` crate whose
+ * checkout of the Butter-shaped fixture (scripts/sim/fixtures/lanes/butter: a `wh-butter-cuda` crate whose
  * "CUDA" is plain Rust checked against CPU references, and ignored model integration tests) and
  * run by Debian's real cargo and rustc, offline. The fixture records every test that runs.
  */

@@ -14,13 +14,13 @@ import {
   requireDebianRust,
   resultsDir,
   runLane,
-} from '../harness/lanes.ts';
-import { tempDir } from '../helpers/ledger.ts';
+} from '../../scripts/sim/harness/lanes.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import { type LeaseFixture, runAction, runnerEnv, startWithGrantedLease } from './actions-lease-fixture.ts';
 
 /**
  * Iron's lane script (workflows-templates/iron/scripts/ci/spark-test.sh), adopted into a checkout
- * of the Iron-shaped fixture (test/fixtures/lanes/iron: plain-Rust "CUDA" kernels against CPU
+ * of the Iron-shaped fixture (scripts/sim/fixtures/lanes/iron: plain-Rust "CUDA" kernels against CPU
  * oracles) and run by Debian's real cargo and rustc, offline. The fixture records every test and
  * bench that runs, so each case shows what the lane ran and that nothing else did.
  */

@@ -2,8 +2,8 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listing } from '../harness/lanes.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { listing } from '../../scripts/sim/harness/lanes.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 import { readOnlyView } from '../helpers/read-only-view.ts';
 import { repoRoot } from './actions-lease-fixture.ts';
 

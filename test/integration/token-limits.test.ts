@@ -2,8 +2,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig, tokenLimitFor } from '../../core/config.ts';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import type { RunningController } from '../../functions/node-server.ts';
+import { testClock } from '../../scripts/sim/ledger.ts';
 import { startTestController } from '../helpers/controller.ts';
-import { testClock } from '../helpers/ledger.ts';
 import { bringOnline, heardAnHourAgo, startApiController, until } from './cli-harness.ts';
 
 /**

@@ -7,11 +7,11 @@ import { parseConfig } from '../../core/config.ts';
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import { openLedgerDb } from '../../functions/ledger/db.ts';
 import { Ledger } from '../../functions/ledger/ledger.ts';
-import { example } from '../fake-github/harness.ts';
-import { type FakeGitHub, startFakeGitHub } from '../fake-github/server.ts';
-import { startWranglerDev, type WranglerDev } from '../fake-github/wrangler-dev.ts';
-import { type FakeSqld, startFakeSqld } from '../fake-sqld/server.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { example } from '../../scripts/sim/fake-github/harness.ts';
+import { type FakeGitHub, startFakeGitHub } from '../../scripts/sim/fake-github/server.ts';
+import { type FakeSqld, startFakeSqld } from '../../scripts/sim/fake-sqld/server.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
+import { startWranglerDev, type WranglerDev } from '../helpers/wrangler-dev.ts';
 
 function run(
   cmd: string,

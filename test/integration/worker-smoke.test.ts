@@ -1,7 +1,7 @@
 import { sign } from '@octokit/webhooks-methods';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { example } from '../fake-github/harness.ts';
-import { freePort, startWranglerDev, type WranglerDev } from '../fake-github/wrangler-dev.ts';
+import { example } from '../../scripts/sim/fake-github/harness.ts';
+import { freePort, startWranglerDev, type WranglerDev } from '../helpers/wrangler-dev.ts';
 
 /**
  * The Worker entry in real workerd through `wrangler dev --local`. The ledger URL points at a

@@ -7,8 +7,8 @@ import { openLedgerDb } from '../../functions/ledger/db.ts';
 import { Ledger } from '../../functions/ledger/ledger.ts';
 import { cancelReservation, supersedeQueued } from '../../functions/ledger/reservations.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { startFakeSqld } from '../fake-sqld/server.ts';
-import { makeTestLedger, testClock } from '../helpers/ledger.ts';
+import { startFakeSqld } from '../../scripts/sim/fake-sqld/server.ts';
+import { makeTestLedger, testClock } from '../../scripts/sim/ledger.ts';
 import type { Sut } from './commands.ts';
 import { START, type World } from './world.ts';
 
@@ -44,7 +44,7 @@ export interface LedgerSut extends Sut {
 
 /**
  * A fresh, migrated libSQL file ledger for `cfg`, with a clock the model moves. `remote`: the same
- * file served by the sqld stand-in (test/fake-sqld) and reached through `@libsql/client` over HTTP,
+ * file served by the sqld stand-in (scripts/sim/fake-sqld) and reached through `@libsql/client` over HTTP,
  * as a Worker reaches Turso, so admission passes take the batched path
  * (docs/adr/0185-admission-pass-in-two-round-trips.md).
  */

@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { backoffMs } from '../../agent/loops/backoff.ts';
 import { emptyState, loadState, saveState } from '../../agent/state-file.ts';
-import { tempDir } from '../helpers/ledger.ts';
+import { tempDir } from '../../scripts/sim/ledger.ts';
 
 describe('agent state file', () => {
   it('starts empty, round-trips, and leaves no temp file behind', () => {

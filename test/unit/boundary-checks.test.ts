@@ -126,3 +126,49 @@ describe('raw SQL', () => {
     ).toEqual([]);
   });
 });
+
+describe('the simulation kit (docs/adr/0235-simulation-kit-in-scripts-sim.md)', () => {
+  it('may read the environment in its stand-ins and run SQL in its fake sqld, and nowhere else', () => {
+    write('scripts/sim/doubles/fake-runner.mjs', 'const c = process.env.ACTIONS_RUNNER_INPUT_JITCONFIG;\n');
+    write('scripts/sim/harness/processes.ts', 'export const e = { ...process.env, A: "1" };\n');
+    write('scripts/sim/fake-sqld/sql.ts', "export const q = 'SELECT changes(), last_insert_rowid()';\n");
+    write('scripts/sim/harness/ledger-reader.ts', "export const q = 'SELECT * FROM leases';\n");
+    expect(check()).toEqual([]);
+    // the exemptions are per file and per rule: the fake GitHub, the demo and SQL in a double still fail
+    write('scripts/sim/fake-github/server.ts', 'export const t = process.env.GITHUB_TOKEN;\n');
+    write('scripts/sim/doubles/fleet.ts', "export const q = 'DELETE FROM leases';\n");
+    write('scripts/sim/harness/system.ts', 'export const p = process.env.PATH;\n');
+    write('scripts/demo.ts', 'export const d = process.env.SPARK_DEMO;\n');
+    expect(check()).toEqual([
+      'scripts/demo.ts:1: reads the environment (process.env.SPARK_DEMO): read it in the settings module and pass the value in',
+      'scripts/sim/doubles/fleet.ts:1: SQL text "DELETE FROM leases" outside functions/ledger/: call a ledger command or query instead',
+      'scripts/sim/fake-github/server.ts:1: reads the environment (process.env.GITHUB_TOKEN): read it in the settings module and pass the value in',
+      'scripts/sim/harness/system.ts:1: reads the environment (process.env.PATH): read it in the settings module and pass the value in',
+    ]);
+  });
+});
+
+describe('imports from test/', () => {
+  it('fail outside test/, in every form that loads a module', () => {
+    write('scripts/demo.ts', "import { startSystem } from '../test/harness/index.ts';\n");
+    write('scripts/bench/a.ts', "const { makeTestLedger } = await import('../../test/helpers/ledger.ts');\n");
+    write('functions/b.ts', "export * from '../test/fixtures/index.ts';\n");
+    write('scripts/sim/doubles/c.mjs', "const x = require('../../../test/helpers/x.ts');\n");
+    write('agent/d.ts', "import type { T } from '../test/e2e/t.ts';\n");
+    expect(check()).toEqual([
+      'agent/d.ts:1: imports test/e2e/t.ts from test/: move what both need into scripts/sim/ (docs/adr/0235-simulation-kit-in-scripts-sim.md)',
+      'functions/b.ts:1: imports test/fixtures/index.ts from test/: move what both need into scripts/sim/ (docs/adr/0235-simulation-kit-in-scripts-sim.md)',
+      'scripts/bench/a.ts:1: imports test/helpers/ledger.ts from test/: move what both need into scripts/sim/ (docs/adr/0235-simulation-kit-in-scripts-sim.md)',
+      'scripts/demo.ts:1: imports test/harness/index.ts from test/: move what both need into scripts/sim/ (docs/adr/0235-simulation-kit-in-scripts-sim.md)',
+      'scripts/sim/doubles/c.mjs:1: imports test/helpers/x.ts from test/: move what both need into scripts/sim/ (docs/adr/0235-simulation-kit-in-scripts-sim.md)',
+    ]);
+  });
+
+  it('are fine from test/, and test/ may import the kit', () => {
+    write('test/e2e/x.test.ts', "import { startSystem } from '../../scripts/sim/harness/index.ts';\n");
+    write('test/helpers/a.ts', "import { b } from '../unit/b.ts';\nexport const a = b;\n");
+    write('scripts/sim/harness/index.ts', "export * from './system.ts';\nimport '../doubles/index.ts';\n");
+    write('scripts/demo.ts', "// not '../test/harness/index.ts'\nexport const name = 'test/harness';\n");
+    expect(check()).toEqual([]);
+  });
+});

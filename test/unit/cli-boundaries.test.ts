@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 /**
  * The import boundaries of ADR 0015, checked on the source text: sparkctl
  * depends on `core/` only (the doctor also on the in-job doctor in `agent/preflight/`), and
- * `scripts/` reaches into `test/` only through `test/harness/`.
+ * `scripts/` never reaches into `test/`: what the demo, the benches and the tests share is the
+ * simulation kit in `scripts/sim/` (docs/adr/0235-simulation-kit-in-scripts-sim.md).
  */
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -45,25 +46,20 @@ describe('import boundaries', () => {
     expect(bad).toEqual([]);
   });
 
-  it('scripts/ reaches into test/ only through test/harness/', () => {
-    // scripts/bench/agent.ts is another part's file; it moves to test/harness/fleet.ts at merge
-    const pending = new Set([join('scripts', 'bench', 'agent.ts')]);
+  it('scripts/ never reaches into test/; the demo and the benches use the kit in scripts/sim/', () => {
     const bad: string[] = [];
     for (const f of sources('scripts')) {
-      if (pending.has(f)) continue;
-      for (const target of relativeImports(f)) {
-        if (target.startsWith('test/') && !target.startsWith('test/harness/')) bad.push(`${f} → ${target}`);
-      }
+      for (const target of relativeImports(f)) if (target.startsWith('test/')) bad.push(`${f} → ${target}`);
     }
     expect(bad).toEqual([]);
-    // the demo and the webhook bench do use the harness (this check would pass vacuously otherwise)
-    expect(relativeImports(join('scripts', 'demo.ts'))).toContain('test/harness/index.ts');
-    expect(relativeImports(join('scripts', 'bench', 'webhooks.ts'))).toContain('test/harness/load.ts');
+    // the demo and the webhook bench do use the kit (this check would pass vacuously otherwise)
+    expect(relativeImports(join('scripts', 'demo.ts'))).toContain('scripts/sim/harness/index.ts');
+    expect(relativeImports(join('scripts', 'bench', 'webhooks.ts'))).toContain('scripts/sim/harness/load.ts');
   });
 
   it('the demo and the system harness read the ledger without drizzle or the ledger schema', () => {
     const bad: string[] = [];
-    for (const f of [join('scripts', 'demo.ts'), ...sources(join('test', 'harness'))]) {
+    for (const f of [join('scripts', 'demo.ts'), ...sources(join('scripts', 'sim', 'harness'))]) {
       const text = readFileSync(join(ROOT, f), 'utf8');
       if (/from ['"]drizzle-orm/.test(text)) bad.push(`${f} → drizzle-orm`);
       for (const target of relativeImports(f))

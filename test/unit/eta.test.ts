@@ -6,7 +6,13 @@ import {
   type OccupancySample,
   occupancyStats,
 } from '../../core/eta.ts';
-import { medianAbsErrorMin, midpoint, rangeCoverage, replay, syntheticTrace } from '../harness/eta-replay.ts';
+import {
+  medianAbsErrorMin,
+  midpoint,
+  rangeCoverage,
+  replay,
+  syntheticTrace,
+} from '../../scripts/sim/harness/eta-replay.ts';
 
 const MIN = 60_000;
 const now = 1_000 * MIN;

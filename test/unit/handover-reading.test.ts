@@ -5,11 +5,11 @@ import {
   readHandover,
   unionMs,
 } from '../../scripts/bench/handover-path.ts';
-import { githubLatency } from '../fake-github/latency.ts';
+import { githubLatency } from '../../scripts/sim/fake-github/latency.ts';
 
 /**
  * The agent bench's reading of a handover (scripts/bench/handover-path.ts, ADR 0182) and the fake
- * GitHub's latency model (test/fake-github/latency.ts, ADR 0181): what the controller's share of a
+ * GitHub's latency model (scripts/sim/fake-github/latency.ts, ADR 0181): what the controller's share of a
  * handover is depends on both, so both are checked on hand-made cases.
  */
 
