@@ -1,6 +1,7 @@
 import type { HostFacts, HostPhase, LeaseStatus, Outcome, ReservationStatus } from '../../core/model.ts';
 import { admissionPassTx, loadAdmissionInput, type PassResult } from './admission-pass.ts';
 import type { Tx } from './db.ts';
+import * as defaultBranch from './default-branch.ts';
 import { recordGitHubEffects } from './github-effects.ts';
 import * as hosts from './hosts.ts';
 import * as leases from './leases.ts';
@@ -9,8 +10,10 @@ import * as queries from './queries.ts';
 import * as reservations from './reservations.ts';
 import type { HostRow, LeaseRow, ReservationRow } from './rows.ts';
 import { type HookContext, type LedgerEvent, LedgerStore } from './store.ts';
+import * as workflowJobs from './workflow-jobs.ts';
 
 export { type PassResult, PERSISTED_WAITS_PER_PASS } from './admission-pass.ts';
+export type { DefaultBranchPush } from './default-branch.ts';
 export type { PrComment, PrRefusal, PrSubject, TestRequest } from './pull-requests.ts';
 export type { NewReservation, RecoveryResult, SupersedeScope } from './reservations.ts';
 export type {
@@ -26,6 +29,7 @@ export type {
 } from './rows.ts';
 export { toHostRecord, toLeaseRecord, toReservationRecord } from './rows.ts';
 export type { Clock, LedgerEvent, LedgerOptions, TransitionHook } from './store.ts';
+export type { ReservationLabel, WorkflowJobReport } from './workflow-jobs.ts';
 
 /**
  * The reservation ledger, the controller's only writer (ADR 0005). Every state change
@@ -206,6 +210,15 @@ export class Ledger extends LedgerStore {
     return pullRequests.refuseGitHubRequest(this, tx, now, at, refusal);
   }
 
+  /** A push to the default branch: the policy's refusal, or merge CI for the new tip (ADR 0003). */
+  pushToDefaultBranch(tx: Tx, now: number, o: defaultBranch.DefaultBranchPush): Promise<string> {
+    return defaultBranch.pushToDefaultBranch(this, tx, now, o);
+  }
+  /** A `workflow_job` delivery: the job on our runner advances or is stopped; others are audited. */
+  recordWorkflowJob(tx: Tx, now: number, job: workflowJobs.WorkflowJobReport): Promise<string> {
+    return workflowJobs.recordWorkflowJob(this, tx, now, job);
+  }
+
   // ---------------------------------------------------------------- admission
 
   /** Loads everything the admission engine needs, inside the caller's transaction. */
@@ -237,5 +250,9 @@ export class Ledger extends LedgerStore {
   }
   recentEvents(limit = 50) {
     return queries.recentEvents(this, limit);
+  }
+  /** An enabled repository by name (case-insensitive), or null. */
+  enabledRepository(fullName: string, tx?: Tx) {
+    return queries.enabledRepository(this, fullName, tx);
   }
 }
