@@ -5,6 +5,9 @@ import * as defaultBranch from './default-branch.ts';
 import { recordGitHubEffects } from './github-effects.ts';
 import * as hosts from './hosts.ts';
 import * as leases from './leases.ts';
+import { AgentsLedger, ApiLedger, ReadsLedger, TokensLedger } from './ledger-api.ts';
+import { InboxLedger, OutboxLedger } from './ledger-deliveries.ts';
+import { GitHubLedger } from './ledger-github.ts';
 import * as pullRequests from './pull-requests.ts';
 import * as queries from './queries.ts';
 import * as reservations from './reservations.ts';
@@ -13,7 +16,10 @@ import { type HookContext, type LedgerEvent, LedgerStore } from './store.ts';
 import * as workflowJobs from './workflow-jobs.ts';
 
 export { type PassResult, PERSISTED_WAITS_PER_PASS } from './admission-pass.ts';
+export { RUNNER_START_BUCKETS_S, seriesKey, WAIT_BUCKETS_S } from './counters.ts';
 export type { DefaultBranchPush } from './default-branch.ts';
+export type { ComputedState } from './desired-state.ts';
+export { type GitHubMeta, readMeta } from './github-meta.ts';
 export type { PrComment, PrRefusal, PrSubject, TestRequest } from './pull-requests.ts';
 export type { NewReservation, RecoveryResult, SupersedeScope } from './reservations.ts';
 export type {
@@ -29,6 +35,7 @@ export type {
 } from './rows.ts';
 export { toHostRecord, toLeaseRecord, toReservationRecord } from './rows.ts';
 export type { Clock, LedgerEvent, LedgerOptions, TransitionHook } from './store.ts';
+export { isLedgerUnavailable, ledgerUnavailable, storageCause } from './unavailable.ts';
 export type { ReservationLabel, WorkflowJobReport } from './workflow-jobs.ts';
 
 /**
@@ -40,6 +47,20 @@ export type { ReservationLabel, WorkflowJobReport } from './workflow-jobs.ts';
  */
 export class Ledger extends LedgerStore {
   private readonly passObservers = new Set<(durationMs: number) => void>();
+  /** The GitHub part's commands and reads (`ledger-github.ts`). */
+  readonly github = new GitHubLedger(this);
+  /** The webhook inbox (`ledger-deliveries.ts`). */
+  readonly inbox = new InboxLedger(this);
+  /** The GitHub outbox (`ledger-deliveries.ts`). */
+  readonly outbox = new OutboxLedger(this);
+  /** The public API's commands and reads (`ledger-api.ts`). */
+  readonly api = new ApiLedger(this);
+  /** API and agent tokens (`ledger-api.ts`). */
+  readonly tokens = new TokensLedger(this);
+  /** The dashboard's, the metrics' and the queue estimate's reads (`ledger-api.ts`). */
+  readonly reads = new ReadsLedger(this);
+  /** The agent API's reports, desired state and hand-over (`ledger-api.ts`). */
+  readonly agents = new AgentsLedger(this);
 
   /** Each recorded event's GitHub outbox rows, in its transaction (docs/adr/0220-one-ledger-front-door.md). */
   protected override recordEffects(tx: Tx, ev: LedgerEvent, ctx: HookContext): Promise<void> {
