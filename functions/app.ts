@@ -5,8 +5,7 @@ import { createOperatorApi, type OperatorApi } from './api/operator.ts';
 import type { App, AppContext, AppEnv } from './app-context.ts';
 import { requirePublicRead } from './auth/public-read.ts';
 import { ApiError } from './errors.ts';
-import type { TransitionHook } from './ledger/ledger.ts';
-import { isLedgerUnavailable, ledgerUnavailable } from './ledger/unavailable.ts';
+import { isLedgerUnavailable, ledgerUnavailable, type TransitionHook } from './ledger/ledger.ts';
 
 /**
  * A part of the controller (GitHub front door, agent API, operator API, dashboard...). Each

@@ -8,7 +8,6 @@ import {
 } from '../core/eta.ts';
 import type { HostState, ReservationKind, Suite, Topology } from '../core/model.ts';
 import type { Ledger } from './ledger/ledger.ts';
-import { occupancyHistory } from './ledger/queries.ts';
 import type { LeaseRow, ReservationRow } from './ledger/rows.ts';
 
 /** Occupancy assumed for a class while the ledger has no finished work to learn from (20 min). */
@@ -52,7 +51,7 @@ export async function queueEtas(
   },
 ): Promise<Map<string, Eta>> {
   if (input.order.length === 0) return new Map();
-  const stats = occupancyStats((await occupancyHistory(ledger)) as OccupancySample[], DEFAULT_HELD_S);
+  const stats = occupancyStats((await ledger.reads.occupancyHistory()) as OccupancySample[], DEFAULT_HELD_S);
   const byId = new Map(input.resvRows.map((r) => [r.id, r]));
   const active: EtaActive[] = [];
   for (const r of input.resvRows) {

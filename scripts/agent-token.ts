@@ -12,7 +12,6 @@ import { resolve } from 'node:path';
 import { ConfigError } from '../core/config.ts';
 import { createAgentToken, revokeAgentToken } from '../functions/auth/tokens.ts';
 import { ApiError } from '../functions/errors.ts';
-import { listAgentTokens } from '../functions/ledger/tokens.ts';
 import { silentLogger } from '../functions/log.ts';
 import { openNodeLedger } from '../functions/node-server.ts';
 import { nodeConfigPath, settingsFromEnv } from '../functions/settings.ts';
@@ -47,7 +46,7 @@ async function main(argv: string[]): Promise<number> {
       await revokeAgentToken(ledger, arg!, `local:${operatorName()}`);
       console.error(`agent token ${arg} revoked`);
     } else {
-      for (const row of await listAgentTokens(ledger)) {
+      for (const row of await ledger.tokens.listAgentTokens()) {
         const state = row.revokedAt ? `revoked ${new Date(row.revokedAt).toISOString()}` : 'active';
         console.log(`${row.id}\t${row.hostId}\tcreated ${new Date(row.createdAt).toISOString()}\t${state}`);
       }

@@ -16,7 +16,6 @@ import {
   revokeAgentToken,
 } from '../auth/tokens.ts';
 import { ApiError } from '../errors.ts';
-import { applyReport } from '../ledger/agent-reports.ts';
 import { handlePoll } from './poll.ts';
 import { RateLimiter } from './rate-limit.ts';
 
@@ -86,7 +85,7 @@ export const agentApiModule: AppModule = {
     agent.post('/report', async (c) => {
       const report = await parseBody(c, ReportSchema);
       const hostId = hostOf(c);
-      const result = await applyReport(ctx.ledger, hostId, report);
+      const result = await ctx.ledger.agents.applyReport(hostId, report);
       ctx.log.info('agent report', { hostId, type: report.type, result });
       return c.json({ ok: true as const, result });
     });

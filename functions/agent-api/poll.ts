@@ -1,8 +1,7 @@
 import type { PollAnswer, PollRequest, PollResponse } from '../../core/protocol/agent.ts';
 import type { AppContext } from '../app.ts';
 import { generateToken, sha256Hex } from '../auth/tokens.ts';
-import { type ComputedState, computeDesiredState } from '../ledger/desired-state.ts';
-import { handOverJitConfig } from '../ledger/github.ts';
+import type { ComputedState } from '../ledger/ledger.ts';
 
 /**
  * Re-reads the ledger this often while a long-poll waits, so a change written by another process
@@ -22,7 +21,7 @@ async function currentState(
   ownWrite: (writing: boolean) => void,
 ): Promise<PollResponse> {
   const { ledger } = ctx;
-  const read = await computeDesiredState(ledger, ledger.db, hostId, ledger.clock());
+  const read = await ledger.agents.desiredState(hostId, ledger.clock());
   if (!read.pendingHandoff) return response(ctx, hostId, read);
   let handedOver = false;
   // the hand-over's own change notice is not a reason to answer (it answers anyway)
@@ -30,12 +29,12 @@ async function currentState(
   const out = await ledger
     .write(async (tx, now, changed) => {
       // recompute under the write lock: another poll may have taken the config meanwhile
-      const c = await computeDesiredState(ledger, tx, hostId, now);
+      const c = await ledger.agents.desiredState(hostId, now, tx);
       const h = c.pendingHandoff;
       if (!h || c.desired.state !== 'run') return response(ctx, hostId, c);
       const secret = h.jitConfig!;
       const jobToken = generateToken('spk_job');
-      await handOverJitConfig(ledger, tx, now, h, await sha256Hex(jobToken), hostId);
+      await ledger.agents.handOverJitConfig(tx, now, h, await sha256Hex(jobToken), hostId);
       handedOver = true;
       changed.add(`host:${hostId}`);
       // a CI task's hand-over is its clone token; a runner's, its JIT config

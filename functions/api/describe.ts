@@ -11,7 +11,6 @@ import type { ReservationInfo } from '../../core/protocol/api.ts';
 import { isoTime } from '../../core/time.ts';
 import type { ApiPrincipal } from '../auth/tokens.ts';
 import type { LeaseRow, Ledger, ReservationRow } from '../ledger/ledger.ts';
-import * as q from '../ledger/queries.ts';
 import { githubWebBase, type QueueView, redactText, type ViewsMemo } from '../views.ts';
 
 /** The dev environment's attach command an agent reported (`lease_active.attach`), or null. */
@@ -125,7 +124,7 @@ export function loadReservations(
   ledger: Ledger,
   filter: { ids?: string[]; statuses?: readonly ReservationStatus[]; limit?: number },
 ): Promise<{ row: ReservationRow; leases: LeaseRow[] }[]> {
-  return q.loadReservations(ledger, filter);
+  return ledger.api.loadReservations(filter);
 }
 
 export async function loadOne(ledger: Ledger, id: string) {

@@ -12,15 +12,7 @@ import { isoTime } from '../../core/time.ts';
 import type { AppContext } from '../app.ts';
 import { type ApiPrincipal, createApiToken, revokeApiToken } from '../auth/tokens.ts';
 import { ApiError, badRequest, conflict, notFound } from '../errors.ts';
-import { renewDevelopmentLease } from '../ledger/leases.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
-import { listApiTokens, reservationHistory } from '../ledger/queries.ts';
-import {
-  createDevelopmentReservation,
-  recoverReservation,
-  requestServiceStart,
-  terminateReservation,
-} from '../ledger/reservations.ts';
 import { toEventView } from '../views.ts';
 import { parseBody } from './body.ts';
 import {
@@ -85,8 +77,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
       );
     }
     const limit = tokenLimitFor(ledger.config, p.name);
-    const row = await createDevelopmentReservation(
-      ledger,
+    const row = await ledger.api.createDevelopmentReservation(
       {
         kind: 'development',
         topology: body.topology,
@@ -134,8 +125,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
     const id = c.req.param('id');
     const one = await loadOne(ledger, id);
     if (!one) throw notFound(`reservation ${id}`);
-    const rows = await reservationHistory(
-      ledger,
+    const rows = await ledger.api.reservationHistory(
       id,
       one.leases.map((l) => l.id),
     );
@@ -147,7 +137,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
     const id = c.req.param('id');
     const body = await parseBody(c, RenewBody);
     await requireMine(id, p);
-    await renewDevelopmentLease(ledger, id, body.ttlS, actorOf(p));
+    await ledger.api.renewDevelopmentLease(id, body.ttlS, actorOf(p));
     return c.json({ reservation: await info(id, p) });
   });
 
@@ -186,7 +176,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
   api.post('/reservations/:id/recover', 'operate', async (c) => {
     const p = c.get('principal');
     const id = c.req.param('id');
-    const result = await recoverReservation(ledger, id, actorOf(p));
+    const result = await ledger.api.recoverReservation(id, actorOf(p));
     return c.json({ reservation: await info(id, p), ...result });
   });
 
@@ -194,7 +184,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
     const p = c.get('principal');
     const id = c.req.param('id');
     const { reason } = await parseBody(c, TerminateBody);
-    await terminateReservation(ledger, id, reason, actorOf(p));
+    await ledger.api.terminateReservation(id, reason, actorOf(p));
     return c.json({ reservation: await info(id, p) });
   });
 
@@ -229,7 +219,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
       );
     }
     if (!target.homeService) throw badRequest(`${target.id} has no home service to start`);
-    const row = await requestServiceStart(ledger, target.id, actorOf(p), {
+    const row = await ledger.api.requestServiceStart(target.id, actorOf(p), {
       source: 'api',
       tokenId: p.tokenId,
     });
@@ -255,7 +245,7 @@ export function mountApiRoutes(api: OperatorApi, ctx: AppContext): void {
   });
 
   api.get('/tokens', 'operate', async (c) => {
-    const rows = await listApiTokens(ledger);
+    const rows = await ledger.api.listApiTokens();
     return c.json({
       tokens: rows.map((r) => ({
         id: r.id,

@@ -1,9 +1,10 @@
-import { createHash } from 'node:crypto';
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../app-context.ts';
 import { ApiError, notFound } from '../errors.ts';
 import type { Ledger } from '../ledger/ledger.ts';
-import * as store from '../ledger/tokens.ts';
+import { sha256Hex } from './sha256.ts';
+
+export { sha256Hex } from './sha256.ts';
 
 /**
  * Bearer tokens: API tokens (scopes develop / operate / emergency) and per-host agent tokens.
@@ -24,17 +25,6 @@ export interface AgentPrincipal {
   kind: 'agent';
   tokenId: string;
   hostId: string;
-}
-
-/**
- * SHA-256 of the text's UTF-8 bytes, in hex. `node:crypto`'s hash is synchronous: WebCrypto's
- * `digest` went through the thread pool and its argument checks on every agent request, poll
- * answer and check-run key (~40–180 µs a call against 4–7 µs here, and a thread hop that waits
- * for a core under load; docs/adr/0200). Workers have it with `nodejs_compat` (wrangler.toml,
- * https://developers.cloudflare.com/workers/runtime-apis/nodejs/crypto/).
- */
-export async function sha256Hex(text: string): Promise<string> {
-  return createHash('sha256').update(text, 'utf8').digest('hex');
 }
 
 /** 32 random bytes, base64url, with a readable prefix (`spk_api_…`, `spk_agent_…`). */
@@ -77,8 +67,7 @@ export async function createApiToken(
     );
   const tokenHash = await sha256Hex(token);
   const expiresAt = input.expiresInS != null ? ledger.clock() + input.expiresInS * 1000 : null;
-  await store.insertApiToken(
-    ledger,
+  await ledger.tokens.insertApiToken(
     { id, name: input.name, scopes: input.scopes, tokenHash, expiresAt },
     actor,
   );
@@ -98,7 +87,7 @@ export function revokeApiToken(
   actor: string,
   opts: { mayRevokeEmergency?: boolean } = {},
 ): Promise<void> {
-  return store.revokeApiToken(ledger, id, actor, opts);
+  return ledger.tokens.revokeApiToken(id, actor, opts);
 }
 
 /** Creates a per-host agent token bound to one host. */
@@ -111,13 +100,13 @@ export async function createAgentToken(
   const token = generateToken('spk_agent');
   const id = shortId('agt');
   const tokenHash = await sha256Hex(token);
-  await store.insertAgentToken(ledger, { id, hostId, tokenHash }, actor);
+  await ledger.tokens.insertAgentToken({ id, hostId, tokenHash }, actor);
   return { id, token, hostId };
 }
 
 /** Revokes an agent token (idempotent); 404 when it never existed. */
 export function revokeAgentToken(ledger: Ledger, id: string, actor: string): Promise<void> {
-  return store.revokeAgentToken(ledger, id, actor);
+  return ledger.tokens.revokeAgentToken(id, actor);
 }
 
 function bearer(header: string | undefined): string | null {
@@ -134,11 +123,11 @@ export async function resolveApiToken(
   token: string,
 ): Promise<ApiPrincipal | { expiredAt: number } | null> {
   const hash = await sha256Hex(token);
-  const row = await store.apiTokenByHash(ledger, hash);
+  const row = await ledger.tokens.apiTokenByHash(hash);
   if (!row) return null;
   if (row.expiresAt != null && row.expiresAt <= ledger.clock()) return { expiredAt: row.expiresAt };
   // best effort: a failed bookkeeping write never refuses a valid token
-  await store.touchApiToken(ledger, row.id, row.lastUsedAt ?? null).catch(() => undefined);
+  await ledger.tokens.touchApiToken(row.id, row.lastUsedAt ?? null).catch(() => undefined);
   return { kind: 'api', tokenId: row.id, name: row.name, scopes: row.scopes.split(',') as Scope[] };
 }
 
@@ -151,7 +140,7 @@ export async function authenticateApiToken(ledger: Ledger, token: string): Promi
 /** Resolves an agent bearer token, or null when unknown or revoked. */
 export async function authenticateAgentToken(ledger: Ledger, token: string): Promise<AgentPrincipal | null> {
   const hash = await sha256Hex(token);
-  const row = await store.agentTokenByHash(ledger, hash);
+  const row = await ledger.tokens.agentTokenByHash(hash);
   if (!row) return null;
   return { kind: 'agent', tokenId: row.id, hostId: row.hostId };
 }

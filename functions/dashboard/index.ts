@@ -3,9 +3,7 @@ import { streamSSE } from 'hono/streaming';
 import type { AppContext, AppModule } from '../app.ts';
 import { requirePublicRead } from '../auth/public-read.ts';
 import { ApiError } from '../errors.ts';
-import { inboxStats } from '../ledger/inbox.ts';
 import type { Ledger } from '../ledger/ledger.ts';
-import { recentEventsOf } from '../ledger/queries.ts';
 import { toEventView, type ViewsMemo } from '../views.ts';
 import { CLIENT_JS, type DashboardData, DashboardPage, LivePanel } from './page.tsx';
 
@@ -19,8 +17,8 @@ export async function loadDashboardData(
 ): Promise<DashboardData> {
   const [{ fleet, queue }, rows, inbox] = await Promise.all([
     views.get(),
-    recentEventsOf(ledger, PUBLIC_SUBJECTS, historyLimit),
-    inboxStats(ledger),
+    ledger.reads.recentEventsOf(PUBLIC_SUBJECTS, historyLimit),
+    ledger.inbox.stats(),
   ]);
   return {
     fleet,

@@ -109,16 +109,15 @@ export function renderCheckRun(r: ReservationRow, ctx: RenderContext): CheckRunV
   switch (r.status) {
     case 'queued': {
       if (ctx.keptHost?.state === 'draining') {
-        // the kept host comes from the live plan; a row no pass has reached yet (no wait code) still
-        // holds its creation placeholder, so the summary names the drain the title shows
-        const reason =
-          r.waitCode == null
-            ? `${ctx.keptHost.id} draining for ${r.id}: the host finishes its current job before this one starts`
-            : (r.reason ?? 'the host finishes its current job before this one starts');
+        // title and summary both from the live plan's kept host: the row's persisted reason is the
+        // last pass's, which may name another host (or still hold the creation placeholder)
+        const id = ctx.keptHost.id;
         return {
           status: 'queued',
-          title: `${displayHost(ctx.keptHost.id)} draining — active job finishing`,
-          summary: summary(`Waiting: ${reason}`),
+          title: `${displayHost(id)} draining — active job finishing`,
+          summary: summary(
+            `Waiting: ${id} draining for ${r.id}: the host finishes its current job before this one starts`,
+          ),
         };
       }
       // the title is the spec's sentence, "Spark test queued — position 2"; the estimate stands on

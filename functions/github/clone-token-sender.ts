@@ -1,7 +1,4 @@
 import { isReleasableStatus } from '../../core/model.ts';
-import { recordTaskCredential } from '../ledger/ci-task.ts';
-import { withholdJitConfigs } from '../ledger/github.ts';
-import { getReservation, withdrawBeforeDispatch } from '../ledger/reservations.ts';
 import { GitHubError } from './client.ts';
 import { readMeta } from './meta.ts';
 import type { Sender } from './outbox.ts';
@@ -29,7 +26,10 @@ export const sendMintCloneToken: Sender = async (svc, _row, payload) => {
   // the task's stand-in for the dispatch re-check (docs/architecture.md "Timings"): PR open, label, SHA current
   const why = await whyNotWanted(svc, r, meta);
   if (why)
-    return { result: { skipped: why }, apply: (tx) => withdrawBeforeDispatch(svc.ledger, rid, why, tx) };
+    return {
+      result: { skipped: why },
+      apply: (tx) => svc.ledger.github.withdrawBeforeDispatch(rid, why, tx),
+    };
   const inst = meta.installationId ?? null;
   if (inst == null)
     throw new GitHubError(
@@ -66,7 +66,7 @@ export const sendMintCloneToken: Sender = async (svc, _row, payload) => {
   return {
     result: { taskName, expiresAt: res.data.expires_at },
     apply: async (tx, now, changed) => {
-      await recordTaskCredential(svc.ledger, tx, now, {
+      await svc.ledger.github.recordTaskCredential(tx, now, {
         taskName,
         leaseId,
         reservationId: rid,
@@ -75,9 +75,10 @@ export const sendMintCloneToken: Sender = async (svc, _row, payload) => {
         repo: r.repo!,
         expiresAt: res.data.expires_at ?? null,
       });
-      const cur = await getReservation(svc.ledger, tx, rid);
+      const cur = await svc.ledger.getReservation(tx, rid);
       // released while GitHub answered: the token is never handed out
-      if (cur && !isReleasableStatus(cur.status)) await withholdJitConfigs(tx, { runnerName: taskName });
+      if (cur && !isReleasableStatus(cur.status))
+        await svc.ledger.github.withholdJitConfigs(tx, { runnerName: taskName });
       changed.add(`host:${lease.hostId}`);
     },
   };

@@ -1,10 +1,8 @@
 import { isReleasableStatus } from '../../core/model.ts';
 import type { Tx } from '../ledger/db.ts';
-import { recordDispatchedRun } from '../ledger/github.ts';
-import { getReservation, withdrawBeforeDispatch } from '../ledger/reservations.ts';
 import { GitHubError } from './client.ts';
-import { type GitHubMeta, patchMeta, readMeta } from './meta.ts';
-import { enqueue, type Sender } from './outbox.ts';
+import { type GitHubMeta, readMeta } from './meta.ts';
+import type { Sender } from './outbox.ts';
 import { type DispatchedRun, findDispatchedRun } from './run-identity.ts';
 import { skipped } from './send-skipped.ts';
 import type { GitHubService } from './service.ts';
@@ -29,7 +27,9 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
   if (meta.runId != null) return skipped(`run ${meta.runId} already recorded`);
   const record =
     (run: DispatchedRun, via: 'dispatch-response' | 'job-label', nonceLabel: boolean) => (tx: Tx) =>
-      recordDispatchedRun(svc.ledger, tx, rid, { ...run, via, meta: { nonceLabel } }).then(() => undefined);
+      svc.ledger.github
+        .recordDispatchedRun(tx, rid, { ...run, via, meta: { nonceLabel } })
+        .then(() => undefined);
   // granted work: dispatched and registered at the grant, while the hosts prepare (ADR 0070)
   if (!isReleasableStatus(r.status)) {
     // an earlier attempt may have dispatched and lost the answer: record that run, so the hook
@@ -44,7 +44,7 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
     return {
       result: { skipped: why },
       // the check run says why in words (reservations.reason)
-      apply: (tx) => withdrawBeforeDispatch(svc.ledger, rid, why, tx),
+      apply: (tx) => svc.ledger.github.withdrawBeforeDispatch(rid, why, tx),
     };
   }
   if (!meta.nonce) throw new GitHubError(0, `${rid} has no runner nonce; it cannot be dispatched`, false);
@@ -117,7 +117,7 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
     // GitHub lists a new run after a moment: look again through the outbox (bounded), not here
     apply: async (tx, now) => {
       await patchMetaOf(svc, tx, rid, { nonceLabel: true });
-      await enqueue(tx, now, {
+      await svc.ledger.github.enqueue(tx, now, {
         kind: 'find-run',
         key: `find-run:${rid}`,
         reservationId: rid,
@@ -130,8 +130,8 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
 
 /** Merges `patch` into reservation `rid`'s GitHub meta inside `tx`. */
 async function patchMetaOf(svc: GitHubService, tx: Tx, rid: string, patch: Partial<GitHubMeta>) {
-  const cur = await getReservation(svc.ledger, tx, rid);
-  if (cur) await patchMeta(tx, cur, patch);
+  const cur = await svc.ledger.getReservation(tx, rid);
+  if (cur) await svc.ledger.github.patchMeta(tx, cur, patch);
 }
 
 /** Looks for the dispatched run by its jobs' nonce label until found, at most {@link FIND_RUN_ATTEMPTS} times. */
@@ -157,8 +157,8 @@ export const sendFindRun: Sender = async (svc, row, payload) => {
   return {
     result: { found: run.runId, runAttempt: run.runAttempt },
     apply: (tx) =>
-      recordDispatchedRun(svc.ledger, tx, rid, { ...run, via: 'job-label', meta: { nonceLabel: true } }).then(
-        () => undefined,
-      ),
+      svc.ledger.github
+        .recordDispatchedRun(tx, rid, { ...run, via: 'job-label', meta: { nonceLabel: true } })
+        .then(() => undefined),
   };
 };

@@ -2,7 +2,6 @@ import * as z from 'zod';
 import type { OperatorApi } from '../api/operator.ts';
 import type { AppContext } from '../app.ts';
 import { ApiError, notFound } from '../errors.ts';
-import { getDelivery, inboxStats, listDeliveries, retryDelivery } from '../ledger/inbox.ts';
 import type { GitHubService } from './service.ts';
 
 const ListQuery = z
@@ -33,21 +32,18 @@ export function mountInboxRoutes(api: OperatorApi, ctx: AppContext, svc: () => G
         'invalid_request',
         `expected ?state=pending|parked|done&limit=1..500: ${q.error.issues.map((i) => `${i.path.join('.') || 'query'}: ${i.message}`).join('; ')}`,
       );
-    const [deliveries, stats] = await Promise.all([
-      listDeliveries(ctx.ledger, q.data),
-      inboxStats(ctx.ledger),
-    ]);
+    const [deliveries, stats] = await Promise.all([ctx.ledger.inbox.list(q.data), ctx.ledger.inbox.stats()]);
     return c.json({ inbox: stats, deliveries });
   });
   api.get('/deliveries/:id', 'operate', async (c) => {
     const id = deliveryId(c.req.param('id'));
-    const d = await getDelivery(ctx.ledger, id);
+    const d = await ctx.ledger.inbox.get(id);
     if (!d) throw notFound(`delivery ${id}`);
     return c.json({ delivery: d });
   });
   api.post('/deliveries/:id/retry', 'operate', async (c) => {
     const id = deliveryId(c.req.param('id'));
-    const delivery = await retryDelivery(ctx.ledger, id, `api:${c.get('principal').name}`);
+    const delivery = await ctx.ledger.inbox.retry(id, `api:${c.get('principal').name}`);
     svc().inbox.kick();
     return c.json({ delivery });
   });

@@ -1,14 +1,7 @@
 import { ZodError } from 'zod';
 import type { AppContext } from '../app.ts';
 import { ApiError } from '../errors.ts';
-import {
-  claimDeliveries,
-  failDelivery,
-  finishDelivery,
-  type InboxRow,
-  pendingDeliveries,
-  releaseClaims,
-} from '../ledger/inbox.ts';
+import type { InboxRow } from '../ledger/inbox.ts';
 import { GitHubError } from './client.ts';
 import { ignoreDelivery, intakeHandlers } from './intake/index.ts';
 import { type GitHubService, githubService } from './service.ts';
@@ -59,7 +52,7 @@ export function createInboxProcessor(svc: GitHubService): InboxProcessor {
   let again = false;
 
   const round = async (total: DrainResult): Promise<number> => {
-    const rows = await pendingDeliveries(svc.ledger, INBOX_BATCH);
+    const rows = await svc.ledger.inbox.pending(INBOX_BATCH);
     const now = svc.ledger.clock();
     // what this round may process: due, and nothing earlier of its key still waiting
     const held = new Set<string>();
@@ -71,8 +64,7 @@ export function createInboxProcessor(svc: GitHubService): InboxProcessor {
       else due.push(row);
     }
     const until = now + INBOX_CLAIM_MS;
-    const claimed = await claimDeliveries(
-      svc.ledger,
+    const claimed = await svc.ledger.inbox.claim(
       due.map((r) => r.deliveryId),
       until,
     );
@@ -109,7 +101,7 @@ export function createInboxProcessor(svc: GitHubService): InboxProcessor {
         progressed++;
       }
     }
-    await releaseClaims(svc.ledger, unused, until);
+    await svc.ledger.inbox.releaseClaims(unused, until);
     return rows.length === INBOX_BATCH ? progressed : 0;
   };
 
@@ -168,7 +160,7 @@ export async function settleInbox(ctx: AppContext): Promise<void> {
 async function processOne(svc: GitHubService, row: InboxRow): Promise<'done' | 'retry' | 'parked'> {
   const d = { id: row.deliveryId, event: row.event };
   const end = async (result: string) => {
-    await finishDelivery(svc.ledger, d.id, result);
+    await svc.ledger.inbox.finish(d.id, result);
     svc.log.info('webhook processed', { event: d.event, delivery: d.id, result });
     return 'done' as const;
   };
@@ -205,7 +197,7 @@ async function processOne(svc: GitHubService, row: InboxRow): Promise<'done' | '
     const retryAt = e instanceof GitHubError && e.retryAt ? e.retryAt : now + inboxBackoffMs(attempt);
     const error = e instanceof GitHubError ? `GitHub: ${e.message}` : String((e as Error)?.message ?? e);
     svc.log.warn('webhook processing failed', { event: d.event, delivery: d.id, attempt, error });
-    const r = await failDelivery(svc.ledger, d.id, { error, retryAt, maxAttempts: INBOX_MAX_ATTEMPTS });
+    const r = await svc.ledger.inbox.fail(d.id, { error, retryAt, maxAttempts: INBOX_MAX_ATTEMPTS });
     return r === 'parked' ? 'parked' : r === 'retry' ? 'retry' : 'done';
   }
 }

@@ -1,6 +1,5 @@
 import { RUNNER_STATUSES } from '../../core/model.ts';
 import type { AppContext, AppModule } from '../app.ts';
-import { githubReservations } from '../ledger/queries.ts';
 import { mountInboxRoutes } from './inbox-routes.ts';
 import { sweepMissedDeliveries } from './redeliver.ts';
 import { mountRepositoryRoutes } from './repositories.ts';
@@ -66,7 +65,7 @@ export const githubModule: AppModule = {
     await runSchedules(svc);
     // one read for both sweeps: runner work and task work are disjoint, and each sweep re-reads
     // what it acts on inside its write transaction
-    const running = await githubReservations(svc.ledger, RUNNER_STATUSES);
+    const running = await svc.ledger.github.reservations(RUNNER_STATUSES);
     await sweepRunnerPickup(svc, running);
     await sweepTaskStart(svc, running);
     await refreshQueuedChecks(svc);

@@ -1,20 +1,8 @@
 import { isReleasableStatus } from '../../core/model.ts';
 import type { Tx } from '../ledger/db.ts';
 import type { OutboxRow } from '../ledger/ledger.ts';
-import {
-  claimDue,
-  type EnqueueItem,
-  enqueue,
-  enqueueCheckSync,
-  markFailed,
-  markSent,
-  nextOutboxAttemptAt,
-  type OutboxKind,
-  outboxDue,
-} from '../ledger/outbox.ts';
-import { beginRelease, getReservation } from '../ledger/reservations.ts';
+import type { OutboxKind } from '../ledger/outbox.ts';
 import { GitHubError } from './client.ts';
-import { patchMeta } from './meta.ts';
 import type { GitHubService } from './service.ts';
 import type { OutboxSender } from './service-parts.ts';
 
@@ -25,8 +13,7 @@ import type { OutboxSender } from './service-parts.ts';
  * change that needs them.
  */
 
-export { outboxCounts } from '../ledger/queries.ts';
-export { type EnqueueItem, enqueue, enqueueCheckSync, type OutboxKind };
+export type { OutboxKind };
 
 /** What a sender returns: a small, secret-free result and ledger effects applied with "sent". */
 export interface SendResult {
@@ -92,7 +79,7 @@ export async function drainOutbox(
 ): Promise<DrainResult> {
   const out: DrainResult = { sent: 0, retried: 0, failed: 0 };
   // a cheap read first: most ticks find nothing due and should not take the write lock
-  if (!(await outboxDue(svc.ledger))) return out;
+  if (!(await svc.ledger.outbox.due())) return out;
   await Promise.all(LANES.map((kinds) => drainLane(svc, senders, kinds, opts.limit ?? 25, out)));
   return out;
 }
@@ -106,7 +93,7 @@ async function drainLane(
   out: DrainResult,
 ): Promise<number> {
   const { ledger } = svc;
-  const claimed = await claimDue(ledger, svc.workerId, CLAIM_MS, limit, kinds);
+  const claimed = await ledger.outbox.claimDue(svc.workerId, CLAIM_MS, limit, kinds);
 
   for (const row of claimed) {
     const sender = senders[row.kind as OutboxKind];
@@ -119,7 +106,7 @@ async function drainLane(
     try {
       if (!sender) throw new GitHubError(0, `unknown outbox kind "${row.kind}"`, false);
       const res = await sender(svc, row, payload);
-      await markSent(ledger, row, svc.workerId, res.result, res.apply);
+      await ledger.outbox.markSent(row, svc.workerId, res.result, res.apply);
       out.sent++;
     } catch (e) {
       const gh = e instanceof GitHubError ? e : null;
@@ -128,7 +115,7 @@ async function drainLane(
       const retryable = gh ? gh.retryable : true;
       const final = !retryable || attempts >= MAX_ATTEMPTS;
       const message = (e as Error).message.slice(0, 500);
-      await markFailed(ledger, row, svc.workerId, {
+      await ledger.outbox.markFailed(row, svc.workerId, {
         attempts,
         final,
         message,
@@ -164,7 +151,7 @@ export function createOutboxSender(svc: GitHubService, senders: Record<OutboxKin
   /** Arms the timer for the next pending row that no commit will announce (a retry, a reset). */
   const plan = async () => {
     if (!started) return;
-    const next = await nextOutboxAttemptAt(svc.ledger);
+    const next = await svc.ledger.outbox.nextAttemptAt();
     if (timer) clearTimeout(timer);
     timer = null;
     // due now but not claimable (a check run of the same reservation in flight, a claim of ours):
@@ -192,7 +179,7 @@ export function createOutboxSender(svc: GitHubService, senders: Record<OutboxKin
         do {
           lane.again = false;
           // a cheap read first: a notice for a row another process already sent finds nothing
-          if (!(await outboxDue(svc.ledger))) continue;
+          if (!(await svc.ledger.outbox.due())) continue;
           while ((await drainLane(svc, senders, lane.kinds, 25, total)) > 0) {}
         } while (lane.again);
         await plan();
@@ -247,14 +234,13 @@ async function onFinalFailure(svc: GitHubService, row: OutboxRow, message: strin
   if (!row.reservationId || !['dispatch', 'find-run', 'generate-jitconfig'].includes(row.kind)) return;
   const rid = row.reservationId;
   await svc.ledger.write(async (tx) => {
-    const r = await getReservation(svc.ledger, tx, rid);
+    const r = await svc.ledger.getReservation(tx, rid);
     if (!r || !isReleasableStatus(r.status)) return;
     // the check run says why in words (e.g. a workflow that breaks the contract, with its fix)
-    await patchMeta(tx, r, {
+    await svc.ledger.github.patchMeta(tx, r, {
       note: `GitHub ${FINAL_FAILURE_WHAT[row.kind] ?? row.kind} failed: ${message}`.slice(0, 1000),
     });
-    await beginRelease(
-      svc.ledger,
+    await svc.ledger.beginRelease(
       rid,
       'github_failed',
       `GitHub ${FINAL_FAILURE_WHAT[row.kind] ?? row.kind} failed: ${message}`.slice(0, 400),

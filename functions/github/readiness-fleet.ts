@@ -2,7 +2,6 @@ import { executorForRepo, type SparkConfig } from '../../core/config.ts';
 import type { HostFacts } from '../../core/model.ts';
 import type { ReadinessCheck } from '../../core/protocol/readiness.ts';
 import type { HostRow, Ledger } from '../ledger/ledger.ts';
-import { hostRows, restoreEvidence } from '../ledger/queries.ts';
 
 /**
  * The fleet side of the rollout readiness (docs/adr/0165-enable-is-a-gate.md), read from the
@@ -153,7 +152,7 @@ export async function checkDeckard(ledger: Ledger, rows: HostRow[], now: number)
   for (const h of homes) {
     const svc = h.homeService!;
     const drill = `run a restore drill: sparkctl deckard drill --host ${h.id} (lends ${svc} through a development lease, releases it and waits for the model-ready check; docs/sparkctl.md)`;
-    const ev = await restoreEvidence(ledger, h.id);
+    const ev = await ledger.github.restoreEvidence(h.id);
     if (!ev.lend) {
       problems.push({
         what: `no restore of ${svc} on ${h.id} verified yet: it was never lent and restored`,
@@ -190,7 +189,7 @@ export async function checkDeckard(ledger: Ledger, rows: HostRow[], now: number)
 
 /** The fleet-wide checks, in report order. */
 export async function checkFleet(ledger: Ledger): Promise<{ checks: ReadinessCheck[]; rows: HostRow[] }> {
-  const rows = await hostRows(ledger);
+  const rows = await ledger.github.hostRows();
   const now = ledger.clock();
   return { rows, checks: [checkHosts(rows, ledger.config, now), await checkDeckard(ledger, rows, now)] };
 }

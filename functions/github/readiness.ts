@@ -5,7 +5,6 @@ import {
   type ReadinessCheck,
   type ReadinessReport,
 } from '../../core/protocol/readiness.ts';
-import { listRepositories } from '../ledger/queries.ts';
 import { GitHubError } from './client.ts';
 import { checkDstack, checkFleet } from './readiness-fleet.ts';
 import {
@@ -214,7 +213,7 @@ export async function checkReadiness(
  * recorded at its enable (installation, workflow). Reads only.
  */
 export async function doctorReport(port: ReadinessPort, repo?: string): Promise<DoctorResponse> {
-  const rows = await listRepositories(port.ledger);
+  const rows = await port.ledger.github.listRepositories();
   const targets = repo
     ? [{ fullName: repo, row: rows.find((r) => r.fullName.toLowerCase() === repo.toLowerCase()) ?? null }]
     : rows.filter((r) => r.disabledAt == null).map((row) => ({ fullName: row.fullName, row }));

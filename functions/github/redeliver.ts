@@ -1,4 +1,3 @@
-import { inboxHolds, recordRedeliveryRequest, redeliveriesRequested } from '../ledger/inbox.ts';
 import { GitHubError } from './client.ts';
 import type { GitHubService } from './service.ts';
 
@@ -125,11 +124,8 @@ async function sweepOnce(
   const failedGuids = [...byGuid].filter(([, as]) => !as.some(delivered) && !as.some((a) => a.redelivery));
   const out: RedeliverySweep = { listed, requested: [], failed: [] };
   if (!failedGuids.length) return out;
-  const known = await inboxHolds(
-    ledger,
-    failedGuids.map(([g]) => g),
-  );
-  const asked = await redeliveriesRequested(ledger);
+  const known = await ledger.inbox.holds(failedGuids.map(([g]) => g));
+  const asked = await ledger.inbox.redeliveriesRequested();
   const todo = failedGuids
     .filter(([g]) => !known.has(g) && asked[g] == null)
     .map(([, as]) => as.reduce((a, b) => (Date.parse(b.delivered_at) > Date.parse(a.delivered_at) ? b : a)))
@@ -144,12 +140,12 @@ async function sweepOnce(
       // not remembered: the next sweep asks again while the delivery is within the look-back
       svc.log.warn('webhook redelivery request failed', { guid: d.guid, error: String(e) });
       out.failed.push(d.guid);
-      await recordRedeliveryRequest(ledger, { guid: d.guid, ok: false, keepMs: 0, cause: '', data: {} });
+      await ledger.inbox.recordRedeliveryRequest({ guid: d.guid, ok: false, keepMs: 0, cause: '', data: {} });
       if (e instanceof GitHubError && e.retryAt != null) break;
       continue;
     }
     out.requested.push(d.guid);
-    await recordRedeliveryRequest(ledger, {
+    await ledger.inbox.recordRedeliveryRequest({
       guid: d.guid,
       ok: true,
       // only GUIDs still inside the look-back can be candidates again

@@ -8,9 +8,7 @@ import {
 import { parseBody } from '../api/body.ts';
 import type { OperatorApi } from '../api/operator.ts';
 import { ApiError } from '../errors.ts';
-import { disableRepository, enableRepository } from '../ledger/github.ts';
 import type { RepositoryRow } from '../ledger/ledger.ts';
-import { listRepositories } from '../ledger/queries.ts';
 import { GitHubError } from './client.ts';
 import { checkReadiness, doctorReport, holds, sparkLabels } from './readiness.ts';
 import type { GitHubService } from './service.ts';
@@ -48,7 +46,7 @@ const line = (c: ReadinessCheck) => `${c.id}: ${c.summary}${c.fix ? ` — fix: $
 export function mountRepositoryRoutes(api: OperatorApi, svc: () => GitHubService) {
   api.get('/repositories', 'develop', async (c) => {
     const s = svc();
-    const rows = await listRepositories(s.ledger);
+    const rows = await s.ledger.github.listRepositories();
     return c.json({ repositories: rows.map((r) => view(s, r)) });
   });
 
@@ -64,7 +62,9 @@ export function mountRepositoryRoutes(api: OperatorApi, svc: () => GitHubService
     const repo = repoParam(c.req.param('owner'), c.req.param('name'));
     const body = await parseBody(c, EnableBody);
     const existing =
-      (await listRepositories(s.ledger)).find((r) => r.fullName.toLowerCase() === repo.toLowerCase()) ?? null;
+      (await s.ledger.github.listRepositories()).find(
+        (r) => r.fullName.toLowerCase() === repo.toLowerCase(),
+      ) ?? null;
     const { report: readiness, facts } = await checkReadiness(s, repo, {
       installationId: body.installationId,
       workflow: body.workflow ?? existing?.workflow,
@@ -111,8 +111,7 @@ export function mountRepositoryRoutes(api: OperatorApi, svc: () => GitHubService
     }
 
     const who = c.get('principal').name;
-    const row = await enableRepository(
-      s.ledger,
+    const row = await s.ledger.github.enableRepository(
       {
         fullName,
         installationId,
@@ -148,8 +147,7 @@ export function mountRepositoryRoutes(api: OperatorApi, svc: () => GitHubService
     const s = svc();
     const repo = repoParam(c.req.param('owner'), c.req.param('name'));
     const who = c.get('principal').name;
-    const row = await disableRepository(
-      s.ledger,
+    const row = await s.ledger.github.disableRepository(
       repo,
       `api:${who}`,
       `disabled by ${who}; new webhooks are ignored, queued and active work is untouched`,

@@ -29,6 +29,3 @@ export const sendCancelRun: Sender = async (svc, _row, payload) => {
   }
   return { result: { runId, cancelled: true } };
 };
-
-// queued by the ledger's own commands in their transactions (docs/adr/0220-one-ledger-front-door.md)
-export { cancelRunKey, enqueueRunCancel } from '../ledger/github.ts';

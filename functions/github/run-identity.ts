@@ -9,8 +9,6 @@ import type { GitHubService } from './service.ts';
  * by `head_sha` (a `workflow_dispatch` run's `head_sha` is the default branch tip).
  */
 
-export { newRunnerNonce } from '../ledger/runner-nonce.ts';
-
 /** `spark-r-12-<nonce>`: the label only this reservation's runners carry (the templates' runs-on). */
 export function reservationLabel(reservationId: string, nonce: string): string {
   return `spark-${reservationId}-${nonce}`;

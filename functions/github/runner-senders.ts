@@ -1,12 +1,5 @@
 import { fleetLabelOf, runnerGroupIdOf } from '../../core/config.ts';
 import { isReleasableStatus } from '../../core/model.ts';
-import {
-  enqueueRunnerDeletes,
-  markRunnerDeleted,
-  recordRunnerRegistration,
-  withholdJitConfigs,
-} from '../ledger/github.ts';
-import { getReservation } from '../ledger/reservations.ts';
 import { GitHubError } from './client.ts';
 import { readMeta } from './meta.ts';
 import type { Sender } from './outbox.ts';
@@ -109,7 +102,7 @@ export const sendGenerateJit: Sender = async (svc, _row, payload) => {
     // never the config itself: results are stored and may be shown to operators
     result: { runnerId, runnerName: name, attempt },
     apply: async (tx, now, changed) => {
-      await recordRunnerRegistration(svc.ledger, tx, now, {
+      await svc.ledger.github.recordRunnerRegistration(tx, now, {
         runnerName: name,
         leaseId,
         reservationId: rid,
@@ -118,11 +111,11 @@ export const sendGenerateJit: Sender = async (svc, _row, payload) => {
         runnerId,
         jitConfig,
       });
-      const cur = await getReservation(svc.ledger, tx, rid);
+      const cur = await svc.ledger.getReservation(tx, rid);
       if (cur && !isReleasableStatus(cur.status)) {
         // released while we were registering: the runner must go again, config never handed out
-        await withholdJitConfigs(tx, { runnerName: name });
-        await enqueueRunnerDeletes(tx, now, cur);
+        await svc.ledger.github.withholdJitConfigs(tx, { runnerName: name });
+        await svc.ledger.github.enqueueRunnerDeletes(tx, now, cur);
       }
       changed.add(`host:${lease.hostId}`);
     },
@@ -148,9 +141,6 @@ export const sendDeleteRunner: Sender = async (svc, _row, payload) => {
   }
   return {
     result: { deleted: name },
-    apply: (tx, now) => markRunnerDeleted(tx, now, name),
+    apply: (tx, now) => svc.ledger.github.markRunnerDeleted(tx, now, name),
   };
 };
-
-// queued by the ledger's own commands in their transactions (docs/adr/0220-one-ledger-front-door.md)
-export { enqueueRunnerDeletes } from '../ledger/github.ts';

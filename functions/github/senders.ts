@@ -1,9 +1,6 @@
 import { isJobOutcome } from '../../core/model.ts';
 import { EXECUTOR_NAMES } from '../../core/protocol/agent.ts';
-import { hostEvidenceOf } from '../ledger/host-evidence.ts';
-import { leasesOf } from '../ledger/leases.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
-import { getReservation, setCheckRunId } from '../ledger/reservations.ts';
 import type { Views } from '../views.ts';
 import {
   type CheckRunView,
@@ -15,7 +12,7 @@ import {
 } from './check-run.ts';
 import { sendMintCloneToken } from './clone-token-sender.ts';
 import { sendDispatch, sendFindRun } from './dispatch-senders.ts';
-import { patchMeta, readMeta } from './meta.ts';
+import { readMeta } from './meta.ts';
 import type { OutboxKind, Sender } from './outbox.ts';
 import { sendCancelRun } from './run-cancel.ts';
 import { sendDeleteRunner, sendGenerateJit } from './runner-senders.ts';
@@ -24,8 +21,7 @@ import type { GitHubService } from './service.ts';
 
 export { cloneTokenBroaderThanAsked } from './clone-token-sender.ts';
 export { FIND_RUN_ATTEMPTS } from './dispatch-senders.ts';
-export { cancelRunKey, enqueueRunCancel } from './run-cancel.ts';
-export { enqueueRunnerDeletes, JIT_PER_HOUR, runnerLabels, runnerName } from './runner-senders.ts';
+export { JIT_PER_HOUR, runnerLabels, runnerName } from './runner-senders.ts';
 
 /** Builds what the check-run renderer needs from the ledger. */
 /** The backend a lease's agent reported with `runner_started`, if any. */
@@ -40,7 +36,7 @@ function executorOf(evidenceJson: string | null): string[] {
 }
 
 export async function renderContextFor(svc: GitHubService, r: ReservationRow): Promise<RenderContext> {
-  const leases = await leasesOf(svc.ledger, undefined, r.id);
+  const leases = await svc.ledger.leasesOf(undefined, r.id);
   const queued =
     r.status === 'queued' ? queuedContext(await svc.views.get(), r.id) : { keptHost: null, eta: null };
   const meta = readMeta(r);
@@ -58,7 +54,7 @@ export async function renderContextFor(svc: GitHubService, r: ReservationRow): P
     fault: meta?.fault ?? null,
     note: meta?.note ?? null,
     // the check's verdict comes from the hosts' own evidence (ADR 0160)
-    ...(r.status === 'queued' ? {} : { hostEvidence: await hostEvidenceOf(svc.ledger.db, r.id) }),
+    ...(r.status === 'queued' ? {} : { hostEvidence: await svc.ledger.github.hostEvidenceOf(r.id) }),
   };
 }
 
@@ -126,10 +122,10 @@ const sendCheckRun: Sender = async (svc, _row, payload) => {
   return {
     result: { checkRunId, status: view.status, title: view.title },
     apply: async (tx) => {
-      const cur = await getReservation(svc.ledger, tx, rid);
+      const cur = await svc.ledger.getReservation(tx, rid);
       if (!cur) return;
-      await setCheckRunId(tx, cur, checkRunId);
-      await patchMeta(tx, cur, { lastCheck });
+      await svc.ledger.github.setCheckRunId(tx, cur, checkRunId);
+      await svc.ledger.github.patchMeta(tx, cur, { lastCheck });
     },
   };
 };

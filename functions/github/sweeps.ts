@@ -1,27 +1,10 @@
 import { Cron } from 'croner';
 import { isRunnerStatus, RUNNER_STATUSES } from '../../core/model.ts';
-import { endTaskNotStarted, unstartedTasks } from '../ledger/ci-task.ts';
-import {
-  enqueue,
-  enqueueCheckSync,
-  outboxKeyExists,
-  pruneDeliveries as pruneDeliveryRows,
-} from '../ledger/outbox.ts';
-import * as q from '../ledger/queries.ts';
-import { enabledRepository } from '../ledger/queries.ts';
-import {
-  beginRelease,
-  countQueuedOtherThan,
-  createReservation,
-  getReservation,
-  queuedOfKind,
-  setRunnerAttempt,
-} from '../ledger/reservations.ts';
-import type { ReservationRow } from '../ledger/rows.ts';
+import type { ReservationRow } from '../ledger/ledger.ts';
 import { checkRunKey, renderCheckRun } from './check-run.ts';
 import { GitHubError } from './client.ts';
 import { readMeta } from './meta.ts';
-import { enqueueRunnerDeletes, queuedContext } from './senders.ts';
+import { queuedContext } from './senders.ts';
 import type { GitHubService } from './service.ts';
 
 /**
@@ -34,13 +17,13 @@ export async function sweepRunnerPickup(svc: GitHubService, candidates?: Reserva
   const { ledger } = svc;
   const { runnerPickupTimeoutS, runnerRetries } = svc.config.timings;
   const now = ledger.clock();
-  candidates ??= await q.githubReservations(ledger, RUNNER_STATUSES);
+  candidates ??= await ledger.github.reservations(RUNNER_STATUSES);
   let acted = 0;
   for (const r of candidates) {
     const meta = readMeta(r);
     // a CI task has no runner to pick a job up: `sweepTaskStart` times its start
     if (!meta || meta.jobPickedUpAt || meta.ci === 'task') continue;
-    const handoffs = await q.handoffsOf(ledger.db, r.id);
+    const handoffs = await ledger.github.handoffsOf(r.id);
     // a runner registered at the grant (ADR 0070) can be picked up only once every node is
     // prepared and its config handed over: its wait counts from then, as it did when registration
     // followed the preparation
@@ -55,14 +38,13 @@ export async function sweepRunnerPickup(svc: GitHubService, candidates?: Reserva
       if (now - since < runnerPickupTimeoutS * 1000) continue;
       const next = h.attempt + 1;
       const did = await ledger.write(async (tx, now, changed) => {
-        const cur = await getReservation(ledger, tx, r.id);
+        const cur = await ledger.getReservation(tx, r.id);
         if (!cur || !isRunnerStatus(cur.status) || readMeta(cur)?.jobPickedUpAt) return false;
         const key = `jit:${h.leaseId}:a${next}`;
-        if (await outboxKeyExists(tx, key)) return false;
+        if (await ledger.github.outboxKeyExists(tx, key)) return false;
         const waited = Math.round((now - since) / 1000);
         if (h.attempt >= runnerRetries) {
-          await beginRelease(
-            ledger,
+          await ledger.github.beginRelease(
             r.id,
             'runner_not_picked_up',
             `runner not picked up: ${runnerRetries + 1} runner(s) waited ${runnerPickupTimeoutS} s each without a job`,
@@ -74,15 +56,15 @@ export async function sweepRunnerPickup(svc: GitHubService, candidates?: Reserva
           changed.add('reservation');
           return true;
         }
-        await enqueueRunnerDeletes(tx, now, cur, h.runnerName);
-        await enqueue(tx, now, {
+        await ledger.github.enqueueRunnerDeletes(tx, now, cur, h.runnerName);
+        await ledger.github.enqueue(tx, now, {
           kind: 'generate-jitconfig',
           key,
           reservationId: r.id,
           payload: { reservationId: r.id, leaseId: h.leaseId, attempt: next },
           notBefore: now + Math.min(10 * 60_000, 15_000 * 2 ** h.attempt),
         });
-        await setRunnerAttempt(tx, r.id, next);
+        await ledger.github.setRunnerAttempt(tx, r.id, next);
         await ledger.record(tx, now, {
           subjectType: 'reservation',
           subjectId: r.id,
@@ -111,11 +93,11 @@ export async function sweepTaskStart(svc: GitHubService, candidates?: Reservatio
   const { taskStartTimeoutS } = svc.config.timings;
   const now = ledger.clock();
   let acted = 0;
-  for (const r of candidates ?? (await q.githubReservations(ledger, RUNNER_STATUSES))) {
+  for (const r of candidates ?? (await ledger.github.reservations(RUNNER_STATUSES))) {
     if (readMeta(r)?.ci !== 'task') continue;
     // a cheap read first: the write transaction is taken only for work that is late
-    if (!(await unstartedTasks(ledger.db, r, now, taskStartTimeoutS)).length) continue;
-    if (await endTaskNotStarted(ledger, r.id, taskStartTimeoutS, 'github')) acted++;
+    if (!(await ledger.github.unstartedTasks(r, now, taskStartTimeoutS)).length) continue;
+    if (await ledger.github.endTaskNotStarted(r.id, taskStartTimeoutS, 'github')) acted++;
   }
   return acted;
 }
@@ -126,13 +108,10 @@ export async function sweepTaskStart(svc: GitHubService, candidates?: Reservatio
  */
 export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
   const { ledger } = svc;
-  const queued = await q.githubReservations(ledger, ['queued'], { withHeadSha: true });
+  const queued = await ledger.github.reservations(['queued'], { withHeadSha: true });
   if (!queued.length) return 0;
   const views = await svc.views.get();
-  const checkRows = await q.checkRunRowsOf(
-    ledger,
-    queued.map((r) => r.id),
-  );
+  const checkRows = await ledger.github.checkRunRowsOf(queued.map((r) => r.id));
   const latest = new Map<string, { id: number; status: string }>();
   for (const row of checkRows) {
     const cur = latest.get(row.reservationId!);
@@ -153,7 +132,7 @@ export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
       note: meta.note ?? null,
     });
     if (meta.lastCheck === (await checkRunKey(view))) continue;
-    await ledger.write((tx, now) => enqueueCheckSync(tx, now, r.id));
+    await ledger.write((tx, now) => ledger.github.enqueueCheckSync(tx, now, r.id));
     n++;
   }
   return n;
@@ -189,13 +168,13 @@ export async function runSchedules(svc: GitHubService): Promise<string[]> {
     if (s.kind === 'background') {
       // the seed's opportunistic queue: background CI is queued only while the fleet would
       // otherwise idle; a due slot stays due (fires once) until nothing else waits
-      const others = await countQueuedOtherThan(ledger, undefined, 'background');
+      const others = await ledger.github.countQueuedOtherThan('background');
       if (others > 0) {
         svc.log.info('background CI deferred: other work is queued', { schedule: i, queued: others });
         continue;
       }
     }
-    const repo = await enabledRepository(ledger, s.repo);
+    const repo = await ledger.enabledRepository(s.repo);
     if (!repo) continue;
     let sha: string;
     try {
@@ -218,9 +197,8 @@ export async function runSchedules(svc: GitHubService): Promise<string[]> {
       // another controller process fired this slot already
       if ((await ledger.getMark(tx, key)) !== mark) return null;
       await ledger.setMark(tx, key, String(now));
-      if ((await queuedOfKind(ledger, tx, repo.fullName, s.kind)).length) return null;
-      const r = await createReservation(
-        ledger,
+      if ((await ledger.github.queuedOfKind(repo.fullName, s.kind, tx)).length) return null;
+      const r = await ledger.github.createReservation(
         {
           kind: s.kind,
           topology: s.topology,
@@ -246,9 +224,7 @@ export async function runSchedules(svc: GitHubService): Promise<string[]> {
   return fired;
 }
 
-export { DELIVERY_RETENTION_MS } from '../ledger/outbox.ts';
-
 /** Prunes old webhook dedup rows at most once an hour; returns how many were removed. */
 export function pruneDeliveries(svc: GitHubService): Promise<number> {
-  return pruneDeliveryRows(svc.ledger);
+  return svc.ledger.outbox.pruneDeliveries();
 }

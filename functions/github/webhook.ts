@@ -3,7 +3,6 @@ import { ANONYMOUS_BODY_DEADLINE_MS } from '../api/anonymous-budget.ts';
 import { readAnonymousBody } from '../api/body.ts';
 import type { App } from '../app.ts';
 import { ApiError } from '../errors.ts';
-import { insertDelivery } from '../ledger/inbox.ts';
 import type { GitHubService } from './service.ts';
 
 /** Webhook bodies above this are refused while streaming (GitHub caps payloads at 25 MB; ours are small). */
@@ -84,7 +83,7 @@ export function mountWebhook(app: App, svc: () => GitHubService) {
       const action = stringAt(payload, ['action']);
       let inserted: boolean;
       try {
-        inserted = await insertDelivery(s.ledger, {
+        inserted = await s.ledger.inbox.insert({
           id: delivery,
           event,
           action,

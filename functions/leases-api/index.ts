@@ -12,8 +12,6 @@ import {
 import { limitBody, parseBody } from '../api/body.ts';
 import type { AppModule } from '../app.ts';
 import { ApiError, badRequest, conflict, notFound, staleFencingToken } from '../errors.ts';
-import { hasHostEvidence } from '../ledger/host-evidence.ts';
-import { storeReceipts } from '../ledger/reservations.ts';
 import { leaseForJobToken, requireBearer } from './job-token.ts';
 
 /**
@@ -138,7 +136,7 @@ export const leasesApiModule: AppModule = {
         }
         // once the runner exited the agent holds the evidence: a receipt after that is not the
         // job's own (the job ends before its runner does), e.g. one left over in a later lease
-        if (await hasHostEvidence(tx, lease.id)) {
+        if (await ledger.api.hasHostEvidence(lease.id, tx)) {
           throw conflict(
             'runner_exited',
             `the runner on ${receipt.hostId} has exited and its host evidence is recorded; a receipt can only come from the running job`,
@@ -157,7 +155,7 @@ export const leasesApiModule: AppModule = {
           return c.json(summary(stored, expected, true));
         }
         stored.byHost[receipt.hostId] = receipt;
-        await storeReceipts(ledger, tx, reservationId, JSON.stringify(stored));
+        await ledger.api.storeReceipts(tx, reservationId, JSON.stringify(stored));
         const s = summary(stored, expected, false);
         await ledger.record(tx, now, {
           subjectType: 'reservation',

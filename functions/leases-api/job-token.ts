@@ -1,7 +1,6 @@
 import { sha256Hex } from '../auth/tokens.ts';
 import { ApiError } from '../errors.ts';
 import type { Tx } from '../ledger/db.ts';
-import { leaseByJobTokenHash } from '../ledger/leases.ts';
 import type { LeaseRow, Ledger } from '../ledger/ledger.ts';
 
 const unauthorized = (message: string) =>
@@ -27,7 +26,7 @@ export async function leaseForJobToken(
   hostId: string,
 ): Promise<LeaseRow> {
   const hash = await sha256Hex(token);
-  const lease = await leaseByJobTokenHash(ledger, tx, hash);
+  const lease = await ledger.api.leaseByJobTokenHash(hash, tx);
   if (!lease) throw unauthorized('unknown job token: it was never issued or belongs to a finished lease');
   if (lease.reservationId !== reservationId) {
     throw new ApiError(

@@ -16,12 +16,13 @@ import { conflict } from '../errors.ts';
 import { ciModeOf, recordTaskReceipt } from './ci-task.ts';
 import type { Tx } from './db.ts';
 import { recordHostEvidence } from './host-evidence.ts';
-import { applyRestoredReport, quarantineAfterFailedCleanup, recordServiceDown } from './hosts.ts';
-import type { Ledger } from './ledger.ts';
+import { applyRestoredReport, getHost, quarantineAfterFailedCleanup, recordServiceDown } from './hosts.ts';
+import { confirmReleased, leasesOf, requireCurrentLease } from './leases.ts';
 import { currentHandoff } from './queries.ts';
-import { beginRelease } from './reservations.ts';
+import { advanceReservation, beginRelease, getReservation } from './reservations.ts';
 import type { LeaseRow, ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
+import type { LedgerStore } from './store.ts';
 
 /** The GitHub job's result, when `workflow_job` completed already set it. */
 function jobOutcome(r: ReservationRow): JobOutcome | null {
@@ -45,14 +46,14 @@ function mergeEvidence(lease: LeaseRow, key: string, value: unknown): string {
  * fencing token is checked first; a stale one throws 409 `stale_fencing_token` before anything
  * is written. Returns what changed, in words.
  */
-export async function applyReport(ledger: Ledger, hostId: string, report: Report): Promise<string> {
+export async function applyReport(ledger: LedgerStore, hostId: string, report: Report): Promise<string> {
   const actor = `agent:${hostId}`;
   if (report.type === 'restored') return applyRestored(ledger, hostId, report, actor);
   if (report.type === 'service_down') return recordServiceDown(ledger, hostId, report, actor);
   return ledger.write(async (tx, now, changed) => {
-    const lease = await ledger.requireCurrentLease(tx, hostId, report.fencingToken);
-    const r = (await ledger.getReservation(tx, lease.reservationId))!;
-    const leases = await ledger.leasesOf(tx, r.id);
+    const lease = await requireCurrentLease(ledger, tx, hostId, report.fencingToken);
+    const r = (await getReservation(ledger, tx, lease.reservationId))!;
+    const leases = await leasesOf(ledger, tx, r.id);
     // every node of the reservation may have to act on this (pairs move as a unit)
     for (const l of leases) changed.add(`host:${l.hostId}`);
     changed.add('reservation');
@@ -99,7 +100,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
         const waiting = leases.filter((l) => l.id !== lease.id && l.preparedAt == null);
         if (waiting.length)
           return `${lease.id} prepared; waiting for ${waiting.map((l) => l.hostId).join(', ')}`;
-        await ledger.advanceReservation(r.id, 'preparing', 'every host prepared', actor, tx);
+        await advanceReservation(ledger, r.id, 'preparing', 'every host prepared', actor, tx);
         return `reservation ${r.id} preparing`;
       }
       case 'prepare_failed': {
@@ -150,7 +151,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
           runnerName: report.runnerName,
         });
         if (r.status === 'preparing') {
-          await ledger.advanceReservation(r.id, 'running', `runner started on ${hostId}`, actor, tx);
+          await advanceReservation(ledger, r.id, 'running', `runner started on ${hostId}`, actor, tx);
           return `reservation ${r.id} running`;
         }
         return `reservation ${r.id} ${r.status}`;
@@ -169,7 +170,8 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
             .where(eq(t.leases.id, lease.id));
         }
         if (r.status === 'preparing') {
-          await ledger.advanceReservation(
+          await advanceReservation(
+            ledger,
             r.id,
             'running',
             `development lease active on ${hostId}`,
@@ -181,7 +183,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
         return `reservation ${r.id} ${r.status}`;
       }
       case 'cleaned': {
-        const host = (await ledger.getHost(tx, hostId))!;
+        const host = (await getHost(ledger, tx, hostId))!;
         const expired = lease.status === 'expired' || lease.expiresAt <= now;
         if (lease.status !== 'releasing' && host.phase !== 'release-required' && !expired) {
           throw conflict(
@@ -190,7 +192,8 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
           );
         }
         if (lease.status !== 'releasing' && isReleasableStatus(r.status)) {
-          await ledger.beginRelease(
+          await beginRelease(
+            ledger,
             r.id,
             jobOutcome(r) ?? 'released',
             'host cleaned after the lease ended',
@@ -210,7 +213,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
             })
             .where(eq(t.hosts.id, hostId));
         }
-        const res = await ledger.confirmReleased(hostId, report.fencingToken, actor, {}, tx);
+        const res = await confirmReleased(ledger, hostId, report.fencingToken, actor, {}, tx);
         return `${lease.id} released; reservation ${r.id} ${res.reservation.status}`;
       }
       case 'cleanup_failed': {
@@ -241,7 +244,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
           .update(t.leases)
           .set({ evidenceJson: mergeEvidence(lease, 'processesRemain', report.processes.slice(0, 20)) })
           .where(eq(t.leases.id, lease.id));
-        await ledger.confirmReleased(hostId, report.fencingToken, actor, { processesRemain: true }, tx);
+        await confirmReleased(ledger, hostId, report.fencingToken, actor, { processesRemain: true }, tx);
         return `${hostId} release-required: ${report.processes.length} GPU process(es) remain`;
       }
     }
@@ -249,7 +252,7 @@ export async function applyReport(ledger: Ledger, hostId: string, report: Report
 }
 
 async function runnerExited(
-  ledger: Ledger,
+  ledger: LedgerStore,
   tx: Tx,
   now: number,
   a: {
@@ -365,7 +368,8 @@ async function runnerExited(
     return `${lease.id} runner exited 0; waiting for ${stillRunning.map((l) => l.hostId).join(', ')}`;
   }
   // a task's exit is the job's result: every node's script exited 0 at the bound commit
-  await ledger.beginRelease(
+  await beginRelease(
+    ledger,
     r.id,
     jobOutcome(r) ?? (task ? 'passed' : 'runner exited 0'),
     task
@@ -386,7 +390,7 @@ async function runnerExited(
  * quick failing one is the job's own failure, never this.
  */
 async function notStarted(
-  ledger: Ledger,
+  ledger: LedgerStore,
   tx: Tx,
   a: {
     lease: LeaseRow;
@@ -429,10 +433,15 @@ function jobPickedUp(r: ReservationRow): boolean {
 }
 
 /** The lease's work runs on dstack: its repository chooses it, or the host's agent runs it. */
-async function runsOnDstack(ledger: Ledger, tx: Tx, r: ReservationRow, hostId: string): Promise<boolean> {
+async function runsOnDstack(
+  ledger: LedgerStore,
+  tx: Tx,
+  r: ReservationRow,
+  hostId: string,
+): Promise<boolean> {
   const chosen = executorForRepo(ledger.config, r.repo);
   if (chosen) return chosen === 'dstack';
-  const host = await ledger.getHost(tx, hostId);
+  const host = await getHost(ledger, tx, hostId);
   try {
     return (host?.factsJson ? (JSON.parse(host.factsJson) as HostFacts).executor : null) === 'dstack';
   } catch {
@@ -487,7 +496,7 @@ async function judgeExit(
 }
 
 async function applyRestored(
-  ledger: Ledger,
+  ledger: LedgerStore,
   hostId: string,
   report: Extract<Report, { type: 'restored' }>,
   actor: string,

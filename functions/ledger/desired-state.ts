@@ -1,7 +1,7 @@
 import { executorForRepo } from '../../core/config.ts';
 import type { Topology } from '../../core/model.ts';
 import type { DesiredState, LeaseRef } from '../../core/protocol/agent.ts';
-import { sha256Hex } from '../auth/tokens.ts';
+import { sha256Hex } from '../auth/sha256.ts';
 import { ciTaskOf } from './ci-task.ts';
 import type { Tx } from './db.ts';
 import { currentHandoff } from './queries.ts';

@@ -1,16 +1,25 @@
 import type { HostFacts, HostPhase, LeaseStatus, Outcome, ReservationStatus } from '../../core/model.ts';
 import { admissionPassTx, loadAdmissionInput, type PassResult } from './admission-pass.ts';
 import type { Tx } from './db.ts';
+import * as defaultBranch from './default-branch.ts';
 import { recordGitHubEffects } from './github-effects.ts';
 import * as hosts from './hosts.ts';
 import * as leases from './leases.ts';
+import { AgentsLedger, ApiLedger, ReadsLedger, TokensLedger } from './ledger-api.ts';
+import { InboxLedger, OutboxLedger } from './ledger-deliveries.ts';
+import { GitHubLedger } from './ledger-github.ts';
 import * as pullRequests from './pull-requests.ts';
 import * as queries from './queries.ts';
 import * as reservations from './reservations.ts';
 import type { HostRow, LeaseRow, ReservationRow } from './rows.ts';
 import { type HookContext, type LedgerEvent, LedgerStore } from './store.ts';
+import * as workflowJobs from './workflow-jobs.ts';
 
 export { type PassResult, PERSISTED_WAITS_PER_PASS } from './admission-pass.ts';
+export { RUNNER_START_BUCKETS_S, seriesKey, WAIT_BUCKETS_S } from './counters.ts';
+export type { DefaultBranchPush } from './default-branch.ts';
+export type { ComputedState } from './desired-state.ts';
+export { type GitHubMeta, readMeta } from './github-meta.ts';
 export type { PrComment, PrRefusal, PrSubject, TestRequest } from './pull-requests.ts';
 export type { NewReservation, RecoveryResult, SupersedeScope } from './reservations.ts';
 export type {
@@ -26,6 +35,8 @@ export type {
 } from './rows.ts';
 export { toHostRecord, toLeaseRecord, toReservationRecord } from './rows.ts';
 export type { Clock, LedgerEvent, LedgerOptions, TransitionHook } from './store.ts';
+export { isLedgerUnavailable, ledgerUnavailable, storageCause } from './unavailable.ts';
+export type { ReservationLabel, WorkflowJobReport } from './workflow-jobs.ts';
 
 /**
  * The reservation ledger, the controller's only writer (ADR 0005). Every state change
@@ -36,6 +47,20 @@ export type { Clock, LedgerEvent, LedgerOptions, TransitionHook } from './store.
  */
 export class Ledger extends LedgerStore {
   private readonly passObservers = new Set<(durationMs: number) => void>();
+  /** The GitHub part's commands and reads (`ledger-github.ts`). */
+  readonly github = new GitHubLedger(this);
+  /** The webhook inbox (`ledger-deliveries.ts`). */
+  readonly inbox = new InboxLedger(this);
+  /** The GitHub outbox (`ledger-deliveries.ts`). */
+  readonly outbox = new OutboxLedger(this);
+  /** The public API's commands and reads (`ledger-api.ts`). */
+  readonly api = new ApiLedger(this);
+  /** API and agent tokens (`ledger-api.ts`). */
+  readonly tokens = new TokensLedger(this);
+  /** The dashboard's, the metrics' and the queue estimate's reads (`ledger-api.ts`). */
+  readonly reads = new ReadsLedger(this);
+  /** The agent API's reports, desired state and hand-over (`ledger-api.ts`). */
+  readonly agents = new AgentsLedger(this);
 
   /** Each recorded event's GitHub outbox rows, in its transaction (docs/adr/0220-one-ledger-front-door.md). */
   protected override recordEffects(tx: Tx, ev: LedgerEvent, ctx: HookContext): Promise<void> {
@@ -206,6 +231,15 @@ export class Ledger extends LedgerStore {
     return pullRequests.refuseGitHubRequest(this, tx, now, at, refusal);
   }
 
+  /** A push to the default branch: the policy's refusal, or merge CI for the new tip (ADR 0003). */
+  pushToDefaultBranch(tx: Tx, now: number, o: defaultBranch.DefaultBranchPush): Promise<string> {
+    return defaultBranch.pushToDefaultBranch(this, tx, now, o);
+  }
+  /** A `workflow_job` delivery: the job on our runner advances or is stopped; others are audited. */
+  recordWorkflowJob(tx: Tx, now: number, job: workflowJobs.WorkflowJobReport): Promise<string> {
+    return workflowJobs.recordWorkflowJob(this, tx, now, job);
+  }
+
   // ---------------------------------------------------------------- admission
 
   /** Loads everything the admission engine needs, inside the caller's transaction. */
@@ -237,5 +271,9 @@ export class Ledger extends LedgerStore {
   }
   recentEvents(limit = 50) {
     return queries.recentEvents(this, limit);
+  }
+  /** An enabled repository by name (case-insensitive), or null. */
+  enabledRepository(fullName: string, tx?: Tx) {
+    return queries.enabledRepository(this, fullName, tx);
   }
 }

@@ -1,9 +1,6 @@
 import { LEDGER_EVENTS } from '../../core/events.ts';
 import { BINDING_LEASE_STATUSES, HOST_STATES, RESERVATION_KINDS } from '../../core/model.ts';
-import { RUNNER_START_BUCKETS_S, WAIT_BUCKETS_S } from '../ledger/counters.ts';
-import { inboxStats } from '../ledger/inbox.ts';
-import type { Ledger } from '../ledger/ledger.ts';
-import { bindingLeaseHolders, metricCounterRows, metricsReads } from '../ledger/queries.ts';
+import { type Ledger, RUNNER_START_BUCKETS_S, WAIT_BUCKETS_S } from '../ledger/ledger.ts';
 import { holderClassOf, type ViewsMemo } from '../views.ts';
 import { counterFamily, histogramFamily, OUTBOX_STATUSES } from './counters.ts';
 import type { MetricFamily } from './prom-text.ts';
@@ -26,10 +23,10 @@ export async function collectLedgerMetrics(ledger: Ledger, views: ViewsMemo): Pr
 
   const homed = fleet.hosts.filter((h) => h.homeService);
   const [{ outboxRows, leaseRows }, counters, holders, inbox, homedRows] = await Promise.all([
-    metricsReads(ledger),
-    metricCounterRows(ledger),
-    bindingLeaseHolders(ledger),
-    inboxStats(ledger),
+    ledger.reads.metricsReads(),
+    ledger.reads.metricCounterRows(),
+    ledger.reads.bindingLeaseHolders(),
+    ledger.inbox.stats(),
     Promise.all(homed.map((h) => ledger.getHost(undefined, h.id))),
   ]);
 

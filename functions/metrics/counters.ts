@@ -1,4 +1,4 @@
-import { seriesKey } from '../ledger/counters.ts';
+import { seriesKey } from '../ledger/ledger.ts';
 import type { HistogramFamily, Labels, MetricFamily } from './prom-text.ts';
 
 /** Every outbox status (functions/ledger/outbox.ts), exported even at 0 so alerts see the series. */

@@ -15,11 +15,17 @@
  * - **Nothing outside `test/` imports from `test/`** (docs/adr/0235-simulation-kit-in-scripts-sim.md):
  *   what the demo, the benches and the tests share is the simulation kit in `scripts/sim/`. Static
  *   imports, `export … from`, `import()` and `require()` with a literal path all count.
+ * - **The ledger has one front door** ({@link LEDGER_FRONT_DOOR}, the `Ledger` class:
+ *   docs/adr/0240-ledger-front-door-only.md). Outside `functions/ledger/` no other module of it is
+ *   imported, except for its types: an `import type` (or an import whose every name is `type`)
+ *   brings in no code and calls nothing, so it cannot go around the commands. Files that still do
+ *   are listed in {@link LEDGER_IMPORT_ALLOW_LIST} with how many such imports each may keep: the
+ *   list only shrinks.
  *
  * The rules cover the source of the deployables, the scripts and the actions (`core agent cli
  * functions scripts actions`). `test/` is exempt: tests set the environment of the processes they
  * start, and read the ledger file directly to check what the controller wrote. So are the files of
- * the simulation kit named in {@link SIM_ENVIRONMENT} and {@link SIM_SQL}, each from one rule, for
+ * the simulation kit named in {@link SIM_ENVIRONMENT}, {@link SIM_SQL} and {@link SIM_LEDGER}, each from one rule, for
  * the reason given there: they stand in for the world around the controller, not for a part of it.
  * `npm run check` runs it; `tsx scripts/lint/boundaries.ts` alone prints what it finds.
  */
@@ -76,6 +82,44 @@ export const SIM_SQL: readonly RegExp[] = [
 
 /** Text that reads as a SQL statement (upper case, as every statement in this tree is written). */
 export const SQL_TEXT = /\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE TABLE|PRAGMA)\b/;
+
+/**
+ * Files of the simulation kit that open, seed or inspect a ledger below its front door, as a test
+ * does: they stand in for what is around the controller (GitHub's side of a fleet, a ledger a test
+ * or the demo prepares), not for a part of it (docs/adr/0235-simulation-kit-in-scripts-sim.md).
+ */
+export const SIM_LEDGER: readonly RegExp[] = [
+  // opens and migrates a ledger file for a test, the demo or a bench (scripts/sim/ledger.ts)
+  /^scripts\/sim\/ledger\.ts$/,
+  // the fleet's GitHub stand-ins read the inbox and the reservation rows GitHub would see
+  /^scripts\/sim\/doubles\/fleet(-github|-jit-stand-in)?\.ts$/,
+  // the fake GitHub's harness waits on the controller's inbox to know a delivery was processed
+  /^scripts\/sim\/fake-github\/harness\.ts$/,
+];
+
+/** The one module of the ledger that code outside it imports (types aside). */
+export const LEDGER_FRONT_DOOR = 'functions/ledger/ledger.ts';
+
+/**
+ * Files outside `functions/ledger/` that still import other ledger modules for code, each with the
+ * most such imports (`import` or `export … from` statements) it may keep. Lower a count when a
+ * file routes one through the `Ledger` class, drop the entry at zero; a count never goes up and no
+ * file is added (docs/adr/0240-ledger-front-door-only.md).
+ */
+export const LEDGER_IMPORT_ALLOW_LIST: Readonly<Record<string, number>> = {
+  // opening a ledger: the database handle, its migrations and the platform's client come before
+  // the Ledger that wraps them (functions/ledger/db.ts, node-client.ts, worker-client.ts)
+  'functions/node-server.ts': 4,
+  'functions/worker.ts': 1,
+  'scripts/deploy.ts': 1,
+  // the benchmarks measure the ledger's parts against raw floors (functions/ledger/raw-baseline.ts)
+  'scripts/bench/admission-ledger.ts': 5,
+  'scripts/bench/admission-remote.ts': 2,
+  'scripts/bench/admission.ts': 2,
+  'scripts/bench/scheduler.ts': 3,
+  'scripts/bench/webhook-baseline-server.ts': 1,
+  'scripts/bench/webhooks.ts': 1,
+};
 
 /** The files the rules apply to: every source file outside `test/`. */
 export function checkedFiles(files: readonly string[]): string[] {
@@ -208,6 +252,44 @@ export function testImports(path: string, text: string | ts.SourceFile): { line:
   return out;
 }
 
+/**
+ * The ledger modules one file imports or re-exports (relative specifiers resolved from the file),
+ * each with its line and whether it brings in types only.
+ */
+export function ledgerImports(
+  path: string,
+  text: string | ts.SourceFile,
+): { line: number; module: string; typeOnly: boolean }[] {
+  const sf = parse(path, text);
+  const out: { line: number; module: string; typeOnly: boolean }[] = [];
+  const at = (n: ts.Node) => sf.getLineAndCharacterOfPosition(n.getStart(sf)).line + 1;
+  const add = (node: ts.Node, spec: ts.Expression | undefined, typeOnly: boolean) => {
+    if (!spec || !ts.isStringLiteralLike(spec) || !spec.text.startsWith('.')) return;
+    const module = posix.normalize(posix.join(posix.dirname(path), spec.text));
+    if (module.startsWith(LEDGER_DIR)) out.push({ line: at(node), module, typeOnly });
+  };
+  const visit = (node: ts.Node) => {
+    if (ts.isImportDeclaration(node)) {
+      const c = node.importClause;
+      const named = c?.namedBindings && ts.isNamedImports(c.namedBindings) ? c.namedBindings.elements : null;
+      const typeOnly =
+        !!c && (c.isTypeOnly || (!c.name && !!named && named.length > 0 && named.every((e) => e.isTypeOnly)));
+      add(node, node.moduleSpecifier, typeOnly);
+    } else if (ts.isExportDeclaration(node)) {
+      const e = node.exportClause;
+      const typeOnly =
+        node.isTypeOnly ||
+        (!!e && ts.isNamedExports(e) && e.elements.length > 0 && e.elements.every((x) => x.isTypeOnly));
+      add(node, node.moduleSpecifier, typeOnly);
+    } else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) {
+      add(node, node.arguments[0], false);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
+  return out;
+}
+
 /** The problems of the given files (repository-relative paths under `root`); empty when all keep the rules. */
 export function checkBoundaries(
   root: string,
@@ -217,6 +299,8 @@ export function checkBoundaries(
     entries: readonly string[];
     simEnvironment?: readonly RegExp[];
     simSql?: readonly RegExp[];
+    ledgerImports?: Readonly<Record<string, number>>;
+    simLedger?: readonly RegExp[];
   } = {
     settings: SETTINGS_MODULES,
     entries: ENTRY_FILES,
@@ -225,6 +309,8 @@ export function checkBoundaries(
   const simEnvironment = rules.simEnvironment ?? SIM_ENVIRONMENT;
   const simSql = rules.simSql ?? SIM_SQL;
   const problems: string[] = [];
+  const allow = rules.ledgerImports ?? LEDGER_IMPORT_ALLOW_LIST;
+  const seen = new Set<string>();
   for (const file of checkedFiles(files)) {
     const text = parse(file, readFileSync(join(root, file), 'utf8'));
     if (![...rules.settings, ...simEnvironment].some((r) => r.test(file))) {
@@ -243,12 +329,39 @@ export function checkBoundaries(
         problems.push(
           `${file}:${u.line}: ${u.what} outside ${LEDGER_DIR}: call a ledger command or query instead`,
         );
+      const past = (rules.simLedger ?? SIM_LEDGER).some((r) => r.test(file))
+        ? []
+        : ledgerImports(file, text).filter((u) => !u.typeOnly && u.module !== LEDGER_FRONT_DOOR);
+      const allowed = allow[file];
+      if (allowed !== undefined) seen.add(file);
+      if (allowed === undefined)
+        for (const u of past)
+          problems.push(
+            `${file}:${u.line}: imports ${u.module}: outside ${LEDGER_DIR} go through the Ledger class (${LEDGER_FRONT_DOOR}); only types may come from elsewhere`,
+          );
+      else if (past.length > allowed)
+        problems.push(
+          `${file}: ${past.length} imports of ledger modules other than ${LEDGER_FRONT_DOOR}, over its allowance of ${allowed} (the allow-list only shrinks): go through the Ledger class`,
+        );
+      else if (past.length === 0)
+        problems.push(
+          `${file}: imports no ledger module but ${LEDGER_FRONT_DOOR} now: drop it from LEDGER_IMPORT_ALLOW_LIST`,
+        );
+      else if (past.length < allowed)
+        problems.push(
+          `${file}: ${past.length} imports of ledger modules: lower its LEDGER_IMPORT_ALLOW_LIST count from ${allowed} to ${past.length}`,
+        );
     }
     for (const u of testImports(file, text))
       problems.push(
         `${file}:${u.line}: imports ${u.what} from test/: move what both need into scripts/sim/ (docs/adr/0235-simulation-kit-in-scripts-sim.md)`,
       );
   }
+  for (const file of Object.keys(allow))
+    if (!seen.has(file))
+      problems.push(
+        `${file}: listed in LEDGER_IMPORT_ALLOW_LIST but not a checked file outside ${LEDGER_DIR}: drop it`,
+      );
   return problems;
 }
 
@@ -260,6 +373,6 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   if (problems.length) process.exitCode = 1;
   else
     console.log(
-      `boundaries: ${files.length} source files read the environment only in settings modules, hold SQL only in ${LEDGER_DIR} and import nothing from test/ (the simulation kit's stand-ins excepted as listed)`,
+      `boundaries: ${files.length} source files read the environment only in settings modules, hold SQL only in ${LEDGER_DIR}, import nothing from test/ (the simulation kit's stand-ins excepted as listed) and enter the ledger through ${LEDGER_FRONT_DOOR} (${Object.keys(LEDGER_IMPORT_ALLOW_LIST).length} files allowed ${Object.values(LEDGER_IMPORT_ALLOW_LIST).reduce((a, b) => a + b, 0)} other imports)`,
     );
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { fitSummary, MAX_CHECK_RUN_SUMMARY, renderCheckRun } from '../../functions/github/check-run.ts';
-import { patchMeta } from '../../functions/github/meta.ts';
+import { patchMeta } from '../../functions/ledger/github-meta.ts';
 import type { ReservationRow } from '../../functions/ledger/ledger.ts';
 import { enqueueCheckSync } from '../../functions/ledger/outbox.ts';
 import { example } from '../../scripts/sim/fake-github/harness.ts';

@@ -43,6 +43,22 @@ function row(over: Partial<ReservationRow>): ReservationRow {
 const none = { hosts: [], keptHost: null };
 
 describe('check-run rendering (the words on the PR)', () => {
+  it("a draining check names the live plan's kept host in its title and its summary, whatever the row last recorded", () => {
+    const kept = { hosts: [], keptHost: { id: 'spark-2', state: 'draining' as const } };
+    // the row's reason is the last pass's (another host), or the creation placeholder (no pass yet)
+    for (const over of [
+      { reason: 'waiting for a host in pool spark: spark-1 draining for r-12', waitCode: 'hosts-busy' },
+      { reason: 'waiting for the next admission pass', waitCode: null },
+    ]) {
+      const view = renderCheckRun(row(over), kept);
+      expect(view.title).toBe('Spark 2 draining — active job finishing');
+      expect(view.summary.split('\n')[0]).toBe(
+        'Waiting: spark-2 draining for r-12: the host finishes its current job before this one starts',
+      );
+      expect(view.summary).not.toContain('spark-1');
+    }
+  });
+
   it('says where the request is, in the titles docs/architecture.md names', () => {
     expect(renderCheckRun(row({}), none)).toMatchObject({
       status: 'queued',

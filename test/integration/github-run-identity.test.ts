@@ -3,11 +3,8 @@ import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fleetLabelOf, parseConfig } from '../../core/config.ts';
 import { readMeta } from '../../functions/github/meta.ts';
-import {
-  newRunnerNonce,
-  parseReservationLabel,
-  reservationLabel,
-} from '../../functions/github/run-identity.ts';
+import { parseReservationLabel, reservationLabel } from '../../functions/github/run-identity.ts';
+import { newRunnerNonce } from '../../functions/ledger/runner-nonce.ts';
 import { example, type Harness, startHarness } from '../../scripts/sim/fake-github/harness.ts';
 import { adoptAll } from '../../scripts/sim/ledger.ts';
 

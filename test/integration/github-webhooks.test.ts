@@ -2,7 +2,8 @@ import { verify } from '@octokit/webhooks-methods';
 import { eq, sql } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { githubService } from '../../functions/github/service.ts';
-import { DELIVERY_RETENTION_MS, pruneDeliveries } from '../../functions/github/sweeps.ts';
+import { pruneDeliveries } from '../../functions/github/sweeps.ts';
+import { DELIVERY_RETENTION_MS } from '../../functions/ledger/outbox.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { example, type Harness, startHarness } from '../../scripts/sim/fake-github/harness.ts';
 

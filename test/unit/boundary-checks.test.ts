@@ -2,7 +2,15 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { checkBoundaries, environmentUses, sqlUses } from '../../scripts/lint/boundaries.ts';
+import {
+  checkBoundaries,
+  ENTRY_FILES,
+  environmentUses,
+  LEDGER_IMPORT_ALLOW_LIST,
+  ledgerImports,
+  SETTINGS_MODULES,
+  sqlUses,
+} from '../../scripts/lint/boundaries.ts';
 import { sourceFiles } from '../../scripts/lint/source-files.ts';
 
 /**
@@ -21,7 +29,13 @@ function write(path: string, text: string) {
   mkdirSync(dirname(join(root, path)), { recursive: true });
   writeFileSync(join(root, path), text);
 }
-const check = () => checkBoundaries(root, sourceFiles(root));
+// the small trees hold none of the repository's allow-listed files: an empty allow-list, unless a test gives one
+const check = (ledgerImportAllowList: Readonly<Record<string, number>> = {}) =>
+  checkBoundaries(root, sourceFiles(root), {
+    settings: SETTINGS_MODULES,
+    entries: ENTRY_FILES,
+    ledgerImports: ledgerImportAllowList,
+  });
 
 describe('the environment', () => {
   it('may be read in the settings modules of each part', () => {
@@ -170,5 +184,80 @@ describe('imports from test/', () => {
     write('scripts/sim/harness/index.ts', "export * from './system.ts';\nimport '../doubles/index.ts';\n");
     write('scripts/demo.ts', "// not '../test/harness/index.ts'\nexport const name = 'test/harness';\n");
     expect(check()).toEqual([]);
+  });
+});
+
+describe('the ledger front door', () => {
+  const door = "import { Ledger } from '../ledger/ledger.ts';\n";
+
+  it('is functions/ledger/ledger.ts; inside functions/ledger/ and in tests anything goes; types come from anywhere', () => {
+    write('functions/api/a.ts', door);
+    write('functions/node-server.ts', "import { Ledger, storageCause } from './ledger/ledger.ts';\n");
+    write(
+      'functions/github/b.ts',
+      [
+        "import type { Tx } from '../ledger/db.ts';",
+        "import { type InboxRow, type DeliveryView } from '../ledger/inbox.ts';",
+        "export type { OutboxKind } from '../ledger/outbox.ts';",
+        "export { type EventRow } from '../ledger/rows.ts';",
+        'type Q = import("../ledger/queries.ts").Query;',
+        '',
+      ].join('\n'),
+    );
+    write('functions/ledger/pull-requests.ts', "import { createReservation } from './reservations.ts';\n");
+    write('test/integration/x.test.ts', "import { enqueue } from '../../functions/ledger/outbox.ts';\n");
+    expect(check()).toEqual([]);
+  });
+
+  it('fails on any other ledger module imported for code: import, re-export, a name among types, dynamic import', () => {
+    write(
+      'functions/github/intake/push.ts',
+      "import { createReservation } from '../../ledger/reservations.ts';\n",
+    );
+    write('functions/github/meta.ts', "export { patchMeta } from '../ledger/github-meta.ts';\n");
+    write('functions/metrics/c.ts', "import { type Tx, openLedgerDb } from '../ledger/db.ts';\n");
+    write('scripts/bench/d.ts', "const m = await import('../../functions/ledger/raw-baseline.ts');\n");
+    write('functions/app.ts', "import './ledger/migrate.ts';\n");
+    const why =
+      'outside functions/ledger/ go through the Ledger class (functions/ledger/ledger.ts); only types may come from elsewhere';
+    expect(check()).toEqual([
+      `functions/app.ts:1: imports functions/ledger/migrate.ts: ${why}`,
+      `functions/github/intake/push.ts:1: imports functions/ledger/reservations.ts: ${why}`,
+      `functions/github/meta.ts:1: imports functions/ledger/github-meta.ts: ${why}`,
+      `functions/metrics/c.ts:1: imports functions/ledger/db.ts: ${why}`,
+      `scripts/bench/d.ts:1: imports functions/ledger/raw-baseline.ts: ${why}`,
+    ]);
+  });
+
+  it('keeps an allow-list that only shrinks: over its count fails, under it or gone asks to lower or drop it', () => {
+    const two =
+      "import { openLedgerDb } from './ledger/db.ts';\nimport { applyMigrations } from './ledger/migrate.ts';\n";
+    write('functions/node-server.ts', two);
+    write('functions/worker.ts', "import { openWorkerLedger } from './ledger/worker-client.ts';\n");
+    write('scripts/deploy.ts', door);
+    expect(check({ 'functions/node-server.ts': 2, 'functions/worker.ts': 1 })).toEqual([]);
+    expect(
+      check({
+        'functions/node-server.ts': 1,
+        'functions/worker.ts': 2,
+        'scripts/deploy.ts': 1,
+        'scripts/gone.ts': 1,
+      }),
+    ).toEqual([
+      'functions/node-server.ts: 2 imports of ledger modules other than functions/ledger/ledger.ts, over its allowance of 1 (the allow-list only shrinks): go through the Ledger class',
+      'functions/worker.ts: 1 imports of ledger modules: lower its LEDGER_IMPORT_ALLOW_LIST count from 2 to 1',
+      'scripts/deploy.ts: imports no ledger module but functions/ledger/ledger.ts now: drop it from LEDGER_IMPORT_ALLOW_LIST',
+      'scripts/gone.ts: listed in LEDGER_IMPORT_ALLOW_LIST but not a checked file outside functions/ledger/: drop it',
+    ]);
+  });
+
+  it("the repository's allow-list names only files outside functions/ledger/ (functions/github/ holds none)", () => {
+    for (const f of Object.keys(LEDGER_IMPORT_ALLOW_LIST)) {
+      expect(f.startsWith('functions/ledger/')).toBe(false);
+      expect(f.startsWith('functions/github/')).toBe(false);
+    }
+    expect(ledgerImports('functions/x.ts', "import type { Ledger } from './ledger/ledger.ts';\n")).toEqual([
+      { line: 1, module: 'functions/ledger/ledger.ts', typeOnly: true },
+    ]);
   });
 });

@@ -1,5 +1,4 @@
 import type { Tx } from '../../ledger/db.ts';
-import { completeDelivery, finishDelivery, setDeliveryResult } from '../../ledger/inbox.ts';
 import type { GitHubService } from '../service.ts';
 
 /** One verified webhook delivery (`X-GitHub-Event`, `X-GitHub-Delivery`), taken from the inbox. */
@@ -24,13 +23,7 @@ export function withDelivery(
   _action: string | null,
   apply: (tx: Tx, now: number, changed: Set<string>) => Promise<string>,
 ): Promise<IntakeResult> {
-  return svc.ledger.write(async (tx, now, changed) => {
-    // claim first: a delivery completed by another processor must not apply its effects twice
-    if (!(await completeDelivery(tx, now, d.id, 'processing'))) return DUPLICATE;
-    const result = await apply(tx, now, changed);
-    await setDeliveryResult(tx, d.id, result);
-    return { result };
-  });
+  return svc.ledger.inbox.apply(d.id, apply).then((result) => (result == null ? DUPLICATE : { result }));
 }
 
 /** Records a delivery that needs nothing (unknown event/action, repository not enabled). */
@@ -40,6 +33,6 @@ export async function noOp(
   _action: string | null,
   result: string,
 ): Promise<IntakeResult> {
-  const fresh = await finishDelivery(svc.ledger, d.id, result);
+  const fresh = await svc.ledger.inbox.finish(d.id, result);
   return fresh ? { result } : DUPLICATE;
 }

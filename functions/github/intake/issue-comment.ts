@@ -1,5 +1,4 @@
 import type { PrComment } from '../../ledger/ledger.ts';
-import { enabledRepository } from '../../ledger/queries.ts';
 import { STATUS_CHECK_NAME } from '../check-run.ts';
 import { parseSparkCommand } from '../commands.ts';
 import { IssueCommentEvent, PullRequestResource } from '../payloads.ts';
@@ -18,7 +17,7 @@ export async function onIssueComment(svc: GitHubService, d: Delivery, raw: unkno
   // bots (including this App) never command Spark: no loops, no privilege by proxy
   if (p.sender.type === 'Bot') return noOp(svc, d, p.action, 'ignored: comment by a bot');
   const repoName = p.repository.full_name;
-  const repo = await enabledRepository(svc.ledger, repoName);
+  const repo = await svc.ledger.enabledRepository(repoName);
   if (!repo) return noOp(svc, d, p.action, `ignored: ${repoName} is not enabled`);
   const sender = p.sender.login;
   const installationId = p.installation?.id ?? repo.installationId;

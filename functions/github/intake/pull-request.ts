@@ -1,6 +1,4 @@
 import type { RepositoryRow } from '../../ledger/ledger.ts';
-import { enabledRepository } from '../../ledger/queries.ts';
-import { openReservationsOfPr } from '../../ledger/reservations.ts';
 import { PullRequestEvent } from '../payloads.ts';
 import type { GitHubService } from '../service.ts';
 import { type Delivery, type IntakeResult, noOp, withDelivery } from './delivery.ts';
@@ -14,7 +12,7 @@ import { prSubject, refusalOf, requestFromLabel, type TestRequest } from './shar
 export async function onPullRequest(svc: GitHubService, d: Delivery, raw: unknown): Promise<IntakeResult> {
   const p = PullRequestEvent.parse(raw);
   const repoName = p.repository.full_name;
-  const repo = await enabledRepository(svc.ledger, repoName);
+  const repo = await svc.ledger.enabledRepository(repoName);
   if (!repo) return noOp(svc, d, p.action, `ignored: ${repoName} is not enabled`);
   const pr = p.pull_request;
   const sender = p.sender.login;
@@ -63,7 +61,7 @@ async function onSynchronize(
   const pr = p.pull_request;
   const sender = p.sender.login;
   const newSha = pr.head.sha;
-  const before = await openReservationsOfPr(svc.ledger, undefined, repo.fullName, pr.number);
+  const before = await svc.ledger.github.openReservationsOfPr(repo.fullName, pr.number);
   const labelled = o.labels.map((l) => requestFromLabel(svc, l)).filter((r): r is TestRequest => r != null);
   const wants = before.some((r) => r.status === 'queued' && r.headSha !== newSha) || labelled.length > 0;
   const auth =
