@@ -1,4 +1,3 @@
-import type { Tx } from '../../ledger/db.ts';
 import type { PrRefusal, RepositoryRow, TestRequest } from '../../ledger/ledger.ts';
 import { renderRefusal } from '../check-run.ts';
 import type { GitHubService } from '../service.ts';
@@ -33,29 +32,6 @@ export function refusalOf(
     throttleMs: REFUSAL_THROTTLE_MS,
     view: { ...renderRefusal(o.reason, o.sender) },
   };
-}
-
-/** Records a visible refusal ({@link refusalOf}) in the delivery's transaction. */
-export function refuse(
-  svc: GitHubService,
-  tx: Tx,
-  now: number,
-  d: Delivery,
-  o: {
-    repo: string;
-    pr: number | null;
-    headSha: string | null;
-    installationId: number | null;
-    sender: string;
-    reason: string;
-  },
-): Promise<string> {
-  return svc.ledger.refuseGitHubRequest(
-    tx,
-    now,
-    { repo: o.repo, pr: o.pr, headSha: o.headSha },
-    refusalOf(d, o),
-  );
 }
 
 /** The pull request a delivery is about, as the ledger's pull-request commands take it. */
