@@ -1,5 +1,5 @@
 import type { AdmissionConfig, AdmissionPlan } from './admission-plan.ts';
-import type { HostRecord, HostState, LeaseRecord } from './model.ts';
+import { type HostRecord, type HostState, type LeaseRecord, servesDevelopment } from './model.ts';
 
 /**
  * The fleet as one admission pass sees it: each host's standing (rule 2: only a fresh, adopted,
@@ -109,6 +109,11 @@ export interface Fleet {
   freeByPool: Map<string, HostRecord[]>;
   /** Hosts per pool that are not out (busy or free): what a request could ever get there now. */
   schedulableByPool: Map<string, number>;
+  /**
+   * Of those, the hosts that can serve a development lease (ADR 0176, `servesDevelopment`): no
+   * host stops or starts being out within a pass, so counted once instead of per request.
+   */
+  devSchedulableByPool: Map<string, number>;
   poolHosts: Map<string, HostRecord[]>;
   /**
    * Each pool's hosts in the order busy ones are asked to drain: home-service hosts last (they go
@@ -175,18 +180,29 @@ function groupByPool(
 ): Fleet {
   const freeByPool = new Map<string, HostRecord[]>();
   const schedulableByPool = new Map<string, number>();
+  const devSchedulableByPool = new Map<string, number>();
   const poolHosts = new Map<string, HostRecord[]>();
   for (const h of hosts) {
     const b = standing.get(h.id)!;
     if (!poolHosts.has(h.pool)) poolHosts.set(h.pool, []);
     poolHosts.get(h.pool)!.push(h);
     if (b.kind !== 'out') schedulableByPool.set(h.pool, (schedulableByPool.get(h.pool) ?? 0) + 1);
+    if (b.kind !== 'out' && servesDevelopment(h))
+      devSchedulableByPool.set(h.pool, (devSchedulableByPool.get(h.pool) ?? 0) + 1);
     if (b.kind === 'free') {
       if (!freeByPool.has(h.pool)) freeByPool.set(h.pool, []);
       freeByPool.get(h.pool)!.push(h);
     }
   }
-  return { hostsById, standing, freeByPool, schedulableByPool, poolHosts, drainOrder: new Map() };
+  return {
+    hostsById,
+    standing,
+    freeByPool,
+    schedulableByPool,
+    devSchedulableByPool,
+    poolHosts,
+    drainOrder: new Map(),
+  };
 }
 
 /** Takes `host` out of its pool's free list for the rest of the pass. */
