@@ -103,8 +103,7 @@ export async function measure(dir: string, queued: number, hosts: number, iterat
       }
       await enqueue(ledger, next++, 1, hosts);
       now += 50;
-      if (it % 100 === 99)
-        for (let h = 1; h <= hosts; h++) await ledger.recordHeartbeat(`spark-${h}`, FACTS);
+      if (it % 100 === 99) for (let h = 1; h <= hosts; h++) await ledger.recordHeartbeat(`spark-${h}`, FACTS);
       const whole0 = admissionPassStats(ledger).wholeQueueReads;
       const c0 = cpuNowMs();
       const t0 = performance.now();
