@@ -1,5 +1,5 @@
 import type { AdmissionConfig, AdmissionPlan } from './admission-plan.ts';
-import type { HostRecord, HostState, LeaseRecord } from './model.ts';
+import { type HostRecord, type HostState, type LeaseRecord, servesDevelopment } from './model.ts';
 
 /**
  * The fleet as one admission pass sees it: each host's standing (rule 2: only a fresh, adopted,
@@ -109,6 +109,11 @@ export interface Fleet {
   freeByPool: Map<string, HostRecord[]>;
   /** Hosts per pool that are not out (busy or free): what a request could ever get there now. */
   schedulableByPool: Map<string, number>;
+  /**
+   * Of those, the hosts that can serve a development lease (ADR 0176, `servesDevelopment`): no
+   * host stops or starts being out within a pass, so counted once instead of per request.
+   */
+  devSchedulableByPool: Map<string, number>;
   poolHosts: Map<string, HostRecord[]>;
   /**
    * Each pool's hosts in the order busy ones are asked to drain: home-service hosts last (they go
@@ -154,11 +159,30 @@ export function classifyFleet(
   return fleet;
 }
 
+/**
+ * The last fleet's id ranks: the fleet rarely changes between passes and the ledger returns its
+ * hosts in the same order, so the collator sort (256 hosts: ~2,000 compares) runs only when the
+ * ids differ. The ranks depend on the ids alone, so the plan is the same either way.
+ */
+let lastIds: string[] = [];
+let lastRank = new Map<string, number>();
+
+function idRanks(hosts: readonly HostRecord[]): Map<string, number> {
+  let same = hosts.length === lastIds.length;
+  for (let i = 0; same && i < hosts.length; i++) same = hosts[i]!.id === lastIds[i];
+  if (same) return lastRank;
+  const ids = hosts.map((h) => h.id);
+  const idRank = new Map<string, number>();
+  const sortedIds = [...ids].sort(byHostId);
+  for (let i = 0; i < sortedIds.length; i++) idRank.set(sortedIds[i]!, i);
+  lastIds = ids;
+  lastRank = idRank;
+  return idRank;
+}
+
 /** Id order and `preferHosts` positions. Every host sort ends on the id: ranked once, sorts compare integers. */
 function hostOrder(hosts: readonly HostRecord[], preferHosts: readonly string[]) {
-  const idRank = new Map<string, number>();
-  const sortedIds = hosts.map((h) => h.id).sort(byHostId);
-  for (let i = 0; i < sortedIds.length; i++) idRank.set(sortedIds[i]!, i);
+  const idRank = idRanks(hosts);
   const byId = (a: HostRecord, b: HostRecord) => idRank.get(a.id)! - idRank.get(b.id)!;
   // position in preferHosts, first mention wins (as `indexOf`)
   const preferAt = new Map<string, number>();
@@ -175,18 +199,29 @@ function groupByPool(
 ): Fleet {
   const freeByPool = new Map<string, HostRecord[]>();
   const schedulableByPool = new Map<string, number>();
+  const devSchedulableByPool = new Map<string, number>();
   const poolHosts = new Map<string, HostRecord[]>();
   for (const h of hosts) {
     const b = standing.get(h.id)!;
     if (!poolHosts.has(h.pool)) poolHosts.set(h.pool, []);
     poolHosts.get(h.pool)!.push(h);
     if (b.kind !== 'out') schedulableByPool.set(h.pool, (schedulableByPool.get(h.pool) ?? 0) + 1);
+    if (b.kind !== 'out' && servesDevelopment(h))
+      devSchedulableByPool.set(h.pool, (devSchedulableByPool.get(h.pool) ?? 0) + 1);
     if (b.kind === 'free') {
       if (!freeByPool.has(h.pool)) freeByPool.set(h.pool, []);
       freeByPool.get(h.pool)!.push(h);
     }
   }
-  return { hostsById, standing, freeByPool, schedulableByPool, poolHosts, drainOrder: new Map() };
+  return {
+    hostsById,
+    standing,
+    freeByPool,
+    schedulableByPool,
+    devSchedulableByPool,
+    poolHosts,
+    drainOrder: new Map(),
+  };
 }
 
 /** Takes `host` out of its pool's free list for the rest of the pass. */

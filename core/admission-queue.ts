@@ -33,6 +33,8 @@ export class QueuePass {
    * every free host), after which no grant or restore can make one of its hosts busy in this pass.
    */
   private readonly drainFrom = new Map<string, number>();
+  /** {@link drainFrom} for the drain claims of development requests ({@link claimBusyServing}). */
+  private readonly drainServingFrom = new Map<string, number>();
   /** Pools where some class other than background CI waits: background CI yields there. */
   private readonly othersWaiting = new Set<string>();
   private position = 0;
@@ -197,10 +199,7 @@ export class QueuePass {
    */
   private developmentCandidates(r: ReservationRecord, need: number): HostRecord[] | null {
     const pool = r.pool;
-    const free = (this.fleet.freeByPool.get(pool) ?? []).filter(servesDevelopment);
-    let schedulable = 0;
-    for (const h of this.fleet.poolHosts.get(pool) ?? [])
-      if (this.fleet.standing.get(h.id)!.kind !== 'out' && servesDevelopment(h)) schedulable++;
+    const schedulable = this.fleet.devSchedulableByPool.get(pool) ?? 0;
     if (schedulable < need) {
       this.wait(
         r,
@@ -209,7 +208,11 @@ export class QueuePass {
       );
       return null;
     }
-    const candidates = free.slice(0, need);
+    const candidates: HostRecord[] = [];
+    for (const h of this.fleet.freeByPool.get(pool) ?? []) {
+      if (candidates.length >= need) break;
+      if (servesDevelopment(h)) candidates.push(h);
+    }
     if (candidates.length >= need) return candidates;
     for (const h of candidates) {
       this.held.set(h.id, r.id);
@@ -228,16 +231,24 @@ export class QueuePass {
     return null;
   }
 
-  /** {@link claimBusy} over the hosts that can serve a development lease only. */
+  /**
+   * {@link claimBusy} over the hosts that can serve a development lease only, with a cursor of its
+   * own: it is called only once every free host of the pool that can serve one is held, so from
+   * then on none of those can become busy in this pass (no host is freed, held hosts stay held)
+   * and every host before the cursor stays not busy, draining or unable to serve one.
+   */
   private claimBusyServing(pool: string, want: number, forId: string): void {
+    const order = this.fleet.drainOrder.get(pool)!;
     let claimed = 0;
-    for (const h of this.fleet.drainOrder.get(pool)!) {
-      if (claimed >= want) break;
+    let i = this.drainServingFrom.get(pool) ?? 0;
+    for (; i < order.length && claimed < want; i++) {
+      const h = order[i]!;
       if (this.fleet.standing.get(h.id)!.kind !== 'busy' || this.draining.has(h.id) || !servesDevelopment(h))
         continue;
       this.draining.set(h.id, forId);
       claimed++;
     }
+    this.drainServingFrom.set(pool, i);
     if (claimed > 0) this.claimChangesText(pool);
   }
 

@@ -1,6 +1,5 @@
 import type { InArgs, InStatement, ResultSet } from '@libsql/client';
 import { type AdmissionPlan, budgetSlot } from '../../core/admission.ts';
-import type { ReservationKind } from '../../core/model.ts';
 import type { RawSql, Tx } from './db.ts';
 import {
   activeReservations,
@@ -16,6 +15,9 @@ import {
 } from './raw-rows.ts';
 import type { HostRow, LeaseRow, ReservationRow } from './rows.ts';
 import type { LedgerStore } from './store.ts';
+
+/** The fields `budgetSlot` reads, with the row's kind as the engine's (a row's kind is one of them). */
+type SlotFields = Parameters<typeof budgetSlot>[0];
 
 /** What an admission pass reads: every host, the binding leases, the open reservations, kept slots. */
 export interface AdmissionRows {
@@ -114,7 +116,7 @@ function headRows(
   }
   const kept = new Set<string>();
   for (const r of keptLanes) {
-    const slot = budgetSlot({ ...r, kind: r.kind as ReservationKind });
+    const slot = budgetSlot(r as SlotFields);
     if (slot) kept.add(slot);
   }
   return { resvRows, keptSlots: [...kept], head: complete ? null : new Set(first.map((r) => r.id)) };
@@ -247,7 +249,7 @@ export async function keptSlotsOf(
   const slotOfKey = new Map<string, string>();
   const openSlots = new Set<string>();
   for (const r of open) {
-    const slot = budgetSlot({ ...r, kind: r.kind as ReservationKind });
+    const slot = budgetSlot(r as SlotFields);
     if (slot) openSlots.add(slot);
     if (!slot || r.status !== 'queued') continue;
     const key = buildKeyOf(r);

@@ -179,18 +179,28 @@ function reservationOf(v: readonly unknown[]): ReservationRow {
 }
 
 /**
- * The whole-table reads every admission pass makes come back as one JSON array per row
- * (`json_array(…)`): the native binding converts each value of a result to JS separately
- * (~0.25 µs a value: 16 reservations × 28 columns cost 123 µs, as JSON text 40 µs), while V8
- * parses the text in a few µs; every read of these rows here goes this way. Exact for these tables: integers, text and NULL, no reals or blobs;
- * an integer beyond 2^53 is a RangeError, as through the client. The result is read through the
- * same mappers as a plain row.
+ * The whole-table reads every admission pass makes come back as JSON: the native binding converts
+ * each value of a result to JS separately (~0.25 µs a value: 16 reservations × 28 columns cost
+ * 123 µs, as JSON text 40 µs), while V8 parses the text in a few µs. A point read is one
+ * `json_array(…)` per row; a read of many rows is one text for all of them
+ * (`json_group_array(json_array(…))`, {@link asJsonList}), since each row that crosses the binding
+ * costs too (256 host rows: 0.42 ms as one text per row, 0.25 ms as one text, measured on the
+ * scheduler bench's ledger; docs/adr/0250-scheduler-pass-reads-one-text.md). Exact for these
+ * tables: integers, text and NULL, no reals or blobs; an integer beyond 2^53 is a RangeError, as
+ * through the client. The result is read through the same mappers as a plain row.
  */
 const asJson = (columns: string, from: string) => `SELECT json_array(${columns}) AS j ${from}`;
 
+/**
+ * Every row `from` selects as one JSON text: an array of `json_array(columns)`. The aggregate's
+ * order is not the subquery's by any guarantee SQLite gives, so a caller that needs an order sorts
+ * the rows itself ({@link byAdmissionOrder}).
+ */
+const asJsonList = (columns: string, from: string) =>
+  `SELECT json_group_array(json_array(${columns})) AS j FROM (SELECT ${columns} ${from})`;
+
 /** The values of one `json_array` result, checked as the client checks integers. */
-function valuesOf(text: unknown, names: readonly string[]): unknown[] {
-  const values = JSON.parse(text as string) as unknown[];
+function checked(values: unknown[], names: readonly string[]): unknown[] {
   for (let i = 0; i < values.length; i++) {
     const v = values[i];
     // as the client does beyond 2^53 (these tables hold no reals): never a silent rounding
@@ -209,17 +219,36 @@ async function jsonRowsOf<T>(
 ): Promise<T[]> {
   const rs = await q.execute(sql, args);
   const out: T[] = new Array(rs.rows.length);
-  for (let i = 0; i < rs.rows.length; i++) out[i] = map(valuesOf(rs.rows[i]!.j, names));
+  for (let i = 0; i < rs.rows.length; i++)
+    out[i] = map(checked(JSON.parse(rs.rows[i]!.j as string) as unknown[], names));
   return out;
 }
 
-const ALL_HOSTS = asJson(HOST_COLUMNS, 'FROM hosts');
+/** The rows of an {@link asJsonList} read. */
+async function jsonListOf<T>(
+  q: RawSql,
+  sql: string,
+  args: InArgs,
+  names: readonly string[],
+  map: (v: readonly unknown[]) => T,
+): Promise<T[]> {
+  const rs = await q.execute(sql, args);
+  const rows = JSON.parse((rs.rows[0]?.j as string | undefined) ?? '[]') as unknown[][];
+  const out: T[] = new Array(rows.length);
+  for (let i = 0; i < rows.length; i++) out[i] = map(checked(rows[i]!, names));
+  return out;
+}
+
+/** Admission order (rule 1): priority descending, then FIFO by `seq`. */
+const byAdmissionOrder = (a: ReservationRow, b: ReservationRow) => b.priority - a.priority || a.seq - b.seq;
+
+const ALL_HOSTS = asJsonList(HOST_COLUMNS, 'FROM hosts');
 // literal status lists: bound parameters would keep SQLite from the partial index (db.ts)
-const BINDING_LEASES = asJson(
+const BINDING_LEASES = asJsonList(
   LEASE_COLUMNS,
   `FROM leases WHERE status IN (${inlined(BINDING_LEASE_STATUSES)})`,
 );
-const OPEN_RESERVATIONS = asJson(
+const OPEN_RESERVATIONS = asJsonList(
   RESERVATION_COLUMNS,
   `FROM reservations WHERE status IN (${inlined(OPEN_STATUSES)}) ORDER BY priority DESC, seq ASC`,
 );
@@ -228,15 +257,15 @@ const OPEN_RESERVATIONS = asJson(
 // partial index over queued rows only (migration 0008). INDEXED BY: without table statistics
 // SQLite's planner takes the status index instead and sorts a whole priority group — and builds
 // each of its rows' JSON — before the LIMIT applies (measured at 10,000 queued).
-const ACTIVE_RESERVATIONS = asJson(
+const ACTIVE_RESERVATIONS = asJsonList(
   RESERVATION_COLUMNS,
   `FROM reservations WHERE status IN (${inlined(ACTIVE_STATUSES)})`,
 );
-const QUEUE_HEAD = asJson(
+const QUEUE_HEAD = asJsonList(
   RESERVATION_COLUMNS,
   `FROM reservations INDEXED BY reservations_queue WHERE status = 'queued' ORDER BY priority DESC, seq ASC LIMIT ?`,
 );
-const QUEUE_TIMED_OUT = asJson(
+const QUEUE_TIMED_OUT = asJsonList(
   RESERVATION_COLUMNS,
   `FROM reservations INDEXED BY reservations_queue_deadline WHERE status = 'queued' AND queue_deadline <= ?`,
 );
@@ -245,7 +274,7 @@ const QUEUE_TIMED_OUT = asJson(
 // index scan: the next key above the last one), so the cost follows the number of builds queued,
 // not the number of requests; `> ''` skips the requests that have no build (NULL key) by a seek too.
 const NEXT_QUEUED_BUILD = `SELECT ${BUILD_KEY_SQL} FROM reservations INDEXED BY reservations_queue_builds WHERE status = 'queued' AND ${BUILD_KEY_SQL} > ? ORDER BY ${BUILD_KEY_SQL} LIMIT 1`;
-const QUEUED_KEPT_LANES = asJson(
+const QUEUED_KEPT_LANES = asJsonList(
   RESERVATION_COLUMNS,
   `FROM reservations WHERE id IN (
     WITH RECURSIVE k(build) AS (
@@ -260,19 +289,21 @@ const QUEUED_KEPT_LANES = asJson(
 
 /** Granted work: allocated, preparing, running, releasing. */
 export const activeReservations = (q: RawSql): Promise<ReservationRow[]> =>
-  jsonRowsOf(q, ACTIVE_RESERVATIONS, [], RESERVATION_COLS, reservationOf);
+  jsonListOf(q, ACTIVE_RESERVATIONS, [], RESERVATION_COLS, reservationOf);
 
 /** The first `limit` queued reservations in admission order (priority desc, then FIFO). */
 export const queueHead = (q: RawSql, limit: number): Promise<ReservationRow[]> =>
-  jsonRowsOf(q, QUEUE_HEAD, [limit], RESERVATION_COLS, reservationOf);
+  jsonListOf(q, QUEUE_HEAD, [limit], RESERVATION_COLS, reservationOf).then((rows) =>
+    rows.sort(byAdmissionOrder),
+  );
 
 /** Queued reservations whose queue deadline is `now` or earlier. */
 export const queuedTimedOut = (q: RawSql, now: number): Promise<ReservationRow[]> =>
-  jsonRowsOf(q, QUEUE_TIMED_OUT, [now], RESERVATION_COLS, reservationOf);
+  jsonListOf(q, QUEUE_TIMED_OUT, [now], RESERVATION_COLS, reservationOf);
 
 /** One queued lane of each build that already had a lane granted (`granted_builds`). */
 export const queuedKeptLanes = (q: RawSql): Promise<ReservationRow[]> =>
-  jsonRowsOf(q, QUEUED_KEPT_LANES, [], RESERVATION_COLS, reservationOf);
+  jsonListOf(q, QUEUED_KEPT_LANES, [], RESERVATION_COLS, reservationOf);
 
 const HOST_BY_ID = asJson(HOST_COLUMNS, 'FROM hosts WHERE id = ?');
 
@@ -299,15 +330,17 @@ export async function reservationById(q: RawSql, id: string): Promise<Reservatio
 }
 
 /** Every host. */
-export const allHosts = (q: RawSql): Promise<HostRow[]> => jsonRowsOf(q, ALL_HOSTS, [], HOST_COLS, hostOf);
+export const allHosts = (q: RawSql): Promise<HostRow[]> => jsonListOf(q, ALL_HOSTS, [], HOST_COLS, hostOf);
 
 /** Every lease that binds its host (active, expired, releasing). */
 export const bindingLeaseRows = (q: RawSql): Promise<LeaseRow[]> =>
-  jsonRowsOf(q, BINDING_LEASES, [], LEASE_COLS, leaseOf);
+  jsonListOf(q, BINDING_LEASES, [], LEASE_COLS, leaseOf);
 
 /** Queued and active reservations in admission order (priority desc, then FIFO). */
 export const openReservations = (q: RawSql): Promise<ReservationRow[]> =>
-  jsonRowsOf(q, OPEN_RESERVATIONS, [], RESERVATION_COLS, reservationOf);
+  jsonListOf(q, OPEN_RESERVATIONS, [], RESERVATION_COLS, reservationOf).then((rows) =>
+    rows.sort(byAdmissionOrder),
+  );
 
 /**
  * The `granted_builds` key of a reservation's build (ADR 0101), or null when its budget slot is

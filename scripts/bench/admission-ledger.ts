@@ -81,6 +81,8 @@ export async function benchLedger(opts: {
   /** Queue each event's GitHub outbox rows, as a controller with the GitHub part does. */
   githubEffects?: boolean;
   config?: Partial<Parameters<typeof parseConfig>[0]>;
+  /** What every host's heartbeat reports (default {@link BENCH_FACTS}). */
+  facts?: HostFacts;
 }) {
   const config: SparkConfig = parseConfig(
     {
@@ -102,7 +104,7 @@ export async function benchLedger(opts: {
   await ledger.syncHosts();
   for (const h of config.hosts) {
     await ledger.setManaged(h.id, true, 'bench');
-    await ledger.recordHeartbeat(h.id, BENCH_FACTS);
+    await ledger.recordHeartbeat(h.id, opts.facts ?? BENCH_FACTS);
   }
   return { store, ledger, config };
 }

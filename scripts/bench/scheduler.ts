@@ -13,7 +13,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { planAdmission } from '../../core/admission.ts';
-import type { ReservationKind, Topology } from '../../core/model.ts';
+import type { HostFacts, ReservationKind, Topology } from '../../core/model.ts';
 import { readQueueHead } from '../../functions/ledger/admission-input.ts';
 import { admissionPassStats } from '../../functions/ledger/admission-pass.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
@@ -26,6 +26,13 @@ const QUEUED = [100, 1000, 10000];
 const HOSTS = [2, 16, 256];
 const P50_TARGET = 5;
 const P99_TARGET = 10;
+
+/**
+ * The hosts run the dstack executor: the development half of the mix needs it (a development
+ * lease is used through its dstack dev environment, ADR 0176), and with it the fleet is half
+ * busy with development work as the bench says.
+ */
+const FACTS: HostFacts = { ...BENCH_FACTS, executor: 'dstack' };
 
 const KINDS: ReservationKind[] = ['development', 'manual', 'merge', 'benchmark', 'background'];
 
@@ -65,6 +72,7 @@ export async function measure(dir: string, queued: number, hosts: number, iterat
     hostCount: hosts,
     clock,
     config: { budgets: { maxPrs: 20, maxGpusPerPr: 4, maxGpus: 100_000 } },
+    facts: FACTS,
   });
   try {
     // half the fleet busy with development work (no budget slot), then the queue
@@ -95,8 +103,7 @@ export async function measure(dir: string, queued: number, hosts: number, iterat
       }
       await enqueue(ledger, next++, 1, hosts);
       now += 50;
-      if (it % 100 === 99)
-        for (let h = 1; h <= hosts; h++) await ledger.recordHeartbeat(`spark-${h}`, BENCH_FACTS);
+      if (it % 100 === 99) for (let h = 1; h <= hosts; h++) await ledger.recordHeartbeat(`spark-${h}`, FACTS);
       const whole0 = admissionPassStats(ledger).wholeQueueReads;
       const c0 = cpuNowMs();
       const t0 = performance.now();
@@ -169,8 +176,8 @@ export const run: BenchRunner = async (progress) => {
       },
       rows: [
         ...rows.map((s) => ({
-          metric: `pass ${s.queued} queued × ${s.hosts} hosts (p50 / p99 ms; CPU p50; read / plan p50)`,
-          value: `${s.pass_ms_p50} / ${s.pass_ms_p99}; ${s.pass_cpu_ms_p50}; ${s.read_ms_p50} / ${s.plan_ms_p50}`,
+          metric: `pass ${s.queued} queued × ${s.hosts} hosts (p50 / p99 ms; CPU p50 / p99; read / plan p50; load)`,
+          value: `${s.pass_ms_p50} / ${s.pass_ms_p99}; ${s.pass_cpu_ms_p50} / ${s.pass_cpu_ms_p99}; ${s.read_ms_p50} / ${s.plan_ms_p50}; ${s.loadAverage1m}`,
           target: `p99 ≤ ${P99_TARGET}${s === big ? `, p50 ≤ ${P50_TARGET}` : ''}`,
           met: s.pass_ms_p99 <= P99_TARGET && (s !== big || s.pass_ms_p50 <= P50_TARGET),
         })),
