@@ -203,6 +203,7 @@ export interface LaneRecord {
     new?: number;
     untracked?: number;
     ms?: number;
+    cpuMs?: number;
   };
   steps: LaneStep[];
 }
