@@ -4,8 +4,10 @@
 #
 # Run as `scripts/ci/spark-test.sh <single|pair>` with SPARK_TEST_SUITE=smoke|performance in the
 # environment the Spark agent gives the runner (SPARK_WORK_DIR, SPARK_MODEL_CACHE, optionally
-# SPARK_BUILD_CACHE_DIR and SPARK_RESULTS_DIR; docs/in-job.md in the Spark controller). It never
-# stops services or processes it did not start, and it starts none of its own.
+# SPARK_BUILD_CACHE_DIR and SPARK_RESULTS_DIR; docs/in-job.md in the Spark controller), from the
+# root of a git checkout. With SPARK_BUILD_CACHE_DIR it sets the times of the checkout's files so
+# that a later lease reuses what did not change ("Source times" below). It never stops services
+# or processes it did not start, and it starts none of its own.
 #
 # The lanes (the Spark spec's table):
 #   spark-test       SPARK_TEST_SUITE=smoke, 30-minute target: release-mode wh-butter-cuda
@@ -28,8 +30,9 @@
 # TRANSFORMERS_OFFLINE=1 and HF_DATASETS_OFFLINE=1 keep any Hugging Face client offline.
 #
 # Results: the serving JSON (butter-model-bench.json), cargo's build messages and spark-lane.json
-# (steps, build and lock-wait times, compiled/fresh counts, target and elapsed time) go to
-# SPARK_RESULTS_DIR (default: SPARK_WORK_DIR/spark-results); the Spark workflow uploads it.
+# (steps, build, lock-wait and CPU times, compiled/fresh counts, source times, target and elapsed
+# time) go to SPARK_RESULTS_DIR (default: SPARK_WORK_DIR/spark-results); the Spark workflow uploads
+# it.
 set -euo pipefail
 
 PROJECT=Butter
@@ -179,6 +182,18 @@ stamp() {
   printf '%s\0' "$@" | xargs -0 touch -m -h -d "@${t}" -- && [ "$(stat -c %.9Y -- "$1")" = "${t}" ]
 }
 
+# all_new DIR: the record is dropped and every file and directory under DIR (but .git) gets the
+# time of now, in a later second than every build in the target dir (so also where a filesystem
+# keeps whole seconds): the workspace builds anew, and nothing is taken as built that is not
+all_new() {
+  local t0
+  rm -f "${times_file}" "${times_next}"
+  touch "${build_lock}" && t0="$(stat -c %Y "${build_lock}")" || t0="$(date +%s)"
+  while [ "$(date +%s)" -le "${t0}" ]; do sleep 0.1; done
+  find "$1" -name .git -prune -o -print0 | xargs -0 -r touch -m -h --
+  source_times="\"status\":\"off\""
+}
+
 # restore_source_times: under the lock, before the lane's first cargo command (see above). Any
 # failure leaves each path at its recorded time (same content) or at a new one, never older.
 restore_source_times() {
@@ -188,8 +203,8 @@ restore_source_times() {
   started="$(now_ms)"
   rm -f "${times_next}"
   if ! top="$(git rev-parse --show-toplevel 2>/dev/null)"; then
-    rm -f "${times_file}"
-    echo "source times: not a git checkout: the workspace's crates build anew" >&"${out_fd}"
+    echo "source times: not a git checkout: every file is new" >&"${out_fd}"
+    all_new "${PWD}"
     return 0
   fi
   # the record holds if it is this checkout path's and nothing built in the target dir after it
@@ -221,8 +236,8 @@ restore_source_times() {
       git -C "${top}" diff-files -z --name-only >"${scratch}/st-changed" &&
       git -C "${top}" ls-files -o --exclude-standard -z >"${scratch}/st-untracked"
   }; then
-    echo "source times: git could not list the checkout: the workspace's crates build anew" >&"${out_fd}"
-    rm -f "${times_file}"
+    echo "source times: git could not list the checkout: every file is new" >&"${out_fd}"
+    all_new "${top}"
     return 0
   fi
   while IFS= read -r -d '' p; do
@@ -238,8 +253,8 @@ restore_source_times() {
   done <"${scratch}/st-changed"
   now="$(fs_now)" || now=
   if [ -z "${now}" ]; then
-    echo "source times: the filesystem clock did not move: the workspace's crates build anew" >&"${out_fd}"
-    rm -f "${times_file}"
+    echo "source times: the filesystem clock did not move: every file is new" >&"${out_fd}"
+    all_new "${top}"
     return 0
   fi
   printf 'spark-source-times 1\t%s\0' "${top}" >"${times_next}"
@@ -275,11 +290,8 @@ restore_source_times() {
     stamp "${t}" "${batch[@]}" || ok=false
   done
   if [ "${ok}" = false ]; then
-    echo "source times: the checkout's filesystem does not keep file times to the nanosecond: every path is new" >&"${out_fd}"
-    rm -f "${times_file}" "${times_next}"
-    while [ "$(date +%s)" -le "${now%.*}" ]; do sleep 0.1; done
-    printf '%s\0' "${paths[@]}" "${untracked[@]}" | xargs -0 -r touch -m -h --
-    source_times="\"status\":\"off\",\"ms\":$(($(now_ms) - started))"
+    echo "source times: the checkout's filesystem does not keep file times to the nanosecond: every file is new" >&"${out_fd}"
+    all_new "${top}"
     return 0
   fi
   echo "source times: ${restored} of ${n} tracked paths unchanged since the record (their time restored), ${new} new; ${#untracked[@]} untracked files new" >&"${out_fd}"
@@ -341,7 +353,12 @@ locked() {
     fi
     lock_held=true
     t1="$(now_ms)"
-    [ "${build_cache}" = cold ] || restore_source_times
+    if [ "${build_cache}" = shared ]; then
+      cpu_ms c0
+      restore_source_times
+      cpu_ms c1
+      source_times+=",\"cpuMs\":$((c1 - c0))"
+    fi
   fi
   t2="$(now_ms)"
   cpu_ms c0
