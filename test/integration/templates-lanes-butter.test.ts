@@ -14,6 +14,7 @@ import {
   requireDebianRust,
   resultsDir,
   runLane,
+  runnerCheckout,
 } from '../../scripts/sim/harness/lanes.ts';
 import { tempDir } from '../../scripts/sim/ledger.ts';
 
@@ -149,29 +150,30 @@ describe("Butter lanes on Debian's cargo", () => {
   );
 
   it(
-    'the next lease builds warm (every dependency reused), and a filter that matches nothing fails',
+    'the next lease builds warm (nothing compiles at the runner checkout path), and a filter that matches nothing fails',
     async () => {
-      if (!existsSync(join(cache, 'cargo-target', 'release'))) {
-        const first = lease({ cache });
-        prewarm(first.d.models, MODEL, REV, { _name_or_path: MODEL });
-        expect((await runLane(first.checkout, ['single'], laneEnv('performance', first.d, home))).code).toBe(
-          0,
-        );
-      }
-      const { checkout, d } = lease({ cache });
+      // the runner checks the repository out at one path in every lease (<runner>/_work/butter/butter)
+      const runner = join(tmp.dir, 'runner');
+      const first = runnerCheckout('butter', runner);
+      const d1 = leaseDirs(join(tmp.dir, `lease-${++n}`), cache);
+      prewarm(d1.models, MODEL, REV, { _name_or_path: MODEL });
+      expect((await runLane(first.checkout, ['single'], laneEnv('performance', d1, home))).code).toBe(0);
+      const next = runnerCheckout('butter', runner);
+      const d = leaseDirs(join(tmp.dir, `lease-${++n}`), cache);
       prewarm(d.models, MODEL, REV, { _name_or_path: MODEL });
       const r = await runLane(
-        checkout,
+        next.checkout,
         ['single'],
         laneEnv('performance', d, home, { BUTTER_MODEL_TEST_FILTER: 'qwen9_405b' }),
       );
+      // a new checkout of the same commit at the same path: every tracked path gets its recorded
+      // time back, and no unit compiles, the workspace's crates included
+      const rec = laneRecord(d);
+      expect(rec.sourceTimes).toMatchObject({ status: 'restored', new: 0 });
       for (const step of ['smoke', 'model']) {
-        const deps = artifacts(d, step).filter((u) => !u.packageId.includes('path+file://'));
-        expect(deps.filter((u) => !u.fresh)).toEqual([]);
+        expect(artifacts(d, step).filter((u) => !u.fresh)).toEqual([]);
+        expect(rec.steps.find((s) => s.name === `build:${step}`)).toMatchObject({ compiled: 0 });
       }
-      const model = laneRecord(d).steps.find((s) => s.name === 'build:model')!;
-      expect(model.compiled).toBe(model.compiledWorkspace);
-      expect(model.fresh).toBeGreaterThan(0);
       expect(r.code).toBe(1);
       expect(r.stderr).toContain(
         "spark-test: the filter 'qwen9_405b' matched no test that ran and passed: the model step would pass without testing it",

@@ -14,6 +14,7 @@ import {
   requireDebianRust,
   resultsDir,
   runLane,
+  runnerCheckout,
 } from '../../scripts/sim/harness/lanes.ts';
 import { tempDir } from '../../scripts/sim/ledger.ts';
 import { type LeaseFixture, runAction, runnerEnv, startWithGrantedLease } from './actions-lease-fixture.ts';
@@ -166,33 +167,6 @@ describe("Iron lanes on Debian's cargo", () => {
   );
 
   it(
-    'the next lease of the repository builds warm: every dependency is reused, only the workspace compiles',
-    async () => {
-      // an earlier lease filled the cache; a new checkout has new file times, so cargo rebuilds the
-      // workspace's own crates (its freshness check is by mtime) and reuses every dependency
-      const first = await builtCheckout();
-      const { checkout, d } = lease({ cache });
-      expect(checkout).not.toBe(first.checkout);
-      const r = await runLane(checkout, ['single'], laneEnv('smoke', d, home));
-      expect(r.code).toBe(0);
-      const units = artifacts(d, 'correctness');
-      const deps = units.filter((u) => !u.packageId.includes('path+file://'));
-      expect(deps.length).toBeGreaterThan(0);
-      expect(deps.filter((u) => !u.fresh)).toEqual([]);
-      const build = laneRecord(d).steps[0]!;
-      expect(build.compiled).toBeGreaterThan(0);
-      expect(build.compiled).toBe(build.compiledWorkspace);
-      // the same checkout run again (a re-run of the lane) compiles nothing at all
-      const rerun = again({ checkout, head: '', d });
-      expect((await runLane(checkout, ['single'], laneEnv('smoke', rerun.d, home))).code).toBe(0);
-      expect(laneRecord(rerun.d).steps[0]).toMatchObject({ compiled: 0 });
-      // the lock file stays in the cache, and no one holds it once the lane is over
-      expect(spawnSync('flock', ['--nonblock', join(cache, 'spark-build.lock'), 'true']).status).toBe(0);
-    },
-    COLD,
-  );
-
-  it(
     'waits for the build lock another build holds, and a killed holder cannot keep it',
     async () => {
       const { checkout, d } = again(await builtCheckout());
@@ -280,6 +254,98 @@ describe("Iron lanes on Debian's cargo", () => {
       expect(JSON.parse(readFileSync(join(results, 'receipt.json'), 'utf8'))).toEqual(receipt);
       for (const file of ['iron-bench-gemv.json', 'iron-bench-rmsnorm.json', 'spark-lane.json'])
         expect(existsSync(join(results, file)), file).toBe(true);
+    },
+    COLD,
+  );
+  it(
+    'the next lease at the runner checkout path compiles nothing; at another path only the workspace compiles',
+    async () => {
+      // the runner checks a repository out at one path in every lease (<runner>/_work/iron/iron);
+      // the cache's record of source times is of the earlier leases' other paths, so this lease
+      // stamps every file new: the workspace's own crates compile, every dependency is reused
+      await builtCheckout();
+      const runner = join(tmp.dir, 'runner');
+      const first = runnerCheckout('iron', runner);
+      const d1 = leaseDirs(join(tmp.dir, `lease-${++n}`), cache);
+      const r1 = await runLane(first.checkout, ['single'], laneEnv('smoke', d1, home));
+      expect(r1.code).toBe(0);
+      expect(r1.stdout).toContain('source times: the record is of another checkout path: every path is new');
+      const deps = artifacts(d1, 'correctness').filter((u) => !u.packageId.includes('path+file://'));
+      expect(deps.length).toBeGreaterThan(0);
+      expect(deps.filter((u) => !u.fresh)).toEqual([]);
+      const build1 = laneRecord(d1).steps[0]!;
+      expect(build1.compiled).toBeGreaterThan(0);
+      expect(build1.compiled).toBe(build1.compiledWorkspace);
+      // the next lease: a new checkout (new files, new times) at the same path, same content:
+      // every tracked path gets its recorded time back and nothing compiles
+      const next = runnerCheckout('iron', runner);
+      const d2 = leaseDirs(join(tmp.dir, `lease-${++n}`), cache);
+      const r2 = await runLane(next.checkout, ['single'], laneEnv('smoke', d2, home));
+      expect(r2.code).toBe(0);
+      const rec2 = laneRecord(d2);
+      expect(rec2.sourceTimes).toMatchObject({ status: 'restored', new: 0 });
+      expect(rec2.sourceTimes.restored).toBeGreaterThan(0);
+      expect(rec2.steps[0]).toMatchObject({ name: 'build:correctness', compiled: 0 });
+      expect(artifacts(d2, 'correctness').every((u) => u.fresh)).toBe(true);
+      expect(sorted(ran(d2))).toEqual(CORRECTNESS);
+      // the same checkout run again (a re-run of the lane) compiles nothing either
+      const rerun = again({ ...next, d: d2 });
+      expect((await runLane(next.checkout, ['single'], laneEnv('smoke', rerun.d, home))).code).toBe(0);
+      expect(laneRecord(rerun.d).steps[0]).toMatchObject({ compiled: 0 });
+      // the lock file stays in the cache, and no one holds it once the lane is over
+      expect(spawnSync('flock', ['--nonblock', join(cache, 'spark-build.lock'), 'true']).status).toBe(0);
+    },
+    COLD,
+  );
+
+  it(
+    'a source changed between leases is compiled and tested, never served stale from the cache',
+    async () => {
+      const runner = join(tmp.dir, 'runner');
+      const fixture = (p: string) =>
+        readFileSync(join(import.meta.dirname, '../fixtures/lanes/iron', p), 'utf8');
+      const gemvV2 = fixture('benches/gemv.rs').replace('harness::run("gemv"', 'harness::run("gemv-v2"');
+      const brokenAdd = fixture('src/lib.rs').replace(
+        'binary(a, b, |x, y| x + y)',
+        'binary(a, b, |x, y| x - y)',
+      );
+      expect(gemvV2).not.toBe(fixture('benches/gemv.rs'));
+      expect(brokenAdd).not.toBe(fixture('src/lib.rs'));
+      const leaseAt = async (suite: string, overlay: Record<string, string>) => {
+        const { checkout } = runnerCheckout('iron', runner, overlay);
+        const d = leaseDirs(join(tmp.dir, `lease-${++n}`), cache);
+        const r = await runLane(checkout, ['single'], laneEnv(suite, d, home));
+        return { r, d, rec: laneRecord(d) };
+      };
+      // 1. the performance lane builds the benches (the GEMV bench as the fixture has it)
+      expect((await leaseAt('performance', {})).r.code).toBe(0);
+      // 2. a lease whose lane builds no bench brings a changed GEMV bench: nothing compiles, and
+      //    the record now holds the changed file with a time later than the bench's build
+      const smoke = await leaseAt('smoke', { 'benches/gemv.rs': gemvV2 });
+      expect(smoke.r.code).toBe(0);
+      expect(smoke.rec.sourceTimes.new).toBeGreaterThan(0);
+      expect(smoke.rec.steps[0]).toMatchObject({ compiled: 0 });
+      // 3. the performance lane with that same change: the record's time for the file is later
+      //    than the bench unit built in 1, so the bench compiles and its new code runs (restoring
+      //    a commit time, or any time before that build, would have run the old bench)
+      const perf = await leaseAt('performance', { 'benches/gemv.rs': gemvV2 });
+      expect(perf.r.code).toBe(0);
+      expect(ran(perf.d).slice(4)).toEqual([
+        'bench gemv-v2 warmup=2 runs=5',
+        'bench rmsnorm warmup=2 runs=5',
+      ]);
+      const benches = perf.rec.steps.find((s) => s.name === 'build:benches')!;
+      expect(benches).toMatchObject({ compiled: 1, compiledWorkspace: 1 });
+      // 4. a broken kernel in the library: it compiles, and its test fails (a stale library passes)
+      const broken = await leaseAt('smoke', { 'benches/gemv.rs': gemvV2, 'src/lib.rs': brokenAdd });
+      expect(broken.r.code).not.toBe(0);
+      expect(broken.rec.steps[0]!.compiledWorkspace).toBeGreaterThan(0);
+      expect(broken.r.stdout).toMatch(/^test binary_add_matches_cpu_oracle \.\.\. FAILED$/m);
+      // 5. the library as it was: content unlike the record's, so it compiles again, and passes
+      const fixed = await leaseAt('smoke', { 'benches/gemv.rs': gemvV2 });
+      expect(fixed.r.code).toBe(0);
+      expect(fixed.rec.steps[0]!.compiledWorkspace).toBeGreaterThan(0);
+      expect(sorted(ran(fixed.d))).toEqual(CORRECTNESS);
     },
     COLD,
   );

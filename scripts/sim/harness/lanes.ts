@@ -6,6 +6,7 @@ import {
   mkdirSync,
   readdirSync,
   readFileSync,
+  rmSync,
   writeFileSync,
 } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -78,6 +79,22 @@ export function adopt(project: 'butter' | 'iron', dir: string, overlay: Record<s
   git(dir, 'add', '-A');
   git(dir, 'commit', '-q', '-m', `adopt the Spark lane (${project})`);
   return git(dir, 'rev-parse', 'HEAD');
+}
+
+/**
+ * A new lease's checkout of `project` where a Spark runner puts it: `<runnerDir>/_work/<name>/<name>`,
+ * the same path in every lease of the repository (actions/checkout's `$GITHUB_WORKSPACE`; the
+ * lease sees the runner dir at one path, agent/host/spark-lease-sandbox.sh). Whatever an earlier
+ * lease left there is removed first: the files are new, as in a new lease.
+ */
+export function runnerCheckout(
+  project: 'butter' | 'iron',
+  runnerDir: string,
+  overlay: Record<string, string> = {},
+): { checkout: string; head: string } {
+  const checkout = join(runnerDir, '_work', project, project);
+  rmSync(checkout, { recursive: true, force: true });
+  return { checkout, head: adopt(project, checkout, overlay) };
 }
 
 export interface LaneDirs {
@@ -161,6 +178,8 @@ export interface LaneStep {
   name: string;
   ms: number;
   lockWaitMs: number;
+  /** CPU time of the step's commands (cargo and what it waited for), load-independent. */
+  cpuMs: number;
   exit: number;
   compiled?: number;
   compiledWorkspace?: number;
@@ -177,6 +196,15 @@ export interface LaneRecord {
   overTarget: boolean;
   exit: number;
   buildCache: 'shared' | 'cold';
+  /** What the lane did with its sources' times (docs/adr/0230-warm-builds-by-content.md). */
+  sourceTimes: {
+    status: 'off' | 'new' | 'restored';
+    restored?: number;
+    new?: number;
+    untracked?: number;
+    ms?: number;
+    cpuMs?: number;
+  };
   steps: LaneStep[];
 }
 

@@ -4,8 +4,10 @@
 #
 # Run as `scripts/ci/spark-test.sh <single|pair>` with SPARK_TEST_SUITE=smoke|performance in the
 # environment the Spark agent gives the runner (SPARK_WORK_DIR, SPARK_MODEL_CACHE, optionally
-# SPARK_BUILD_CACHE_DIR and SPARK_RESULTS_DIR; docs/in-job.md in the Spark controller). It never
-# stops services or processes it did not start.
+# SPARK_BUILD_CACHE_DIR and SPARK_RESULTS_DIR; docs/in-job.md in the Spark controller), from the
+# root of a git checkout. With SPARK_BUILD_CACHE_DIR it sets the times of the checkout's files so
+# that a later lease reuses what did not change ("Source times" below). It never stops services
+# or processes it did not start.
 #
 # The lanes (the Spark spec's table):
 #   spark-test       SPARK_TEST_SUITE=smoke, 30-minute target: filtered CUDA correctness for
@@ -25,8 +27,8 @@
 # benches use criterion must give them such a runner, or change this lane.
 #
 # Results: bench JSON (iron-bench-<name>.json), cargo's build messages and spark-lane.json (steps,
-# build and lock-wait times, compiled/fresh counts, target and elapsed time) go to
-# SPARK_RESULTS_DIR (default: SPARK_WORK_DIR/spark-results); the Spark workflow uploads it.
+# build, lock-wait and CPU times, compiled/fresh counts, source times, target and elapsed time)
+# go to SPARK_RESULTS_DIR (default: SPARK_WORK_DIR/spark-results); the Spark workflow uploads it.
 set -euo pipefail
 
 PROJECT=Iron
@@ -115,28 +117,237 @@ fi
 results="${SPARK_RESULTS_DIR:-${SPARK_WORK_DIR}/spark-results}"
 mkdir -p "${scratch}" "${results}"
 
-# Every cargo step holds an exclusive flock(2) on the build lock, so two builds never write one
-# target dir at once. The lock belongs to this shell's open file: the kernel drops it when that
-# file is closed, so a job that crashes or is killed cannot leave it held (flock(2)). Commands run
-# with the fd closed (`{lock_fd}>&-`): nothing they leave behind holds the lock after this script.
+# The lane holds an exclusive flock(2) on the build lock from its first cargo step to its end, so
+# two builds never write one target dir at once and no other build comes between the source times
+# set below and the cargo steps that rely on them. The lock belongs to this shell's open file: the
+# kernel drops it when that file is closed, so a job that crashes or is killed cannot leave it held
+# (flock(2)). Commands run with the fd closed (`{lock_fd}>&-`): nothing they leave behind holds
+# the lock after this script.
 exec {lock_fd}>>"${build_lock}"
+exec {out_fd}>&1 # the lane's stdout, for messages from inside a step whose output is redirected
 now_ms() { date +%s%3N; }
 lane_started_ms="$(now_ms)"
 steps=()
+lock_held=false
 
-# locked NAME CMD...: runs CMD under the build lock, timed, and records the step
+# Source times (docs/adr/0230-warm-builds-by-content.md). Cargo takes a workspace crate as up to
+# date when none of its sources is newer than the dep-info file of its last build (cargo's
+# src/cargo/core/compiler/fingerprint/mod.rs, "Mtime comparison"); it hashes no absolute path. A
+# lease's checkout is new, so each of its files is newer than every build in the shared target
+# dir, and the workspace's crates rebuilt in every lease. So the lane records in the cache, with
+# the checkout's path, the time it gave each tracked file and directory and that path's content
+# id (git's blob or tree id). Next time, a path whose content is the recorded one gets its
+# recorded time back; every other path gets a new time, later than every build in the target
+# dir. Content decides, never a commit time: a changed file never looks older than a build.
+times_file="${SPARK_BUILD_CACHE_DIR:-${scratch}}/spark-source-times"
+times_next="${scratch}/spark-source-times.next"
+source_times='"status":"off"'
+
+# fs_now: the time on the target dir's filesystem clock (which stamps cargo's dep-info files),
+# strictly later than every build before this call: the lock file is stamped until its time moves
+fs_now() {
+  local t0 t deadline=$((SECONDS + 3))
+  touch "${build_lock}" && t0="$(stat -c %.9Y "${build_lock}")" || return 1
+  t="${t0}"
+  while [ "${t}" = "${t0}" ]; do
+    [ "${SECONDS}" -lt "${deadline}" ] || return 1
+    touch "${build_lock}" && t="$(stat -c %.9Y "${build_lock}")" || return 1
+  done
+  echo "${t}"
+}
+
+# stamp TIME PATH...: sets each path's modification time (a symlink's own) and checks that the
+# filesystem kept it to the nanosecond
+stamp() {
+  local t="$1"
+  shift
+  [ $# -gt 0 ] || return 0
+  printf '%s\0' "$@" | xargs -0 touch -m -h -d "@${t}" -- && [ "$(stat -c %.9Y -- "$1")" = "${t}" ]
+}
+
+# all_new DIR: the record is dropped and every file and directory under DIR (but .git) gets the
+# time of now, in a later second than every build in the target dir (so also where a filesystem
+# keeps whole seconds): the workspace builds anew, and nothing is taken as built that is not
+all_new() {
+  local t0
+  rm -f "${times_file}" "${times_next}"
+  touch "${build_lock}" && t0="$(stat -c %Y "${build_lock}")" || t0="$(date +%s)"
+  while [ "$(date +%s)" -le "${t0}" ]; do sleep 0.1; done
+  find "$1" -name .git -prune -o -print0 | xargs -0 -r touch -m -h --
+  source_times="\"status\":\"off\""
+}
+
+# restore_source_times: under the lock, before the lane's first cargo command (see above). Any
+# failure leaves each path at its recorded time (same content) or at a new one, never older.
+restore_source_times() {
+  local top now rec meta rest kind id p q t n=0 restored=0 new=0 started
+  local -A old_id=() old_t=() cid=() group=()
+  local -a paths=() untracked=()
+  started="$(now_ms)"
+  rm -f "${times_next}"
+  if ! top="$(git rev-parse --show-toplevel 2>/dev/null)"; then
+    echo "source times: not a git checkout: every file is new" >&"${out_fd}"
+    all_new "${PWD}"
+    return 0
+  fi
+  # the record holds if it is this checkout path's and nothing built in the target dir after it
+  # was written (a lane that stopped before writing it, or a build outside the lanes)
+  if [ ! -s "${times_file}" ]; then
+    echo "source times: no record yet: every path is new" >&"${out_fd}"
+  elif [ -n "$(find "${CARGO_TARGET_DIR}" \( -name deps -o -name build -o -name incremental \) -prune -o -path '*/.fingerprint/*' -newer "${times_file}" -print -quit 2>/dev/null)" ]; then
+    echo "source times: the target dir changed after the record was written: every path is new" >&"${out_fd}"
+  else
+    {
+      IFS= read -r -d '' rec || rec=
+      if [ "${rec}" = "spark-source-times 1"$'\t'"${top}" ]; then
+        while IFS= read -r -d '' rec; do
+          id="${rec%%$'\t'*}" rest="${rec#*$'\t'}"
+          old_id["${rest#*$'\t'}"]="${id}"
+          old_t["${rest#*$'\t'}"]="${rest%%$'\t'*}"
+        done
+      else
+        echo "source times: the record is of another checkout path: every path is new" >&"${out_fd}"
+      fi
+    } <"${times_file}"
+  fi
+  # content ids: git's index (refreshed), with the files that differ from it hashed; a path
+  # deleted or not a plain file, and every directory above a changed path, has none ("-")
+  git -C "${top}" update-index -q --refresh >/dev/null 2>&1 || true
+  if ! {
+    meta="$(git -C "${top}" write-tree)" &&
+      git -C "${top}" ls-tree -r -t -z --full-tree "${meta}" >"${scratch}/st-tree" &&
+      git -C "${top}" diff-files -z --name-only >"${scratch}/st-changed" &&
+      git -C "${top}" ls-files -o --exclude-standard -z >"${scratch}/st-untracked"
+  }; then
+    echo "source times: git could not list the checkout: every file is new" >&"${out_fd}"
+    all_new "${top}"
+    return 0
+  fi
+  while IFS= read -r -d '' p; do
+    cid["${p}"]=-
+    if [ -f "${top}/${p}" ] && [ ! -L "${top}/${p}" ]; then
+      cid["${p}"]="$(git -C "${top}" hash-object -- "${p}")" || cid["${p}"]=-
+    fi
+    q="${p}"
+    while [[ "${q}" == */* ]]; do
+      q="${q%/*}"
+      cid["${q}"]=-
+    done
+  done <"${scratch}/st-changed"
+  now="$(fs_now)" || now=
+  if [ -z "${now}" ]; then
+    echo "source times: the filesystem clock did not move: every file is new" >&"${out_fd}"
+    all_new "${top}"
+    return 0
+  fi
+  printf 'spark-source-times 1\t%s\0' "${top}" >"${times_next}"
+  while IFS= read -r -d '' rec; do
+    meta="${rec%%$'\t'*}" p="${rec#*$'\t'}"
+    rest="${meta#* }"
+    kind="${rest%% *}" id="${rest#* }"
+    [ "${kind}" != commit ] || continue # a submodule's files are its own checkout's
+    [ -z "${cid[${p}]+set}" ] || id="${cid[${p}]}"
+    t="${now}"
+    if [ "${id}" != - ] && [ "${old_id[${p}]:-}" = "${id}" ]; then
+      t="${old_t[${p}]}"
+      restored=$((restored + 1))
+    else
+      new=$((new + 1))
+    fi
+    paths+=("${top}/${p}")
+    group["${t}"]+=" ${n}"
+    n=$((n + 1))
+    printf '%s\t%s\t%s\0' "${id}" "${t}" "${p}"
+  done <"${scratch}/st-tree" >>"${times_next}"
+  while IFS= read -r -d '' p; do untracked+=("${top}/${p}"); done <"${scratch}/st-untracked"
+  # new times first, then the recorded ones; if the filesystem does not keep a time exactly,
+  # every path gets a time in a later second than every build, and nothing is recorded
+  local -a batch order=("${now}")
+  local ok=true i
+  for t in "${!group[@]}"; do [ "${t}" = "${now}" ] || order+=("${t}"); done
+  stamp "${now}" "${untracked[@]}" || ok=false
+  for t in "${order[@]}"; do
+    [ "${ok}" = true ] || break
+    batch=()
+    for i in ${group[${t}]:-}; do batch+=("${paths[i]}"); done
+    stamp "${t}" "${batch[@]}" || ok=false
+  done
+  if [ "${ok}" = false ]; then
+    echo "source times: the checkout's filesystem does not keep file times to the nanosecond: every file is new" >&"${out_fd}"
+    all_new "${top}"
+    return 0
+  fi
+  echo "source times: ${restored} of ${n} tracked paths unchanged since the record (their time restored), ${new} new; ${#untracked[@]} untracked files new" >&"${out_fd}"
+  source_times="\"status\":\"$([ "${restored}" -gt 0 ] && echo restored || echo new)\",\"restored\":${restored},\"new\":${new},\"untracked\":${#untracked[@]},\"ms\":$(($(now_ms) - started))"
+}
+
+# record_source_times: at the end, under the lock: the record of the times this lane gave, less
+# every path the lane itself changed (its time moved), so that such a path is new next time
+record_source_times() {
+  local rec id rest t p top IFS=$' \t\n'
+  local -A cur=()
+  local -a all=()
+  [ -s "${times_next}" ] || return 0
+  {
+    IFS= read -r -d '' rec
+    top="${rec#*$'\t'}"
+    while IFS= read -r -d '' rec; do all+=("${top}/${rec#*$'\t'*$'\t'}"); done
+  } <"${times_next}"
+  while IFS= read -r -d '' rec; do cur["${rec#*$'\t'}"]="${rec%%$'\t'*}"; done < <(
+    printf '%s\0' "${all[@]}" | xargs -0 -r stat --printf '%.9Y\t%n\0' -- 2>/dev/null || true
+  )
+  {
+    IFS= read -r -d '' rec
+    printf '%s\0' "${rec}"
+    while IFS= read -r -d '' rec; do
+      id="${rec%%$'\t'*}" rest="${rec#*$'\t'}"
+      t="${rest%%$'\t'*}" p="${rest#*$'\t'}"
+      [ "${cur[${top}/${p}]:-}" != "${t}" ] || printf '%s\0' "${rec}"
+    done
+  } <"${times_next}" >"${times_file}.tmp" && mv -f "${times_file}.tmp" "${times_file}"
+}
+
+# cpu_ms VAR: sets VAR to the CPU time (user + system, ms) of this shell's finished children:
+# cargo and everything it waited for. Unlike wall time it does not grow with the machine's load.
+# (Run in this shell, never in $(...): a subshell's `times` counts only its own children.)
+cpu_ms() {
+  local u s ms=0 x sec
+  times >"${scratch}/times"
+  { read -r _ && read -r u s; } <"${scratch}/times"
+  for x in "${u}" "${s}"; do # e.g. 1m4.250s
+    sec="${x#*m}"
+    sec="${sec%s}"
+    ms=$((ms + ${x%%m*} * 60000 + ${sec%.*} * 1000 + 10#${sec#*.}))
+  done
+  printf -v "$1" '%s' "${ms}"
+}
+
+# locked NAME CMD...: runs CMD under the build lock (taken at the lane's first step and held to
+# its end), timed, and records the step: its time, the wait for the lock, and its CPU time
 locked() {
-  local name="$1" t0 t1 rc=0
+  local name="$1" t0 t1 t2 c0 c1 rc=0
   shift
   t0="$(now_ms)"
-  if ! flock --nonblock "${lock_fd}"; then
-    echo "spark-test: waiting for the build lock ${build_lock} (another build of this repository holds it)" >&2
-    flock "${lock_fd}"
+  t1="${t0}"
+  if [ "${lock_held}" = false ]; then
+    if ! flock --nonblock "${lock_fd}"; then
+      echo "spark-test: waiting for the build lock ${build_lock} (another build of this repository holds it)" >&2
+      flock "${lock_fd}"
+    fi
+    lock_held=true
+    t1="$(now_ms)"
+    if [ "${build_cache}" = shared ]; then
+      cpu_ms c0
+      restore_source_times
+      cpu_ms c1
+      source_times+=",\"cpuMs\":$((c1 - c0))"
+    fi
   fi
-  t1="$(now_ms)"
-  "$@" {lock_fd}>&- || rc=$?
-  flock --unlock "${lock_fd}"
-  steps+=("{\"name\":\"${name}\",\"ms\":$(($(now_ms) - t1)),\"lockWaitMs\":$((t1 - t0)),\"exit\":${rc}}")
+  t2="$(now_ms)"
+  cpu_ms c0
+  "$@" {lock_fd}>&- {out_fd}>&- || rc=$?
+  cpu_ms c1
+  steps+=("{\"name\":\"${name}\",\"ms\":$(($(now_ms) - t2)),\"lockWaitMs\":$((t1 - t0)),\"cpuMs\":$((c1 - c0)),\"exit\":${rc}}")
   return "${rc}"
 }
 
@@ -212,12 +423,16 @@ revisions() {
 # the lease's work dir at release).
 finish() {
   local rc=$? elapsed_ms minutes over IFS=,
+  if [ "${lock_held}" = true ] && [ "${build_cache}" = shared ] && ! record_source_times; then
+    echo "spark-test: could not write the source times record ${times_file}; the next lease builds the workspace anew" >&2
+    rm -f "${times_file}"
+  fi
   elapsed_ms=$(($(now_ms) - lane_started_ms))
   minutes="$(awk -v e="${elapsed_ms}" 'BEGIN { printf "%.1f", e / 60000 }')"
   over="$(awk -v e="${elapsed_ms}" -v m="${target_minutes}" 'BEGIN { print (e > m * 60000) ? "true" : "false" }')"
-  printf '{"lane":"%s","suite":"%s","topology":"%s","targetMinutes":%s,"elapsedSeconds":%s,"overTarget":%s,"exit":%s,"buildCache":"%s","steps":[%s]}\n' \
+  printf '{"lane":"%s","suite":"%s","topology":"%s","targetMinutes":%s,"elapsedSeconds":%s,"overTarget":%s,"exit":%s,"buildCache":"%s","sourceTimes":{%s},"steps":[%s]}\n' \
     "${lane}" "${suite}" "${topology}" "$(awk -v m="${target_minutes}" 'BEGIN { printf "%g", m }')" \
-    "$((elapsed_ms / 1000))" "${over}" "${rc}" "${build_cache}" "${steps[*]}" >"${results}/spark-lane.json"
+    "$((elapsed_ms / 1000))" "${over}" "${rc}" "${build_cache}" "${source_times}" "${steps[*]}" >"${results}/spark-lane.json"
   if [ "${over}" = true ]; then
     echo "spark-test: lane ${lane} took ${minutes} min: over its ${target_minutes}-minute target (a target, not a limit; the job's limit is the workflow's timeout-minutes)"
   else
