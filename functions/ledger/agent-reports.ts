@@ -170,14 +170,8 @@ export async function applyReport(ledger: LedgerStore, hostId: string, report: R
             .where(eq(t.leases.id, lease.id));
         }
         if (r.status === 'preparing') {
-          await advanceReservation(
-            ledger,
-            r.id,
-            'running',
-            `development lease active on ${hostId}`,
-            actor,
-            tx,
-          );
+          const cause = `development lease active on ${hostId}`;
+          await advanceReservation(ledger, r.id, 'running', cause, actor, tx);
           return `reservation ${r.id} running`;
         }
         return `reservation ${r.id} ${r.status}`;
@@ -433,15 +427,10 @@ function jobPickedUp(r: ReservationRow): boolean {
 }
 
 /** The lease's work runs on dstack: its repository chooses it, or the host's agent runs it. */
-async function runsOnDstack(
-  ledger: LedgerStore,
-  tx: Tx,
-  r: ReservationRow,
-  hostId: string,
-): Promise<boolean> {
-  const chosen = executorForRepo(ledger.config, r.repo);
+async function runsOnDstack(s: LedgerStore, tx: Tx, r: ReservationRow, hostId: string): Promise<boolean> {
+  const chosen = executorForRepo(s.config, r.repo);
   if (chosen) return chosen === 'dstack';
-  const host = await getHost(ledger, tx, hostId);
+  const host = await getHost(s, tx, hostId);
   try {
     return (host?.factsJson ? (JSON.parse(host.factsJson) as HostFacts).executor : null) === 'dstack';
   } catch {
