@@ -40,6 +40,12 @@ export interface BodyBurstOptions {
   settleMs: number;
   /** Gives up on one connection's sending after this (the server may stop reading it). */
   sendTimeoutMs?: number;
+  /**
+   * The server answers every connection without reading its body (a refusal before the body):
+   * wait until each one has its answer or was closed (at most 30 s), instead of until the answers
+   * pause. A loaded machine can leave the server's last answers seconds apart.
+   */
+  everyAnswered?: boolean;
 }
 
 /** One burst of a run. */
@@ -310,11 +316,17 @@ async function burstOnce(o: BodyBurstOptions): Promise<{ peak: number; result: B
   await new Promise((r) => setTimeout(r, o.holdMs));
   // answers still arriving (a slow machine reaches the last connections late): wait on them, not
   // on the clock — until half a second passes with no new answer (at most 20 s more)
-  for (const end = performance.now() + 20_000; performance.now() < end; ) {
-    const answered = conns.filter((c) => c.status != null).length;
-    await new Promise((r) => setTimeout(r, 500));
-    if (conns.filter((c) => c.status != null).length === answered) break;
-  }
+  if (o.everyAnswered) {
+    for (const end = performance.now() + 30_000; performance.now() < end; ) {
+      if (conns.every((c) => c.status != null || c.socket.destroyed)) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } else
+    for (const end = performance.now() + 20_000; performance.now() < end; ) {
+      const answered = conns.filter((c) => c.status != null).length;
+      await new Promise((r) => setTimeout(r, 500));
+      if (conns.filter((c) => c.status != null).length === answered) break;
+    }
   sample();
   for (const c of conns) c.socket.destroy();
   probing = false;
