@@ -6,6 +6,8 @@
  * shifts but not a change of the code it is about. A survivor without an entry is "open" in
  * docs/mutation-testing.md: a test to write, not a reason to add.
  */
+import { LATE_REASONS } from './mutation-reasons-late.ts';
+
 export interface Reason {
   file: string;
   mutator: string;
@@ -475,3 +477,5 @@ REASONS.push(
       '`rc` is the entry of a key taken from `Object.keys` of the same record, and zod makes every entry an object: the `?.` never meets `undefined`.',
   },
 );
+
+REASONS.push(...LATE_REASONS);
