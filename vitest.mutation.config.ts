@@ -43,6 +43,7 @@ export const MUTATION_TESTS = [
   'test/unit/protocol-near-misses.test.ts',
   'test/unit/protocol-operator-views.test.ts',
   'test/unit/protocol-readiness.test.ts',
+  'test/unit/protocol-receipt-limits.test.ts',
   'test/unit/protocol.test.ts',
   'test/unit/readiness-requirements.test.ts',
   'test/unit/redact-url.test.ts',
