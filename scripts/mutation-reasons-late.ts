@@ -82,3 +82,37 @@ LATE_REASONS.push({
   reason:
     'without the guard, `""` makes `JSON.parse` throw and `null` parses as `null`, which the schema refuses: `null` either way.',
 });
+
+const QUEUE = 'core/admission-queue.ts';
+const ONE_CANDIDATE =
+  'unreachable: a pool request with no free host takes the hot path (`hosts-busy` there) or waits `pool-too-small`, and a named one always has its target, so a blocked request reaches `holdForPair` with at least one candidate.';
+
+LATE_REASONS.push(
+  {
+    file: QUEUE,
+    mutator: 'ArrayDeclaration',
+    code: 'return (free ?? []).slice(0, need);',
+    reason:
+      'unreachable: a pool without a free list either takes the hot path or waits `pool-too-small` before this line, so `free` is always defined here.',
+  },
+  {
+    file: QUEUE,
+    mutator: 'ArrayDeclaration',
+    code: 'const free = (this.fleet.freeByPool.get(pool) ?? []).filter(servesDevelopment);',
+    reason:
+      'the stand-in element is a string, which has no `facts`: `servesDevelopment` drops it, so the list is empty either way.',
+  },
+  {
+    file: QUEUE,
+    mutator: 'Regex',
+    code: '.replace(/^waiting for a host in pool [^:]*: /,',
+    reason: 'the pool text always starts with the phrase, so the anchor changes nothing.',
+  },
+  {
+    file: QUEUE,
+    mutator: 'BlockStatement',
+    code: "} else {\n      this.wait(r, 'hosts-busy', this.describePool(pool));",
+    reason: ONE_CANDIDATE,
+  },
+  { file: QUEUE, mutator: 'StringLiteral', code: "this.wait(r, 'hosts-busy', this.describePool(pool));", reason: ONE_CANDIDATE },
+);

@@ -58,6 +58,19 @@ describe('any host of the pool', () => {
     ]);
   });
 
+  it('a pool with no hosts at all is too small', () => {
+    const r = dev({ pool: 'gb300' });
+    const plan = planAdmission(input([host('spark-2')], [r]));
+    expect(plan.waits).toEqual([
+      {
+        reservationId: r.id,
+        position: 1,
+        code: 'pool-too-small',
+        reason: 'needs 1 host in pool gb300 running the dstack executor (development); 0 schedulable now',
+      },
+    ]);
+  });
+
   it('a pair takes two free dstack hosts, never the jit-runner one', () => {
     const r = dev({ topology: 'pair' });
     const plan = planAdmission(input([jit('spark-4'), host('spark-2'), host('spark-3')], [r]));
