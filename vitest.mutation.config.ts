@@ -40,6 +40,7 @@ export const MUTATION_TESTS = [
   'test/unit/executor-per-repo.test.ts',
   'test/unit/github-config.test.ts',
   'test/unit/model-phrases.test.ts',
+  'test/unit/protocol-ci-task.test.ts',
   'test/unit/protocol-near-misses.test.ts',
   'test/unit/protocol-operator-views.test.ts',
   'test/unit/protocol-readiness.test.ts',

@@ -114,5 +114,10 @@ LATE_REASONS.push(
     code: "} else {\n      this.wait(r, 'hosts-busy', this.describePool(pool));",
     reason: ONE_CANDIDATE,
   },
-  { file: QUEUE, mutator: 'StringLiteral', code: "this.wait(r, 'hosts-busy', this.describePool(pool));", reason: ONE_CANDIDATE },
+  {
+    file: QUEUE,
+    mutator: 'StringLiteral',
+    code: "this.wait(r, 'hosts-busy', this.describePool(pool));",
+    reason: ONE_CANDIDATE,
+  },
 );
