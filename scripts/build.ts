@@ -98,8 +98,8 @@ export const sourceImportMeta: Plugin = {
   name: 'source-import-meta',
   setup(b) {
     b.onLoad({ filter: /\.[cm]?ts$/ }, (args) => {
-      const text = readFileSync(args.path, 'utf8');
       if (args.path.includes('/node_modules/')) return undefined;
+      const text = readFileSync(args.path, 'utf8');
       if (!text.includes('import.meta.') && !text.startsWith('#!')) return undefined;
       // the entry's `#!/usr/bin/env -S npx tsx` line is the source's, not the bundle's
       const contents = text
