@@ -40,8 +40,9 @@ export default defineConfig({
           name: 'system',
           include: ['test/**/*.test.ts'],
           exclude: ['test/unit/**', 'test/model/**'],
-          // builds the agent bundle once per run (the e2e fleet runs the file that ships)
-          globalSetup: ['test/setup/agent-bundle.ts'],
+          // builds the agent bundle once per run (the e2e fleet runs the file that ships), and the
+          // controller's bundle the harness and process tests start (docs/adr/0255-controller-bundle-for-tests.md)
+          globalSetup: ['test/setup/agent-bundle.ts', 'test/setup/controller-bundle.ts'],
         },
       },
     ],

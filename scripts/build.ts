@@ -3,7 +3,10 @@
  * `npm run build` builds all; `npm run build -- agent` builds the named targets.
  * Output is deterministic so a test can rebuild committed bundles and diff them.
  */
-import { type BuildOptions, build } from 'esbuild';
+import { existsSync, readFileSync, symlinkSync } from 'node:fs';
+import { dirname, join, resolve, sep } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { type BuildOptions, build, type Plugin } from 'esbuild';
 
 export interface Target {
   name: string;
@@ -81,6 +84,54 @@ export async function buildTarget(t: Target, outfile = t.outfile): Promise<void>
     },
     ...t.options,
   });
+}
+
+const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+
+/**
+ * `import.meta.url`, `.dirname` and `.filename` of each bundled module of this checkout become that
+ * module's own source location, so code that finds files beside itself (functions/ledger/migrations-fs.ts
+ * reads `migrations/`, functions/node-server.ts's `repoRoot`) finds the same files from the bundle
+ * (docs/adr/0255-controller-bundle-for-tests.md).
+ */
+export const sourceImportMeta: Plugin = {
+  name: 'source-import-meta',
+  setup(b) {
+    b.onLoad({ filter: /\.[cm]?ts$/ }, (args) => {
+      if (args.path.includes('/node_modules/')) return undefined;
+      const text = readFileSync(args.path, 'utf8');
+      if (!text.includes('import.meta.') && !text.startsWith('#!')) return undefined;
+      // the entry's `#!/usr/bin/env -S npx tsx` line is the source's, not the bundle's
+      const contents = text
+        .replace(/^#!.*\n/, '')
+        .replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href))
+        .replaceAll('import.meta.dirname', JSON.stringify(dirname(args.path)))
+        .replaceAll('import.meta.filename', JSON.stringify(args.path));
+      return { contents, loader: 'ts' };
+    });
+  },
+};
+
+/**
+ * The controller (`functions/node.ts`, what `npm start` runs with tsx) as one file for the tests'
+ * processes: not a deployable (the controller ships as source), built once per test run by the
+ * vitest global setup test/setup/controller-bundle.ts. Dependencies stay imports of this checkout's
+ * node_modules (a `node_modules` link beside `outfile` when it is elsewhere), the same packages the
+ * source loads, native libSQL binding included (docs/adr/0255-controller-bundle-for-tests.md).
+ */
+export async function buildControllerNode(outfile: string): Promise<void> {
+  await buildTarget(
+    {
+      name: 'controller-node',
+      entry: 'functions/node.ts',
+      outfile,
+      options: { packages: 'external', plugins: [sourceImportMeta], absWorkingDir: REPO_ROOT },
+    },
+    outfile,
+  );
+  const modules = join(dirname(outfile), 'node_modules');
+  const inCheckout = resolve(outfile).startsWith(`${REPO_ROOT}${sep}`);
+  if (!inCheckout && !existsSync(modules)) symlinkSync(join(REPO_ROOT, 'node_modules'), modules, 'dir');
 }
 
 async function main() {

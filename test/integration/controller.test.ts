@@ -3,6 +3,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, type TestContext } from 'vitest';
 import { servingFacts, tempDir } from '../../scripts/sim/ledger.ts';
+import { controllerEntry } from '../../scripts/sim/load/controllers.ts';
 import { startTestController } from '../helpers/controller.ts';
 
 /** Kills `child` when the test finishes, whatever happened (the tests run concurrently). */
@@ -12,8 +13,15 @@ function reap(ctx: TestContext, child: ChildProcess): void {
   });
 }
 
-function startProcess(ctx: TestContext, env: Record<string, string>) {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'functions/node.ts'], {
+/** `npm start` as written: the source through tsx (the other process tests start the run's bundle). */
+const NPM_START = ['--import', 'tsx', 'functions/node.ts'];
+
+/**
+ * Starts the controller: `entry` is the test run's bundle by default (test/setup/controller-bundle.ts,
+ * docs/adr/0255-controller-bundle-for-tests.md), {@link NPM_START} for the test of the real entry.
+ */
+function startProcess(ctx: TestContext, env: Record<string, string>, entry = controllerEntry()) {
+  const child = spawn(process.execPath, entry, {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -44,10 +52,11 @@ describe.concurrent('Node controller (npm start)', () => {
     try {
       const cfg = join(dir, 'spark.config.json');
       writeFileSync(cfg, JSON.stringify({ listen: { host: '127.0.0.1', port: 0 } }));
-      const p = startProcess(ctx, {
-        SPARK_CONFIG: cfg,
-        SPARK_LEDGER_URL: `file:${join(dir, 'ledger', 'spark.db')}`,
-      });
+      const p = startProcess(
+        ctx,
+        { SPARK_CONFIG: cfg, SPARK_LEDGER_URL: `file:${join(dir, 'ledger', 'spark.db')}` },
+        NPM_START,
+      );
       const url = await p.url;
       const health = await fetch(`${url}/healthz`);
       expect(health.status).toBe(200);

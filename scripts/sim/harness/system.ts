@@ -18,6 +18,7 @@ import {
 import { createTestUser, type TestUser } from '../doubles/runner-user.ts';
 import { SECRET, SPARK_RUNNER_GROUP } from '../fake-github/harness.ts';
 import { tempDir } from '../ledger.ts';
+import { controllerEntry } from '../load/controllers.ts';
 import { type Delivery, type GitHubSim, REPO, startGitHubSim } from './github-sim.ts';
 import { type LedgerReader, openLedgerReader } from './ledger-reader.ts';
 import { baseEnv, killGroup, type ProcessHandle, sweepProcessesUnder, track } from './processes.ts';
@@ -32,7 +33,8 @@ export * from './system-api.ts';
 
 /**
  * The whole system on loopback, for `npm run demo` and the system tests: the real
- * controller (`functions/node.ts`) and one relay agent per host (the shipped agent bundle) as
+ * controller (`functions/node.ts`; under vitest its bundle, ../load/controllers.ts `controllerEntry`) and
+ * one relay agent per host (the shipped agent bundle) as
  * separate processes, the agent test doubles (fake nvidia-smi, fake Deckard), and, in this
  * process, GitHub (./github-sim.ts). The harness reads the ledger with plain SQL
  * (./ledger-reader.ts) and changes it only through the controller's HTTP API.
@@ -187,7 +189,7 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
   };
   const bootController = async (): Promise<ProcessHandle> => {
     const h = track(
-      spawn(process.execPath, ['--import', 'tsx', join(REPO_ROOT, 'functions', 'node.ts')], {
+      spawn(process.execPath, controllerEntry(), {
         cwd: REPO_ROOT,
         env: controllerEnv,
         stdio: ['ignore', 'pipe', 'pipe'],

@@ -5,9 +5,20 @@ import { repoRoot } from '../../../functions/node-server.ts';
 
 /**
  * Real controller processes for load tests and benches: each is `node --import tsx
- * functions/node.ts` (what `npm start` runs) configured only through SPARK_* variables and a
- * config file, listening on its own ephemeral loopback port, all sharing one ledger.
+ * functions/node.ts` (what `npm start` runs), or under vitest the same code bundled once per run
+ * ({@link controllerEntry}), configured only through SPARK_* variables and a config file, listening
+ * on its own ephemeral loopback port, all sharing one ledger.
  */
+
+/**
+ * The node arguments that start the controller: the bundle the vitest global setup built for this
+ * test run (`SPARK_TEST_CONTROLLER_BUNDLE`, test/setup/controller-bundle.ts), else the source through
+ * tsx as `npm start` runs it (the demo, the benches). docs/adr/0255-controller-bundle-for-tests.md
+ */
+export function controllerEntry(): string[] {
+  const bundle = process.env.SPARK_TEST_CONTROLLER_BUNDLE;
+  return bundle ? [bundle] : ['--import', 'tsx', join(repoRoot, 'functions', 'node.ts')];
+}
 
 export interface ControllerProcess {
   index: number;
@@ -42,14 +53,14 @@ export interface StartProcessesOptions {
   env?: Record<string, string>;
   /** Extra node flags (e.g. `--cpu-prof`) before the entry. */
   nodeArgs?: string[];
-  /** How long one process may take to print its listening line (tsx compiles on start). */
+  /** How long one process may take to print its listening line (tsx, when it runs, compiles on start). */
   startTimeoutMs?: number;
 }
 
 const LISTENING = /Spark controller listening on (http:\/\/127\.0\.0\.1:\d+)/;
 
 function startOne(index: number, configPath: string, o: StartProcessesOptions): Promise<ControllerProcess> {
-  const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), '--import', 'tsx', 'functions/node.ts'], {
+  const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), ...controllerEntry()], {
     cwd: repoRoot,
     // only what the controller needs: no inherited SPARK_* from the test runner's environment
     env: {
