@@ -303,7 +303,7 @@ describe("Iron lanes on Debian's cargo", () => {
     async () => {
       const runner = join(tmp.dir, 'runner');
       const fixture = (p: string) =>
-        readFileSync(join(import.meta.dirname, '../fixtures/lanes/iron', p), 'utf8');
+        readFileSync(join(import.meta.dirname, '../../scripts/sim/fixtures/lanes/iron', p), 'utf8');
       const gemvV2 = fixture('benches/gemv.rs').replace('harness::run("gemv"', 'harness::run("gemv-v2"');
       const brokenAdd = fixture('src/lib.rs').replace(
         'binary(a, b, |x, y| x + y)',
