@@ -124,8 +124,11 @@ if [ "${2:-}" = enter ]; then
     i=$((i + 1))
   done <keep
   # 3. every other mount read-only (its other flags kept), apart from the kernel's own
-  #    filesystems and the staging mount
-  findmnt -rn -o TARGET,VFS-OPTIONS | while read -r target opts; do
+  #    filesystems, the staging mount and namespace files (nsfs: another lease's kept namespace,
+  #    prepare-run), which hold no data a job could write; remounting one failed the lease while
+  #    leases of other test hosts on the same machine came and went
+  findmnt -rn -o TARGET,FSTYPE,VFS-OPTIONS | while read -r target fstype opts; do
+    [ "$fstype" != nsfs ] || continue
     case $target in
       /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | "$stage" | "$stage"/*) continue ;;
       *\\*) die "cannot make mount point $target read-only: its name needs escaping" ;;
