@@ -283,14 +283,7 @@ describe('the operator walkthrough of README.md and docs/github-app.md', () => {
         const deckard = new FakeDeckard(join(hd, 'deckard'), gpu, await freePort());
         deckards.push(deckard);
         await deckard.start();
-        service = {
-          name: home,
-          ...deckard.commands(),
-          healthUrl: deckard.healthUrl,
-          commandTimeoutS: 20,
-          releaseVerifyTimeoutS: 2,
-          healthPollMs: 100,
-        };
+        service = deckard.service(home);
       }
       // the agent token file: mode 0600 (README "First setup")
       writeFileSync(join(hd, 'agent.token'), `${token}\n`, { mode: 0o600 });

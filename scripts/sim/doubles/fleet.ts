@@ -285,14 +285,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
         await freePort(),
         opts.deckardReadyDelayMs ?? 0,
       );
-      service = {
-        name: h.homeService,
-        ...deckard.commands(),
-        healthUrl: deckard.healthUrl,
-        commandTimeoutS: 20,
-        releaseVerifyTimeoutS: 2,
-        healthPollMs: 100,
-      };
+      service = deckard.service(h.homeService);
     }
     const base = simulatedAgentConfig({
       controllerUrl: controller.url,

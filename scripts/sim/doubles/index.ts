@@ -84,6 +84,30 @@ export class FakeDeckard {
     return { drain: c('drain'), stop: c('stop'), start: c('start') };
   }
 
+  /**
+   * The agent config's `homeService` entry for this Deckard: its commands and health URL, with
+   * the short timeouts a simulated host answers within.
+   */
+  service(name: string): {
+    name: string;
+    drain: string[];
+    stop: string[];
+    start: string[];
+    healthUrl: string;
+    commandTimeoutS: number;
+    releaseVerifyTimeoutS: number;
+    healthPollMs: number;
+  } {
+    return {
+      name,
+      ...this.commands(),
+      healthUrl: this.healthUrl,
+      commandTimeoutS: 20,
+      releaseVerifyTimeoutS: 2,
+      healthPollMs: 100,
+    };
+  }
+
   /** Starts Deckard the way the agent's restore does (the `start` command). */
   start(): Promise<void> {
     const [cmd, ...args] = this.commands().start;

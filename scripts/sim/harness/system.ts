@@ -287,14 +287,7 @@ async function buildSystem(opts: SystemOptions, parts: Parts): Promise<SparkSyst
       );
       parts.deckard = deckard;
       await deckard.start();
-      service = {
-        name: h.homeService,
-        ...deckard.commands(),
-        healthUrl: deckard.healthUrl,
-        commandTimeoutS: 20,
-        releaseVerifyTimeoutS: 2,
-        healthPollMs: 100,
-      };
+      service = deckard.service(h.homeService);
     }
     configPaths[h.id] = join(hd, 'agent.json');
     interrupted();
