@@ -71,6 +71,17 @@ const burst = (o: Partial<Parameters<typeof runBodyBurst>[0]>) =>
   });
 
 /**
+ * A connection the server closed without reading its body, while the client was still writing
+ * it: the client's next write fails (EPIPE) or the server's kernel resets the connection
+ * (ECONNRESET), and an answer the server wrote first may be lost with it (TCP's RFC 1122
+ * 4.2.2.13: closing with unread data sends RST). Measured at load 5–8: 37–268 of 600 operator
+ * refusals ended so, the rest answered 401.
+ */
+const CLOSED_UNREAD = ['reset:EPIPE', 'reset:ECONNRESET'];
+const refusedUnread = (statuses: Record<string, number>, answer: string) =>
+  [answer, ...CLOSED_UNREAD].reduce((n, k) => n + (statuses[k] ?? 0), 0);
+
+/**
  * The answers of a burst into the budget: 503 past it, and the bodies it took held ("none") —
  * or, where the burst took longer to send than the body deadline (a loaded machine), answered
  * 408 by that deadline. A 408 is the deadline doing its job, so it is judged by the event, not
@@ -81,7 +92,7 @@ function expectBudgetAnswers(round: BurstRound, taken: number) {
   const { statuses } = round;
   const what = JSON.stringify(round);
   expect(
-    Object.keys(statuses).filter((k) => !['408', 'none'].includes(k)),
+    Object.keys(statuses).filter((k) => !['408', 'none', ...CLOSED_UNREAD].includes(k)),
     what,
   ).toEqual(['503']);
   expect((statuses['408'] ?? 0) + (statuses.none ?? 0), what).toBeGreaterThan(0);
@@ -116,7 +127,7 @@ describe('unauthenticated bodies share one budget', () => {
     // the budget takes whole declared bodies; the rest is refused unread
     const inBudget = Math.floor(ANONYMOUS_BODY_BUDGET_BYTES / (2048 * KiB - 1));
     expectBudgetAnswers(r.rounds[0]!, inBudget + 50);
-    expect(statuses['503']).toBeGreaterThanOrEqual(600 - inBudget - 50);
+    expect(refusedUnread(statuses, '503')).toBeGreaterThanOrEqual(600 - inBudget - 50);
     expect(retryAfter).toEqual(['5']);
     expectBounded(r);
 
@@ -152,11 +163,15 @@ describe('unauthenticated bodies share one budget', () => {
     console.log(
       `operator burst: ${JSON.stringify({ ...r, rounds: undefined })} ${JSON.stringify(r.rounds[0])}`,
     );
-    // answered without reading the body; the burst waits for every answer ("none": a connection
-    // still unanswered 30 s after the last one sent, or one the server closed without an answer)
+    // refused without reading the body: answered 401, or closed unread before the client read
+    // the answer; none left waiting (the burst waits for every connection's end)
     const { statuses } = r.rounds[0]!;
-    expect(Object.keys(statuses).filter((k) => k !== 'none')).toEqual(['401']);
-    expect(statuses['401']).toBeGreaterThanOrEqual(550);
+    const what = JSON.stringify(statuses);
+    expect(
+      Object.keys(statuses).filter((k) => !CLOSED_UNREAD.includes(k)),
+      what,
+    ).toEqual(['401']);
+    expect(refusedUnread(statuses, '401'), what).toBe(600);
     expectBounded(r);
   }, 120_000);
 
@@ -176,7 +191,9 @@ describe('unauthenticated bodies share one budget', () => {
     expectBudgetAnswers(r.rounds[0]!, taken);
     // at most the budget's worth of bodies is being read at once
     expect((statuses.none ?? 0) + (statuses['408'] ?? 0)).toBeLessThanOrEqual(taken);
-    expect(statuses['503']).toBeGreaterThanOrEqual(600 - ANONYMOUS_BODY_BUDGET_BYTES / declared - 50);
+    expect(refusedUnread(statuses, '503')).toBeGreaterThanOrEqual(
+      600 - ANONYMOUS_BODY_BUDGET_BYTES / declared - 50,
+    );
     expectBounded(r);
   }, 120_000);
 });

@@ -54,7 +54,10 @@ export interface BurstRound {
   peakMiB: number;
   /** RSS once its connections closed and `settleMs` passed, MiB. */
   afterMiB: number;
-  /** Answers its connections got, by status ("none": still waiting when they were closed). */
+  /**
+   * Answers its connections got, by status ("none": still waiting when they were closed;
+   * "reset:CODE": the server closed it unread and the client saw CODE before any answer).
+   */
   statuses: Record<string, number>;
   /**
    * The shortest time from a connection's connect to its 408 answer, measured here (null: no
@@ -166,6 +169,8 @@ interface Conn {
   openedAt: number;
   answeredAt: number | null;
   retryAfter: string | null;
+  /** The socket error that ended it before any answer (ECONNRESET, EPIPE: the server closed it unread). */
+  endedBy: string | null;
   sent: number;
   done: Promise<void>;
 }
@@ -178,6 +183,7 @@ function openConn(o: BodyBurstOptions, i: number, chunk: Buffer): Conn {
     status: null,
     openedAt: performance.now(),
     answeredAt: null,
+    endedBy: null,
     retryAfter: null,
     sent: 0,
     done: Promise.resolve(),
@@ -193,8 +199,9 @@ function openConn(o: BodyBurstOptions, i: number, chunk: Buffer): Conn {
     conn.answeredAt = performance.now();
     conn.retryAfter = /\r\nretry-after:\s*([^\r\n]+)/i.exec(head)?.[1] ?? null;
   });
-  socket.on('error', () => {
+  socket.on('error', (e: NodeJS.ErrnoException) => {
     // a reset after the server answered (or refused to read) is part of the outcome
+    if (!conn.status) conn.endedBy ??= e.code ?? e.message;
   });
   conn.done = new Promise<void>((resolve) => {
     const timer = setTimeout(resolve, o.sendTimeoutMs ?? 15_000);
@@ -341,7 +348,7 @@ async function burstOnce(o: BodyBurstOptions): Promise<{ peak: number; result: B
 
   const statuses: Record<string, number> = {};
   for (const c of conns) {
-    const k = c.status ?? 'none';
+    const k = c.status ?? (c.endedBy ? `reset:${c.endedBy}` : 'none');
     statuses[k] = (statuses[k] ?? 0) + 1;
   }
   const lat = probes
