@@ -410,31 +410,31 @@ REASONS.push(
   {
     file: QUEUE,
     mutator: 'ConditionalExpression',
-    code: "if ((!free || free.length === 0) && need <= schedulable)",
+    code: 'if ((!free || free.length === 0) && need <= schedulable)',
     reason: HOT_PATH,
   },
   {
     file: QUEUE,
     mutator: 'LogicalOperator',
-    code: "if ((!free || free.length === 0) && need <= schedulable)",
+    code: 'if ((!free || free.length === 0) && need <= schedulable)',
     reason: HOT_PATH,
   },
   {
     file: QUEUE,
     mutator: 'EqualityOperator',
-    code: "if ((!free || free.length === 0) && need <= schedulable)",
+    code: 'if ((!free || free.length === 0) && need <= schedulable)',
     reason: HOT_PATH,
   },
   {
     file: QUEUE,
     mutator: 'StringLiteral',
-    code: "if ((!free || free.length === 0) && need <= schedulable)",
+    code: 'if ((!free || free.length === 0) && need <= schedulable)',
     reason: HOT_PATH,
   },
   {
     file: QUEUE,
     mutator: 'BlockStatement',
-    code: "if ((!free || free.length === 0) && need <= schedulable)",
+    code: 'if ((!free || free.length === 0) && need <= schedulable)',
     reason: HOT_PATH,
   },
 );
