@@ -151,7 +151,9 @@ describe.concurrent('relay agent: kill -9 at each step, then restart', () => {
       await f.waitHostPhase('spark-1', ['service']);
       const id = await f.reserve();
       if (step === 'cleaning') {
-        await f.waitReservation(id, ['running']);
+        await f.waitReservation(id, ['running']).catch((e: Error) => {
+          throw new Error(`${e.message}\n${f.agents['spark-1']?.output()}`);
+        });
         // an operator release while the job still runs; the job is slow to stop
         await f.controller.ledger.beginRelease(id, 'released', 'operator release', 'test');
       }
