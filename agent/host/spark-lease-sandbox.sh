@@ -124,13 +124,15 @@ if [ "${2:-}" = enter ]; then
     i=$((i + 1))
   done <keep
   # 3. every other mount read-only (its other flags kept), apart from the kernel's own
-  #    filesystems, the staging mount and namespace files (nsfs: another lease's kept namespace,
-  #    prepare-run), which hold no data a job could write; remounting one failed the lease while
-  #    leases of other test hosts on the same machine came and went
+  #    filesystems, the staging mount and another lease's kept namespace (prepare-run): its
+  #    root-only (0700) `LEASE.sandbox/ns` dir and the namespace files (nsfs) in it hold no data a
+  #    job could read or write. Remounting them failed leases on a test machine whose several
+  #    simulated hosts (each with its own work root) kept namespaces at once.
   findmnt -rn -o TARGET,FSTYPE,VFS-OPTIONS | while read -r target fstype opts; do
     [ "$fstype" != nsfs ] || continue
     case $target in
       /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | "$stage" | "$stage"/*) continue ;;
+      */*.sandbox/ns | */*.sandbox/ns/*) [ "$target" = "$sd/ns" ] || [ "${target#"$sd"/ns/}" != "$target" ] || continue ;;
       *\\*) die "cannot make mount point $target read-only: its name needs escaping" ;;
     esac
     # VFS options start with rw or ro; the rest (nosuid, nodev, noexec, atime) is kept
