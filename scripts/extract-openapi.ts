@@ -139,7 +139,7 @@ interface SpecOperation {
 }
 
 /** One REST operation as `scripts/sim/fake-github/` reads it. */
-export interface RestOperationFixture {
+export interface RestOperationFixture<S = unknown> {
   method: string;
   path: string;
   operationId: string;
@@ -151,12 +151,12 @@ export interface RestOperationFixture {
     required: boolean;
     /** A `{path}` that spans several segments (`contents/{path}`: `a/b/c.yml`). */
     multiSegment: boolean;
-    schema: unknown;
+    schema: S;
   }[];
   /** The `application/json` request body, or null when the operation takes none. */
-  requestBody: { required: boolean; schema: unknown } | null;
+  requestBody: { required: boolean; schema: S | null } | null;
   /** Status → the media types GitHub documents and the `application/json` schema (null: no body). */
-  responses: Record<string, { contentTypes: string[]; schema: unknown | null }>;
+  responses: Record<string, { contentTypes: string[]; schema: S | null }>;
 }
 
 const jsonSchemaOf = (content: Record<string, Media> | undefined): unknown | null =>

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { RestOperationFixture } from '../../extract-openapi.ts';
 import {
   describeProblems,
   exampleOf,
@@ -18,21 +19,8 @@ import {
  * and request body; each response against the operation's response schema for that status.
  */
 
-interface FixtureOperation {
-  method: string;
-  path: string;
-  operationId: string;
-  documentationUrl: string;
-  parameters: {
-    name: string;
-    in: 'path' | 'query';
-    required: boolean;
-    multiSegment: boolean;
-    schema: Schema;
-  }[];
-  requestBody: { required: boolean; schema: Schema | null } | null;
-  responses: Record<string, { contentTypes: string[]; schema: Schema | null }>;
-}
+/** An operation of the extract, its schemas as the validator reads them. */
+type FixtureOperation = RestOperationFixture<Schema>;
 
 interface Fixture {
   source: { package: string; version: string; file: string };
