@@ -121,3 +121,55 @@ LATE_REASONS.push(
     reason: ONE_CANDIDATE,
   },
 );
+
+LATE_REASONS.push({
+  file: QUEUE,
+  mutator: 'ArrayDeclaration',
+  code: 'for (const h of this.fleet.freeByPool.get(pool) ?? [])',
+  reason:
+    'the stand-in element is a string, which has no `facts`: `servesDevelopment` refuses it, so no candidate is added either way.',
+});
+
+const FLEET = 'core/admission-fleet.ts';
+const RANKS_MEMO =
+  'the id-rank memo only decides whether to sort again: a mutant either sorts every pass (same ranks) or returns the last ranks when the hosts are a prefix of the last fleet in the same order, whose ranks order those ids exactly as a fresh sort would (ranks are only compared).';
+
+LATE_REASONS.push(
+  {
+    file: FLEET,
+    mutator: 'ConditionalExpression',
+    code: 'let same = hosts.length === lastIds.length;',
+    reason: RANKS_MEMO,
+  },
+  {
+    file: FLEET,
+    mutator: 'EqualityOperator',
+    code: 'let same = hosts.length === lastIds.length;',
+    reason: RANKS_MEMO,
+  },
+  {
+    file: FLEET,
+    mutator: 'ConditionalExpression',
+    code: 'same = hosts[i]!.id === lastIds[i];',
+    reason: RANKS_MEMO,
+  },
+  { file: FLEET, mutator: 'ConditionalExpression', code: 'if (same) return lastRank;', reason: RANKS_MEMO },
+);
+
+const MODEL = 'core/model.ts';
+LATE_REASONS.push(
+  {
+    file: MODEL,
+    mutator: 'ConditionalExpression',
+    code: 'return s != null && has(NOT_RUN_OUTCOMES, s);',
+    reason:
+      '`Array.prototype.includes` of `null` or `undefined` in a list of strings is false: the guard only narrows the type.',
+  },
+  {
+    file: MODEL,
+    mutator: 'ConditionalExpression',
+    code: "return typeof outcome === 'string' && isNotRunOutcome(outcome)",
+    reason:
+      '`isNotRunOutcome` is `includes` over a list of strings, false for any value that is not one of them: the `typeof` only narrows the type.',
+  },
+);
