@@ -348,7 +348,9 @@ export const run: BenchRunner = async (progress) => {
   progress(
     `  stage medians (ms), the host's preparation on the path: ${JSON.stringify(stagesP50Ms(h.readings.filter((r) => !r.githubOnPath)))}`,
   );
-  progress(`  GitHub requests per handover: ${perHandover}; GitHub on the path in ${onPath.length} of ${n}`);
+  progress(
+    `  GitHub requests per handover: ${perHandover}; GitHub on the path in ${onPath.length} of ${n}; after the grant, GitHub's branch p50 ${median(h.readings.map((r) => r.githubBranchMs))} ms, the host's preparation p50 ${median(h.readings.map((r) => r.prepareBranchMs))} ms`,
+  );
   progress(`  stage medians (ms), GitHub on the path: ${JSON.stringify(stagesP50Ms(onPath))}`);
   const idle = await idleCost(progress);
   return {
@@ -386,6 +388,10 @@ export const run: BenchRunner = async (progress) => {
           Object.entries(h.requestsByKind).map(([k, v]) => [k, Math.round((v / n) * 10) / 10]),
         ),
         githubOnPathP50Ms: quantile(github, 0.5),
+        // both branches after the grant, whichever was longer: GitHub's calls to the JIT config
+        // recorded, and the host's preparation
+        githubBranchP50Ms: median(h.readings.map((r) => r.githubBranchMs)),
+        prepareBranchP50Ms: median(h.readings.map((r) => r.prepareBranchMs)),
         githubOnCriticalPath: onPath.length,
         handoverCallsP50: median(h.readings.map((r) => r.calls.length)),
         minMs: totals[0],

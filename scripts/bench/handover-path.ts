@@ -64,6 +64,10 @@ export interface HandoverReading {
   agentMs: number;
   /** The controller process's part: the total less GitHub's modelled time and the agent's part. */
   controllerProcessMs: number;
+  /** The GitHub branch after the grant, on the path or not: grant → the JIT config recorded. */
+  githubBranchMs: number;
+  /** The host's branch after the grant, on the path or not: grant → `lease.prepared`. */
+  prepareBranchMs: number;
 }
 
 /** Total length of the union of intervals (overlapping calls count once). */
@@ -193,6 +197,8 @@ export function readHandover(h: HandoverTimes, log: readonly LoggedRequest[]): H
     agentStartMs,
     agentMs,
     controllerProcessMs: totalMs - githubMs - agentMs,
+    githubBranchMs: h.registered - h.granted,
+    prepareBranchMs: h.prepared - h.granted,
   };
 }
 
