@@ -65,10 +65,10 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
       apply: (tx) => svc.ledger.github.withdrawBeforeDispatch(rid, why, tx),
     };
   }
+  const read = await contractRead;
   if (!meta.nonce) throw new GitHubError(0, `${rid} has no runner nonce; it cannot be dispatched`, false);
   // the workflow's own declared inputs decide what is sent (docs/adr/0131): GitHub refuses any
   // undeclared input, and a workflow that breaks the contract is refused here with the fix
-  const read = await contractRead;
   if (!read.ok) throw read.e;
   const contract = read.c;
   if (!contract.ok)
