@@ -39,24 +39,38 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
       return { result: { found: earlier.runId, ended: r.status }, apply: record(earlier, 'job-label', true) };
     return skipped(`reservation is ${r.status}`);
   }
-  const why = await whyNotWanted(svc, r, meta);
+  // the PR's re-check and the workflow file's read go out together: two GitHub round trips in a
+  // row were ~200 ms each on the handover's path (docs/adr/0275-handover-bench-finishes.md); the
+  // file read is only used once the PR is still wanted, and its failure only counts then; the
+  // sender never returns with it still in flight
+  const contractRead = readWorkflowContract(
+    svc,
+    r.repo,
+    meta.workflow,
+    meta.defaultBranch,
+    meta.installationId,
+  ).then(
+    (c) => ({ ok: true as const, c }),
+    (e: unknown) => ({ ok: false as const, e }),
+  );
+  const why = await whyNotWanted(svc, r, meta).catch(async (e: unknown) => {
+    await contractRead;
+    throw e;
+  });
   if (why) {
+    await contractRead;
     return {
       result: { skipped: why },
       // the check run says why in words (reservations.reason)
       apply: (tx) => svc.ledger.github.withdrawBeforeDispatch(rid, why, tx),
     };
   }
+  const read = await contractRead;
   if (!meta.nonce) throw new GitHubError(0, `${rid} has no runner nonce; it cannot be dispatched`, false);
   // the workflow's own declared inputs decide what is sent (docs/adr/0131): GitHub refuses any
   // undeclared input, and a workflow that breaks the contract is refused here with the fix
-  const contract = await readWorkflowContract(
-    svc,
-    r.repo,
-    meta.workflow,
-    meta.defaultBranch,
-    meta.installationId,
-  );
+  if (!read.ok) throw read.e;
+  const contract = read.c;
   if (!contract.ok)
     throw new GitHubError(
       0,

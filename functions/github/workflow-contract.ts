@@ -198,5 +198,26 @@ export async function readWorkflowContract(
   const file = res.data as { type?: string; encoding?: string; content?: string };
   if (Array.isArray(res.data) || file.type !== 'file' || file.encoding !== 'base64' || file.content == null)
     throw new GitHubError(0, `GitHub did not answer ${path} on ${repo} as a base64 file`, false);
-  return inspectWorkflowContract(decodeBase64(file.content), workflow);
+  return inspectedOnce(file.content, workflow);
+}
+
+/** Workflow files already inspected, by name and content (the most recent {@link INSPECTED_KEPT}). */
+const inspected = new Map<string, WorkflowContract>();
+const INSPECTED_KEPT = 32;
+
+/**
+ * {@link inspectWorkflowContract} of a file's base64 content, parsed once per distinct content:
+ * every dispatch reads the file (docs/adr/0131), and parsing its YAML was 3–13 ms of CPU on the
+ * handover's path (docs/adr/0275-handover-bench-finishes.md). The result depends on the text and
+ * name alone, so a changed file is a new key; each caller gets its own copy.
+ */
+function inspectedOnce(content: string, workflow: string): WorkflowContract {
+  const key = `${workflow}\n${content}`;
+  let c = inspected.get(key);
+  if (!c) {
+    c = inspectWorkflowContract(decodeBase64(content), workflow);
+    if (inspected.size >= INSPECTED_KEPT) inspected.delete(inspected.keys().next().value!);
+    inspected.set(key, c);
+  }
+  return structuredClone(c);
 }

@@ -56,6 +56,18 @@ export interface HandoverReading {
   stages: Record<string, number>;
   /** The agent's part: the config handed over → the runner process started. */
   agentStartMs: number;
+  /**
+   * The agent's whole part on the critical path: its start of the runner, and, when the host's
+   * preparation was the longer branch, the preparation (grant → `lease.prepared`: the long poll
+   * woken by the grant, the host checks, the lease's namespace built, the report).
+   */
+  agentMs: number;
+  /** The controller process's part: the total less GitHub's modelled time and the agent's part. */
+  controllerProcessMs: number;
+  /** The GitHub branch after the grant, on the path or not: grant → the JIT config recorded. */
+  githubBranchMs: number;
+  /** The host's branch after the grant, on the path or not: grant → `lease.prepared`. */
+  prepareBranchMs: number;
 }
 
 /** Total length of the union of intervals (overlapping calls count once). */
@@ -173,6 +185,8 @@ export function readHandover(h: HandoverTimes, log: readonly LoggedRequest[]): H
         pollToHandoff: h.handoff - h.prepared,
         ...spawn,
       };
+  const agentStartMs = h.started - h.handoff;
+  const agentMs = agentStartMs + (githubOnPath ? 0 : h.prepared - h.granted);
   return {
     totalMs,
     githubMs,
@@ -180,7 +194,11 @@ export function readHandover(h: HandoverTimes, log: readonly LoggedRequest[]): H
     githubOnPath,
     calls,
     stages,
-    agentStartMs: h.started - h.handoff,
+    agentStartMs,
+    agentMs,
+    controllerProcessMs: totalMs - githubMs - agentMs,
+    githubBranchMs: h.registered - h.granted,
+    prepareBranchMs: h.prepared - h.granted,
   };
 }
 

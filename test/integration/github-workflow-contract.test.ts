@@ -3,7 +3,11 @@ import { join } from 'node:path';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it, type TestContext } from 'vitest';
 import { readMeta } from '../../functions/github/meta.ts';
-import { inspectWorkflowContract, NONCE_LOST } from '../../functions/github/workflow-contract.ts';
+import {
+  inspectWorkflowContract,
+  NONCE_LOST,
+  readWorkflowContract,
+} from '../../functions/github/workflow-contract.ts';
 import { applyReport } from '../../functions/ledger/agent-reports.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { example, workflowJobEvent } from '../../scripts/sim/fake-github/harness.ts';
@@ -114,6 +118,28 @@ describe('inspectWorkflowContract (pure)', () => {
       /no `on: workflow_dispatch`/,
     );
     expect(inspectWorkflowContract('on: [', 'w.yml').problems[0]).toMatch(/not valid YAML/);
+  });
+
+  it('reading the file again gives the contract of what it holds now, each read its own copy', async () => {
+    // the contents API's answer for a file (REST "Get repository content": type, encoding, content)
+    let text = TEMPLATE;
+    const port = {
+      client: {
+        request: async () => ({
+          data: { type: 'file', encoding: 'base64', content: Buffer.from(text).toString('base64') },
+        }),
+      },
+    } as unknown as Parameters<typeof readWorkflowContract>[0];
+    const read = () => readWorkflowContract(port, REPO, 'spark-pr-test.yml', 'main', 1);
+    const first = await read();
+    first.problems.push('changed by its caller');
+    first.sends.length = 0;
+    const again = await read();
+    expect(again).toEqual(inspectWorkflowContract(TEMPLATE, 'spark-pr-test.yml'));
+    text = SPEC.replace('options: [smoke, performance]', 'options: [smoke]');
+    expect((await read()).problems).toEqual([
+      "input `suite` does not offer 'performance', which the controller sends: add it to its options",
+    ]);
   });
 });
 

@@ -92,6 +92,9 @@ describe('the bench reading of a handover', () => {
     expect(r.totalMs).toBe(900);
     expect(r.githubMs).toBe(800);
     expect(r.controllerMs).toBe(100);
+    // the agent's part is its start of the runner; the controller process has the rest
+    expect(r.agentMs).toBe(r.agentStartMs);
+    expect(r.controllerProcessMs).toBe(r.controllerMs - r.agentStartMs);
     expect(r.stages).toMatchObject({ grant: 10, outboxWake: 10, githubCalls: 800, fakeGitHubChecks: 4 });
     // the stages of the longer branch add up to the total
     const sum = Object.entries(r.stages)
@@ -109,6 +112,9 @@ describe('the bench reading of a handover', () => {
     expect(r.githubMs).toBe(0);
     expect(r.controllerMs).toBe(r.totalMs);
     expect(r.stages).toMatchObject({ prepare: 870, pollToHandoff: 5 });
+    // the preparation is the agent's: the controller process keeps the grant and the hand-over
+    expect(r.agentMs).toBe(870 + 65);
+    expect(r.controllerProcessMs).toBe(r.stages.grant! + r.stages.pollToHandoff!);
   });
 
   it('refuses a handover whose dispatch or registration GitHub never saw', () => {
