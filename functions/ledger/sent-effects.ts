@@ -11,6 +11,8 @@ import type { LedgerStore } from './store.ts';
  * What an outbox send changes in the ledger, named as data (docs/adr/0260-outbox-and-sweeps-as-ledger-commands.md):
  * the GitHub part's sender says which of these its answer means, and `markSent` applies it in the
  * transaction that marks the row sent. The ledger calls nothing back in `functions/github/`.
+ * An effect may carry a secret for its one-time hand-over (a JIT config, a clone token): it is
+ * applied, never stored or logged (the row stores only the sender's `result`).
  */
 export type SentEffect =
   /** The work is no longer wanted before its dispatch (PR closed, label gone, SHA moved). */
