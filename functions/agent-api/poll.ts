@@ -23,35 +23,28 @@ async function currentState(
   const { ledger } = ctx;
   const read = await ledger.agents.desiredState(hostId, ledger.clock());
   if (!read.pendingHandoff) return response(ctx, hostId, read);
-  let handedOver = false;
+  // the job token goes out with the config; only its hash is stored (unused if none is handed over)
+  const jobToken = generateToken('spk_job');
+  const jobTokenHash = await sha256Hex(jobToken);
   // the hand-over's own change notice is not a reason to answer (it answers anyway)
   ownWrite(true);
-  const out = await ledger
-    .write(async (tx, now, changed) => {
-      // recompute under the write lock: another poll may have taken the config meanwhile
-      const c = await ledger.agents.desiredState(hostId, now, tx);
-      const h = c.pendingHandoff;
-      if (!h || c.desired.state !== 'run') return response(ctx, hostId, c);
-      const secret = h.jitConfig!;
-      const jobToken = generateToken('spk_job');
-      await ledger.agents.handOverJitConfig(tx, now, h, await sha256Hex(jobToken), hostId);
-      handedOver = true;
-      changed.add(`host:${hostId}`);
-      // a CI task's hand-over is its clone token; a runner's, its JIT config
-      return response(ctx, hostId, {
-        ...c,
-        desired: c.desired.task
-          ? { ...c.desired, cloneToken: secret, jobToken }
-          : { ...c.desired, jitConfig: secret, jobToken },
-      });
-    })
+  const { state: c, secret } = await ledger.agents
+    .handOver(hostId, jobTokenHash)
     .finally(() => ownWrite(false));
+  // a config is handed over only to a host that should run (`handOver`)
+  if (secret == null || c.desired.state !== 'run') return response(ctx, hostId, c);
   // the erased config must not be recoverable from an older `-wal` frame. The
   // truncation is queued (ahead of every later write transaction of this process) but not awaited:
   // the answer carries the config anyway, and waiting added the checkpoint's fsyncs (~10 ms
   // median, 25 ms under load) to every hand-over on the way to the runner's start
-  if (handedOver)
-    void ledger.checkpointWal().catch((e) => ctx.log.warn('WAL checkpoint failed', { error: String(e) }));
+  void ledger.checkpointWal().catch((e) => ctx.log.warn('WAL checkpoint failed', { error: String(e) }));
+  // a CI task's hand-over is its clone token; a runner's, its JIT config
+  const out = response(ctx, hostId, {
+    ...c,
+    desired: c.desired.task
+      ? { ...c.desired, cloneToken: secret, jobToken }
+      : { ...c.desired, jitConfig: secret, jobToken },
+  });
   return out;
 }
 

@@ -41,16 +41,7 @@ export function createAuditor(ledger: Ledger, log: { warn(msg: string, f?: Recor
     data: Record<string, unknown>,
   ) {
     try {
-      await ledger.write(async (tx, now) => {
-        await ledger.record(tx, now, {
-          subjectType: 'audit',
-          subjectId: p.tokenId,
-          type,
-          cause,
-          actor: `api:${p.name}`,
-          data,
-        });
-      });
+      await ledger.api.recordAudit({ tokenId: p.tokenId, type, cause, actor: `api:${p.name}`, data });
     } catch (e) {
       // an audit row must never turn a served read into an error
       log.warn('audit write failed', { type, error: String(e) });

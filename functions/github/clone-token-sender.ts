@@ -28,7 +28,7 @@ export const sendMintCloneToken: Sender = async (svc, _row, payload) => {
   if (why)
     return {
       result: { skipped: why },
-      apply: (tx) => svc.ledger.github.withdrawBeforeDispatch(rid, why, tx),
+      effect: { kind: 'withdrawn', reservationId: rid, why },
     };
   const inst = meta.installationId ?? null;
   if (inst == null)
@@ -65,21 +65,16 @@ export const sendMintCloneToken: Sender = async (svc, _row, payload) => {
   const cloneToken = res.data.token;
   return {
     result: { taskName, expiresAt: res.data.expires_at },
-    apply: async (tx, now, changed) => {
-      await svc.ledger.github.recordTaskCredential(tx, now, {
-        taskName,
-        leaseId,
-        reservationId: rid,
-        hostId: lease.hostId,
-        cloneToken,
-        repo: r.repo!,
-        expiresAt: res.data.expires_at ?? null,
-      });
-      const cur = await svc.ledger.getReservation(tx, rid);
-      // released while GitHub answered: the token is never handed out
-      if (cur && !isReleasableStatus(cur.status))
-        await svc.ledger.github.withholdJitConfigs(tx, { runnerName: taskName });
-      changed.add(`host:${lease.hostId}`);
+    // released while GitHub answered: the ledger withholds the token, never handed out
+    effect: {
+      kind: 'clone-token-minted',
+      taskName,
+      leaseId,
+      reservationId: rid,
+      hostId: lease.hostId,
+      cloneToken,
+      repo: r.repo,
+      expiresAt: res.data.expires_at ?? null,
     },
   };
 };

@@ -1,11 +1,10 @@
 import { isReleasableStatus } from '../../core/model.ts';
-import type { Tx } from '../ledger/db.ts';
+import type { SentEffect } from '../ledger/ledger.ts';
 import { GitHubError } from './client.ts';
-import { type GitHubMeta, readMeta } from './meta.ts';
+import { readMeta } from './meta.ts';
 import type { Sender } from './outbox.ts';
 import { type DispatchedRun, findDispatchedRun } from './run-identity.ts';
 import { skipped } from './send-skipped.ts';
-import type { GitHubService } from './service.ts';
 import { whyNotWanted } from './still-wanted.ts';
 import { dispatchInputs, readWorkflowContract } from './workflow-contract.ts';
 
@@ -25,18 +24,18 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
   const meta = readMeta(r);
   if (!meta) return skipped('reservation was not created by GitHub');
   if (meta.runId != null) return skipped(`run ${meta.runId} already recorded`);
-  const record =
-    (run: DispatchedRun, via: 'dispatch-response' | 'job-label', nonceLabel: boolean) => (tx: Tx) =>
-      svc.ledger.github
-        .recordDispatchedRun(tx, rid, { ...run, via, meta: { nonceLabel } })
-        .then(() => undefined);
+  const record = (run: DispatchedRun, via: 'dispatch-response' | 'job-label', nonceLabel: boolean) =>
+    runIdentified(rid, run, via, nonceLabel);
   // granted work: dispatched and registered at the grant, while the hosts prepare (ADR 0070)
   if (!isReleasableStatus(r.status)) {
     // an earlier attempt may have dispatched and lost the answer: record that run, so the hook
     // cancels it (ADR 0095), rather than leave it queued on GitHub
     const earlier = row.attempts > 0 && meta.nonce ? await findDispatchedRun(svc, r, meta) : null;
     if (earlier)
-      return { result: { found: earlier.runId, ended: r.status }, apply: record(earlier, 'job-label', true) };
+      return {
+        result: { found: earlier.runId, ended: r.status },
+        effect: record(earlier, 'job-label', true),
+      };
     return skipped(`reservation is ${r.status}`);
   }
   // the PR's re-check and the workflow file's read go out together: two GitHub round trips in a
@@ -62,7 +61,7 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
     return {
       result: { skipped: why },
       // the check run says why in words (reservations.reason)
-      apply: (tx) => svc.ledger.github.withdrawBeforeDispatch(rid, why, tx),
+      effect: { kind: 'withdrawn', reservationId: rid, why },
     };
   }
   const read = await contractRead;
@@ -80,7 +79,7 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
   if (row.attempts > 0 && contract.nonce) {
     // an earlier attempt may have dispatched and lost the answer: never start a second run
     const earlier = await findDispatchedRun(svc, r, { ...meta, nonceLabel: true });
-    if (earlier) return { result: { found: earlier.runId }, apply: record(earlier, 'job-label', true) };
+    if (earlier) return { result: { found: earlier.runId }, effect: record(earlier, 'job-label', true) };
   }
   const res = await svc.client.request<{ workflow_run_id?: number } | null>(
     'POST',
@@ -108,7 +107,7 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
   if (typeof direct === 'number') {
     return {
       result: { ...sent, runId: direct },
-      apply: record({ runId: direct, runAttempt: 1 }, 'dispatch-response', contract.nonce),
+      effect: record({ runId: direct, runAttempt: 1 }, 'dispatch-response', contract.nonce),
     };
   }
   // no run id in the answer (a GitHub without return_run_details answers 204): a run whose jobs
@@ -123,30 +122,30 @@ export const sendDispatch: Sender = async (svc, row, payload) => {
   if (listed) {
     return {
       result: { ...sent, runId: listed.runId },
-      apply: record(listed, 'job-label', true),
+      effect: record(listed, 'job-label', true),
     };
   }
   return {
     result: { ...sent, runId: null },
     // GitHub lists a new run after a moment: look again through the outbox (bounded), not here
-    apply: async (tx, now) => {
-      await patchMetaOf(svc, tx, rid, { nonceLabel: true });
-      await svc.ledger.github.enqueue(tx, now, {
-        kind: 'find-run',
-        key: `find-run:${rid}`,
-        reservationId: rid,
-        payload: { reservationId: rid },
-        notBefore: now + 2000,
-      });
-    },
+    effect: { kind: 'run-not-listed-yet', reservationId: rid },
   };
 };
 
-/** Merges `patch` into reservation `rid`'s GitHub meta inside `tx`. */
-async function patchMetaOf(svc: GitHubService, tx: Tx, rid: string, patch: Partial<GitHubMeta>) {
-  const cur = await svc.ledger.getReservation(tx, rid);
-  if (cur) await svc.ledger.github.patchMeta(tx, cur, patch);
-}
+/** The ledger effect of an identified run (the first identification wins, `recordDispatchedRun`). */
+const runIdentified = (
+  rid: string,
+  run: DispatchedRun,
+  via: 'dispatch-response' | 'job-label',
+  nonceLabel: boolean,
+): SentEffect => ({
+  kind: 'run-identified',
+  reservationId: rid,
+  runId: run.runId,
+  runAttempt: run.runAttempt,
+  via,
+  nonceLabel,
+});
 
 /** Looks for the dispatched run by its jobs' nonce label until found, at most {@link FIND_RUN_ATTEMPTS} times. */
 export const sendFindRun: Sender = async (svc, row, payload) => {
@@ -170,9 +169,6 @@ export const sendFindRun: Sender = async (svc, row, payload) => {
   }
   return {
     result: { found: run.runId, runAttempt: run.runAttempt },
-    apply: (tx) =>
-      svc.ledger.github
-        .recordDispatchedRun(tx, rid, { ...run, via: 'job-label', meta: { nonceLabel: true } })
-        .then(() => undefined),
+    effect: runIdentified(rid, run, 'job-label', true),
   };
 };

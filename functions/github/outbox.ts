@@ -1,6 +1,4 @@
-import { isReleasableStatus } from '../../core/model.ts';
-import type { Tx } from '../ledger/db.ts';
-import type { OutboxRow } from '../ledger/ledger.ts';
+import type { OutboxRow, SentEffect } from '../ledger/ledger.ts';
 import type { OutboxKind } from '../ledger/outbox.ts';
 import { GitHubError } from './client.ts';
 import type { GitHubService } from './service.ts';
@@ -15,10 +13,14 @@ import type { OutboxSender } from './service-parts.ts';
 
 export type { OutboxKind };
 
-/** What a sender returns: a small, secret-free result and ledger effects applied with "sent". */
+/**
+ * What a sender returns: a small, secret-free result, and what GitHub's answer means for the
+ * ledger as a named effect the ledger applies with "sent", in the same transaction
+ * (docs/adr/0260-outbox-and-sweeps-as-ledger-commands.md).
+ */
 export interface SendResult {
   result: Record<string, unknown>;
-  apply?: (tx: Tx, now: number, changed: Set<string>) => Promise<void>;
+  effect?: SentEffect;
 }
 
 export type Sender = (
@@ -106,7 +108,7 @@ async function drainLane(
     try {
       if (!sender) throw new GitHubError(0, `unknown outbox kind "${row.kind}"`, false);
       const res = await sender(svc, row, payload);
-      await ledger.outbox.markSent(row, svc.workerId, res.result, res.apply);
+      await ledger.outbox.markSent(row, svc.workerId, res.result, res.effect);
       out.sent++;
     } catch (e) {
       const gh = e instanceof GitHubError ? e : null;
@@ -232,20 +234,8 @@ const FINAL_FAILURE_WHAT: Record<string, string> = {
 /** A dispatch, run lookup or runner registration that can never succeed must not strand the hosts. */
 async function onFinalFailure(svc: GitHubService, row: OutboxRow, message: string) {
   if (!row.reservationId || !['dispatch', 'find-run', 'generate-jitconfig'].includes(row.kind)) return;
-  const rid = row.reservationId;
-  await svc.ledger.write(async (tx) => {
-    const r = await svc.ledger.getReservation(tx, rid);
-    if (!r || !isReleasableStatus(r.status)) return;
-    // the check run says why in words (e.g. a workflow that breaks the contract, with its fix)
-    await svc.ledger.github.patchMeta(tx, r, {
-      note: `GitHub ${FINAL_FAILURE_WHAT[row.kind] ?? row.kind} failed: ${message}`.slice(0, 1000),
-    });
-    await svc.ledger.beginRelease(
-      rid,
-      'github_failed',
-      `GitHub ${FINAL_FAILURE_WHAT[row.kind] ?? row.kind} failed: ${message}`.slice(0, 400),
-      'github-outbox',
-      tx,
-    );
-  });
+  await svc.ledger.github.releaseAfterFailedSend(
+    row.reservationId,
+    `GitHub ${FINAL_FAILURE_WHAT[row.kind] ?? row.kind} failed: ${message}`,
+  );
 }

@@ -19,7 +19,6 @@ export const REDELIVERY_LOOKBACK_MS = 60 * 60_000;
 const MAX_PAGES = 10;
 /** Redeliveries asked for per sweep at most; the rest wait for the next sweep. */
 const MAX_REQUESTS = 50;
-const SWEPT_KEY = 'github:redelivery_swept_at';
 
 /** One attempt of a delivery as `GET /app/hook/deliveries` lists it (the fields used here). */
 interface HookDelivery {
@@ -83,16 +82,11 @@ async function sweepOnce(
   // old nothing can be due, so no write transaction (and no writer lock) is taken for it
   const seen = state.lastSweepSeen;
   if (!atStart && !opts.force && seen != null && ledger.clock() - seen < REDELIVERY_INTERVAL_MS) return null;
-  const due = await ledger.write(async (tx, now) => {
-    const last = Number((await ledger.getMark(tx, SWEPT_KEY)) ?? 0);
-    if (!atStart && !opts.force && now - last < REDELIVERY_INTERVAL_MS) {
-      state.lastSweepSeen = last;
-      return false;
-    }
-    await ledger.setMark(tx, SWEPT_KEY, String(now));
-    state.lastSweepSeen = now;
-    return true;
-  });
+  const { due, sweptAt } = await ledger.github.claimRedeliverySweep(
+    REDELIVERY_INTERVAL_MS,
+    atStart || !!opts.force,
+  );
+  state.lastSweepSeen = sweptAt;
   state.startSwept = true;
   if (!due) return null;
 

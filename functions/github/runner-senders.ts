@@ -29,22 +29,13 @@ export function runnersPath(svc: GitHubService, repo: string): string {
 
 /** GitHub allows 10,000 JIT registrations per hour per App (docs/architecture.md "Timings"). */
 export const JIT_PER_HOUR = 10_000;
-const JIT_BUCKET_KEY = 'github:jit_bucket';
 
 /**
  * Takes one registration from the App-wide hourly bucket (kept in the ledger, so every
  * controller process shares it); an empty bucket defers the row to the next hour.
  */
 async function takeJitToken(svc: GitHubService): Promise<void> {
-  const refill = await svc.ledger.write(async (tx, now) => {
-    const hour = Math.floor(now / 3_600_000);
-    const mark = await svc.ledger.getMark(tx, JIT_BUCKET_KEY);
-    const cur = mark ? (JSON.parse(mark) as { hour: number; used: number }) : { hour, used: 0 };
-    const used = cur.hour === hour ? cur.used : 0;
-    if (used >= JIT_PER_HOUR) return (hour + 1) * 3_600_000;
-    await svc.ledger.setMark(tx, JIT_BUCKET_KEY, JSON.stringify({ hour, used: used + 1 }));
-    return null;
-  });
+  const refill = await svc.ledger.github.takeJitRegistration(JIT_PER_HOUR);
   if (refill != null)
     throw new GitHubError(0, `JIT registration budget (${JIT_PER_HOUR}/h per App) used up`, true, refill);
 }
@@ -101,23 +92,16 @@ export const sendGenerateJit: Sender = async (svc, _row, payload) => {
   return {
     // never the config itself: results are stored and may be shown to operators
     result: { runnerId, runnerName: name, attempt },
-    apply: async (tx, now, changed) => {
-      await svc.ledger.github.recordRunnerRegistration(tx, now, {
-        runnerName: name,
-        leaseId,
-        reservationId: rid,
-        hostId: lease.hostId,
-        attempt,
-        runnerId,
-        jitConfig,
-      });
-      const cur = await svc.ledger.getReservation(tx, rid);
-      if (cur && !isReleasableStatus(cur.status)) {
-        // released while we were registering: the runner must go again, config never handed out
-        await svc.ledger.github.withholdJitConfigs(tx, { runnerName: name });
-        await svc.ledger.github.enqueueRunnerDeletes(tx, now, cur);
-      }
-      changed.add(`host:${lease.hostId}`);
+    // released while we were registering: the ledger withholds the config and deletes the runner
+    effect: {
+      kind: 'runner-registered',
+      runnerName: name,
+      leaseId,
+      reservationId: rid,
+      hostId: lease.hostId,
+      attempt,
+      runnerId,
+      jitConfig,
     },
   };
 };
@@ -141,6 +125,6 @@ export const sendDeleteRunner: Sender = async (svc, _row, payload) => {
   }
   return {
     result: { deleted: name },
-    apply: (tx, now) => svc.ledger.github.markRunnerDeleted(tx, now, name),
+    effect: { kind: 'runner-deleted', runnerName: name },
   };
 };

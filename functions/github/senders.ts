@@ -121,12 +121,7 @@ const sendCheckRun: Sender = async (svc, _row, payload) => {
   const lastCheck = await checkRunKey(view);
   return {
     result: { checkRunId, status: view.status, title: view.title },
-    apply: async (tx) => {
-      const cur = await svc.ledger.getReservation(tx, rid);
-      if (!cur) return;
-      await svc.ledger.github.setCheckRunId(tx, cur, checkRunId);
-      await svc.ledger.github.patchMeta(tx, cur, { lastCheck });
-    },
+    effect: { kind: 'check-run-synced', reservationId: rid, checkRunId, lastCheck },
   };
 };
 

@@ -1,5 +1,5 @@
 import { Cron } from 'croner';
-import { isRunnerStatus, RUNNER_STATUSES } from '../../core/model.ts';
+import { RUNNER_STATUSES } from '../../core/model.ts';
 import type { ReservationRow } from '../ledger/ledger.ts';
 import { checkRunKey, renderCheckRun } from './check-run.ts';
 import { GitHubError } from './client.ts';
@@ -36,44 +36,15 @@ export async function sweepRunnerPickup(svc: GitHubService, candidates?: Reserva
     for (const h of latest.values()) {
       const since = Math.max(h.createdAt, prepared);
       if (now - since < runnerPickupTimeoutS * 1000) continue;
-      const next = h.attempt + 1;
-      const did = await ledger.write(async (tx, now, changed) => {
-        const cur = await ledger.getReservation(tx, r.id);
-        if (!cur || !isRunnerStatus(cur.status) || readMeta(cur)?.jobPickedUpAt) return false;
-        const key = `jit:${h.leaseId}:a${next}`;
-        if (await ledger.github.outboxKeyExists(tx, key)) return false;
-        const waited = Math.round((now - since) / 1000);
-        if (h.attempt >= runnerRetries) {
-          await ledger.github.beginRelease(
-            r.id,
-            'runner_not_picked_up',
-            `runner not picked up: ${runnerRetries + 1} runner(s) waited ${runnerPickupTimeoutS} s each without a job`,
-            'github',
-            tx,
-            // the check shows why the test did not run (ADR 0177)
-            { showCause: true },
-          );
-          changed.add('reservation');
-          return true;
-        }
-        await ledger.github.enqueueRunnerDeletes(tx, now, cur, h.runnerName);
-        await ledger.github.enqueue(tx, now, {
-          kind: 'generate-jitconfig',
-          key,
-          reservationId: r.id,
-          payload: { reservationId: r.id, leaseId: h.leaseId, attempt: next },
-          notBefore: now + Math.min(10 * 60_000, 15_000 * 2 ** h.attempt),
-        });
-        await ledger.github.setRunnerAttempt(tx, r.id, next);
-        await ledger.record(tx, now, {
-          subjectType: 'reservation',
-          subjectId: r.id,
-          type: 'reservation.runner_retry',
-          cause: `runner ${h.runnerName} not picked up after ${waited} s; replacing it (attempt ${next} of ${runnerRetries})`,
-          actor: 'github',
-          data: { hostId: h.hostId, attempt: next },
-        });
-        return true;
+      const did = await ledger.github.replaceUnpickedRunner({
+        reservationId: r.id,
+        leaseId: h.leaseId,
+        hostId: h.hostId,
+        runnerName: h.runnerName,
+        attempt: h.attempt,
+        since,
+        retries: runnerRetries,
+        timeoutS: runnerPickupTimeoutS,
       });
       if (did) acted++;
     }
@@ -132,7 +103,7 @@ export async function refreshQueuedChecks(svc: GitHubService): Promise<number> {
       note: meta.note ?? null,
     });
     if (meta.lastCheck === (await checkRunKey(view))) continue;
-    await ledger.write((tx, now) => ledger.github.enqueueCheckSync(tx, now, r.id));
+    await ledger.github.queueCheckSync(r.id);
     n++;
   }
   return n;
@@ -159,7 +130,7 @@ export async function runSchedules(svc: GitHubService): Promise<string[]> {
     const mark = await ledger.getMark(undefined, key);
     if (mark == null) {
       // first sight: start counting from now, never backfill
-      await ledger.write((tx) => ledger.setMark(tx, key, String(now), { onlyIfAbsent: true }));
+      await ledger.github.startSchedule(key, now);
       continue;
     }
     const last = Number(mark);
@@ -193,31 +164,20 @@ export async function runSchedules(svc: GitHubService): Promise<string[]> {
       }
       throw e;
     }
-    const id = await ledger.write(async (tx, now, changed) => {
-      // another controller process fired this slot already
-      if ((await ledger.getMark(tx, key)) !== mark) return null;
-      await ledger.setMark(tx, key, String(now));
-      if ((await ledger.github.queuedOfKind(repo.fullName, s.kind, tx)).length) return null;
-      const r = await ledger.github.createReservation(
-        {
-          kind: s.kind,
-          topology: s.topology,
-          repo: repo.fullName,
-          headSha: sha,
-          suite: s.suite,
-          requester: `schedule:${s.cron}`,
-          meta: {
-            installationId: repo.installationId,
-            trigger: 'schedule',
-            defaultBranch: repo.defaultBranch,
-            workflow: repo.workflow ?? svc.gh.workflow,
-          },
-        },
-        'schedule',
-        tx,
-      );
-      changed.add('reservation');
-      return r.id;
+    // once across controller processes, and not while one of its kind still waits
+    const id = await ledger.github.fireSchedule(key, mark, {
+      kind: s.kind,
+      topology: s.topology,
+      repo: repo.fullName,
+      headSha: sha,
+      suite: s.suite,
+      requester: `schedule:${s.cron}`,
+      meta: {
+        installationId: repo.installationId,
+        trigger: 'schedule',
+        defaultBranch: repo.defaultBranch,
+        workflow: repo.workflow ?? svc.gh.workflow,
+      },
     });
     if (id) fired.push(id);
   }

@@ -1,6 +1,5 @@
 import { sha256Hex } from '../auth/tokens.ts';
 import { ApiError } from '../errors.ts';
-import type { Tx } from '../ledger/db.ts';
 import type { LeaseRow, Ledger } from '../ledger/ledger.ts';
 
 const unauthorized = (message: string) =>
@@ -16,27 +15,13 @@ export function requireBearer(header: string | undefined): string {
 /**
  * Resolves the per-lease job token (issued by the agent API, stored as SHA-256 in
  * leases.job_token_hash) to its lease, checking that it belongs to `reservationId` and `hostId`.
- * Unknown token → 401; a token of another reservation or host → 403.
+ * Unknown token → 401; a token of another reservation or host → 403 (`ledger.api.leaseForJobToken`).
  */
 export async function leaseForJobToken(
   ledger: Ledger,
-  tx: Tx | undefined,
   token: string,
   reservationId: string,
   hostId: string,
 ): Promise<LeaseRow> {
-  const hash = await sha256Hex(token);
-  const lease = await ledger.api.leaseByJobTokenHash(hash, tx);
-  if (!lease) throw unauthorized('unknown job token: it was never issued or belongs to a finished lease');
-  if (lease.reservationId !== reservationId) {
-    throw new ApiError(
-      403,
-      'forbidden',
-      `this job token belongs to another reservation, not ${reservationId}`,
-    );
-  }
-  if (lease.hostId !== hostId) {
-    throw new ApiError(403, 'forbidden', `this job token was issued for another host, not ${hostId}`);
-  }
-  return lease;
+  return ledger.api.leaseForJobToken(await sha256Hex(token), reservationId, hostId);
 }

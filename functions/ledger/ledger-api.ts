@@ -1,8 +1,7 @@
 import * as agentReports from './agent-reports.ts';
-import type { Tx } from './db.ts';
 import * as desiredState from './desired-state.ts';
 import * as github from './github.ts';
-import { hasHostEvidence } from './host-evidence.ts';
+import * as jobReceipts from './job-receipts.ts';
 import * as leases from './leases.ts';
 import type { After } from './ledger-github.ts';
 import * as queries from './queries.ts';
@@ -38,17 +37,32 @@ export class ApiLedger {
   renewDevelopmentLease(...a: After<typeof leases.renewDevelopmentLease>) {
     return leases.renewDevelopmentLease(this.s, ...a);
   }
-  /** Stores a reservation's evidence receipts, inside the caller's transaction. */
-  storeReceipts(...a: After<typeof reservations.storeReceipts>) {
-    return reservations.storeReceipts(this.s, ...a);
+  /** An audited API read or denial (docs/api.md): one history row about the token. */
+  recordAudit(e: {
+    tokenId: string;
+    type: 'api.read' | 'api.denied';
+    cause: string;
+    actor: string;
+    data: Record<string, unknown>;
+  }) {
+    return this.s.write((tx, now) =>
+      this.s.record(tx, now, {
+        subjectType: 'audit',
+        subjectId: e.tokenId,
+        type: e.type,
+        cause: e.cause,
+        actor: e.actor,
+        data: e.data,
+      }),
+    );
   }
-  /** The lease a job token was issued for, or null. */
-  leaseByJobTokenHash(hash: string, tx?: Tx) {
-    return leases.leaseByJobTokenHash(this.s, tx, hash);
+  /** The lease a job token (by its SHA-256) was issued for, checked against reservation and host. */
+  leaseForJobToken(jobTokenHash: string, reservationId: string, hostId: string) {
+    return jobReceipts.leaseForJobToken(this.s, undefined, jobTokenHash, reservationId, hostId);
   }
-  /** Whether the agent already reported evidence for a lease. */
-  hasHostEvidence(leaseId: string, tx?: Tx) {
-    return hasHostEvidence(tx ?? this.s.db, leaseId);
+  /** A job's receipt for its host, checked and stored in one transaction (ADR 0160). */
+  recordJobReceipt(...a: After<typeof jobReceipts.recordJobReceipt>) {
+    return jobReceipts.recordJobReceipt(this.s, ...a);
   }
   reservationHistory(...a: After<typeof queries.reservationHistory>) {
     return queries.reservationHistory(this.s, ...a);
@@ -132,12 +146,26 @@ export class AgentsLedger {
   applyReport(...a: After<typeof agentReports.applyReport>) {
     return agentReports.applyReport(this.s, ...a);
   }
-  /** What the host's agent should do now, read in `tx` (or outside any transaction). */
-  desiredState(hostId: string, now: number, tx?: Tx) {
-    return desiredState.computeDesiredState(this.s, tx ?? this.s.db, hostId, now);
+  /** What the host's agent should do now (read outside any transaction). */
+  desiredState(hostId: string, now: number) {
+    return desiredState.computeDesiredState(this.s, this.s.db, hostId, now);
   }
-  /** Hands the pending JIT config (or clone token) over once, inside the caller's transaction. */
-  handOverJitConfig(...a: After<typeof github.handOverJitConfig>) {
-    return github.handOverJitConfig(this.s, ...a);
+  /**
+   * Hands the host's pending JIT config (or clone token) over exactly once, with the job token
+   * whose SHA-256 is `jobTokenHash` (cross-part contract 3): the desired state is computed again
+   * under the write lock (another poll may have taken the config meanwhile) and, while the host
+   * should run and a config waits, the config is erased from the ledger in this transaction.
+   * Returns that desired state and the config handed over (null when none was).
+   */
+  handOver(hostId: string, jobTokenHash: string) {
+    return this.s.write(async (tx, now, changed) => {
+      const state = await desiredState.computeDesiredState(this.s, tx, hostId, now);
+      const h = state.pendingHandoff;
+      if (!h || state.desired.state !== 'run') return { state, secret: null };
+      const secret = h.jitConfig!;
+      await github.handOverJitConfig(this.s, tx, now, h, jobTokenHash, hostId);
+      changed.add(`host:${hostId}`);
+      return { state, secret };
+    });
   }
 }

@@ -3,6 +3,8 @@ import * as inbox from './inbox.ts';
 import type { After } from './ledger-github.ts';
 import * as outbox from './outbox.ts';
 import * as queries from './queries.ts';
+import type { OutboxRow } from './rows.ts';
+import { applySentEffect, type SentEffect } from './sent-effects.ts';
 import type { LedgerStore } from './store.ts';
 
 /**
@@ -92,9 +94,18 @@ export class OutboxLedger {
   claimDue(...a: After<typeof outbox.claimDue>) {
     return outbox.claimDue(this.s, ...a);
   }
-  /** A row sent: marked, and its effects (`apply`) written in the same transaction. */
-  markSent(...a: After<typeof outbox.markSent>) {
-    return outbox.markSent(this.s, ...a);
+  /**
+   * A row sent: marked, and what GitHub's answer means for the ledger (`effect`, named as data)
+   * written in the same transaction (docs/adr/0260-outbox-and-sweeps-as-ledger-commands.md).
+   */
+  markSent(row: OutboxRow, workerId: string, result: Record<string, unknown>, effect?: SentEffect) {
+    return outbox.markSent(
+      this.s,
+      row,
+      workerId,
+      result,
+      effect && ((tx, now, changed) => applySentEffect(this.s, tx, now, changed, effect)),
+    );
   }
   markFailed(...a: After<typeof outbox.markFailed>) {
     return outbox.markFailed(this.s, ...a);

@@ -1,9 +1,8 @@
 import * as ciTask from './ci-task.ts';
 import type { Tx } from './db.ts';
 import * as github from './github.ts';
-import * as meta from './github-meta.ts';
+import * as sweeps from './github-sweeps.ts';
 import { hostEvidenceOf } from './host-evidence.ts';
-import * as outbox from './outbox.ts';
 import * as queries from './queries.ts';
 import * as reservations from './reservations.ts';
 import type { ReservationRow } from './rows.ts';
@@ -15,8 +14,10 @@ export type After<F> = F extends (s: LedgerStore, ...a: infer A) => unknown ? A 
 /**
  * The GitHub part's door into the ledger, `ledger.github` (docs/adr/0240-ledger-front-door-only.md):
  * the commands and reads its senders, sweeps and routes name, bound to the ledger. The functions
- * stay internal to `functions/ledger/`; what takes a transaction only (`tx` first) is handed over
- * as is, to be called inside the caller's `ledger.write`.
+ * stay internal to `functions/ledger/`. Each command is one write transaction of its own: nothing
+ * here takes the caller's transaction, so the GitHub part composes no ledger steps
+ * (docs/adr/0260-outbox-and-sweeps-as-ledger-commands.md); what a send changes comes back to
+ * `ledger.outbox.markSent` as a named effect (`sent-effects.ts`).
  */
 export class GitHubLedger {
   constructor(private readonly s: LedgerStore) {}
@@ -44,10 +45,6 @@ export class GitHubLedger {
   /** Queued and active reservations of one PR. */
   openReservationsOfPr(repo: string, pr: number, tx?: Tx) {
     return reservations.openReservationsOfPr(this.s, tx, repo, pr);
-  }
-  /** Queued reservations of a kind for a repository. */
-  queuedOfKind(repo: string, kind: Parameters<typeof reservations.queuedOfKind>[3], tx?: Tx) {
-    return reservations.queuedOfKind(this.s, tx, repo, kind);
   }
   /** How many queued reservations of any class but `kind` wait. */
   countQueuedOtherThan(kind: Parameters<typeof reservations.countQueuedOtherThan>[2], tx?: Tx) {
@@ -79,40 +76,35 @@ export class GitHubLedger {
   endTaskNotStarted(...a: After<typeof ciTask.endTaskNotStarted>) {
     return ciTask.endTaskNotStarted(this.s, ...a);
   }
-  /** Stores a CI task's clone credential for its agent to take once. */
-  recordTaskCredential(...a: After<typeof ciTask.recordTaskCredential>) {
-    return ciTask.recordTaskCredential(this.s, ...a);
-  }
-  /** Records the workflow run a dispatch created. */
-  recordDispatchedRun(...a: After<typeof github.recordDispatchedRun>) {
-    return github.recordDispatchedRun(this.s, ...a);
-  }
-  /** Stores a registered JIT runner and its config, handed to the agent once. */
-  recordRunnerRegistration(...a: After<typeof github.recordRunnerRegistration>) {
-    return github.recordRunnerRegistration(this.s, ...a);
-  }
-  /** Releases work no longer wanted before its dispatch (outcome `withdrawn`). */
-  withdrawBeforeDispatch(...a: After<typeof reservations.withdrawBeforeDispatch>) {
-    return reservations.withdrawBeforeDispatch(this.s, ...a);
-  }
-  /** Queues a PR's merge or background work (GitHub meta included). */
-  createReservation(...a: After<typeof reservations.createReservation>) {
-    return reservations.createReservation(this.s, ...a);
-  }
-  /** Starts releasing active work. */
-  beginRelease(...a: After<typeof reservations.beginRelease>) {
-    return reservations.beginRelease(this.s, ...a);
-  }
 
-  // ------------------------------------------------------------ inside the caller's transaction
+  // ------------------------------------------------------------ sweeps and send bookkeeping (github-sweeps.ts)
 
-  readonly withholdJitConfigs = github.withholdJitConfigs;
-  readonly markRunnerDeleted = github.markRunnerDeleted;
-  readonly enqueueRunnerDeletes = github.enqueueRunnerDeletes;
-  readonly enqueue = outbox.enqueue;
-  readonly enqueueCheckSync = outbox.enqueueCheckSync;
-  readonly outboxKeyExists = outbox.outboxKeyExists;
-  readonly setCheckRunId = reservations.setCheckRunId;
-  readonly setRunnerAttempt = reservations.setRunnerAttempt;
-  readonly patchMeta = meta.patchMeta;
+  /** A dispatch, run lookup or registration gave up for good: release with `github_failed`. */
+  releaseAfterFailedSend(...a: After<typeof sweeps.releaseAfterFailedSend>) {
+    return sweeps.releaseAfterFailedSend(this.s, ...a);
+  }
+  /** Claims the webhook redelivery sweep when it is due (ADR 0091). */
+  claimRedeliverySweep(...a: After<typeof sweeps.claimRedeliverySweep>) {
+    return sweeps.claimRedeliverySweep(this.s, ...a);
+  }
+  /** Takes one JIT registration from the App-wide hourly bucket; else when it refills. */
+  takeJitRegistration(...a: After<typeof sweeps.takeJitRegistration>) {
+    return sweeps.takeJitRegistration(this.s, ...a);
+  }
+  /** Replaces a runner not picked up in time, or releases after the last retry. */
+  replaceUnpickedRunner(...a: After<typeof sweeps.replaceUnpickedRunner>) {
+    return sweeps.replaceUnpickedRunner(this.s, ...a);
+  }
+  /** Queues a check-run sync for a reservation whose rendering moved. */
+  queueCheckSync(...a: After<typeof sweeps.queueCheckSync>) {
+    return sweeps.queueCheckSync(this.s, ...a);
+  }
+  /** A schedule seen for the first time starts counting now. */
+  startSchedule(...a: After<typeof sweeps.startSchedule>) {
+    return sweeps.startSchedule(this.s, ...a);
+  }
+  /** Fires a due schedule slot once across processes: its reservation, or null. */
+  fireSchedule(...a: After<typeof sweeps.fireSchedule>) {
+    return sweeps.fireSchedule(this.s, ...a);
+  }
 }

@@ -34,6 +34,7 @@ export type {
   ReservationRow,
 } from './rows.ts';
 export { toHostRecord, toLeaseRecord, toReservationRecord } from './rows.ts';
+export type { SentEffect } from './sent-effects.ts';
 export type { Clock, LedgerEvent, LedgerOptions, TransitionHook } from './store.ts';
 export { isLedgerUnavailable, ledgerUnavailable, storageCause } from './unavailable.ts';
 export type { ReservationLabel, WorkflowJobReport } from './workflow-jobs.ts';

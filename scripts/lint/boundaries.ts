@@ -21,6 +21,13 @@
  *   brings in no code and calls nothing, so it cannot go around the commands. Files that still do
  *   are listed in {@link LEDGER_IMPORT_ALLOW_LIST} with how many such imports each may keep: the
  *   list only shrinks.
+ * - **A ledger write is a named ledger command** (docs/adr/0260-outbox-and-sweeps-as-ledger-commands.md):
+ *   outside `functions/ledger/` nothing opens a write transaction on the ledger to compose its steps
+ *   (`ledger.write(…)`, `ledger.writeBatched(…)`, `ledger.within(…)` on a receiver named `ledger`,
+ *   such as `svc.ledger` or `ctx.ledger`); it calls the one command that names the event. Files that
+ *   still do are listed in {@link LEDGER_WRITE_ALLOW_LIST} with how many such calls each may keep:
+ *   the list only shrinks. The check reads the syntax, not the types: a ledger handed on under
+ *   another name is not seen.
  *
  * The rules cover the source of the deployables, the scripts and the actions (`core agent cli
  * functions scripts actions`). `test/` is exempt: tests set the environment of the processes they
@@ -119,6 +126,21 @@ export const LEDGER_IMPORT_ALLOW_LIST: Readonly<Record<string, number>> = {
   'scripts/bench/scheduler.ts': 3,
   'scripts/bench/webhook-baseline-server.ts': 1,
   'scripts/bench/webhooks.ts': 1,
+};
+
+/** The ledger methods that open (or join) a write transaction for a body the caller writes. */
+export const LEDGER_WRITE_METHODS: readonly string[] = ['write', 'writeBatched', 'within'];
+
+/**
+ * Files outside `functions/ledger/` that still open a ledger write transaction themselves, each
+ * with the most such calls it may keep. Lower a count when a file calls a named command instead,
+ * drop the entry at zero; a count never goes up and no file is added
+ * (docs/adr/0260-outbox-and-sweeps-as-ledger-commands.md).
+ */
+export const LEDGER_WRITE_ALLOW_LIST: Readonly<Record<string, number>> = {
+  // the scheduler bench seeds its queue with raw inserts in one transaction, as a test does,
+  // to measure the admission pass against it (not a part of the controller)
+  'scripts/bench/scheduler.ts': 1,
 };
 
 /** The files the rules apply to: every source file outside `test/`. */
@@ -290,6 +312,50 @@ export function ledgerImports(
   return out;
 }
 
+/** The write transactions one file opens on a ledger (`ledger.write(…)` and the like), each as `line: what`. */
+export function ledgerWrites(path: string, text: string | ts.SourceFile): { line: number; what: string }[] {
+  const sf = parse(path, text);
+  const out: { line: number; what: string }[] = [];
+  const at = (n: ts.Node) => sf.getLineAndCharacterOfPosition(n.getStart(sf)).line + 1;
+  const isLedger = (e: ts.Expression) =>
+    (ts.isIdentifier(e) && e.text === 'ledger') ||
+    (ts.isPropertyAccessExpression(e) && e.name.text === 'ledger');
+  const visit = (node: ts.Node) => {
+    if (
+      ts.isCallExpression(node) &&
+      ts.isPropertyAccessExpression(node.expression) &&
+      LEDGER_WRITE_METHODS.includes(node.expression.name.text) &&
+      isLedger(node.expression.expression)
+    )
+      out.push({ line: at(node.expression.name), what: `${node.expression.name.text}(…)` });
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
+  return out;
+}
+
+/**
+ * The problems of a file against a shrink-only allow-list: `uses` over the file's allowance (or
+ * any, when it is not listed), and an allowance larger than the file needs.
+ */
+function againstAllowList(
+  file: string,
+  uses: readonly { line: number; what: string }[],
+  allowed: number | undefined,
+  listName: string,
+  fix: string,
+): string[] {
+  if (allowed === undefined) return uses.map((u) => `${file}:${u.line}: ${u.what}: ${fix}`);
+  if (uses.length > allowed)
+    return [
+      `${file}: ${uses.length} of them, over its allowance of ${allowed} in ${listName} (the allow-list only shrinks): ${fix}`,
+    ];
+  if (uses.length === 0) return [`${file}: none left: drop it from ${listName}`];
+  if (uses.length < allowed)
+    return [`${file}: ${uses.length} left: lower its ${listName} count from ${allowed} to ${uses.length}`];
+  return [];
+}
+
 /** The problems of the given files (repository-relative paths under `root`); empty when all keep the rules. */
 export function checkBoundaries(
   root: string,
@@ -300,6 +366,7 @@ export function checkBoundaries(
     simEnvironment?: readonly RegExp[];
     simSql?: readonly RegExp[];
     ledgerImports?: Readonly<Record<string, number>>;
+    ledgerWrites?: Readonly<Record<string, number>>;
     simLedger?: readonly RegExp[];
   } = {
     settings: SETTINGS_MODULES,
@@ -310,7 +377,9 @@ export function checkBoundaries(
   const simSql = rules.simSql ?? SIM_SQL;
   const problems: string[] = [];
   const allow = rules.ledgerImports ?? LEDGER_IMPORT_ALLOW_LIST;
+  const allowWrites = rules.ledgerWrites ?? LEDGER_WRITE_ALLOW_LIST;
   const seen = new Set<string>();
+  const seenWrites = new Set<string>();
   for (const file of checkedFiles(files)) {
     const text = parse(file, readFileSync(join(root, file), 'utf8'));
     if (![...rules.settings, ...simEnvironment].some((r) => r.test(file))) {
@@ -329,9 +398,22 @@ export function checkBoundaries(
         problems.push(
           `${file}:${u.line}: ${u.what} outside ${LEDGER_DIR}: call a ledger command or query instead`,
         );
-      const past = (rules.simLedger ?? SIM_LEDGER).some((r) => r.test(file))
+      const sim = (rules.simLedger ?? SIM_LEDGER).some((r) => r.test(file));
+      const past = sim
         ? []
         : ledgerImports(file, text).filter((u) => !u.typeOnly && u.module !== LEDGER_FRONT_DOOR);
+      if (allowWrites[file] !== undefined) seenWrites.add(file);
+      problems.push(
+        ...againstAllowList(
+          file,
+          sim
+            ? []
+            : ledgerWrites(file, text).map((u) => ({ line: u.line, what: `opens a ledger ${u.what}` })),
+          allowWrites[file],
+          'LEDGER_WRITE_ALLOW_LIST',
+          `outside ${LEDGER_DIR} call the one named ledger command for the event instead of composing ledger steps in a write transaction (docs/adr/0260-outbox-and-sweeps-as-ledger-commands.md)`,
+        ),
+      );
       const allowed = allow[file];
       if (allowed !== undefined) seen.add(file);
       if (allowed === undefined)
@@ -362,6 +444,11 @@ export function checkBoundaries(
       problems.push(
         `${file}: listed in LEDGER_IMPORT_ALLOW_LIST but not a checked file outside ${LEDGER_DIR}: drop it`,
       );
+  for (const file of Object.keys(allowWrites))
+    if (!seenWrites.has(file))
+      problems.push(
+        `${file}: listed in LEDGER_WRITE_ALLOW_LIST but not a checked file outside ${LEDGER_DIR}: drop it`,
+      );
   return problems;
 }
 
@@ -373,6 +460,6 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   if (problems.length) process.exitCode = 1;
   else
     console.log(
-      `boundaries: ${files.length} source files read the environment only in settings modules, hold SQL only in ${LEDGER_DIR}, import nothing from test/ (the simulation kit's stand-ins excepted as listed) and enter the ledger through ${LEDGER_FRONT_DOOR} (${Object.keys(LEDGER_IMPORT_ALLOW_LIST).length} files allowed ${Object.values(LEDGER_IMPORT_ALLOW_LIST).reduce((a, b) => a + b, 0)} other imports)`,
+      `boundaries: ${files.length} source files read the environment only in settings modules, hold SQL only in ${LEDGER_DIR}, import nothing from test/ (the simulation kit's stand-ins excepted as listed) and enter the ledger through ${LEDGER_FRONT_DOOR} (${Object.keys(LEDGER_IMPORT_ALLOW_LIST).length} files allowed ${Object.values(LEDGER_IMPORT_ALLOW_LIST).reduce((a, b) => a + b, 0)} other imports) by named commands (${Object.keys(LEDGER_WRITE_ALLOW_LIST).length} file(s) allowed ${Object.values(LEDGER_WRITE_ALLOW_LIST).reduce((a, b) => a + b, 0)} write transaction(s) of their own)`,
     );
 }

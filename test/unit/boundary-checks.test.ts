@@ -7,7 +7,9 @@ import {
   ENTRY_FILES,
   environmentUses,
   LEDGER_IMPORT_ALLOW_LIST,
+  LEDGER_WRITE_ALLOW_LIST,
   ledgerImports,
+  ledgerWrites,
   SETTINGS_MODULES,
   sqlUses,
 } from '../../scripts/lint/boundaries.ts';
@@ -30,11 +32,15 @@ function write(path: string, text: string) {
   writeFileSync(join(root, path), text);
 }
 // the small trees hold none of the repository's allow-listed files: an empty allow-list, unless a test gives one
-const check = (ledgerImportAllowList: Readonly<Record<string, number>> = {}) =>
+const check = (
+  ledgerImportAllowList: Readonly<Record<string, number>> = {},
+  ledgerWriteAllowList: Readonly<Record<string, number>> = {},
+) =>
   checkBoundaries(root, sourceFiles(root), {
     settings: SETTINGS_MODULES,
     entries: ENTRY_FILES,
     ledgerImports: ledgerImportAllowList,
+    ledgerWrites: ledgerWriteAllowList,
   });
 
 describe('the environment', () => {
@@ -258,6 +264,77 @@ describe('the ledger front door', () => {
     }
     expect(ledgerImports('functions/x.ts', "import type { Ledger } from './ledger/ledger.ts';\n")).toEqual([
       { line: 1, module: 'functions/ledger/ledger.ts', typeOnly: true },
+    ]);
+  });
+});
+
+describe('ledger writes are named commands (docs/adr/0260-outbox-and-sweeps-as-ledger-commands.md)', () => {
+  it('inside functions/ledger/, in tests and in the simulation kit a write transaction may be opened; a named command anywhere', () => {
+    write(
+      'functions/ledger/github-sweeps.ts',
+      'export const f = (s) => s.write(async (tx) => s.setMark(tx, "k", "v"));\n',
+    );
+    write('test/integration/x.test.ts', 'await h.c.ledger.write(async (tx) => ledger.record(tx, 0, ev));\n');
+    write('scripts/sim/doubles/fleet.ts', 'await controller.ledger.write(async (tx) => 1);\n');
+    write(
+      'functions/github/sweeps.ts',
+      'await svc.ledger.github.fireSchedule(key, mark, input);\nawait ledger.outbox.markSent(row, id, r);\nfile.write(b);\n',
+    );
+    expect(check()).toEqual([]);
+  });
+
+  it('fails on a write transaction opened elsewhere: write, writeBatched, within, on any receiver named ledger', () => {
+    write(
+      'functions/github/outbox.ts',
+      'await svc.ledger.write(async (tx) => {\n  await svc.ledger.record(tx, 0, ev);\n});\n',
+    );
+    write('functions/agent-api/poll.ts', 'const out = await ledger\n  .write(async (tx) => 1);\n');
+    write(
+      'functions/api/b.ts',
+      'await ctx.ledger.writeBatched(0, async () => 1);\nawait ledger.within(tx, async () => 1);\n',
+    );
+    const why =
+      'outside functions/ledger/ call the one named ledger command for the event instead of composing ledger steps in a write transaction (docs/adr/0260-outbox-and-sweeps-as-ledger-commands.md)';
+    expect(check()).toEqual([
+      `functions/agent-api/poll.ts:2: opens a ledger write(…): ${why}`,
+      `functions/api/b.ts:1: opens a ledger writeBatched(…): ${why}`,
+      `functions/api/b.ts:2: opens a ledger within(…): ${why}`,
+      `functions/github/outbox.ts:1: opens a ledger write(…): ${why}`,
+    ]);
+  });
+
+  it('keeps an allow-list that only shrinks: over its count fails, under it or gone asks to lower or drop it', () => {
+    const two = 'await ledger.write(async () => 1);\nawait ledger.write(async () => 2);\n';
+    write('scripts/bench/scheduler.ts', two);
+    write('scripts/bench/other.ts', 'await ledger.write(async () => 1);\n');
+    write('scripts/bench/done.ts', 'await ledger.github.queueCheckSync(id);\n');
+    expect(check({}, { 'scripts/bench/scheduler.ts': 2, 'scripts/bench/other.ts': 1 })).toEqual([]);
+    const problems = check(
+      {},
+      {
+        'scripts/bench/scheduler.ts': 1,
+        'scripts/bench/other.ts': 2,
+        'scripts/bench/done.ts': 1,
+        'scripts/bench/gone.ts': 1,
+      },
+    );
+    expect(problems).toHaveLength(4);
+    expect(problems[0]).toBe('scripts/bench/done.ts: none left: drop it from LEDGER_WRITE_ALLOW_LIST');
+    expect(problems[1]).toBe(
+      'scripts/bench/other.ts: 1 left: lower its LEDGER_WRITE_ALLOW_LIST count from 2 to 1',
+    );
+    expect(problems[2]).toMatch(
+      /^scripts\/bench\/scheduler\.ts: 2 of them, over its allowance of 1 in LEDGER_WRITE_ALLOW_LIST \(the allow-list only shrinks\)/,
+    );
+    expect(problems[3]).toBe(
+      'scripts/bench/gone.ts: listed in LEDGER_WRITE_ALLOW_LIST but not a checked file outside functions/ledger/: drop it',
+    );
+  });
+
+  it("the repository's allow-list names no file of functions/ (every part calls named commands)", () => {
+    for (const f of Object.keys(LEDGER_WRITE_ALLOW_LIST)) expect(f.startsWith('functions/')).toBe(false);
+    expect(ledgerWrites('functions/x.ts', 'await this.ledger.write(async () => 1);\n')).toEqual([
+      { line: 1, what: 'write(…)' },
     ]);
   });
 });
