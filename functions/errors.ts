@@ -19,6 +19,9 @@ export class ApiError extends StatusError {
 
 export const notFound = (what: string) => new ApiError(404, 'not_found', `${what} not found`);
 export const conflict = (code: string, message: string) => new ApiError(409, code, message);
+/** 401 with the bearer challenge of its realm (RFC 6750 section 3): `spark` for API tokens, `spark-lease` for job tokens. */
+export const unauthorized = (message: string, realm: 'spark' | 'spark-lease') =>
+  new ApiError(401, 'unauthorized', message, { 'WWW-Authenticate': `Bearer realm="${realm}"` });
 export const badRequest = (message: string, code = 'invalid_request') => new ApiError(400, code, message);
 export const staleFencingToken = (hostId: string, got: number, current: number | null) =>
   new ApiError(

@@ -1,6 +1,6 @@
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../app-context.ts';
-import { ApiError, notFound } from '../errors.ts';
+import { ApiError, notFound, unauthorized as unauthorizedIn } from '../errors.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { sha256Hex } from './sha256.ts';
 
@@ -148,8 +148,7 @@ export async function authenticateAgentToken(ledger: Ledger, token: string): Pro
 export type AuthEnv = AppEnv & { Variables: AppEnv['Variables'] & { principal: ApiPrincipal } };
 export type AgentAuthEnv = AppEnv & { Variables: AppEnv['Variables'] & { agent: AgentPrincipal } };
 
-const unauthorized = (message: string) =>
-  new ApiError(401, 'unauthorized', message, { 'WWW-Authenticate': 'Bearer realm="spark"' });
+const unauthorized = (message: string) => unauthorizedIn(message, 'spark');
 
 /**
  * Requires an API token holding `scope`. `emergency` is never implied by `operate`; `operate`

@@ -1,9 +1,8 @@
 import { sha256Hex } from '../auth/tokens.ts';
-import { ApiError } from '../errors.ts';
+import { unauthorized as unauthorizedIn } from '../errors.ts';
 import type { LeaseRow, Ledger } from '../ledger/ledger.ts';
 
-const unauthorized = (message: string) =>
-  new ApiError(401, 'unauthorized', message, { 'WWW-Authenticate': 'Bearer realm="spark-lease"' });
+const unauthorized = (message: string) => unauthorizedIn(message, 'spark-lease');
 
 /** The bearer job token of a request, or a 401 saying what is missing. */
 export function requireBearer(header: string | undefined): string {

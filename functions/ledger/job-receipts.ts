@@ -5,7 +5,13 @@ import {
   type Receipt,
   type StoredReceipts,
 } from '../../core/protocol/receipt.ts';
-import { ApiError, conflict, notFound, staleFencingToken } from '../errors.ts';
+import {
+  ApiError,
+  conflict,
+  notFound,
+  staleFencingToken,
+  unauthorized as unauthorizedIn,
+} from '../errors.ts';
 import type { Tx } from './db.ts';
 import { hasHostEvidence } from './host-evidence.ts';
 import * as leases from './leases.ts';
@@ -20,8 +26,7 @@ import type { LedgerStore } from './store.ts';
  * detail beside the host's evidence, never the check's verdict.
  */
 
-const unauthorized = (message: string) =>
-  new ApiError(401, 'unauthorized', message, { 'WWW-Authenticate': 'Bearer realm="spark-lease"' });
+const unauthorized = (message: string) => unauthorizedIn(message, 'spark-lease');
 
 /**
  * The lease of a job token (stored as SHA-256 in `leases.job_token_hash`), checked to belong to
