@@ -1,8 +1,6 @@
-import { sql } from 'drizzle-orm';
 import { isTerminalStatus } from '../../core/model.ts';
-import type { RawSql, Tx } from './db.ts';
+import { type RawSql, type Tx, txSql } from './db.ts';
 import { placeholders } from './raw-rows.ts';
-import * as t from './schema.ts';
 
 /**
  * Persistent Prometheus aggregates (docs/adr/0045-persistent-metric-counters.md).
@@ -33,6 +31,9 @@ export function seriesKey(labels: Record<string, string>): string {
     .join(',');
 }
 
+const BUMP_ONE = `INSERT INTO metric_counters (name, series, value) VALUES (?, ?, ?)
+  ON CONFLICT (name, series) DO UPDATE SET value = metric_counters.value + excluded.value`;
+
 /** Adds `by` to one counter sample inside the caller's transaction. */
 export async function bumpCounter(
   tx: Tx,
@@ -40,13 +41,7 @@ export async function bumpCounter(
   labels: Record<string, string>,
   by = 1,
 ): Promise<void> {
-  await tx
-    .insert(t.metricCounters)
-    .values({ name, series: seriesKey(labels), value: by })
-    .onConflictDoUpdate({
-      target: [t.metricCounters.name, t.metricCounters.series],
-      set: { value: sql`${t.metricCounters.value} + excluded.value` },
-    });
+  await txSql(tx).execute(BUMP_ONE, [name, seriesKey(labels), by]);
 }
 
 interface Bump {

@@ -198,6 +198,27 @@ export const bindingLeases = sql`${leases.status} in (${sql.raw(
   }).join(', '),
 )})`;
 
+/**
+ * The libSQL transaction beside each drizzle write transaction of every ledger
+ * ({@link LedgerDb.write}, {@link LedgerDb.writeBatch}), for {@link txSql}. Keyed by the drizzle
+ * handle, which belongs to one ledger and one transaction.
+ */
+const anyRawOf = new WeakMap<Tx, Pick<Transaction, 'execute'>>();
+
+const rawSqlOf = (ltx: Pick<Transaction, 'execute'>): RawSql => ({
+  execute: (sql, args) => ltx.execute({ sql, args: args ?? [] }),
+});
+
+/**
+ * Hand-written SQL inside `tx`, for a command that holds only the transaction: the same as
+ * `raw(tx)` of the ledger that opened it (docs/adr/0270-inbox-path-kept-statements.md).
+ */
+export function txSql(tx: Tx): RawSql {
+  const ltx = anyRawOf.get(tx);
+  if (!ltx) throw new TypeError('txSql(tx): tx is not a write transaction of a ledger');
+  return rawSqlOf(ltx);
+}
+
 /** Opens a ledger client; a `file:` URL gets WAL and a busy timeout for multi-process use. */
 export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
   const local = opts.url.startsWith('file:');
@@ -274,6 +295,7 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
           opening = null;
           if (!ltx) throw new TypeError('drizzle opened a transaction without the ledger client');
           rawOf.set(tx, ltx);
+          anyRawOf.set(tx, ltx);
           return fn(tx);
         }),
       ),
@@ -282,7 +304,7 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
     if (!tx) return { execute: (sql, args) => client.execute({ sql, args: args ?? [] }) };
     const ltx = rawOf.get(tx);
     if (!ltx) throw new TypeError('raw(tx): tx is not a write transaction of this ledger');
-    return { execute: (sql, args) => ltx.execute({ sql, args: args ?? [] }) };
+    return rawSqlOf(ltx);
   };
   // writeBatch: a second drizzle handle whose transactions collect their writes (drizzle opens
   // each through `transaction()` and ends it with `commit()` or `rollback()`)
@@ -307,6 +329,7 @@ export async function openLedgerDb(opts: OpenOptions): Promise<LedgerDb> {
         collecting = null;
         if (!ctx) throw new TypeError('drizzle opened a transaction without the ledger client');
         rawOf.set(tx, ctx);
+        anyRawOf.set(tx, ctx);
         return fn(tx);
       }),
     );

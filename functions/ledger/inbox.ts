@@ -3,7 +3,7 @@ import type { DeliveryView, InboxStats } from '../../core/protocol/deliveries.ts
 import { isoTime } from '../../core/time.ts';
 import { ApiError, notFound } from '../errors.ts';
 import { bumpCounter, LEDGER_COUNTERS } from './counters.ts';
-import type { Tx } from './db.ts';
+import { type Tx, txSql } from './db.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
 
@@ -107,19 +107,22 @@ export async function completeDelivery(
   result: string,
   counted: 'processed' | 'ignored' = 'processed',
 ): Promise<boolean> {
-  const rows = await tx.all<{ id: string }>(
-    sql`UPDATE webhook_deliveries SET state = 'done', result = ${result.slice(0, 300)}, processed_at = ${now},
-      body = NULL, next_attempt_at = NULL
-      WHERE delivery_id = ${id} AND state = 'pending' RETURNING delivery_id AS id`,
-  );
+  // kept statements on the inbox path (docs/adr/0270-inbox-path-kept-statements.md)
+  const { rows } = await txSql(tx).execute(COMPLETE, [result.slice(0, 300), now, id]);
   // counted in the completing transaction: a delivery whose processing rolls back counts nothing
   if (rows.length > 0) await bumpCounter(tx, LEDGER_COUNTERS.deliveries, { result: counted });
   return rows.length > 0;
 }
 
+const COMPLETE = `UPDATE webhook_deliveries SET state = 'done', result = ?, processed_at = ?, body = NULL,
+  next_attempt_at = NULL WHERE delivery_id = ? AND state = 'pending' RETURNING delivery_id`;
+
 /** Records what a completed delivery did, in words (bounded), inside its transaction. */
 export async function setDeliveryResult(tx: Tx, id: string, result: string): Promise<void> {
-  await tx.run(sql`UPDATE webhook_deliveries SET result = ${result.slice(0, 300)} WHERE delivery_id = ${id}`);
+  await txSql(tx).execute('UPDATE webhook_deliveries SET result = ? WHERE delivery_id = ?', [
+    result.slice(0, 300),
+    id,
+  ]);
 }
 
 /** Completes a delivery that needs nothing (ignored event, definitive GitHub answer, bad payload). */

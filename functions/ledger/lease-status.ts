@@ -1,8 +1,9 @@
-import { and, asc, eq } from 'drizzle-orm';
+import { and, eq } from 'drizzle-orm';
 import { leaseEvent } from '../../core/events.ts';
 import type { LeaseStatus } from '../../core/model.ts';
 import { assertLeaseTransition } from '../../core/state-machines.ts';
 import type { Tx } from './db.ts';
+import { leasesOfReservation } from './raw-rows.ts';
 import type { LeaseRow } from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
@@ -18,11 +19,7 @@ export async function leasesOf(
   tx: Tx | undefined,
   reservationId: string,
 ): Promise<LeaseRow[]> {
-  return (tx ?? s.db)
-    .select()
-    .from(t.leases)
-    .where(eq(t.leases.reservationId, reservationId))
-    .orderBy(asc(t.leases.hostId));
+  return leasesOfReservation(s.store.raw(tx), reservationId);
 }
 
 /** Moves a lease through the transition table and records it. */

@@ -2,6 +2,7 @@ import { and, asc, count, desc, eq, inArray, isNotNull, isNull, min, or, sql } f
 import { type LedgerSubjectType, leaseGrantsOf } from '../../core/events.ts';
 import type { ReservationStatus } from '../../core/model.ts';
 import { bindingLeases, type Tx } from './db.ts';
+import { enabledRepositoryRow } from './raw-rows.ts';
 import type {
   ApiTokenRow,
   EventRow,
@@ -260,13 +261,9 @@ export async function enabledRepository(
   fullName: string,
   tx?: Tx,
 ): Promise<RepositoryRow | null> {
-  const rows = await (tx ?? s.db)
-    .select()
-    .from(t.repositories)
-    .where(
-      sql`lower(${t.repositories.fullName}) = lower(${fullName}) AND ${t.repositories.disabledAt} IS NULL`,
-    );
-  return rows[0] ?? null;
+  // kept statement: every pull_request and issue_comment delivery asks
+  // (docs/adr/0270-inbox-path-kept-statements.md)
+  return enabledRepositoryRow(s.store.raw(tx), fullName);
 }
 
 export async function listRepositories(s: LedgerStore): Promise<RepositoryRow[]> {

@@ -1,7 +1,7 @@
 import type { InArgs } from '@libsql/client';
 import { ACTIVE_STATUSES, BINDING_LEASE_STATUSES, OPEN_STATUSES } from '../../core/model.ts';
 import type { RawSql } from './db.ts';
-import type { HostRow, LeaseRow, ReservationRow } from './rows.ts';
+import type { HostRow, LeaseRow, RepositoryRow, ReservationRow } from './rows.ts';
 import { BUILD_KEY_SQL } from './schema.ts';
 
 /**
@@ -327,6 +327,54 @@ const RESERVATION_BY_ID = asJson(RESERVATION_COLUMNS, 'FROM reservations WHERE i
 /** One reservation, or null. */
 export async function reservationById(q: RawSql, id: string): Promise<ReservationRow | null> {
   return (await jsonRowsOf(q, RESERVATION_BY_ID, [id], RESERVATION_COLS, reservationOf))[0] ?? null;
+}
+
+// the statuses bound, as drizzle's `inArray` bound them: the same plan, so the same row order
+const OPEN_OF_PR = asJson(
+  RESERVATION_COLUMNS,
+  `FROM reservations WHERE repo = ? AND pr = ? AND status IN (${placeholders(OPEN_STATUSES.length)})`,
+);
+
+/** The open reservations of one pull request. */
+export const openReservationsOfPrRows = (q: RawSql, repo: string, pr: number): Promise<ReservationRow[]> =>
+  jsonRowsOf(q, OPEN_OF_PR, [repo, pr, ...OPEN_STATUSES], RESERVATION_COLS, reservationOf);
+
+const LEASES_OF_RESERVATION = asJson(LEASE_COLUMNS, 'FROM leases WHERE reservation_id = ? ORDER BY host_id');
+
+/** The leases of a reservation, by host id. */
+export const leasesOfReservation = (q: RawSql, reservationId: string): Promise<LeaseRow[]> =>
+  jsonRowsOf(q, LEASES_OF_RESERVATION, [reservationId], LEASE_COLS, leaseOf);
+
+const REPOSITORY_COLS = [
+  'full_name',
+  'installation_id',
+  'default_branch',
+  'pair_enabled',
+  'workflow',
+  'enabled_at',
+  'disabled_at',
+] as const;
+const P = indicesOf(REPOSITORY_COLS);
+const ENABLED_REPOSITORY = asJson(
+  REPOSITORY_COLS.join(', '),
+  'FROM repositories WHERE lower(full_name) = lower(?) AND disabled_at IS NULL',
+);
+
+function repositoryOf(v: readonly unknown[]): RepositoryRow {
+  return {
+    fullName: str(v[P.full_name]),
+    installationId: numOrNull(v[P.installation_id]),
+    defaultBranch: str(v[P.default_branch]),
+    pairEnabled: v[P.pair_enabled] === 1,
+    workflow: strOrNull(v[P.workflow]),
+    enabledAt: num(v[P.enabled_at]),
+    disabledAt: numOrNull(v[P.disabled_at]),
+  };
+}
+
+/** An enabled repository by name, compared case-insensitively as GitHub does, or null. */
+export async function enabledRepositoryRow(q: RawSql, fullName: string): Promise<RepositoryRow | null> {
+  return (await jsonRowsOf(q, ENABLED_REPOSITORY, [fullName], REPOSITORY_COLS, repositoryOf))[0] ?? null;
 }
 
 /** Every host. */

@@ -1,6 +1,6 @@
 import { eq, sql } from 'drizzle-orm';
 import { isNotRunOutcome, isReleasableStatus, type Outcome } from '../../core/model.ts';
-import type { Tx } from './db.ts';
+import { type Tx, txSql } from './db.ts';
 import { beginRelease } from './reservation-release.ts';
 import { getReservation } from './reservation-status.ts';
 import type { ReservationRow } from './rows.ts';
@@ -77,7 +77,7 @@ export async function noteReservation(
  * there: delivery, label, current head, check-run state).
  */
 export async function writeReservationMeta(tx: Tx, r: ReservationRow, json: string): Promise<void> {
-  await tx.update(t.reservations).set({ metaJson: json }).where(eq(t.reservations.id, r.id));
+  await txSql(tx).execute('UPDATE reservations SET meta_json = ? WHERE id = ?', [json, r.id]);
   r.metaJson = json;
 }
 
@@ -103,7 +103,7 @@ export async function mergeReservationMeta(
 
 /** Remembers the GitHub check run that shows this reservation. */
 export async function setCheckRunId(tx: Tx, r: ReservationRow, checkRunId: number): Promise<void> {
-  await tx.update(t.reservations).set({ checkRunId }).where(eq(t.reservations.id, r.id));
+  await txSql(tx).execute('UPDATE reservations SET check_run_id = ? WHERE id = ?', [checkRunId, r.id]);
   r.checkRunId = checkRunId;
 }
 

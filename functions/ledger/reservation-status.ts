@@ -3,6 +3,7 @@ import { reservationEvent } from '../../core/events.ts';
 import type { Outcome, ReservationStatus } from '../../core/model.ts';
 import { assertReservationTransition } from '../../core/state-machines.ts';
 import type { Tx } from './db.ts';
+import { reservationById } from './raw-rows.ts';
 import type { ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
@@ -20,8 +21,9 @@ export async function getReservation(
   tx: Tx | undefined,
   id: string,
 ): Promise<ReservationRow | null> {
-  const rows = await (tx ?? s.db).select().from(t.reservations).where(eq(t.reservations.id, id));
-  return rows[0] ?? null;
+  // a kept statement, not drizzle's query building: the inbox, the outbox and the hooks read a
+  // reservation several times per delivery (docs/adr/0270-inbox-path-kept-statements.md)
+  return reservationById(s.store.raw(tx), id);
 }
 
 /**

@@ -12,6 +12,7 @@ import {
 } from '../../core/model.ts';
 import { ApiError, conflict, notFound } from '../errors.ts';
 import type { Tx } from './db.ts';
+import { openReservationsOfPrRows } from './raw-rows.ts';
 import { getReservation, transitionReservation } from './reservation-status.ts';
 import type { ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
@@ -310,16 +311,9 @@ export async function openReservationsOfPr(
   repo: string,
   pr: number,
 ): Promise<ReservationRow[]> {
-  return (tx ?? s.db)
-    .select()
-    .from(t.reservations)
-    .where(
-      and(
-        eq(t.reservations.repo, repo),
-        eq(t.reservations.pr, pr),
-        inArray(t.reservations.status, [...OPEN_STATUSES]),
-      ),
-    );
+  // kept statement: every pull_request and /spark delivery reads them
+  // (docs/adr/0270-inbox-path-kept-statements.md)
+  return openReservationsOfPrRows(s.store.raw(tx), repo, pr);
 }
 
 /** Queued reservations of a kind for a repository (merge CI, schedules). */

@@ -1,4 +1,4 @@
-import { eq, sql } from 'drizzle-orm';
+import { sql } from 'drizzle-orm';
 import type { SparkConfig } from '../../core/config.ts';
 import type { LedgerEventType, LedgerSubjectType } from '../../core/events.ts';
 import { type AdmissionPassStats, newAdmissionPassStats } from './admission-pass-stats.ts';
@@ -303,8 +303,11 @@ export class LedgerStore {
 
   /** Reads a small key/value mark (sequence counters, cron last-run marks, rate-limit pauses). */
   async getMark(tx: Tx | undefined, key: string): Promise<string | null> {
-    const rows = await (tx ?? this.db).select().from(t.meta).where(eq(t.meta.key, key));
-    return rows[0]?.value ?? null;
+    // kept statement: the outbox sender reads its pause mark on every wake
+    // (docs/adr/0270-inbox-path-kept-statements.md)
+    const rs = await this.store.raw(tx).execute('SELECT value FROM meta WHERE key = ?', [key]);
+    const v = rs.rows[0]?.value;
+    return v == null ? null : String(v);
   }
 
   /** Sets a key/value mark inside the caller's transaction. */

@@ -11,8 +11,11 @@ import {
   bindingLeaseRows,
   buildKeyOf,
   buildsHadGrant,
+  enabledRepositoryRow,
   hostById,
+  leasesOfReservation,
   openReservations,
+  openReservationsOfPrRows,
   reservationById,
 } from '../../functions/ledger/raw-rows.ts';
 import * as t from '../../functions/ledger/schema.ts';
@@ -88,6 +91,32 @@ describe('raw admission reads', () => {
     for (const h of viaDrizzle.hosts) expect(await hostById(outside, h.id)).toEqual(h);
     for (const l of viaDrizzle.leases) expect(await bindingLeaseOfHost(outside, l.hostId)).toEqual(l);
     for (const r of viaDrizzle.reservations) expect(await reservationById(outside, r.id)).toEqual(r);
+    // the inbox path's reads (docs/adr/0270-inbox-path-kept-statements.md)
+    for (const r of viaDrizzle.reservations) {
+      const leases = await db
+        .select()
+        .from(t.leases)
+        .where(sql`${t.leases.reservationId} = ${r.id}`)
+        .orderBy(asc(t.leases.hostId));
+      expect(await leasesOfReservation(outside, r.id)).toEqual(leases);
+      const ofPr = await db
+        .select()
+        .from(t.reservations)
+        .where(
+          sql`${t.reservations.repo} = ${r.repo} AND ${t.reservations.pr} = ${r.pr} AND ${inArray(t.reservations.status, [...OPEN_STATUSES])}`,
+        );
+      expect(ofPr.length).toBeGreaterThan(0);
+      expect(await openReservationsOfPrRows(outside, r.repo!, r.pr!)).toEqual(ofPr);
+    }
+    expect(viaDrizzle.reservations.some((r) => r.topology === 'pair')).toBe(true);
+    await db.insert(t.repositories).values([
+      { fullName: 'Acme/Iron', installationId: 7, pairEnabled: true, workflow: 'ci.yml', enabledAt: 5 },
+      { fullName: 'acme/gone', installationId: null, enabledAt: 5, disabledAt: 6 },
+    ]);
+    expect(await enabledRepositoryRow(outside, 'acme/IRON')).toEqual(
+      (await db.select().from(t.repositories).where(sql`${t.repositories.fullName} = 'Acme/Iron'`))[0],
+    );
+    expect(await enabledRepositoryRow(outside, 'acme/gone')).toBeNull();
     expect(await hostById(outside, 'spark-404')).toBeNull();
     expect(await reservationById(outside, 'r-404')).toBeNull();
     expect(await bindingLeaseOfHost(outside, 'spark-404')).toBeNull();
