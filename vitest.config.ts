@@ -43,6 +43,8 @@ export default defineConfig({
           // builds the agent bundle once per run (the e2e fleet runs the file that ships), and the
           // controller's bundle the harness and process tests start (docs/adr/0255-controller-bundle-for-tests.md)
           globalSetup: ['test/setup/agent-bundle.ts', 'test/setup/controller-bundle.ts'],
+          // SPARK_TEST_CPU_LOG=<file>: each file's wall and CPU seconds, its child processes included
+          setupFiles: ['test/setup/file-cpu.ts'],
         },
       },
     ],

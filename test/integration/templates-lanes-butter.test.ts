@@ -53,6 +53,8 @@ function lease(opts: { cache?: string } = {}) {
 }
 
 const sorted = (xs: string[]) => [...xs].sort();
+/** The Spark runner's dir: it checks the repository out at one path under it in every lease. */
+const runner = () => join(tmp.dir, 'runner');
 
 beforeAll(() => {
   toolchain = requireDebianRust();
@@ -108,7 +110,10 @@ describe("Butter lanes on Debian's cargo", () => {
   it(
     'spark-test-long: the smoke first, then only the Qwen3.8 27B NVFP4 filter, offline, from the cache',
     async () => {
-      const { checkout, d } = lease({ cache });
+      // at the runner's checkout path, as a Spark runner checks it out: the next case's first lease
+      // there then finds this build (run alone, that case builds it itself)
+      const { checkout } = runnerCheckout('butter', runner());
+      const d = leaseDirs(join(tmp.dir, `lease-${++n}`), cache);
       const snapshot = prewarm(d.models, MODEL, REV, { _name_or_path: MODEL, hidden_size: 32 });
       const r = await runLane(checkout, ['single'], laneEnv('performance', d, home));
       expect(r.stderr).not.toMatch(/^spark-test: /m);
@@ -153,12 +158,11 @@ describe("Butter lanes on Debian's cargo", () => {
     'the next lease builds warm (nothing compiles at the runner checkout path), and a filter that matches nothing fails',
     async () => {
       // the runner checks the repository out at one path in every lease (<runner>/_work/butter/butter)
-      const runner = join(tmp.dir, 'runner');
-      const first = runnerCheckout('butter', runner);
+      const first = runnerCheckout('butter', runner());
       const d1 = leaseDirs(join(tmp.dir, `lease-${++n}`), cache);
       prewarm(d1.models, MODEL, REV, { _name_or_path: MODEL });
       expect((await runLane(first.checkout, ['single'], laneEnv('performance', d1, home))).code).toBe(0);
-      const next = runnerCheckout('butter', runner);
+      const next = runnerCheckout('butter', runner());
       const d = leaseDirs(join(tmp.dir, `lease-${++n}`), cache);
       prewarm(d.models, MODEL, REV, { _name_or_path: MODEL });
       const r = await runLane(

@@ -41,7 +41,11 @@ let toolchain: { cargo: string; rustc: string };
 let cache: string;
 let f: LeaseFixture | null = null;
 let n = 0;
-/** A checkout already built into `cache` (cases about one lease reuse it: nothing compiles). */
+/**
+ * A checkout already built into `cache` (cases about one lease reuse it: nothing compiles): the
+ * performance case's, which built both the correctness tests and the benches there; a case run alone
+ * builds its own.
+ */
 let built: ReturnType<typeof lease> | null = null;
 
 /** A cold release build of the fixture: ~9 s of CPU, but up to 100 s of wall time on a 2-core machine at load 25. */
@@ -133,9 +137,11 @@ describe("Iron lanes on Debian's cargo", () => {
   it(
     'spark-test-long: correctness first, then only the GEMV and RMSNorm benches, 2 warmups and 5 runs',
     async () => {
-      const { checkout, d } = lease({ cache });
+      const l = lease({ cache });
+      const { checkout, d } = l;
       const r = await runLane(checkout, ['single'], laneEnv('performance', d, home));
       expect(r.code).toBe(0);
+      built = l;
       const lines = ran(d);
       expect(sorted(lines.slice(0, 4))).toEqual(CORRECTNESS);
       expect(lines.slice(4)).toEqual(['bench gemv warmup=2 runs=5', 'bench rmsnorm warmup=2 runs=5']);
