@@ -23590,19 +23590,16 @@ function ptraceCheck(read) {
   return ok("ptrace-scope", `kernel.yama.ptrace_scope is ${v}`);
 }
 async function runHostPreflight(d, l) {
-  const [gpu, service2, link] = await Promise.all([
-    gpuCheck(d.port),
-    serviceCheck(d, l),
-    interconnectCheck(d, l)
-  ]);
-  const checks = [
-    gpu,
-    service2,
-    link,
+  const ownChecks = () => [
     runnerUserCheck(d.account),
     diskCheck(d.port, d.cfg.workRoot),
     ptraceCheck(d.ptraceScope ?? readPtraceScope)
-  ].filter((c) => c != null);
+  ];
+  const [[gpu, service2, link], own2] = await Promise.all([
+    Promise.all([gpuCheck(d.port), serviceCheck(d, l), interconnectCheck(d, l)]),
+    Promise.resolve().then(ownChecks)
+  ]);
+  const checks = [gpu, service2, link, ...own2].filter((c) => c != null);
   return { ok: checks.every((c) => c.ok || !c.fatal), at: d.port.now(), checks };
 }
 function describePreflightFailure(p) {

@@ -131,21 +131,24 @@ function ptraceCheck(read: () => string | null): HostCheck {
   return ok('ptrace-scope', `kernel.yama.ptrace_scope is ${v}`);
 }
 
-/** Runs every check (one run shows every problem); any fatal failure fails the preflight. */
+/**
+ * Runs every check (one run shows every problem); any fatal failure fails the preflight. The
+ * checks that wait on a program or a probe start first, and the agent's own checks (its reads of
+ * `/proc`, the work root's free space, Yama) run while those wait (docs/adr/0280): all of them
+ * still after the runner config arrived and before the start, the result in the same order.
+ */
 export async function runHostPreflight(d: HostPreflightDeps, l: LeaseState): Promise<HostPreflight> {
-  const [gpu, service, link] = await Promise.all([
-    gpuCheck(d.port),
-    serviceCheck(d, l),
-    interconnectCheck(d, l),
-  ]);
-  const checks = [
-    gpu,
-    service,
-    link,
+  const ownChecks = () => [
     runnerUserCheck(d.account),
     diskCheck(d.port, d.cfg.workRoot),
     ptraceCheck(d.ptraceScope ?? readPtraceScope),
-  ].filter((c): c is HostCheck => c != null);
+  ];
+  // the calls below start nvidia-smi, the probe and the link check; the agent's own run next
+  const [[gpu, service, link], own] = await Promise.all([
+    Promise.all([gpuCheck(d.port), serviceCheck(d, l), interconnectCheck(d, l)]),
+    Promise.resolve().then(ownChecks),
+  ]);
+  const checks = [gpu, service, link, ...own].filter((c): c is HostCheck => c != null);
   return { ok: checks.every((c) => c.ok || !c.fatal), at: d.port.now(), checks };
 }
 

@@ -98,13 +98,9 @@ if [ "${2:-}" = enter ]; then
   mount -n -t tmpfs -o size=64k,mode=0700 spark-stage "$stage"
   cd "$stage"
   : >keep
-  n=0
   keep() {
     printf '%s\n' "$1" >>keep
-    slots="$slots $n"
-    n=$((n + 1))
   }
-  slots=
   keep "$ld"
   [ "$key" = - ] || keep "$cache_root/$key"
   [ -z "$runner_dir" ] || keep "$runner_dir"
@@ -115,21 +111,28 @@ if [ "${2:-}" = enter ]; then
     keep "$w"
     [ "$rest" = "$w" ] && rest= || rest=${rest#*:}
   done
-  # shellcheck disable=SC2086 # the slots are plain numbers
-  mkdir sandbox $slots
-  mount -n -c --bind "$sd" sandbox
+  # each mount point on the staging tmpfs is made by mount itself (X-mount.mkdir, mount(8)): a
+  # mkdir program less on the way (docs/adr/0280)
+  mount -n -c --bind -o X-mount.mkdir "$sd" sandbox
   i=0
   while IFS= read -r p; do
-    mount -n -c --rbind "$p" "$i"
+    mount -n -c --rbind -o X-mount.mkdir "$p" "$i"
     i=$((i + 1))
   done <keep
   # 3. every other mount read-only (its other flags kept), apart from the kernel's own
   #    filesystems, the staging mount and another lease's kept namespace (prepare-run): its
   #    root-only (0700) `LEASE.sandbox/ns` dir and the namespace files (nsfs) in it hold no data a
   #    job could read or write. Remounting them failed leases on a test machine whose several
-  #    simulated hosts (each with its own work root) kept namespaces at once.
+  #    simulated hosts (each with its own work root) kept namespaces at once. Nor the mounts at or
+  #    under the work root and the runner dir: step 4 covers the work root with a tmpfs and step 5
+  #    the runner dir with its kept copy, so no path reaches them (docs/adr/0280); the kept
+  #    copies, taken above, are what the job sees, as before.
   findmnt -rn -o TARGET,FSTYPE,VFS-OPTIONS | while read -r target fstype opts; do
     [ "$fstype" != nsfs ] || continue
+    case $target in "$work_root" | "$work_root"/*) continue ;; esac
+    if [ -n "$runner_dir" ]; then
+      case $target in "$runner_dir" | "$runner_dir"/*) continue ;; esac
+    fi
     case $target in
       /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | "$stage" | "$stage"/*) continue ;;
       */*.sandbox/ns | */*.sandbox/ns/*) [ "$target" = "$sd/ns" ] || [ "${target#"$sd"/ns/}" != "$target" ] || continue ;;
@@ -157,11 +160,10 @@ if [ "${2:-}" = enter ]; then
   [ -d "$work_root" ] || mkdir -p "$work_root"
   mount -n -t tmpfs -o nosuid,nodev,size=64k,mode=0711 spark-work "$work_root"
   # 5. back on top: each kept path at its own place (mount points made on the fresh tmpfs or
-  #    inside the lease's own dirs)
+  #    inside the lease's own dirs; X-mount.mkdir: mount makes a missing one as `mkdir -p` did)
   i=0
   while IFS= read -r p; do
-    [ -e "$p" ] || mkdir -p "$p"
-    mount -n -c --move "$i" "$p"
+    mount -n -c --move -o X-mount.mkdir "$i" "$p"
     i=$((i + 1))
   done <keep
   mount -n -o remount,ro,nosuid,nodev "$work_root"
@@ -193,24 +195,14 @@ group_or_other_writable() {
 # --- configuration: trusted only when root owns it and nobody else may change it -------------
 case $conf in /*/*) ;; *) die "configuration $conf: give its absolute path" ;; esac
 if [ ! -f "$conf" ] || [ -L "$conf" ]; then die "configuration $conf is not a regular file"; fi
-# nor may anyone but root replace it: its directory is root's and nobody else's to write
-{
-  read -r conf_owner conf_mode
-  read -r conf_dir_owner conf_dir_mode
-} <<EOF
-$(owners_modes "$conf" "${conf%/*}")
-EOF
-[ "$conf_owner" = 0 ] || die "configuration $conf must be owned by root (chown root:root $conf)"
-if group_or_other_writable "$conf_mode"; then
-  die "configuration $conf is writable by group or others (chmod 644 $conf)"
-fi
-[ "$conf_dir_owner" = 0 ] || die "the directory of $conf must be owned by root"
-if group_or_other_writable "$conf_dir_mode"; then die "the directory of $conf is writable by group or others"; fi
-
+# Its settings are read into variables first and used only once the checks below trust it: the
+# one `stat` that checks it also reads the work root's owner and mode, a program start less on
+# every verb (docs/adr/0280). An unknown setting is reported after those checks.
 runner_user=
 work_root=
 runner_dir=
 writable=
+unknown=
 while IFS= read -r line || [ -n "$line" ]; do
   case $line in '' | '#'*) continue ;; esac
   key=${line%%=*}
@@ -220,9 +212,32 @@ while IFS= read -r line || [ -n "$line" ]; do
     work_root) work_root=$value ;;
     runner_dir) runner_dir=$value ;;
     writable) writable=$value ;;
-    *) die "configuration $conf: unknown setting '$key' (runner_user, work_root, runner_dir, writable)" ;;
+    *) [ -n "$unknown" ] || unknown=$key ;;
   esac
 done <"$conf"
+
+# nor may anyone but root replace it: its directory is root's and nobody else's to write. The
+# work root's owner and mode come along when it is a directory (it is checked below either way).
+wr_owner=
+wr_mode=
+{
+  read -r conf_owner conf_mode
+  read -r conf_dir_owner conf_dir_mode
+  read -r wr_owner wr_mode || true
+} <<EOF
+$(if [ -d "$work_root" ] && [ ! -L "$work_root" ]; then
+  owners_modes "$conf" "${conf%/*}" "$work_root"
+else
+  owners_modes "$conf" "${conf%/*}"
+fi)
+EOF
+[ "$conf_owner" = 0 ] || die "configuration $conf must be owned by root (chown root:root $conf)"
+if group_or_other_writable "$conf_mode"; then
+  die "configuration $conf is writable by group or others (chmod 644 $conf)"
+fi
+[ "$conf_dir_owner" = 0 ] || die "the directory of $conf must be owned by root"
+if group_or_other_writable "$conf_dir_mode"; then die "the directory of $conf is writable by group or others"; fi
+[ -z "$unknown" ] || die "configuration $conf: unknown setting '$unknown' (runner_user, work_root, runner_dir, writable)"
 
 # an absolute, normalized path: no "." or ".." component, no doubled or trailing slash
 abs_path() {
@@ -257,9 +272,6 @@ EOF
 [ -z "${SUDO_UID:-}" ] || [ "$SUDO_UID" != "$uid" ] || die "the runner user may not run this helper"
 
 if [ ! -d "$work_root" ] || [ -L "$work_root" ]; then die "work_root $work_root is not a directory"; fi
-read -r wr_owner wr_mode <<EOF
-$(owners_modes "$work_root")
-EOF
 if [ "$wr_owner" != 0 ] || [ "$wr_mode" != 711 ]; then
   die "work_root $work_root must be owned by root with mode 0711 (install -d -o root -g root -m 0711 $work_root)"
 fi
@@ -271,9 +283,28 @@ as_runner() {
 }
 
 
-# Live (not zombie) processes whose real or effective uid is the runner's.
+# Sets `left` to the live (not zombie) processes whose real or effective uid is the runner's,
+# each pid followed by a blank. One program (`ps`), read by this shell itself: no pipe to `awk`,
+# no subshell (docs/adr/0280). Its four fields are numbers and the state's letters (ps(1), "STATE
+# CODES"), so the shell's splitting reads them. A `ps` that fails refuses, as no answer proves
+# the runner user has no process.
 runner_processes() {
-  ps -e -o pid=,ruid=,euid=,stat= | awk -v u="$uid" '($2 == u || $3 == u) && $4 !~ /^Z/ { printf "%s ", $1 }'
+  procs=$(ps -e -o pid=,ruid=,euid=,stat=) || die "cannot list the processes (ps failed)"
+  left=
+  field=0
+  for w in $procs; do
+    case $field in
+      0) pid=$w field=1 ;;
+      1) ruid=$w field=2 ;;
+      2) euid=$w field=3 ;;
+      *)
+        field=0
+        if [ "$ruid" = "$uid" ] || [ "$euid" = "$uid" ]; then
+          case $w in Z*) ;; *) left="$left$pid " ;; esac
+        fi
+        ;;
+    esac
+  done
 }
 
 # Each path ($2...) a real directory (not a symlink) owned by uid $1; dies naming the first that is not.
@@ -353,32 +384,43 @@ case $verb in
     [ $# -eq 2 ] || die "usage: $verb LEASE KEY"
     lease_name "$1"
     cache_key "$2"
-    left=$(runner_processes)
+    runner_processes
     [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left)"
+    if [ "$verb" = prepare-run ]; then
+      case $0 in /*) ;; *) die "prepare-run: invoke this helper by its absolute path" ;; esac
+    fi
     ld=$work_root/$1
     sd=$work_root/$1.sandbox
+    ns=$sd/ns
     drop_namespace "$sd"
     remove_tree "$ld" "$sd"
-    install -d -o "$uid" -g "$gid" -m 0700 "$ld"
-    install -d -o 0 -g 0 -m 0711 "$sd"
-    install -d -o "$uid" -g "$gid" -m 0700 "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner"
-    install -d -o 0 -g 0 -m 0700 "$sd/ovl" "$sd/stage"
-    if [ "$2" = - ]; then
-      # no shared cache: the lease's own, gone with its work dir
-      install -d -o "$uid" -g "$gid" -m 0700 "$ld/.build-cache"
+    # One install per owner and mode (docs/adr/0280), the root-owned 0711 sandbox dir first: the
+    # runner user's dirs in it are made in a dir that already has its mode. The root-only dirs:
+    # the overlay's work dir, the staging point and (prepare-run) the namespace files' dir.
+    if [ -d "$cache_root" ]; then
+      install -d -o 0 -g 0 -m 0711 "$sd"
     else
-      [ -d "$cache_root" ] || install -d -o 0 -g 0 -m 0711 "$cache_root"
-      [ -d "$cache_root/$2" ] || install -d -o "$uid" -g "$gid" -m 0700 "$cache_root/$2"
+      install -d -o 0 -g 0 -m 0711 "$cache_root" "$sd"
+    fi
+    if [ "$verb" = prepare-run ]; then
+      install -d -o 0 -g 0 -m 0700 "$sd/ovl" "$sd/stage" "$ns"
+    else
+      install -d -o 0 -g 0 -m 0700 "$sd/ovl" "$sd/stage"
+    fi
+    # the runner user's: the work dir, the sandbox's home, tmp, var-tmp and runner, and the build
+    # cache (with KEY "-" the lease's own, gone with its work dir)
+    if [ "$2" = - ]; then
+      install -d -o "$uid" -g "$gid" -m 0700 "$ld" "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner" "$ld/.build-cache"
+    elif [ -d "$cache_root/$2" ]; then
+      install -d -o "$uid" -g "$gid" -m 0700 "$ld" "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner"
+    else
+      install -d -o "$uid" -g "$gid" -m 0700 "$ld" "$sd/home" "$sd/tmp" "$sd/var-tmp" "$sd/runner" "$cache_root/$2"
     fi
     [ "$verb" = prepare-run ] || exit 0
     # the namespace `run` enters, built now: the host waits here for its runner config anyway.
     # Its files are bind mounts, which a shared mount would propagate (unshare(1) refuses them
-    # there): they go on a private bind mount of their own dir.
-    case $0 in /*) ;; *) die "prepare-run: invoke this helper by its absolute path" ;; esac
-    ns=$sd/ns
-    install -d -o 0 -g 0 -m 0700 "$ns"
-    mount -n --bind "$ns" "$ns"
-    mount -n --make-private "$ns"
+    # there): they go on a private bind mount of their own dir (one mount(8) call does both).
+    mount -n --bind --make-private "$ns" "$ns"
     : >"$ns/mnt"
     : >"$ns/ipc"
     if ! SPARK_SANDBOX_ENTER=1 unshare --mount="$ns/mnt" --ipc="$ns/ipc" --propagation private -- \
@@ -394,7 +436,7 @@ case $verb in
   remove)
     [ $# -eq 1 ] || die "usage: remove LEASE"
     lease_name "$1"
-    left=$(runner_processes)
+    runner_processes
     [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left)"
     drop_namespace "$work_root/$1.sandbox"
     remove_tree "$work_root/$1" "$work_root/$1.sandbox"
@@ -403,7 +445,7 @@ case $verb in
   wipe-cache)
     if [ $# -ne 1 ] || [ "$1" = - ]; then die "usage: wipe-cache KEY"; fi
     cache_key "$1"
-    left=$(runner_processes)
+    runner_processes
     [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left)"
     # a lease's kept namespace holds the cache of its repository: its job would find it removed
     for made in "$work_root"/*.sandbox/ns/made; do
@@ -422,7 +464,7 @@ case $verb in
     lease=$1
     key=$2
     shift 3
-    left=$(runner_processes)
+    runner_processes
     [ -z "$left" ] || die "runner user $runner_user still has processes (pid $left); a lease starts alone"
     ld=$work_root/$lease
     sd=$work_root/$lease.sandbox
