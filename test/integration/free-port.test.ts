@@ -73,6 +73,11 @@ describe('test server ports', () => {
     const ports = [await freePort(), await freePort(), await freePort()];
     expect(new Set(ports).size).toBe(3);
     for (const p of ports) expect(p < lo || p > hi, `${p} is in ${lo}-${hi}`).toBe(true);
+    // from this worker's slice (vitest sets VITEST_POOL_ID in each worker)
+    expect(process.env.VITEST_POOL_ID).toMatch(/^[1-9]\d*$/);
+    const mine = portSlice([lo, hi], Number(process.env.VITEST_POOL_ID));
+    for (const p of ports)
+      expect(p >= mine.first && p <= mine.last, `${p} not in ${mine.first}-${mine.last}`).toBe(true);
     // a port a server listens on is not handed out; once it is closed, it is
     const p = ports[0]!;
     const only = createPortAllocator({ first: p, last: p });
