@@ -71,7 +71,9 @@ export const LEDGER_DIR = 'functions/ledger/';
 export const SIM_ENVIRONMENT: readonly RegExp[] = [
   // the stand-ins read what the program each replaces reads (the runner's
   // ACTIONS_RUNNER_INPUT_JITCONFIG, nvidia-smi's FAKE_NVIDIA_SMI_STATE, the lease variables a job
-  // sees) and start their processes (git, slurm, deckard, agents) with an environment they set
+  // sees) and start their processes (git, slurm, deckard, agents) with an environment they set;
+  // the port allocator (ports.ts) reads vitest's worker id, VITEST_POOL_ID, to take its worker's
+  // slice of ports (docs/adr/0285-test-ports-outside-the-ephemeral-range.md)
   /^scripts\/sim\/doubles\//,
   // the harness and the load kit start controllers, agents and runners with the environment of each
   /^scripts\/sim\/harness\/processes\.ts$/,

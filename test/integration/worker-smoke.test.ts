@@ -1,7 +1,8 @@
 import { sign } from '@octokit/webhooks-methods';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../../scripts/sim/doubles/index.ts';
 import { example } from '../../scripts/sim/fake-github/harness.ts';
-import { freePort, startWranglerDev, type WranglerDev } from '../helpers/wrangler-dev.ts';
+import { startWranglerDev, type WranglerDev } from '../helpers/wrangler-dev.ts';
 
 /**
  * The Worker entry in real workerd through `wrangler dev --local`. The ledger URL points at a

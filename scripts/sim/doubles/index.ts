@@ -1,10 +1,12 @@
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { GpuProcess } from '../../../core/model.ts';
 import { processStartMs } from '../harness/processes.ts';
+
+/** One port allocator for every server started before its port is known to it (docs/adr/0285-test-ports-outside-the-ephemeral-range.md). */
+export { freePort } from './ports.ts';
 
 /**
  * Reusable test doubles for the relay agent: a fake `nvidia-smi` on PATH reading a state
@@ -255,18 +257,6 @@ export function isLive(pid: number): boolean {
   } catch {
     return false;
   }
-}
-
-/** A currently free loopback port. */
-export function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => res(port));
-    });
-  });
 }
 
 /** Polls `check` until it returns a truthy value or the deadline passes (no fixed sleeps). */

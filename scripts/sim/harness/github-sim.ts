@@ -147,7 +147,10 @@ export async function startGitHubSim(opts: GitHubSimOptions): Promise<GitHubSim>
       }
     } catch (e) {
       // what GitHub shows as a failed delivery: the controller did not answer
-      d = { id, event, status: 0, result: `not delivered: ${(e as Error).message}` };
+      // with fetch's cause ("fetch failed" alone does not say refused, reset or timed out)
+      const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+      const why = cause ? ` (${[cause.code, cause.message].filter(Boolean).join(' ')})` : '';
+      d = { id, event, status: 0, result: `not delivered: ${(e as Error).message}${why}` };
     }
     if (d.status >= 200 && d.status < 300) failed.delete(id);
     else failed.set(id, { event, body });
