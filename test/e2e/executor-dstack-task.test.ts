@@ -210,9 +210,9 @@ describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git
   it('runs spark-test.sh at the exact SHA as a dstack task: passed and failed land on the check run with the receipt', async (ctx) => {
     const t = await taskSystem(ctx, [{ id: 'spark-2' }]);
     const s = t.sys;
-    const good = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK, 'README.md': 'v1\n' });
+    const good = await t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK, 'README.md': 'v1\n' });
     // a later commit on the same branch: the task must test the PR's commit, not the tip
-    t.git.commit(REPO, { 'README.md': 'v2\n' });
+    await t.git.commit(REPO, { 'README.md': 'v2\n' });
     s.openPr(1, { sha: good });
     const rid = queuedId(await s.label(1, 'spark-test'));
     const done = await settled(t, rid);
@@ -327,7 +327,7 @@ describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git
     await s.waitHostPhase('spark-2', ['idle']);
 
     // a failing commit: the check fails with the script's exit, the receipt keeps the last lines
-    const bad = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_FAIL });
+    const bad = await t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_FAIL });
     s.openPr(2, { sha: bad });
     const rid2 = queuedId(await s.label(2, 'spark-test'));
     const failed = await settled(t, rid2);
@@ -381,8 +381,8 @@ describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git
     chmodSync(join(shim, 'git'), 0o755);
     const t = await taskSystem(ctx, [{ id: 'spark-2' }], { shimDir: shim });
     const s = t.sys;
-    const admitted = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
-    t.git.commit(REPO, { 'README.md': 'a later tip\n' });
+    const admitted = await t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
+    await t.git.commit(REPO, { 'README.md': 'a later tip\n' });
     s.openPr(1, { sha: admitted });
     const rid = queuedId(await s.label(1, 'spark-test'));
     const r = await settled(t, rid);
@@ -425,7 +425,7 @@ describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git
     // the repository's code runs, with the status in its receipt and on the check; the agent then
     // revokes the token itself (ADR 0115), so it does not outlive the task
     s.gh.failures.push({ method: 'DELETE', path: /^\/installation\/token$/, status: 500, times: 3 });
-    const sha3 = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK, 'README.md': 'v3\n' });
+    const sha3 = await t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK, 'README.md': 'v3\n' });
     s.openPr(3, { sha: sha3 });
     const rid3 = queuedId(await s.label(3, 'spark-test'));
     expect((await settled(t, rid3)).outcome).toBe('failed');
@@ -461,7 +461,7 @@ describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git
     const s = t.sys;
     // the declared distributed assertion is missing from this commit: the pair fails before its
     // phases on both hosts instead of passing vacuously (as the spark-test action refuses it)
-    const without = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
+    const without = await t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
     s.openPr(1, { sha: without });
     const first = queuedId(await s.label(1, 'spark-pair-test'));
     expect((await settled(t, first, 120_000)).outcome).toBe('failed');
@@ -476,7 +476,7 @@ describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git
     await s.waitHostPhase('spark-2', ['idle']);
     await s.waitHostPhase('spark-1', ['service']);
 
-    const sha = t.git.commit(REPO, { 'scripts/ci/assert-pair.sh': ASSERT_PAIR });
+    const sha = await t.git.commit(REPO, { 'scripts/ci/assert-pair.sh': ASSERT_PAIR });
     s.openPr(2, { sha });
     const rid = queuedId(await s.label(2, 'spark-pair-test'));
     const r = await settled(t, rid, 120_000);
@@ -505,7 +505,7 @@ describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git
   it('kill -9 of the agent while the task runs: the restarted agent finds the task and still reports its receipt', async (ctx) => {
     const t = await taskSystem(ctx, [{ id: 'spark-2' }], { sleepS: 4 });
     const s = t.sys;
-    const sha = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
+    const sha = await t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
     s.openPr(1, { sha });
     const rid = queuedId(await s.label(1, 'spark-test'));
     await waitFor('the script to run', () => readdirSync(t.markers).includes('spark-2-ran'), 60_000, 100);
@@ -530,7 +530,7 @@ describe.concurrent('CI as a dstack task (stand-in dstack, fake GitHub, real git
   it('ending the work while the task runs stops it through dstack; the check says the task was stopped', async (ctx) => {
     const t = await taskSystem(ctx, [{ id: 'spark-2' }], { sleepS: 60 });
     const s = t.sys;
-    const sha = t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
+    const sha = await t.git.commit(REPO, { 'scripts/ci/spark-test.sh': SCRIPT_OK });
     s.openPr(1, { sha });
     const rid = queuedId(await s.label(1, 'spark-test'));
     await s.waitReservation(rid, ['running'], 60_000);

@@ -257,7 +257,10 @@ describe('forged evidence (ADR 0160) against the lease sandbox (ADR 0155): the c
   it("path 2: a hook planted by one PR's job (it runs in that lease) never runs in a later lease, which has a fresh home → the later PR's receipts are its own and its check fails on its own tests", async () => {
     const log = join(sys.markerDir, 'path2-hook.log');
     const clone = git.cloneUrl(REPO);
-    const planter = git.commit(REPO, { 'scripts/ci/spark-test.sh': PLANT_HOOK(log), 'README.md': 'one\n' });
+    const planter = await git.commit(REPO, {
+      'scripts/ci/spark-test.sh': PLANT_HOOK(log),
+      'README.md': 'one\n',
+    });
     plans.set(planter, { checkout: { url: clone } });
     sys.openPr(21, { sha: planter });
     const r1 = queuedId(await sys.label(21, 'spark-test'));
@@ -277,7 +280,10 @@ describe('forged evidence (ADR 0160) against the lease sandbox (ADR 0155): the c
     expect(existsSync(join(runnerHome(), '.hooks'))).toBe(false);
     expect(existsSync(join(runnerHome(), '.gitconfig'))).toBe(false);
 
-    const victim = git.commit(REPO, { 'scripts/ci/spark-test.sh': FAILING_TESTS, 'README.md': 'two\n' });
+    const victim = await git.commit(REPO, {
+      'scripts/ci/spark-test.sh': FAILING_TESTS,
+      'README.md': 'two\n',
+    });
     plans.set(victim, { checkout: { url: clone } });
     sys.openPr(22, { sha: victim });
     const r2 = queuedId(await sys.label(22, 'spark-test'));
@@ -307,11 +313,11 @@ describe('forged evidence (ADR 0160) against the lease sandbox (ADR 0155): the c
     const log = join(sys.markerDir, 'path2b-hook.log');
     const clone = git.cloneUrl(REPO);
     // the commit the hook moves to is committed first, then the planter that names it
-    const passing = git.commit(REPO, {
+    const passing = await git.commit(REPO, {
       'scripts/ci/spark-test.sh': '#!/bin/bash\necho ok\nexit 0\n',
       'README.md': 'three\n',
     });
-    const planter = git.commit(REPO, {
+    const planter = await git.commit(REPO, {
       'scripts/ci/spark-test.sh': MOVE_HEAD(passing, log),
       'README.md': 'four\n',
     });
@@ -327,7 +333,10 @@ describe('forged evidence (ADR 0160) against the lease sandbox (ADR 0155): the c
     expect(hookLog('path2b-hook.log')).toContain(`hook ran in ${r1}`);
     expect(existsSync(join(runnerHome(), '.hooks'))).toBe(false);
 
-    const victim = git.commit(REPO, { 'scripts/ci/spark-test.sh': FAILING_TESTS, 'README.md': 'five\n' });
+    const victim = await git.commit(REPO, {
+      'scripts/ci/spark-test.sh': FAILING_TESTS,
+      'README.md': 'five\n',
+    });
     plans.set(victim, { checkout: { url: clone } });
     sys.openPr(32, { sha: victim });
     const r2 = queuedId(await sys.label(32, 'spark-test'));

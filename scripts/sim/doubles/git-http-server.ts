@@ -1,8 +1,11 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
 
 /**
  * GitHub's git-over-HTTPS endpoint for the CI-task tests: real git repositories served
@@ -21,8 +24,13 @@ export interface GitServer {
   cloneUrl(repo: string): string;
   /** Every request: the repository, the password presented (null: none), the answer, when (ms). */
   requests: { repo: string; token: string | null; status: number; service: string | null; at: number }[];
-  /** Makes a commit in `repo` (created on first use) with `files`; returns its SHA. */
-  commit(repo: string, files: Record<string, string>, message?: string): string;
+  /**
+   * Makes a commit in `repo` (created on first use) with `files`; resolves to its SHA. Git runs as
+   * a child the event loop does not wait on: a synchronous run blocks the test process for seconds
+   * on a loaded machine, long enough for a server to close a kept-alive connection the process then
+   * reuses (docs/adr/0285-test-ports-outside-the-ephemeral-range.md).
+   */
+  commit(repo: string, files: Record<string, string>, message?: string): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -41,13 +49,8 @@ export async function startGitServer(
   mayRead: (token: string, repo: string) => boolean,
 ): Promise<GitServer> {
   const requests: GitServer['requests'] = [];
-  const git = (cwd: string, ...args: string[]) =>
-    execFileSync('git', args, {
-      cwd,
-      env: { ...process.env, ...GIT_ENV },
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-    }).trim();
+  const git = async (cwd: string, ...args: string[]) =>
+    (await run('git', args, { cwd, env: { ...process.env, ...GIT_ENV }, encoding: 'utf8' })).stdout.trim();
 
   const server: Server = createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://x');
@@ -127,23 +130,23 @@ export async function startGitServer(
     url,
     cloneUrl: (repo) => `${url}/${repo}.git`,
     requests,
-    commit(repo, files, message = 'test commit') {
+    async commit(repo, files, message = 'test commit') {
       const dir = join(root, `${repo}.git`);
       mkdirSync(dir, { recursive: true });
       try {
-        git(dir, 'rev-parse', '--git-dir');
+        await git(dir, 'rev-parse', '--git-dir');
       } catch {
-        git(dir, 'init', '-q', '-b', 'main');
+        await git(dir, 'init', '-q', '-b', 'main');
         // GitHub serves any commit of the repository by its SHA (`git fetch <url> <sha>`)
-        git(dir, 'config', 'uploadpack.allowAnySHA1InWant', 'true');
-        git(dir, 'config', 'http.receivepack', 'false');
+        await git(dir, 'config', 'uploadpack.allowAnySHA1InWant', 'true');
+        await git(dir, 'config', 'http.receivepack', 'false');
       }
       for (const [path, text] of Object.entries(files)) {
         mkdirSync(dirname(join(dir, path)), { recursive: true });
         writeFileSync(join(dir, path), text, { mode: 0o755 });
       }
-      git(dir, 'add', '-A');
-      git(dir, 'commit', '-q', '--allow-empty', '-m', message);
+      await git(dir, 'add', '-A');
+      await git(dir, 'commit', '-q', '--allow-empty', '-m', message);
       return git(dir, 'rev-parse', 'HEAD');
     },
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
