@@ -1,0 +1,276 @@
+import { and, asc, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { RawSql, Tx } from '../../functions/ledger/db.ts';
+import {
+  anyOutboxDue,
+  claimableRows,
+  claimRows,
+  insertCheckSync,
+  insertOutboxRow,
+  insertOutboxRows,
+  markRowFailed,
+  markRowSent,
+  nextPendingAt,
+  type OutboxInsert,
+  outboxKeyRowExists,
+} from '../../functions/ledger/outbox-rows.ts';
+import * as t from '../../functions/ledger/schema.ts';
+import { makeTestLedger, type TestLedger } from '../../scripts/sim/ledger.ts';
+
+/**
+ * The outbox's hand-written statements (`functions/ledger/outbox-rows.ts`,
+ * docs/adr/0290-outbox-kept-statements.md) against the drizzle statements they replaced, copied
+ * here as they were in `functions/ledger/outbox.ts` before: the same steps run on two ledgers, one
+ * through each, must leave the same outbox rows, and every read must answer what drizzle's
+ * answers on the same rows.
+ */
+
+type Db = TestLedger['ledger']['db'];
+
+/** The drizzle statements as `functions/ledger/outbox.ts` built them before ADR 0290. */
+const viaDrizzle = {
+  async insert(tx: Tx, r: OutboxInsert): Promise<boolean> {
+    const rows = await tx
+      .insert(t.outbox)
+      .values({
+        kind: r.kind,
+        idempotencyKey: r.key,
+        reservationId: r.reservationId,
+        payloadJson: r.payloadJson,
+        status: 'pending',
+        nextAttemptAt: r.nextAttemptAt,
+        createdAt: r.createdAt,
+      })
+      .onConflictDoNothing({ target: t.outbox.idempotencyKey })
+      .returning({ id: t.outbox.id });
+    return rows.length > 0;
+  },
+  async insertMany(tx: Tx, rows: readonly OutboxInsert[]): Promise<void> {
+    await tx
+      .insert(t.outbox)
+      .values(
+        rows.map((r) => ({
+          kind: r.kind,
+          idempotencyKey: r.key,
+          reservationId: r.reservationId,
+          payloadJson: r.payloadJson,
+          status: 'pending',
+          nextAttemptAt: r.nextAttemptAt,
+          createdAt: r.createdAt,
+        })),
+      )
+      .onConflictDoNothing({ target: t.outbox.idempotencyKey });
+  },
+  async checkSync(tx: Tx, now: number, reservationId: string): Promise<void> {
+    await tx.run(sql`INSERT INTO outbox (kind, idempotency_key, reservation_id, payload_json, status, next_attempt_at, created_at)
+    SELECT 'check-run', 'check:' || ${reservationId} || ':' || (count(*) + 1), ${reservationId}, ${JSON.stringify({ reservationId })}, 'pending', ${now}, ${now}
+    FROM outbox WHERE reservation_id = ${reservationId} AND kind = 'check-run'
+    HAVING coalesce(sum(status = 'pending' AND claimed_until IS NULL), 0) = 0
+    ON CONFLICT (idempotency_key) DO NOTHING`);
+  },
+  async keyExists(db: Db | Tx, key: string): Promise<boolean> {
+    const rows = await db.select({ id: t.outbox.id }).from(t.outbox).where(eq(t.outbox.idempotencyKey, key));
+    return rows.length > 0;
+  },
+  async due(db: Db, now: number): Promise<boolean> {
+    const due = await db
+      .select({ id: t.outbox.id })
+      .from(t.outbox)
+      .where(and(eq(t.outbox.status, 'pending'), lte(t.outbox.nextAttemptAt, now)))
+      .limit(1);
+    return due.length > 0;
+  },
+  async nextAt(db: Db): Promise<number | null> {
+    const rows = await db
+      .select({
+        at: sql<number | null>`MIN(MAX(${t.outbox.nextAttemptAt}, COALESCE(${t.outbox.claimedUntil}, 0)))`,
+      })
+      .from(t.outbox)
+      .where(eq(t.outbox.status, 'pending'));
+    const at = rows[0]?.at ?? null;
+    return at == null ? null : Number(at);
+  },
+  claimable(db: Db | Tx, now: number, limit: number, kinds?: readonly string[]) {
+    return db
+      .select()
+      .from(t.outbox)
+      .where(
+        and(
+          eq(t.outbox.status, 'pending'),
+          lte(t.outbox.nextAttemptAt, now),
+          kinds ? inArray(t.outbox.kind, [...kinds]) : undefined,
+          or(isNull(t.outbox.claimedUntil), lte(t.outbox.claimedUntil, now)),
+          sql`NOT (${t.outbox.kind} = 'check-run' AND EXISTS (SELECT 1 FROM outbox AS busy WHERE busy.kind = 'check-run' AND busy.reservation_id = ${t.outbox.reservationId} AND busy.status = 'pending' AND busy.claimed_until > ${now}))`,
+        ),
+      )
+      .orderBy(asc(t.outbox.id))
+      .limit(limit);
+  },
+  async claim(tx: Tx, ids: number[], workerId: string, until: number): Promise<void> {
+    await tx
+      .update(t.outbox)
+      .set({ claimedBy: workerId, claimedUntil: until })
+      .where(inArray(t.outbox.id, ids));
+  },
+  async sent(tx: Tx, id: number, workerId: string, f: { attempts: number; resultJson: string; now: number }) {
+    await tx
+      .update(t.outbox)
+      .set({
+        status: 'sent',
+        sentAt: f.now,
+        attempts: f.attempts,
+        resultJson: f.resultJson,
+        claimedBy: null,
+        claimedUntil: null,
+        lastError: null,
+      })
+      .where(and(eq(t.outbox.id, id), eq(t.outbox.claimedBy, workerId)));
+  },
+  async failed(
+    tx: Tx,
+    id: number,
+    workerId: string,
+    f: { status: 'pending' | 'failed'; attempts: number; nextAttemptAt: number; lastError: string },
+  ) {
+    await tx
+      .update(t.outbox)
+      .set({
+        status: f.status,
+        attempts: f.attempts,
+        nextAttemptAt: f.nextAttemptAt,
+        lastError: f.lastError,
+        claimedBy: null,
+        claimedUntil: null,
+      })
+      .where(and(eq(t.outbox.id, id), eq(t.outbox.claimedBy, workerId)));
+  },
+};
+
+/** One step, written once for each side: drizzle's transaction or the raw statements in it. */
+type Step = {
+  drizzle: (tx: Tx) => Promise<unknown>;
+  raw: (q: RawSql) => Promise<unknown>;
+};
+
+const row = (over: Partial<OutboxInsert> & { key: string }): OutboxInsert => ({
+  kind: 'dispatch',
+  reservationId: 'r-1',
+  payloadJson: JSON.stringify({ note: 'quote " backslash \\ newline \n ü 🚀 \u2028' }),
+  nextAttemptAt: 1_000,
+  createdAt: 1_000,
+  ...over,
+});
+
+const HANDOVER = ['dispatch', 'find-run', 'generate-jitconfig', 'mint-clone-token'];
+const OTHER = ['check-run', 'refusal-check', 'delete-runner', 'cancel-run'];
+
+describe('raw outbox statements', () => {
+  const open: TestLedger[] = [];
+  afterEach(() => {
+    for (const l of open.splice(0)) l.close();
+  });
+
+  it('write the rows drizzle wrote and read what drizzle reads, step by step', async () => {
+    const a = await makeTestLedger();
+    const b = await makeTestLedger();
+    open.push(a, b);
+    const dA = a.ledger.db;
+    const dB = b.ledger.db;
+    const rows = (d: Db) => d.select().from(t.outbox).orderBy(asc(t.outbox.id));
+    /** Runs a step on both ledgers, each in a write transaction; the answers and rows must match. */
+    const both = async (step: Step) => {
+      const x = await a.ledger.store.write((tx) => step.drizzle(tx));
+      const y = await b.ledger.store.write((tx) => step.raw(b.ledger.store.raw(tx)));
+      expect(y).toEqual(x);
+      expect(await rows(dB)).toEqual(await rows(dA));
+      return y;
+    };
+    /** The reads, outside and inside a transaction, at `now`. */
+    const reads = async (now: number) => {
+      const outside = b.ledger.store.raw(undefined);
+      expect(await anyOutboxDue(outside, now)).toBe(await viaDrizzle.due(dB, now));
+      expect(await nextPendingAt(outside)).toEqual(await viaDrizzle.nextAt(dB));
+      for (const kinds of [undefined, HANDOVER, OTHER, ['check-run'], []])
+        for (const limit of [1, 25]) {
+          const want = await viaDrizzle.claimable(dB, now, limit, kinds);
+          expect(await claimableRows(outside, now, limit, kinds)).toEqual(want);
+          expect(
+            await b.ledger.store.write((tx) => claimableRows(b.ledger.store.raw(tx), now, limit, kinds)),
+          ).toEqual(want);
+        }
+      for (const key of ['k-1', 'k-404', 'check:r-2:1'])
+        expect(await outboxKeyRowExists(outside, key)).toBe(await viaDrizzle.keyExists(dB, key));
+    };
+
+    await reads(1_000); // an empty outbox
+    expect(await nextPendingAt(b.ledger.store.raw(undefined))).toBeNull();
+    for (const r of [
+      row({ key: 'k-1' }),
+      row({ key: 'k-2', reservationId: null, kind: 'find-run', nextAttemptAt: 5_000 }),
+      row({ key: 'k-1', payloadJson: '{"second":true}' }), // an existing key: nothing
+      row({ key: 'k-3', kind: 'check-run', reservationId: 'r-3' }),
+    ])
+      expect(
+        await both({ drizzle: (tx) => viaDrizzle.insert(tx, r), raw: (q) => insertOutboxRow(q, r) }),
+      ).toBeTypeOf('boolean');
+    const many = [
+      row({ key: 'm-1', kind: 'delete-runner', createdAt: 1_100, nextAttemptAt: 1_100 }),
+      row({ key: 'k-2' }), // exists
+      row({ key: 'm-2', kind: 'generate-jitconfig', reservationId: null, payloadJson: '{}' }),
+      row({ key: 'm-1', kind: 'cancel-run' }), // twice in one statement: the first stays
+      row({ key: 'm-3', kind: 'mint-clone-token', nextAttemptAt: 2 ** 53 - 1 }),
+    ];
+    await both({ drizzle: (tx) => viaDrizzle.insertMany(tx, many), raw: (q) => insertOutboxRows(q, many) });
+    for (const rid of ['r-2', 'r-2', 'r-3', 'r-quote\'"'])
+      await both({
+        drizzle: (tx) => viaDrizzle.checkSync(tx, 1_200, rid),
+        raw: (q) => insertCheckSync(q, 1_200, rid),
+      });
+    await reads(999);
+    await reads(1_000);
+    await reads(1_200);
+    await reads(6_000);
+
+    // claim the other lane's rows: a later check sync for a claimed reservation queues behind it,
+    // and its row is not claimable while the first is held
+    const claimed = await b.ledger.store.write((tx) =>
+      claimableRows(b.ledger.store.raw(tx), 1_300, 25, OTHER),
+    );
+    expect(claimed.map((r) => r.kind)).toContain('check-run');
+    const ids = claimed.map((r) => r.id);
+    await both({
+      drizzle: (tx) => viaDrizzle.claim(tx, ids, 'w-1', 121_300),
+      raw: (q) => claimRows(q, ids, 'w-1', 121_300),
+    });
+    for (const rid of ['r-2', 'r-3'])
+      await both({
+        drizzle: (tx) => viaDrizzle.checkSync(tx, 1_400, rid),
+        raw: (q) => insertCheckSync(q, 1_400, rid),
+      });
+    await reads(1_400);
+    await reads(121_300); // the claims expired
+    const [first, second, third] = ids;
+    const sent = { attempts: 1, resultJson: JSON.stringify({ id: 7, text: 'ü "x"' }), now: 1_500 };
+    for (const [id, worker] of [
+      [first!, 'w-2'], // not its claim: nothing
+      [first!, 'w-1'],
+    ] as const)
+      await both({
+        drizzle: (tx) => viaDrizzle.sent(tx, id, worker, sent),
+        raw: (q) => markRowSent(q, id, worker, sent),
+      });
+    for (const [id, f] of [
+      [second!, { status: 'pending', attempts: 1, nextAttemptAt: 3_500, lastError: 'HTTP 502 "bad"' }],
+      [third!, { status: 'failed', attempts: 12, nextAttemptAt: 1_600, lastError: '' }],
+    ] as const)
+      await both({
+        drizzle: (tx) => viaDrizzle.failed(tx, id, 'w-1', f),
+        raw: (q) => markRowFailed(q, id, 'w-1', f),
+      });
+    await reads(1_600);
+    await reads(3_500);
+    expect((await rows(dB)).map((r) => r.status)).toEqual(
+      expect.arrayContaining(['sent', 'failed', 'pending']),
+    );
+  });
+});
