@@ -1,6 +1,8 @@
 import { and, asc, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
+import { parseHostEvidence } from '../../core/protocol/host-evidence.ts';
 import type { RawSql, Tx } from '../../functions/ledger/db.ts';
+import { hostEvidenceOf } from '../../functions/ledger/host-evidence.ts';
 import {
   anyOutboxDue,
   claimableRows,
@@ -15,7 +17,8 @@ import {
   outboxKeyRowExists,
 } from '../../functions/ledger/outbox-rows.ts';
 import * as t from '../../functions/ledger/schema.ts';
-import { makeTestLedger, type TestLedger } from '../../scripts/sim/ledger.ts';
+import { adoptAll, makeTestLedger, type TestLedger } from '../../scripts/sim/ledger.ts';
+import { hostEvidence } from '../helpers/host-evidence.ts';
 
 /**
  * The outbox's hand-written statements (`functions/ledger/outbox-rows.ts`,
@@ -272,5 +275,48 @@ describe('raw outbox statements', () => {
     expect((await rows(dB)).map((r) => r.status)).toEqual(
       expect.arrayContaining(['sent', 'failed', 'pending']),
     );
+  });
+
+  it("read each reservation's host evidence as drizzle's rows gave it", async () => {
+    const tl = await makeTestLedger({
+      config: { hosts: [{ id: 'spark-1' }, { id: 'spark-2' }, { id: 'spark-3' }] },
+    });
+    open.push(tl);
+    const { ledger } = tl;
+    await adoptAll(ledger);
+    for (const topology of ['pair', 'single'] as const)
+      await ledger.createReservation(
+        { kind: 'manual', topology, repo: 'acme/iron', pr: 1, headSha: 'a'.repeat(40), requester: 'test' },
+        'test',
+      );
+    await ledger.admissionPass('test');
+    const leases = await ledger.db.select().from(t.leases);
+    expect(leases.length).toBeGreaterThan(1);
+    // one valid, one that does not parse (left out), per lease in turn
+    await ledger.db.insert(t.hostEvidence).values(
+      leases.map((l, i) => ({
+        leaseId: l.id,
+        reservationId: l.reservationId,
+        hostId: l.hostId,
+        fencingToken: l.fencingToken,
+        evidenceJson: i === 1 ? '{"not":"evidence"}' : JSON.stringify(hostEvidence('a'.repeat(40))),
+        recordedAt: 5,
+      })),
+    );
+    let found = 0;
+    for (const id of [...new Set(leases.map((l) => l.reservationId)), 'r-404']) {
+      // what hostEvidenceOf made of drizzle's rows before (docs/adr/0290-outbox-kept-statements.md)
+      const want: Record<string, unknown> = {};
+      for (const row of await ledger.db
+        .select()
+        .from(t.hostEvidence)
+        .where(eq(t.hostEvidence.reservationId, id))) {
+        const e = parseHostEvidence(row.evidenceJson);
+        if (e) want[row.hostId] = e;
+      }
+      expect(await hostEvidenceOf(ledger.store.raw(undefined), id)).toEqual(want);
+      found += Object.keys(want).length;
+    }
+    expect(found).toBe(leases.length - 1);
   });
 });
