@@ -1,8 +1,8 @@
-import { and, eq } from 'drizzle-orm';
+import { getTableColumns } from 'drizzle-orm';
 import { reservationEvent } from '../../core/events.ts';
 import type { Outcome, ReservationStatus } from '../../core/model.ts';
 import { assertReservationTransition } from '../../core/state-machines.ts';
-import type { Tx } from './db.ts';
+import { type RawSql, type Tx, txSql } from './db.ts';
 import { reservationById } from './raw-rows.ts';
 import type { ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
@@ -50,10 +50,7 @@ export async function transitionReservation(
     ...extra,
   };
   // compare-and-set on the status read in this transaction
-  await tx
-    .update(t.reservations)
-    .set(patch)
-    .where(and(eq(t.reservations.id, r.id), eq(t.reservations.status, r.status)));
+  await updateReservationIfStatus(txSql(tx), r.id, r.status, patch);
   await s.record(tx, now, {
     subjectType: 'reservation',
     subjectId: r.id,
@@ -65,4 +62,42 @@ export async function transitionReservation(
     data: data ?? null,
   });
   Object.assign(r, patch);
+}
+
+// each field's column, from the schema (read once, no query building)
+const COLUMN_OF: ReadonlyMap<string, string> = new Map(
+  Object.entries(getTableColumns(t.reservations)).map(([key, col]) => [key, col.name]),
+);
+// one text per set of fields patched (a few: each transition sets the same ones), kept prepared
+const patchSql = new Map<string, string>();
+
+/**
+ * `UPDATE reservations SET … WHERE id = ? AND status = ?` with the patch's fields, as drizzle's
+ * `update().set(patch)` wrote them (a field left undefined is not written, a null is), on a kept
+ * statement: a transition runs for most deliveries (docs/adr/0290-outbox-kept-statements.md).
+ * `test/integration/ledger-raw-rows-outbox.test.ts` checks it against drizzle's update.
+ */
+export async function updateReservationIfStatus(
+  q: RawSql,
+  id: string,
+  status: string,
+  patch: ReservationPatch,
+): Promise<void> {
+  const keys: string[] = [];
+  const args: (string | number | null)[] = [];
+  for (const [key, value] of Object.entries(patch)) {
+    if (value === undefined) continue;
+    const column = COLUMN_OF.get(key);
+    if (!column) throw new TypeError(`reservations has no field ${key}`);
+    keys.push(column);
+    args.push(value as string | number | null);
+  }
+  if (keys.length === 0) throw new TypeError('a reservation update needs at least one field');
+  const sig = keys.join(',');
+  let text = patchSql.get(sig);
+  if (!text) {
+    text = `UPDATE reservations SET ${keys.map((c) => `${c} = ?`).join(', ')} WHERE id = ? AND status = ?`;
+    patchSql.set(sig, text);
+  }
+  await q.execute(text, [...args, id, status]);
 }

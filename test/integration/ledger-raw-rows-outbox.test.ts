@@ -16,6 +16,7 @@ import {
   type OutboxInsert,
   outboxKeyRowExists,
 } from '../../functions/ledger/outbox-rows.ts';
+import { updateReservationIfStatus } from '../../functions/ledger/reservation-status.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { adoptAll, makeTestLedger, type TestLedger } from '../../scripts/sim/ledger.ts';
 import { hostEvidence } from '../helpers/host-evidence.ts';
@@ -318,5 +319,65 @@ describe('raw outbox statements', () => {
       found += Object.keys(want).length;
     }
     expect(found).toBe(leases.length - 1);
+  });
+
+  it("update a reservation's fields if its status holds, as drizzle's update did", async () => {
+    const tl = await makeTestLedger({ clock: () => 1_000 });
+    open.push(tl);
+    const { ledger } = tl;
+    const mk = () =>
+      ledger.createReservation(
+        {
+          kind: 'manual',
+          topology: 'single',
+          repo: 'acme/iron',
+          pr: 1,
+          headSha: 'a'.repeat(40),
+          requester: 't',
+        },
+        't',
+      );
+    const [x, y] = [await mk(), await mk()];
+    const read = async (id: string) => {
+      const {
+        id: _id,
+        seq: _seq,
+        ...rest
+      } = (await ledger.db.select().from(t.reservations).where(eq(t.reservations.id, id)))[0]!;
+      return rest;
+    };
+    expect(await read(y.id)).toEqual(await read(x.id));
+    const patches = [
+      { status: 'cancelled', updatedAt: 7 }, // the status no longer holds below: nothing
+      { status: 'allocated', updatedAt: 8, grantedAt: 8, position: null, waitCode: undefined },
+      {
+        status: 'done',
+        updatedAt: 9,
+        endedAt: 9,
+        reason: 'quote " ü \n',
+        position: null,
+        waitCode: null,
+        outcome: 'passed',
+        metaJson: '{"a":1}',
+        checkRunId: 2 ** 53 - 1,
+      },
+    ];
+    const held = ['allocated', 'queued', 'allocated'];
+    for (const [i, patch] of patches.entries()) {
+      await ledger.store.write(async (tx) => {
+        await tx
+          .update(t.reservations)
+          .set(patch)
+          .where(and(eq(t.reservations.id, x.id), eq(t.reservations.status, held[i]!)));
+        await updateReservationIfStatus(ledger.store.raw(tx), y.id, held[i]!, patch);
+      });
+      expect(await read(y.id)).toEqual(await read(x.id));
+    }
+    expect((await read(y.id)).status).toBe('done');
+    await expect(
+      ledger.store.write((tx) =>
+        updateReservationIfStatus(ledger.store.raw(tx), y.id, 'done', { nope: 1 } as never),
+      ),
+    ).rejects.toThrow(/no field nope/);
   });
 });
