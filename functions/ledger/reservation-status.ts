@@ -101,3 +101,37 @@ export async function updateReservationIfStatus(
   }
   await q.execute(text, [...args, id, status]);
 }
+
+// every column in the table's order, as drizzle's insert names them, with the schema's defaults
+// (plain values only: a default built in SQL would need drizzle to render it)
+const FIELDS = Object.entries(getTableColumns(t.reservations)).map(([field, c]) => {
+  const d = c.default as unknown;
+  if (d != null && typeof d !== 'string' && typeof d !== 'number')
+    throw new TypeError(`reservations.${c.name}: a default that is not a plain value`);
+  return { field, column: c.name, otherwise: (d ?? null) as string | number | null };
+});
+const INSERT_RESERVATION = `INSERT INTO reservations (${FIELDS.map((f) => f.column).join(', ')}) VALUES (${FIELDS.map(() => '?').join(', ')})`;
+const NEXT_SEQ = 'SELECT coalesce(max(seq), 0) + 1 AS next FROM reservations';
+
+/** The next reservation number (inside the creating transaction). */
+export async function nextReservationSeq(q: RawSql): Promise<number> {
+  return Number((await q.execute(NEXT_SEQ)).rows[0]!.next);
+}
+
+/**
+ * Inserts a reservation as drizzle's `insert().values(row)` did: a field left undefined takes the
+ * schema's default, else NULL. One kept statement (docs/adr/0290-outbox-kept-statements.md).
+ */
+export async function insertReservationRow(
+  q: RawSql,
+  row: typeof t.reservations.$inferInsert,
+): Promise<void> {
+  const values = row as Record<string, unknown>;
+  await q.execute(
+    INSERT_RESERVATION,
+    FIELDS.map((f) => {
+      const v = values[f.field];
+      return v === undefined ? f.otherwise : (v as string | number | null);
+    }),
+  );
+}

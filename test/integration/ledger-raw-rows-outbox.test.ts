@@ -16,7 +16,11 @@ import {
   type OutboxInsert,
   outboxKeyRowExists,
 } from '../../functions/ledger/outbox-rows.ts';
-import { updateReservationIfStatus } from '../../functions/ledger/reservation-status.ts';
+import {
+  insertReservationRow,
+  nextReservationSeq,
+  updateReservationIfStatus,
+} from '../../functions/ledger/reservation-status.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { adoptAll, makeTestLedger, type TestLedger } from '../../scripts/sim/ledger.ts';
 import { hostEvidence } from '../helpers/host-evidence.ts';
@@ -379,5 +383,63 @@ describe('raw outbox statements', () => {
         updateReservationIfStatus(ledger.store.raw(tx), y.id, 'done', { nope: 1 } as never),
       ),
     ).rejects.toThrow(/no field nope/);
+  });
+
+  it('insert a reservation as drizzle inserted it, defaults included', async () => {
+    const a = await makeTestLedger();
+    const b = await makeTestLedger();
+    open.push(a, b);
+    const rows = [
+      {
+        id: 'r-1',
+        seq: 1,
+        kind: 'manual',
+        priority: 80,
+        topology: 'single',
+        pool: 'spark',
+        requester: 't',
+        status: 'queued',
+        createdAt: 5,
+        updatedAt: 5,
+        queueDeadline: 9,
+      },
+      {
+        id: 'r-2',
+        seq: 2,
+        kind: 'pr',
+        priority: 50,
+        topology: 'pair',
+        pool: 'spark',
+        targetHost: null,
+        repo: 'acme/iron',
+        pr: 7,
+        headSha: 'a'.repeat(40),
+        suite: 'full',
+        requester: 'github',
+        status: 'queued',
+        reason: 'quote " ü \n',
+        createdAt: 6,
+        updatedAt: 6,
+        queueDeadline: 2 ** 53 - 1,
+        ttlS: null,
+        metaJson: '{"trigger":"comment"}',
+      },
+    ];
+    for (const row of rows) {
+      await a.ledger.store.write((tx) => tx.insert(t.reservations).values(row));
+      const seq = await b.ledger.store.write(async (tx) => {
+        const next = await nextReservationSeq(b.ledger.store.raw(tx));
+        await insertReservationRow(b.ledger.store.raw(tx), row);
+        return next;
+      });
+      expect(seq).toBe(row.seq);
+      const all = (l: TestLedger) =>
+        l.ledger.db.select().from(t.reservations).orderBy(asc(t.reservations.seq));
+      expect(await all(b)).toEqual(await all(a));
+    }
+    // the same id twice is refused as drizzle's insert was
+    await expect(
+      b.ledger.store.write((tx) => insertReservationRow(b.ledger.store.raw(tx), rows[0]!)),
+    ).rejects.toThrow(/UNIQUE|constraint/i);
   });
 });
