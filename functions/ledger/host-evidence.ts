@@ -1,6 +1,6 @@
 import { eq } from 'drizzle-orm';
 import { type HostEvidence, parseHostEvidence } from '../../core/protocol/host-evidence.ts';
-import type { Tx } from './db.ts';
+import type { RawSql, Tx } from './db.ts';
 import type { LeaseRow } from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
@@ -42,19 +42,26 @@ export async function hasHostEvidence(q: Tx | LedgerStore['db'], leaseId: string
   return rows.length > 0;
 }
 
+// every column, as drizzle's `select()` named them: the same plan on `host_evidence_reservation`,
+// so the same row order (a later row of the same host wins below)
+const EVIDENCE_OF_RESERVATION =
+  'SELECT lease_id, reservation_id, host_id, fencing_token, evidence_json, recorded_at FROM host_evidence WHERE reservation_id = ?';
+
 /**
  * The evidence of every lease of `reservationId`, by host. A host holds one lease of a
- * reservation; a row that does not parse is left out (and the check then cannot pass).
+ * reservation; a row that does not parse is left out (and the check then cannot pass). A kept
+ * statement: the check-run sender reads it for every granted reservation it renders
+ * (docs/adr/0290-outbox-kept-statements.md).
  */
 export async function hostEvidenceOf(
-  q: Tx | LedgerStore['db'],
+  q: RawSql,
   reservationId: string,
 ): Promise<Record<string, HostEvidence>> {
-  const rows = await q.select().from(t.hostEvidence).where(eq(t.hostEvidence.reservationId, reservationId));
+  const rs = await q.execute(EVIDENCE_OF_RESERVATION, [reservationId]);
   const out: Record<string, HostEvidence> = {};
-  for (const row of rows) {
-    const e = parseHostEvidence(row.evidenceJson);
-    if (e) out[row.hostId] = e;
+  for (const row of rs.rows) {
+    const e = parseHostEvidence(row.evidence_json as string);
+    if (e) out[row.host_id as string] = e;
   }
   return out;
 }

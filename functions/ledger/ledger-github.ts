@@ -57,7 +57,7 @@ export class GitHubLedger {
     return queries.checkRunRowsOf(this.s, reservationIds);
   }
   hostEvidenceOf(reservationId: string) {
-    return hostEvidenceOf(this.s.db, reservationId);
+    return hostEvidenceOf(this.s.store.raw(undefined), reservationId);
   }
   hostRows() {
     return queries.hostRows(this.s);

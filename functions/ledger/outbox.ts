@@ -1,5 +1,18 @@
-import { and, asc, eq, inArray, isNull, lt, lte, or, sql } from 'drizzle-orm';
-import type { Tx } from './db.ts';
+import { and, eq, lt } from 'drizzle-orm';
+import { type Tx, txSql } from './db.ts';
+import {
+  anyOutboxDue,
+  claimableRows,
+  claimRows,
+  insertCheckSync,
+  insertOutboxRow,
+  insertOutboxRows,
+  markRowFailed,
+  markRowSent,
+  nextPendingAt,
+  type OutboxInsert,
+  outboxKeyRowExists,
+} from './outbox-rows.ts';
 import type { OutboxRow } from './rows.ts';
 import * as t from './schema.ts';
 import { type LedgerStore, noteChange } from './store.ts';
@@ -8,7 +21,8 @@ import { type LedgerStore, noteChange } from './store.ts';
  * The transactional outbox's ledger side (docs/architecture.md "GitHub integration"; ADR 0004): rows are
  * written in the same transaction as the state change that needs them, keyed by an idempotency
  * key, claimed by one controller process at a time, and marked sent or failed. Sending them is
- * `functions/github/outbox.ts`.
+ * `functions/github/outbox.ts`. The statements are hand-written on kept statements
+ * (`outbox-rows.ts`; docs/adr/0290-outbox-kept-statements.md).
  */
 
 export type OutboxKind =
@@ -30,24 +44,22 @@ export interface EnqueueItem {
   notBefore?: number;
 }
 
+const insertOf = (now: number, item: EnqueueItem): OutboxInsert => ({
+  kind: item.kind,
+  key: item.key,
+  reservationId: item.reservationId ?? null,
+  payloadJson: JSON.stringify(item.payload),
+  nextAttemptAt: item.notBefore ?? now,
+  createdAt: now,
+});
+
 /** Inserts an outbox row unless one with the same key exists; true when inserted. */
 export async function enqueue(tx: Tx, now: number, item: EnqueueItem): Promise<boolean> {
-  const rows = await tx
-    .insert(t.outbox)
-    .values({
-      kind: item.kind,
-      idempotencyKey: item.key,
-      reservationId: item.reservationId ?? null,
-      payloadJson: JSON.stringify(item.payload),
-      status: 'pending',
-      nextAttemptAt: item.notBefore ?? now,
-      createdAt: now,
-    })
-    .onConflictDoNothing({ target: t.outbox.idempotencyKey })
-    .returning({ id: t.outbox.id });
+  // RETURNING: inside a batched write this throws DeferredReadError, as drizzle's did (db.ts)
+  const inserted = await insertOutboxRow(txSql(tx), insertOf(now, item));
   // the commit that fills the outbox wakes its sender (`outbox` notice; ADR 0180)
-  if (rows.length > 0) noteChange(tx, 'outbox');
-  return rows.length > 0;
+  if (inserted) noteChange(tx, 'outbox');
+  return inserted;
 }
 
 /**
@@ -57,20 +69,10 @@ export async function enqueue(tx: Tx, now: number, item: EnqueueItem): Promise<b
  */
 export async function enqueueMany(tx: Tx, now: number, items: readonly EnqueueItem[]): Promise<void> {
   if (items.length === 0) return;
-  await tx
-    .insert(t.outbox)
-    .values(
-      items.map((item) => ({
-        kind: item.kind,
-        idempotencyKey: item.key,
-        reservationId: item.reservationId ?? null,
-        payloadJson: JSON.stringify(item.payload),
-        status: 'pending',
-        nextAttemptAt: item.notBefore ?? now,
-        createdAt: now,
-      })),
-    )
-    .onConflictDoNothing({ target: t.outbox.idempotencyKey });
+  await insertOutboxRows(
+    txSql(tx),
+    items.map((item) => insertOf(now, item)),
+  );
   // the commit that fills the outbox wakes its sender (ADR 0180; a row whose key existed wakes it
   // for nothing, which claims nothing)
   noteChange(tx, 'outbox');
@@ -78,8 +80,7 @@ export async function enqueueMany(tx: Tx, now: number, items: readonly EnqueueIt
 
 /** True when an outbox row with this idempotency key exists. */
 export async function outboxKeyExists(tx: Tx, key: string): Promise<boolean> {
-  const rows = await tx.select({ id: t.outbox.id }).from(t.outbox).where(eq(t.outbox.idempotencyKey, key));
-  return rows.length > 0;
+  return outboxKeyRowExists(txSql(tx), key);
 }
 
 /**
@@ -93,11 +94,7 @@ export async function enqueueCheckSync(tx: Tx, now: number, reservationId: strin
   // and nobody has claimed it. A claimed row is in flight even past its claim's expiry (a slow
   // send, a clock that jumped): its sender may have rendered already, so only a row nobody has
   // claimed covers this change.
-  await tx.run(sql`INSERT INTO outbox (kind, idempotency_key, reservation_id, payload_json, status, next_attempt_at, created_at)
-    SELECT 'check-run', 'check:' || ${reservationId} || ':' || (count(*) + 1), ${reservationId}, ${JSON.stringify({ reservationId })}, 'pending', ${now}, ${now}
-    FROM outbox WHERE reservation_id = ${reservationId} AND kind = 'check-run'
-    HAVING coalesce(sum(status = 'pending' AND claimed_until IS NULL), 0) = 0
-    ON CONFLICT (idempotency_key) DO NOTHING`);
+  await insertCheckSync(txSql(tx), now, reservationId);
   // the commit wakes the sender (ADR 0180); nothing is read back to know whether a row went in,
   // and a sender woken for nothing claims nothing
   noteChange(tx, 'outbox');
@@ -105,12 +102,7 @@ export async function enqueueCheckSync(tx: Tx, now: number, reservationId: strin
 
 /** A cheap read: is any row due now? Most ticks find nothing and should not take the write lock. */
 export async function outboxDue(s: LedgerStore): Promise<boolean> {
-  const due = await s.db
-    .select({ id: t.outbox.id })
-    .from(t.outbox)
-    .where(and(eq(t.outbox.status, 'pending'), lte(t.outbox.nextAttemptAt, s.clock())))
-    .limit(1);
-  return due.length > 0;
+  return anyOutboxDue(s.store.raw(undefined), s.clock());
 }
 
 /**
@@ -119,16 +111,10 @@ export async function outboxDue(s: LedgerStore): Promise<boolean> {
  * will announce (ADR 0180).
  */
 export async function nextOutboxAttemptAt(s: LedgerStore): Promise<number | null> {
-  const rows = await s.db
-    .select({
-      at: sql<number | null>`MIN(MAX(${t.outbox.nextAttemptAt}, COALESCE(${t.outbox.claimedUntil}, 0)))`,
-    })
-    .from(t.outbox)
-    .where(eq(t.outbox.status, 'pending'));
-  const at = rows[0]?.at ?? null;
+  const at = await nextPendingAt(s.store.raw(undefined));
   if (at == null) return null;
   const pause = Number((await s.getMark(undefined, PAUSE_KEY)) ?? 0);
-  return Math.max(Number(at), pause);
+  return Math.max(at, pause);
 }
 
 /** The ledger mark that pauses every send until a GitHub rate limit resets. */
@@ -149,33 +135,18 @@ export function claimDue(
   return s.write(async (tx, now) => {
     const pause = await s.getMark(tx, PAUSE_KEY);
     if (pause && Number(pause) > now) return [];
-    const rows = await tx
-      .select()
-      .from(t.outbox)
-      .where(
-        and(
-          eq(t.outbox.status, 'pending'),
-          lte(t.outbox.nextAttemptAt, now),
-          kinds ? inArray(t.outbox.kind, [...kinds]) : undefined,
-          or(isNull(t.outbox.claimedUntil), lte(t.outbox.claimedUntil, now)),
-          // one check-run send per reservation at a time across processes: two concurrent sends
-          // both find no check run yet and both create one (seen by test/e2e/load-webhooks)
-          sql`NOT (${t.outbox.kind} = 'check-run' AND EXISTS (SELECT 1 FROM outbox AS busy WHERE busy.kind = 'check-run' AND busy.reservation_id = ${t.outbox.reservationId} AND busy.status = 'pending' AND busy.claimed_until > ${now}))`,
-        ),
-      )
-      .orderBy(asc(t.outbox.id))
-      .limit(limit);
-    if (rows.length) {
-      await tx
-        .update(t.outbox)
-        .set({ claimedBy: workerId, claimedUntil: now + claimMs })
-        .where(
-          inArray(
-            t.outbox.id,
-            rows.map((r) => r.id),
-          ),
-        );
-    }
+    // pending, due, unclaimed or past its claim, by id; one check-run send per reservation at a
+    // time across processes: two concurrent sends both find no check run yet and both create one
+    // (seen by test/e2e/load-webhooks)
+    const q = s.store.raw(tx);
+    const rows = await claimableRows(q, now, limit, kinds);
+    if (rows.length)
+      await claimRows(
+        q,
+        rows.map((r) => r.id),
+        workerId,
+        now + claimMs,
+      );
     return rows;
   });
 }
@@ -192,18 +163,11 @@ export function markSent(
   apply?: SentEffects,
 ): Promise<void> {
   return s.write(async (tx, now, changed) => {
-    await tx
-      .update(t.outbox)
-      .set({
-        status: 'sent',
-        sentAt: now,
-        attempts: row.attempts + 1,
-        resultJson: JSON.stringify(result),
-        claimedBy: null,
-        claimedUntil: null,
-        lastError: null,
-      })
-      .where(and(eq(t.outbox.id, row.id), eq(t.outbox.claimedBy, workerId)));
+    await markRowSent(s.store.raw(tx), row.id, workerId, {
+      attempts: row.attempts + 1,
+      resultJson: JSON.stringify(result),
+      now,
+    });
     await apply?.(tx, now, changed);
     changed.add('outbox');
   });
@@ -227,17 +191,12 @@ export function markFailed(
   },
 ): Promise<void> {
   return s.write(async (tx, now) => {
-    await tx
-      .update(t.outbox)
-      .set({
-        status: f.final ? 'failed' : 'pending',
-        attempts: f.attempts,
-        nextAttemptAt: f.nextAttemptAt(now),
-        lastError: f.message,
-        claimedBy: null,
-        claimedUntil: null,
-      })
-      .where(and(eq(t.outbox.id, row.id), eq(t.outbox.claimedBy, workerId)));
+    await markRowFailed(s.store.raw(tx), row.id, workerId, {
+      status: f.final ? 'failed' : 'pending',
+      attempts: f.attempts,
+      nextAttemptAt: f.nextAttemptAt(now),
+      lastError: f.message,
+    });
     if (f.pauseUntil != null) await s.setMark(tx, PAUSE_KEY, String(f.pauseUntil));
     if (f.final) {
       await s.record(tx, now, {

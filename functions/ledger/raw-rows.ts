@@ -27,14 +27,14 @@ export function placeholders(n: number): string {
 }
 
 /** Each column's position in a column list (`json_array` keeps the order). */
-function indicesOf<C extends string>(columns: readonly C[]): Record<C, number> {
+export function indicesOf<C extends string>(columns: readonly C[]): Record<C, number> {
   return Object.fromEntries(columns.map((c, i) => [c, i])) as Record<C, number>;
 }
 
-const num = (v: unknown): number => v as number;
-const numOrNull = (v: unknown): number | null => (v == null ? null : (v as number));
-const str = (v: unknown): string => v as string;
-const strOrNull = (v: unknown): string | null => (v == null ? null : (v as string));
+export const num = (v: unknown): number => v as number;
+export const numOrNull = (v: unknown): number | null => (v == null ? null : (v as number));
+export const str = (v: unknown): string => v as string;
+export const strOrNull = (v: unknown): string | null => (v == null ? null : (v as string));
 
 const HOST_COLS = [
   'id',
@@ -189,7 +189,7 @@ function reservationOf(v: readonly unknown[]): ReservationRow {
  * tables: integers, text and NULL, no reals or blobs; an integer beyond 2^53 is a RangeError, as
  * through the client. The result is read through the same mappers as a plain row.
  */
-const asJson = (columns: string, from: string) => `SELECT json_array(${columns}) AS j ${from}`;
+export const asJson = (columns: string, from: string) => `SELECT json_array(${columns}) AS j ${from}`;
 
 /**
  * Every row `from` selects as one JSON text: an array of `json_array(columns)`. The aggregate's
@@ -210,7 +210,7 @@ function checked(values: unknown[], names: readonly string[]): unknown[] {
   return values;
 }
 
-async function jsonRowsOf<T>(
+export async function jsonRowsOf<T>(
   q: RawSql,
   sql: string,
   args: InArgs,

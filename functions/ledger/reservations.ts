@@ -11,9 +11,14 @@ import {
   type Topology,
 } from '../../core/model.ts';
 import { ApiError, conflict, notFound } from '../errors.ts';
-import type { Tx } from './db.ts';
+import { type Tx, txSql } from './db.ts';
 import { openReservationsOfPrRows } from './raw-rows.ts';
-import { getReservation, transitionReservation } from './reservation-status.ts';
+import {
+  getReservation,
+  insertReservationRow,
+  nextReservationSeq,
+  transitionReservation,
+} from './reservation-status.ts';
 import type { ReservationRow } from './rows.ts';
 import * as t from './schema.ts';
 import type { LedgerStore } from './store.ts';
@@ -89,9 +94,10 @@ export function createReservation(
       const target = s.config.hosts.find((h) => h.id === input.targetHost);
       if (!target) throw new ApiError(400, 'invalid_request', `unknown host "${input.targetHost}"`);
     }
-    const [{ next }] = (await tx.all<{ next: number }>(
-      sql`SELECT coalesce(max(seq), 0) + 1 AS next FROM reservations`,
-    )) as [{ next: number }];
+    // kept statements, not drizzle's query building: an intake creates one for most deliveries
+    // (docs/adr/0290-outbox-kept-statements.md)
+    const q = txSql(tx);
+    const next = await nextReservationSeq(q);
     const row: typeof t.reservations.$inferInsert = {
       id: `r-${next}`,
       seq: next,
@@ -113,7 +119,7 @@ export function createReservation(
       ttlS: input.ttlS ?? null,
       metaJson: input.meta ? JSON.stringify(input.meta) : null,
     };
-    await tx.insert(t.reservations).values(row);
+    await insertReservationRow(q, row);
     await s.record(tx, now, {
       subjectType: 'reservation',
       subjectId: row.id!,

@@ -62,7 +62,7 @@ describe('host evidence from the agent', { timeout: 120_000 }, () => {
     const fl = await fleetWith({ exitCode: 0, sleepMs: 200, checkout: { repo: 'butter', sha: SHA } });
     const id = await fl.reserve();
     expect((await fl.waitReservation(id, ['done', 'failed'], 60_000)).status).toBe('done');
-    const e = (await hostEvidenceOf(fl.controller.ledger.db, id))['spark-2']!;
+    const e = (await hostEvidenceOf(fl.controller.ledger.store.raw(undefined), id))['spark-2']!;
     expect(e.mode).toBe('runner');
     expect(e.preflight?.ok).toBe(true);
     expect(e.preflight?.checks.map((c) => c.name)).toEqual(
@@ -111,7 +111,7 @@ describe('host evidence from the agent', { timeout: 120_000 }, () => {
     // nothing of the PR ran: the host preflight refused, not a test failure (ADR 0177)
     expect(r.outcome).toBe('preflight_failed');
     expect(readRunnerMarkers(fl.markerDir).filter((m) => m.reservationId === id)).toEqual([]);
-    const e = (await hostEvidenceOf(fl.controller.ledger.db, id))['spark-2']!;
+    const e = (await hostEvidenceOf(fl.controller.ledger.store.raw(undefined), id))['spark-2']!;
     expect(e.preflight?.ok).toBe(false);
     expect(e.preflight?.checks[0]).toMatchObject({ name: 'gpu', ok: false });
     expect(e.preflight?.checks[0]?.detail).toContain('pid 4242 python3');
