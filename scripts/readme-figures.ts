@@ -167,6 +167,12 @@ export function renderFigures(r: Json): string {
       `| ${cell(f.label)} | ${cell(v ?? 'not in this run')} | ${cell(f.goal)} | ${met} | ${v === undefined ? '' : cell(f.conditions(r))} |`,
     );
   }
+  const failed = Array.isArray(r.failures) ? (r.failures as string[]) : [];
+  if (failed.length)
+    lines.push(
+      '',
+      `Parts that failed in this run, so their figures are not in it: ${failed.map((f) => cell(f.replace(/ \(fresh clone[^)]*\)/, ''))).join('; ')}.`,
+    );
   return lines.join('\n');
 }
 
