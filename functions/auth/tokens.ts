@@ -1,6 +1,6 @@
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../app-context.ts';
-import { ApiError, notFound, unauthorized as unauthorizedIn } from '../errors.ts';
+import { ApiError, notFound, unauthorized } from '../errors.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { sha256Hex } from './sha256.ts';
 
@@ -148,8 +148,6 @@ export async function authenticateAgentToken(ledger: Ledger, token: string): Pro
 export type AuthEnv = AppEnv & { Variables: AppEnv['Variables'] & { principal: ApiPrincipal } };
 export type AgentAuthEnv = AppEnv & { Variables: AppEnv['Variables'] & { agent: AgentPrincipal } };
 
-const unauthorized = (message: string) => unauthorizedIn(message, 'spark');
-
 /**
  * Requires an API token holding `scope`. `emergency` is never implied by `operate`; `operate`
  * implies `develop`.
@@ -157,12 +155,13 @@ const unauthorized = (message: string) => unauthorizedIn(message, 'spark');
 export function requireScope(scope: Scope): MiddlewareHandler<AuthEnv> {
   return async (c, next) => {
     const token = bearer(c.req.header('authorization'));
-    if (!token) throw unauthorized('missing bearer token (Authorization: Bearer spk_api_…)');
+    if (!token) throw unauthorized('missing bearer token (Authorization: Bearer spk_api_…)', 'spark');
     const p = await resolveApiToken(c.get('ctx').ledger, token);
-    if (!p) throw unauthorized('unknown or revoked API token');
+    if (!p) throw unauthorized('unknown or revoked API token', 'spark');
     if (!('kind' in p))
       throw unauthorized(
         `this API token expired at ${new Date(p.expiredAt).toISOString()}; ask an operator for a new one`,
+        'spark',
       );
     const ok = p.scopes.includes(scope) || (scope === 'develop' && p.scopes.includes('operate'));
     if (!ok)
@@ -180,9 +179,9 @@ export function requireScope(scope: Scope): MiddlewareHandler<AuthEnv> {
 export function requireAgent(): MiddlewareHandler<AgentAuthEnv> {
   return async (c, next) => {
     const token = bearer(c.req.header('authorization'));
-    if (!token) throw unauthorized('missing agent bearer token');
+    if (!token) throw unauthorized('missing agent bearer token', 'spark');
     const p = await authenticateAgentToken(c.get('ctx').ledger, token);
-    if (!p) throw unauthorized('unknown or revoked agent token');
+    if (!p) throw unauthorized('unknown or revoked agent token', 'spark');
     c.set('agent', p);
     await next();
   };

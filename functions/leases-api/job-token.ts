@@ -1,13 +1,12 @@
 import { sha256Hex } from '../auth/tokens.ts';
-import { unauthorized as unauthorizedIn } from '../errors.ts';
+import { unauthorized } from '../errors.ts';
 import type { LeaseRow, Ledger } from '../ledger/ledger.ts';
-
-const unauthorized = (message: string) => unauthorizedIn(message, 'spark-lease');
 
 /** The bearer job token of a request, or a 401 saying what is missing. */
 export function requireBearer(header: string | undefined): string {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
-  if (!m) throw unauthorized('missing bearer job token (Authorization: Bearer $SPARK_LEASE_TOKEN)');
+  if (!m)
+    throw unauthorized('missing bearer job token (Authorization: Bearer $SPARK_LEASE_TOKEN)', 'spark-lease');
   return m[1]!;
 }
 

@@ -5,13 +5,7 @@ import {
   type Receipt,
   type StoredReceipts,
 } from '../../core/protocol/receipt.ts';
-import {
-  ApiError,
-  conflict,
-  notFound,
-  staleFencingToken,
-  unauthorized as unauthorizedIn,
-} from '../errors.ts';
+import { ApiError, conflict, notFound, staleFencingToken, unauthorized } from '../errors.ts';
 import type { Tx } from './db.ts';
 import { hasHostEvidence } from './host-evidence.ts';
 import * as leases from './leases.ts';
@@ -26,8 +20,6 @@ import type { LedgerStore } from './store.ts';
  * detail beside the host's evidence, never the check's verdict.
  */
 
-const unauthorized = (message: string) => unauthorizedIn(message, 'spark-lease');
-
 /**
  * The lease of a job token (stored as SHA-256 in `leases.job_token_hash`), checked to belong to
  * `reservationId` and `hostId`. Unknown token → 401; a token of another reservation or host → 403.
@@ -40,7 +32,11 @@ export async function leaseForJobToken(
   hostId: string,
 ): Promise<LeaseRow> {
   const lease = await leases.leaseByJobTokenHash(s, tx, jobTokenHash);
-  if (!lease) throw unauthorized('unknown job token: it was never issued or belongs to a finished lease');
+  if (!lease)
+    throw unauthorized(
+      'unknown job token: it was never issued or belongs to a finished lease',
+      'spark-lease',
+    );
   if (lease.reservationId !== reservationId) {
     throw new ApiError(
       403,
