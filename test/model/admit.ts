@@ -35,10 +35,28 @@ const MUST_REACH = [
   ),
 ];
 
+const missingRules = () => MUST_REACH.filter((what) => !reached.get(what));
+
 /** The generators must reach every rule, or a passing run proves little. */
 export function assertReachedEveryRule(): void {
-  const missing = MUST_REACH.filter((what) => !reached.get(what));
+  const missing = missingRules();
   if (missing.length) throw new Error(`sequences never reached: ${missing.join(', ')}`);
+}
+
+/**
+ * Runs `batch` (one `fc.assert` of random sequences, a fresh seed each time) until the sequences
+ * have reached every rule, at most `maxBatches` times, then asserts that they did. Some rules
+ * need a rare chain of events: Deckard lent, its lease released, the host restoring. At 300
+ * sequences of 20 commands, 2 of 400 seeds never reached `host:restoring` and 1 never reached
+ * `expiry:release-required` (measured); a second batch makes a miss about 1 in 20,000 instead of
+ * failing CI, and a generator that stops reaching a rule still fails every time.
+ */
+export async function runUntilEveryRuleReached(batch: () => Promise<void>, maxBatches = 3): Promise<void> {
+  for (let i = 1; ; i++) {
+    await batch();
+    if (missingRules().length === 0 || i >= maxBatches) break;
+  }
+  assertReachedEveryRule();
 }
 
 /** One admission pass: prediction == plan, every rule holds, then both apply it. */

@@ -7,7 +7,7 @@ import { CancelCmd, PushCmd, RequestCmd } from './request-commands.ts';
 import type { Cmd, Sut } from './sut.ts';
 import * as M from './world.ts';
 
-export { admit, assertReachedEveryRule, reached } from './admit.ts';
+export { admit, assertReachedEveryRule, reached, runUntilEveryRuleReached } from './admit.ts';
 export {
   HeartbeatCmd,
   naturalFacts,
