@@ -68,6 +68,8 @@ export const LEDGER_EVENTS = [
   'github.refused',
   'github.job_mismatch',
   'outbox.failed',
+  // the rows a killed controller process had claimed, released for sending again
+  'outbox.claims_released',
   // webhook inbox: a delivery that kept failing, and an operator's retry of it
   'webhook.parked',
   'webhook.retried',

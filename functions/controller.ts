@@ -5,6 +5,7 @@ import type { Ledger } from './ledger/ledger.ts';
 import type { Logger } from './log.ts';
 import { createProcessInstruments } from './metrics/instruments.ts';
 import { appModules } from './modules.ts';
+import { isolateIdentity, type ProcessIdentity } from './process-identity.ts';
 import type { ControllerServices } from './services.ts';
 import type { Settings } from './settings.ts';
 import { createViewsMemo } from './views.ts';
@@ -20,6 +21,11 @@ export interface ControllerOptions {
   modules?: readonly AppModule[];
   /** Safety-net admission timer; null on Workers (no timers in an isolate). */
   admissionIntervalMs: number | null;
+  /**
+   * This process as its outbox claims name it; the Node entry's can tell a killed controller's
+   * claims (functions/process-identity.ts). Default: an isolate's, whose claims only expire.
+   */
+  identity?: ProcessIdentity;
 }
 
 /** The assembled controller; the entries only serve it and drive `tick`. */
@@ -107,6 +113,7 @@ function createServices(o: ControllerOptions): ControllerServices {
     gate,
     views,
     observe: (call) => metrics.github.observe(call),
+    identity: o.identity ?? isolateIdentity(),
   });
   const publicViews = createPublicViewCache(ledger, ledger.config.server.publicViewCacheMs);
   return { gate, views, publicViews, metrics, github };

@@ -1,6 +1,7 @@
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
 import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server';
@@ -15,6 +16,7 @@ import { loadMigrations } from './ledger/migrations-fs.ts';
 import { createNodeLedgerClient } from './ledger/node-client.ts';
 import { createLogger, type Logger } from './log.ts';
 import { appModules } from './modules.ts';
+import { nodeProcessIdentity } from './process-identity.ts';
 import type { Settings } from './settings.ts';
 
 export interface RunningController {
@@ -160,6 +162,7 @@ export async function startController(opts: StartOptions): Promise<RunningContro
     runtime: 'node',
     modules,
     admissionIntervalMs: opts.admissionIntervalMs ?? 2000,
+    identity: nodeProcessIdentity(hostname(), process.pid),
   });
   const tickTimer = setInterval(() => void tick(), opts.tickMs ?? 1000);
   tickTimer.unref();

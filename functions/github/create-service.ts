@@ -2,6 +2,7 @@ import type { RequestGate } from '../admission-loop.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import type { Logger } from '../log.ts';
 import type { GitHubCallObservation } from '../metrics/github-api.ts';
+import type { ProcessIdentity } from '../process-identity.ts';
 import type { Settings } from '../settings.ts';
 import type { ViewsMemo } from '../views.ts';
 import { Authorizer } from './authorize.ts';
@@ -21,6 +22,8 @@ export interface GitHubServiceDeps {
   views: ViewsMemo;
   /** Reports each GitHub API call to the controller's metrics. */
   observe: (o: GitHubCallObservation) => void;
+  /** This process as its outbox claims name it (functions/process-identity.ts). */
+  identity: ProcessIdentity;
 }
 
 /**
@@ -47,7 +50,8 @@ export function createGitHubService(d: GitHubServiceDeps): GitHubService {
     log: d.log,
     webhookSecret: d.settings.webhookSecret,
     publicUrl: d.settings.publicUrl,
-    workerId: `ctl-${[...crypto.getRandomValues(new Uint8Array(5))].map((b) => b.toString(16).padStart(2, '0')).join('')}`,
+    workerId: d.identity.workerId,
+    identity: d.identity,
     gate: d.gate,
     views: d.views,
     redelivery: createRedeliveryState(),

@@ -36,6 +36,8 @@ export interface DrainResult {
 }
 
 const CLAIM_MS = 120_000;
+/** How often a sender looks for the claims of controller processes that are gone. */
+const GONE_CHECK_MS = 5_000;
 export const MAX_ATTEMPTS = 12;
 
 /** Backoff after `attempts` failures: 2 s doubling, capped at 15 min, with jitter. */
@@ -195,8 +197,24 @@ export function createOutboxSender(svc: GitHubService, senders: Record<OutboxKin
     return lane.running;
   };
 
+  // a killed controller's claims would hold its rows (and later check-run updates of their
+  // reservations) until they expire: the first drain, and one every few seconds after, release them
+  let goneCheckedAt = Number.NEGATIVE_INFINITY;
+  const releaseGoneClaims = async () => {
+    if (!svc.identity.canTellGone || svc.ledger.clock() - goneCheckedAt < GONE_CHECK_MS) return;
+    goneCheckedAt = svc.ledger.clock();
+    try {
+      const rows = await svc.ledger.outbox.releaseGoneClaims((w) => svc.identity.isGone(w));
+      if (rows)
+        svc.log.info('GitHub outbox: released the claims of a controller process that is gone', { rows });
+    } catch (e) {
+      svc.log.warn('GitHub outbox: could not release the claims of a gone process', { error: String(e) });
+    }
+  };
+
   const drain = async (): Promise<void> => {
     if (!svc.client.configured) return;
+    await releaseGoneClaims();
     await Promise.all(lanes.map(runLane));
   };
 

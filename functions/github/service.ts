@@ -2,6 +2,7 @@ import type { SparkConfig } from '../../core/config.ts';
 import type { RequestGate } from '../admission-loop.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import type { Logger } from '../log.ts';
+import type { ProcessIdentity } from '../process-identity.ts';
 import type { ViewsMemo } from '../views.ts';
 import type { Authorizer } from './authorize.ts';
 import type { GitHubClient } from './client.ts';
@@ -21,8 +22,10 @@ export interface GitHubService {
   log: Logger;
   webhookSecret: string | undefined;
   publicUrl: string | undefined;
-  /** Identifies this process when claiming outbox rows. */
+  /** Identifies this process when claiming outbox rows (`identity.workerId`). */
   workerId: string;
+  /** This process as its outbox claims name it, and how it tells a gone process's claims. */
+  identity: ProcessIdentity;
   /** The controller's request gate: webhook requests enter it, background drains defer to it. */
   gate: RequestGate;
   /** The controller's fleet and queue views (check-run renders, queued-check refresh). */

@@ -110,6 +110,10 @@ export class OutboxLedger {
   markFailed(...a: After<typeof outbox.markFailed>) {
     return outbox.markFailed(this.s, ...a);
   }
+  /** Releases the claims of controller processes that are gone; returns how many rows. */
+  releaseGoneClaims(...a: After<typeof outbox.releaseGoneClaims>) {
+    return outbox.releaseGoneClaims(this.s, ...a);
+  }
   /** Prunes webhook dedup rows older than the retention; returns how many. */
   pruneDeliveries() {
     return outbox.pruneDeliveries(this.s);

@@ -133,6 +133,22 @@ export async function nextPendingAt(q: RawSql): Promise<number | null> {
   return at == null ? null : Number(at);
 }
 
+const CLAIM_HOLDERS = 'SELECT DISTINCT claimed_by FROM outbox WHERE status = ? AND claimed_until > ?';
+
+/** The workers holding an unexpired claim on a pending row at `now`. */
+export async function claimHolders(q: RawSql, now: number): Promise<string[]> {
+  const rs = await q.execute(CLAIM_HOLDERS, ['pending', now]);
+  return rs.rows.map((r) => String(r.claimed_by));
+}
+
+const RELEASE_CLAIMS = `UPDATE outbox SET claimed_by = NULL, claimed_until = NULL
+  WHERE status = 'pending' AND claimed_by = ? AND claimed_until > ? RETURNING id`;
+
+/** Drops the unexpired claims `workerId` holds on pending rows; returns how many. */
+export async function releaseClaims(q: RawSql, workerId: string, now: number): Promise<number> {
+  return (await q.execute(RELEASE_CLAIMS, [workerId, now])).rows.length;
+}
+
 const claimableWhere = (kinds: number) =>
   `FROM outbox WHERE status = ? AND next_attempt_at <= ?${kinds ? ` AND kind IN (${placeholders(kinds)})` : ''}
   AND (claimed_until IS NULL OR claimed_until <= ?)

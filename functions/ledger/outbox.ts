@@ -3,6 +3,7 @@ import { type Tx, txSql } from './db.ts';
 import {
   anyOutboxDue,
   claimableRows,
+  claimHolders,
   claimRows,
   insertCheckSync,
   insertOutboxRow,
@@ -12,6 +13,7 @@ import {
   nextPendingAt,
   type OutboxInsert,
   outboxKeyRowExists,
+  releaseClaims,
 } from './outbox-rows.ts';
 import type { OutboxRow } from './rows.ts';
 import * as t from './schema.ts';
@@ -148,6 +150,38 @@ export function claimDue(
         now + claimMs,
       );
     return rows;
+  });
+}
+
+/**
+ * Drops the claims of controller processes that are gone (`isGone`, functions/process-identity.ts),
+ * so the rows a killed controller had claimed are sent at once instead of when their claims
+ * expire. A cheap read first: usually nobody else holds a claim, and nothing is written. Each
+ * gone process gets an `outbox.claims_released` event; returns how many rows were released.
+ */
+export async function releaseGoneClaims(
+  s: LedgerStore,
+  isGone: (workerId: string) => boolean,
+): Promise<number> {
+  const gone = (await claimHolders(s.store.raw(undefined), s.clock())).filter(isGone);
+  if (gone.length === 0) return 0;
+  return s.write(async (tx, now, changed) => {
+    let released = 0;
+    for (const workerId of gone) {
+      const n = await releaseClaims(s.store.raw(tx), workerId, now);
+      if (n === 0) continue;
+      released += n;
+      await s.record(tx, now, {
+        subjectType: 'outbox',
+        subjectId: workerId,
+        type: 'outbox.claims_released',
+        cause: `controller process ${workerId} is gone; the ${n} row(s) it had claimed are sent again`,
+        actor: 'github-outbox',
+        data: { workerId, rows: n },
+      });
+    }
+    if (released) changed.add('outbox');
+    return released;
   });
 }
 

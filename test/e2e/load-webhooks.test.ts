@@ -9,6 +9,7 @@ import { readMeta } from '../../functions/github/meta.ts';
 import { renderContextFor } from '../../functions/github/senders.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { silentLogger } from '../../functions/log.ts';
+import { isolateIdentity } from '../../functions/process-identity.ts';
 import { settingsFromEnv } from '../../functions/settings.ts';
 import { createViewsMemo } from '../../functions/views.ts';
 import { SECRET } from '../../scripts/sim/fake-github/harness.ts';
@@ -307,6 +308,7 @@ describe(`webhook load: ${SENDS} deliveries over ${PROCESSES} controller process
       ),
       log: silentLogger,
       fetch,
+      identity: isolateIdentity(),
       gate: createRequestGate(),
       views: createViewsMemo(tl.ledger),
       observe: () => {},
