@@ -40,8 +40,17 @@ export function processExists(pid: number): boolean {
   }
 }
 
-/** Names this process in every id it hands out, so a claim of ours is told from a reused pid's. */
-const PROCESS_TAG = randomTag();
+/**
+ * Names this process in every id it hands out, so a claim of ours is told from a reused pid's.
+ * Drawn on first use, not at import: a Worker isolate refuses random values in global scope
+ * (https://developers.cloudflare.com/workers/runtime-apis/handlers/#global-scope), and the Worker
+ * bundle imports this module.
+ */
+let processTagOfThisProcess: string | undefined;
+const thisProcessTag = () => {
+  processTagOfThisProcess ??= randomTag();
+  return processTagOfThisProcess;
+};
 
 /**
  * A Node process: `ctl-<process tag>-<random>@<host>:<pid>`, judging claims of its own machine by
@@ -53,7 +62,7 @@ export function nodeProcessIdentity(
   host: string,
   pid: number,
   exists: (pid: number) => boolean = processExists,
-  processTag: string = PROCESS_TAG,
+  processTag: string = thisProcessTag(),
 ): ProcessIdentity {
   return {
     workerId: `ctl-${processTag}-${randomTag()}@${host}:${pid}`,
