@@ -12,6 +12,7 @@ import { applyMigrations } from '../../functions/ledger/migrate.ts';
 import { loadMigrations } from '../../functions/ledger/migrations-fs.ts';
 import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
 import { type ClientFactory, openRawWrites } from '../../functions/ledger/raw-baseline.ts';
+import type { StatementTimes } from './admission-statements.ts';
 
 export type { ClientFactory };
 
@@ -118,11 +119,13 @@ export async function openAdmissionSide(
   dir: string,
   client: ClientFactory = createNodeLedgerClient,
   name = 'mixed',
+  /** When given, each statement of the timed passes is timed into it (admission-statements.ts). */
+  times?: StatementTimes,
 ) {
   const hostCount = 16;
   const { store, ledger } = await benchLedger({
     url: `file:${join(dir, `ledger-${name}.db`)}`,
-    client,
+    client: times ? times.wrap(client) : client,
     hostCount,
   });
   const tally: Tally = { n: 0, ms: 0, cpuMs: 0 };
@@ -150,11 +153,16 @@ export async function openAdmissionSide(
             'bench',
           );
         }
+        if (times) times.on = true;
         const c0 = cpuNowMs();
         const t0 = performance.now();
         const res = await ledger.admissionPass('bench');
         const dt = performance.now() - t0;
         tally.cpuMs += cpuNowMs() - c0;
+        if (times) {
+          times.on = false;
+          times.passes++;
+        }
         tally.ms += dt;
         tally.n += res.granted.length;
         if (res.granted.length !== burst)

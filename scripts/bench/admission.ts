@@ -24,6 +24,7 @@ import {
   type Tally,
 } from './admission-ledger.ts';
 import { REMOTE_RTT_MS, remoteAdmission } from './admission-remote.ts';
+import { StatementTimes, TIME_STATEMENTS } from './admission-statements.ts';
 import type { BenchRunner, BenchSection } from './types.ts';
 
 export { percentile } from './admission-ledger.ts';
@@ -37,11 +38,14 @@ const REMOTE_RT_TARGET = 2;
 /** Raw transactions and admissions through one client, interleaved slice by slice. */
 async function sameClient(dir: string, client: ClientFactory, name: string, progress: (m: string) => void) {
   const raw = await openRawSide(dir, client, name);
-  const adm = await openAdmissionSide(dir, client, name);
+  // SPARK_BENCH_STATEMENTS=1: each statement of the timed passes timed (it adds its own cost to them)
+  const times = TIME_STATEMENTS ? new StatementTimes() : undefined;
+  const adm = await openAdmissionSide(dir, client, name, times);
   try {
     // warm-up (JIT, statement caches, WAL), not counted
     await raw.runFor(300);
     await adm.runFor(600);
+    times?.reset();
     const warm = { raw: { ...raw.tally }, adm: { ...adm.tally }, single: { ...adm.single } };
     const minus = (a: Tally, b: Tally): Tally => ({
       n: a.n - b.n,
@@ -76,6 +80,7 @@ async function sameClient(dir: string, client: ClientFactory, name: string, prog
       single_grant_pass_per_s: round(singles / (singleMs / 1000), 1),
       grants_measured: a.n,
       raw_tx_measured: r.n,
+      ...(times ? { statements: times.summary() } : {}),
     };
   } finally {
     raw.close();

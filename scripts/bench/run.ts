@@ -19,6 +19,7 @@ const NOT_PARTS = new Set([
   'webhook-baseline-server.ts',
   'admission-ledger.ts',
   'admission-remote.ts',
+  'admission-statements.ts',
 ]);
 
 /** admission first; tests (a full `npm test`, minutes of both cores) last, so it disturbs no other part */

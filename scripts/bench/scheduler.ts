@@ -20,6 +20,7 @@ import type { Ledger } from '../../functions/ledger/ledger.ts';
 import { toHostRecord, toLeaseRecord, toReservationRecord } from '../../functions/ledger/ledger.ts';
 import { createNodeLedgerClient } from '../../functions/ledger/node-client.ts';
 import { BENCH_FACTS, benchLedger, cpuNowMs, percentile, round } from './admission-ledger.ts';
+import { StatementTimes, TIME_STATEMENTS } from './admission-statements.ts';
 import type { BenchRunner } from './types.ts';
 
 const QUEUED = [100, 1000, 10000];
@@ -66,9 +67,11 @@ async function enqueue(ledger: Ledger, from: number, count: number, hosts: numbe
 export async function measure(dir: string, queued: number, hosts: number, iterations: number) {
   let now = Date.UTC(2026, 11, 1, 9);
   const clock = () => now;
+  // SPARK_BENCH_STATEMENTS=1: each statement of the measured passes timed (admission-statements.ts)
+  const times = new StatementTimes();
   const { store, ledger } = await benchLedger({
     url: `file:${join(dir, `sched-${queued}-${hosts}.db`)}`,
-    client: createNodeLedgerClient,
+    client: TIME_STATEMENTS ? times.wrap(createNodeLedgerClient) : createNodeLedgerClient,
     hostCount: hosts,
     clock,
     config: { budgets: { maxPrs: 20, maxGpusPerPr: 4, maxGpus: 100_000 } },
@@ -105,13 +108,16 @@ export async function measure(dir: string, queued: number, hosts: number, iterat
       now += 50;
       if (it % 100 === 99) for (let h = 1; h <= hosts; h++) await ledger.recordHeartbeat(`spark-${h}`, FACTS);
       const whole0 = admissionPassStats(ledger).wholeQueueReads;
+      times.on = it >= 5;
       const c0 = cpuNowMs();
       const t0 = performance.now();
       const res = await ledger.admissionPass('bench');
       const dt = performance.now() - t0;
       const dc = cpuNowMs() - c0;
+      times.on = false;
       active.push(...res.granted);
       if (it < 5) continue; // warm-up
+      times.passes++;
       grants += res.granted.length;
       wholeReads += admissionPassStats(ledger).wholeQueueReads - whole0;
       wall.push(dt);
@@ -148,6 +154,7 @@ export async function measure(dir: string, queued: number, hosts: number, iterat
       read_ms_p50: round(percentile(r, 50), 3),
       plan_ms_p50: round(percentile(p, 50), 3),
       loadAverage1m: round(loadavg()[0]!, 2),
+      ...(TIME_STATEMENTS ? { statements: times.summary() } : {}),
     };
   } finally {
     store.close();
