@@ -156,6 +156,23 @@ const claimableWhere = (kinds: number) =>
   ORDER BY id ASC LIMIT ?`;
 // one text per number of kinds (a lane has a fixed list, so a few texts, each kept prepared)
 const claimableSql = new Map<number, string>();
+const anyClaimableSql = new Map<number, string>();
+
+/**
+ * Whether {@link claimableRows} would return a row: the sender's read before a claim, outside any
+ * transaction, so a wake with nothing to claim (a row in flight, another lane's row, a check run
+ * behind one in flight) takes no write lock (docs/adr/0315-outbox-sender-wakes.md).
+ */
+export async function anyClaimable(q: RawSql, now: number, kinds: readonly string[] | undefined): Promise<boolean> {
+  if (kinds && kinds.length === 0) return false;
+  const n = kinds?.length ?? 0;
+  let text = anyClaimableSql.get(n);
+  if (!text) {
+    text = `SELECT id ${claimableWhere(n)}`;
+    anyClaimableSql.set(n, text);
+  }
+  return (await q.execute(text, ['pending', now, ...(kinds ?? []), now, now, 1])).rows.length > 0;
+}
 
 /**
  * Pending rows due at `now` that nobody holds, by id, at most `limit`, only of `kinds` when given;
