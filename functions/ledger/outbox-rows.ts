@@ -149,10 +149,11 @@ export async function releaseClaims(q: RawSql, workerId: string, now: number): P
   return (await q.execute(RELEASE_CLAIMS, [workerId, now])).rows.length;
 }
 
-const claimableWhere = (kinds: number) =>
+const claimableFilter = (kinds: number) =>
   `FROM outbox WHERE status = ? AND next_attempt_at <= ?${kinds ? ` AND kind IN (${placeholders(kinds)})` : ''}
   AND (claimed_until IS NULL OR claimed_until <= ?)
-  AND NOT (kind = 'check-run' AND EXISTS (SELECT 1 FROM outbox AS busy WHERE busy.kind = 'check-run' AND busy.reservation_id = outbox.reservation_id AND busy.status = 'pending' AND busy.claimed_until > ?))
+  AND NOT (kind = 'check-run' AND EXISTS (SELECT 1 FROM outbox AS busy WHERE busy.kind = 'check-run' AND busy.reservation_id = outbox.reservation_id AND busy.status = 'pending' AND busy.claimed_until > ?))`;
+const claimableWhere = (kinds: number) => `${claimableFilter(kinds)}
   ORDER BY id ASC LIMIT ?`;
 // one text per number of kinds (a lane has a fixed list, so a few texts, each kept prepared)
 const claimableSql = new Map<number, string>();
@@ -168,7 +169,8 @@ export async function anyClaimable(q: RawSql, now: number, kinds: readonly strin
   const n = kinds?.length ?? 0;
   let text = anyClaimableSql.get(n);
   if (!text) {
-    text = `SELECT id ${claimableWhere(n)}`;
+    // no order: the first row found answers, without sorting every candidate first
+    text = `SELECT id ${claimableFilter(n)} LIMIT ?`;
     anyClaimableSql.set(n, text);
   }
   return (await q.execute(text, ['pending', now, ...(kinds ?? []), now, now, 1])).rows.length > 0;
