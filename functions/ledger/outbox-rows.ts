@@ -164,7 +164,11 @@ const anyClaimableSql = new Map<number, string>();
  * transaction, so a wake with nothing to claim (a row in flight, another lane's row, a check run
  * behind one in flight) takes no write lock (docs/adr/0315-outbox-sender-wakes.md).
  */
-export async function anyClaimable(q: RawSql, now: number, kinds: readonly string[] | undefined): Promise<boolean> {
+export async function anyClaimable(
+  q: RawSql,
+  now: number,
+  kinds: readonly string[] | undefined,
+): Promise<boolean> {
   if (kinds && kinds.length === 0) return false;
   const n = kinds?.length ?? 0;
   let text = anyClaimableSql.get(n);
