@@ -36,6 +36,8 @@ export interface DrainResult {
 }
 
 const CLAIM_MS = 120_000;
+/** Rows a lane claims at once. */
+const CLAIM_LIMIT = 25;
 /** How often a sender looks for the claims of controller processes that are gone. */
 const GONE_CHECK_MS = 5_000;
 export const MAX_ATTEMPTS = 12;
@@ -84,7 +86,7 @@ export async function drainOutbox(
   const out: DrainResult = { sent: 0, retried: 0, failed: 0 };
   // a cheap read first: most ticks find nothing due and should not take the write lock
   if (!(await svc.ledger.outbox.due())) return out;
-  await Promise.all(LANES.map((kinds) => drainLane(svc, senders, kinds, opts.limit ?? 25, out)));
+  await Promise.all(LANES.map((kinds) => drainLane(svc, senders, kinds, opts.limit ?? CLAIM_LIMIT, out)));
   return out;
 }
 
@@ -153,7 +155,7 @@ export function createOutboxSender(svc: GitHubService, senders: Record<OutboxKin
   const lanes = LANES.map((kinds) => ({ kinds, running: null as Promise<void> | null, again: false }));
 
   /** Arms the timer for the next pending row that no commit will announce (a retry, a reset). */
-  const plan = async () => {
+  const armTimer = async () => {
     if (!started) return;
     const next = await svc.ledger.outbox.nextAttemptAt();
     if (timer) clearTimeout(timer);
@@ -171,6 +173,28 @@ export function createOutboxSender(svc: GitHubService, senders: Record<OutboxKin
     );
     timer.unref?.();
   };
+  // one read of the next attempt for both lanes: a lane that goes idle while the other works
+  // leaves it to the other, and a plan asked for while one runs reads again after it, so a retry
+  // committed during that read still gets its timer (docs/adr/0315-outbox-sender-wakes.md)
+  let planning: Promise<void> | null = null;
+  let replan = false;
+  const plan = (): Promise<void> => {
+    if (planning) {
+      replan = true;
+      return planning;
+    }
+    planning = (async () => {
+      try {
+        do {
+          replan = false;
+          await armTimer();
+        } while (replan);
+      } finally {
+        planning = null;
+      }
+    })();
+    return planning;
+  };
 
   const runLane = (lane: (typeof lanes)[number]): Promise<void> => {
     if (lane.running) {
@@ -180,13 +204,21 @@ export function createOutboxSender(svc: GitHubService, senders: Record<OutboxKin
     lane.running = (async () => {
       const total: DrainResult = { sent: 0, retried: 0, failed: 0 };
       try {
-        do {
+        for (;;) {
           lane.again = false;
-          // a cheap read first: a notice for a row another process already sent finds nothing
-          if (!(await svc.ledger.outbox.due())) continue;
-          while ((await drainLane(svc, senders, lane.kinds, 25, total)) > 0) {}
-        } while (lane.again);
-        await plan();
+          // an exact read before each claim round, outside any transaction: a notice for a row
+          // already sent, in flight, of the other lane or queued behind a check run in flight,
+          // and the end of a burst, take no write lock (docs/adr/0315-outbox-sender-wakes.md);
+          // a round that claims nothing (paused, taken by another process) ends the loop
+          while (await svc.ledger.outbox.claimable(lane.kinds)) {
+            if ((await drainLane(svc, senders, lane.kinds, CLAIM_LIMIT, total)) === 0) break;
+          }
+          if (lane.again) continue;
+          // the last lane to go idle arms the timer (or asks the plan under way to read again)
+          if (planning || lanes.every((l) => l === lane || !l.running)) await plan();
+          // a notice that came while planning would otherwise wait for the module tick
+          if (!lane.again) break;
+        }
       } catch (e) {
         // the ledger or GitHub is unreachable: the rows stay pending, the module tick tries again
         svc.log.warn('GitHub outbox: drain failed', { error: String(e) });

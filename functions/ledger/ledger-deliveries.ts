@@ -88,6 +88,10 @@ export class OutboxLedger {
   due() {
     return outbox.outboxDue(this.s);
   }
+  /** Whether a claim of `kinds` (default all) now would claim a row. */
+  claimable(kinds?: readonly outbox.OutboxKind[]) {
+    return outbox.outboxClaimable(this.s, kinds);
+  }
   nextAttemptAt() {
     return outbox.nextOutboxAttemptAt(this.s);
   }

@@ -149,13 +149,36 @@ export async function releaseClaims(q: RawSql, workerId: string, now: number): P
   return (await q.execute(RELEASE_CLAIMS, [workerId, now])).rows.length;
 }
 
-const claimableWhere = (kinds: number) =>
+const claimableFilter = (kinds: number) =>
   `FROM outbox WHERE status = ? AND next_attempt_at <= ?${kinds ? ` AND kind IN (${placeholders(kinds)})` : ''}
   AND (claimed_until IS NULL OR claimed_until <= ?)
-  AND NOT (kind = 'check-run' AND EXISTS (SELECT 1 FROM outbox AS busy WHERE busy.kind = 'check-run' AND busy.reservation_id = outbox.reservation_id AND busy.status = 'pending' AND busy.claimed_until > ?))
+  AND NOT (kind = 'check-run' AND EXISTS (SELECT 1 FROM outbox AS busy WHERE busy.kind = 'check-run' AND busy.reservation_id = outbox.reservation_id AND busy.status = 'pending' AND busy.claimed_until > ?))`;
+const claimableWhere = (kinds: number) => `${claimableFilter(kinds)}
   ORDER BY id ASC LIMIT ?`;
 // one text per number of kinds (a lane has a fixed list, so a few texts, each kept prepared)
 const claimableSql = new Map<number, string>();
+const anyClaimableSql = new Map<number, string>();
+
+/**
+ * Whether {@link claimableRows} would return a row: the sender's read before a claim, outside any
+ * transaction, so a wake with nothing to claim (a row in flight, another lane's row, a check run
+ * behind one in flight) takes no write lock (docs/adr/0315-outbox-sender-wakes.md).
+ */
+export async function anyClaimable(
+  q: RawSql,
+  now: number,
+  kinds: readonly string[] | undefined,
+): Promise<boolean> {
+  if (kinds && kinds.length === 0) return false;
+  const n = kinds?.length ?? 0;
+  let text = anyClaimableSql.get(n);
+  if (!text) {
+    // no order: the first row found answers, without sorting every candidate first
+    text = `SELECT id ${claimableFilter(n)} LIMIT ?`;
+    anyClaimableSql.set(n, text);
+  }
+  return (await q.execute(text, ['pending', now, ...(kinds ?? []), now, now, 1])).rows.length > 0;
+}
 
 /**
  * Pending rows due at `now` that nobody holds, by id, at most `limit`, only of `kinds` when given;

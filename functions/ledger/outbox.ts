@@ -1,6 +1,7 @@
 import { and, eq, lt } from 'drizzle-orm';
 import { type Tx, txSql } from './db.ts';
 import {
+  anyClaimable,
   anyOutboxDue,
   claimableRows,
   claimHolders,
@@ -105,6 +106,15 @@ export async function enqueueCheckSync(tx: Tx, now: number, reservationId: strin
 /** A cheap read: is any row due now? Most ticks find nothing and should not take the write lock. */
 export async function outboxDue(s: LedgerStore): Promise<boolean> {
   return anyOutboxDue(s.store.raw(undefined), s.clock());
+}
+
+/**
+ * Whether a claim of `kinds` now would claim anything (pause aside: a paused claim takes nothing):
+ * the sender's read before each claim round, outside any transaction
+ * (docs/adr/0315-outbox-sender-wakes.md).
+ */
+export async function outboxClaimable(s: LedgerStore, kinds?: readonly OutboxKind[]): Promise<boolean> {
+  return anyClaimable(s.store.raw(undefined), s.clock(), kinds);
 }
 
 /**

@@ -219,7 +219,13 @@ export const outbox = sqliteTable(
     createdAt: integer('created_at').notNull(),
     sentAt: integer('sent_at'),
   },
-  (t) => [uniqueIndex('outbox_key').on(t.idempotencyKey), index('outbox_due').on(t.status, t.nextAttemptAt)],
+  (t) => [
+    uniqueIndex('outbox_key').on(t.idempotencyKey),
+    index('outbox_due').on(t.status, t.nextAttemptAt),
+    // a reservation's check-run rows: the check-sync insert counts them and a claim skips a check run
+    // while another of its reservation's is in flight (docs/adr/0315-outbox-sender-wakes.md)
+    index('outbox_reservation').on(t.reservationId, t.kind),
+  ],
 );
 
 export const agentTokens = sqliteTable('agent_tokens', {

@@ -4,6 +4,7 @@ import { parseHostEvidence } from '../../core/protocol/host-evidence.ts';
 import type { RawSql, Tx } from '../../functions/ledger/db.ts';
 import { hostEvidenceOf } from '../../functions/ledger/host-evidence.ts';
 import {
+  anyClaimable,
   anyOutboxDue,
   claimableRows,
   claimRows,
@@ -205,6 +206,8 @@ describe('raw outbox statements', () => {
           expect(
             await b.ledger.store.write((tx) => claimableRows(b.ledger.store.raw(tx), now, limit, kinds)),
           ).toEqual(want);
+          // the sender's read before a claim says whether the claim would take anything
+          if (limit === 1) expect(await anyClaimable(outside, now, kinds)).toBe(want.length > 0);
         }
       for (const key of ['k-1', 'k-404', 'check:r-2:1'])
         expect(await outboxKeyRowExists(outside, key)).toBe(await viaDrizzle.keyExists(dB, key));

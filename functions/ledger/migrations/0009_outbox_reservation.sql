@@ -1,0 +1,1 @@
+CREATE INDEX `outbox_reservation` ON `outbox` (`reservation_id`,`kind`);
