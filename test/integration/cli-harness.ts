@@ -250,8 +250,13 @@ export async function until<T>(
 
 let bundle: { path: string; cleanup: () => void } | null = null;
 
-/** Builds the sparkctl single-file bundle once per test file (the artefact users run). */
+/**
+ * The sparkctl single-file bundle (the artefact users run): the one the run's global setup built
+ * (test/setup/sparkctl-bundle.ts), else built once for this file.
+ */
 export async function sparkctlBundle(): Promise<string> {
+  const built = process.env.SPARK_TEST_SPARKCTL_BUNDLE;
+  if (built) return built;
   if (bundle) return bundle.path;
   const { dir, cleanup } = tempDir('sparkctl-bundle-');
   const target = targets.find((x) => x.name === 'sparkctl');
@@ -262,6 +267,7 @@ export async function sparkctlBundle(): Promise<string> {
   return path;
 }
 
+/** Removes a bundle this file built (the run's shared one stays for the files after it). */
 export function cleanupBundle(): void {
   bundle?.cleanup();
   bundle = null;
