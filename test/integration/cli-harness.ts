@@ -297,13 +297,7 @@ export function spawnSparkctl(
 ): SparkctlProcess {
   const child = spawn(process.execPath, [bin, ...args], {
     ...(cwd ? { cwd } : {}),
-    env: {
-      PATH: process.env.PATH ?? '',
-      HOME: home,
-      XDG_CONFIG_HOME: join(home, '.config'),
-      SPARKCTL_POLL_MS: '100',
-      ...env,
-    },
+    env: sparkctlEnv(env, home),
     stdio: 'pipe',
   });
   let stdout = '';
@@ -334,6 +328,50 @@ export function spawnSparkctl(
       }),
     done,
   };
+}
+
+/** The environment a sparkctl run gets: nothing of the test process's but PATH. */
+function sparkctlEnv(env: Record<string, string>, home: string): Record<string, string> {
+  return {
+    PATH: process.env.PATH ?? '',
+    HOME: home,
+    XDG_CONFIG_HOME: join(home, '.config'),
+    SPARKCTL_POLL_MS: '100',
+    ...env,
+  };
+}
+
+/**
+ * One sparkctl invocation in this process: the CLI's `main(argv, io, env)` (cli/main.ts), which
+ * `runProcess` runs for the bundle, with the same arguments and environment `spawnSparkctl` gives
+ * the process, and its output lines as `runProcess` writes them. A sparkctl process costs ~0.4 s of
+ * CPU to start (docs/performance.md "Test wall time"); cases about a command's behaviour run here,
+ * and the cases about the process (the bundle users run, its help, Ctrl-C, `--wait`, the working
+ * directory, an unreachable controller) run the bundle (docs/adr/0345-system-tests-share-their-workers.md).
+ */
+export async function runSparkctlHere(
+  args: string[],
+  env: Record<string, string>,
+  home: string,
+): Promise<RunResult> {
+  const { main } = await import('../../cli/main.ts');
+  let stdout = '';
+  let stderr = '';
+  const code = await main(
+    args,
+    {
+      out: (t) => {
+        stdout += `${t}\n`;
+      },
+      err: (t) => {
+        stderr += `${t}\n`;
+      },
+      // no Ctrl-C reaches a run in this process; the process cases cover it
+      onInterrupt: () => () => undefined,
+    },
+    sparkctlEnv(env, home),
+  );
+  return { code, stdout, stderr };
 }
 
 export async function runSparkctl(
