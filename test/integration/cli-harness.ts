@@ -15,7 +15,8 @@ import { startTestController } from '../helpers/controller.ts';
 /**
  * Shared harness of the sparkctl and MCP tests: a real controller on loopback with API tokens, an
  * agent stand-in that speaks the real agent API over HTTP (heartbeat, poll, report: what the relay
- * agent does, without the host work), and the sparkctl bundle run as real child processes. The
+ * agent does, without the host work), and the sparkctl bundle run as real child processes (or the
+ * CLI's `main()` in this process, `runSparkctlHere`, for the cases about a command's behaviour). The
  * tests read state through the operator API, so they depend on the controller's interfaces only.
  */
 
