@@ -15,7 +15,8 @@ import { startTestController } from '../helpers/controller.ts';
 /**
  * Shared harness of the sparkctl and MCP tests: a real controller on loopback with API tokens, an
  * agent stand-in that speaks the real agent API over HTTP (heartbeat, poll, report: what the relay
- * agent does, without the host work), and the sparkctl bundle run as real child processes. The
+ * agent does, without the host work), and the sparkctl bundle run as real child processes (or the
+ * CLI's `main()` in this process, `runSparkctlHere`, for the cases about a command's behaviour). The
  * tests read state through the operator API, so they depend on the controller's interfaces only.
  */
 
@@ -250,8 +251,13 @@ export async function until<T>(
 
 let bundle: { path: string; cleanup: () => void } | null = null;
 
-/** Builds the sparkctl single-file bundle once per test file (the artefact users run). */
+/**
+ * The sparkctl single-file bundle (the artefact users run): the one the run's global setup built
+ * (test/setup/sparkctl-bundle.ts), else built once for this file.
+ */
 export async function sparkctlBundle(): Promise<string> {
+  const built = process.env.SPARK_TEST_SPARKCTL_BUNDLE;
+  if (built) return built;
   if (bundle) return bundle.path;
   const { dir, cleanup } = tempDir('sparkctl-bundle-');
   const target = targets.find((x) => x.name === 'sparkctl');
@@ -262,6 +268,7 @@ export async function sparkctlBundle(): Promise<string> {
   return path;
 }
 
+/** Removes a bundle this file built (the run's shared one stays for the files after it). */
 export function cleanupBundle(): void {
   bundle?.cleanup();
   bundle = null;
@@ -291,13 +298,7 @@ export function spawnSparkctl(
 ): SparkctlProcess {
   const child = spawn(process.execPath, [bin, ...args], {
     ...(cwd ? { cwd } : {}),
-    env: {
-      PATH: process.env.PATH ?? '',
-      HOME: home,
-      XDG_CONFIG_HOME: join(home, '.config'),
-      SPARKCTL_POLL_MS: '100',
-      ...env,
-    },
+    env: sparkctlEnv(env, home),
     stdio: 'pipe',
   });
   let stdout = '';
@@ -328,6 +329,50 @@ export function spawnSparkctl(
       }),
     done,
   };
+}
+
+/** The environment a sparkctl run gets: nothing of the test process's but PATH. */
+function sparkctlEnv(env: Record<string, string>, home: string): Record<string, string> {
+  return {
+    PATH: process.env.PATH ?? '',
+    HOME: home,
+    XDG_CONFIG_HOME: join(home, '.config'),
+    SPARKCTL_POLL_MS: '100',
+    ...env,
+  };
+}
+
+/**
+ * One sparkctl invocation in this process: the CLI's `main(argv, io, env)` (cli/main.ts), which
+ * `runProcess` runs for the bundle, with the same arguments and environment `spawnSparkctl` gives
+ * the process, and its output lines as `runProcess` writes them. A sparkctl process costs ~0.4 s of
+ * CPU to start (docs/performance.md "Test wall time"); cases about a command's behaviour run here,
+ * and the cases about the process (the bundle users run, its help, Ctrl-C, `--wait`, the working
+ * directory, an unreachable controller) run the bundle (docs/adr/0345-system-tests-share-their-workers.md).
+ */
+export async function runSparkctlHere(
+  args: string[],
+  env: Record<string, string>,
+  home: string,
+): Promise<RunResult> {
+  const { main } = await import('../../cli/main.ts');
+  let stdout = '';
+  let stderr = '';
+  const code = await main(
+    args,
+    {
+      out: (t) => {
+        stdout += `${t}\n`;
+      },
+      err: (t) => {
+        stderr += `${t}\n`;
+      },
+      // no Ctrl-C reaches a run in this process; the process cases cover it
+      onInterrupt: () => () => undefined,
+    },
+    sparkctlEnv(env, home),
+  );
+  return { code, stdout, stderr };
 }
 
 export async function runSparkctl(

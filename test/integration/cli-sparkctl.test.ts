@@ -25,6 +25,7 @@ import {
   hostOf,
   reservationOf,
   runSparkctl,
+  runSparkctlHere,
   sparkctlBundle,
   spawnSparkctl,
   startApiController,
@@ -50,7 +51,7 @@ afterEach(async () => {
 });
 
 const env = (token?: string) => ({ SPARK_URL: ctl!.c.url, ...(token ? { SPARK_TOKEN: token } : {}) });
-const sparkctl = (args: string[], token?: string) => runSparkctl(bin, args, env(token), home.dir);
+const sparkctl = (args: string[], token?: string) => runSparkctlHere(args, env(token), home.dir);
 
 async function status(id: string) {
   return (await reservationOf(ctl!.target, id))?.status;
@@ -309,7 +310,7 @@ describe('sparkctl against a real controller', () => {
       const env = { SPARK_URL: h.c.url, SPARK_TOKEN: await h.operatorToken() };
       const before = await snapshot(h);
       // no host adopted or heartbeating, Deckard never lent: refused, each check one line
-      const gated = await runSparkctl(bin, ['repo', 'enable', 'acme/iron'], env, home.dir);
+      const gated = await runSparkctlHere(['repo', 'enable', 'acme/iron'], env, home.dir);
       expect(gated.code).toBe(7);
       expect(gated.stdout).toMatch(
         /^ok {3}installation {2}installed on acme\/iron \(installation 77\); default branch main$/m,
@@ -326,7 +327,7 @@ describe('sparkctl against a real controller', () => {
       // nothing changed: no repository, no history, no label although the App may create them
       expect(await snapshot(h)).toEqual(before);
       expect(h.gh.calls('POST', /\/labels$/)).toEqual([]);
-      const json = await runSparkctl(bin, ['repo', 'enable', 'acme/iron', '--json'], env, home.dir);
+      const json = await runSparkctlHere(['repo', 'enable', 'acme/iron', '--json'], env, home.dir);
       expect(json.code).toBe(7);
       const refusal = JSON.parse(json.stdout);
       expect(refusal.error.code).toBe('not_ready');
@@ -341,8 +342,7 @@ describe('sparkctl against a real controller', () => {
         'deckard',
       ]);
       // the override, named check by check, enables and is in the history
-      const forced = await runSparkctl(
-        bin,
+      const forced = await runSparkctlHere(
         ['repo', 'enable', 'acme/iron', '--pair', '--override', 'hosts,deckard'],
         env,
         home.dir,
@@ -359,8 +359,7 @@ describe('sparkctl against a real controller', () => {
         /^enabled by test-operator with pair tests; readiness checks overridden: hosts \(/,
       );
       expect(ev?.actor).toBe('api:test-operator');
-      const usage = await runSparkctl(
-        bin,
+      const usage = await runSparkctlHere(
         ['repo', 'enable', 'acme/iron', '--override', 'labels'],
         env,
         home.dir,
@@ -368,7 +367,7 @@ describe('sparkctl against a real controller', () => {
       expect(usage.code).toBe(2);
       expect(usage.stderr).toMatch(/invalid --override 'labels'/);
       // the App is not installed: the same gate, the installation's own line
-      const missing = await runSparkctl(bin, ['repo', 'enable', 'acme/unknown'], env, home.dir);
+      const missing = await runSparkctlHere(['repo', 'enable', 'acme/unknown'], env, home.dir);
       expect(missing.code).toBe(7);
       expect(missing.stdout).toMatch(
         /^fail installation {2}the GitHub App is not installed on acme\/unknown — fix: install it there /m,
@@ -394,7 +393,7 @@ describe('sparkctl against a real controller', () => {
       await readyFleet(h.c.ledger);
       const env = { SPARK_URL: h.c.url, SPARK_TOKEN: await h.operatorToken() };
       const before = await snapshot(h);
-      const butter = await runSparkctl(bin, ['repo', 'enable', 'acme/butter'], env, home.dir);
+      const butter = await runSparkctlHere(['repo', 'enable', 'acme/butter'], env, home.dir);
       expect(butter.code).toBe(7);
       expect(butter.stdout).toMatch(
         /^fail runner-group {2}runner group 9 \(github\.runnerGroupId\) does not exist in acme — fix: create a runner group for the Spark runners /m,
@@ -405,7 +404,7 @@ describe('sparkctl against a real controller', () => {
       expect(butter.stderr.trim()).toBe(
         'sparkctl: enable refused for acme/butter, nothing was changed: 2 checks failed (runner-group, workflow); fix each as its line says, or override with --override runner-group,workflow (recorded in the history)',
       );
-      const iron = await runSparkctl(bin, ['repo', 'enable', 'acme/iron'], env, home.dir);
+      const iron = await runSparkctlHere(['repo', 'enable', 'acme/iron'], env, home.dir);
       expect(iron.code).toBe(7);
       expect(iron.stdout).toMatch(
         /^fail workflow {6}.* — fix: input `ticket` is required and the controller cannot fill it: give it a default or make it optional$/m,
@@ -426,7 +425,7 @@ describe('sparkctl against a real controller', () => {
       h.gh.installationSelection.set(77, 'selected');
       const env = { SPARK_URL: h.c.url, SPARK_TOKEN: await h.operatorToken() };
       const before = await snapshot(h);
-      const bad = await runSparkctl(bin, ['doctor', 'github', 'acme/butter'], env, home.dir);
+      const bad = await runSparkctlHere(['doctor', 'github', 'acme/butter'], env, home.dir);
       expect(bad.code).toBe(1);
       expect(bad.stdout).toMatch(/^fleet\n {2}fail hosts {9}/);
       expect(bad.stdout).toMatch(/^acme\/butter\n {2}ok {3}installation /m);
@@ -436,7 +435,7 @@ describe('sparkctl against a real controller', () => {
       expect((await snapshot(h)).changes).toEqual(before.changes);
       expect((await snapshot(h)).repositories).toEqual([]);
       await readyFleet(h.c.ledger);
-      const good = await runSparkctl(bin, ['doctor', 'github', 'acme/butter', '--json'], env, home.dir);
+      const good = await runSparkctlHere(['doctor', 'github', 'acme/butter', '--json'], env, home.dir);
       expect(good.stderr).toBe('');
       expect(good.code).toBe(0);
       const report = JSON.parse(good.stdout);
@@ -445,11 +444,11 @@ describe('sparkctl against a real controller', () => {
         status: 'warn',
       });
       // every enabled repository (none yet)
-      const all = await runSparkctl(bin, ['doctor', 'github'], env, home.dir);
+      const all = await runSparkctlHere(['doctor', 'github'], env, home.dir);
       expect(all.code).toBe(0);
       expect(all.stdout).toContain('no repository is enabled (name one: sparkctl doctor github OWNER/NAME)');
       // the provisioning doctor's options mean nothing here
-      const foreign = await runSparkctl(bin, ['doctor', 'github', '--imports', 'torch'], env, home.dir);
+      const foreign = await runSparkctlHere(['doctor', 'github', '--imports', 'torch'], env, home.dir);
       expect(foreign.code).toBe(2);
       expect(h.gh.forbidden).toEqual([]);
       expect(h.gh.violations).toEqual([]);
@@ -481,14 +480,14 @@ describe('sparkctl against a real controller', () => {
       expect(done.stdout).toMatch(
         /restore verified on spark-1: deckard lent to r-1, released and restored; its model-ready check passed/,
       );
-      const doctor = await runSparkctl(bin, ['doctor', 'github', '--json'], env, home.dir);
+      const doctor = await runSparkctlHere(['doctor', 'github', '--json'], env, home.dir);
       const deckard = JSON.parse(doctor.stdout).fleet.checks.find((c: { id: string }) => c.id === 'deckard');
       expect(deckard).toMatchObject({
         status: 'ok',
         summary: expect.stringMatching(/^deckard on spark-1 lent by r-1 and restored/),
       });
       // a host that does not serve Deckard cannot be drilled
-      const wrong = await runSparkctl(bin, ['deckard', 'drill', '--host', 'spark-2'], env, home.dir);
+      const wrong = await runSparkctlHere(['deckard', 'drill', '--host', 'spark-2'], env, home.dir);
       expect(wrong.code).toBe(2);
       expect(wrong.stderr).toMatch(/spark-2 serves no home service: there is nothing to drill/);
       expect(h.gh.violations).toEqual([]);
@@ -548,7 +547,7 @@ describe('sparkctl command line: per-command help and options', () => {
   it('rejects extra arguments, options of other commands and typos before calling the controller', async () => {
     // a closed port: a usage error must come first (exit 2), never "unreachable" (exit 3)
     const env = { SPARK_URL: 'http://127.0.0.1:9', SPARK_TOKEN: 'spk_api_x' };
-    const run = (args: string[]) => runSparkctl(bin, args, env, home.dir);
+    const run = (args: string[]) => runSparkctlHere(args, env, home.dir);
     const [extra, foreign, typo, missing, badChoice] = await Promise.all([
       run(['status', 'r-1', 'extra']),
       run(['fleet', '--pair', '--ttl', '4h']),
@@ -574,16 +573,16 @@ describe('sparkctl command line: per-command help and options', () => {
 
   it('says the URL must be the controller root when it names the API path', async () => {
     ctl = await startApiController();
-    const api = await runSparkctl(bin, ['--url', `${ctl.c.url}/api`, 'queue'], {}, home.dir);
+    const api = await runSparkctlHere(['--url', `${ctl.c.url}/api`, 'queue'], {}, home.dir);
     expect(api.code).toBe(2);
     expect(api.stderr.trim()).toBe(
       `sparkctl: invalid controller URL '${ctl.c.url}/api' (from --url): it must be the controller's root URL, e.g. ${ctl.c.url}, without /api (sparkctl adds /api/v1 itself)`,
     );
-    const v1 = await runSparkctl(bin, ['queue'], { SPARK_URL: `${ctl.c.url}/api/v1/` }, home.dir);
+    const v1 = await runSparkctlHere(['queue'], { SPARK_URL: `${ctl.c.url}/api/v1/` }, home.dir);
     expect(v1.code).toBe(2);
     expect(v1.stderr).toMatch(/\(from SPARK_URL\): it must be the controller's root URL/);
     // another path prefix may be a proxy: it is tried, and a 404 says what to check
-    const prefixed = await runSparkctl(bin, ['queue', '--url', `${ctl.c.url}/spark`], {}, home.dir);
+    const prefixed = await runSparkctlHere(['queue', '--url', `${ctl.c.url}/spark`], {}, home.dir);
     expect(prefixed.code).toBe(6);
     expect(prefixed.stderr.trim()).toBe(
       `sparkctl: no route for GET /spark/api/v1/queue: the controller URL ${ctl.c.url}/spark has the path /spark; it must be the controller's root URL (${ctl.c.url}, unless a proxy serves it under that path)`,

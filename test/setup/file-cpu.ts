@@ -9,9 +9,12 @@ import { afterAll, beforeAll } from 'vitest';
  * what a file costs (docs/performance.md "CPU per file"). A process no one in the worker's tree
  * reaped is not counted: a daemon re-parented to init, or the children of a process killed before
  * them (a process group killed at once, e.g. `npm start`'s node under npm), so a file that ends its
- * processes that way shows less than it cost. Each file runs in a fresh worker process
- * (vitest's default isolation), so the figures are the file's alone; nothing is written without
- * the variable.
+ * processes that way shows less than it cost. The `system` project runs its files one after another
+ * in a reused worker (`isolate: false`, docs/adr/0345-system-tests-share-their-workers.md), so
+ * `cpuS` counts from the end of the worker's previous file (or the worker's start): the file's
+ * module imports and its tests. `handles` is the number of handles (servers, sockets, timers,
+ * child processes) still open after the file's last hook: a file that leaves some open leaves them
+ * to the files after it. Nothing is written without the variable.
  */
 const log = process.env.SPARK_TEST_CPU_LOG;
 
@@ -29,6 +32,10 @@ function cpuSeconds(): number {
   }
 }
 
+/** Where the worker's previous file ended, kept across files: this setup file runs again for each. */
+const CPU_MARK = Symbol.for('spark.test.fileCpuMark');
+const shared = globalThis as { [CPU_MARK]?: number };
+
 if (log) {
   let file = '';
   let start = 0;
@@ -41,15 +48,19 @@ if (log) {
     cpuAtStart = cpuSeconds();
   });
   afterAll(() => {
-    const cpuS = cpuSeconds();
-    // cpuS: the worker from its own start (module transform and import included); testsCpuS: from
-    // the file's first hook on, its tests and what they started
+    const cpu = cpuSeconds();
+    const previous = shared[CPU_MARK] ?? 0;
+    shared[CPU_MARK] = cpu;
+    // cpuS: since the worker's previous file ended (module transform and import included);
+    // testsCpuS: from the file's first hook on, its tests and what they started
     const r = (x: number) => Math.round(x * 100) / 100;
+    const handles = (process as unknown as { _getActiveHandles?: () => unknown[] })._getActiveHandles;
     const line = {
       file,
       wallS: r((Date.now() - start) / 1000),
-      cpuS: r(cpuS),
-      testsCpuS: r(cpuS - cpuAtStart),
+      cpuS: r(cpu - previous),
+      testsCpuS: r(cpu - cpuAtStart),
+      handles: handles ? handles.call(process).length : -1,
     };
     appendFileSync(log, `${JSON.stringify(line)}\n`);
   });
