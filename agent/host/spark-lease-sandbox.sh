@@ -54,10 +54,14 @@ die() {
 # (as whoever runs it: always the runner user, after setpriv; started by `env -i`, so nothing else
 # is set). A NAME+VALUE line costs no command (`read -r` with an empty IFS keeps the line as it
 # is); a base64 value costs two forks, which for a job's thirty variables were most of a runner's
-# start (docs/adr/0200), so the agent sends only values with a newline that way.
+# start (docs/adr/0200), so the agent sends only values with a newline that way. An input that
+# ends before its empty line runs nothing: an agent that died while writing it would otherwise
+# start the job with part of its environment.
 # shellcheck disable=SC2016 # expanded by the shell that runs it, not here
 READ_ENV='PATH=/usr/bin:/bin
-while IFS= read -r l && [ -n "$l" ]; do
+while :; do
+  IFS= read -r l || { echo "spark-lease-sandbox: no environment: nothing started" >&2; exit 125; }
+  [ -n "$l" ] || break
   n=${l%%[!A-Za-z0-9_]*}
   case $n in ""|[0-9]*) echo "spark-lease-sandbox: bad environment name" >&2; exit 125;; esac
   case ${l#"$n"} in

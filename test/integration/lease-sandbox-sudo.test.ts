@@ -106,6 +106,12 @@ describe('the lease sandbox helper through sudo (ADR 0155)', () => {
     expect(asRunner.out).toContain(`${runner.uid} [multi\nline value] [${raw}] []`);
     // nothing of sudo's or the agent's environment reaches the runner user's command
     expect(asRunner.out).not.toMatch(/^SUDO_/m);
+    // an input that ends before the environment's empty line runs nothing (an agent that died
+    // while writing it must not start the job with part of its environment)
+    const cut = asAgent(helper('as-runner', '--', '/bin/sh', '-c', 'echo ran'), 'GREETING+hi\n');
+    expect(cut.code).toBe(125);
+    expect(cut.out).not.toContain('ran');
+    expect(cut.err).toContain('no environment: nothing started');
   });
 
   it('runs a job in its sandbox as the runner user, keeping the pid and exit descriptors, in sudo’s process group', () => {
