@@ -14,7 +14,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { GC_ON_SIGNAL_NODE_ARGS, gcProcess, runBodyBurst } from '../sim/harness/body-burst.ts';
+import { GC_ON_SIGNAL_NODE_ARGS, type GcReport, gcProcess, runBodyBurst } from '../sim/harness/body-burst.ts';
 import { makeTestLedger, startControllerProcesses } from '../sim/harness/load.ts';
 import type { BenchRunner } from './types.ts';
 
@@ -60,7 +60,9 @@ export const run: BenchRunner = async (progress) => {
     const asked = healthz.reduce((n, h) => n + h.asked, 0);
     const ok = healthz.reduce((n, h) => n + h.ok, 0);
     const maxMs = Math.max(...healthz.map((h) => h.maxMs));
-    progress(`after GC, before and after the bursts: ${r.gcReports.join(' | ')}`);
+    const gcLine = (g: GcReport) =>
+      `heap used ${g.heapUsed} MiB, external ${g.external} MiB, RSS ${g.rss} MiB`;
+    progress(`after a full GC, before the bursts: ${r.gcReports.map(gcLine).join('; after them: ')}`);
     progress(
       `RSS ${r.rssBeforeMiB} → peak ${first.peakMiB} → ${first.afterMiB} after close; again: peak ${second.peakMiB} → ${second.afterMiB}; answers ${JSON.stringify(first.statuses)}, ${JSON.stringify(second.statuses)}`,
     );
