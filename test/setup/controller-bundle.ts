@@ -1,7 +1,5 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { buildControllerNode } from '../../scripts/build.ts';
+import { bundleOnce } from './bundle-once.ts';
 
 /**
  * Vitest global setup: bundles the controller (`functions/node.ts`) once per test run into one file;
@@ -10,10 +8,6 @@ import { buildControllerNode } from '../../scripts/build.ts';
  * test workers; docs/adr/0255-controller-bundle-for-tests.md). The walkthrough and create-app tests
  * still run `npm start` as written.
  */
-export default async function setup(): Promise<() => void> {
-  const dir = mkdtempSync(join(tmpdir(), 'spark-controller-bundle-'));
-  const out = join(dir, 'spark-controller.mjs');
-  await buildControllerNode(out);
-  process.env.SPARK_TEST_CONTROLLER_BUNDLE = out;
-  return () => rmSync(dir, { recursive: true, force: true });
+export default function setup(): Promise<() => void> {
+  return bundleOnce('SPARK_TEST_CONTROLLER_BUNDLE', 'spark-controller.mjs', buildControllerNode);
 }
