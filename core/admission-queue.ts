@@ -255,7 +255,9 @@ export class QueuePass {
   /**
    * Rule 3, atomic pair reservation: both hosts or neither. A blocked pair keeps what is free now
    * so smaller work cannot take it, and the best busy hosts no earlier request claimed drain for
-   * it, next in line (an untargeted development request claims its own, rule 4).
+   * it, next in line (an untargeted development request claims its own, rule 4). `candidates` is
+   * never empty: a pool with no free host waits in poolCandidates, and a target is its own first
+   * candidate.
    */
   private holdForPair(r: ReservationRecord, need: number, candidates: HostRecord[]): void {
     const pool = r.pool;
@@ -264,17 +266,13 @@ export class QueuePass {
       this.plan.holds.push({ hostId: h.id, reservationId: r.id });
       removeFree(this.fleet.freeByPool, h);
     }
-    if (candidates.length > 0) this.poolBusyReason.delete(pool);
+    this.poolBusyReason.delete(pool);
     this.claimBusy(pool, need - candidates.length, r.id);
-    if (candidates.length > 0) {
-      this.wait(
-        r,
-        'held-for-pair',
-        `holding ${candidates.map((h) => h.id).join(', ')}; ${this.describePool(pool).replace(/^waiting for a host in/, 'waiting for a second host in')}`,
-      );
-    } else {
-      this.wait(r, 'hosts-busy', this.describePool(pool));
-    }
+    this.wait(
+      r,
+      'held-for-pair',
+      `holding ${candidates.map((h) => h.id).join(', ')}; ${this.describePool(pool).replace(/^waiting for a host in/, 'waiting for a second host in')}`,
+    );
   }
 
   /**

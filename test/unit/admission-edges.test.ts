@@ -139,4 +139,50 @@ describe('admission after the fleet changed', () => {
       'spark-3': 'spark-3 has 1 GPU process(es) outside any lease',
     });
   });
+
+  it('a pair that finds no free host holds nothing and waits as hosts-busy, naming the pool', () => {
+    const a = req({ status: 'running' });
+    const b = req({ status: 'running' });
+    const pair = req({ topology: 'pair' });
+    const hosts = [
+      host('spark-2', { phase: 'allocated', homeService: null }),
+      host('spark-3', { phase: 'allocated', homeService: null }),
+    ];
+    const plan = planAdmission(
+      input(hosts, [a, b, pair], [lease(a.id, 'spark-2', 1), lease(b.id, 'spark-3', 1)], budgets(10)),
+    );
+    expect(plan.holds).toEqual([]);
+    expect(plan.grants).toEqual([]);
+    expect(waits(plan)).toEqual([
+      [
+        pair.id,
+        'hosts-busy',
+        `waiting for a host in pool spark: spark-2 draining for ${pair.id}; spark-3 draining for ${pair.id}`,
+      ],
+    ]);
+  });
+
+  it('a PR that already holds GPUs may add work after the PR limit was lowered below what runs', () => {
+    const a = req({ status: 'running', pr: 1 });
+    const b = req({ status: 'running', pr: 2 });
+    const more = req({ pr: 1 });
+    const other = req({ pr: 3 });
+    const hosts = [
+      host('spark-2', { phase: 'allocated', homeService: null }),
+      host('spark-3', { phase: 'allocated', homeService: null }),
+      host('spark-4', { homeService: null }),
+      host('spark-5', { homeService: null }),
+    ];
+    const plan = planAdmission(
+      input(
+        hosts,
+        [a, b, more, other],
+        [lease(a.id, 'spark-2', 1), lease(b.id, 'spark-3', 1)],
+        config({ budgets: { maxPrs: 1, maxGpusPerPr: 10, maxGpus: 10 } }),
+      ),
+    );
+    // PR 1 is admitted already, so its new work takes no PR slot; PR 3 would be a third PR
+    expect(plan.grants.map((g) => [g.reservationId, g.hostIds])).toEqual([[more.id, ['spark-4']]]);
+    expect(waits(plan)).toEqual([[other.id, 'budget-prs', 'budget: 2 PRs admitted (limit 1)']]);
+  });
 });
