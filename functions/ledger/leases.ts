@@ -7,6 +7,7 @@ import {
   type Outcome,
   type ReservationKind,
 } from '../../core/model.ts';
+import { isoTime } from '../../core/time.ts';
 import { conflict, notFound, staleFencingToken } from '../errors.ts';
 import { bindingLeases, type Tx } from './db.ts';
 import { getHost, setHostPhase } from './host-phase.ts';
@@ -86,8 +87,6 @@ export async function renewOnHeartbeat(s: LedgerStore, tx: Tx, now: number, host
     );
 }
 
-const iso = (ms: number) => new Date(ms).toISOString();
-
 /**
  * A requester renews a development lease by hand: up to `ttlS` from now, capped at
  * `devLeaseMaxTtlS` from grant. An expired lease is never renewed (old work may still run).
@@ -130,7 +129,7 @@ export function renewDevelopmentLease(
       if (next <= l.expiresAt) {
         throw conflict(
           'renew_limit',
-          `the lease on ${l.hostId} already runs to ${iso(l.expiresAt)}, the most a development lease may hold (${maxS}s from grant${maxS < devLeaseMaxTtlS ? ', tokenLimits maxTtlS of its token' : ''}); release and reserve again`,
+          `the lease on ${l.hostId} already runs to ${isoTime(l.expiresAt)}, the most a development lease may hold (${maxS}s from grant${maxS < devLeaseMaxTtlS ? ', tokenLimits maxTtlS of its token' : ''}); release and reserve again`,
         );
       }
       await tx.update(t.leases).set({ expiresAt: next }).where(eq(t.leases.id, l.id));
@@ -140,7 +139,7 @@ export function renewDevelopmentLease(
         type: 'lease.renewed',
         fromState: 'active',
         toState: 'active',
-        cause: `renewed until ${iso(next)}`,
+        cause: `renewed until ${isoTime(next)}`,
         actor,
         data: { reservationId: id, hostId: l.hostId, expiresAt: next },
       });

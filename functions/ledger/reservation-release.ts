@@ -6,6 +6,7 @@ import {
   isReleasableStatus,
   type Outcome,
 } from '../../core/model.ts';
+import { isoTime } from '../../core/time.ts';
 import { conflict, notFound } from '../errors.ts';
 import type { Tx } from './db.ts';
 import { getHost, setHostPhase } from './host-phase.ts';
@@ -140,8 +141,6 @@ export async function releaseLostLease(
   );
 }
 
-const iso = (ms: number | null) => (ms == null ? null : new Date(ms).toISOString());
-
 /** What an operator's recovery did. */
 export interface RecoveryResult {
   action: 'cancelled' | 'release-requested' | 'already-ended';
@@ -161,7 +160,7 @@ async function releasingWhy(s: LedgerStore, tx: Tx, now: number, id: string): Pr
     const hb = h.lastHeartbeatAt;
     if (hb == null || now - hb > s.config.timings.offlineAfterS * 1000) {
       why.push(
-        `${h.id}: its agent has not been heard from ${hb == null ? 'yet' : `since ${iso(hb)}`}, and only the agent confirms a release`,
+        `${h.id}: its agent has not been heard from ${hb == null ? 'yet' : `since ${isoTime(hb)}`}, and only the agent confirms a release`,
       );
     } else if (h.phase === 'release-required') {
       why.push(`${h.id}: processes outlived the lease and are never killed; end them on the host`);
@@ -190,7 +189,7 @@ export function recoverReservation(s: LedgerStore, id: string, actor: string): P
     if (live.length) {
       throw conflict(
         'live_lease',
-        `${id} holds a live lease on ${live.map((l) => l.hostId).join(', ')} (expires ${iso(
+        `${id} holds a live lease on ${live.map((l) => l.hostId).join(', ')} (expires ${isoTime(
           Math.min(...live.map((l) => l.expiresAt)),
         )}); recovery is for expired or stuck work — release it instead (sparkctl release ${id})`,
       );
