@@ -133,6 +133,8 @@ export async function handoverLatency(progress: (m: string) => void, opts: { run
   const fleet = await startFleet({
     ...PRODUCTION,
     ...(opts.runnerUsers != null ? { runnerUsers: opts.runnerUsers } : {}),
+    // as on a host: every call of the lease sandbox helper goes through sudo (docs/agent.md)
+    helperThroughSudo: true,
     hosts: [{ id: 'spark-2' }],
     github: 'fake-github',
     githubLatency: githubLatency(LATENCY),
@@ -244,6 +246,8 @@ export async function handoverLatency(progress: (m: string) => void, opts: { run
       windowMs: to - from,
       cyclesS,
       runnerUser: Object.keys(fleet.runnerUsers).length > 0,
+      // the helper runs through sudo only where there are runner users (a root bench)
+      helperThroughSudo: Object.keys(fleet.runnerUsers).length > 0,
     };
   } finally {
     // the fake GitHub's close throws its violations of GitHub's description: the bench fails then
@@ -371,6 +375,7 @@ export const run: BenchRunner = async (progress) => {
         tickMs: TICK_MS,
         admissionIntervalMs: ADMISSION_INTERVAL_MS,
         runnerUser: h.runnerUser,
+        helperThroughSudo: h.helperThroughSudo,
         handovers: n,
         cyclesS: h.cyclesS,
         p50Ms: p50,

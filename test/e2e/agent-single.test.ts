@@ -205,4 +205,26 @@ describe.concurrent('relay agent: single-host work', () => {
     expect((await fleet.reservation(next)).status).toBe('queued');
     expect(await fleet.bindingLeases()).toEqual([]);
   });
+
+  it('runs a reservation with the sandbox helper called through sudo, as on a host (docs/agent.md)', async (ctx) => {
+    const fleet = await fleetFor(ctx, {
+      hosts: [{ id: 'spark-2' }],
+      runner: () => ({ exitCode: 0, sleepMs: 300 }),
+      githubOutcome: () => 'passed',
+      helperThroughSudo: true,
+    });
+    const user = fleet.runnerUsers['spark-2'];
+    if (!user) throw new Error('the fleet made no runner user: run the agent tests as root (CI does)');
+    const cfg = JSON.parse(readFileSync(fleet.agentConfigPath('spark-2'), 'utf8'));
+    expect(cfg.runner.helper.slice(0, 4)).toEqual(['sudo', '-n', '-C', '5']);
+    const agent = fleet.startAgent('spark-2');
+    await waitOnline(fleet, 'spark-2');
+    const id = await fleet.reserve();
+    const done = await fleet.waitReservation(id, ['done', 'failed']);
+    // every step (prepare, run, remove) went through sudo: a refusal fails the lease
+    expect(done.status, agent.output()).toBe('done');
+    const [marker] = readRunnerMarkers(fleet.markerDir);
+    expect(marker!.uid).toBe(user.uid);
+    expect(existsSync(marker!.workDir)).toBe(false);
+  });
 });

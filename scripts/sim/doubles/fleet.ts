@@ -17,7 +17,13 @@ import { killGroup } from '../harness/processes.ts';
 import { tempDir } from '../ledger.ts';
 import { type FleetGitHub, startFleetGitHub } from './fleet-github.ts';
 import { jitStandInModule } from './fleet-jit-stand-in.ts';
-import { type HostSandbox, SANDBOX_HELPER, sandboxedTestDir, setUpHostSandbox } from './host-sandbox.ts';
+import {
+  type HostSandbox,
+  helperThroughSudo,
+  SANDBOX_HELPER,
+  sandboxedTestDir,
+  setUpHostSandbox,
+} from './host-sandbox.ts';
 import {
   FAKE_RUNNER,
   FakeDeckard,
@@ -88,10 +94,15 @@ export interface FleetOptions {
    * Run each host's runner as its own real unprivileged user, created with `useradd`
    * and removed at close, as an operator sets up `spark-runner`, through the real lease sandbox
    * helper (agent/host/spark-lease-sandbox.sh, ADR 0155), invoked directly since the agent runs as
-   * root here. Default: when this process is root (here and in CI); otherwise the runner runs as
+   * root here (through sudo with `helperThroughSudo`). Default: when this process is root (here and in CI); otherwise the runner runs as
    * the agent (development mode).
    */
   runnerUsers?: boolean;
+  /**
+   * With runner users: the agents run the helper through the real sudo and the sudoers drop-in
+   * docs/agent.md shows, as on a host (./host-sandbox.ts `helperThroughSudo`), not directly.
+   */
+  helperThroughSudo?: boolean;
 }
 
 export { SANDBOX_HELPER };
@@ -252,6 +263,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
   let deckard: FakeDeckard | null = null;
   const agents: Record<string, AgentHandle> = {};
   const configPaths: Record<string, string> = {};
+  const sudoRules: (() => void)[] = [];
 
   for (const h of hosts) {
     const hd = join(dir, h.id);
@@ -265,7 +277,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
     if (user) {
       runnerUsers[h.id] = user;
       // a job may write the doubles' shared dirs besides its own: markers and the fake GPU's state
-      sandbox = setUpHostSandbox(hd, user, {
+      const hs = setUpHostSandbox(hd, user, {
         writable: [markerDir, gpu[h.id]!.dir],
         install: (runnerDir) =>
           writeFileSync(
@@ -273,7 +285,13 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
             '#!/bin/sh\n# the runner install a lease sees copy-on-write\n',
             { mode: 0o755 },
           ),
-      }).runner;
+      });
+      sandbox = hs.runner;
+      if (opts.helperThroughSudo) {
+        const viaSudo = helperThroughSudo(hs.conf);
+        sudoRules.push(viaSudo.remove);
+        sandbox = { ...sandbox, helper: viaSudo.helper };
+      }
     }
     const { token } = await createAgentToken(controller.ledger, h.id, 'test');
     writeFileSync(join(hd, 'agent.token'), `${token}\n`, { mode: 0o600 });
@@ -457,6 +475,7 @@ export async function startFleet(opts: FleetOptions = {}): Promise<Fleet> {
       deckard?.kill();
       await controller.close().catch(() => undefined);
       for (const u of Object.values(runnerUsers)) await u.remove();
+      for (const remove of sudoRules) remove();
       cleanup();
       // fails the caller on any violation of GitHub's description the fake recorded (server.ts)
       await github?.close();

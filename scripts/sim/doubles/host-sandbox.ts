@@ -133,3 +133,35 @@ export function setUpHostSandbox(
     runner: { user: user.name, dir: runnerDir, helper: [SANDBOX_HELPER, conf] },
   };
 }
+
+let sudoRules = 0;
+
+/**
+ * The helper as a host runs it: through the real sudo (`sudo -n -C 5 HELPER CONF …`, the agent's
+ * default `runner.helper`, agent/host/sandbox.ts) under the sudoers drop-in docs/agent.md shows
+ * (`closefrom_override` for `-C 5`, `!use_pty`, the helper and its configuration pinned), written
+ * here for root, the user the test agents run as. The drop-in is checked with `visudo -c` and
+ * removed by `remove()` (and at this process's exit). Without it the helper runs directly and a
+ * lease's start skips sudo's own start, which a host pays on every helper call.
+ */
+export function helperThroughSudo(conf: string): { helper: string[]; remove: () => void } {
+  // sudo skips drop-ins whose names hold a dot or end in `~` (sudoers(5), "Including other files")
+  const file = `/etc/sudoers.d/spark-fleet-${process.pid}-${++sudoRules}`;
+  writeFileSync(
+    file,
+    [
+      `Defaults!${SANDBOX_HELPER} closefrom_override, !use_pty`,
+      `root ALL=(root) NOPASSWD: ${SANDBOX_HELPER} ${conf} *`,
+      '',
+    ].join('\n'),
+    { mode: 0o440 },
+  );
+  const remove = () => rmSync(file, { force: true });
+  const check = spawnSync('visudo', ['-c', '-f', file], { encoding: 'utf8' });
+  if (check.status !== 0) {
+    remove();
+    throw new Error(`visudo refused the helper's sudoers drop-in: ${check.stdout}${check.stderr}`);
+  }
+  process.once('exit', remove);
+  return { helper: ['sudo', '-n', '-C', '5', SANDBOX_HELPER, conf], remove };
+}
