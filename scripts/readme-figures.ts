@@ -53,7 +53,7 @@ export const FIGURES: Figure[] = [
       return h ? h.controllerP50Ms <= 100 && h.controllerP99Ms <= 300 : undefined;
     },
     conditions: (r) =>
-      `${r.agent?.handover?.handovers ?? '?'} handovers through the controller's GitHub module and the fake GitHub answering after modelled latency; total p50 / p99 ${r.agent?.handover?.p50Ms} / ${r.agent?.handover?.p99Ms} ms, ${r.agent?.handover?.githubRequestsPerHandover} GitHub requests a handover; ${load(r.agent?.handover?.loadAverage1m)}`,
+      `${r.agent?.handover?.handovers ?? '?'} handovers through the controller's GitHub module and the fake GitHub answering after modelled latency; total p50 / p99 ${r.agent?.handover?.p50Ms} / ${r.agent?.handover?.p99Ms} ms, ${r.agent?.handover?.githubRequestsPerHandover} GitHub requests a handover${r.agent?.handover?.helperThroughSudo ? '; the agent calls its sandbox helper through sudo, as on a host' : ''}; ${load(r.agent?.handover?.loadAverage1m)}`,
   },
   {
     label: 'persisted admissions ÷ one-row write transactions, same client',
