@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeEnv } from '../../agent/host/sandbox.ts';
 import { SANDBOX_HELPER } from '../../scripts/sim/doubles/fleet.ts';
-import { mountsUnder, removeTestHostDir } from '../../scripts/sim/doubles/host-sandbox.ts';
+import { helperSudoersRule, mountsUnder, removeTestHostDir } from '../../scripts/sim/doubles/host-sandbox.ts';
 import { canCreateUsers, createTestUser, type TestUser } from '../../scripts/sim/doubles/runner-user.ts';
 
 /**
@@ -32,14 +32,6 @@ let agent: TestUser;
 let base: string;
 let conf: string;
 let sudoers: string;
-
-/** The sudoers drop-in docs/agent.md shows, for this test's users and paths. */
-const rule = (agentUser: string, config: string) =>
-  [
-    `Defaults!${SANDBOX_HELPER} closefrom_override, !use_pty`,
-    `${agentUser} ALL=(root) NOPASSWD: ${SANDBOX_HELPER} ${config} *`,
-    '',
-  ].join('\n');
 
 /** Runs argv as the agent user (what the agent process is on a host). */
 function asAgent(argv: string[], input = '') {
@@ -73,7 +65,7 @@ beforeAll(async () => {
   });
   // a name without a dot: sudo's @includedir skips files whose names contain one
   sudoers = `/etc/sudoers.d/spark-test-${process.pid}`;
-  writeFileSync(sudoers, rule(agent.name, conf), { mode: 0o440 });
+  writeFileSync(sudoers, helperSudoersRule(agent.name, conf), { mode: 0o440 });
   const check = spawnSync('visudo', ['-c', '-f', sudoers], { encoding: 'utf8' });
   expect(check.status, check.stdout + check.stderr).toBe(0);
 }, 60_000);

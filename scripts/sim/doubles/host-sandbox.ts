@@ -136,6 +136,15 @@ export function setUpHostSandbox(
 
 let sudoRules = 0;
 
+/** The sudoers drop-in docs/agent.md shows, for `agentUser` and the helper's configuration `conf`. */
+export function helperSudoersRule(agentUser: string, conf: string): string {
+  return [
+    `Defaults!${SANDBOX_HELPER} closefrom_override, !use_pty`,
+    `${agentUser} ALL=(root) NOPASSWD: ${SANDBOX_HELPER} ${conf} *`,
+    '',
+  ].join('\n');
+}
+
 /**
  * The helper as a host runs it: through the real sudo (`sudo -n -C 5 HELPER CONF …`, the agent's
  * default `runner.helper`, agent/host/sandbox.ts) under the sudoers drop-in docs/agent.md shows
@@ -147,15 +156,7 @@ let sudoRules = 0;
 export function helperThroughSudo(conf: string): { helper: string[]; remove: () => void } {
   // sudo skips drop-ins whose names hold a dot or end in `~` (sudoers(5), "Including other files")
   const file = `/etc/sudoers.d/spark-fleet-${process.pid}-${++sudoRules}`;
-  writeFileSync(
-    file,
-    [
-      `Defaults!${SANDBOX_HELPER} closefrom_override, !use_pty`,
-      `root ALL=(root) NOPASSWD: ${SANDBOX_HELPER} ${conf} *`,
-      '',
-    ].join('\n'),
-    { mode: 0o440 },
-  );
+  writeFileSync(file, helperSudoersRule('root', conf), { mode: 0o440 });
   const remove = () => rmSync(file, { force: true });
   const check = spawnSync('visudo', ['-c', '-f', file], { encoding: 'utf8' });
   if (check.status !== 0) {
