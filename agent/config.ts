@@ -33,6 +33,13 @@ export function isSafeControllerUrl(raw: string): boolean {
   return h === 'localhost' || h === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
 
+/**
+ * How the agent calls its lease sandbox helper on a host (docs/agent.md "Install"): through sudo,
+ * never asking for a password (`-n`), keeping the descriptors below 5 open (`-C 5`: the helper
+ * reports the job's pid and exit status on them; the sudoers rule's `closefrom_override` allows it).
+ */
+export const HELPER_THROUGH_SUDO = ['sudo', '-n', '-C', '5'] as const;
+
 const argv = z
   .array(z.string().min(1))
   .min(1, 'give the command as an argv array, e.g. ["systemctl", "start", "deckard"]');
@@ -101,10 +108,7 @@ export const AgentConfigSchema = z
           .array(z.string().min(1))
           .min(2, 'give the helper as an argv prefix ending with its configuration file')
           .default([
-            'sudo',
-            '-n',
-            '-C',
-            '5',
+            ...HELPER_THROUGH_SUDO,
             '/usr/local/libexec/spark-lease-sandbox',
             '/etc/spark-lease-sandbox.conf',
           ])

@@ -236,6 +236,7 @@ export async function handoverLatency(progress: (m: string) => void, opts: { run
     // deletion, queue positions of the waiting reservations)
     const inWindow = log.filter((r) => r.at >= from && r.at <= to);
     const requestsInWindow = inWindow.length;
+    const withUsers = Object.keys(fleet.runnerUsers).length > 0;
     const byKind: Record<string, number> = {};
     for (const r of inWindow) byKind[requestKind(r)] = (byKind[requestKind(r)] ?? 0) + 1;
     failed = false;
@@ -245,9 +246,9 @@ export async function handoverLatency(progress: (m: string) => void, opts: { run
       requestsByKind: byKind,
       windowMs: to - from,
       cyclesS,
-      runnerUser: Object.keys(fleet.runnerUsers).length > 0,
-      // the helper runs through sudo only where there are runner users (a root bench)
-      helperThroughSudo: Object.keys(fleet.runnerUsers).length > 0,
+      runnerUser: withUsers,
+      // the helper (and so sudo) is on the path only where there are runner users (a root bench)
+      helperThroughSudo: withUsers,
     };
   } finally {
     // the fake GitHub's close throws its violations of GitHub's description: the bench fails then

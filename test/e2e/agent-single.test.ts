@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, expect, it, type TestContext } from 'vitest';
+import { HELPER_THROUGH_SUDO } from '../../agent/config.ts';
 import * as t from '../../functions/ledger/schema.ts';
 import { type Fleet, type FleetOptions, startFleet } from '../../scripts/sim/doubles/fleet.ts';
 import { fakeJitConfig, readRunnerMarkers, waitFor } from '../../scripts/sim/doubles/index.ts';
@@ -216,7 +217,7 @@ describe.concurrent('relay agent: single-host work', () => {
     const user = fleet.runnerUsers['spark-2'];
     if (!user) throw new Error('the fleet made no runner user: run the agent tests as root (CI does)');
     const cfg = JSON.parse(readFileSync(fleet.agentConfigPath('spark-2'), 'utf8'));
-    expect(cfg.runner.helper.slice(0, 4)).toEqual(['sudo', '-n', '-C', '5']);
+    expect(cfg.runner.helper.slice(0, HELPER_THROUGH_SUDO.length)).toEqual([...HELPER_THROUGH_SUDO]);
     const agent = fleet.startAgent('spark-2');
     await waitOnline(fleet, 'spark-2');
     const id = await fleet.reserve();

@@ -13,6 +13,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HELPER_THROUGH_SUDO } from '../../agent/config.ts';
 import { encodeEnv } from '../../agent/host/sandbox.ts';
 import { SANDBOX_HELPER } from '../../scripts/sim/doubles/fleet.ts';
 import { helperSudoersRule, mountsUnder, removeTestHostDir } from '../../scripts/sim/doubles/host-sandbox.ts';
@@ -43,7 +44,7 @@ function asAgent(argv: string[], input = '') {
   return { code: r.status, out: r.stdout, err: r.stderr };
 }
 
-const helper = (...args: string[]) => ['sudo', '-n', '-C', '5', SANDBOX_HELPER, conf, ...args];
+const helper = (...args: string[]) => [...HELPER_THROUGH_SUDO, SANDBOX_HELPER, conf, ...args];
 
 beforeAll(async () => {
   if (!canCreateUsers())

@@ -94,8 +94,8 @@ export interface FleetOptions {
    * Run each host's runner as its own real unprivileged user, created with `useradd`
    * and removed at close, as an operator sets up `spark-runner`, through the real lease sandbox
    * helper (agent/host/spark-lease-sandbox.sh, ADR 0155), invoked directly since the agent runs as
-   * root here (through sudo with `helperThroughSudo`). Default: when this process is root (here and in CI); otherwise the runner runs as
-   * the agent (development mode).
+   * root here (through sudo with `helperThroughSudo`). Default: when this process is root (here
+   * and in CI); otherwise the runner runs as the agent (development mode).
    */
   runnerUsers?: boolean;
   /**

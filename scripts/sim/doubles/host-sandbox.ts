@@ -10,6 +10,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
+import { HELPER_THROUGH_SUDO } from '../../../agent/config.ts';
 import { REPO_ROOT } from './index.ts';
 import type { TestUser } from './runner-user.ts';
 
@@ -134,7 +135,7 @@ export function setUpHostSandbox(
   };
 }
 
-let sudoRules = 0;
+let dropIns = 0;
 
 /** The sudoers drop-in docs/agent.md shows, for `agentUser` and the helper's configuration `conf`. */
 export function helperSudoersRule(agentUser: string, conf: string): string {
@@ -146,8 +147,8 @@ export function helperSudoersRule(agentUser: string, conf: string): string {
 }
 
 /**
- * The helper as a host runs it: through the real sudo (`sudo -n -C 5 HELPER CONF …`, the agent's
- * default `runner.helper`, agent/host/sandbox.ts) under the sudoers drop-in docs/agent.md shows
+ * The helper as a host runs it: through the real sudo with the agent's default prefix
+ * (`HELPER_THROUGH_SUDO`, agent/config.ts) under the sudoers drop-in docs/agent.md shows
  * (`closefrom_override` for `-C 5`, `!use_pty`, the helper and its configuration pinned), written
  * here for root, the user the test agents run as. The drop-in is checked with `visudo -c` and
  * removed by `remove()` (and at this process's exit). Without it the helper runs directly and a
@@ -155,14 +156,18 @@ export function helperSudoersRule(agentUser: string, conf: string): string {
  */
 export function helperThroughSudo(conf: string): { helper: string[]; remove: () => void } {
   // sudo skips drop-ins whose names hold a dot or end in `~` (sudoers(5), "Including other files")
-  const file = `/etc/sudoers.d/spark-fleet-${process.pid}-${++sudoRules}`;
+  const file = `/etc/sudoers.d/spark-fleet-${process.pid}-${++dropIns}`;
   writeFileSync(file, helperSudoersRule('root', conf), { mode: 0o440 });
-  const remove = () => rmSync(file, { force: true });
+  const drop = () => rmSync(file, { force: true });
+  const remove = () => {
+    process.off('exit', drop);
+    drop();
+  };
   const check = spawnSync('visudo', ['-c', '-f', file], { encoding: 'utf8' });
   if (check.status !== 0) {
-    remove();
+    drop();
     throw new Error(`visudo refused the helper's sudoers drop-in: ${check.stdout}${check.stderr}`);
   }
-  process.once('exit', remove);
-  return { helper: ['sudo', '-n', '-C', '5', SANDBOX_HELPER, conf], remove };
+  process.once('exit', drop);
+  return { helper: [...HELPER_THROUGH_SUDO, SANDBOX_HELPER, conf], remove };
 }
