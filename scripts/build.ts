@@ -65,6 +65,16 @@ export const targets: Target[] = [
   },
 ];
 
+/** The target called `name`, or a clear error naming the known ones. */
+export function targetNamed(name: string): Target {
+  const t = targets.find((x) => x.name === name);
+  if (!t)
+    throw new Error(
+      `scripts/build.ts has no "${name}" target; known: ${targets.map((x) => x.name).join(', ')}`,
+    );
+  return t;
+}
+
 export async function buildTarget(t: Target, outfile = t.outfile): Promise<void> {
   await build({
     entryPoints: [t.entry],

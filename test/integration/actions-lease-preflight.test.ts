@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { buildTarget, targets } from '../../scripts/build.ts';
+import { buildTarget, targetNamed } from '../../scripts/build.ts';
 import { tempDir } from '../../scripts/sim/ledger.ts';
 import {
   gitRepo,
@@ -67,7 +67,7 @@ beforeAll(async () => {
   mkdirSync(hostBin);
   // the agent bundle installs the host command; here: the real bundle behind a tiny wrapper
   const bundle = join(tmp.dir, 'spark-runner-preflight.mjs');
-  await buildTarget(targets.find((t) => t.name === 'preflight')!, bundle);
+  await buildTarget(targetNamed('preflight'), bundle);
   // the preflight sees the model cache read-only; `doctor` (the operator provisioning) writable
   shellScript(
     join(hostBin, 'spark-runner-preflight'),

@@ -8,7 +8,7 @@ import { FleetResponse, type ReservationInfo, ReservationResponse } from '../../
 import { createApiToken } from '../../functions/auth/tokens.ts';
 import type { Ledger } from '../../functions/ledger/ledger.ts';
 import * as schema from '../../functions/ledger/schema.ts';
-import { buildTarget, targets } from '../../scripts/build.ts';
+import { buildTarget, targetNamed } from '../../scripts/build.ts';
 import { idleFacts, servingFacts, tempDir } from '../../scripts/sim/ledger.ts';
 import { startTestController } from '../helpers/controller.ts';
 
@@ -260,10 +260,8 @@ export async function sparkctlBundle(): Promise<string> {
   if (built) return built;
   if (bundle) return bundle.path;
   const { dir, cleanup } = tempDir('sparkctl-bundle-');
-  const target = targets.find((x) => x.name === 'sparkctl');
-  if (!target) throw new Error('scripts/build.ts has no sparkctl target');
   const path = join(dir, 'sparkctl.mjs');
-  await buildTarget(target, path);
+  await buildTarget(targetNamed('sparkctl'), path);
   bundle = { path, cleanup };
   return path;
 }

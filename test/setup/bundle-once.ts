@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildTarget, targets } from '../../scripts/build.ts';
+import { buildTarget, targetNamed } from '../../scripts/build.ts';
 
 /**
  * The body of the bundle global setups (agent-, controller- and sparkctl-bundle.ts): builds one
@@ -22,7 +22,6 @@ export async function bundleOnce(
 
 /** Builds the `scripts/build.ts` target named `name` (the file users run) into `outfile`. */
 export function buildNamedTarget(name: string): (outfile: string) => Promise<void> {
-  const target = targets.find((t) => t.name === name);
-  if (!target) throw new Error(`scripts/build.ts has no "${name}" target`);
+  const target = targetNamed(name);
   return (outfile) => buildTarget(target, outfile);
 }

@@ -11,7 +11,7 @@ import * as t from '../../../functions/ledger/schema.ts';
 import { silentLogger } from '../../../functions/log.ts';
 import { type RunningController, startController } from '../../../functions/node-server.ts';
 import { settingsFromEnv } from '../../../functions/settings.ts';
-import { buildTarget, targets } from '../../build.ts';
+import { buildTarget, targetNamed } from '../../build.ts';
 import type { GitHubLatency } from '../fake-github/latency.ts';
 import { killGroup } from '../harness/processes.ts';
 import { tempDir } from '../ledger.ts';
@@ -185,7 +185,7 @@ export function agentBundle(): Promise<string> {
   if (prebuilt) return Promise.resolve(prebuilt);
   bundle ??= (async () => {
     const out = join(mkdtempSync(join(tmpdir(), 'spark-agent-bundle-')), 'spark-agent.mjs');
-    await buildTarget(targets.find((t) => t.name === 'agent')!, out);
+    await buildTarget(targetNamed('agent'), out);
     return out;
   })();
   return bundle;
